@@ -1,0 +1,106 @@
+"""The fair async wait queue: requests wait here for a slot instead of bouncing off a 429."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+
+@dataclass(eq=False, slots=True)
+class Waiter[K, T]:
+    ticket: K
+    enqueued_at: float
+    future: asyncio.Future[T] = field(repr=False)
+
+
+class AdmissionQueue[K, T]:
+    """Waiters holding a ticket `K` (what they may use), each served a `T` (a slot) in fair order.
+
+    First come, first served among the waiters that can use what was freed.
+
+    `dispatch()` walks the waiters oldest first and offers each the pool (`attempt(ticket)`); a
+    waiter that cannot use what is free is passed over, so a heavy request waiting for a heavy model
+    never blocks a light one that has room. `group(ticket)` names waiters that want the same thing:
+    once one of a group found nothing, the rest of that group are not tried again in that pass.
+    A waiter that times out or is cancelled never keeps a slot.
+    """
+
+    def __init__(
+        self,
+        attempt: Callable[[K], T | None],
+        release: Callable[[T], None],
+        group: Callable[[K], object],
+        clock: Callable[[], float],
+    ) -> None:
+        self._attempt = attempt
+        self._release = release
+        self._group = group
+        self._clock = clock
+        self._waiters: dict[int, Waiter[K, T]] = {}
+        self._ids = itertools.count()
+        self.timeouts = 0
+        self.served = 0
+        self.total_wait = 0.0  # seconds, over served waiters
+
+    def __len__(self) -> int:
+        return len(self._waiters)
+
+    def waiting(self) -> list[Waiter[K, T]]:
+        """The waiters, oldest first."""
+        return list(self._waiters.values())
+
+    def oldest_wait(self) -> float:
+        """Seconds the oldest waiter has waited so far (0 when nobody waits)."""
+        for waiter in self._waiters.values():
+            return max(self._clock() - waiter.enqueued_at, 0.0)
+        return 0.0
+
+    async def wait(self, ticket: K, timeout: float) -> T | None:
+        """Wait up to `timeout` seconds to be served; None on timeout. Cancellation is safe."""
+        loop = asyncio.get_running_loop()
+        waiter: Waiter[K, T] = Waiter(ticket, self._clock(), loop.create_future())
+        key = next(self._ids)
+        self._waiters[key] = waiter
+        delivered = False
+        try:
+            self.dispatch()
+            try:
+                async with asyncio.timeout(timeout):
+                    result = await asyncio.shield(waiter.future)
+            except TimeoutError:
+                self.timeouts += 1
+                return None
+            delivered = True
+            return result
+        finally:
+            self._waiters.pop(key, None)
+            if not delivered:
+                # Timed out or cancelled: if a slot was handed over in the meantime, give it back.
+                if waiter.future.done() and not waiter.future.cancelled():
+                    self._release(waiter.future.result())
+                    self.dispatch()
+                else:
+                    waiter.future.cancel()
+
+    def dispatch(self) -> int:
+        """Serve every waiter that can be served now, oldest first; returns how many were served."""
+        served = 0
+        failed: set[object] = set()
+        for key, waiter in list(self._waiters.items()):
+            if waiter.future.done():
+                continue
+            group = self._group(waiter.ticket)
+            if group in failed:
+                continue
+            result = self._attempt(waiter.ticket)
+            if result is None:
+                failed.add(group)
+                continue
+            del self._waiters[key]
+            waiter.future.set_result(result)
+            self.served += 1
+            self.total_wait += max(self._clock() - waiter.enqueued_at, 0.0)
+            served += 1
+        return served

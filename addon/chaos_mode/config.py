@@ -1,0 +1,284 @@
+"""The `modelRouting` config block: pydantic models in the seed's camelCase, and `load_config(path)`."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import (
+    AliasGenerator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from .catalog import (
+    DEFAULT_CATALOG,
+    DEFAULT_UPSTREAM_HOSTS,
+    REQUEST_TIERS,
+    TIER_RANK,
+    ModelTier,
+    RequestTier,
+)
+
+StrategyName = Literal["least-loaded", "round-robin", "weighted-random"]
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be used; the message names the key as the user wrote it."""
+
+
+class _Base(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        alias_generator=AliasGenerator(validation_alias=to_camel, serialization_alias=to_camel),
+        populate_by_name=True,
+        frozen=True,
+    )
+
+
+class ModelSpec(_Base):
+    """One model of the catalog."""
+
+    tier: ModelTier
+    max_concurrency: int = Field(ge=1, le=10_000)
+    input_price: float = Field(default=0.0, ge=0, description="$ per 1M input tokens")
+    output_price: float = Field(default=0.0, ge=0, description="$ per 1M output tokens")
+    free: bool = False
+
+
+def _default_models() -> dict[str, ModelSpec]:
+    return {
+        name: ModelSpec(
+            tier=tier, max_concurrency=cap, input_price=price_in, output_price=price_out, free=free
+        )
+        for name, (tier, cap, price_in, price_out, free) in DEFAULT_CATALOG.items()
+    }
+
+
+class QualityFloor(_Base):
+    """The lowest model tier each incoming request tier may be served by."""
+
+    heavy: ModelTier = "HEAVY"
+    medium: ModelTier = "MEDIUM"
+    light: ModelTier = "LIGHT"
+
+    def for_tier(self, tier: RequestTier) -> ModelTier:
+        floor: ModelTier = getattr(self, tier)
+        return floor
+
+
+class ChaosModeSettings(_Base):
+    """`modelRouting.chaosMode`: exactly the seed's fields and defaults."""
+
+    enabled: bool = False
+    quality_floor: QualityFloor = QualityFloor()
+    strategy: StrategyName = "least-loaded"
+    exclude_models: tuple[str, ...] = ()
+    max_cost_per_request: float | None = Field(default=None, gt=0)
+    include_free_models: bool = True
+    sticky_conversations: bool = False
+
+
+_DEFAULT_PATTERNS: dict[str, RequestTier] = {"opus": "heavy", "sonnet": "medium", "haiku": "light"}
+
+
+class TierRules(_Base):
+    """How an incoming model name maps to a request tier.
+
+    A catalog model name maps to its own tier; otherwise the first pattern contained in the
+    (lower-cased) name decides; otherwise `default`.
+    """
+
+    patterns: dict[str, RequestTier] = Field(default_factory=lambda: dict(_DEFAULT_PATTERNS))
+    default: RequestTier = "medium"
+
+    @field_validator("patterns")
+    @classmethod
+    def _lowercase(cls, value: dict[str, RequestTier]) -> dict[str, RequestTier]:
+        if any(not key.strip() for key in value):
+            raise ValueError("a pattern must not be empty")
+        return {key.strip().lower(): tier for key, tier in value.items()}
+
+
+class QueueSettings(_Base):
+    """The admission queue: requests wait here for a slot instead of failing."""
+
+    enabled: bool = True
+    timeout_seconds: float = Field(default=60.0, ge=0, le=3600)
+    max_waiting: int = Field(default=1000, ge=0)
+
+
+class CooldownSettings(_Base):
+    """Per-model cooldowns after a 429 or overload from z.ai."""
+
+    default_seconds: float = Field(default=5.0, gt=0, le=3600)
+    max_seconds: float = Field(default=60.0, gt=0, le=86_400)
+    burst_multiplier: float = Field(default=2.0, ge=1, le=10)
+    decay_seconds: float = Field(default=30.0, gt=0, le=86_400)
+    account_pause_seconds: float = Field(
+        default=300.0, gt=0, le=7 * 86_400, description="account-wide pause when z.ai gives no reset time"
+    )
+
+    @model_validator(mode="after")
+    def _max_covers_default(self) -> CooldownSettings:
+        if self.max_seconds < self.default_seconds:
+            raise ValueError("maxSeconds: must be at least defaultSeconds")
+        return self
+
+
+class StickySettings(_Base):
+    """Sticky conversations: a conversation key keeps its model."""
+
+    ttl_seconds: float = Field(default=1800.0, gt=0)
+    max_entries: int = Field(default=10_000, ge=1)
+
+
+class StreamSettings(_Base):
+    """How slots are returned when a stream ends."""
+
+    abort_grace_seconds: float = Field(
+        default=0.5,
+        ge=0,
+        le=60,
+        description="a slot freed by a client that left mid-stream returns to the pool after this grace",
+    )
+    max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
+    max_failovers: int = Field(default=3, ge=0, le=10)
+
+
+class ModelRouting(_Base):
+    """`modelRouting`: the seed's `chaosMode` plus what the design needs and the seed leaves implicit."""
+
+    chaos_mode: ChaosModeSettings = ChaosModeSettings()
+    models: dict[str, ModelSpec] = Field(default_factory=_default_models)
+    upstream_hosts: tuple[str, ...] = DEFAULT_UPSTREAM_HOSTS
+    tier_rules: TierRules = TierRules()
+    account_concurrency: int | None = Field(
+        default=None, ge=1, description="account-wide cap; default: the sum of the catalog's limits"
+    )
+    queue: QueueSettings = QueueSettings()
+    cooldown: CooldownSettings = CooldownSettings()
+    sticky: StickySettings = StickySettings()
+    streams: StreamSettings = StreamSettings()
+
+    @field_validator("models")
+    @classmethod
+    def _some_models(cls, value: dict[str, ModelSpec]) -> dict[str, ModelSpec]:
+        if not value:
+            raise ValueError("the catalog must hold at least one model")
+        return value
+
+    @field_validator("upstream_hosts")
+    @classmethod
+    def _hosts_lowercase(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(host.strip().lower() for host in value if host.strip())
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelRouting:
+        chaos = self.chaos_mode
+        unknown = [name for name in chaos.exclude_models if name not in self.models]
+        if unknown:
+            raise ValueError(f"chaosMode.excludeModels: not in the catalog: {', '.join(unknown)}")
+        for tier in REQUEST_TIERS:
+            if not self.eligible_models(tier):
+                floor = chaos.quality_floor.for_tier(tier)
+                raise ValueError(
+                    f"chaosMode.qualityFloor.{tier}: {floor} leaves no model to serve {tier} requests "
+                    "(after excludeModels and includeFreeModels)"
+                )
+        return self
+
+    @property
+    def total_capacity(self) -> int:
+        """Slots the account may use at once: the account cap, or the catalog's sum."""
+        catalog_sum = sum(spec.max_concurrency for spec in self.models.values())
+        if self.account_concurrency is None:
+            return catalog_sum
+        return min(self.account_concurrency, catalog_sum)
+
+    def eligible_models(self, tier: RequestTier) -> list[str]:
+        """Models that may serve `tier` by configuration alone (floor, exclusions, free models)."""
+        chaos = self.chaos_mode
+        floor_rank = TIER_RANK[chaos.quality_floor.for_tier(tier)]
+        excluded = set(chaos.exclude_models)
+        return [
+            name
+            for name, spec in self.models.items()
+            if TIER_RANK[spec.tier] >= floor_rank
+            and name not in excluded
+            and (chaos.include_free_models or not spec.free)
+        ]
+
+
+class ConfigFile(_Base):
+    """A config file: a top-level `modelRouting` key, as the seed's `config.modelRouting`."""
+
+    model_routing: ModelRouting = ModelRouting()
+
+
+def default_config() -> ModelRouting:
+    """The built-in defaults: the seed's catalog, chaos mode off."""
+    return ModelRouting()
+
+
+_KEYED_MESSAGE = re.compile(r"^(?P<key>[A-Za-z]\w*(?:\.[A-Za-z]\w*)*): (?P<message>.*)$", re.S)
+
+
+def _format_errors(error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        where = ".".join(str(part) for part in item["loc"])
+        message = item["msg"].removeprefix("Value error, ")
+        # Cross-field checks name the key they are about: "chaosMode.excludeModels: ...".
+        if keyed := _KEYED_MESSAGE.match(message):
+            where = f"{where}.{keyed['key']}" if where else keyed["key"]
+            message = keyed["message"]
+        where = where or "(top level)"
+        lines.append(f"{where}: {message}")
+    return "; ".join(lines)
+
+
+def parse_config(data: Any, *, source: str = "config") -> ModelRouting:
+    """Validate already-decoded config data (a mapping with a `modelRouting` key)."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping with a modelRouting key")
+    try:
+        return ConfigFile.model_validate(data).model_routing
+    except ValidationError as exc:
+        raise ConfigError(f"{source}: {_format_errors(exc)}") from None
+
+
+def load_config(path: str | Path) -> ModelRouting:
+    """Read a YAML or JSON config file; raise `ConfigError` with a readable message."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    return parse_config(_decode(text, path), source=str(path))
+
+
+def _decode(text: str, path: Path) -> Any:
+    if path.suffix.lower() == ".json":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path}: not valid JSON: {exc.msg} (line {exc.lineno})") from None
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    try:
+        return YAML(typ="safe", pure=True).load(text)
+    except YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None

@@ -1,0 +1,66 @@
+"""In-flight slot counts behind a small interface, so a shared backend can replace the in-memory one."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+
+class SlotStore(Protocol):
+    """Where in-flight counts live. The pool's policy only talks to this."""
+
+    def in_flight(self, model: str) -> int: ...
+
+    def total(self) -> int: ...
+
+    def counts(self) -> Mapping[str, int]:
+        """In-flight per model, for reading only (the policy reads it once per selection)."""
+        ...
+
+    def try_acquire(self, model: str, cap: int, account_cap: int) -> bool:
+        """Take a slot of `model` if it has fewer than `cap` and the account fewer than `account_cap`."""
+        ...
+
+    def release(self, model: str) -> bool:
+        """Give a slot of `model` back; False (and no change) if none was held."""
+        ...
+
+    def snapshot(self) -> dict[str, int]: ...
+
+
+class MemorySlots:
+    """The in-memory store for one proxy process: a dict and a total, never negative."""
+
+    __slots__ = ("_counts", "_total")
+
+    def __init__(self) -> None:
+        self._counts: dict[str, int] = {}
+        self._total = 0
+
+    def in_flight(self, model: str) -> int:
+        return self._counts.get(model, 0)
+
+    def total(self) -> int:
+        return self._total
+
+    def counts(self) -> Mapping[str, int]:
+        return self._counts
+
+    def try_acquire(self, model: str, cap: int, account_cap: int) -> bool:
+        held = self._counts.get(model, 0)
+        if held >= cap or self._total >= account_cap:
+            return False
+        self._counts[model] = held + 1
+        self._total += 1
+        return True
+
+    def release(self, model: str) -> bool:
+        held = self._counts.get(model, 0)
+        if held <= 0:
+            return False
+        self._counts[model] = held - 1
+        self._total -= 1
+        return True
+
+    def snapshot(self) -> dict[str, int]:
+        return {model: n for model, n in self._counts.items() if n}

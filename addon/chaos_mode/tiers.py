@@ -1,0 +1,41 @@
+"""Incoming model name -> request tier (opus -> heavy, sonnet -> medium, haiku -> light)."""
+
+from __future__ import annotations
+
+from .catalog import RequestTier
+from .config import ModelRouting
+
+_MODEL_TIER_TO_REQUEST: dict[str, RequestTier] = {"HEAVY": "heavy", "MEDIUM": "medium", "LIGHT": "light"}
+
+
+class TierClassifier:
+    """Classify the `model` field of a request, by the config's tier rules.
+
+    A catalog model name maps to its own tier; otherwise the first configured pattern found in the
+    lower-cased name decides; anything else (including no name at all) gets the default tier.
+    """
+
+    def __init__(self, config: ModelRouting) -> None:
+        self._catalog: dict[str, RequestTier] = {
+            name.lower(): _MODEL_TIER_TO_REQUEST[spec.tier] for name, spec in config.models.items()
+        }
+        self._patterns = tuple(config.tier_rules.patterns.items())
+        self.default: RequestTier = config.tier_rules.default
+
+    def classify(self, model: object) -> RequestTier:
+        if not isinstance(model, str):
+            return self.default
+        name = model.strip().lower()
+        if tier := self._catalog.get(name):
+            return tier
+        for pattern, tier in self._patterns:
+            if pattern in name:
+                return tier
+        return self.default
+
+    def is_known(self, model: object) -> bool:
+        """True when the name is a catalog model or matches a pattern (not merely the default)."""
+        if not isinstance(model, str):
+            return False
+        name = model.strip().lower()
+        return name in self._catalog or any(pattern in name for pattern, _ in self._patterns)
