@@ -1,0 +1,462 @@
+"""The mitmproxy adapter: options, hooks and commands around the pure ChaosPool.
+
+This is the only module of the package that imports mitmproxy. Facts about one flow live in
+`flow.metadata["chaos"]` (plain values, so they survive in saved flow files), never on `self`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from random import Random
+from typing import Any, Final
+
+from mitmproxy import command, ctx, exceptions, http
+from mitmproxy.connection import ConnectionState
+
+from .config import ConfigError, ModelRouting, default_config, load_config
+from .message_request import STICKY_HEADER, BadRequest, parse_message
+from .metrics import ChaosMetrics
+from .panel import render_panel
+from .pool import ChaosPool, RequestInfo, Selection, Ticket
+from .replies import TRIED_HEADER, rate_limit_error
+from .resend import Resender, ResendFailed
+from .sse import SseObserver
+from .stats import Outcome, Stats, chaos_stats
+from .tiers import TierClassifier
+from .web import WebServer, parse_listen
+from .zai_errors import Action, UpstreamError, classify_error, parse_retry_after
+
+log = logging.getLogger("chaos_mode")
+
+META: Final = "chaos"
+MESSAGES_SUFFIX: Final = "/v1/messages"
+CLIENT_POLL_SECONDS: Final = 0.25  # how often a waiting request checks that its client is still there
+PASSED_ON_HEADERS: Final = ("retry-after",)  # z.ai's headers kept on our own 429 (plus anthropic-ratelimit-*)
+
+
+class _ClientGone:
+    """The client left while its request waited."""
+
+
+CLIENT_GONE: Final = _ClientGone()
+
+
+def _client_alive(flow: http.HTTPFlow) -> bool:
+    return flow.live and flow.client_conn.state is not ConnectionState.CLOSED and flow.error is None
+
+
+class ChaosMode:
+    """Route every Anthropic-Messages request to z.ai onto the best GLM model with a free slot."""
+
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        rng: Random | None = None,
+    ) -> None:
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self.config: ModelRouting = default_config()
+        self.pool = ChaosPool(self.config, clock=clock, wall_clock=wall_clock, rng=rng)
+        self.stats = Stats(self.config, wall_clock)
+        self.classifier = TierClassifier(self.config)
+        self.metrics = ChaosMetrics(self.pool, self.stats)
+        self.web = WebServer(self.chaos_stats, self.metrics.render)
+        self.resender = Resender()
+        self._listen: tuple[str, int] | None = None
+        self._running = False
+        self._token = uuid.uuid4().hex[:12]  # marks the slots this instance holds (scripts reload)
+        self._warned: set[str] = set()
+
+    # -- options ----------------------------------------------------------------------------------
+
+    def load(self, loader: Any) -> None:
+        loader.add_option(
+            "chaos_config",
+            str,
+            "",
+            "Path to a YAML or JSON file with a modelRouting block (the catalog, chaosMode, queue, "
+            "cooldown...). Empty: the built-in z.ai catalog. Changing it reloads without dropping "
+            "in-flight counts.",
+        )
+        loader.add_option(
+            "chaos_enabled",
+            str,
+            "auto",
+            "Turn chaos mode on or off, overriding chaosMode.enabled of the config; auto: the config "
+            "decides (off by default).",
+            choices=["auto", "true", "false"],
+        )
+        loader.add_option(
+            "chaos_web",
+            str,
+            "127.0.0.1:9464",
+            "Listen address (HOST:PORT) of the chaos-mode status server: /api/status. Empty: off.",
+        )
+
+    def configure(self, updated: set[str]) -> None:
+        if "chaos_config" in updated or "chaos_enabled" in updated:
+            try:
+                config = self._read_config(ctx.options.chaos_config, ctx.options.chaos_enabled)
+            except ConfigError as exc:
+                raise exceptions.OptionsError(f"chaos_config: {exc}") from None
+            self._apply(config)
+        if "chaos_web" in updated:
+            try:
+                self._listen = parse_listen(ctx.options.chaos_web)
+            except ValueError as exc:
+                raise exceptions.OptionsError(f"chaos_web: {exc}") from None
+            if self._running:
+                self._start_web()
+
+    @staticmethod
+    def _read_config(path: str, enabled: str) -> ModelRouting:
+        config = load_config(path) if path else default_config()
+        if enabled != "auto":
+            chaos = config.chaos_mode.model_copy(update={"enabled": enabled == "true"})
+            config = config.model_copy(update={"chaos_mode": chaos})
+        return config
+
+    def _apply(self, config: ModelRouting) -> None:
+        self.config = config
+        self.pool.reconfigure(config)
+        self.stats.reconfigure(config)
+        self.classifier = TierClassifier(config)
+        chaos = config.chaos_mode
+        log.info(
+            "chaos mode %s: %s over %d models, %d slots",
+            "on" if chaos.enabled else "off",
+            chaos.strategy,
+            len(config.models),
+            config.total_capacity,
+        )
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def running(self) -> None:
+        self._running = True
+        self._start_web()
+
+    def done(self) -> None:
+        self._running = False
+        self.web.stop()
+        self.resender.close()
+
+    def _start_web(self) -> None:
+        self.web.stop()
+        if self._listen is None:
+            return
+        try:
+            host, port = self.web.start(*self._listen)
+        except OSError as exc:
+            log.error("chaos-mode status server could not listen on %s:%s: %s", *self._listen, exc)
+            return
+        log.info("chaos-mode status on http://%s:%d/api/status", host, port)
+
+    # -- hooks ------------------------------------------------------------------------------------
+
+    def _is_messages_call(self, request: http.Request) -> bool:
+        if request.method != "POST" or not request.path.split("?", 1)[0].endswith(MESSAGES_SUFFIX):
+            return False
+        hosts = self.config.upstream_hosts
+        return request.host.lower() in hosts or request.pretty_host.lower() in hosts
+
+    async def request(self, flow: http.HTTPFlow) -> None:
+        if flow.response or flow.error or not flow.live or not self._is_messages_call(flow.request):
+            return
+        try:
+            await self._route(flow)
+        except Exception:
+            # Never crash the proxy: the flow goes on as it is; a slot taken is released when it ends.
+            log.exception("chaos-mode: internal error while routing a request; it goes on unrouted")
+
+    async def _route(self, flow: http.HTTPFlow) -> None:
+        request = flow.request
+        limit = self.config.streams.max_body_bytes
+        try:
+            if request.raw_content is None or len(request.raw_content) > limit:
+                size = "a streamed" if request.raw_content is None else f"{len(request.raw_content)} bytes"
+                raise BadRequest("too-large", f"body of {size} is over the {limit}-byte limit")
+            message = parse_message(request.get_content(strict=False) or b"", limit=limit)
+        except BadRequest as exc:
+            self._pass_bad(flow, exc)
+            return
+        tier = self.classifier.classify(message.model)
+        if not self.classifier.is_known(message.model):
+            self._warn_once("unknown-model", f"unknown model names are routed as {tier} requests")
+        meta: dict[str, Any] = {
+            "owner": self._token,
+            "originalModel": message.model,
+            "tier": tier,
+            "held": None,
+            "attempted": [],
+            "failovers": 0,
+        }
+        flow.metadata[META] = meta
+        chaos = self.config.chaos_mode
+        if not chaos.enabled:
+            meta["mode"] = "off"
+            return
+        sticky = None
+        if chaos.sticky_conversations:
+            sticky = message.sticky_key(request.headers.get(STICKY_HEADER))
+        meta["sticky"] = sticky
+        info = message.info
+        meta["request"] = [info.input_tokens, info.max_output_tokens]
+        started = self._clock()
+        selection = await self._acquire(flow, Ticket(tier, frozenset(), info, sticky))
+        waited = self._clock() - started
+        meta["waited"] = round(waited, 3)
+        self.stats.queue_wait(tier, waited)
+        if selection is CLIENT_GONE:
+            self._finish(meta, "aborted")
+            flow.kill()
+            return
+        if selection is None:
+            self._reject(flow, meta, [])
+            return
+        assert isinstance(selection, Selection)
+        self._hold(meta, selection)
+        request.text = message.with_model(selection.model)
+        wait_note = f" · waited {waited:.1f} s" if waited >= 0.05 else ""
+        flow.comment = f"{message.model} → {selection.model} · {selection.reason}{wait_note}"
+
+    async def _acquire(self, flow: http.HTTPFlow, ticket: Ticket) -> Selection | _ClientGone | None:
+        """A slot for `ticket`, waiting in the queue while the client is still there."""
+        task = asyncio.ensure_future(
+            self.pool.acquire_or_wait(
+                ticket.tier, ticket.attempted, request=ticket.request, sticky_key=ticket.sticky_key
+            )
+        )
+        delivered = False
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=CLIENT_POLL_SECONDS)
+                if done:
+                    delivered = True
+                    return task.result()
+                if not _client_alive(flow):
+                    return CLIENT_GONE
+        finally:
+            if not delivered:
+                if not task.done():
+                    task.cancel()  # the queue gives back a slot granted meanwhile
+                elif not task.cancelled() and (granted := task.result()) is not None:
+                    self.pool.release(granted.model)
+
+    def _hold(self, meta: dict[str, Any], selection: Selection) -> None:
+        meta["held"] = selection.model
+        meta["model"] = selection.model
+        meta["reason"] = selection.reason
+        meta["attempted"] = [*meta["attempted"], selection.model]
+
+    def _reject(self, flow: http.HTTPFlow, meta: dict[str, Any], tried: list[str]) -> None:
+        """Answer with our own 429: nothing eligible could take the request in time."""
+        ticket = Ticket(meta["tier"], frozenset(tried))
+        why = self.pool.unavailable(ticket)
+        pause = self.pool.cooldowns.account_pause()
+        if why is None:
+            why = f"no {meta['tier']}-tier model had a free slot within the queue timeout"
+        retry = pause[0] if pause else (self.pool.cooldowns.next_expiry() or 5.0)
+        body, headers = rate_limit_error(why, retry_after=retry, tried=tried)
+        previous = flow.response
+        response = http.Response.make(429, body, headers)
+        if previous is not None:
+            for name, value in previous.headers.items(multi=True):
+                lower = name.lower()
+                if lower in PASSED_ON_HEADERS or lower.startswith("anthropic-ratelimit-"):
+                    response.headers[name] = value
+        flow.response = response
+        meta["rejected"] = why
+        flow.comment = f"{meta['originalModel']} → 429 from chaos-mode · {why}"
+        flow.marked = ":no_entry:"
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        meta = flow.metadata.get(META)
+        response = flow.response
+        if meta is None or response is None or response.status_code != 200:
+            return
+        if "text/event-stream" not in response.headers.get("content-type", ""):
+            return
+        observer = SseObserver()
+
+        def observe(chunk: bytes) -> bytes:
+            if observer.feed(chunk):
+                meta["usage"] = [observer.input_tokens, observer.output_tokens]
+                meta["stopped"] = observer.stopped
+            return chunk
+
+        response.stream = observe
+
+    async def response(self, flow: http.HTTPFlow) -> None:
+        meta = flow.metadata.get(META)
+        if meta is None or meta.get("owner") != self._token or flow.response is None:
+            return
+        try:
+            if meta.get("held"):
+                await self._settle(flow, meta)
+            self._record(flow, meta)
+        except Exception:
+            log.exception("chaos-mode: internal error while finishing a response")
+        finally:
+            self._release(meta)
+
+    async def _settle(self, flow: http.HTTPFlow, meta: dict[str, Any]) -> None:
+        """Read z.ai's verdict; fail over to another model while no byte has reached the client."""
+        while True:
+            response = flow.response
+            assert response is not None
+            if response.status_code < 400 or response.stream:
+                return
+            now = self._wall_clock()
+            error = classify_error(response.status_code, response.get_content(strict=False), now=now)
+            if error is None:
+                return
+            model = meta["held"]
+            retry_after = parse_retry_after(response.headers.get("retry-after"), now=now)
+            self.pool.report_error(model, error, retry_after)
+            self.stats.upstream_error(model, error.code, response.status_code)
+            flow.marked = ":warning:"
+            if error.action is Action.FATAL:
+                log.error("z.ai refuses every request: %s", error.reason)
+            if not error.fails_over or meta["failovers"] >= self.config.streams.max_failovers:
+                if error.fails_over:
+                    self._reject(flow, meta, list(meta["attempted"]))
+                return
+            if not await self._failover(flow, meta, error):
+                return
+
+    async def _failover(self, flow: http.HTTPFlow, meta: dict[str, Any], error: UpstreamError) -> bool:
+        """Move the request to another eligible model and send it again; False when it ended here."""
+        failed = meta["held"]
+        self._release(meta)
+        tried = list(meta["attempted"])
+        info = RequestInfo(*meta["request"]) if meta.get("request") else None
+        ticket = Ticket(meta["tier"], frozenset(tried), info, meta.get("sticky"))
+        selection = await self._acquire(flow, ticket)
+        if selection is CLIENT_GONE:
+            return False
+        if selection is None:
+            self.stats.failover(failed, None, error.reason)
+            self._reject(flow, meta, tried)
+            return False
+        assert isinstance(selection, Selection)
+        self._hold(meta, selection)
+        meta["failovers"] += 1
+        self.stats.failover(failed, selection.model, error.reason)
+        flow.comment = (
+            f"{meta['originalModel']} → {selection.model} · failover from {failed} "
+            f"({error.code or error.reason}) · {selection.reason}"
+        )
+        try:
+            content = flow.request.get_content(strict=False) or b""
+            body = json.loads(content)
+            body["model"] = selection.model
+            flow.request.text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+            flow.response = await self.resender.send(flow.request, insecure=bool(ctx.options.ssl_insecure))
+        except ResendFailed as exc:
+            log.warning("chaos-mode: failover to %s failed: %s", selection.model, exc)
+            self._reject(flow, meta, list(meta["attempted"]))
+            return False
+        return True
+
+    def _record(self, flow: http.HTTPFlow, meta: dict[str, Any]) -> None:
+        response = flow.response
+        assert response is not None
+        model = meta.get("model")
+        if model and response.status_code == 200:
+            usage = meta.get("usage")
+            if usage is None and not response.stream:
+                usage = self._usage_of(response)
+            if usage:
+                self.stats.usage(model, usage[0], usage[1])
+        if meta.get("mode") == "off":
+            outcome: Outcome = "passthrough"
+        elif meta.get("rejected"):
+            outcome = "rejected"
+        else:
+            outcome = "ok" if response.status_code < 400 else "error"
+        self._finish(meta, outcome)
+
+    @staticmethod
+    def _usage_of(response: http.Response) -> list[int] | None:
+        observer = SseObserver()
+        try:
+            content = response.get_content(strict=False) or b""
+            if "text/event-stream" in response.headers.get("content-type", ""):
+                observer.feed(content + b"\n\n")
+            else:
+                payload = json.loads(content)
+                if isinstance(payload, dict):
+                    observer.observe(payload)
+        except ValueError:
+            return None
+        return [observer.input_tokens, observer.output_tokens]
+
+    def _finish(self, meta: dict[str, Any], outcome: Outcome) -> None:
+        if meta.get("outcome"):
+            return
+        meta["outcome"] = outcome
+        self.stats.request_done(meta.get("model") or meta.get("originalModel"), meta["tier"], outcome)
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        meta = flow.metadata.get(META)
+        if meta is None or meta.get("owner") != self._token:
+            return
+        self._finish(meta, "aborted")
+        # A stream the client left may still be counted upstream for a moment: release after a grace.
+        grace = self.config.streams.abort_grace_seconds if flow.response is not None else 0.0
+        self._release(meta, grace)
+
+    def _release(self, meta: dict[str, Any], grace: float = 0.0) -> None:
+        """Give the flow's slot back, exactly once."""
+        model = meta.get("held")
+        if not model or meta.get("owner") != self._token:
+            return
+        meta["held"] = None
+        if grace > 0:
+            asyncio.get_running_loop().call_later(grace, self.pool.release, model)
+        else:
+            self.pool.release(model)
+
+    # -- bad input ---------------------------------------------------------------------------------
+
+    def _pass_bad(self, flow: http.HTTPFlow, exc: BadRequest) -> None:
+        self.stats.bad_requests[exc.kind] += 1
+        flow.comment = f"chaos-mode: passed through untouched ({exc})"
+        self._warn_once(exc.kind, f"a request passed through untouched: {exc}")
+
+    def _warn_once(self, kind: str, message: str) -> None:
+        if kind in self._warned:
+            return
+        self._warned.add(kind)
+        log.warning("chaos-mode: %s (later ones are counted in /api/status, not logged)", message)
+
+    # -- status and commands ------------------------------------------------------------------------
+
+    def chaos_stats(self) -> dict[str, Any]:
+        return chaos_stats(self.pool.get_status(), self.stats)
+
+    @command.command("chaos.status")
+    def status(self) -> str:
+        """The Chaos Mode panel: strategy, utilization, each model's in-flight, capacity, cooldown."""
+        return render_panel(self.chaos_stats())
+
+    @command.command("chaos.reload")
+    def reload(self) -> None:
+        """Read the chaos_config file again; a bad file keeps the config in force and says why."""
+        try:
+            config = self._read_config(ctx.options.chaos_config, ctx.options.chaos_enabled)
+        except ConfigError as exc:
+            log.error("chaos-mode: config not reloaded, the old one stays in force: %s", exc)
+            return
+        self._apply(config)
+
+
+__all__ = ["META", "TRIED_HEADER", "ChaosMode", "UpstreamError"]

@@ -1,0 +1,198 @@
+"""Child processes for tests, the benchmark and the demo: start, wait until ready, stop in bounded time."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Self
+
+import chaos_mode
+
+ADDON_DIR = str(Path(chaos_mode.__file__).resolve().parent.parent)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that was free a moment ago on `host` (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def port_open(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+class ChildProcess:
+    """A child whose stdout and stderr go to a temporary log; `start()` polls `ready()` until true.
+
+    Stops with SIGTERM, then SIGKILL after `stop_timeout`. Usable as a (async) context manager.
+    """
+
+    name = "child"
+
+    def __init__(self, *, start_timeout: float = 20.0, stop_timeout: float = 5.0) -> None:
+        self.start_timeout = start_timeout
+        self.stop_timeout = stop_timeout
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.returncode: int | None = None
+        self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
+        self._log: IO[bytes] | None = None
+        self._log_text = ""
+
+    @property
+    def workdir(self) -> Path:
+        """A temporary folder that lives as long as the child (config files go here)."""
+        if self._tmpdir is None:
+            self._tmpdir = tempfile.TemporaryDirectory(prefix=f"chaos-{self.name}-")
+        return Path(self._tmpdir.name)
+
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def ready(self) -> bool:
+        raise NotImplementedError
+
+    def environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (ADDON_DIR, env.get("PYTHONPATH")) if p)
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def start(self) -> Self:
+        if self.proc is not None:
+            raise RuntimeError(f"{self.name} already started")
+        self._log = open(self.workdir / "output.log", "w+b")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            self.command(),
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=self.environment(),
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + self.start_timeout
+        while not self.ready():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                why = "exited" if self.proc.poll() is not None else f"not ready in {self.start_timeout} s"
+                output = self.output()
+                self.stop()
+                raise RuntimeError(f"{self.name} {why}; its output:\n{output[-4000:]}")
+            time.sleep(0.05)
+        return self
+
+    def output(self) -> str:
+        """What the child printed so far (stdout and stderr)."""
+        if self._log is None:
+            return self._log_text
+        self._log.flush()
+        return Path(self._log.name).read_text(encoding="utf-8", errors="replace")
+
+    def stop(self) -> int | None:
+        """Terminate (then kill) the child; returns its exit code. Safe to call twice."""
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=self.stop_timeout)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=self.stop_timeout)
+            self.returncode = proc.returncode
+        if self._log is not None:
+            self._log_text = self.output()
+            self._log.close()
+            self._log = None
+        if self._tmpdir is not None:
+            self._tmpdir.cleanup()
+            self._tmpdir = None
+        return self.returncode
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> Self:
+        return await asyncio.to_thread(self.start)
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await asyncio.to_thread(self.stop)
+
+
+def _mitmdump() -> str:
+    """The mitmdump of the running interpreter's environment."""
+    import sys
+
+    candidate = Path(sys.executable).with_name("mitmdump")
+    return str(candidate) if candidate.exists() else "mitmdump"
+
+
+class ProxyProcess(ChildProcess):
+    """`mitmdump -s addon/chaos_addon.py` on a free loopback port, in reverse or regular mode.
+
+    `config` is the `modelRouting` mapping written to a JSON file for `chaos_config` (None: the
+    built-in defaults); `addon=False` runs plain mitmdump (for overhead measurements).
+    """
+
+    name = "mitmdump"
+
+    def __init__(
+        self,
+        *,
+        upstream: str | None = None,
+        config: dict[str, object] | None = None,
+        addon: bool = True,
+        extra_args: Sequence[str] = (),
+        **kwargs: float,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.upstream = upstream  # reverse mode to this URL; None: regular proxy mode
+        self.config = config
+        self.addon = addon
+        self.extra_args = list(extra_args)
+        self.port = free_port()
+        self.web_port = free_port() if addon else 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def status_url(self) -> str:
+        return f"http://127.0.0.1:{self.web_port}/api/status"
+
+    def command(self) -> list[str]:
+        cmd = [_mitmdump(), "--listen-host", "127.0.0.1", "-p", str(self.port), "--set", "flow_detail=0"]
+        if self.upstream:
+            cmd += ["--mode", f"reverse:{self.upstream}"]
+        if self.addon:
+            script = Path(ADDON_DIR) / "chaos_addon.py"
+            cmd += ["-s", str(script), "--set", f"chaos_web=127.0.0.1:{self.web_port}"]
+            if self.config is not None:
+                import json
+
+                path = self.workdir / "chaos.json"
+                path.write_text(json.dumps({"modelRouting": self.config}), encoding="utf-8")
+                cmd += ["--set", f"chaos_config={path}"]
+        return cmd + self.extra_args
+
+    def ready(self) -> bool:
+        # The addon's server starts in `running()`, after the proxy listens: one probe tells both.
+        return port_open("127.0.0.1", self.web_port if self.addon else self.port)

@@ -1,0 +1,67 @@
+"""An Anthropic-Messages request body: parse it, find its sticky key, rewrite its `model`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from .pool import RequestInfo
+
+STICKY_HEADER = "x-claude-code-session-id"
+
+
+class BadRequest(ValueError):
+    """A body the addon will not route; the message says why (and never holds the body itself)."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(f"{kind}: {detail}")
+        self.kind = kind  # a bounded label: too-large | not-json | not-object | no-model
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRequest:
+    body: dict[str, Any]
+    model: str
+    size: int  # bytes of the decoded body
+
+    @property
+    def stream(self) -> bool:
+        return self.body.get("stream") is True
+
+    @property
+    def info(self) -> RequestInfo:
+        return RequestInfo.estimate(self.size, self.body.get("max_tokens"))
+
+    def sticky_key(self, session_id: str | None) -> str:
+        """The conversation key: Claude Code's session header, else a hash of the system prompt."""
+        if session_id:
+            return "session:" + session_id.strip()
+        system = self.body.get("system")
+        first = self.body.get("messages")
+        first = first[0] if isinstance(first, list) and first else None
+        digest = hashlib.sha256(
+            json.dumps([system, first], sort_keys=True, default=str).encode(), usedforsecurity=False
+        )
+        return "prompt:" + digest.hexdigest()[:32]
+
+    def with_model(self, model: str) -> str:
+        """The body as JSON text with only `model` changed (keys keep their order)."""
+        return json.dumps({**self.body, "model": model}, ensure_ascii=False, separators=(",", ":"))
+
+
+def parse_message(content: bytes, *, limit: int) -> MessageRequest:
+    """Parse a decoded request body; `BadRequest` when it cannot be routed."""
+    if len(content) > limit:
+        raise BadRequest("too-large", f"body of {len(content)} bytes is over the {limit}-byte limit")
+    try:
+        body = json.loads(content)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest("not-json", f"body is not JSON ({type(exc).__name__})") from None
+    if not isinstance(body, dict):
+        raise BadRequest("not-object", "body is not a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model.strip():
+        raise BadRequest("no-model", "body has no model name")
+    return MessageRequest(body=body, model=model, size=len(content))

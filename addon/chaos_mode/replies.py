@@ -1,0 +1,35 @@
+"""Answers the addon makes itself: Anthropic-format errors with a Retry-After, never a 5xx."""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+
+MAX_RETRY_AFTER = 60  # Claude Code honours Retry-After up to 60 s
+TRIED_HEADER = "x-chaos-models-tried"
+
+
+def retry_after_seconds(seconds: float | None) -> int:
+    """A Retry-After value: whole seconds, at least 1, at most 60."""
+    if seconds is None or math.isnan(seconds):
+        return 1
+    return int(min(max(math.ceil(seconds), 1), MAX_RETRY_AFTER))
+
+
+def rate_limit_error(
+    message: str, *, retry_after: float | None, tried: list[str]
+) -> tuple[bytes, dict[str, str]]:
+    """Body and headers of our own 429, shaped like Anthropic's and z.ai's."""
+    body = {
+        "type": "error",
+        "error": {"type": "rate_limit_error", "message": f"chaos-mode: {message}"},
+        "request_id": f"chaos_{uuid.uuid4().hex[:24]}",
+    }
+    headers = {
+        "content-type": "application/json",
+        "retry-after": str(retry_after_seconds(retry_after)),
+    }
+    if tried:
+        headers[TRIED_HEADER] = ", ".join(tried)
+    return json.dumps(body).encode(), headers

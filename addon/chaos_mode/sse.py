@@ -1,0 +1,114 @@
+"""Observer of a streamed Anthropic SSE answer: usage, the served model, message_stop, errors.
+
+It sees network reads (not aligned with events) and never changes or delays a byte.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+_INTERESTING = (b"message_start", b"message_delta", b"message_stop", b"error")
+_MAX_EVENT = 1 << 20  # an event larger than this is skipped, not buffered without bound
+
+
+class SseObserver:
+    """Feed it every chunk; read `input_tokens`, `output_tokens`, `model`, `stopped`, `error`."""
+
+    __slots__ = (
+        "_buffer",
+        "_skipping",
+        "error",
+        "events",
+        "input_tokens",
+        "model",
+        "output_tokens",
+        "stopped",
+    )
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+        self._skipping = False
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self.model: str | None = None
+        self.stopped = False
+        self.error: dict[str, Any] | None = None
+        self.events = 0
+
+    def feed(self, chunk: bytes) -> bool:
+        """Take one network read; True when something worth recording changed."""
+        if not chunk:
+            return False
+        buffer = self._buffer
+        buffer += chunk
+        changed = False
+        while True:
+            end = buffer.find(b"\n\n")
+            sep = 2
+            crlf = buffer.find(b"\r\n\r\n")
+            if crlf != -1 and (end == -1 or crlf < end):
+                end, sep = crlf, 4
+            if end == -1:
+                break
+            event = bytes(buffer[:end])
+            del buffer[: end + sep]
+            if self._skipping:
+                self._skipping = False
+                continue
+            changed |= self._event(event)
+        if len(buffer) > _MAX_EVENT:
+            buffer.clear()
+            self._skipping = True
+        return changed
+
+    def _event(self, raw: bytes) -> bool:
+        self.events += 1
+        if not any(name in raw[:64] for name in _INTERESTING):
+            return False  # content deltas and pings: the bulk, not parsed
+        data = b"".join(line[5:].lstrip() for line in raw.splitlines() if line.startswith(b"data:"))
+        try:
+            payload = json.loads(data)
+        except ValueError:
+            return False
+        if not isinstance(payload, dict):
+            return False
+        return self.observe(payload)
+
+    def observe(self, payload: dict[str, Any]) -> bool:
+        """Record one decoded event (also used for a non-streamed message body)."""
+        kind = payload.get("type")
+        if kind == "message_start":
+            message = payload.get("message")
+            if isinstance(message, dict):
+                self._message(message)
+            return True
+        if kind == "message_delta":
+            self._usage(payload.get("usage"))
+            return True
+        if kind == "message_stop":
+            self.stopped = True
+            return True
+        if kind == "error":
+            error = payload.get("error")
+            self.error = error if isinstance(error, dict) else {"message": str(error)}
+            return True
+        if kind == "message":  # a whole, non-streamed answer
+            self._message(payload)
+            self.stopped = True
+            return True
+        return False
+
+    def _message(self, message: dict[str, Any]) -> None:
+        model = message.get("model")
+        if isinstance(model, str):
+            self.model = model
+        self._usage(message.get("usage"))
+
+    def _usage(self, usage: object) -> None:
+        if not isinstance(usage, dict):
+            return
+        for key, attr in (("input_tokens", "input_tokens"), ("output_tokens", "output_tokens")):
+            value = usage.get(key)
+            if isinstance(value, int) and value >= 0:
+                setattr(self, attr, max(getattr(self, attr), value))
