@@ -34,7 +34,7 @@ def port_open(host: str, port: int) -> bool:
 
 
 class ChildProcess:
-    """A child whose stdout and stderr go to a temporary log; `start()` polls `ready()` until true.
+    """A child whose stdout and stderr go to temporary files; `start()` polls `ready()` until true.
 
     Stops with SIGTERM, then SIGKILL after `stop_timeout`. Usable as a (async) context manager.
     """
@@ -47,8 +47,9 @@ class ChildProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.returncode: int | None = None
         self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
-        self._log: IO[bytes] | None = None
-        self._log_text = ""
+        self._out: IO[bytes] | None = None
+        self._err: IO[bytes] | None = None
+        self._kept = ("", "")  # (stdout, stderr) once stopped
 
     @property
     def workdir(self) -> Path:
@@ -72,12 +73,13 @@ class ChildProcess:
     def start(self) -> Self:
         if self.proc is not None:
             raise RuntimeError(f"{self.name} already started")
-        self._log = open(self.workdir / "output.log", "w+b")  # noqa: SIM115 - closed in stop()
+        self._out = open(self.workdir / "stdout.log", "w+b")  # noqa: SIM115 - closed in stop()
+        self._err = open(self.workdir / "stderr.log", "w+b")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             self.command(),
             stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
+            stdout=self._out,
+            stderr=self._err,
             env=self.environment(),
             start_new_session=True,
         )
@@ -91,12 +93,21 @@ class ChildProcess:
             time.sleep(0.05)
         return self
 
+    @staticmethod
+    def _read(file: IO[bytes] | None) -> str | None:
+        return None if file is None else Path(file.name).read_text(encoding="utf-8", errors="replace")
+
+    def stdout_text(self) -> str:
+        text = self._read(self._out)
+        return self._kept[0] if text is None else text
+
+    def stderr_text(self) -> str:
+        text = self._read(self._err)
+        return self._kept[1] if text is None else text
+
     def output(self) -> str:
-        """What the child printed so far (stdout and stderr)."""
-        if self._log is None:
-            return self._log_text
-        self._log.flush()
-        return Path(self._log.name).read_text(encoding="utf-8", errors="replace")
+        """What the child printed so far: stdout, then stderr."""
+        return self.stdout_text() + self.stderr_text()
 
     def stop(self) -> int | None:
         """Terminate (then kill) the child; returns its exit code. Safe to call twice."""
@@ -110,10 +121,11 @@ class ChildProcess:
                     proc.kill()
                     proc.wait(timeout=self.stop_timeout)
             self.returncode = proc.returncode
-        if self._log is not None:
-            self._log_text = self.output()
-            self._log.close()
-            self._log = None
+        if self._out is not None and self._err is not None:
+            self._kept = (self.stdout_text(), self.stderr_text())
+            self._out.close()
+            self._err.close()
+            self._out = self._err = None
         if self._tmpdir is not None:
             self._tmpdir.cleanup()
             self._tmpdir = None

@@ -1,0 +1,21 @@
+"""A z.ai Anthropic-endpoint simulator (tornado) for end-to-end tests, the benchmark and the demo.
+
+Run ``python -m chaos_mode.sim --port 0``; or in-process ``SimServer``; or as a child with ``SimProcess``.
+"""
+
+from chaos_mode.sim.errors import error_body
+from chaos_mode.sim.process import SimProcess, sim_subprocess
+from chaos_mode.sim.server import SimServer
+from chaos_mode.sim.settings import SimSettings, default_limits
+from chaos_mode.sim.state import Fault, SimState
+
+__all__ = [
+    "Fault",
+    "SimProcess",
+    "SimServer",
+    "SimSettings",
+    "SimState",
+    "default_limits",
+    "error_body",
+    "sim_subprocess",
+]

@@ -1,0 +1,99 @@
+"""``python -m chaos_mode.sim``: run the z.ai simulator until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from chaos_mode.sim.server import SimServer
+from chaos_mode.sim.settings import SimSettings, parse_limit
+
+READY_PREFIX = "chaos-sim listening on "
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m chaos_mode.sim",
+        description="Simulate z.ai's Anthropic endpoint (concurrency limits, z.ai error codes, SSE streams).",
+    )
+    parser.add_argument("--host", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="port to bind; 0 picks a free one (default 0)")
+    parser.add_argument("--config", metavar="FILE", help="JSON object of settings; options given here win")
+    parser.add_argument("--latency-ms", type=float, help="time to first token (default 300)")
+    parser.add_argument("--token-interval-ms", type=float, help="time between output tokens (default 20)")
+    parser.add_argument("--output-tokens", type=int, help="output tokens per answer (default 30)")
+    parser.add_argument(
+        "--reject-delay-ms", type=float, help="delay before an over-concurrency 429 (default 1000)"
+    )
+    parser.add_argument(
+        "--abort-detect-ms",
+        type=float,
+        help="how long a stream whose client disconnected still holds its slot (default 200)",
+    )
+    parser.add_argument(
+        "--refuse", metavar="MODEL", action="append", help="model refused by the plan: 429 code 1113"
+    )
+    parser.add_argument("--retry-after", type=float, metavar="SECONDS", help="send Retry-After on 429s")
+    parser.add_argument(
+        "--limit", metavar="MODEL=N", action="append", help="concurrency limit of a model (adds unknown ones)"
+    )
+    parser.add_argument("--account-limit", type=int, help="account-wide limit (default: sum of model limits)")
+    parser.add_argument("--verbose", action="store_true", default=None, help="log one line per request")
+    return parser
+
+
+def settings_from_args(argv: Sequence[str] | None = None) -> SimSettings:
+    """Parse the command line (and the --config file) into settings; exits with usage on bad input."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        settings = SimSettings.from_file(args.config) if args.config else SimSettings()
+        overrides: dict[str, Any] = {}
+        for name in (
+            "host", "port", "latency_ms", "token_interval_ms", "output_tokens", "reject_delay_ms",
+            "abort_detect_ms", "retry_after", "account_limit", "verbose",
+        ):  # fmt: skip
+            value = getattr(args, name)
+            if value is not None:
+                overrides[name] = value
+        if args.refuse:
+            overrides["refuse"] = [*settings.refuse, *args.refuse]
+        if args.limit:
+            limits = dict(settings.limits)
+            limits.update(parse_limit(text) for text in args.limit)
+            overrides["limits"] = limits
+        return SimSettings.from_mapping(overrides, base=settings)
+    except (OSError, ValueError) as exc:
+        parser.error(str(exc))
+
+
+async def serve(settings: SimSettings) -> None:
+    """Run until SIGINT or SIGTERM, then stop cleanly."""
+    server = SimServer(settings)
+    await server.start()
+    print(READY_PREFIX + server.base_url, flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await server.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    settings = settings_from_args(argv)
+    if settings.verbose:
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(message)s")
+    asyncio.run(serve(settings))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

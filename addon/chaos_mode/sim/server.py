@@ -1,0 +1,537 @@
+"""A tornado app that plays z.ai's Anthropic endpoint: concurrency limits, z.ai error bodies, SSE streams."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import uuid
+from types import TracebackType
+from typing import Any
+
+import tornado.httpserver
+import tornado.netutil
+import tornado.web
+from tornado.iostream import StreamClosedError
+
+from chaos_mode.sim.errors import MSG_1113, MSG_1211, MSG_1302, default_message, error_body, new_request_id
+from chaos_mode.sim.settings import SimSettings
+from chaos_mode.sim.state import Fault, SimState
+
+logger = logging.getLogger("chaos_mode.sim")
+
+_WORDS = (
+    "Chaos", "mode", "spreads", "every", "request", "over", "the", "whole", "catalog", "so", "no",
+    "single", "model", "runs", "out", "of", "slots", "while", "others", "idle", "quietly",
+)  # fmt: skip
+
+OVERRIDE_HEADERS = ("x-sim-latency-ms", "x-sim-token-interval-ms", "x-sim-output-tokens")
+
+
+def token_text(index: int) -> str:
+    """The text of output token ``index`` (0-based): one word, space-separated from the previous one."""
+    word = _WORDS[index % len(_WORDS)]
+    return word if index == 0 else " " + word
+
+
+class SimServer:
+    """The simulator on a loopback port: ``port = await server.start()`` ... ``await server.stop()``."""
+
+    def __init__(self, settings: SimSettings | None = None) -> None:
+        self.settings = settings if settings is not None else SimSettings()
+        self.settings.validate()
+        self.state = SimState(self.settings.limits, self.settings.effective_account_limit)
+        self.refused = frozenset(self.settings.refuse)
+        self._http: tornado.httpserver.HTTPServer | None = None
+        self._port: int | None = None
+        self._active: set[MessagesHandler] = set()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._stopping = asyncio.Event()
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+
+    async def start(self) -> int:
+        """Bind and start serving; returns the bound port."""
+        if self._http is not None:
+            raise RuntimeError("simulator already started")
+        self._stopping = asyncio.Event()
+        sockets = tornado.netutil.bind_sockets(self.settings.port, address=self.settings.host)
+        server = tornado.httpserver.HTTPServer(self.make_app())
+        server.add_sockets(sockets)
+        self._http = server
+        self._port = int(sockets[0].getsockname()[1])
+        return self._port
+
+    async def stop(self, timeout: float = 5.0) -> None:
+        """Stop listening, close every connection, wait (bounded) for the handlers to finish."""
+        server, self._http = self._http, None
+        if server is None:
+            return
+        self._stopping.set()
+        server.stop()
+        try:
+            async with asyncio.timeout(timeout):
+                await server.close_all_connections()
+        except TimeoutError:
+            logger.warning("chaos-sim: connections did not close within %.1fs", timeout)
+        for handler in list(self._active):
+            handler.mark_closed()
+        try:
+            async with asyncio.timeout(timeout):
+                await self._idle.wait()
+        except TimeoutError:
+            logger.warning("chaos-sim: %d handlers still running after stop", len(self._active))
+
+    async def __aenter__(self) -> SimServer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise RuntimeError("simulator not started")
+        return self._port
+
+    @property
+    def base_url(self) -> str:
+        """``http://HOST:PORT`` (the root; the Anthropic base URL is :attr:`anthropic_base_url`)."""
+        host = self.settings.host
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}"
+
+    @property
+    def anthropic_base_url(self) -> str:
+        """``http://HOST:PORT/api/anthropic``, what an Anthropic client takes as ``base_url``."""
+        return self.base_url + "/api/anthropic"
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    # -- programmatic control (what the /sim/* endpoints do) -------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        return self.state.snapshot()
+
+    def reset(self) -> None:
+        self.state.reset()
+
+    def add_fault(self, fault: Fault) -> None:
+        self.state.add_fault(fault)
+
+    def make_app(self) -> tornado.web.Application:
+        args = {"sim": self}
+        return tornado.web.Application(
+            [
+                (r"/sim/stats", StatsHandler, args),
+                (r"/sim/faults", FaultsHandler, args),
+                (r"/sim/reset", ResetHandler, args),
+                (r".*/v1/messages/count_tokens/?", CountTokensHandler, args),
+                (r".*/v1/messages/?", MessagesHandler, args),
+            ],
+            default_handler_class=NotFoundHandler,
+            default_handler_args=args,
+            log_function=self._log_request,
+            compress_response=False,
+        )
+
+    def _log_request(self, handler: tornado.web.RequestHandler) -> None:
+        if not self.settings.verbose:
+            return
+        request = handler.request
+        model = handler.model if isinstance(handler, MessagesHandler) else None
+        # Never the headers: they carry the client's x-api-key / Authorization.
+        logger.info(
+            "%s %s -> %d in %.0f ms%s",
+            request.method,
+            request.path,
+            handler.get_status(),
+            1000.0 * request.request_time(),
+            f" model={model}" if model else "",
+        )
+
+    def _handler_started(self, handler: MessagesHandler) -> None:
+        self._active.add(handler)
+        self._idle.clear()
+
+    def _handler_done(self, handler: MessagesHandler) -> None:
+        self._active.discard(handler)
+        if not self._active:
+            self._idle.set()
+
+
+class _SimHandler(tornado.web.RequestHandler):
+    """JSON in, JSON out, z.ai-shaped errors."""
+
+    sim: SimServer
+
+    def initialize(self, sim: SimServer) -> None:
+        self.sim = sim
+
+    def set_default_headers(self) -> None:
+        self.set_header("Server", "chaos-sim")
+        self.clear_header("Content-Type")
+
+    def compute_etag(self) -> str | None:
+        return None
+
+    def send_json(self, status: int, document: Any) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(document))
+
+    def send_error_body(
+        self,
+        status: int,
+        message: str,
+        *,
+        code: str | None = None,
+        retry_after: float | None = None,
+        error_type: str | None = None,
+        request_id: str | None = None,
+    ) -> None:
+        request_id = request_id or new_request_id()
+        if retry_after is not None:
+            self.set_header("Retry-After", f"{retry_after:g}")
+        self.set_header("request-id", request_id)
+        self.send_json(
+            status, error_body(status, message, code=code, request_id=request_id, type_=error_type)
+        )
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        self.clear_header("Retry-After")
+        self.send_error_body(status_code, self._reason)
+
+    def read_json(self) -> Any:
+        """The request body as JSON; ValueError if it is not."""
+        try:
+            return json.loads(self.request.body)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise ValueError("Request body is not valid JSON") from None
+
+
+class NotFoundHandler(_SimHandler):
+    def prepare(self) -> None:
+        self.send_error_body(404, f"Not found: {self.request.path}")
+
+
+class StatsHandler(_SimHandler):
+    def get(self) -> None:
+        self.send_json(200, self.sim.stats())
+
+
+class ResetHandler(_SimHandler):
+    def post(self) -> None:
+        self.sim.reset()
+        self.send_json(200, {"ok": True})
+
+
+class FaultsHandler(_SimHandler):
+    def get(self) -> None:
+        self.send_json(200, {"faults": [f.to_json() for f in self.sim.state.faults]})
+
+    def post(self) -> None:
+        try:
+            data = self.read_json()
+            faults = [Fault.from_json(item) for item in (data if isinstance(data, list) else [data])]
+        except ValueError as exc:
+            self.send_error_body(400, str(exc))
+            return
+        for fault in faults:
+            self.sim.add_fault(fault)
+        self.send_json(200, {"ok": True, "faults": [f.to_json() for f in self.sim.state.faults]})
+
+    def delete(self) -> None:
+        self.sim.state.faults.clear()
+        self.send_json(200, {"ok": True, "faults": []})
+
+
+class CountTokensHandler(_SimHandler):
+    def post(self) -> None:
+        try:
+            data = self.read_json()
+        except ValueError as exc:
+            self.send_error_body(400, str(exc))
+            return
+        if not isinstance(data, dict):
+            self.send_error_body(400, "Request body must be a JSON object")
+            return
+        self.send_json(200, {"input_tokens": max(1, len(self.request.body) // 4)})
+
+
+class _Slot:
+    """One admitted request's hold on a model slot and an account slot; release is idempotent."""
+
+    def __init__(self, state: SimState, model: str) -> None:
+        self._state = state
+        self._model = model
+        self._held = True
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            self._state.release(self._model)
+
+
+class MessagesHandler(_SimHandler):
+    """``POST …/v1/messages``: admission, then a streamed or a whole Anthropic message."""
+
+    def initialize(self, sim: SimServer) -> None:
+        super().initialize(sim)
+        self.model: str | None = None
+        self._closed = asyncio.Event()
+        self._closed_at: float | None = None
+
+    def on_connection_close(self) -> None:
+        self.mark_closed()
+
+    def mark_closed(self) -> None:
+        """The client went away (or the server is stopping): every wait ends, no more writes."""
+        if self._closed_at is None:
+            self._closed_at = asyncio.get_running_loop().time()
+        self._closed.set()
+
+    async def post(self) -> None:
+        self.sim._handler_started(self)
+        try:
+            await self._handle()
+        finally:
+            self.sim._handler_done(self)
+
+    async def _handle(self) -> None:
+        sim, state, settings = self.sim, self.sim.state, self.sim.settings
+        state.requests += 1
+        request_id = new_request_id()
+        try:
+            payload = self.read_json()
+            if not isinstance(payload, dict):
+                raise ValueError("Request body must be a JSON object")
+            model = payload.get("model")
+            if not isinstance(model, str) or not model:
+                raise ValueError("model: Field required")
+            latency_ms, interval_ms, tokens = self._timings()
+        except ValueError as exc:
+            self.send_error_body(400, str(exc), request_id=request_id)
+            return
+        self.model = model
+        self.set_header("x-sim-served-model", model)
+
+        if model in sim.refused:
+            state.count_rejection(model, "1113")
+            self.send_error_body(
+                429, MSG_1113, code="1113", retry_after=settings.retry_after, request_id=request_id
+            )
+            return
+        if model not in state.models:
+            state.count_unknown(model)
+            self.send_error_body(400, MSG_1211, code="1211", request_id=request_id)
+            return
+
+        fault = state.take_fault(model)
+        if fault is not None:
+            state.count_rejection(model, fault.code)
+            if not await self._wait(fault.delay_ms / 1000.0):
+                return
+            retry_after = fault.retry_after
+            if retry_after is None and fault.status == 429:
+                retry_after = settings.retry_after
+            message = fault.message if fault.message is not None else default_message(fault.code)
+            self.send_error_body(
+                fault.status,
+                message,
+                code=fault.code,
+                retry_after=retry_after,
+                error_type=fault.error_type,
+                request_id=request_id,
+            )
+            return
+
+        verdict = state.try_acquire(model)
+        if verdict != "ok":
+            state.count_rejection(model, "1302")
+            if verdict == "account":
+                state.account_rejected += 1
+            # Like z.ai: the 429 takes a while, and the waiting request holds no slot.
+            if await self._wait(settings.reject_delay_ms / 1000.0):
+                self.send_error_body(
+                    429, MSG_1302, code="1302", retry_after=settings.retry_after, request_id=request_id
+                )
+            return
+
+        slot = _Slot(state, model)
+        try:
+            input_tokens = max(1, len(self.request.body) // 4)
+            self.set_header("request-id", request_id)
+            if payload.get("stream") is True:
+                finished = await self._stream(slot, model, input_tokens, latency_ms, interval_ms, tokens)
+            else:
+                finished = await self._whole(slot, model, input_tokens, latency_ms, interval_ms, tokens)
+            if not finished and not sim.stopping:
+                state.aborted += 1
+                await self._hold_after_abort()
+        finally:
+            slot.release()
+
+    def _timings(self) -> tuple[float, float, int]:
+        settings = self.sim.settings
+        latency = self._header_number("x-sim-latency-ms", settings.latency_ms)
+        interval = self._header_number("x-sim-token-interval-ms", settings.token_interval_ms)
+        tokens = self._header_number("x-sim-output-tokens", settings.output_tokens)
+        if not float(tokens).is_integer():
+            raise ValueError(f"x-sim-output-tokens: expected an integer, got {tokens!r}")
+        return float(latency), float(interval), int(tokens)
+
+    def _header_number(self, name: str, default: float) -> float:
+        raw = self.request.headers.get(name)
+        if raw is None:
+            return default
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ValueError(f"{name}: expected a number, got {raw!r}") from None
+        if not 0 <= value < 1e9:
+            raise ValueError(f"{name}: must be >= 0, got {raw!r}")
+        return value
+
+    async def _wait(self, seconds: float) -> bool:
+        """Sleep; False at once if the client goes away (or the server stops) meanwhile."""
+        if self._closed.is_set():
+            return False
+        if seconds <= 0:
+            return True
+        try:
+            async with asyncio.timeout(seconds):
+                await self._closed.wait()
+        except TimeoutError:
+            return True
+        return False
+
+    async def _hold_after_abort(self) -> None:
+        """The real upstream keeps counting a dead request for a while before it notices."""
+        loop = asyncio.get_running_loop()
+        closed_at = self._closed_at if self._closed_at is not None else loop.time()
+        remaining = closed_at + self.sim.settings.abort_detect_ms / 1000.0 - loop.time()
+        if remaining <= 0:
+            return
+        try:
+            async with asyncio.timeout(remaining):
+                await self.sim._stopping.wait()
+        except TimeoutError:
+            pass
+
+    async def _emit(self, event: str, data: dict[str, Any]) -> bool:
+        """Write one SSE event and flush it; False if the client is gone."""
+        if self._closed.is_set():
+            return False
+        self.write(_sse(event, data))
+        try:
+            await self.flush()
+        except StreamClosedError:
+            self.mark_closed()
+            return False
+        return True
+
+    async def _finish_and_release(self, slot: _Slot, chunk: bytes | None = None) -> None:
+        # The slot is free the moment the last byte is handed to the socket: a client reusing it at
+        # once must not see a 429.
+        future = self.finish(chunk)
+        slot.release()
+        with contextlib.suppress(StreamClosedError):
+            await future
+
+    async def _stream(
+        self, slot: _Slot, model: str, input_tokens: int, latency_ms: float, interval_ms: float, tokens: int
+    ) -> bool:
+        self.set_status(200)
+        self.set_header("Content-Type", "text/event-stream")
+        self.set_header("Cache-Control", "no-cache")
+        message = _message(model, input_tokens, output_tokens=1, content=[], stop_reason=None)
+        opening = (
+            ("message_start", {"type": "message_start", "message": message}),
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+            ),
+            ("ping", {"type": "ping"}),
+        )
+        for event, data in opening:
+            if not await self._emit(event, data):
+                return False
+        for index in range(tokens):
+            if not await self._wait((latency_ms if index == 0 else interval_ms) / 1000.0):
+                return False
+            delta = {"type": "text_delta", "text": token_text(index)}
+            if not await self._emit(
+                "content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}
+            ):
+                return False
+        if tokens == 0 and not await self._wait(latency_ms / 1000.0):
+            return False
+        closing = (
+            _sse("content_block_stop", {"type": "content_block_stop", "index": 0})
+            + _sse(
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                    "usage": {"output_tokens": tokens},
+                },
+            )
+            + _sse("message_stop", {"type": "message_stop"})
+        )
+        if self._closed.is_set():
+            return False
+        await self._finish_and_release(slot, closing)
+        return True
+
+    async def _whole(
+        self, slot: _Slot, model: str, input_tokens: int, latency_ms: float, interval_ms: float, tokens: int
+    ) -> bool:
+        if not await self._wait((latency_ms + tokens * interval_ms) / 1000.0):
+            return False
+        text = "".join(token_text(i) for i in range(tokens))
+        message = _message(
+            model, input_tokens, output_tokens=tokens, content=[{"type": "text", "text": text}],
+            stop_reason="end_turn",
+        )  # fmt: skip
+        self.set_status(200)
+        self.set_header("Content-Type", "application/json")
+        await self._finish_and_release(slot, json.dumps(message).encode())
+        return True
+
+
+def _message(
+    model: str,
+    input_tokens: int,
+    *,
+    output_tokens: int,
+    content: list[dict[str, Any]],
+    stop_reason: str | None,
+) -> dict[str, Any]:
+    return {
+        "id": "msg_" + uuid.uuid4().hex[:24],
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": stop_reason,
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+        },
+    }
+
+
+def _sse(event: str, data: dict[str, Any]) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
