@@ -216,7 +216,8 @@ class ChaosMode:
         self.stats.queue_wait(tier, waited)
         if selection is CLIENT_GONE:
             self._finish(meta, "aborted")
-            flow.kill()
+            if flow.killable:
+                flow.kill()
             return
         if selection is None:
             self._reject(flow, meta, [])

@@ -13,7 +13,7 @@ from typing import Any
 from .admission import AdmissionQueue
 from .catalog import REQUEST_TIERS, RequestTier
 from .config import ModelRouting
-from .cooldown import Cooldowns
+from .cooldown import Cooldowns, CooldownState
 from .slots import MemorySlots, SlotStore
 from .sticky import StickyMap
 from .strategies import ModelEntry, Strategy, make_strategy
@@ -75,6 +75,9 @@ def _entries(config: ModelRouting) -> dict[str, ModelEntry]:
 class ChaosPool:
     """The whole GLM catalog as one pool of concurrency slots.
 
+    State lives behind two small interfaces, `SlotStore` (in-flight counts) and `CooldownState`,
+    so a backend shared by several proxies can replace the in-memory ones without touching the policy.
+
     `select_model` only looks; `try_acquire` selects and takes the slot in one step (no await in
     between); `acquire_or_wait` also queues fairly when nothing eligible is free. Every slot taken
     must be given back with `release` exactly once.
@@ -88,12 +91,13 @@ class ChaosPool:
         wall_clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
         slots: SlotStore | None = None,
+        cooldowns: CooldownState | None = None,
     ) -> None:
         self._clock = clock
         self._wall_clock = wall_clock
         self._rng = rng or random.Random()
         self._slots: SlotStore = slots or MemorySlots()
-        self._cooldowns = Cooldowns(config.cooldown, clock)
+        self._cooldowns: CooldownState = cooldowns or Cooldowns(config.cooldown, clock)
         self._sticky = StickyMap(config.sticky.ttl_seconds, config.sticky.max_entries, clock)
         self._queue: AdmissionQueue[Ticket, Selection] = AdmissionQueue(
             attempt=self._attempt,
@@ -116,7 +120,7 @@ class ChaosPool:
         return self._config
 
     @property
-    def cooldowns(self) -> Cooldowns:
+    def cooldowns(self) -> CooldownState:
         return self._cooldowns
 
     def reconfigure(self, config: ModelRouting) -> None:
