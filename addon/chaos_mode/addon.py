@@ -36,7 +36,7 @@ log = logging.getLogger("chaos_mode")
 META: Final = "chaos"
 MESSAGES_SUFFIX: Final = "/v1/messages"
 CLIENT_POLL_SECONDS: Final = 0.25  # how often a waiting request checks that its client is still there
-PASSED_ON_HEADERS: Final = ("retry-after",)  # z.ai's headers kept on our own 429 (plus anthropic-ratelimit-*)
+UPSTREAM_RETRY_HEADER: Final = "x-upstream-retry-after"  # z.ai's Retry-After, kept on our own 429
 
 
 class _ClientGone:
@@ -265,14 +265,19 @@ class ChaosMode:
         if why is None:
             why = f"no {meta['tier']}-tier model had a free slot within the queue timeout"
         retry = pause[0] if pause else (self.pool.cooldowns.next_expiry() or 5.0)
-        body, headers = rate_limit_error(why, retry_after=retry, tried=tried)
         previous = flow.response
+        upstream_retry = previous.headers.get("retry-after") if previous is not None else None
+        if upstream_retry is not None:
+            # z.ai's own value is kept (verbatim, beside ours) and may lengthen ours, up to 60 s.
+            retry = max(retry, parse_retry_after(upstream_retry, now=self._wall_clock()) or 0.0)
+        body, headers = rate_limit_error(why, retry_after=retry, tried=tried)
         response = http.Response.make(429, body, headers)
         if previous is not None:
             for name, value in previous.headers.items(multi=True):
-                lower = name.lower()
-                if lower in PASSED_ON_HEADERS or lower.startswith("anthropic-ratelimit-"):
+                if name.lower().startswith("anthropic-ratelimit-"):
                     response.headers[name] = value
+            if upstream_retry is not None:
+                response.headers[UPSTREAM_RETRY_HEADER] = upstream_retry
         flow.response = response
         meta["rejected"] = why
         flow.comment = f"{meta['originalModel']} → 429 from chaos-mode · {why}"
@@ -298,6 +303,8 @@ class ChaosMode:
     async def response(self, flow: http.HTTPFlow) -> None:
         meta = flow.metadata.get(META)
         if meta is None or meta.get("owner") != self._token or flow.response is None:
+            return
+        if meta.get("outcome"):  # already finished (a second response, or one after an error)
             return
         try:
             if meta.get("held"):

@@ -71,6 +71,8 @@ class Cooldowns:
         dampened = settings.default_seconds * math.pow(settings.burst_multiplier, count - 1.0)
         seconds = min(max(dampened, retry_after or 0.0), settings.max_seconds)
         current = self._blocks.get(model)
+        if current is not None and current.until is not None and current.until <= now:
+            current = None  # an expired block (not yet purged) is no block
         if current is not None and current.kind == "out":
             return seconds  # out of rotation outranks a cooldown
         until = now + seconds

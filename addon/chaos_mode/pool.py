@@ -186,16 +186,16 @@ class ChaosPool:
         if self._max_cost is not None and request is not None:
             keep = [i for i, cost in enumerate(costs) if cost <= self._max_cost]
             if not keep:
-                cheapest = min(range(len(candidates)), key=costs.__getitem__)
-                return Selection(
-                    candidates[cheapest].name,
-                    f"cost guard: none under ${self._max_cost:g}, cheapest eligible",
-                ), moved
+                # Nothing fits: the cheapest eligible, the strategy choosing among equally cheap ones.
+                cheapest = min(costs)
+                keep = [i for i, cost in enumerate(costs) if cost == cheapest]
+                reason = f"cost guard: none under ${self._max_cost:g}, cheapest eligible"
+            elif len(keep) < len(candidates):
+                reason += " (cost guard)"
             if len(keep) < len(candidates):
                 candidates = [candidates[i] for i in keep]
                 in_flight = [in_flight[i] for i in keep]
                 costs = [costs[i] for i in keep]
-                reason += " (cost guard)"
         chosen = candidates[self._strategy.pick(candidates, in_flight, costs)]
         if moved:
             reason += f" (sticky moved from {stuck})"
@@ -297,7 +297,10 @@ class ChaosPool:
         delay = self._cooldowns.next_expiry()
         if delay is None:
             return
-        loop = asyncio.get_running_loop()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop, so nobody can be waiting
+            return
         when = loop.time() + delay + 0.001
         if self._timer is not None and not self._timer.cancelled() and self._timer.when() <= when:
             return
@@ -316,6 +319,12 @@ class ChaosPool:
     def report_error(self, model: str, error: UpstreamError, retry_after: float | None = None) -> float:
         """Feed a z.ai error on `model` back into routing; returns seconds the model/account is out
         (0 when nothing was blocked)."""
+        seconds = self._report_error(model, error, retry_after)
+        if len(self._queue):
+            self._arm_timer()  # a slot freed while this block lasts must reach the waiters when it ends
+        return seconds
+
+    def _report_error(self, model: str, error: UpstreamError, retry_after: float | None) -> float:
         settings = self._config.cooldown
         match error.action:
             case Action.COOLDOWN:

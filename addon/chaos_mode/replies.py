@@ -14,6 +14,8 @@ def retry_after_seconds(seconds: float | None) -> int:
     """A Retry-After value: whole seconds, at least 1, at most 60."""
     if seconds is None or math.isnan(seconds):
         return 1
+    if math.isinf(seconds):
+        return MAX_RETRY_AFTER if seconds > 0 else 1
     return int(min(max(math.ceil(seconds), 1), MAX_RETRY_AFTER))
 
 

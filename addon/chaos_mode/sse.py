@@ -58,7 +58,7 @@ class SseObserver:
                 continue
             changed |= self._event(event)
         if len(buffer) > _MAX_EVENT:
-            buffer.clear()
+            del buffer[:-3]  # the tail may be the first half of the separator
             self._skipping = True
         return changed
 

@@ -39,8 +39,10 @@ class LeastLoaded:
 
     name: ClassVar[str] = "least-loaded"
 
+    _MAX_TIE_SETS = 1024
+
     def __init__(self) -> None:
-        self._turn = 0
+        self._turns: dict[tuple[int, ...], int] = {}  # tie set (catalog indexes) -> its own rotation
 
     def pick(self, candidates: Sequence[ModelEntry], in_flight: Sequence[int], costs: Sequence[float]) -> int:
         best_score = -1.0
@@ -62,8 +64,11 @@ class LeastLoaded:
             tied = [i]
         if len(tied) == 1:
             return tied[0]
-        self._turn += 1
-        return tied[self._turn % len(tied)]
+        key = tuple(candidates[i].index for i in tied)
+        if key not in self._turns and len(self._turns) >= self._MAX_TIE_SETS:
+            self._turns.clear()
+        turn = self._turns[key] = self._turns.get(key, 0) + 1
+        return tied[turn % len(tied)]
 
 
 class RoundRobin:

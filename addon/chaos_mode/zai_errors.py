@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
@@ -161,6 +162,6 @@ def parse_retry_after(value: str | None, *, now: float) -> float | None:
         if when.tzinfo is None:
             when = when.replace(tzinfo=UTC)
         seconds = when.timestamp() - now
-    if seconds != seconds or seconds < 0:  # NaN or in the past
-        return 0.0 if seconds < 0 else None
-    return seconds
+    if not math.isfinite(seconds):  # NaN, "inf", "1e999": no usable delay
+        return None
+    return max(seconds, 0.0)  # a date in the past: now

@@ -58,7 +58,7 @@ class SimServer:
             raise RuntimeError("simulator already started")
         self._stopping = asyncio.Event()
         sockets = tornado.netutil.bind_sockets(self.settings.port, address=self.settings.host)
-        server = tornado.httpserver.HTTPServer(self.make_app())
+        server = tornado.httpserver.HTTPServer(self.make_app(), decompress_request=True)
         server.add_sockets(sockets)
         self._http = server
         self._port = int(sockets[0].getsockname()[1])

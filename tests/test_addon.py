@@ -1,0 +1,905 @@
+"""The mitmproxy adapter (chaos_mode.addon) hook by hook, with mitmproxy's own test helpers."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import logging
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mitmproxy import exceptions, http
+from mitmproxy import flow as mflow
+from mitmproxy.connection import ConnectionState
+from mitmproxy.test import taddons, tflow, tutils
+
+import chaos_mode.addon as addon_module
+from chaos_mode.addon import META, ChaosMode
+from chaos_mode.config import default_config
+from chaos_mode.replies import TRIED_HEADER
+from chaos_mode.resend import Resender, ResendFailed
+
+CATALOG = default_config().models
+HEAVY = {name for name, spec in CATALOG.items() if spec.tier == "HEAVY"}
+MEDIUM_UP = HEAVY | {name for name, spec in CATALOG.items() if spec.tier == "MEDIUM"}
+ALL = set(CATALOG)
+MESSAGES = b"/api/anthropic/v1/messages?beta=true"
+WAIT = 3.0  # seconds any wait in this module may take before the test fails
+ON: dict[str, Any] = {"chaosMode": {"enabled": True}}
+TINY: dict[str, Any] = {
+    "chaosMode": {"enabled": True},
+    "models": {"tiny": {"tier": "HEAVY", "maxConcurrency": 1, "inputPrice": 1.0, "outputPrice": 2.0}},
+}
+API_KEY = "sk-ant-api03-SecretValueForTests0123456789"
+BEARER = "Bearer SecretBearerTokenForTests9876543210"
+
+
+class Clock:
+    """A monotonic and a wall clock that move only when told."""
+
+    def __init__(self) -> None:
+        self.mono = 1000.0
+        self.wall = 1_757_000_000.0
+
+    def monotonic(self) -> float:
+        return self.mono
+
+    def time(self) -> float:
+        return self.wall
+
+    def advance(self, seconds: float) -> None:
+        self.mono += seconds
+        self.wall += seconds
+
+
+@dataclass
+class Env:
+    addon: ChaosMode
+    tctx: taddons.context
+    clock: Clock
+    tmp: Path
+    caplog: pytest.LogCaptureFixture
+    expect_spurious: int = 0
+    expect_resends: int = 0
+    files: list[Path] = field(default_factory=list)
+
+    def write(self, routing: dict[str, Any] | None, name: str | None = None) -> str:
+        path = self.tmp / (name or f"chaos-{len(self.files)}.json")
+        path.write_text(json.dumps({"modelRouting": routing or {}}), encoding="utf-8")
+        self.files.append(path)
+        return str(path)
+
+    def configure(self, routing: dict[str, Any] | None = None, *, enabled: str = "auto") -> None:
+        """Apply a config file holding `routing` (None: no file at all)."""
+        path = "" if routing is None else self.write(routing)
+        self.tctx.configure(self.addon, chaos_config=path, chaos_enabled=enabled, chaos_web="")
+
+    async def request(self, f: http.HTTPFlow) -> None:
+        async with asyncio.timeout(WAIT):
+            await self.addon.request(f)
+
+    async def response(self, f: http.HTTPFlow) -> None:
+        async with asyncio.timeout(WAIT):
+            await self.addon.response(f)
+
+    def stats(self) -> dict[str, Any]:
+        return self.addon.chaos_stats()
+
+    def in_flight(self, model: str | None = None) -> int:
+        return self.addon.pool.in_flight(model)
+
+    def chaos_logs(self) -> list[str]:
+        return [r.getMessage() for r in self.caplog.records if r.name.startswith("chaos_mode")]
+
+
+class NoNetwork(Resender):
+    """Re-sending fails here as if z.ai were unreachable: a unit test must never reach the real one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[str] = []
+
+    async def send(self, request: http.Request, *, insecure: bool = False) -> http.Response:
+        self.sent.append(json.loads(request.get_content() or b"")["model"])
+        raise ResendFailed("api.z.ai: no network in unit tests")
+
+
+@pytest.fixture
+async def env(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> AsyncIterator[Env]:
+    caplog.set_level(logging.DEBUG)
+    clock = Clock()
+    addon = ChaosMode(clock=clock.monotonic, wall_clock=clock.time)
+    resender = addon.resender = NoNetwork()
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, chaos_web="")
+        environment = Env(addon, tctx, clock, tmp_path, caplog)
+        yield environment
+        # Every test ends with every slot back, nothing waiting, no release that held nothing,
+        # and no internal error swallowed by the addon's safety nets.
+        assert addon.pool.in_flight() == 0
+        assert addon.pool.waiting() == 0
+        assert addon.pool.spurious_releases == environment.expect_spurious
+        assert len(resender.sent) == environment.expect_resends
+        assert not [m for m in environment.chaos_logs() if "internal error" in m]
+        addon.done()
+
+
+# -- flows ----------------------------------------------------------------------------------------------
+
+
+def message_body(model: str = "claude-opus-4-5", **extra: Any) -> dict[str, Any]:
+    return {
+        "model": model,
+        "max_tokens": 256,
+        "system": "You are a terse assistant.",
+        "messages": [{"role": "user", "content": "héllo"}],
+        **extra,
+    }
+
+
+def messages_flow(
+    model: str = "claude-opus-4-5",
+    *,
+    body: dict[str, Any] | None = None,
+    content: bytes | None = None,
+    method: bytes = b"POST",
+    host: str = "api.z.ai",
+    path: bytes = MESSAGES,
+    headers: Iterable[tuple[bytes, bytes]] = (),
+) -> http.HTTPFlow:
+    if content is None:
+        content = json.dumps(body if body is not None else message_body(model)).encode()
+    request = tutils.treq(
+        method=method,
+        host=host,
+        port=443,
+        scheme=b"https",
+        path=path,
+        content=content,
+        headers=http.Headers(
+            [
+                (b"host", host.encode()),
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(content)).encode()),
+                *headers,
+            ]
+        ),
+    )
+    return tflow.tflow(req=request)
+
+
+def body_of(f: http.HTTPFlow) -> dict[str, Any]:
+    data = json.loads(f.request.get_content() or b"")
+    assert isinstance(data, dict)
+    return data
+
+
+def meta_of(f: http.HTTPFlow) -> dict[str, Any]:
+    meta = f.metadata[META]
+    assert isinstance(meta, dict)
+    return meta
+
+
+def json_response(status: int, payload: Any, headers: dict[str, str] | None = None) -> http.Response:
+    return http.Response.make(
+        status, json.dumps(payload).encode(), {"content-type": "application/json", **(headers or {})}
+    )
+
+
+def message_response(model: str, input_tokens: int = 100, output_tokens: int = 50) -> http.Response:
+    return json_response(
+        200,
+        {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": [{"type": "text", "text": "hi"}],
+            "stop_reason": "end_turn",
+            "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens},
+        },
+    )
+
+
+def sse(event: str, data: dict[str, Any]) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def sse_stream(model: str, input_tokens: int = 120, output_tokens: int = 42) -> bytes:
+    start = {"type": "message", "model": model, "usage": {"input_tokens": input_tokens, "output_tokens": 1}}
+    return b"".join(
+        [
+            sse("message_start", {"type": "message_start", "message": start}),
+            sse("ping", {"type": "ping"}),
+            sse("content_block_delta", {"type": "content_block_delta", "delta": {"text": "hello"}}),
+            sse("message_delta", {"type": "message_delta", "usage": {"output_tokens": output_tokens}}),
+            sse("message_stop", {"type": "message_stop"}),
+        ]
+    )
+
+
+async def serve(env: Env, f: http.HTTPFlow, response: http.Response | None = None) -> None:
+    """Play mitmproxy's part after the request hook: the upstream answer arrives, whole."""
+    model = f.metadata.get(META, {}).get("model") or "glm-4.6"
+    f.response = response if response is not None else message_response(model)
+    env.addon.responseheaders(f)
+    await env.response(f)
+
+
+async def until(predicate: Callable[[], bool], timeout: float = WAIT) -> None:
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.005)
+
+
+# -- routing ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("model", "tier", "allowed"),
+    [
+        ("claude-opus-4-5", "heavy", HEAVY),
+        ("claude-sonnet-4-5-20250929", "medium", MEDIUM_UP),
+        ("claude-3-5-haiku-latest", "light", ALL),
+    ],
+)
+async def test_request_is_rewritten_to_a_model_at_or_above_the_floor(
+    env: Env, model: str, tier: str, allowed: set[str]
+) -> None:
+    env.configure(enabled="true")
+    capacity = sum(CATALOG[name].max_concurrency for name in allowed)
+    flows = [messages_flow(model) for _ in range(capacity)]
+    for f in flows:
+        await env.request(f)
+        meta = meta_of(f)
+        chosen = body_of(f)["model"]
+        assert chosen in allowed
+        assert meta["originalModel"] == model
+        assert meta["tier"] == tier
+        assert meta["held"] == chosen
+        assert f.comment == f"{model} → {chosen} · least-loaded"
+    # every eligible slot is taken, none beyond a model's capacity, nothing below the floor
+    status = env.addon.pool.get_status()["models"]
+    assert {name for name, m in status.items() if m["inFlight"]} == allowed
+    assert all(m["inFlight"] == (m["capacity"] if n in allowed else 0) for n, m in status.items())
+    for f in flows:
+        await serve(env, f)
+
+
+async def test_rewrite_changes_only_the_model_and_fixes_content_length(env: Env) -> None:
+    env.configure(enabled="true")
+    original = message_body("claude-opus-4-5", stream=True, metadata={"user_id": "u-1"})
+    f = messages_flow(body=original)
+    await env.request(f)
+    body = body_of(f)
+    assert body["model"] in HEAVY
+    assert {**body, "model": original["model"]} == original
+    assert list(body) == list(original)  # key order kept
+    assert int(f.request.headers["content-length"]) == len(f.request.raw_content or b"")
+    await serve(env, f)
+
+
+@pytest.mark.parametrize("path", [b"/api/anthropic/v1/messages", b"/v1/messages?beta=true&x=1"])
+async def test_messages_path_is_matched_with_or_without_a_query(env: Env, path: bytes) -> None:
+    env.configure(enabled="true")
+    f = messages_flow(path=path)
+    await env.request(f)
+    assert body_of(f)["model"] in HEAVY
+    assert f.request.path == path.decode()
+    await serve(env, f)
+
+
+async def test_gzip_body_is_decoded_rewritten_and_encoded_again(env: Env) -> None:
+    env.configure(enabled="true")
+    content = gzip.compress(json.dumps(message_body("claude-opus-4-5")).encode())
+    f = messages_flow(content=content, headers=[(b"content-encoding", b"gzip")])
+    await env.request(f)
+    raw = f.request.raw_content or b""
+    assert f.request.headers["content-encoding"] == "gzip"
+    assert json.loads(gzip.decompress(raw))["model"] in HEAVY
+    assert int(f.request.headers["content-length"]) == len(raw)
+    assert meta_of(f)["originalModel"] == "claude-opus-4-5"
+    await serve(env, f)
+
+
+@pytest.mark.parametrize(
+    ("method", "host", "path"),
+    [
+        (b"POST", "api.z.ai", b"/api/anthropic/v1/messages/count_tokens?beta=true"),
+        (b"GET", "api.z.ai", MESSAGES),
+        (b"POST", "api.anthropic.com", b"/v1/messages?beta=true"),
+        (b"POST", "api.z.ai", b"/api/paas/v4/chat/completions"),
+        (b"POST", "api.z.ai", b"/api/anthropic/v1/messages/batches"),
+    ],
+    ids=["count_tokens", "GET", "other-host", "openai-path", "batches"],
+)
+async def test_other_requests_are_untouched(env: Env, method: bytes, host: str, path: bytes) -> None:
+    env.configure(enabled="true")
+    f = messages_flow(method=method, host=host, path=path)
+    before = f.request.raw_content
+    await env.request(f)
+    assert f.request.raw_content == before
+    assert META not in f.metadata
+    assert f.comment == ""
+    assert f.response is None
+    assert env.in_flight() == 0
+    f.response = message_response("claude-opus-4-5")
+    env.addon.responseheaders(f)
+    await env.response(f)
+    assert sum(env.stats()["requests"].values()) == 0
+
+
+@pytest.mark.parametrize(
+    ("file_enabled", "option", "routed"),
+    [
+        (None, "auto", False),  # the defaults: chaos mode off
+        (True, "false", False),  # the option overrides a file that turns it on
+        (False, "true", True),  # and one that turns it off
+        (True, "auto", True),
+    ],
+)
+async def test_chaos_enabled_option_overrides_the_file(
+    env: Env, file_enabled: bool | None, option: str, routed: bool
+) -> None:
+    routing = None if file_enabled is None else {"chaosMode": {"enabled": file_enabled}}
+    env.configure(routing, enabled=option)
+    assert env.addon.config.chaos_mode.enabled is routed
+    f = messages_flow("claude-opus-4-5")
+    before = f.request.raw_content
+    await env.request(f)
+    assert (f.request.raw_content != before) is routed
+    assert env.in_flight() == (1 if routed else 0)
+    await serve(env, f)
+    requests = env.stats()["requests"]
+    assert requests["ok" if routed else "passthrough"] == 1
+    assert sum(requests.values()) == 1
+
+
+BIG = json.dumps(message_body("claude-opus-4-5", padding="x" * 2000)).encode()
+
+
+@pytest.mark.parametrize(
+    ("content", "kind"),
+    [
+        (b"{not json", "not-json"),
+        (b"\xff\xfe{}", "not-json"),
+        (b'[{"model": "claude-opus-4-5"}]', "not-object"),
+        (b'{"messages": []}', "no-model"),
+        (b'{"model": "  "}', "no-model"),
+        (BIG, "too-large"),
+    ],
+    ids=["not-json", "not-utf8", "array", "no-model", "blank-model", "too-large"],
+)
+async def test_bad_input_passes_through_untouched_logged_once_and_counted(
+    env: Env, content: bytes, kind: str
+) -> None:
+    env.configure({**ON, "streams": {"maxBodyBytes": 1024}})
+    for round_ in (1, 2):
+        f = messages_flow(content=content)
+        await env.request(f)
+        assert f.request.raw_content == content
+        assert META not in f.metadata
+        assert env.in_flight() == 0
+        assert env.stats()["badRequests"] == {kind: round_}
+        warnings = [m for m in env.chaos_logs() if "passed through untouched" in m]
+        assert len(warnings) == 1, warnings  # the second identical request logs nothing new
+        await serve(env, f, message_response("x"))
+    assert sum(env.stats()["requests"].values()) == 0
+
+
+async def test_unknown_model_gets_the_default_tier_and_is_logged_once(env: Env) -> None:
+    env.configure(enabled="true")
+    for name in ("mystery-model-1", "mystery-model-2"):
+        f = messages_flow(name)
+        await env.request(f)
+        assert meta_of(f)["tier"] == "medium"
+        assert body_of(f)["model"] in MEDIUM_UP
+        await serve(env, f)
+    assert len([m for m in env.chaos_logs() if "unknown model names" in m]) == 1
+    assert env.stats()["requests"]["ok"] == 2
+
+
+# -- exactly-once release ----------------------------------------------------------------------------------
+
+
+async def test_response_releases_the_slot(env: Env) -> None:
+    env.configure(enabled="true")
+    f = messages_flow()
+    await env.request(f)
+    model = meta_of(f)["held"]
+    assert env.in_flight(model) == 1
+    await serve(env, f)
+    assert env.in_flight() == 0
+    assert meta_of(f)["held"] is None
+    assert meta_of(f)["outcome"] == "ok"
+
+
+async def test_error_before_the_response_releases_at_once(env: Env) -> None:
+    env.configure({**ON, "streams": {"abortGraceSeconds": 30}})
+    f = messages_flow()
+    await env.request(f)
+    f.error = mflow.Error("Client disconnected.")
+    env.addon.error(f)
+    assert env.in_flight() == 0  # no grace: nothing was streamed yet
+    assert env.stats()["requests"]["aborted"] == 1
+
+
+async def test_error_mid_stream_releases_after_the_grace(env: Env) -> None:
+    env.configure({**ON, "streams": {"abortGraceSeconds": 0.05}})
+    f = messages_flow()
+    await env.request(f)
+    f.response = http.Response.make(200, b"", {"content-type": "text/event-stream"})
+    env.addon.responseheaders(f)
+    f.error = mflow.Error("Client disconnected.")
+    env.addon.error(f)
+    assert env.in_flight() == 1  # z.ai may still count the stream for a moment
+    assert meta_of(f)["held"] is None  # but the flow no longer holds it: no second release
+    await until(lambda: env.in_flight() == 0, timeout=0.5)
+    assert env.stats()["requests"]["aborted"] == 1
+
+
+async def test_error_mid_stream_with_no_grace_releases_at_once(env: Env) -> None:
+    env.configure({**ON, "streams": {"abortGraceSeconds": 0}})
+    f = messages_flow()
+    await env.request(f)
+    f.response = http.Response.make(200, b"", {"content-type": "text/event-stream"})
+    env.addon.responseheaders(f)
+    f.error = mflow.Error("Server disconnected.")
+    env.addon.error(f)
+    assert env.in_flight() == 0
+
+
+async def test_error_after_response_and_a_second_response_release_nothing_more(env: Env) -> None:
+    env.configure(enabled="true")
+    other = messages_flow()
+    await env.request(other)  # another flow holds a slot: a double release would show
+    f = messages_flow()
+    await env.request(f)
+    await serve(env, f)
+    f.error = mflow.Error("late")
+    env.addon.error(f)
+    await env.response(f)
+    assert env.in_flight() == 1
+    assert env.addon.pool.spurious_releases == 0
+    assert env.stats()["requests"]["ok"] == 1
+    assert env.stats()["requests"]["aborted"] == 0
+    await serve(env, other)
+
+
+async def test_a_second_response_does_not_count_usage_twice(env: Env) -> None:
+    env.configure(enabled="true")
+    f = messages_flow()
+    await env.request(f)
+    model = meta_of(f)["model"]
+    await serve(env, f, message_response(model, 100, 50))
+    await env.response(f)
+    assert env.stats()["modelDistribution"][model]["tokensOut"] == 50
+
+
+async def test_flows_the_addon_does_not_hold_release_nothing(env: Env) -> None:
+    env.configure(enabled="true")
+    held = messages_flow()
+    await env.request(held)
+    never = messages_flow()  # never reached the request hook
+    never.error = mflow.Error("connection refused")
+    env.addon.error(never)
+    foreign = messages_flow()  # a flow from a previous script instance (or a loaded file)
+    foreign.metadata[META] = {"owner": "someone-else", "held": meta_of(held)["held"], "tier": "heavy"}
+    foreign.error = mflow.Error("Client disconnected.")
+    env.addon.error(foreign)
+    foreign.response = message_response("glm-4.6")
+    await env.response(foreign)
+    assert env.in_flight() == 1
+    assert env.addon.pool.spurious_releases == 0
+    await serve(env, held)
+
+
+# -- the queue ------------------------------------------------------------------------------------------
+
+
+async def test_a_request_waits_for_a_slot_and_proceeds_when_one_is_released(env: Env) -> None:
+    env.configure({**TINY, "queue": {"timeoutSeconds": 30}})
+    first, second = messages_flow(), messages_flow()
+    await env.request(first)
+    waiting = asyncio.create_task(env.request(second))
+    await until(lambda: env.addon.pool.waiting() == 1)
+    await asyncio.sleep(0.02)
+    assert not waiting.done()
+    assert body_of(second)["model"] == "claude-opus-4-5"  # not rewritten while it waits
+    env.clock.advance(2.0)
+    await serve(env, first)
+    async with asyncio.timeout(WAIT):
+        await waiting
+    assert body_of(second)["model"] == "tiny"
+    assert meta_of(second)["waited"] == 2.0
+    assert second.comment == "claude-opus-4-5 → tiny · least-loaded · waited 2.0 s"
+    assert env.in_flight("tiny") == 1
+    await serve(env, second)
+
+
+async def test_queue_timeout_answers_with_our_own_429(env: Env) -> None:
+    env.configure({**TINY, "queue": {"timeoutSeconds": 0.05}})
+    first, second = messages_flow(), messages_flow()
+    await env.request(first)
+    async with asyncio.timeout(WAIT):
+        await env.request(second)
+    response = second.response
+    assert response is not None and response.status_code == 429
+    payload = json.loads(response.content or b"")
+    assert payload["type"] == "error"
+    assert payload["error"]["type"] == "rate_limit_error"
+    assert 1 <= int(response.headers["retry-after"]) <= 60
+    assert response.headers["content-type"] == "application/json"
+    assert "429 from chaos-mode" in second.comment
+    assert env.in_flight("tiny") == 1  # still only the first one's
+    await env.response(second)
+    await serve(env, first)
+    assert env.stats()["requests"]["rejected"] == 1
+    assert env.stats()["queue"]["timeouts"] == 1
+
+
+async def test_a_waiting_request_whose_client_left_is_killed_and_holds_nothing(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(addon_module, "CLIENT_POLL_SECONDS", 0.01)
+    env.configure({**TINY, "queue": {"timeoutSeconds": 30}})
+    first, second = messages_flow(), messages_flow()
+    await env.request(first)
+    waiting = asyncio.create_task(env.request(second))
+    await until(lambda: env.addon.pool.waiting() == 1)
+    second.client_conn.state = ConnectionState.CLOSED
+    async with asyncio.timeout(WAIT):
+        await waiting
+    assert second.error is not None and second.error.msg == mflow.Error.KILLED_MESSAGE
+    assert meta_of(second)["held"] is None
+    assert meta_of(second)["outcome"] == "aborted"
+    assert env.addon.pool.waiting() == 0
+    env.addon.error(second)
+    await serve(env, first)
+    assert env.addon.pool.get_status()["models"]["tiny"]["dispatched"] == 1
+    assert env.stats()["requests"]["aborted"] == 1
+
+
+async def test_a_waiting_flow_killed_by_the_user_leaves_quietly(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(addon_module, "CLIENT_POLL_SECONDS", 0.01)
+    env.configure({**TINY, "queue": {"timeoutSeconds": 30}})
+    first, second = messages_flow(), messages_flow()
+    await env.request(first)
+    waiting = asyncio.create_task(env.request(second))
+    await until(lambda: env.addon.pool.waiting() == 1)
+    second.kill()  # what mitmweb's "kill" button does to a live flow
+    async with asyncio.timeout(WAIT):
+        await waiting
+    assert meta_of(second)["held"] is None
+    assert meta_of(second)["outcome"] == "aborted"
+    env.addon.error(second)
+    await serve(env, first)
+    assert env.addon.pool.get_status()["models"]["tiny"]["dispatched"] == 1
+
+
+# -- streams and usage ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "content_type", "streamed"),
+    [
+        (200, "text/event-stream", True),
+        (200, "text/event-stream; charset=utf-8", True),
+        (200, "application/json", False),
+        (429, "text/event-stream", False),
+        (529, "application/json", False),
+    ],
+)
+async def test_responseheaders_streams_only_successful_sse(
+    env: Env, status: int, content_type: str, streamed: bool
+) -> None:
+    env.configure({**ON, "streams": {"maxFailovers": 0}})
+    f = messages_flow()
+    await env.request(f)
+    f.response = http.Response.make(status, b"", {"content-type": content_type})
+    env.addon.responseheaders(f)
+    assert callable(f.response.stream) is streamed
+    await env.response(f)
+
+
+async def test_responseheaders_leaves_flows_it_did_not_route_alone(env: Env) -> None:
+    env.configure(enabled="true")
+    f = messages_flow(host="api.anthropic.com")
+    await env.request(f)
+    f.response = http.Response.make(200, b"", {"content-type": "text/event-stream"})
+    env.addon.responseheaders(f)
+    assert f.response.stream is False
+
+
+async def test_the_stream_callable_passes_every_chunk_unchanged_and_records_usage(env: Env) -> None:
+    env.configure(enabled="true")
+    f = messages_flow()
+    await env.request(f)
+    model = meta_of(f)["model"]
+    f.response = http.Response.make(200, b"", {"content-type": "text/event-stream"})
+    env.addon.responseheaders(f)
+    stream = f.response.stream
+    assert callable(stream)
+    data = sse_stream(model, input_tokens=1_000_000, output_tokens=500_000)
+    chunks = [data[i : i + 7] for i in range(0, len(data), 7)] + [b""]
+    out = [stream(chunk) for chunk in chunks]
+    assert out == chunks
+    assert meta_of(f)["usage"] == [1_000_000, 500_000]
+    assert meta_of(f)["stopped"] is True
+    await env.response(f)
+    row = env.stats()["modelDistribution"][model]
+    spec = CATALOG[model]
+    assert (row["tokensIn"], row["tokensOut"]) == (1_000_000, 500_000)
+    assert row["estimatedSpend"] == pytest.approx(spec.input_price + spec.output_price / 2)
+
+
+async def test_usage_of_a_whole_json_answer_is_recorded(env: Env) -> None:
+    env.configure(enabled="true")
+    f = messages_flow("claude-haiku-4-5")
+    await env.request(f)
+    model = meta_of(f)["model"]
+    await serve(env, f, message_response(model, input_tokens=321, output_tokens=45))
+    row = env.stats()["modelDistribution"][model]
+    assert (row["tokensIn"], row["tokensOut"]) == (321, 45)
+
+
+async def test_usage_of_a_whole_sse_answer_is_recorded(env: Env) -> None:
+    env.configure(enabled="true")
+    f = messages_flow()
+    await env.request(f)
+    model = meta_of(f)["model"]
+    f.response = http.Response.make(200, sse_stream(model, 11, 22), {"content-type": "text/event-stream"})
+    f.response.stream = False  # as after a failover: the answer arrived whole
+    await env.response(f)
+    row = env.stats()["modelDistribution"][model]
+    assert (row["tokensIn"], row["tokensOut"]) == (11, 22)
+
+
+# -- z.ai errors, without a failover -----------------------------------------------------------------------
+
+
+def reset_message(clock: Clock, hours: float) -> str:
+    beijing = timezone(timedelta(hours=8))
+    reset = datetime.fromtimestamp(clock.wall + hours * 3600, beijing).strftime("%Y-%m-%d %H:%M:%S")
+    return f"[1308][Usage limit reached for 5 hour. Your limit will reset at {reset}]"
+
+
+async def test_1308_pauses_the_account_passes_through_and_later_requests_get_our_429(env: Env) -> None:
+    env.configure(enabled="true")
+    f = messages_flow()
+    await env.request(f)
+    body = {
+        "type": "error",
+        "error": {"type": "rate_limit_error", "code": "1308", "message": reset_message(env.clock, 3)},
+        "request_id": "r-1",
+    }
+    upstream = json_response(429, body, {"anthropic-ratelimit-requests-remaining": "0"})
+    await serve(env, f, upstream)
+    assert f.response is upstream  # z.ai's own answer, untouched
+    assert meta_of(f)["failovers"] == 0
+    pause = env.addon.pool.get_status()["accountPause"]
+    assert pause is not None and "1308" in pause["reason"]
+    assert pause["remaining"] == pytest.approx(3 * 3600, abs=1)
+    later = messages_flow("claude-haiku-4-5")
+    await env.request(later)
+    assert later.response is not None and later.response.status_code == 429
+    assert later.response.headers["retry-after"] == "60"
+    assert "account paused" in json.loads(later.response.content or b"")["error"]["message"]
+    await env.response(later)
+    assert env.stats()["requests"]["rejected"] == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "code", "check"),
+    [
+        (
+            429,
+            {"error": {"code": "1302", "message": "High concurrency usage of this API"}},
+            "1302",
+            "cooldown",
+        ),
+        (
+            429,
+            {"type": "error", "error": {"type": "1113", "message": "Insufficient balance."}},
+            "1113",
+            "out",
+        ),
+        (
+            429,
+            {"type": "error", "error": {"type": "rate_limit_error", "message": "[1305][overloaded]"}},
+            "1305",
+            "cooldown",
+        ),
+        (529, None, "http-529", "cooldown"),
+    ],
+    ids=["openai-1302", "old-1113", "code-in-message-1305", "bare-529"],
+)
+async def test_zai_errors_reach_the_pool_in_every_body_shape(
+    env: Env, status: int, body: dict[str, Any] | None, code: str, check: str
+) -> None:
+    env.configure({**ON, "streams": {"maxFailovers": 0}})
+    f = messages_flow()
+    await env.request(f)
+    model = meta_of(f)["model"]
+    content = b"" if body is None else json.dumps(body).encode()
+    upstream = http.Response.make(status, content, {"content-type": "application/json", "retry-after": "7"})
+    await serve(env, f, upstream)
+    row = env.addon.pool.get_status()["models"][model]
+    if check == "cooldown":
+        assert row["cooldownRemaining"] == pytest.approx(7.0)
+        assert row["outOfRotation"] is None
+    else:
+        assert row["outOfRotation"] is not None and "1113" in row["outOfRotation"]
+    assert env.stats()["modelDistribution"][model]["upstreamErrors"] == {code: 1}
+    # no failover allowed: our 429 names the model tried and keeps z.ai's Retry-After
+    assert f.response is not None and f.response.status_code == 429
+    assert f.response.headers[TRIED_HEADER] == model
+    assert f.response.headers["retry-after"] == "7"
+    assert json.loads(f.response.content or b"")["error"]["type"] == "rate_limit_error"
+    assert f.marked == ":no_entry:"
+
+
+async def test_a_failover_that_cannot_reach_zai_ends_in_our_429(env: Env) -> None:
+    env.expect_resends = 1
+    env.configure(enabled="true")
+    f = messages_flow()
+    await env.request(f)
+    first = meta_of(f)["model"]
+    await serve(env, f, json_response(429, {"error": {"code": "1302", "message": "busy"}}))
+    meta = meta_of(f)
+    second = meta["attempted"][1]
+    assert env.addon.resender.sent == [second]  # type: ignore[attr-defined]
+    assert meta["attempted"] == [first, second] and second in HEAVY
+    assert f.response is not None and f.response.status_code == 429
+    assert f.response.headers[TRIED_HEADER] == f"{first}, {second}"
+    assert json.loads(f.request.get_content() or b"")["model"] == second
+    assert env.stats()["failovers"] == 1
+    assert "failover to" in env.caplog.text and second in env.caplog.text
+
+
+async def test_a_client_error_is_not_a_routing_matter(env: Env) -> None:
+    env.configure(enabled="true")
+    f = messages_flow()
+    await env.request(f)
+    model = meta_of(f)["model"]
+    upstream = json_response(400, {"type": "error", "error": {"type": "invalid_request_error"}})
+    await serve(env, f, upstream)
+    assert f.response is upstream
+    assert env.addon.pool.get_status()["models"][model]["cooldownRemaining"] == 0
+    assert env.stats()["requests"]["error"] == 1
+
+
+async def test_an_infinite_retry_after_does_not_break_routing(env: Env) -> None:
+    env.configure(enabled="true")
+    f = messages_flow()
+    await env.request(f)
+    body = {"type": "error", "error": {"type": "rate_limit_error", "code": "1313", "message": "[1313]"}}
+    await serve(env, f, json_response(429, body, {"retry-after": "inf"}))
+    later = messages_flow()
+    await env.request(later)
+    try:
+        assert later.response is not None and later.response.status_code == 429
+        assert 1 <= int(later.response.headers["retry-after"]) <= 60
+    finally:
+        if later.response is None:
+            later.response = message_response("x")
+        await env.response(later)
+        env.caplog.clear()
+
+
+# -- configuration and commands ---------------------------------------------------------------------------
+
+
+async def test_a_bad_config_file_names_the_option_and_the_key(env: Env) -> None:
+    path = env.write({"chaosMode": {"enabled": True, "strategy": "fastest"}})
+    with pytest.raises(exceptions.OptionsError, match=r"chaos_config.*chaosMode\.strategy"):
+        env.tctx.configure(env.addon, chaos_config=path)
+
+
+async def test_a_bad_config_after_a_good_one_keeps_the_good_one(env: Env) -> None:
+    env.configure({**ON, "chaosMode": {"enabled": True, "strategy": "round-robin"}})
+    good = env.addon.config
+    assert good.chaos_mode.strategy == "round-robin"
+    for broken in ({"models": {}}, {"queue": {"timeoutSeconds": -1}}, {"nonsense": 1}):
+        with pytest.raises(exceptions.OptionsError, match="chaos_config"):
+            env.tctx.configure(env.addon, chaos_config=env.write(broken))
+        assert env.addon.config == good  # (mitmproxy's rollback reads the good file again)
+        assert env.addon.pool.config == good
+        assert env.addon.pool.get_status()["strategy"] == "round-robin"
+    with pytest.raises(exceptions.OptionsError, match="chaos_config"):
+        env.tctx.configure(env.addon, chaos_config=str(env.tmp / "missing.yaml"))
+    assert env.addon.config == good
+
+
+async def test_reloading_the_config_keeps_in_flight_counts(env: Env) -> None:
+    env.configure(enabled="true")
+    flows = [messages_flow() for _ in range(3)]
+    for f in flows:
+        await env.request(f)
+    before = {n: m["inFlight"] for n, m in env.addon.pool.get_status()["models"].items()}
+    env.configure({"chaosMode": {"strategy": "round-robin"}}, enabled="true")
+    assert env.addon.config.chaos_mode.strategy == "round-robin"
+    after = {n: m["inFlight"] for n, m in env.addon.pool.get_status()["models"].items()}
+    assert after == before
+    assert env.in_flight() == 3
+    for f in flows:
+        await serve(env, f)
+
+
+async def test_chaos_web_rejects_nonsense(env: Env) -> None:
+    for value in ("nonsense", "127.0.0.1:99999", "127.0.0.1:http"):
+        with pytest.raises(exceptions.OptionsError, match="chaos_web"):
+            env.tctx.configure(env.addon, chaos_web=value)
+
+
+async def test_the_reload_command_keeps_the_config_when_the_file_broke(env: Env) -> None:
+    path = Path(env.write({"chaosMode": {"enabled": True, "strategy": "round-robin"}}, "live.json"))
+    env.tctx.configure(env.addon, chaos_config=str(path), chaos_enabled="auto")
+    good = env.addon.config
+    path.write_text("{ this is not json", encoding="utf-8")
+    env.addon.reload()
+    assert env.addon.config is good
+    errors = [r for r in env.caplog.records if r.name == "chaos_mode" and r.levelno == logging.ERROR]
+    assert len(errors) == 1 and "not reloaded" in errors[0].getMessage()
+    path.write_text(json.dumps({"modelRouting": {"chaosMode": {"strategy": "weighted-random"}}}))
+    env.addon.reload()
+    assert env.addon.config.chaos_mode.strategy == "weighted-random"
+    assert env.addon.config.chaos_mode.enabled is False
+
+
+async def test_the_status_command_shows_every_model(env: Env) -> None:
+    env.configure(enabled="true")
+    f = messages_flow()
+    await env.request(f)
+    text = env.tctx.command(env.addon.status)
+    assert text == env.addon.status()
+    for name in CATALOG:
+        assert name in text
+    assert "least-loaded" in text and "1/28" in text
+    await serve(env, f)
+
+
+# -- secrets ------------------------------------------------------------------------------------------
+
+
+async def test_credentials_never_leak_into_logs_comments_stats_metrics_or_the_panel(env: Env) -> None:
+    env.configure({**ON, "streams": {"maxFailovers": 0}, "queue": {"timeoutSeconds": 0.01}})
+    secret_headers = [(b"x-api-key", API_KEY.encode()), (b"authorization", BEARER.encode())]
+    comments = []
+    # routed, answered
+    f = messages_flow(headers=secret_headers)
+    await env.request(f)
+    await serve(env, f)
+    comments.append(f.comment)
+    # routed, refused by z.ai, turned into our 429
+    f = messages_flow(headers=secret_headers)
+    await env.request(f)
+    await serve(env, f, json_response(429, {"error": {"code": "1302", "message": "busy"}}))
+    comments.append(f.comment)
+    # bad input holding the key in its body
+    f = messages_flow(content=b"not json " + API_KEY.encode(), headers=secret_headers)
+    await env.request(f)
+    comments.append(f.comment)
+    # aborted mid-way
+    f = messages_flow(headers=secret_headers)
+    await env.request(f)
+    f.error = mflow.Error("Client disconnected.")
+    env.addon.error(f)
+    comments.append(f.comment)
+    places = {
+        "logs": env.caplog.text,
+        "comments": "\n".join(comments),
+        "stats": json.dumps(env.stats()),
+        "metrics": env.addon.metrics.render()[0].decode(),
+        "panel": env.addon.status(),
+    }
+    for where, text in places.items():
+        for secret in (API_KEY, BEARER, BEARER.split()[1], "SecretValue"):
+            assert secret not in text, f"{secret!r} leaked into the {where}"

@@ -1,0 +1,272 @@
+"""The modelRouting config: the seed's defaults, camelCase keys, files, and errors that name the key."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from chaos_mode.config import ConfigError, ModelRouting, default_config, load_config, parse_config
+
+# The seed's catalog, written out here (not imported) so the built-in table is checked against it.
+SEED_CATALOG: dict[str, tuple[str, int, float, float, bool]] = {
+    "glm-4.7": ("HEAVY", 3, 0.60, 2.20, False),
+    "glm-4.6": ("HEAVY", 3, 0.60, 2.20, False),
+    "glm-4.5-x": ("HEAVY", 2, 2.20, 8.90, False),
+    "glm-4.5": ("MEDIUM", 10, 0.60, 2.20, False),
+    "glm-4.5-air": ("MEDIUM", 5, 0.20, 1.10, False),
+    "glm-4.7-flashx": ("LIGHT", 3, 0.07, 0.40, False),
+    "glm-4.7-flash": ("LIGHT", 1, 0.0, 0.0, True),
+    "glm-4.5-flash": ("LIGHT", 1, 0.0, 0.0, True),
+}
+HEAVY_MODELS = ["glm-4.7", "glm-4.6", "glm-4.5-x"]
+ONLY_FREE_LIGHT = {"a": {"tier": "LIGHT", "maxConcurrency": 1, "free": True}}
+
+
+def routing(**block: Any) -> ModelRouting:
+    return parse_config({"modelRouting": block})
+
+
+def test_defaults_equal_the_seed() -> None:
+    config = default_config()
+    chaos = config.chaos_mode
+    assert chaos.enabled is False
+    assert (chaos.quality_floor.heavy, chaos.quality_floor.medium, chaos.quality_floor.light) == (
+        "HEAVY",
+        "MEDIUM",
+        "LIGHT",
+    )
+    assert chaos.strategy == "least-loaded"
+    assert chaos.exclude_models == ()
+    assert chaos.max_cost_per_request is None
+    assert chaos.include_free_models is True
+    assert chaos.sticky_conversations is False
+    catalog = {
+        name: (spec.tier, spec.max_concurrency, spec.input_price, spec.output_price, spec.free)
+        for name, spec in config.models.items()
+    }
+    assert catalog == SEED_CATALOG
+    assert list(config.models) == list(SEED_CATALOG)  # catalog order is the round-robin order
+    assert config.upstream_hosts == ("api.z.ai", "open.bigmodel.cn")
+    assert config.account_concurrency is None
+    assert config.total_capacity == 28
+
+
+@pytest.mark.parametrize("data", [None, {}, {"modelRouting": {}}])
+def test_empty_input_gives_the_defaults(data: Any) -> None:
+    assert parse_config(data) == default_config()
+
+
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        ([1, 2], r"^config: the top level must be a mapping with a modelRouting key$"),
+        ("text", r"the top level must be a mapping"),
+        ({"modelRouting": None}, r"^config: modelRouting: Input should be a valid dictionary"),
+        ({"modelRouting": 3}, r"^config: modelRouting: Input should be a valid dictionary"),
+        ({"chaosMode": {}}, r"^config: chaosMode: Extra inputs"),  # forgot the modelRouting level
+    ],
+)
+def test_top_level_errors(data: Any, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        parse_config(data)
+
+
+def test_camel_case_keys_reach_the_python_fields() -> None:
+    config = routing(
+        chaosMode={
+            "enabled": True,
+            "qualityFloor": {"heavy": "MEDIUM", "medium": "LIGHT", "light": "LIGHT"},
+            "strategy": "weighted-random",
+            "excludeModels": ["glm-4.5-x"],
+            "maxCostPerRequest": 0.05,
+            "includeFreeModels": False,
+            "stickyConversations": True,
+        },
+        models={"big": {"tier": "HEAVY", "maxConcurrency": 4, "inputPrice": 1, "outputPrice": 2}}
+        | {name: {"tier": t, "maxConcurrency": c} for name, (t, c, *_) in SEED_CATALOG.items()},
+        upstreamHosts=[" API.Example.COM ", ""],
+        tierRules={"patterns": {" Opus ": "heavy"}, "default": "light"},
+        accountConcurrency=12,
+        queue={"enabled": False, "timeoutSeconds": 5, "maxWaiting": 7},
+        cooldown={"defaultSeconds": 2, "maxSeconds": 9, "burstMultiplier": 3, "decaySeconds": 4},
+        sticky={"ttlSeconds": 60, "maxEntries": 3},
+        streams={"abortGraceSeconds": 0, "maxFailovers": 1},
+    )
+    chaos = config.chaos_mode
+    assert chaos.enabled and chaos.sticky_conversations and not chaos.include_free_models
+    assert chaos.quality_floor.for_tier("heavy") == "MEDIUM"
+    assert chaos.strategy == "weighted-random"
+    assert chaos.exclude_models == ("glm-4.5-x",)
+    assert chaos.max_cost_per_request == 0.05
+    assert config.models["big"].max_concurrency == 4
+    assert (config.models["big"].input_price, config.models["big"].output_price) == (1.0, 2.0)
+    assert config.upstream_hosts == ("api.example.com",)
+    assert config.tier_rules.patterns == {"opus": "heavy"}
+    assert config.tier_rules.default == "light"
+    assert config.account_concurrency == 12
+    assert config.total_capacity == 12
+    assert (config.queue.enabled, config.queue.timeout_seconds, config.queue.max_waiting) == (False, 5, 7)
+    assert (config.cooldown.default_seconds, config.cooldown.max_seconds) == (2, 9)
+    assert (config.cooldown.burst_multiplier, config.cooldown.decay_seconds) == (3, 4)
+    assert (config.sticky.ttl_seconds, config.sticky.max_entries) == (60, 3)
+    assert (config.streams.abort_grace_seconds, config.streams.max_failovers) == (0, 1)
+    # Serialising gives the file's spelling back.
+    dumped = config.model_dump(by_alias=True)
+    assert dumped["chaosMode"]["maxCostPerRequest"] == 0.05
+    assert "accountConcurrency" in dumped
+
+
+def test_account_cap_above_the_catalog_sum_is_the_catalog_sum() -> None:
+    assert routing(accountConcurrency=1000).total_capacity == 28
+
+
+YAML_TEXT = """\
+modelRouting:
+  chaosMode:
+    enabled: true
+    strategy: round-robin
+    excludeModels: [glm-4.5-x]
+    maxCostPerRequest: 0.02
+  accountConcurrency: 20
+"""
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".yml", ".json"])
+def test_load_config_reads_yaml_and_json(tmp_path: Path, suffix: str) -> None:
+    path = tmp_path / f"chaos{suffix}"
+    if suffix == ".json":
+        data = {
+            "modelRouting": {
+                "chaosMode": {
+                    "enabled": True,
+                    "strategy": "round-robin",
+                    "excludeModels": ["glm-4.5-x"],
+                    "maxCostPerRequest": 0.02,
+                },
+                "accountConcurrency": 20,
+            }
+        }
+        path.write_text(json.dumps(data), encoding="utf-8")
+    else:
+        path.write_text(YAML_TEXT, encoding="utf-8")
+    config = load_config(path)
+    assert config.chaos_mode.enabled is True
+    assert config.chaos_mode.strategy == "round-robin"
+    assert config.chaos_mode.exclude_models == ("glm-4.5-x",)
+    assert config.chaos_mode.max_cost_per_request == 0.02
+    assert config.total_capacity == 20
+    assert config.eligible_models("heavy") == ["glm-4.7", "glm-4.6"]
+
+
+def test_an_empty_yaml_file_gives_the_defaults(tmp_path: Path) -> None:
+    path = tmp_path / "empty.yaml"
+    path.write_text("# nothing here\n", encoding="utf-8")
+    assert load_config(path) == default_config()
+
+
+@pytest.mark.parametrize(
+    ("block", "match"),
+    [
+        ({"chaosMode": {"stickyConversation": True}}, r"modelRouting\.chaosMode\.stickyConversation: Extra"),
+        ({"bogus": 1}, r"modelRouting\.bogus: Extra inputs"),
+        ({"chaosMode": {"strategy": "fastest"}}, r"modelRouting\.chaosMode\.strategy: Input should be"),
+        ({"chaosMode": {"excludeModels": ["gpt-5"]}}, r"chaosMode\.excludeModels: not in the catalog: gpt-5"),
+        (
+            {"chaosMode": {"excludeModels": HEAVY_MODELS}},
+            r"modelRouting\.chaosMode\.qualityFloor\.heavy: HEAVY leaves no model to serve heavy",
+        ),
+        (
+            {"models": ONLY_FREE_LIGHT, "chaosMode": {"includeFreeModels": False}},
+            r"chaosMode\.qualityFloor\.heavy: HEAVY leaves no model",
+        ),
+        (
+            {
+                "models": ONLY_FREE_LIGHT,
+                "chaosMode": {
+                    "includeFreeModels": False,
+                    "qualityFloor": {"heavy": "LIGHT", "medium": "LIGHT"},
+                },
+            },
+            r"qualityFloor\.heavy: LIGHT leaves no model .*includeFreeModels",
+        ),
+        (
+            {"models": {"a": {"tier": "LIGHT", "maxConcurrency": 0}}},
+            r"modelRouting\.models\.a\.maxConcurrency: Input should be greater than or equal to 1",
+        ),
+        ({"models": {}}, r"modelRouting\.models: the catalog must hold at least one model"),
+        ({"models": {"a": {"tier": "HUGE", "maxConcurrency": 1}}}, r"modelRouting\.models\.a\.tier: "),
+        ({"chaosMode": {"maxCostPerRequest": 0}}, r"chaosMode\.maxCostPerRequest: Input should be greater"),
+        ({"accountConcurrency": 0}, r"modelRouting\.accountConcurrency: Input should be greater"),
+        ({"cooldown": {"defaultSeconds": 10, "maxSeconds": 5}}, r"cooldown\.maxSeconds: must be at least"),
+        ({"chaos_mode": {"strategy": "x"}}, r"modelRouting\.chaos_mode\.strategy: "),  # snake_case as written
+    ],
+)
+def test_errors_name_the_key_as_written(block: dict[str, Any], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        routing(**block)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "match"),
+    [
+        ("bad.yaml", "modelRouting: [unclosed\n", r"bad\.yaml: not valid YAML"),
+        ("bad.json", '{"modelRouting": ', r"bad\.json: not valid JSON"),
+        ("list.yaml", "- 1\n- 2\n", r"list\.yaml: the top level must be a mapping"),
+        ("scalar.json", "42", r"scalar\.json: the top level must be a mapping"),
+        ("typo.yaml", "modelRouting:\n  chaosMode:\n    strategie: x\n", r"typo\.yaml: .*strategie: Extra"),
+    ],
+)
+def test_file_errors(tmp_path: Path, name: str, text: str, match: str) -> None:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError, match=match):
+        load_config(path)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"nope\.yaml: cannot read"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_config_error_is_a_value_error() -> None:
+    assert issubclass(ConfigError, ValueError)
+
+
+def test_config_objects_are_frozen() -> None:
+    config = default_config()
+    with pytest.raises(ValidationError, match="frozen"):
+        config.chaos_mode.strategy = "round-robin"  # type: ignore[misc]
+    with pytest.raises(ValidationError, match="frozen"):
+        config.account_concurrency = 3  # type: ignore[misc]
+    with pytest.raises(ValidationError, match="frozen"):
+        config.models["glm-4.7"].max_concurrency = 99  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("tier", "models", "slots"),
+    [
+        ("heavy", HEAVY_MODELS, 8),
+        ("medium", [*HEAVY_MODELS, "glm-4.5", "glm-4.5-air"], 23),
+        ("light", list(SEED_CATALOG), 28),
+    ],
+)
+def test_quality_floor_matrix(tier: Any, models: list[str], slots: int) -> None:
+    config = default_config()
+    eligible = config.eligible_models(tier)
+    assert eligible == models
+    assert sum(config.models[name].max_concurrency for name in eligible) == slots
+
+
+def test_eligible_models_apply_exclusions_and_free_models() -> None:
+    config = routing(chaosMode={"excludeModels": ["glm-4.5"], "includeFreeModels": False})
+    assert config.eligible_models("medium") == [*HEAVY_MODELS, "glm-4.5-air"]
+    assert config.eligible_models("light") == [*HEAVY_MODELS, "glm-4.5-air", "glm-4.7-flashx"]
+
+
+def test_a_lowered_floor_admits_lower_tiers() -> None:
+    config = routing(chaosMode={"qualityFloor": {"heavy": "MEDIUM"}})
+    assert config.eligible_models("heavy") == [*HEAVY_MODELS, "glm-4.5", "glm-4.5-air"]

@@ -1,0 +1,164 @@
+"""The SSE observer (chaos_mode.sse): usage, model, stop and errors from network reads of any shape."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from chaos_mode.sse import SseObserver
+
+
+def event(name: str, data: dict[str, Any], *, sep: str = "\n") -> bytes:
+    return f"event: {name}{sep}data: {json.dumps(data, separators=(',', ':'))}{sep}{sep}".encode()
+
+
+def stream(*, sep: str = "\n", model: str = "glm-4.6", tokens: int = 12) -> bytes:
+    """A real Anthropic stream, shaped like z.ai's (and the simulator's)."""
+    start = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [],
+        "usage": {"input_tokens": 2048, "output_tokens": 1, "cache_read_input_tokens": 0},
+    }
+    parts = [
+        event("message_start", {"type": "message_start", "message": start}, sep=sep),
+        event("content_block_start", {"type": "content_block_start", "index": 0}, sep=sep),
+        event("ping", {"type": "ping"}, sep=sep),
+    ]
+    for i in range(tokens):
+        delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": f" w{i}"}}
+        parts.append(event("content_block_delta", delta, sep=sep))
+    parts += [
+        event("content_block_stop", {"type": "content_block_stop", "index": 0}, sep=sep),
+        event(
+            "message_delta",
+            {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 377}},
+            sep=sep,
+        ),
+        event("message_stop", {"type": "message_stop"}, sep=sep),
+    ]
+    return b"".join(parts)
+
+
+def observe(chunks: list[bytes]) -> SseObserver:
+    observer = SseObserver()
+    for chunk in chunks:
+        observer.feed(chunk)
+    observer.feed(b"")
+    return observer
+
+
+def summary(observer: SseObserver) -> tuple[Any, ...]:
+    return (observer.input_tokens, observer.output_tokens, observer.model, observer.stopped, observer.events)
+
+
+def split(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({0, len(data), *(c % (len(data) + 1) for c in cuts)})
+    return [data[a:b] for a, b in itertools.pairwise(points)]
+
+
+def test_a_whole_stream_gives_usage_model_and_stop() -> None:
+    observer = observe([stream()])
+    assert summary(observer) == (2048, 377, "glm-4.6", True, 12 + 6)
+    assert observer.error is None
+
+
+@given(st.lists(st.integers(min_value=0), max_size=60), st.sampled_from(["\n", "\r\n"]))
+def test_any_split_into_network_reads_gives_the_same_result(cuts: list[int], sep: str) -> None:
+    data = stream(sep=sep)
+    assert summary(observe(split(data, cuts))) == summary(observe([data]))
+
+
+def test_byte_by_byte_reads_give_the_same_result() -> None:
+    data = stream()
+    assert summary(observe([data[i : i + 1] for i in range(len(data))])) == (2048, 377, "glm-4.6", True, 18)
+
+
+def test_crlf_separators_are_understood() -> None:
+    observer = observe([stream(sep="\r\n")])
+    assert summary(observer) == (2048, 377, "glm-4.6", True, 18)
+
+
+def test_feed_says_when_something_worth_recording_changed() -> None:
+    observer = SseObserver()
+    assert observer.feed(b"") is False
+    assert observer.feed(event("ping", {"type": "ping"})) is False
+    delta = {"type": "content_block_delta", "delta": {"text": "message_stop error"}}
+    assert observer.feed(event("content_block_delta", delta)) is False
+    assert observer.feed(event("message_delta", {"type": "message_delta", "usage": {"output_tokens": 3}}))
+    assert observer.feed(b"event: message_stop\ndata: {") is False  # not complete yet
+    assert observer.feed(b'"type":"message_stop"}\n\n') is True
+    assert observer.stopped
+
+
+def test_an_oversize_event_is_skipped_without_losing_the_next_ones() -> None:
+    huge = event(
+        "message_delta", {"type": "message_delta", "usage": {"output_tokens": 999}, "pad": "x" * 1_500_000}
+    )
+    data = (
+        event("message_start", {"type": "message_start", "message": {"model": "glm-4.7", "usage": {}}})
+        + huge
+        + event("message_delta", {"type": "message_delta", "usage": {"output_tokens": 7}})
+        + event("message_stop", {"type": "message_stop"})
+    )
+    observer = SseObserver()
+    for i in range(0, len(data), 65_536):
+        observer.feed(data[i : i + 65_536])
+        assert len(observer._buffer) <= (1 << 20) + 65_536  # bounded, whatever the event size
+    assert observer.output_tokens == 7  # the 999 of the skipped event was never read
+    assert observer.model == "glm-4.7"
+    assert observer.stopped
+
+
+def test_values_that_are_not_usage_are_ignored() -> None:
+    observer = observe(
+        [
+            event(
+                "message_delta",
+                {"type": "message_delta", "usage": {"output_tokens": -5, "input_tokens": "9"}},
+            ),
+            event("message_delta", {"type": "message_delta", "usage": "lots"}),
+            b"event: message_delta\ndata: [1, 2]\n\n",
+            b"event: message_delta\ndata: {broken\n\n",
+        ]
+    )
+    assert (observer.input_tokens, observer.output_tokens, observer.stopped) == (0, 0, False)
+    assert observer.events == 4
+
+
+def test_an_error_event_is_recorded() -> None:
+    body = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    observer = observe([event("error", body)])
+    assert observer.error == {"type": "overloaded_error", "message": "Overloaded"}
+    assert not observer.stopped
+    odd = observe([event("error", {"type": "error", "error": "boom"})])
+    assert odd.error == {"message": "boom"}
+
+
+def test_data_split_over_several_lines_is_joined() -> None:
+    raw = b'event: message_delta\ndata: {"type":"message_delta",\ndata: "usage":{"output_tokens":12}}\n\n'
+    assert observe([raw]).output_tokens == 12
+
+
+def test_a_whole_message_body_is_observed_too() -> None:
+    observer = SseObserver()
+    message = {"type": "message", "model": "glm-4.5", "usage": {"input_tokens": 10, "output_tokens": 20}}
+    assert observer.observe(message) is True
+    assert summary(observer)[:4] == (10, 20, "glm-4.5", True)
+
+
+@pytest.mark.parametrize("sep", ["\n", "\r\n"])
+def test_an_oversize_event_cut_inside_its_separator_loses_nothing_after_it(sep: str) -> None:
+    huge = event("content_block_delta", {"type": "content_block_delta", "pad": "x" * 1_200_000}, sep=sep)
+    rest = event("message_delta", {"type": "message_delta", "usage": {"output_tokens": 7}}, sep=sep)
+    rest += event("message_stop", {"type": "message_stop"}, sep=sep)
+    cut = len(huge) - len(sep)  # the read ends after the first half of the separator
+    observer = observe([huge[:cut], huge[cut:] + rest])
+    assert (observer.output_tokens, observer.stopped) == (7, True)

@@ -1,0 +1,235 @@
+"""z.ai error bodies -> what the pool should do (the code table of DESIGN.md)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import pytest
+
+from chaos_mode.zai_errors import (
+    Action,
+    UpstreamError,
+    classify_error,
+    extract_code,
+    next_beijing_midnight,
+    parse_reset_time,
+    parse_retry_after,
+)
+
+NOW = datetime(2026, 9, 11, 12, 0, 0, tzinfo=UTC).timestamp()
+
+# DESIGN.md's table, written out here.
+CODE_TABLE: dict[str, Action] = {
+    "1302": Action.COOLDOWN,
+    "1303": Action.COOLDOWN,
+    "1305": Action.COOLDOWN,
+    "1312": Action.COOLDOWN,
+    "1304": Action.MODEL_DAY,
+    "1308": Action.ACCOUNT_PAUSE,
+    "1310": Action.ACCOUNT_PAUSE,
+    "1313": Action.ACCOUNT_PAUSE,
+    "1113": Action.OUT_OF_ROTATION,
+    "1309": Action.FATAL,
+    "1311": Action.OUT_OF_ROTATION,
+    "1211": Action.OUT_OF_ROTATION,
+}
+
+ANTHROPIC_1308 = (
+    '{"type":"error","error":{"type":"rate_limit_error","code":"1308","message":"[1308][Usage limit '
+    'reached for 5 hour. Your limit will reset at 2026-09-12 00:35:41]"},"request_id":"req_1"}'
+)
+ANTHROPIC_OLD_1113 = (
+    '{"type":"error","error":{"type":"1113","message":"Insufficient balance or no resource package. '
+    'Please recharge."}}'
+)
+OPENAI_1302 = (
+    '{"error":{"code":"1302","message":"High concurrency usage of this API, please reduce concurrency '
+    'or contact customer service to increase limits"}}'
+)
+MESSAGE_ONLY_1302 = '{"type":"error","error":{"type":"rate_limit_error","message":"[1302]High concurrency"}}'
+
+
+def anthropic_body(code: str, message: str = "x") -> str:
+    return json.dumps(
+        {"type": "error", "error": {"type": "rate_limit_error", "code": code, "message": message}}
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "action"),
+    [
+        (ANTHROPIC_1308, "1308", Action.ACCOUNT_PAUSE),
+        (ANTHROPIC_OLD_1113, "1113", Action.OUT_OF_ROTATION),
+        (OPENAI_1302, "1302", Action.COOLDOWN),
+        (MESSAGE_ONLY_1302, "1302", Action.COOLDOWN),
+        ('{"error":{"code":1312,"message":"overloaded"}}', "1312", Action.COOLDOWN),  # a JSON number
+        (ANTHROPIC_1308.encode(), "1308", Action.ACCOUNT_PAUSE),  # bytes as well as str
+    ],
+)
+def test_body_shapes(body: str | bytes, code: str, action: Action) -> None:
+    error = classify_error(429, body, now=NOW)
+    assert error is not None
+    assert (error.code, error.action, error.status) == (code, action, 429)
+
+
+@pytest.mark.parametrize(("code", "action"), CODE_TABLE.items())
+def test_every_code_maps_to_its_action(code: str, action: Action) -> None:
+    for body in (anthropic_body(code), json.dumps({"error": {"code": code, "message": "m"}})):
+        error = classify_error(429, body, now=NOW)
+        assert error is not None
+        assert error.action is action
+        assert error.code == code
+        assert f"({code})" in error.reason
+    # The code decides, whatever the HTTP status (z.ai sometimes answers 400).
+    error = classify_error(400, anthropic_body(code), now=NOW)
+    assert error is not None and error.action is action
+
+
+@pytest.mark.parametrize(
+    ("action", "fails_over"),
+    [
+        (Action.COOLDOWN, True),
+        (Action.MODEL_DAY, True),
+        (Action.OUT_OF_ROTATION, True),
+        (Action.ACCOUNT_PAUSE, False),
+        (Action.FATAL, False),
+        (Action.NONE, False),
+    ],
+)
+def test_fails_over(action: Action, fails_over: bool) -> None:
+    assert UpstreamError(429, None, action, "r").fails_over is fails_over
+
+
+def test_1308_reset_time_is_beijing_time() -> None:
+    error = classify_error(429, ANTHROPIC_1308, now=NOW)
+    assert error is not None
+    # 2026-09-12 00:35:41 in UTC+8 is 2026-09-11 16:35:41 UTC.
+    assert error.reset_at == datetime(2026, 9, 11, 16, 35, 41, tzinfo=UTC).timestamp()
+    assert error.reason == "5-hour usage limit (1308)"
+
+
+def test_1310_reset_time_and_a_pause_without_one() -> None:
+    with_time = classify_error(
+        429, anthropic_body("1310", "[1310] limit; reset at 2026-10-01T08:00:00"), now=NOW
+    )
+    assert with_time is not None
+    assert with_time.reset_at == datetime(2026, 10, 1, 0, 0, 0, tzinfo=UTC).timestamp()
+    without = classify_error(429, anthropic_body("1313", "[1313] fair use"), now=NOW)
+    assert without is not None and without.action is Action.ACCOUNT_PAUSE and without.reset_at is None
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        ("Your limit will reset at 2026-01-01 00:00:00", datetime(2025, 12, 31, 16, 0, tzinfo=UTC)),
+        ("reset at 2026-13-01 00:00:00", None),  # month 13
+        ("no time here", None),
+        ("", None),
+    ],
+)
+def test_parse_reset_time(message: str, expected: datetime | None) -> None:
+    assert parse_reset_time(message) == (expected.timestamp() if expected else None)
+
+
+@pytest.mark.parametrize(
+    ("now", "midnight"),
+    [
+        # 23:30 in Beijing -> midnight half an hour later.
+        (datetime(2026, 1, 1, 15, 30, tzinfo=UTC), datetime(2026, 1, 1, 16, 0, tzinfo=UTC)),
+        # 00:30 in Beijing (still the 1st in UTC) -> the following midnight, almost a day away.
+        (datetime(2026, 1, 1, 16, 30, tzinfo=UTC), datetime(2026, 1, 2, 16, 0, tzinfo=UTC)),
+        # Exactly midnight in Beijing -> the next one.
+        (datetime(2026, 1, 1, 16, 0, tzinfo=UTC), datetime(2026, 1, 2, 16, 0, tzinfo=UTC)),
+        # 07:59 UTC = 15:59 Beijing.
+        (datetime(2026, 2, 28, 7, 59, tzinfo=UTC), datetime(2026, 2, 28, 16, 0, tzinfo=UTC)),
+    ],
+)
+def test_next_beijing_midnight(now: datetime, midnight: datetime) -> None:
+    assert next_beijing_midnight(now.timestamp()) == midnight.timestamp()
+
+
+def test_1304_resets_at_the_next_beijing_midnight() -> None:
+    now = datetime(2026, 1, 1, 15, 30, tzinfo=UTC).timestamp()
+    error = classify_error(429, anthropic_body("1304", "[1304] daily limit"), now=now)
+    assert error is not None
+    assert error.action is Action.MODEL_DAY
+    assert error.reset_at == datetime(2026, 1, 1, 16, 0, tzinfo=UTC).timestamp()
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "reason"),
+    [
+        (429, "<html>Too Many Requests</html>", "HTTP 429"),
+        (429, None, "HTTP 429"),
+        (429, b"\xff\xfe not utf-8", "HTTP 429"),
+        (429, '{"error": "busy"}', "HTTP 429"),
+        (503, "", "HTTP 503"),
+        (529, '{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}', "HTTP 529"),
+        (429, anthropic_body("9999"), "HTTP 429 (9999)"),  # an unknown code on a busy status
+    ],
+)
+def test_busy_status_without_a_known_code_cools_down(
+    status: int, body: str | bytes | None, reason: str
+) -> None:
+    error = classify_error(status, body, now=NOW)
+    assert error is not None
+    assert error.action is Action.COOLDOWN
+    assert error.reason == reason
+    assert error.reset_at is None
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        (400, '{"type":"error","error":{"type":"invalid_request_error","message":"bad"}}'),
+        (400, anthropic_body("9999")),
+        (401, '{"error":{"code":"1000","message":"auth"}}'),
+        (500, None),
+        (200, ANTHROPIC_1308),
+        (204, None),
+        (399, anthropic_body("1302")),
+    ],
+)
+def test_not_a_routing_matter(status: int, body: str | None) -> None:
+    assert classify_error(status, body, now=NOW) is None
+
+
+@pytest.mark.parametrize(
+    ("payload", "expected"),
+    [
+        (None, (None, "")),
+        ([], (None, "")),
+        ({"error": "x"}, (None, "")),
+        ({"error": {"code": True, "message": 5}}, (None, "")),  # a bool is not a code
+        ({"error": {"code": "", "type": "1113", "message": "m"}}, ("1113", "m")),
+        ({"error": {"message": "  [1305] busy"}}, ("1305", "  [1305] busy")),
+        ({"error": {"message": "busy [1305]"}}, (None, "busy [1305]")),  # only a leading code counts
+    ],
+)
+def test_extract_code(payload: object, expected: tuple[str | None, str]) -> None:
+    assert extract_code(payload) == expected
+
+
+HTTP_DATE_NOW = datetime(2015, 10, 21, 7, 27, 30, tzinfo=UTC).timestamp()
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        ("5", 5.0),
+        (" 120 ", 120.0),
+        ("0", 0.0),
+        ("2.5", 2.5),
+        ("Wed, 21 Oct 2015 07:28:00 GMT", 30.0),
+        ("Wed, 21 Oct 2015 07:27:00 GMT", 0.0),  # in the past: retry now
+        ("-5", 0.0),  # negative: retry now
+        ("soon", None),
+        ("", None),
+        (None, None),
+        ("nan", None),
+        ("inf", None),  # not delta-seconds: must not become an endless pause
+    ],
+)
+def test_parse_retry_after(value: str | None, seconds: float | None) -> None:
+    assert parse_retry_after(value, now=HTTP_DATE_NOW) == seconds
