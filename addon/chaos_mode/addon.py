@@ -97,7 +97,8 @@ class ChaosMode:
             "chaos_web",
             str,
             "127.0.0.1:9464",
-            "Listen address (HOST:PORT) of the chaos-mode status server: /api/status. Empty: off.",
+            "Listen address (HOST:PORT) of the chaos-mode server: the dashboard (/), /api/status, "
+            "/api/events and Prometheus /metrics. Empty: off.",
         )
 
     def configure(self, updated: set[str]) -> None:
@@ -157,7 +158,7 @@ class ChaosMode:
         except OSError as exc:
             log.error("chaos-mode status server could not listen on %s:%s: %s", *self._listen, exc)
             return
-        log.info("chaos-mode status on http://%s:%d/api/status", host, port)
+        log.info("chaos-mode dashboard on http://%s:%d/ (Prometheus: /metrics)", host, port)
 
     # -- hooks ------------------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from .config import ModelRouting
+from .zai_errors import KNOWN_CODES
 
 Outcome = Literal["ok", "error", "rejected", "aborted", "passthrough"]
 OUTCOMES: tuple[Outcome, ...] = ("ok", "error", "rejected", "aborted", "passthrough")
@@ -53,7 +54,8 @@ class Stats:
         self.requests[(self.label(model), tier, outcome)] += 1
 
     def upstream_error(self, model: str, code: str | None, status: int) -> None:
-        self.upstream_errors[(self.label(model), code or f"http-{status}")] += 1
+        label = code if code in KNOWN_CODES else f"http-{status}"  # bounded: never a raw code
+        self.upstream_errors[(self.label(model), label)] += 1
 
     def failover(self, from_model: str, to_model: str | None, reason: str) -> None:
         self.failovers += 1

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
 from enum import StrEnum
-from typing import Any
+from typing import Any, Final
 
 BEIJING = timezone(timedelta(hours=8), "UTC+8")
 
@@ -38,6 +38,8 @@ _ACTIONS: dict[str, Action] = {
     "1311": Action.OUT_OF_ROTATION,
     "1309": Action.FATAL,
 }
+
+KNOWN_CODES: Final[frozenset[str]] = frozenset(_ACTIONS)
 
 _REASONS: dict[str, str] = {
     "1302": "concurrency limit (1302)",

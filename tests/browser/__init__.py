@@ -1,0 +1,1 @@
+"""Browser tests: the live dashboard in headless Chromium."""

@@ -1,0 +1,207 @@
+"""The live dashboard in headless Chromium while the simulator and a real mitmdump carry a swarm.
+
+Chromium is Debian's (`/usr/bin/chromium`, or $CHAOS_CHROMIUM; driven by Playwright, nothing
+downloaded). Without it the test is skipped, unless the environment variable CI is set: then it fails.
+Screenshots go to artifacts/; with CHAOS_UPDATE_SCREENSHOT=1 the README's copy is refreshed too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from chaos_mode.catalog import DEFAULT_CATALOG
+from chaos_mode.child import ProxyProcess
+from chaos_mode.sim import SimProcess, SimSettings
+
+pytestmark = pytest.mark.e2e
+
+CHROMIUM = os.environ.get("CHAOS_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
+SCREENSHOT = ARTIFACTS / "dashboard.png"
+SCREENSHOT_DOWN = ARTIFACTS / "dashboard-down.png"
+README_SCREENSHOT = Path(__file__).resolve().parents[2] / "addon" / "chaos_mode" / "static" / "dashboard.png"
+TEST_BUDGET = 150.0  # seconds for the whole test, processes included
+WAIT_MS = 10_000  # one expectation on the page
+
+# Each answer streams for about two seconds: long enough to see, short enough to keep the test quick.
+SIM = SimSettings(latency_ms=1500, token_interval_ms=50, output_tokens=10, reject_delay_ms=200)
+PROXY_CONFIG: dict[str, object] = {"chaosMode": {"enabled": True}, "upstreamHosts": ["127.0.0.1"]}
+TIER_MODELS = {"heavy": "claude-opus-4-1", "medium": "claude-sonnet-4-5", "light": "claude-haiku-4-5"}
+SWARM = ["heavy"] * 6 + ["medium"] * 8 + ["light"] * 6  # 20 requests; heavy has 5 slots while glm-4.7 cools
+
+
+@pytest.fixture
+def chromium() -> str:
+    """Debian's Chromium; skip without it, but fail when CI is set."""
+    if Path(CHROMIUM).is_file() and os.access(CHROMIUM, os.X_OK):
+        return CHROMIUM
+    why = f"{CHROMIUM} not found: install Debian's chromium package (apt-get install chromium)"
+    if os.environ.get("CI"):
+        pytest.fail(why + " — required when CI is set", pytrace=False)
+    pytest.skip(why)
+
+
+try:
+    from playwright.async_api import Page, async_playwright
+except ImportError:  # pragma: no cover - playwright is a test dependency
+    if os.environ.get("CI"):
+        raise
+    pytest.skip("playwright is not installed", allow_module_level=True)
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[SimProcess]:
+    async with SimProcess(SIM) as sim:
+        yield sim
+
+
+@pytest.fixture
+async def proxy(sim: SimProcess) -> AsyncIterator[ProxyProcess]:
+    proxy = ProxyProcess(upstream=sim.base_url, config=PROXY_CONFIG, start_timeout=30.0)
+    async with proxy:
+        yield proxy
+
+
+async def _message(client: httpx.AsyncClient, proxy: ProxyProcess, tier: str) -> int:
+    """One streamed Messages request through the proxy, read to the end; its status."""
+    body = {
+        "model": TIER_MODELS[tier],
+        "max_tokens": 256,
+        "stream": True,
+        "messages": [{"role": "user", "content": f"dashboard test, {tier} request"}],
+    }
+    headers = {"x-api-key": "test-key", "anthropic-version": "2023-06-01"}
+    async with client.stream(
+        "POST", proxy.url + "/api/anthropic/v1/messages", json=body, headers=headers
+    ) as r:
+        async for _ in r.aiter_bytes():
+            pass
+        return r.status_code
+
+
+async def _rows(page: Page) -> dict[str, dict[str, Any]]:
+    """Each model row's hooks: state, in-flight, capacity, cooldown, lit bar segments, texts."""
+    rows: dict[str, dict[str, Any]] = await page.eval_on_selector_all(
+        "tr[data-model]",
+        """rows => Object.fromEntries(rows.map(r => [r.dataset.model, {
+            tier: r.dataset.tier, state: r.dataset.state, inflight: +r.dataset.inflight,
+            capacity: +r.dataset.capacity, cooldown: +r.dataset.cooldown, out: r.dataset.out,
+            lit: r.querySelectorAll('.bar > i.on').length, text: r.innerText}]))""",
+    )
+    return rows
+
+
+SOME_IN_FLIGHT = """() => [...document.querySelectorAll('tr[data-model]')]
+    .some(r => +r.dataset.inflight > 0 && r.querySelectorAll('.bar > i.on').length > 0)"""
+BUSY_SWARM = """() => {
+    const used = +document.getElementById('used').textContent;
+    const waiting = +document.getElementById('queue-waiting').textContent;
+    return used >= 15 && waiting >= 1;
+}"""
+ALL_IDLE = """() => {
+    const rows = [...document.querySelectorAll('tr[data-model]')];
+    return rows.length > 0 && rows.every(r => r.dataset.inflight === '0'
+        && r.querySelectorAll('.bar > i.on').length === 0);
+}"""
+ONE_FAILOVER = """() => document.getElementById('failover-count').textContent === '1'
+    && document.querySelectorAll('#failovers li').length === 1"""
+COOLING = """model => {
+    const r = document.querySelector(`tr[data-model="${model}"]`);
+    return r && r.dataset.state === 'cooling' && +r.dataset.cooldown > 0;
+}"""
+
+
+async def test_dashboard_follows_a_swarm(chromium: str, sim: SimProcess, proxy: ProxyProcess) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    web = f"http://127.0.0.1:{proxy.web_port}/"
+    async with asyncio.timeout(TEST_BUDGET), async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
+        try:
+            context = await browser.new_context(viewport={"width": 1440, "height": 900}, color_scheme="dark")
+            page = await context.new_page()
+            page.set_default_timeout(WAIT_MS)
+            problems: list[str] = []
+            page.on("console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None)
+            page.on("pageerror", lambda e: problems.append(str(e)))
+            await page.goto(web)
+
+            # The rows appear: every model of the catalog, grouped by tier, live.
+            await page.wait_for_selector("#conn-state[data-state='live']")
+            await page.wait_for_function("() => document.querySelectorAll('tr[data-model]').length === 8")
+            rows = await _rows(page)
+            assert list(rows) == list(DEFAULT_CATALOG)
+            for name, (tier, capacity, *_rest) in DEFAULT_CATALOG.items():
+                assert rows[name]["tier"] == tier
+                assert rows[name]["capacity"] == capacity
+                assert (rows[name]["state"], rows[name]["inflight"], rows[name]["lit"]) == ("free", 0, 0)
+            tiers = await page.eval_on_selector_all("tr.tier", "rows => rows.map(r => r.dataset.tier)")
+            assert tiers == ["HEAVY", "MEDIUM", "LIGHT"]
+            assert await page.text_content("#chaos-enabled") == "chaos ON"
+            assert await page.text_content("#strategy") == "least-loaded"
+
+            async with httpx.AsyncClient(timeout=httpx.Timeout(30.0)) as client:
+                # A 1302 on glm-4.7: three heavy requests at once reach each heavy model once; the
+                # one on glm-4.7 fails over and the model cools down for the Retry-After.
+                fault = {"model": "glm-4.7", "code": "1302", "count": 1, "retryAfter": 30}
+                (await client.post(sim.base_url + "/sim/faults", json=fault)).raise_for_status()
+                heavy = await asyncio.gather(*(_message(client, proxy, "heavy") for _ in range(3)))
+                assert heavy == [200, 200, 200]
+                await page.wait_for_function(COOLING, arg="glm-4.7")
+                first = (await _rows(page))["glm-4.7"]
+                assert 0 < first["cooldown"] <= 30
+                assert "cooling" in first["text"] and "1302" in first["text"]
+                await page.wait_for_timeout(1500)
+                later = (await _rows(page))["glm-4.7"]
+                assert later["state"] == "cooling"
+                assert later["cooldown"] < first["cooldown"]  # it counts down
+                await page.wait_for_function(ONE_FAILOVER)
+                assert "glm-4.7 →" in (await page.text_content("#failovers li") or "")
+
+                # The swarm: bars fill while it runs (one heavy request even waits) and empty after.
+                started = time.monotonic()
+                swarm = asyncio.gather(*(_message(client, proxy, tier) for tier in SWARM))
+                try:
+                    await page.wait_for_function(SOME_IN_FLIGHT)
+                    await page.wait_for_function(BUSY_SWARM)
+                    await page.screenshot(path=str(SCREENSHOT), full_page=True)
+                    during = await _rows(page)
+                finally:
+                    statuses = await swarm
+                assert statuses == [200] * len(SWARM)
+                assert time.monotonic() - started < 30
+            assert sum(row["inflight"] for row in during.values()) >= 15
+            for name, row in during.items():
+                assert row["lit"] == min(row["inflight"], row["capacity"]), name
+                assert row["inflight"] <= row["capacity"], name
+            assert during["glm-4.7"]["inflight"] == 0  # cooling: skipped
+            await page.wait_for_function(ALL_IDLE)
+            assert await page.text_content("#used") == "0"
+            assert problems == [], problems  # no script error, no CSP violation
+
+            # The proxy stops: the page says so.
+            await asyncio.to_thread(proxy.stop)
+            await page.wait_for_selector("#conn-state[data-state='down']")
+            assert "not answering" in (await page.text_content("#conn-state") or "")
+            await page.screenshot(path=str(SCREENSHOT_DOWN))
+            if os.environ.get("CHAOS_UPDATE_SCREENSHOT"):
+                shutil.copyfile(SCREENSHOT, README_SCREENSHOT)
+        finally:
+            await browser.close()
