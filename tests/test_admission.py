@@ -14,20 +14,7 @@ from chaos_mode.admission import AdmissionQueue
 from chaos_mode.config import ModelRouting, parse_config
 from chaos_mode.pool import ChaosPool, Selection
 from chaos_mode.zai_errors import UpstreamError, classify_error
-
-
-class FakeClock:
-    """A clock that moves only when told to."""
-
-    def __init__(self, start: float = 1000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
+from fakes import FakeClock
 
 SOLO = {"solo": {"tier": "HEAVY", "maxConcurrency": 1}}
 HEAVY_AND_LIGHT = {"h": {"tier": "HEAVY", "maxConcurrency": 1}, "l": {"tier": "LIGHT", "maxConcurrency": 1}}

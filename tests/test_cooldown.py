@@ -8,20 +8,7 @@ import pytest
 
 from chaos_mode.config import CooldownSettings
 from chaos_mode.cooldown import Block, Cooldowns
-
-
-class FakeClock:
-    """A monotonic clock that moves only when told to."""
-
-    def __init__(self, start: float = 1000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
+from fakes import FakeClock
 
 SETTINGS = CooldownSettings()  # default 5 s, max 60 s, x2 per recent hit, half-life 30 s, pause 300 s
 

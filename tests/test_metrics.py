@@ -22,18 +22,11 @@ from chaos_mode.metrics import KNOWN_CODES, METRICS, ChaosMetrics, code_label
 from chaos_mode.pool import ChaosPool
 from chaos_mode.stats import OUTCOMES, WAIT_BUCKETS, Stats
 from chaos_mode.zai_errors import UpstreamError, classify_error
+from fakes import FakeClock
 
 PACKAGE = Path(chaos_mode.__file__).resolve().parent
 CATALOG = list(DEFAULT_CATALOG)
 WALL_START = datetime(2026, 3, 1, 15, 0, 0, tzinfo=UTC).timestamp()
-
-
-class FakeClock:
-    def __init__(self, start: float) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Harness:

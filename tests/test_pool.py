@@ -15,6 +15,7 @@ from chaos_mode.catalog import REQUEST_TIERS, TIER_RANK, RequestTier
 from chaos_mode.config import ModelRouting, default_config, parse_config
 from chaos_mode.pool import ChaosPool, RequestInfo, Selection, Ticket
 from chaos_mode.zai_errors import Action, UpstreamError, classify_error
+from fakes import FakeClock
 
 HEAVY = ["glm-4.7", "glm-4.6", "glm-4.5-x"]
 MEDIUM = [*HEAVY, "glm-4.5", "glm-4.5-air"]
@@ -32,19 +33,6 @@ CAPS = {
 }
 # 23:00 in Beijing on 2026-03-01: the next Beijing midnight is an hour away.
 WALL_START = datetime(2026, 3, 1, 15, 0, 0, tzinfo=UTC).timestamp()
-
-
-class FakeClock:
-    """A clock that moves only when told to."""
-
-    def __init__(self, start: float = 1000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class Harness:

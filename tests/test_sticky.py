@@ -5,19 +5,7 @@ from __future__ import annotations
 import pytest
 
 from chaos_mode.sticky import StickyMap
-
-
-class FakeClock:
-    """A monotonic clock that moves only when told to."""
-
-    def __init__(self, start: float = 1000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
+from fakes import FakeClock
 
 
 @pytest.fixture
