@@ -35,6 +35,7 @@ log = logging.getLogger("chaos_mode")
 
 META: Final = "chaos"
 MESSAGES_SUFFIX: Final = "/v1/messages"
+CLIENT_DISCONNECTED: Final = "Client disconnected."  # mitmproxy's flow.error.msg when the client left
 CLIENT_POLL_SECONDS: Final = 0.25  # how often a waiting request checks that its client is still there
 UPSTREAM_RETRY_HEADER: Final = "x-upstream-retry-after"  # z.ai's Retry-After, kept on our own 429
 
@@ -418,9 +419,13 @@ class ChaosMode:
         meta = flow.metadata.get(META)
         if meta is None or meta.get("owner") != self._token:
             return
-        self._finish(meta, "aborted")
+        # The client went away (aborted), or the upstream broke the flow under a waiting client (error).
+        client_left = flow.client_conn.state is ConnectionState.CLOSED or (
+            flow.error is not None and flow.error.msg in (CLIENT_DISCONNECTED, flow.error.KILLED_MESSAGE)
+        )
+        self._finish(meta, "aborted" if client_left else "error")
         # A stream the client left may still be counted upstream for a moment: release after a grace.
-        grace = self.config.streams.abort_grace_seconds if flow.response is not None else 0.0
+        grace = self.config.streams.abort_grace_seconds if client_left and flow.response is not None else 0.0
         self._release(meta, grace)
 
     def _release(self, meta: dict[str, Any], grace: float = 0.0) -> None:

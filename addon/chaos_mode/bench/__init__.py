@@ -1,1 +1,2 @@
-"""Benchmarks of chaos mode: the pool's per-request cost (and, later, the swarm benchmark and demo)."""
+"""Benchmarks of chaos mode: the swarm benchmark (`python -m chaos_mode.bench`), the demo
+(`python -m chaos_mode.bench.demo`) and the pool's per-request cost (`pool_bench`)."""

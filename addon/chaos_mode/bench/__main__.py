@@ -1,0 +1,166 @@
+"""`python -m chaos_mode.bench`: the swarm benchmark — baseline vs chaos mode vs the ideal bound, overhead,
+and the pure core's cost; prints a table, writes JSON (`--json`) and an SVG plot (`--svg`)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .overhead import OverheadOptions
+from .plot import render_svg
+from .report import render
+from .run import BenchOptions, run_benchmark, stop_on_sigterm
+from .scenarios import SCENARIOS, parse_scenarios
+from .workload import WorkloadSpec, parse_mix
+
+# name: (full run, --quick); an option given on the command line wins over both.
+_SPEC = WorkloadSpec()
+DEFAULTS: dict[str, tuple[Any, Any]] = {
+    "agents": (_SPEC.agents, 12),
+    "requests": (_SPEC.requests, 2),
+    "mix": (str(_SPEC.mix), "1:2:7"),
+    "latency_ms": (_SPEC.latency_ms, 100.0),
+    "tokens": (_SPEC.output_tokens, 5),
+    "token_interval_ms": (_SPEC.token_interval_ms, 20.0),
+    "jitter": (_SPEC.jitter, 0.5),
+    "reject_delay_ms": (3000.0, 1000.0),
+    "seed": (1, 1),
+    "overhead_rounds": (6, 2),
+    "overhead_requests": (200, 80),
+}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m chaos_mode.bench",
+        description=(
+            "Start the z.ai simulator (the seed's limits) and, per scenario, a fresh mitmdump; run the same "
+            "swarm of streamed Anthropic-Messages requests through each; report makespan, throughput, 429s, "
+            "TTFT, queue wait, per-model share and the gap to the ideal makespan bound; then the addon's "
+            "overhead against plain mitmdump and the pure core's cost."
+        ),
+    )
+    full = {k: v[0] for k, v in DEFAULTS.items()}
+    p.add_argument("--agents", type=int, help=f"concurrent agents (default {full['agents']})")
+    p.add_argument("--requests", type=int, help=f"sequential requests per agent (default {full['requests']})")
+    p.add_argument(
+        "--mix", type=parse_mix, help="heavy:medium:light (opus:sonnet:haiku) weights (default 1:2:7)"
+    )
+    p.add_argument(
+        "--latency-ms", type=float, help=f"mean time to first token (default {full['latency_ms']:g})"
+    )
+    p.add_argument("--tokens", type=int, help=f"mean output tokens per request (default {full['tokens']})")
+    p.add_argument(
+        "--token-interval-ms", type=float, help=f"time between tokens (default {full['token_interval_ms']:g})"
+    )
+    p.add_argument("--jitter", type=float, help="latency and tokens vary uniformly by +-this fraction (0.5)")
+    p.add_argument(
+        "--reject-delay-ms",
+        type=float,
+        help=f"how long the simulator takes to send a 429, as z.ai (default {full['reject_delay_ms']:g})",
+    )
+    p.add_argument(
+        "--retry-after", type=float, help="Retry-After seconds on the simulator's 429s (default: none)"
+    )
+    p.add_argument(
+        "--scenarios",
+        type=parse_scenarios,
+        help=f"comma-separated, in order (default all: {','.join(SCENARIOS)})",
+    )
+    p.add_argument("--seed", type=int, help="workload seed (default 1)")
+    p.add_argument(
+        "--max-attempts", type=int, default=60, help="attempts per request before an agent gives up"
+    )
+    p.add_argument("--json", type=Path, metavar="FILE", help="write the results as JSON")
+    p.add_argument(
+        "--svg", type=Path, metavar="FILE", help="write a plot: makespan vs the ideal, per-model share"
+    )
+    p.add_argument("--quick", action="store_true", help="a small, fast run (smaller swarm, shorter timings)")
+    p.add_argument(
+        "--overhead",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="measure the addon against plain mitmdump (default on)",
+    )
+    p.add_argument("--overhead-rounds", type=int, help="alternating rounds per proxy (default 6)")
+    p.add_argument(
+        "--overhead-requests",
+        type=int,
+        help="small requests per round and proxy (default 200); a quarter as many streams (at least 4)",
+    )
+    p.add_argument(
+        "--pool-bench",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="include the pure core's figure from chaos_mode.bench.pool_bench (default on)",
+    )
+    return p
+
+
+def options_from(args: argparse.Namespace, argv: Sequence[str]) -> BenchOptions:
+    column = 1 if args.quick else 0
+
+    def pick(name: str) -> Any:
+        value = getattr(args, name, None)
+        return DEFAULTS[name][column] if value is None else value
+
+    mix = args.mix if args.mix is not None else parse_mix(DEFAULTS["mix"][column])
+    spec = WorkloadSpec(
+        agents=pick("agents"),
+        requests=pick("requests"),
+        mix=mix,
+        latency_ms=pick("latency_ms"),
+        output_tokens=pick("tokens"),
+        token_interval_ms=pick("token_interval_ms"),
+        jitter=pick("jitter"),
+        seed=pick("seed"),
+    )
+    overhead = None
+    if args.overhead:
+        requests = pick("overhead_requests")
+        rounds = pick("overhead_rounds")
+        overhead = OverheadOptions(rounds=rounds, requests=requests, streams=max(4, requests // 4))
+    return BenchOptions(
+        workload=spec,
+        scenarios=args.scenarios or list(SCENARIOS.values()),
+        reject_delay_ms=pick("reject_delay_ms"),
+        retry_after=args.retry_after,
+        max_attempts=args.max_attempts,
+        overhead=overhead,
+        pool_bench=((2, 1_000) if args.quick else (5, 10_000)) if args.pool_bench else None,
+        command=shlex.join(["python", "-m", "chaos_mode.bench", *argv]),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser().parse_args(argv)
+    options = options_from(args, argv)
+
+    def log(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    try:
+        doc = asyncio.run(stop_on_sigterm(run_benchmark(options, log)))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        log("stopped")
+        return 130
+    print(render(doc))
+    if args.json:
+        args.json.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+        log(f"wrote {args.json}")
+    if args.svg:
+        args.svg.write_text(render_svg(doc), encoding="utf-8")
+        log(f"wrote {args.svg}")
+    failed = any(not ok for s in doc["scenarios"] for ok in s["checks"].values())
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

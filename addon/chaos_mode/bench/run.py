@@ -1,0 +1,251 @@
+"""Run the whole benchmark: one simulator, a fresh mitmdump per scenario, the same swarm, then overhead
+and the pure-core figure. Returns one JSON-ready document (see `report.py` for its table)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import os
+import platform
+import signal
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from chaos_mode.child import ProxyProcess
+from chaos_mode.config import parse_config
+from chaos_mode.sim import SimProcess, SimSettings, default_limits
+
+from .figures import add_speedups, summarize
+from .ideal import (
+    FORMULA,
+    LowerBound,
+    fair_queue_makespan,
+    headline_terms,
+    makespan_lower_bound,
+    slots_by_tier,
+)
+from .overhead import OverheadOptions, measure_overhead
+from .scenarios import SCENARIOS, Scenario
+from .swarm import SwarmOptions, SwarmProgress, run_swarm
+from .workload import ZAI_DEFAULT_MODELS, Workload, WorkloadSpec, make_workload
+
+Log = Callable[[str], None]
+
+
+async def stop_on_sigterm[T](coro: Coroutine[Any, Any, T]) -> T:
+    """Run `coro`; SIGTERM cancels it like Ctrl-C does, so the child processes are stopped on the way out."""
+    task = asyncio.ensure_future(coro)
+    loop = asyncio.get_running_loop()
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+        loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    try:
+        return await task
+    finally:
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.remove_signal_handler(signal.SIGTERM)
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    workload: WorkloadSpec = field(default_factory=WorkloadSpec)
+    scenarios: Sequence[Scenario] = field(default_factory=lambda: list(SCENARIOS.values()))
+    reject_delay_ms: float = 3000.0  # z.ai takes 3-6 s to answer with a 429
+    retry_after: float | None = None  # Retry-After on the simulator's 429s (z.ai often sends none)
+    max_attempts: int = 60
+    overhead: OverheadOptions | None = field(default_factory=OverheadOptions)
+    pool_bench: tuple[int, int] | None = (5, 10_000)  # (repeats, number) for run_pool_bench
+    command: str = ""
+
+
+def sim_settings(options: BenchOptions) -> SimSettings:
+    spec = options.workload
+    return SimSettings(
+        latency_ms=spec.latency_ms,
+        token_interval_ms=spec.token_interval_ms,
+        output_tokens=spec.output_tokens,
+        reject_delay_ms=options.reject_delay_ms,
+        retry_after=options.retry_after,
+        limits=default_limits(),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Ideal:
+    """The references a scenario is measured against, for chaos mode's slots and the baseline mapping's."""
+
+    bound: LowerBound  # LB over the slots the catalog's floors allow
+    fair_queue: float  # an idealized zero-overhead fair queue on those slots
+    baseline_bound: LowerBound  # LB when every tier is pinned to z.ai's default model
+    baseline_fair_queue: float
+
+    def doc(self) -> dict[str, Any]:
+        return {
+            "formula": FORMULA,
+            **bound_doc(self.bound),
+            "fairQueueSeconds": round(self.fair_queue, 3),
+            "baselineMapping": {
+                **bound_doc(self.baseline_bound),
+                "fairQueueSeconds": round(self.baseline_fair_queue, 3),
+            },
+        }
+
+
+def ideal_for(workload: Workload) -> Ideal:
+    """LB and the fair-queue reference for chaos mode (the seed's catalog) and for the baseline mapping."""
+    eligible, capacity, account = slots_by_tier(
+        parse_config({"modelRouting": SCENARIOS["least-loaded"].config()})
+    )
+    pinned = {tier: [model] for tier, model in ZAI_DEFAULT_MODELS.items()}
+    work, agents = workload.work_by_tier(), workload.work_by_agent()
+    jobs = [[(r.tier, r.service_seconds) for r in agent] for agent in workload.agents]
+    return Ideal(
+        bound=makespan_lower_bound(work, eligible, capacity, agents, account),
+        fair_queue=fair_queue_makespan(jobs, eligible, capacity, account),
+        baseline_bound=makespan_lower_bound(work, pinned, capacity, agents, account),
+        baseline_fair_queue=fair_queue_makespan(jobs, pinned, capacity, account),
+    )
+
+
+async def _get_json(url: str) -> Any:
+    async with httpx.AsyncClient(timeout=10.0) as client:
+        response = await client.get(url)
+        response.raise_for_status()
+        return response.json()
+
+
+async def reset_sim(sim_url: str) -> None:
+    async with httpx.AsyncClient(timeout=10.0) as client:
+        (await client.post(sim_url + "/sim/reset")).raise_for_status()
+
+
+def start_proxy(sim_url: str, scenario: Scenario) -> ProxyProcess:
+    return ProxyProcess(upstream=sim_url, config=scenario.config())
+
+
+async def measure_scenario(
+    scenario: Scenario,
+    workload: Workload,
+    sim_url: str,
+    proxy: ProxyProcess,
+    ideal: Ideal,
+    *,
+    max_attempts: int = 60,
+    progress: SwarmProgress | None = None,
+) -> dict[str, Any]:
+    """One swarm through an already started proxy; the simulator's counters are reset first."""
+    await reset_sim(sim_url)
+    swarm = SwarmOptions(models=scenario.models, max_attempts=max_attempts, seed=workload.spec.seed)
+    records, makespan = await run_swarm(proxy.url, workload, swarm, progress)
+    status = await _get_json(proxy.status_url) if proxy.addon else None
+    sim_stats = await _get_json(sim_url + "/sim/stats")
+    summary = summarize(
+        scenario.name, scenario.description, records, makespan, sim_stats, status, ideal.bound
+    )
+    summary["vsFairQueue"] = round(makespan / ideal.fair_queue, 3) if ideal.fair_queue > 0 else None
+    return summary
+
+
+async def run_scenario(
+    scenario: Scenario, workload: Workload, sim_url: str, ideal: Ideal, *, max_attempts: int = 60
+) -> dict[str, Any]:
+    async with start_proxy(sim_url, scenario) as proxy:
+        return await measure_scenario(scenario, workload, sim_url, proxy, ideal, max_attempts=max_attempts)
+
+
+def pool_bench_section(repeats: int, number: int) -> dict[str, Any]:
+    """The pure core's select+acquire+release cost, from `pool_bench` when it is there."""
+    try:
+        from chaos_mode.bench.pool_bench import run_pool_bench
+    except ImportError as exc:
+        return {"skipped": f"chaos_mode.bench.pool_bench is not available ({exc})"}
+    rows = run_pool_bench(repeats, number)
+    return {"repeats": repeats, "number": number, "rows": rows}
+
+
+def workload_doc(workload: Workload, options: BenchOptions) -> dict[str, Any]:
+    spec = workload.spec
+    return {
+        "agents": spec.agents,
+        "requestsPerAgent": spec.requests,
+        "requests": workload.size,
+        "mix": str(spec.mix),
+        "latencyMs": spec.latency_ms,
+        "outputTokens": spec.output_tokens,
+        "tokenIntervalMs": spec.token_interval_ms,
+        "jitter": spec.jitter,
+        "seed": spec.seed,
+        "rejectDelayMs": options.reject_delay_ms,
+        "retryAfter": options.retry_after,
+        "tierCounts": workload.tier_counts(),
+        "workSeconds": {t: round(w, 3) for t, w in workload.work_by_tier().items()},
+        "meanServiceSeconds": round(sum(workload.work_by_tier().values()) / workload.size, 3),
+    }
+
+
+def _machine() -> dict[str, Any]:
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "loadavg": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
+    }
+
+
+def bound_doc(bound: LowerBound) -> dict[str, Any]:
+    return {
+        "seconds": round(bound.seconds, 3),
+        "binding": bound.binding,
+        "terms": {k: round(v, 3) for k, v in headline_terms(bound).items()},
+        "slots": bound.slots,
+    }
+
+
+async def run_benchmark(options: BenchOptions, log: Log = lambda _: None) -> dict[str, Any]:
+    """Everything, in one run; `log` gets a line per step."""
+    workload = make_workload(options.workload)
+    ideal = ideal_for(workload)
+    doc: dict[str, Any] = {
+        "benchmark": "chaos-mode swarm",
+        "version": 1,
+        "startedAt": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "command": options.command,
+        "machine": _machine(),
+        "workload": workload_doc(workload, options),
+        "ideal": ideal.doc(),
+    }
+    log(
+        f"workload: {workload.size} requests ({options.workload.agents} agents x "
+        f"{options.workload.requests}), mix {options.workload.mix}, "
+        f"ideal makespan >= {doc['ideal']['seconds']:.2f} s ({ideal.bound.binding}), "
+        f"fair-queue reference {doc['ideal']['fairQueueSeconds']:.2f} s"
+    )
+    scenarios: list[dict[str, Any]] = []
+    async with SimProcess(sim_settings(options)) as sim:
+        for scenario in options.scenarios:
+            log(f"scenario {scenario.name}: {scenario.description}")
+            result = await run_scenario(
+                scenario, workload, sim.base_url, ideal, max_attempts=options.max_attempts
+            )
+            log(
+                f"  makespan {result['makespanSeconds']:.2f} s, {result['requestsPerSecond']} req/s, "
+                f"{result['client429']} client 429s, {result['upstream429']} upstream 429s"
+            )
+            scenarios.append(result)
+        add_speedups(scenarios)
+        doc["scenarios"] = scenarios
+        if options.overhead is not None:
+            log("overhead: addon vs plain mitmdump")
+            doc["overhead"] = await measure_overhead(sim.base_url, options.overhead, log)
+        else:
+            doc["overhead"] = None
+    if options.pool_bench is not None:
+        log("pure core: pool_bench")
+        doc["poolBench"] = await asyncio.to_thread(pool_bench_section, *options.pool_bench)
+    else:
+        doc["poolBench"] = None
+    doc["finishedAt"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    return doc

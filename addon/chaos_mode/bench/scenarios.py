@@ -1,0 +1,71 @@
+"""The benchmark's scenarios: today's z.ai mapping (chaos off), and chaos mode's variants."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from chaos_mode.catalog import RequestTier
+from chaos_mode.config import StrategyName
+
+from .workload import CLAUDE_MODELS, ZAI_DEFAULT_MODELS
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    description: str
+    chaos: bool
+    strategy: StrategyName = "least-loaded"
+    sticky: bool = False
+
+    @property
+    def models(self) -> dict[RequestTier, str]:
+        """What the agents send: Claude's names through chaos mode, z.ai's default mapping without it."""
+        return dict(CLAUDE_MODELS if self.chaos else ZAI_DEFAULT_MODELS)
+
+    def config(self, upstream_host: str = "127.0.0.1") -> dict[str, object]:
+        """The `modelRouting` mapping for the proxy (the seed's catalog, the simulator as upstream)."""
+        return {
+            "chaosMode": {
+                "enabled": self.chaos,
+                "strategy": self.strategy,
+                "stickyConversations": self.sticky,
+            },
+            "upstreamHosts": [upstream_host],
+        }
+
+
+SCENARIOS: Final[dict[str, Scenario]] = {
+    s.name: s
+    for s in (
+        Scenario(
+            "baseline",
+            "chaos off; opus/sonnet -> glm-4.7, haiku -> glm-4.5-air (z.ai's default mapping)",
+            chaos=False,
+        ),
+        Scenario("least-loaded", "chaos on, least-loaded", chaos=True, strategy="least-loaded"),
+        Scenario("round-robin", "chaos on, round-robin", chaos=True, strategy="round-robin"),
+        Scenario("weighted-random", "chaos on, weighted-random", chaos=True, strategy="weighted-random"),
+        Scenario(
+            "sticky",
+            "chaos on, least-loaded, stickyConversations (one session id per agent)",
+            chaos=True,
+            strategy="least-loaded",
+            sticky=True,
+        ),
+    )
+}
+
+
+def parse_scenarios(text: str) -> list[Scenario]:
+    """A comma-separated list of scenario names ("all" = every one), in the order given."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if names == ["all"]:
+        return list(SCENARIOS.values())
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown or not names:
+        raise ValueError(
+            f"unknown scenario(s) {', '.join(unknown) or '(none)'}; known: {', '.join(SCENARIOS)}"
+        )
+    return [SCENARIOS[n] for n in names]

@@ -1,0 +1,237 @@
+"""A swarm of simulated coding agents: each sends its requests one after another, streamed, like Claude Code.
+
+On a 429 an agent waits as Claude Code does (the Anthropic SDK's policy): `Retry-After` when given (at most
+60 s), else exponential back-off 0.5 s × 2^n capped at 8 s, minus up to 25 % jitter; then it sends again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import httpx
+
+from chaos_mode.catalog import RequestTier
+
+from .workload import Request, Workload
+
+MESSAGES_PATH = "/api/anthropic/v1/messages"
+SESSION_HEADER = "x-claude-code-session-id"
+MAX_RETRY_AFTER = 60.0
+DELTA = b"event: content_block_delta"
+STOP = b"event: message_stop"
+
+
+def retry_delay(
+    failures: int, retry_after: str | None, rng: random.Random, now: float | None = None
+) -> float:
+    """Seconds to wait before the next attempt, after `failures` failed ones (>= 1)."""
+    if retry_after:
+        seconds = parse_retry_after(retry_after, time.time() if now is None else now)
+        if seconds is not None:
+            return min(seconds, MAX_RETRY_AFTER)
+    return min(0.5 * 2.0 ** (failures - 1), 8.0) * (1 - 0.25 * rng.random())
+
+
+def parse_retry_after(value: str, now: float) -> float | None:
+    """`Retry-After` as seconds (a number or an HTTP date); None when unreadable."""
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - now)
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """What the client saw of one workload request. Times are seconds since the swarm started."""
+
+    agent: int
+    index: int
+    tier: RequestTier
+    sent_model: str
+    sent: float  # first attempt
+    attempts: int = 0
+    client_429: int = 0
+    other_errors: int = 0
+    served_model: str | None = None
+    last_sent: float | None = None  # the attempt that succeeded
+    headers: float | None = None  # its 200 response headers
+    first_token: float | None = None  # its first content_block_delta
+    done: float | None = None
+    ok: bool = False
+
+    @property
+    def ttft(self) -> float | None:
+        """First send to first token, retries included."""
+        return None if self.first_token is None else self.first_token - self.sent
+
+    @property
+    def wait(self) -> float | None:
+        """First send to the 200's headers: the time before service began, retries included.
+
+        Through chaos mode this is queue wait + proxy overhead (the simulator sends headers as soon as it
+        admits); in the baseline it is the time lost to 429s and back-off.
+        """
+        return None if self.headers is None else self.headers - self.sent
+
+    @property
+    def wait_last_attempt(self) -> float | None:
+        """Send of the successful attempt to its headers (the addon's queue wait, without 429s)."""
+        if self.headers is None or self.last_sent is None:
+            return None
+        return self.headers - self.last_sent
+
+
+@dataclass
+class SwarmProgress:
+    """Live counters for a progress line; updated in place while the swarm runs."""
+
+    total: int = 0
+    done: int = 0
+    failed: int = 0
+    in_flight: int = 0
+    client_429: int = 0
+    started: float = field(default_factory=time.perf_counter)
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+
+@dataclass(frozen=True, slots=True)
+class SwarmOptions:
+    models: Mapping[RequestTier, str]  # tier -> the model name the agents send
+    max_attempts: int = 60
+    seed: int = 1
+    timeout: float = 180.0
+
+
+def _body(request: Request, model: str) -> dict[str, object]:
+    prompt = (
+        f"agent {request.agent}, step {request.index}: continue the refactoring of module {request.agent}"
+    )
+    return {
+        "model": model,
+        "max_tokens": 1024,
+        "stream": True,
+        "system": f"You are coding agent {request.agent} of a swarm.",
+        "messages": [{"role": "user", "content": prompt}],
+    }
+
+
+def _headers(request: Request) -> dict[str, str]:
+    return {
+        "x-api-key": "bench-key",
+        "anthropic-version": "2023-06-01",
+        SESSION_HEADER: f"bench-agent-{request.agent}",
+        "x-sim-latency-ms": f"{request.latency_ms:g}",
+        "x-sim-output-tokens": str(request.output_tokens),
+        "x-sim-token-interval-ms": f"{request.token_interval_ms:g}",
+    }
+
+
+async def _one(
+    client: httpx.AsyncClient,
+    request: Request,
+    options: SwarmOptions,
+    rng: random.Random,
+    start: float,
+    progress: SwarmProgress,
+) -> RequestRecord:
+    model = options.models[request.tier]
+    clock = time.perf_counter
+    record = RequestRecord(request.agent, request.index, request.tier, model, sent=clock() - start)
+    body, headers = _body(request, model), _headers(request)
+    failures = 0
+    while record.attempts < options.max_attempts:
+        record.attempts += 1
+        sent = clock() - start
+        retry_after: str | None = None
+        progress.in_flight += 1
+        try:
+            async with client.stream("POST", MESSAGES_PATH, json=body, headers=headers) as response:
+                at_headers = clock() - start
+                if response.status_code == 200:
+                    first: float | None = None
+                    window = b""
+                    async for chunk in response.aiter_raw():
+                        window = window[-128:] + chunk
+                        if first is None and DELTA in window:
+                            first = clock() - start
+                    if STOP in window:
+                        record.ok = True
+                        record.served_model = response.headers.get("x-sim-served-model")
+                        record.last_sent, record.headers, record.first_token = sent, at_headers, first
+                        record.done = clock() - start
+                        return record
+                    record.other_errors += 1  # a stream that ended without message_stop
+                else:
+                    await response.aread()
+                    retry_after = response.headers.get("retry-after")
+                    if response.status_code == 429:
+                        record.client_429 += 1
+                        progress.client_429 += 1
+                    else:
+                        record.other_errors += 1
+        except httpx.HTTPError:
+            record.other_errors += 1
+        finally:
+            progress.in_flight -= 1
+        failures += 1
+        await asyncio.sleep(retry_delay(failures, retry_after, rng))
+    record.done = clock() - start
+    return record
+
+
+async def _agent(
+    client: httpx.AsyncClient,
+    requests: tuple[Request, ...],
+    options: SwarmOptions,
+    start: float,
+    progress: SwarmProgress,
+) -> list[RequestRecord]:
+    rng = random.Random(f"{options.seed}/{requests[0].agent if requests else 0}")
+    records = []
+    for request in requests:
+        record = await _one(client, request, options, rng, start, progress)
+        records.append(record)
+        if record.ok:
+            progress.done += 1
+        else:
+            progress.failed += 1
+    return records
+
+
+async def run_swarm(
+    base_url: str,
+    workload: Workload,
+    options: SwarmOptions,
+    progress: SwarmProgress | None = None,
+    on_start: Callable[[], None] | None = None,
+) -> tuple[list[RequestRecord], float]:
+    """Run every agent at once against `base_url`; returns the records and the makespan in seconds."""
+    progress = progress if progress is not None else SwarmProgress()
+    progress.total = workload.size
+    connections = len(workload.agents) + 8
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+    timeout = httpx.Timeout(options.timeout, connect=10.0)
+    async with httpx.AsyncClient(base_url=base_url, limits=limits, timeout=timeout) as client:
+        if on_start is not None:
+            on_start()
+        start = time.perf_counter()
+        progress.started = start
+        results = await asyncio.gather(
+            *(_agent(client, agent, options, start, progress) for agent in workload.agents)
+        )
+        makespan = time.perf_counter() - start
+    records = [record for agent in results for record in agent]
+    return records, makespan

@@ -1,0 +1,246 @@
+"""Helpers of the end-to-end tests: streamed clients that time every delta, sim and status control."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import anthropic
+import httpx
+from anthropic.types import MessageParam
+
+from chaos_mode.child import ProxyProcess
+from chaos_mode.sim import SimProcess
+from chaos_mode.sim.server import token_text
+
+HEAVY = frozenset({"glm-4.7", "glm-4.6", "glm-4.5-x"})
+MEDIUM = frozenset({"glm-4.5", "glm-4.5-air"})
+LIGHT = frozenset({"glm-4.7-flashx", "glm-4.7-flash", "glm-4.5-flash"})
+
+OPUS = "claude-opus-4-5"
+SONNET = "claude-sonnet-4-5"
+HAIKU = "claude-3-5-haiku-latest"
+# The models each incoming name may be served by: its quality floor and everything above it.
+FLOOR: dict[str, frozenset[str]] = {OPUS: HEAVY, SONNET: HEAVY | MEDIUM, HAIKU: HEAVY | MEDIUM | LIGHT}
+
+MESSAGES: list[MessageParam] = [{"role": "user", "content": "Say something about chaos mode."}]
+CLIENT_TIMEOUT = 20.0  # seconds; every client call is bounded
+POLL_SECONDS = 0.05
+
+
+def routing(**overrides: Any) -> dict[str, Any]:
+    """A modelRouting block for the simulator on loopback, chaos mode on, with `overrides` on top."""
+    base: dict[str, Any] = {"upstreamHosts": ["127.0.0.1"], "chaosMode": {"enabled": True}}
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            base[key] = {**base[key], **value}
+        else:
+            base[key] = value
+    return base
+
+
+def sim_headers(*, latency_ms: float, tokens: int, interval_ms: float) -> dict[str, str]:
+    """Per-request timings for the simulator."""
+    return {
+        "x-sim-latency-ms": f"{latency_ms:g}",
+        "x-sim-output-tokens": str(tokens),
+        "x-sim-token-interval-ms": f"{interval_ms:g}",
+    }
+
+
+def expected_text(tokens: int) -> str:
+    return "".join(token_text(i) for i in range(tokens))
+
+
+@dataclass
+class Result:
+    """What one client saw of one request."""
+
+    requested: str
+    status: int | None = None
+    served: str | None = None  # message_start's model
+    header_served: str | None = None  # the simulator's x-sim-served-model header
+    deltas: list[float] = field(default_factory=list)  # client-side arrival time of every text delta
+    text: str = ""
+    stop_reason: str | None = None
+    output_tokens: int | None = None
+    complete: bool = False  # message_stop seen (SSE) / final message parsed (SDK)
+    aborted: bool = False
+    headers: dict[str, str] = field(default_factory=dict)
+    body: Any = None  # the JSON body of a non-streamed (error) answer
+    error: str | None = None
+
+    @property
+    def delta_span(self) -> float:
+        return self.deltas[-1] - self.deltas[0] if len(self.deltas) >= 2 else 0.0
+
+
+async def sdk_stream(
+    client: anthropic.AsyncAnthropic,
+    model: str,
+    *,
+    headers: Mapping[str, str],
+    abort_after_first: bool = False,
+) -> Result:
+    """One `messages.stream` call through the official SDK; leaves early after one delta if asked."""
+    result = Result(model)
+    try:
+        async with client.messages.stream(
+            model=model, max_tokens=256, messages=MESSAGES, extra_headers=dict(headers)
+        ) as stream:
+            result.status = stream.response.status_code
+            result.headers = dict(stream.response.headers)
+            result.header_served = stream.response.headers.get("x-sim-served-model")
+            async for event in stream:
+                if event.type == "message_start":
+                    result.served = event.message.model
+                elif event.type == "text":
+                    result.deltas.append(time.monotonic())
+                    if abort_after_first:
+                        result.aborted = True
+                        return result  # leaving the context closes the connection mid-stream
+            message = await stream.get_final_message()
+            result.text = "".join(block.text for block in message.content if block.type == "text")
+            result.stop_reason = message.stop_reason
+            result.output_tokens = message.usage.output_tokens
+            result.complete = True
+    except anthropic.APIStatusError as exc:
+        result.status = exc.status_code
+        result.headers = dict(exc.response.headers)
+        result.body = exc.body
+        result.error = f"{type(exc).__name__}: {exc}"
+    except anthropic.APIError as exc:
+        result.error = f"{type(exc).__name__}: {exc}"
+    return result
+
+
+async def httpx_stream(
+    client: httpx.AsyncClient,
+    url: str,
+    model: str,
+    *,
+    headers: Mapping[str, str],
+    abort_after_first: bool = False,
+    stream: bool = True,
+) -> Result:
+    """One POST /v1/messages with httpx, reading the SSE answer line by line as it arrives."""
+    result = Result(model)
+    body = {"model": model, "max_tokens": 256, "stream": stream, "messages": MESSAGES}
+    all_headers = {"x-api-key": "sk-test-e2e", "anthropic-version": "2023-06-01", **headers}
+    try:
+        async with client.stream("POST", url, json=body, headers=all_headers) as response:
+            result.status = response.status_code
+            result.headers = dict(response.headers)
+            result.header_served = response.headers.get("x-sim-served-model")
+            if "text/event-stream" not in response.headers.get("content-type", ""):
+                raw = await response.aread()
+                try:
+                    result.body = json.loads(raw)
+                except ValueError:
+                    result.body = raw.decode(errors="replace")
+                return result
+            async for line in response.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = json.loads(line[5:])
+                kind = data.get("type")
+                if kind == "message_start":
+                    result.served = data["message"]["model"]
+                elif kind == "content_block_delta" and data["delta"].get("type") == "text_delta":
+                    result.deltas.append(time.monotonic())
+                    result.text += data["delta"]["text"]
+                    if abort_after_first:
+                        result.aborted = True
+                        return result  # leaving the context closes the connection mid-stream
+                elif kind == "message_delta":
+                    result.stop_reason = data["delta"].get("stop_reason")
+                    result.output_tokens = data.get("usage", {}).get("output_tokens")
+                elif kind == "message_stop":
+                    result.complete = True
+    except httpx.HTTPError as exc:
+        result.error = f"{type(exc).__name__}: {exc}"
+    return result
+
+
+class Sim:
+    """Control of a simulator process through its /sim/* endpoints."""
+
+    def __init__(self, process: SimProcess, client: httpx.AsyncClient) -> None:
+        self.process = process
+        self.client = client
+
+    @property
+    def base_url(self) -> str:
+        return self.process.base_url
+
+    @property
+    def messages_url(self) -> str:
+        return self.process.anthropic_base_url + "/v1/messages"
+
+    async def stats(self) -> dict[str, Any]:
+        response = await self.client.get(self.base_url + "/sim/stats")
+        response.raise_for_status()
+        stats: dict[str, Any] = response.json()
+        return stats
+
+    async def reset(self) -> None:
+        (await self.client.post(self.base_url + "/sim/reset")).raise_for_status()
+
+    async def add_faults(self, *faults: dict[str, Any]) -> None:
+        (await self.client.post(self.base_url + "/sim/faults", json=list(faults))).raise_for_status()
+
+    async def wait_idle(self, timeout: float = 5.0) -> dict[str, Any]:
+        """Stats once no request holds a slot any more (streams of aborted clients included)."""
+        return await poll(self.stats, lambda s: s["account"]["inFlight"] == 0, timeout)
+
+    async def rejections(self) -> dict[str, dict[str, int]]:
+        """{model: {code: count}} of every model that rejected something."""
+        stats = await self.stats()
+        return {name: m["rejected"] for name, m in stats["models"].items() if m["rejected"]}
+
+
+async def status(client: httpx.AsyncClient, proxy: ProxyProcess) -> dict[str, Any]:
+    response = await client.get(proxy.status_url)
+    response.raise_for_status()
+    document: dict[str, Any] = response.json()
+    return document
+
+
+def idle(document: dict[str, Any]) -> bool:
+    """No slot held and nobody waiting, by the addon's own account."""
+    models = document["modelDistribution"].values()
+    return (
+        document["usedCapacity"] == 0
+        and all(m["inFlight"] == 0 for m in models)
+        and document["queue"]["waiting"] == 0
+    )
+
+
+async def wait_status_idle(
+    client: httpx.AsyncClient, proxy: ProxyProcess, timeout: float = 5.0
+) -> dict[str, Any]:
+    return await poll(lambda: status(client, proxy), idle, timeout)
+
+
+async def poll[T](
+    fetch: Callable[[], Awaitable[T]],
+    done: Callable[[T], bool],
+    timeout: float,
+    interval: float = POLL_SECONDS,
+) -> T:
+    """Call `fetch` until `done(value)`; return the last value (done or not) after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await fetch()
+        if done(value) or time.monotonic() >= deadline:
+            return value
+        await asyncio.sleep(interval)
+
+
+def outcome_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, int]:
+    """How each request outcome counter of /api/status moved between two snapshots."""
+    return {key: after["requests"][key] - before["requests"].get(key, 0) for key in after["requests"]}

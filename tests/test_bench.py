@@ -1,0 +1,298 @@
+"""The swarm benchmark's harness: the ideal bound, the retry policy, the figures, a short real run."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chaos_mode.bench.figures import percentile, summarize
+from chaos_mode.bench.ideal import fair_queue_makespan, makespan_lower_bound, slots_by_tier
+from chaos_mode.bench.plot import render_svg
+from chaos_mode.bench.report import render
+from chaos_mode.bench.scenarios import SCENARIOS, parse_scenarios
+from chaos_mode.bench.swarm import RequestRecord, retry_delay
+from chaos_mode.bench.workload import Mix, Request, WorkloadSpec, make_workload, parse_mix
+from chaos_mode.config import default_config
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# The seed's catalog: heavy 3+3+2 = 8 slots, medium adds 10+5 = 23, light adds 3+1+1 = 28.
+CAPACITY = {
+    "glm-4.7": 3,
+    "glm-4.6": 3,
+    "glm-4.5-x": 2,
+    "glm-4.5": 10,
+    "glm-4.5-air": 5,
+    "glm-4.7-flashx": 3,
+    "glm-4.7-flash": 1,
+    "glm-4.5-flash": 1,
+}
+HEAVY = ["glm-4.7", "glm-4.6", "glm-4.5-x"]
+MEDIUM = [*HEAVY, "glm-4.5", "glm-4.5-air"]
+ELIGIBLE = {"heavy": HEAVY, "medium": MEDIUM, "light": list(CAPACITY)}
+
+
+# -- the ideal bound ----------------------------------------------------------------------------------
+
+
+def test_slots_come_from_the_configs_eligible_models() -> None:
+    eligible, capacity, account = slots_by_tier(default_config())
+    assert {tier: sum(capacity[m] for m in models) for tier, models in eligible.items()} == {
+        "heavy": 8,
+        "medium": 23,
+        "light": 28,
+    }
+    assert account == 28
+
+
+def test_lower_bound_by_hand_heavy_slots_bind() -> None:
+    # W_heavy = 24 s on 8 slots = 3.0; (24 + 22) / 23 = 2.0; (24 + 22 + 10) / 28 = 2.0; agents at most 2.5.
+    bound = makespan_lower_bound(
+        {"heavy": 24.0, "medium": 22.0, "light": 10.0}, ELIGIBLE, CAPACITY, [2.5, 1.0, 2.0], 28
+    )
+    assert bound.seconds == pytest.approx(3.0)
+    assert bound.binding == "heavy"
+    assert bound.terms["heavy+medium"] == pytest.approx(2.0)
+    assert bound.terms["heavy+medium+light"] == pytest.approx(2.0)
+    assert bound.slots["heavy"] == 8 and bound.slots["heavy+medium"] == 23
+    assert bound.slots["heavy+medium+light"] == 28
+
+
+def test_lower_bound_by_hand_all_slots_and_agents_bind() -> None:
+    # W_all = 2 + 21 + 61 = 84 s on 28 slots = 3.0 > 23/23 = 1.0 > 2/8 = 0.25.
+    work = {"heavy": 2.0, "medium": 21.0, "light": 61.0}
+    bound = makespan_lower_bound(work, ELIGIBLE, CAPACITY, [2.9], 28)
+    assert (bound.seconds, bound.binding) == (pytest.approx(3.0), "heavy+medium+light")
+    # One agent's sequential requests add up to more than that: the agent term binds.
+    bound = makespan_lower_bound(work, ELIGIBLE, CAPACITY, [1.0, 4.5, 2.0], 28)
+    assert (bound.seconds, bound.binding) == (pytest.approx(4.5), "agent 1")
+    # An account limit below the catalog's sum shrinks S_all.
+    bound = makespan_lower_bound(work, ELIGIBLE, CAPACITY, [], 21)
+    assert bound.seconds == pytest.approx(84.0 / 21)
+
+
+def test_lower_bound_of_the_baseline_mapping() -> None:
+    # opus and sonnet pinned to glm-4.7 (3 slots), haiku to glm-4.5-air (5 slots).
+    pinned = {"heavy": ["glm-4.7"], "medium": ["glm-4.7"], "light": ["glm-4.5-air"]}
+    bound = makespan_lower_bound({"heavy": 3.0, "medium": 6.0, "light": 10.0}, pinned, CAPACITY)
+    assert bound.terms["heavy+medium"] == pytest.approx(9.0 / 3)
+    assert bound.terms["light"] == pytest.approx(10.0 / 5)
+    assert bound.terms["heavy+medium+light"] == pytest.approx(19.0 / 8)
+    assert (bound.seconds, bound.binding) == (pytest.approx(3.0), "heavy+medium")
+
+
+def test_lower_bound_refuses_work_without_slots() -> None:
+    with pytest.raises(ValueError, match="no slot"):
+        makespan_lower_bound({"heavy": 1.0}, {"heavy": []}, CAPACITY)
+
+
+def test_fair_queue_by_hand() -> None:
+    one = {"m": 1}
+    # Two agents, one slot: their 1 s requests run one after the other.
+    assert fair_queue_makespan([[("light", 1.0)], [("light", 1.0)]], {"light": ["m"]}, one) == 2.0
+    # Two slots: side by side; an agent's own requests stay sequential.
+    two = {"m": 2}
+    assert (
+        fair_queue_makespan([[("light", 1.0), ("light", 0.5)], [("light", 1.0)]], {"light": ["m"]}, two)
+        == 1.5
+    )
+    # A heavy request may not use the light model; a light one waiting behind it still starts at once.
+    eligible = {"heavy": ["h"], "light": ["h", "l"]}
+    jobs = [[("heavy", 1.0)], [("heavy", 1.0)], [("light", 1.0)]]
+    assert fair_queue_makespan(jobs, eligible, {"h": 1, "l": 1}) == 2.0
+
+
+def test_fair_queue_is_never_below_the_bound() -> None:
+    workload = make_workload(WorkloadSpec(agents=40, requests=3, seed=7))
+    eligible, capacity, account = slots_by_tier(default_config())
+    jobs = [[(r.tier, r.service_seconds) for r in agent] for agent in workload.agents]
+    bound = makespan_lower_bound(
+        workload.work_by_tier(), eligible, capacity, workload.work_by_agent(), account
+    )
+    assert fair_queue_makespan(jobs, eligible, capacity, account) >= bound.seconds - 1e-9
+
+
+# -- the workload and the client ----------------------------------------------------------------------
+
+
+def test_service_time_is_what_the_simulator_holds_a_slot_for() -> None:
+    # First token after the latency, then one every interval: 100 + 4 x 10 ms.
+    assert Request(0, 0, "light", 100.0, 5, 10.0).service_seconds == pytest.approx(0.14)
+    assert Request(0, 0, "light", 100.0, 0, 10.0).service_seconds == pytest.approx(0.1)
+
+
+def test_workload_is_seeded_and_follows_the_mix() -> None:
+    spec = WorkloadSpec(agents=50, requests=20, mix=Mix(1, 2, 7), seed=3)
+    assert make_workload(spec) == make_workload(spec)
+    assert make_workload(spec) != make_workload(WorkloadSpec(agents=50, requests=20, seed=4))
+    counts = make_workload(spec).tier_counts()
+    assert sum(counts.values()) == 1000
+    assert 0.05 < counts["heavy"] / 1000 < 0.15 and 0.6 < counts["light"] / 1000 < 0.8
+    only_heavy = make_workload(WorkloadSpec(agents=3, requests=3, mix=Mix(1, 0, 0)))
+    assert only_heavy.tier_counts() == {"heavy": 9, "medium": 0, "light": 0}
+
+
+@pytest.mark.parametrize("text", ["1:2", "a:b:c", "0:0:0", "-1:2:3"])
+def test_parse_mix_refuses(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_mix(text)
+
+
+def test_parse_scenarios() -> None:
+    assert [s.name for s in parse_scenarios("sticky, baseline")] == ["sticky", "baseline"]
+    assert [s.name for s in parse_scenarios("all")] == list(SCENARIOS)
+    with pytest.raises(ValueError, match="unknown scenario"):
+        parse_scenarios("fastest")
+
+
+def test_baseline_sends_zai_defaults_and_chaos_sends_claude_names() -> None:
+    assert SCENARIOS["baseline"].models == {"heavy": "glm-4.7", "medium": "glm-4.7", "light": "glm-4.5-air"}
+    assert SCENARIOS["baseline"].config()["chaosMode"] == {
+        "enabled": False,
+        "strategy": "least-loaded",
+        "stickyConversations": False,
+    }
+    assert SCENARIOS["sticky"].models["heavy"] == "claude-opus-4-5"
+
+
+def test_retry_delay_honours_retry_after_capped_else_backs_off() -> None:
+    rng = random.Random(1)
+    assert retry_delay(1, "2", rng) == 2.0
+    assert retry_delay(1, "600", rng) == 60.0
+    assert retry_delay(1, "Wed, 21 Oct 2015 07:28:10 GMT", rng, now=1445412490.0) == 0.0
+    for failures, high in ((1, 0.5), (2, 1.0), (3, 2.0), (10, 8.0)):
+        delays = [retry_delay(failures, None, rng) for _ in range(50)]
+        assert all(0.75 * high <= d <= high for d in delays)
+    assert 0.375 <= retry_delay(1, "soon", rng) <= 0.5  # unreadable: back off
+
+
+def test_percentile() -> None:
+    assert percentile([], 50) is None
+    assert percentile([3.0], 99) == 3.0
+    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
+    assert percentile(range(101), 99) == 99
+
+
+# -- figures ------------------------------------------------------------------------------------------
+
+
+def _record(agent: int, model: str, *, attempts: int = 1, c429: int = 0) -> RequestRecord:
+    return RequestRecord(
+        agent, 0, "light", "claude-3-5-haiku-latest", sent=0.0, attempts=attempts, client_429=c429,
+        served_model=model, last_sent=0.5, headers=1.0, first_token=1.2, done=2.0, ok=True,
+    )  # fmt: skip
+
+
+def test_summary_counts_and_checks() -> None:
+    records = [_record(0, "glm-4.5"), _record(1, "glm-4.5", attempts=3, c429=2), _record(2, "glm-4.7")]
+    sim = {
+        "requests": 5,
+        "models": {
+            "glm-4.5": {"served": 2, "rejected": {"1302": 2}, "peakInFlight": 2},
+            "glm-4.7": {"served": 1, "rejected": {}, "peakInFlight": 1},
+        },
+    }
+    bound = makespan_lower_bound({"light": 1.5}, {"light": ["glm-4.5", "glm-4.7"]}, CAPACITY)
+    summary = summarize("x", "", records, 3.0, sim, None, bound)
+    assert (summary["requests"], summary["completed"], summary["attempts"]) == (3, 3, 5)
+    assert (summary["client429"], summary["upstream429"]) == (2, 2)
+    assert summary["share"] == {
+        "glm-4.5": pytest.approx(2 / 3, abs=1e-4),
+        "glm-4.7": pytest.approx(1 / 3, abs=1e-4),
+    }
+    assert summary["requestsPerSecond"] == 1.0
+    assert summary["ttftMs"]["p50"] == 1200.0 and summary["queueWaitMs"]["p50"] == 1000.0
+    assert summary["lastAttemptWaitMs"]["p50"] == 500.0
+    assert summary["idealSeconds"] == pytest.approx(1.5 / 13, abs=1e-3)
+    assert all(summary["checks"].values()), summary["checks"]
+    # A request the simulator never saw breaks the attempts check; a missing answer the completion one.
+    sim["requests"] = 4
+    failed = [*records[:2], RequestRecord(2, 0, "light", "m", sent=0.0, attempts=1)]
+    checks = summarize("x", "", failed, 3.0, sim, None, bound)["checks"]
+    assert not checks["allCompleted"] and not checks["simServedEqualsCompleted"]
+
+
+# -- a short real run: simulator, mitmdump per scenario, swarm, overhead, JSON and SVG --------------------
+
+
+def _consistent(scenario: dict[str, Any], size: int) -> None:
+    name = scenario["name"]
+    assert scenario["requests"] == scenario["completed"] == size, name
+    assert sum(scenario["simServed"].values()) == size, name
+    failovers = scenario.get("proxy", {}).get("failovers", 0)
+    assert scenario["simRequests"] == scenario["attempts"] + failovers, name
+    assert scenario["attempts"] == size + scenario["client429"] + scenario["clientOtherErrors"], name
+    assert sum(scenario["share"].values()) == pytest.approx(1.0, abs=1e-3), name
+    assert all(scenario["checks"].values()), (name, scenario["checks"])
+    assert scenario["makespanSeconds"] >= scenario["idealSeconds"] * 0.95, name
+
+
+@pytest.mark.e2e
+def test_short_benchmark_run(tmp_path: Path) -> None:
+    json_path, svg_path = tmp_path / "bench.json", tmp_path / "bench.svg"
+    args = [
+        "--agents", "4", "--requests", "3", "--latency-ms", "20", "--tokens", "3", "--token-interval-ms", "5",
+        "--reject-delay-ms", "100", "--scenarios", "baseline,least-loaded", "--quick",
+        "--overhead-rounds", "1", "--overhead-requests", "20",
+        "--json", str(json_path), "--svg", str(svg_path),
+    ]  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "chaos_mode.bench", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=150,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    doc = json.loads(json_path.read_text(encoding="utf-8"))
+    assert [s["name"] for s in doc["scenarios"]] == ["baseline", "least-loaded"]
+    for scenario in doc["scenarios"]:
+        _consistent(scenario, 12)
+    baseline, chaos = doc["scenarios"]
+    assert baseline["client429"] == baseline["upstream429"]  # chaos off: every 429 came from upstream
+    assert set(baseline["share"]) <= {"glm-4.7", "glm-4.5-air"}
+    assert chaos["proxy"]["requests"]["ok"] == 12
+    assert set(chaos["servedByTier"].get("heavy", {})) <= set(HEAVY)  # the quality floor held
+    assert doc["ideal"]["slots"]["heavy+medium+light"] == 28
+    assert doc["ideal"]["fairQueueSeconds"] >= doc["ideal"]["seconds"] - 1e-6
+    overhead = doc["overhead"]
+    assert overhead["throughput"]["addonMedian"] > 0 and overhead["throughput"]["plainMedian"] > 0
+    assert overhead["errors"] == {"addon": 0, "plain": 0}
+    assert doc["poolBench"] is not None
+    assert "least-loaded" in result.stdout and "ideal (LB)" in result.stdout
+    svg = ET.parse(svg_path).getroot()
+    assert svg.tag == "{http://www.w3.org/2000/svg}svg"
+    assert len(svg.findall(".//{http://www.w3.org/2000/svg}rect")) > 4
+    # The report and plot render from the JSON alone (what a tracking job would do).
+    assert render(doc).startswith("workload:")
+    ET.fromstring(render_svg(doc))
+
+
+@pytest.mark.e2e
+def test_demo_runs_offline() -> None:
+    args = [
+        "--agents", "3", "--requests", "2", "--latency-ms", "20", "--tokens", "3", "--token-interval-ms", "5",
+        "--reject-delay-ms", "100",
+    ]  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "chaos_mode.bench.demo", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert "dashboard:  http://127.0.0.1:" in out
+    assert "6/6" in out  # the progress line reached the end
+    for row in ("least-loaded", "baseline", "ideal (LB)", "share %"):
+        assert row in out
