@@ -116,8 +116,33 @@ def test_with_model_changes_only_the_model(extra: dict[str, Any], new_model: str
     assert list(rewritten) == list(original)
 
 
+def test_with_model_keeps_every_other_byte() -> None:
+    raw = b'{ "max_tokens" : 5,\n  "model" :  "claude-opus-4-5", "x": 1.50, "y": "\\u00e9"}'
+    message = parse_message(raw, limit=1 << 20)
+    assert message.with_model("glm-4.6") == (
+        b'{ "max_tokens" : 5,\n  "model":"glm-4.6", "x": 1.50, "y": "\\u00e9"}'
+    )
+
+
+def test_with_model_rewrites_only_the_top_level_model_when_it_repeats() -> None:
+    body = {
+        "messages": [{"role": "user", "content": [{"type": "x", "model": "claude-opus-4-5"}]}],
+        "model": "claude-opus-4-5",
+    }
+    rewritten = json.loads(parse(body).with_model("glm-4.6"))
+    assert rewritten["model"] == "glm-4.6"
+    assert rewritten["messages"] == body["messages"]
+
+
+def test_with_model_uses_the_last_of_duplicate_keys_as_json_does() -> None:
+    message = parse_message(b'{"model": "a", "model": "claude-opus-4-5"}', limit=1 << 20)
+    assert message.model == "claude-opus-4-5"
+    assert json.loads(message.with_model("glm-4.6")) == {"model": "glm-4.6"}
+
+
 def test_with_model_keeps_non_ascii_text_as_it_is() -> None:
-    message = parse({"model": "m", "messages": [{"role": "user", "content": "héllo 世界"}]})
-    text = message.with_model("glm-4.6")
+    body = {"model": "m", "messages": [{"role": "user", "content": "héllo 世界"}]}
+    message = parse_message(json.dumps(body, ensure_ascii=False).encode(), limit=1 << 20)
+    text = message.with_model("glm-4.6").decode()
     assert "héllo 世界" in text
     assert message.body["model"] == "m"  # the parsed body is not changed

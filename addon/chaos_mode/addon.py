@@ -226,12 +226,15 @@ class ChaosMode:
             return
         assert isinstance(selection, Selection)
         self._hold(meta, selection)
-        request.text = message.with_model(selection.model)
+        request.content = message.with_model(selection.model)
         wait_note = f" · waited {waited:.1f} s" if waited >= 0.05 else ""
         flow.comment = f"{message.model} → {selection.model} · {selection.reason}{wait_note}"
 
     async def _acquire(self, flow: http.HTTPFlow, ticket: Ticket) -> Selection | _ClientGone | None:
         """A slot for `ticket`, waiting in the queue while the client is still there."""
+        selection = self.pool.admit_now(ticket)
+        if selection is not None:
+            return selection  # the common case: no task, no waiting
         task = asyncio.ensure_future(
             self.pool.acquire_or_wait(
                 ticket.tier, ticket.attempted, request=ticket.request, sticky_key=ticket.sticky_key

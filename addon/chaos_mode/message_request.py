@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +25,11 @@ class BadRequest(ValueError):
 class MessageRequest:
     body: dict[str, Any]
     model: str
-    size: int  # bytes of the decoded body
+    raw: bytes  # the decoded body as it came
+
+    @property
+    def size(self) -> int:
+        return len(self.raw)
 
     @property
     def stream(self) -> bool:
@@ -46,9 +51,20 @@ class MessageRequest:
         )
         return "prompt:" + digest.hexdigest()[:32]
 
-    def with_model(self, model: str) -> str:
-        """The body as JSON text with only `model` changed (keys keep their order)."""
-        return json.dumps({**self.body, "model": model}, ensure_ascii=False, separators=(",", ":"))
+    def with_model(self, model: str) -> bytes:
+        """The body with only `model` changed.
+
+        Where the original `"model": "<name>"` pair occurs exactly once in the text it must be the
+        top-level one, and only those bytes are replaced: every other byte stays as the client sent it
+        (and a large conversation is not serialized again). Otherwise the body is re-encoded, keys
+        keeping their order.
+        """
+        pattern = re.compile(rb'"model"\s*:\s*' + re.escape(json.dumps(self.model).encode()))
+        found = pattern.findall(self.raw, 0)
+        if len(found) == 1:
+            return pattern.sub(lambda _: b'"model":' + json.dumps(model).encode(), self.raw, count=1)
+        text = json.dumps({**self.body, "model": model}, ensure_ascii=False, separators=(",", ":"))
+        return text.encode()
 
 
 def parse_message(content: bytes, *, limit: int) -> MessageRequest:
@@ -64,4 +80,4 @@ def parse_message(content: bytes, *, limit: int) -> MessageRequest:
     model = body.get("model")
     if not isinstance(model, str) or not model.strip():
         raise BadRequest("no-model", "body has no model name")
-    return MessageRequest(body=body, model=model, size=len(content))
+    return MessageRequest(body=body, model=model, raw=content)

@@ -256,23 +256,33 @@ class ChaosPool:
         """A slot now, or after a fair wait in the queue; None after the timeout or when waiting is
         pointless (queue off or full, account paused, no model of the tier usable at all)."""
         ticket = Ticket(tier, attempted, request, sticky_key)
+        selection = self.admit_now(ticket)
+        if selection is not None:
+            return selection
         started = self._clock()
-        # Nobody waits: take a slot at once. Somebody waits: join the queue, whose dispatch serves
-        # the older waiters first and this one too if something is still free for it.
-        selection = self._attempt(ticket) if not len(self._queue) else None
-        if selection is None:
-            if self._may_wait(ticket):
-                if timeout is None:
-                    timeout = self._config.queue.timeout_seconds
-                self._arm_timer()
-                selection = await self._queue.wait(ticket, timeout)
-            elif len(self._queue):
-                selection = self._attempt(ticket)  # the queue is full: no place to wait fairly
+        if self._may_wait(ticket):
+            if timeout is None:
+                timeout = self._config.queue.timeout_seconds
+            self._arm_timer()
+            selection = await self._queue.wait(ticket, timeout)
+        elif len(self._queue):
+            selection = self._attempt(ticket)  # the queue is full: no place to wait fairly
         if selection is None:
             self.rejected += 1
             return None
         self.admitted += 1
         self.total_wait += max(self._clock() - started, 0.0)
+        return selection
+
+    def admit_now(self, ticket: Ticket) -> Selection | None:
+        """The fast path of `acquire_or_wait`, no coroutine needed: a slot at once when nobody waits
+        and one is free, else None (and the caller waits). Somebody waiting means the queue's dispatch
+        must decide, so that older waiters go first."""
+        if len(self._queue):
+            return None
+        selection = self._attempt(ticket)
+        if selection is not None:
+            self.admitted += 1
         return selection
 
     def _may_wait(self, ticket: Ticket) -> bool:

@@ -4,6 +4,8 @@ Both proxies run at once in front of one simulator answering with zero latency. 
 them, the order flipping every round (A B, B A, A B, ...), because the machine is shared and absolute
 times drift; the report gives each side's median over rounds and the ratio of the medians.
 (a) throughput: `concurrency` clients send `requests` small non-streamed requests per round;
+    Each round also reads the proxy process's CPU time (user + system, from /proc) around the
+    throughput part: CPU per request is far less sensitive to a shared machine than throughput.
 (b) time to first token: `stream_concurrency` clients send `streams` streamed requests per round; the
     p50 of each round is kept, and the added TTFT is the difference of the medians of those p50s.
 """
@@ -12,10 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -49,6 +53,7 @@ class _Side:
     throughput: list[float]
     ttft_p50: list[float]
     errors: int = 0
+    cpu_per_request: list[float] = field(default_factory=list)
 
 
 def _body(model: str, stream: bool) -> dict[str, Any]:
@@ -58,6 +63,15 @@ def _body(model: str, stream: bool) -> dict[str, Any]:
         "stream": stream,
         "messages": [{"role": "user", "content": "ping"}],
     }
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds a process has used so far (Linux /proc), else None."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def _throughput(client: httpx.AsyncClient, side: _Side, options: OverheadOptions) -> float:
@@ -73,9 +87,15 @@ async def _throughput(client: httpx.AsyncClient, side: _Side, options: OverheadO
             if response.status_code != 200:
                 side.errors += 1
 
+    pid = side.proxy.proc.pid if side.proxy.proc is not None else None
+    cpu_before = cpu_seconds(pid) if pid else None
     start = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(options.concurrency)))
-    return options.requests / (time.perf_counter() - start)
+    elapsed = time.perf_counter() - start
+    cpu_after = cpu_seconds(pid) if pid else None
+    if cpu_before is not None and cpu_after is not None:
+        side.cpu_per_request.append((cpu_after - cpu_before) / options.requests)
+    return options.requests / elapsed
 
 
 async def _ttft(client: httpx.AsyncClient, side: _Side, options: OverheadOptions) -> float:
@@ -153,6 +173,7 @@ async def measure_overhead(
     a, p = sides
     tput_a, tput_p = _median(a.throughput), _median(p.throughput)
     ttft_a, ttft_p = _median(a.ttft_p50), _median(p.ttft_p50)
+    cpu_a, cpu_p = _median(a.cpu_per_request), _median(p.cpu_per_request)
     return {
         "method": (
             "mitmdump -s chaos_addon.py (chaos on, least-loaded, no contention) vs plain mitmdump, "
@@ -170,6 +191,14 @@ async def measure_overhead(
             "plainMedian": round(tput_p, 1),
             "ratio": round(tput_a / tput_p, 3),
             "costPercent": round(100 * (1 - tput_a / tput_p), 1),
+        },
+        "cpuMsPerRequest": {
+            "addon": [round(x * 1000, 3) for x in a.cpu_per_request],
+            "plain": [round(x * 1000, 3) for x in p.cpu_per_request],
+            "addonMedian": round(cpu_a * 1000, 3),
+            "plainMedian": round(cpu_p * 1000, 3),
+            "ratio": round(cpu_a / cpu_p, 3) if cpu_p else None,
+            "addedMs": round((cpu_a - cpu_p) * 1000, 3),
         },
         "ttftP50Ms": {
             "addon": [round(x * 1000, 2) for x in a.ttft_p50],

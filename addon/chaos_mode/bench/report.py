@@ -142,6 +142,13 @@ def overhead_lines(overhead: Mapping[str, Any] | None) -> list[str]:
         f"addon {f['addonMedian']:.2f} ms, plain {f['plainMedian']:.2f} ms -> added {f['addedMs']:+.2f} ms "
         f"(ratio {f['ratio']:.2f})",
     ]
+    cpu = overhead.get("cpuMsPerRequest")
+    if cpu and cpu.get("ratio") is not None:
+        lines.insert(
+            2,
+            f"  proxy CPU per small request (/proc): addon {cpu['addonMedian']:.3f} ms, plain "
+            f"{cpu['plainMedian']:.3f} ms -> ratio {cpu['ratio']:.3f} (added {cpu['addedMs']:+.3f} ms)",
+        )
     errors = overhead.get("errors", {})
     if any(errors.values()):
         lines.append(f"  errors: {errors}")
