@@ -180,8 +180,9 @@ class ChaosPool:
         request = ticket.request
         if request is None:
             costs = [entry.base_cost for entry in candidates]
-        else:
-            costs = [request.cost(entry) for entry in candidates]
+        else:  # RequestInfo.cost, inlined: this runs for every candidate of every request
+            tokens_in, tokens_out = request.input_tokens, request.max_output_tokens
+            costs = [(tokens_in * e.input_price + tokens_out * e.output_price) / 1e6 for e in candidates]
         reason = self._strategy.name
         if self._max_cost is not None and request is not None:
             keep = [i for i, cost in enumerate(costs) if cost <= self._max_cost]
