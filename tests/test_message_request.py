@@ -120,7 +120,7 @@ def test_with_model_keeps_every_other_byte() -> None:
     raw = b'{ "max_tokens" : 5,\n  "model" :  "claude-opus-4-5", "x": 1.50, "y": "\\u00e9"}'
     message = parse_message(raw, limit=1 << 20)
     assert message.with_model("glm-4.6") == (
-        b'{ "max_tokens" : 5,\n  "model":"glm-4.6", "x": 1.50, "y": "\\u00e9"}'
+        b'{ "max_tokens" : 5,\n  "model" :  "glm-4.6", "x": 1.50, "y": "\\u00e9"}'
     )
 
 

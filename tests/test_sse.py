@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chaos_mode.sse import SseObserver
+from chaos_mode.sse import SseObserver, message_usage
 
 
 def event(name: str, data: dict[str, Any], *, sep: str = "\n") -> bytes:
@@ -162,3 +162,17 @@ def test_an_oversize_event_cut_inside_its_separator_loses_nothing_after_it(sep: 
     cut = len(huge) - len(sep)  # the read ends after the first half of the separator
     observer = observe([huge[:cut], huge[cut:] + rest])
     assert (observer.output_tokens, observer.stopped) == (7, True)
+
+
+def test_message_usage_reads_the_usage_of_a_whole_message() -> None:
+    body = {
+        "type": "message",
+        "content": [{"type": "tool_use", "input": {"usage": {"input_tokens": 999}}}],
+        "usage": {"input_tokens": 12, "output_tokens": 7},
+    }
+    assert message_usage(json.dumps(body, indent=2).encode()) == [12, 7]
+
+
+@pytest.mark.parametrize("content", [b"", b"not json", b'{"usage": 5}', b'{"usage": {"input_tokens": "x"}}'])
+def test_message_usage_of_a_body_without_usable_usage(content: bytes) -> None:
+    assert message_usage(content) in (None, [0, 0])

@@ -25,7 +25,7 @@ from .panel import render_panel
 from .pool import ChaosPool, RequestInfo, Selection, Ticket
 from .replies import TRIED_HEADER, rate_limit_error
 from .resend import Resender, ResendFailed
-from .sse import SseObserver
+from .sse import SseObserver, message_usage
 from .stats import Outcome, Stats, chaos_stats
 from .tiers import TierClassifier
 from .web import WebServer, parse_listen
@@ -189,8 +189,8 @@ class ChaosMode:
         except BadRequest as exc:
             self._pass_bad(flow, exc)
             return
-        tier = self.classifier.classify(message.model)
-        if not self.classifier.is_known(message.model):
+        tier, known = self.classifier.lookup(message.model)
+        if not known:
             self._warn_once("unknown-model", f"unknown model names are routed as {tier} requests")
         meta: dict[str, Any] = {
             "owner": self._token,
@@ -399,18 +399,12 @@ class ChaosMode:
 
     @staticmethod
     def _usage_of(response: http.Response) -> list[int] | None:
-        observer = SseObserver()
-        try:
-            content = response.get_content(strict=False) or b""
-            if "text/event-stream" in response.headers.get("content-type", ""):
-                observer.feed(content + b"\n\n")
-            else:
-                payload = json.loads(content)
-                if isinstance(payload, dict):
-                    observer.observe(payload)
-        except ValueError:
-            return None
-        return [observer.input_tokens, observer.output_tokens]
+        content = response.get_content(strict=False) or b""
+        if "text/event-stream" in response.headers.get("content-type", ""):
+            observer = SseObserver()
+            observer.feed(content + b"\n\n")
+            return [observer.input_tokens, observer.output_tokens]
+        return message_usage(content)
 
     def _finish(self, meta: dict[str, Any], outcome: Outcome) -> None:
         if meta.get("outcome"):

@@ -11,6 +11,7 @@ from typing import Any
 from .pool import RequestInfo
 
 STICKY_HEADER = "x-claude-code-session-id"
+_MODEL_PAIR = re.compile(rb'"model"\s*:\s*("(?:[^"\\]|\\.)*")')  # a "model" key and its string value
 
 
 class BadRequest(ValueError):
@@ -59,10 +60,11 @@ class MessageRequest:
         (and a large conversation is not serialized again). Otherwise the body is re-encoded, keys
         keeping their order.
         """
-        pattern = re.compile(rb'"model"\s*:\s*' + re.escape(json.dumps(self.model).encode()))
-        found = pattern.findall(self.raw, 0)
-        if len(found) == 1:
-            return pattern.sub(lambda _: b'"model":' + json.dumps(model).encode(), self.raw, count=1)
+        original = json.dumps(self.model).encode()
+        pairs = [m for m in _MODEL_PAIR.finditer(self.raw) if m.group(1) == original]
+        if len(pairs) == 1:
+            start, end = pairs[0].span(1)
+            return self.raw[:start] + json.dumps(model).encode() + self.raw[end:]
         text = json.dumps({**self.body, "model": model}, ensure_ascii=False, separators=(",", ":"))
         return text.encode()
 

@@ -6,8 +6,12 @@ It sees network reads (not aligned with events) and never changes or delays a by
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
+_DECODER = json.JSONDecoder()
+_USAGE_KEY = b'"usage"'
+_USAGE_VALUE = re.compile(rb'"usage"\s*:\s*')
 _INTERESTING = (b"message_start", b"message_delta", b"message_stop", b"error")
 _MAX_EVENT = 1 << 20  # an event larger than this is skipped, not buffered without bound
 
@@ -112,3 +116,23 @@ class SseObserver:
             value = usage.get(key)
             if isinstance(value, int) and value >= 0:
                 setattr(self, attr, max(getattr(self, attr), value))
+
+
+def message_usage(content: bytes) -> list[int] | None:
+    """[input_tokens, output_tokens] of a whole (non-streamed) message body, else None.
+
+    The answer may be long: only its last `"usage"` object is decoded, not the whole text.
+    """
+    at = content.rfind(_USAGE_KEY)
+    match = _USAGE_VALUE.match(content, at) if at >= 0 else None
+    if match is None:
+        return None
+    try:
+        usage, _ = _DECODER.raw_decode(content[match.end() :].decode("utf-8", "replace"))
+    except ValueError:
+        return None
+    if not isinstance(usage, dict):
+        return None
+    observer = SseObserver()
+    observer.observe({"type": "message_delta", "usage": usage})
+    return [observer.input_tokens, observer.output_tokens]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from collections import Counter, deque
 from collections.abc import Callable
+from itertools import accumulate
 from typing import Any, Literal
 
 from .config import ModelRouting
@@ -29,8 +31,8 @@ class Stats:
         self.failovers = 0
         self.recent_failovers: deque[dict[str, Any]] = deque(maxlen=20)
         self.bad_requests: Counter[str] = Counter()  # by BadRequest.kind
-        # Queue wait of every routed request, by tier: cumulative bucket counts (Prometheus style).
-        self.wait_buckets: dict[str, list[int]] = {}
+        # Queue wait of every routed request, by tier: hits per bucket of WAIT_BUCKETS, then over all.
+        self._wait_hits: dict[str, list[int]] = {}
         self.wait_sum: dict[str, float] = {}
         self.wait_count: Counter[str] = Counter()
         self.reconfigure(config)
@@ -43,12 +45,15 @@ class Stats:
         return model if model is not None and model in self._config.models else OTHER_MODEL
 
     def queue_wait(self, tier: str, seconds: float) -> None:
-        buckets = self.wait_buckets.setdefault(tier, [0] * len(WAIT_BUCKETS))
-        for i, bound in enumerate(WAIT_BUCKETS):
-            if seconds <= bound:
-                buckets[i] += 1
+        hits = self._wait_hits.setdefault(tier, [0] * (len(WAIT_BUCKETS) + 1))
+        hits[bisect_left(WAIT_BUCKETS, seconds)] += 1  # the last cell: over every bound
         self.wait_sum[tier] = self.wait_sum.get(tier, 0.0) + seconds
         self.wait_count[tier] += 1
+
+    @property
+    def wait_buckets(self) -> dict[str, list[int]]:
+        """Per tier, how many waits were at most each bound of WAIT_BUCKETS (cumulative, as Prometheus)."""
+        return {tier: list(accumulate(hits[:-1])) for tier, hits in self._wait_hits.items()}
 
     def request_done(self, model: str | None, tier: str, outcome: Outcome) -> None:
         self.requests[(self.label(model), tier, outcome)] += 1

@@ -23,19 +23,20 @@ class TierClassifier:
         self.default: RequestTier = config.tier_rules.default
 
     def classify(self, model: object) -> RequestTier:
-        if not isinstance(model, str):
-            return self.default
-        name = model.strip().lower()
-        if tier := self._catalog.get(name):
-            return tier
-        for pattern, tier in self._patterns:
-            if pattern in name:
-                return tier
-        return self.default
+        return self.lookup(model)[0]
 
     def is_known(self, model: object) -> bool:
         """True when the name is a catalog model or matches a pattern (not merely the default)."""
+        return self.lookup(model)[1]
+
+    def lookup(self, model: object) -> tuple[RequestTier, bool]:
+        """(tier, known): known is False when only the default tier applied."""
         if not isinstance(model, str):
-            return False
+            return self.default, False
         name = model.strip().lower()
-        return name in self._catalog or any(pattern in name for pattern, _ in self._patterns)
+        if tier := self._catalog.get(name):
+            return tier, True
+        for pattern, tier in self._patterns:
+            if pattern in name:
+                return tier, True
+        return self.default, False
