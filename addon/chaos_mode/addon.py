@@ -72,6 +72,7 @@ class ChaosMode:
         self.resender = Resender()
         self._listen: tuple[str, int] | None = None
         self._running = False
+        self._loaded = False  # configure() has run once (the script's load)
         self._token = uuid.uuid4().hex[:12]  # marks the slots this instance holds (scripts reload)
         self._warned: set[str] = set()
 
@@ -103,6 +104,17 @@ class ChaosMode:
         )
 
     def configure(self, updated: set[str]) -> None:
+        first, self._loaded = not self._loaded, True
+        try:
+            self._configure(updated)
+        except exceptions.OptionsError as exc:
+            if not first:
+                raise  # mitmproxy rolls the option back; the config in force stays
+            # Loading the script: mitmproxy would print our traceback. Say it plainly instead; an error
+            # logged at start-up makes mitmdump exit, and meanwhile chaos mode keeps its safe defaults.
+            log.error("chaos-mode: %s", exc)
+
+    def _configure(self, updated: set[str]) -> None:
         if "chaos_config" in updated or "chaos_enabled" in updated:
             try:
                 config = self._read_config(ctx.options.chaos_config, ctx.options.chaos_enabled)
