@@ -1,4 +1,4 @@
-"""Starting mitmdump with a bad config: a plain error and an exit, never a traceback or a half-started proxy."""
+"""Starting mitmdump with a bad config: one plain error and an exit, never a traceback."""
 
 from __future__ import annotations
 
