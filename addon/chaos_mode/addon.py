@@ -1,13 +1,13 @@
 """The mitmproxy adapter: options, hooks and commands around the pure ChaosPool.
 
-This is the only module of the package that imports mitmproxy. Facts about one flow live in
+With resend.py, the only module of the package proper that imports mitmproxy (the flow recorder,
+a development tool, does too). Facts about one flow live in
 `flow.metadata["chaos"]` (plain values, so they survive in saved flow files), never on `self`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 import uuid
@@ -381,11 +381,10 @@ class ChaosMode:
         )
         try:
             content = flow.request.get_content(strict=False) or b""
-            body = json.loads(content)
-            body["model"] = selection.model
-            flow.request.text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+            message = parse_message(content, limit=self.config.streams.max_body_bytes)
+            flow.request.content = message.with_model(selection.model)
             flow.response = await self.resender.send(flow.request, insecure=bool(ctx.options.ssl_insecure))
-        except ResendFailed as exc:
+        except (ResendFailed, BadRequest) as exc:
             log.warning("chaos-mode: failover to %s failed: %s", selection.model, exc)
             self._reject(flow, meta, list(meta["attempted"]))
             return False
