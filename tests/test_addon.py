@@ -543,15 +543,23 @@ async def test_queue_timeout_answers_with_our_own_429(env: Env) -> None:
     assert env.stats()["queue"]["timeouts"] == 1
 
 
-async def test_a_waiting_request_whose_client_left_is_killed_and_holds_nothing(
+async def one_holding_one_waiting(
     env: Env, monkeypatch: pytest.MonkeyPatch
-) -> None:
+) -> tuple[http.HTTPFlow, http.HTTPFlow, asyncio.Task[None]]:
+    """The only slot held by a first flow, a second flow waiting for it in the queue."""
     monkeypatch.setattr(addon_module, "CLIENT_POLL_SECONDS", 0.01)
     env.configure({**TINY, "queue": {"timeoutSeconds": 30}})
     first, second = messages_flow(), messages_flow()
     await env.request(first)
     waiting = asyncio.create_task(env.request(second))
     await until(lambda: env.addon.pool.waiting() == 1)
+    return first, second, waiting
+
+
+async def test_a_waiting_request_whose_client_left_is_killed_and_holds_nothing(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second, waiting = await one_holding_one_waiting(env, monkeypatch)
     second.client_conn.state = ConnectionState.CLOSED
     async with asyncio.timeout(WAIT):
         await waiting
@@ -568,12 +576,7 @@ async def test_a_waiting_request_whose_client_left_is_killed_and_holds_nothing(
 async def test_a_waiting_flow_killed_by_the_user_leaves_quietly(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(addon_module, "CLIENT_POLL_SECONDS", 0.01)
-    env.configure({**TINY, "queue": {"timeoutSeconds": 30}})
-    first, second = messages_flow(), messages_flow()
-    await env.request(first)
-    waiting = asyncio.create_task(env.request(second))
-    await until(lambda: env.addon.pool.waiting() == 1)
+    first, second, waiting = await one_holding_one_waiting(env, monkeypatch)
     second.kill()  # what mitmweb's "kill" button does to a live flow
     async with asyncio.timeout(WAIT):
         await waiting

@@ -20,23 +20,11 @@ from chaos_mode.bench.scenarios import SCENARIOS, parse_scenarios
 from chaos_mode.bench.swarm import RequestRecord, retry_delay
 from chaos_mode.bench.workload import Mix, Request, WorkloadSpec, make_workload, parse_mix
 from chaos_mode.config import default_config
+from seed_catalog import CAPS, HEAVY, MEDIUM
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# The seed's catalog: heavy 3+3+2 = 8 slots, medium adds 10+5 = 23, light adds 3+1+1 = 28.
-CAPACITY = {
-    "glm-4.7": 3,
-    "glm-4.6": 3,
-    "glm-4.5-x": 2,
-    "glm-4.5": 10,
-    "glm-4.5-air": 5,
-    "glm-4.7-flashx": 3,
-    "glm-4.7-flash": 1,
-    "glm-4.5-flash": 1,
-}
-HEAVY = ["glm-4.7", "glm-4.6", "glm-4.5-x"]
-MEDIUM = [*HEAVY, "glm-4.5", "glm-4.5-air"]
-ELIGIBLE = {"heavy": HEAVY, "medium": MEDIUM, "light": list(CAPACITY)}
+ELIGIBLE = {"heavy": HEAVY, "medium": MEDIUM, "light": list(CAPS)}
 
 
 # -- the ideal bound ----------------------------------------------------------------------------------
@@ -55,7 +43,7 @@ def test_slots_come_from_the_configs_eligible_models() -> None:
 def test_lower_bound_by_hand_heavy_slots_bind() -> None:
     # W_heavy = 24 s on 8 slots = 3.0; (24 + 22) / 23 = 2.0; (24 + 22 + 10) / 28 = 2.0; agents at most 2.5.
     bound = makespan_lower_bound(
-        {"heavy": 24.0, "medium": 22.0, "light": 10.0}, ELIGIBLE, CAPACITY, [2.5, 1.0, 2.0], 28
+        {"heavy": 24.0, "medium": 22.0, "light": 10.0}, ELIGIBLE, CAPS, [2.5, 1.0, 2.0], 28
     )
     assert bound.seconds == pytest.approx(3.0)
     assert bound.binding == "heavy"
@@ -68,20 +56,20 @@ def test_lower_bound_by_hand_heavy_slots_bind() -> None:
 def test_lower_bound_by_hand_all_slots_and_agents_bind() -> None:
     # W_all = 2 + 21 + 61 = 84 s on 28 slots = 3.0 > 23/23 = 1.0 > 2/8 = 0.25.
     work = {"heavy": 2.0, "medium": 21.0, "light": 61.0}
-    bound = makespan_lower_bound(work, ELIGIBLE, CAPACITY, [2.9], 28)
+    bound = makespan_lower_bound(work, ELIGIBLE, CAPS, [2.9], 28)
     assert (bound.seconds, bound.binding) == (pytest.approx(3.0), "heavy+medium+light")
     # One agent's sequential requests add up to more than that: the agent term binds.
-    bound = makespan_lower_bound(work, ELIGIBLE, CAPACITY, [1.0, 4.5, 2.0], 28)
+    bound = makespan_lower_bound(work, ELIGIBLE, CAPS, [1.0, 4.5, 2.0], 28)
     assert (bound.seconds, bound.binding) == (pytest.approx(4.5), "agent 1")
     # An account limit below the catalog's sum shrinks S_all.
-    bound = makespan_lower_bound(work, ELIGIBLE, CAPACITY, [], 21)
+    bound = makespan_lower_bound(work, ELIGIBLE, CAPS, [], 21)
     assert bound.seconds == pytest.approx(84.0 / 21)
 
 
 def test_lower_bound_of_the_baseline_mapping() -> None:
     # opus and sonnet pinned to glm-4.7 (3 slots), haiku to glm-4.5-air (5 slots).
     pinned = {"heavy": ["glm-4.7"], "medium": ["glm-4.7"], "light": ["glm-4.5-air"]}
-    bound = makespan_lower_bound({"heavy": 3.0, "medium": 6.0, "light": 10.0}, pinned, CAPACITY)
+    bound = makespan_lower_bound({"heavy": 3.0, "medium": 6.0, "light": 10.0}, pinned, CAPS)
     assert bound.terms["heavy+medium"] == pytest.approx(9.0 / 3)
     assert bound.terms["light"] == pytest.approx(10.0 / 5)
     assert bound.terms["heavy+medium+light"] == pytest.approx(19.0 / 8)
@@ -90,7 +78,7 @@ def test_lower_bound_of_the_baseline_mapping() -> None:
 
 def test_lower_bound_refuses_work_without_slots() -> None:
     with pytest.raises(ValueError, match="no slot"):
-        makespan_lower_bound({"heavy": 1.0}, {"heavy": []}, CAPACITY)
+        makespan_lower_bound({"heavy": 1.0}, {"heavy": []}, CAPS)
 
 
 def test_fair_queue_by_hand() -> None:
@@ -199,7 +187,7 @@ def test_summary_counts_and_checks() -> None:
             "glm-4.7": {"served": 1, "rejected": {}, "peakInFlight": 1},
         },
     }
-    bound = makespan_lower_bound({"light": 1.5}, {"light": ["glm-4.5", "glm-4.7"]}, CAPACITY)
+    bound = makespan_lower_bound({"light": 1.5}, {"light": ["glm-4.5", "glm-4.7"]}, CAPS)
     summary = summarize("x", "", records, 3.0, sim, None, bound)
     assert (summary["requests"], summary["completed"], summary["attempts"]) == (3, 3, 5)
     assert (summary["client429"], summary["upstream429"]) == (2, 2)

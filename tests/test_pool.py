@@ -16,21 +16,8 @@ from chaos_mode.config import ModelRouting, default_config, parse_config
 from chaos_mode.pool import ChaosPool, RequestInfo, Selection, Ticket
 from chaos_mode.zai_errors import Action, UpstreamError, classify_error
 from fakes import FakeClock
+from seed_catalog import ALL, CAPS, FREE, HEAVY, MEDIUM
 
-HEAVY = ["glm-4.7", "glm-4.6", "glm-4.5-x"]
-MEDIUM = [*HEAVY, "glm-4.5", "glm-4.5-air"]
-ALL = [*MEDIUM, "glm-4.7-flashx", "glm-4.7-flash", "glm-4.5-flash"]
-FREE = {"glm-4.7-flash", "glm-4.5-flash"}
-CAPS = {
-    "glm-4.7": 3,
-    "glm-4.6": 3,
-    "glm-4.5-x": 2,
-    "glm-4.5": 10,
-    "glm-4.5-air": 5,
-    "glm-4.7-flashx": 3,
-    "glm-4.7-flash": 1,
-    "glm-4.5-flash": 1,
-}
 # 23:00 in Beijing on 2026-03-01: the next Beijing midnight is an hour away.
 WALL_START = datetime(2026, 3, 1, 15, 0, 0, tzinfo=UTC).timestamp()
 
