@@ -307,6 +307,27 @@ async def test_gzip_body_is_decoded_rewritten_and_encoded_again(env: Env) -> Non
     await serve(env, f)
 
 
+async def test_a_chunked_body_is_rewritten_without_a_content_length(env: Env) -> None:
+    env.configure(enabled="true")
+    f = messages_flow(headers=[(b"Transfer-Encoding", b"chunked")])
+    del f.request.headers["content-length"]
+    await env.request(f)
+    assert body_of(f)["model"] in HEAVY
+    assert "content-length" not in f.request.headers
+    await serve(env, f)
+
+
+async def test_the_session_header_is_read_whatever_its_case(env: Env) -> None:
+    env.configure({"chaosMode": {"enabled": True, "stickyConversations": True}})
+    flows = [messages_flow(headers=[(b"X-Claude-Code-Session-Id", b"abc-123")]) for _ in range(2)]
+    for f in flows:
+        await env.request(f)
+    assert [meta_of(f)["sticky"] for f in flows] == ["session:abc-123"] * 2
+    assert meta_of(flows[0])["model"] == meta_of(flows[1])["model"]
+    for f in flows:
+        await serve(env, f)
+
+
 @pytest.mark.parametrize(
     ("method", "host", "path"),
     [
@@ -651,6 +672,19 @@ async def test_usage_of_a_whole_json_answer_is_recorded(env: Env) -> None:
     await serve(env, f, message_response(model, input_tokens=321, output_tokens=45))
     row = env.stats()["modelDistribution"][model]
     assert (row["tokensIn"], row["tokensOut"]) == (321, 45)
+
+
+async def test_usage_of_a_gzipped_json_answer_is_recorded(env: Env) -> None:
+    env.configure(enabled="true")
+    f = messages_flow("claude-haiku-4-5")
+    await env.request(f)
+    model = meta_of(f)["model"]
+    response = message_response(model, input_tokens=77, output_tokens=8)
+    response.raw_content = gzip.compress(response.raw_content or b"")
+    response.headers["Content-Encoding"] = "gzip"
+    await serve(env, f, response)
+    row = env.stats()["modelDistribution"][model]
+    assert (row["tokensIn"], row["tokensOut"]) == (77, 8)
 
 
 async def test_usage_of_a_whole_sse_answer_is_recorded(env: Env) -> None:

@@ -38,6 +38,12 @@ MESSAGES_SUFFIX: Final = "/v1/messages"
 CLIENT_DISCONNECTED: Final = "Client disconnected."  # mitmproxy's flow.error.msg when the client left
 CLIENT_POLL_SECONDS: Final = 0.25  # how often a waiting request checks that its client is still there
 UPSTREAM_RETRY_HEADER: Final = "x-upstream-retry-after"  # z.ai's Retry-After, kept on our own 429
+CONTENT_ENCODING: Final = b"content-encoding"
+TRANSFER_ENCODING: Final = b"transfer-encoding"
+CONTENT_TYPE: Final = b"content-type"
+EVENT_STREAM: Final = b"text/event-stream"
+_REQUEST_HEADERS: Final = frozenset({CONTENT_ENCODING, TRANSFER_ENCODING, STICKY_HEADER.encode()})
+_RESPONSE_HEADERS: Final = frozenset({CONTENT_ENCODING, CONTENT_TYPE})
 
 
 class _ClientGone:
@@ -49,6 +55,36 @@ CLIENT_GONE: Final = _ClientGone()
 
 def _client_alive(flow: http.HTTPFlow) -> bool:
     return flow.live and flow.client_conn.state is not ConnectionState.CLOSED and flow.error is None
+
+
+def _find_headers(message: http.Message, names: frozenset[bytes]) -> dict[bytes, bytes]:
+    """The first value of each header in `names` (lower-case), in one pass over the headers.
+
+    The hot path reads several headers of one message; `Headers.get` would walk them once per name.
+    """
+    found: dict[bytes, bytes] = {}
+    for name, value in message.headers.fields:
+        key = name.lower()
+        if key in names and key not in found:
+            found[key] = value
+    return found
+
+
+def _body(message: http.Message, headers: dict[bytes, bytes]) -> bytes:
+    """The decoded body (as `get_content(strict=False)`); no copy when it has no content-encoding."""
+    if headers.get(CONTENT_ENCODING):
+        return message.get_content(strict=False) or b""
+    return message.raw_content or b""
+
+
+def _set_body(message: http.Message, body: bytes, headers: dict[bytes, bytes]) -> None:
+    """`message.content = body`, without reading the headers again when the body is not encoded."""
+    if headers.get(CONTENT_ENCODING):
+        message.content = body
+        return
+    message.raw_content = body
+    if TRANSFER_ENCODING not in headers:
+        message.headers["content-length"] = str(len(body))
 
 
 class ChaosMode:
@@ -197,7 +233,8 @@ class ChaosMode:
             if request.raw_content is None or len(request.raw_content) > limit:
                 size = "a streamed" if request.raw_content is None else f"{len(request.raw_content)} bytes"
                 raise BadRequest("too-large", f"body of {size} is over the {limit}-byte limit")
-            message = parse_message(request.get_content(strict=False) or b"", limit=limit)
+            headers = _find_headers(request, _REQUEST_HEADERS)
+            message = parse_message(_body(request, headers), limit=limit)
         except BadRequest as exc:
             self._pass_bad(flow, exc)
             return
@@ -219,7 +256,8 @@ class ChaosMode:
             return
         sticky = None
         if chaos.sticky_conversations:
-            sticky = message.sticky_key(request.headers.get(STICKY_HEADER))
+            session = headers.get(STICKY_HEADER.encode())
+            sticky = message.sticky_key(session.decode("utf-8", "replace") if session else None)
         meta["sticky"] = sticky
         info = message.info
         meta["request"] = [info.input_tokens, info.max_output_tokens]
@@ -238,7 +276,7 @@ class ChaosMode:
             return
         assert isinstance(selection, Selection)
         self._hold(meta, selection)
-        request.content = message.with_model(selection.model)
+        _set_body(request, message.with_model(selection.model), headers)
         wait_note = f" · waited {waited:.1f} s" if waited >= 0.05 else ""
         flow.comment = f"{message.model} → {selection.model} · {selection.reason}{wait_note}"
 
@@ -410,8 +448,9 @@ class ChaosMode:
 
     @staticmethod
     def _usage_of(response: http.Response) -> list[int] | None:
-        content = response.get_content(strict=False) or b""
-        if "text/event-stream" in response.headers.get("content-type", ""):
+        headers = _find_headers(response, _RESPONSE_HEADERS)
+        content = _body(response, headers)
+        if EVENT_STREAM in headers.get(CONTENT_TYPE, b""):
             observer = SseObserver()
             observer.feed(content + b"\n\n")
             return [observer.input_tokens, observer.output_tokens]

@@ -11,6 +11,7 @@ from typing import Any
 from .pool import RequestInfo
 
 STICKY_HEADER = "x-claude-code-session-id"
+_MODEL_KEY = b'"model"'
 _MODEL_PAIR = re.compile(rb'"model"\s*:\s*("(?:[^"\\]|\\.)*")')  # a "model" key and its string value
 
 
@@ -60,11 +61,16 @@ class MessageRequest:
         (and a large conversation is not serialized again). Otherwise the body is re-encoded, keys
         keeping their order.
         """
+        raw = self.raw
         original = json.dumps(self.model).encode()
-        pairs = [m for m in _MODEL_PAIR.finditer(self.raw) if m.group(1) == original]
+        if raw.count(_MODEL_KEY) == 1:  # the usual body: one "model" key, found without a regex scan
+            pair = _MODEL_PAIR.match(raw, raw.find(_MODEL_KEY))
+            pairs = [pair] if pair is not None and pair.group(1) == original else []
+        else:
+            pairs = [m for m in _MODEL_PAIR.finditer(raw) if m.group(1) == original]
         if len(pairs) == 1:
             start, end = pairs[0].span(1)
-            return self.raw[:start] + json.dumps(model).encode() + self.raw[end:]
+            return raw[:start] + json.dumps(model).encode() + raw[end:]
         text = json.dumps({**self.body, "model": model}, ensure_ascii=False, separators=(",", ":"))
         return text.encode()
 

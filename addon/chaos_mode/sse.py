@@ -112,10 +112,8 @@ class SseObserver:
     def _usage(self, usage: object) -> None:
         if not isinstance(usage, dict):
             return
-        for key, attr in (("input_tokens", "input_tokens"), ("output_tokens", "output_tokens")):
-            value = usage.get(key)
-            if isinstance(value, int) and value >= 0:
-                setattr(self, attr, max(getattr(self, attr), value))
+        self.input_tokens = max(self.input_tokens, _count(usage.get("input_tokens")))
+        self.output_tokens = max(self.output_tokens, _count(usage.get("output_tokens")))
 
 
 def message_usage(content: bytes) -> list[int] | None:
@@ -133,6 +131,8 @@ def message_usage(content: bytes) -> list[int] | None:
         return None
     if not isinstance(usage, dict):
         return None
-    observer = SseObserver()
-    observer.observe({"type": "message_delta", "usage": usage})
-    return [observer.input_tokens, observer.output_tokens]
+    return [_count(usage.get("input_tokens")), _count(usage.get("output_tokens"))]
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and value >= 0 else 0
