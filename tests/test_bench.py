@@ -13,7 +13,12 @@ from typing import Any
 import pytest
 
 from chaos_mode.bench.figures import percentile, summarize
-from chaos_mode.bench.ideal import fair_queue_makespan, makespan_lower_bound, slots_by_tier
+from chaos_mode.bench.ideal import (
+    clairvoyant_makespan,
+    fair_queue_makespan,
+    makespan_lower_bound,
+    slots_by_tier,
+)
 from chaos_mode.bench.plot import render_svg
 from chaos_mode.bench.report import render
 from chaos_mode.bench.scenarios import SCENARIOS, parse_scenarios
@@ -97,6 +102,16 @@ def test_fair_queue_by_hand() -> None:
     assert fair_queue_makespan(jobs, eligible, {"h": 1, "l": 1}) == 2.0
 
 
+def test_clairvoyant_by_hand() -> None:
+    # Two slots; agents 0 and 1 have one 1 s request, agent 2 two. First come, first served starts
+    # agents 0 and 1 and leaves agent 2's chain for later (3 s); serving the most work left first
+    # starts agent 2 at once (2 s, which is LB = max(4 s of work / 2 slots, 2 s of agent 2)).
+    jobs = [[("light", 1.0)], [("light", 1.0)], [("light", 1.0), ("light", 1.0)]]
+    args = ({"light": ["m"]}, {"m": 2})
+    assert fair_queue_makespan(jobs, *args) == 3.0
+    assert clairvoyant_makespan(jobs, *args) == 2.0
+
+
 def test_fair_queue_is_never_below_the_bound() -> None:
     workload = make_workload(WorkloadSpec(agents=40, requests=3, seed=7))
     eligible, capacity, account = slots_by_tier(default_config())
@@ -104,7 +119,9 @@ def test_fair_queue_is_never_below_the_bound() -> None:
     bound = makespan_lower_bound(
         workload.work_by_tier(), eligible, capacity, workload.work_by_agent(), account
     )
-    assert fair_queue_makespan(jobs, eligible, capacity, account) >= bound.seconds - 1e-9
+    fair = fair_queue_makespan(jobs, eligible, capacity, account)
+    clairvoyant = clairvoyant_makespan(jobs, eligible, capacity, account)
+    assert fair >= bound.seconds - 1e-9 and clairvoyant >= bound.seconds - 1e-9
 
 
 # -- the workload and the client ----------------------------------------------------------------------
@@ -251,6 +268,7 @@ def test_short_benchmark_run(tmp_path: Path) -> None:
     assert set(chaos["servedByTier"].get("heavy", {})) <= set(HEAVY)  # the quality floor held
     assert doc["ideal"]["slots"]["heavy+medium+light"] == 28
     assert doc["ideal"]["fairQueueSeconds"] >= doc["ideal"]["seconds"] - 1e-6
+    assert doc["ideal"]["clairvoyantSeconds"] >= doc["ideal"]["seconds"] - 1e-6
     overhead = doc["overhead"]
     assert overhead["throughput"]["addonMedian"] > 0 and overhead["throughput"]["plainMedian"] > 0
     assert overhead["errors"] == {"addon": 0, "plain": 0}

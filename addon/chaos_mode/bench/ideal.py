@@ -98,13 +98,39 @@ def fair_queue_makespan[T: str](
     of its slots (least-loaded, ties in catalog order). With more agents than slots it is above LB: the
     bound assumes an agent with more work could be served first, which no router can know.
     """
+    return _simulate(agents, eligible, capacity, account_limit, clairvoyant=False)
+
+
+def clairvoyant_makespan[T: str](
+    agents: Sequence[Sequence[tuple[T, float]]],
+    eligible: Mapping[T, Collection[str]],
+    capacity: Mapping[str, int],
+    account_limit: int | None = None,
+) -> float:
+    """As `fair_queue_makespan`, but the waiting request of the agent with the most work left goes first.
+
+    A scheduler that knows the future (every agent's remaining service time), which a proxy cannot: how
+    close LB is to reachable at all, and so how much of a router's gap to LB is the price of not knowing.
+    """
+    return _simulate(agents, eligible, capacity, account_limit, clairvoyant=True)
+
+
+def _simulate[T: str](
+    agents: Sequence[Sequence[tuple[T, float]]],
+    eligible: Mapping[T, Collection[str]],
+    capacity: Mapping[str, int],
+    account_limit: int | None,
+    *,
+    clairvoyant: bool,
+) -> float:
     free = {model: capacity.get(model, 0) for model in capacity}
     account_free = account_limit if account_limit is not None else sum(free.values())
+    left = [sum(service for _, service in agent) for agent in agents]  # each agent's work not yet started
     waiting: list[tuple[float, int, int]] = [(0.0, agent, 0) for agent in range(len(agents)) if agents[agent]]
     running: list[tuple[float, int, int, str]] = []  # (end, agent, index, model)
     now = end = 0.0
     while waiting or running:
-        waiting.sort()
+        waiting.sort(key=(lambda w: (-left[w[1]], w)) if clairvoyant else None)
         still: list[tuple[float, int, int]] = []
         for arrival, agent, index in waiting:
             tier, service = agents[agent][index]
@@ -115,6 +141,7 @@ def fair_queue_makespan[T: str](
             model = max(options, key=lambda m: free[m] / capacity[m])
             free[model] -= 1
             account_free -= 1
+            left[agent] -= service
             heapq.heappush(running, (now + service, agent, index, model))
         waiting = still
         if not running:

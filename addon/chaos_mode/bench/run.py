@@ -23,6 +23,7 @@ from .figures import add_speedups, summarize
 from .ideal import (
     FORMULA,
     LowerBound,
+    clairvoyant_makespan,
     fair_queue_makespan,
     headline_terms,
     makespan_lower_bound,
@@ -79,6 +80,7 @@ class Ideal:
 
     bound: LowerBound  # LB over the slots the catalog's floors allow
     fair_queue: float  # an idealized zero-overhead fair queue on those slots
+    clairvoyant: float  # the same, serving the agent with the most work left first (knows the future)
     baseline_bound: LowerBound  # LB when every tier is pinned to z.ai's default model
     baseline_fair_queue: float
 
@@ -87,6 +89,7 @@ class Ideal:
             "formula": FORMULA,
             **bound_doc(self.bound),
             "fairQueueSeconds": round(self.fair_queue, 3),
+            "clairvoyantSeconds": round(self.clairvoyant, 3),
             "baselineMapping": {
                 **bound_doc(self.baseline_bound),
                 "fairQueueSeconds": round(self.baseline_fair_queue, 3),
@@ -105,6 +108,7 @@ def ideal_for(workload: Workload) -> Ideal:
     return Ideal(
         bound=makespan_lower_bound(work, eligible, capacity, agents, account),
         fair_queue=fair_queue_makespan(jobs, eligible, capacity, account),
+        clairvoyant=clairvoyant_makespan(jobs, eligible, capacity, account),
         baseline_bound=makespan_lower_bound(work, pinned, capacity, agents, account),
         baseline_fair_queue=fair_queue_makespan(jobs, pinned, capacity, account),
     )
