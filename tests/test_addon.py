@@ -317,6 +317,20 @@ async def test_a_chunked_body_is_rewritten_without_a_content_length(env: Env) ->
     await serve(env, f)
 
 
+@pytest.mark.parametrize("lengths", [0, 2], ids=["none", "two"])
+async def test_a_body_without_one_content_length_gets_exactly_one(env: Env, lengths: int) -> None:
+    env.configure(enabled="true")
+    f = messages_flow()
+    size = str(len(f.request.raw_content or b"")).encode()
+    f.request.headers.fields = (
+        *((name, value) for name, value in f.request.headers.fields if name != b"content-length"),
+        *[(b"Content-Length", size)] * lengths,
+    )
+    await env.request(f)
+    assert f.request.headers.get_all("content-length") == [str(len(f.request.raw_content or b""))]
+    await serve(env, f)
+
+
 async def test_the_session_header_is_read_whatever_its_case(env: Env) -> None:
     env.configure({"chaosMode": {"enabled": True, "stickyConversations": True}})
     flows = [messages_flow(headers=[(b"X-Claude-Code-Session-Id", b"abc-123")]) for _ in range(2)]

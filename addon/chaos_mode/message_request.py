@@ -6,6 +6,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from .pool import RequestInfo
@@ -62,7 +63,7 @@ class MessageRequest:
         keeping their order.
         """
         raw = self.raw
-        original = json.dumps(self.model).encode()
+        original = _json_string(self.model)
         if raw.count(_MODEL_KEY) == 1:  # the usual body: one "model" key, found without a regex scan
             pair = _MODEL_PAIR.match(raw, raw.find(_MODEL_KEY))
             pairs = [pair] if pair is not None and pair.group(1) == original else []
@@ -70,9 +71,14 @@ class MessageRequest:
             pairs = [m for m in _MODEL_PAIR.finditer(raw) if m.group(1) == original]
         if len(pairs) == 1:
             start, end = pairs[0].span(1)
-            return raw[:start] + json.dumps(model).encode() + raw[end:]
+            return raw[:start] + _json_string(model) + raw[end:]
         text = json.dumps({**self.body, "model": model}, ensure_ascii=False, separators=(",", ":"))
         return text.encode()
+
+
+def _json_string(text: str) -> bytes:
+    """`json.dumps(text).encode()`, without the general encoder's set-up (it runs twice per request)."""
+    return encode_basestring_ascii(text).encode()
 
 
 def parse_message(content: bytes, *, limit: int) -> MessageRequest:
