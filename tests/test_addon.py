@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import gzip
 import json
 import logging
@@ -329,6 +330,13 @@ async def test_a_body_without_one_content_length_gets_exactly_one(env: Env, leng
     await env.request(f)
     assert f.request.headers.get_all("content-length") == [str(len(f.request.raw_content or b""))]
     await serve(env, f)
+
+
+async def test_running_freezes_the_start_up_heap_and_done_thaws_it(env: Env) -> None:
+    env.addon.running()
+    assert gc.get_freeze_count() > 0
+    env.addon.done()
+    assert gc.get_freeze_count() == 0
 
 
 async def test_the_session_header_is_read_whatever_its_case(env: Env) -> None:
