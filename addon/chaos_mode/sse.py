@@ -12,7 +12,7 @@ from typing import Any
 _DECODER = json.JSONDecoder()
 _USAGE_KEY = b'"usage"'
 _USAGE_VALUE = re.compile(rb'"usage"\s*:\s*')
-_INTERESTING = (b"message_start", b"message_delta", b"message_stop", b"error")
+_INTERESTING = re.compile(rb"message_(?:start|delta|stop)|error")  # in an event's first 64 bytes
 _MAX_EVENT = 1 << 20  # an event larger than this is skipped, not buffered without bound
 
 
@@ -47,29 +47,31 @@ class SseObserver:
         buffer = self._buffer
         buffer += chunk
         changed = False
+        at = 0  # where the next event starts; what is before it is dropped once, at the end
         while True:
-            end = buffer.find(b"\n\n")
+            end = buffer.find(b"\n\n", at)
             sep = 2
-            crlf = buffer.find(b"\r\n\r\n")
-            if crlf != -1 and (end == -1 or crlf < end):
+            crlf = buffer.find(b"\r\n\r\n", at, len(buffer) if end == -1 else end + 3)  # starts before end
+            if crlf != -1:
                 end, sep = crlf, 4
             if end == -1:
                 break
-            event = bytes(buffer[:end])
-            del buffer[: end + sep]
             if self._skipping:
                 self._skipping = False
-                continue
-            changed |= self._event(event)
+            else:
+                self.events += 1
+                # Content deltas and pings, the bulk, are told by their first bytes and never copied.
+                if _INTERESTING.search(buffer, at, min(at + 64, end)) is not None:
+                    changed |= self._event(bytes(buffer[at:end]))
+            at = end + sep
+        if at:
+            del buffer[:at]
         if len(buffer) > _MAX_EVENT:
             del buffer[:-3]  # the tail may be the first half of the separator
             self._skipping = True
         return changed
 
     def _event(self, raw: bytes) -> bool:
-        self.events += 1
-        if not any(name in raw[:64] for name in _INTERESTING):
-            return False  # content deltas and pings: the bulk, not parsed
         data = b"".join(line[5:].lstrip() for line in raw.splitlines() if line.startswith(b"data:"))
         try:
             payload = json.loads(data)
