@@ -1,7 +1,7 @@
 """The mitmproxy adapter: options, hooks and commands around the pure ChaosPool.
 
-With resend.py, the only module of the package proper that imports mitmproxy (the flow recorder,
-a development tool, does too). Facts about one flow live in
+With resend.py and flow_bodies.py, the only modules of the package proper that import mitmproxy (the
+flow recorder, a development tool, does too). Facts about one flow live in
 `flow.metadata["chaos"]` (plain values, so they survive in saved flow files), never on `self`.
 """
 
@@ -20,13 +20,14 @@ from mitmproxy import command, ctx, exceptions, http
 from mitmproxy.connection import ConnectionState
 
 from .config import ConfigError, ModelRouting, default_config, load_config
-from .message_request import STICKY_HEADER, BadRequest, parse_message
+from .flow_bodies import SESSION, decoded_body, is_event_stream, request_headers, set_body, usage_of
+from .message_request import BadRequest, parse_message
 from .metrics import ChaosMetrics
 from .panel import render_panel
 from .pool import NO_ATTEMPTS, ChaosPool, RequestInfo, Selection, Ticket
 from .replies import TRIED_HEADER, rate_limit_error
 from .resend import Resender, ResendFailed
-from .sse import SseObserver, message_usage
+from .sse import SseObserver
 from .stats import Outcome, Stats, chaos_stats
 from .tiers import TierClassifier
 from .web import WebServer, parse_listen
@@ -39,13 +40,6 @@ MESSAGES_SUFFIX: Final = "/v1/messages"
 CLIENT_DISCONNECTED: Final = "Client disconnected."  # mitmproxy's flow.error.msg when the client left
 CLIENT_POLL_SECONDS: Final = 0.25  # how often a waiting request checks that its client is still there
 UPSTREAM_RETRY_HEADER: Final = "x-upstream-retry-after"  # z.ai's Retry-After, kept on our own 429
-CONTENT_ENCODING: Final = b"content-encoding"
-TRANSFER_ENCODING: Final = b"transfer-encoding"
-CONTENT_LENGTH: Final = b"content-length"
-CONTENT_TYPE: Final = b"content-type"
-EVENT_STREAM: Final = b"text/event-stream"
-_REQUEST_HEADERS: Final = frozenset({CONTENT_ENCODING, TRANSFER_ENCODING, STICKY_HEADER.encode()})
-_RESPONSE_HEADERS: Final = frozenset({CONTENT_ENCODING, CONTENT_TYPE})
 
 
 class _ClientGone:
@@ -57,43 +51,6 @@ CLIENT_GONE: Final = _ClientGone()
 
 def _client_alive(flow: http.HTTPFlow) -> bool:
     return flow.live and flow.client_conn.state is not ConnectionState.CLOSED and flow.error is None
-
-
-def _find_headers(message: http.Message, names: frozenset[bytes]) -> dict[bytes, bytes]:
-    """The first value of each header in `names` (lower-case), in one pass over the headers.
-
-    The hot path reads several headers of one message; `Headers.get` would walk them once per name.
-    """
-    found: dict[bytes, bytes] = {}
-    for name, value in message.headers.fields:
-        key = name.lower()
-        if key in names and key not in found:
-            found[key] = value
-    return found
-
-
-def _body(message: http.Message, headers: dict[bytes, bytes]) -> bytes:
-    """The decoded body (as `get_content(strict=False)`); no copy when it has no content-encoding."""
-    if headers.get(CONTENT_ENCODING):
-        return message.get_content(strict=False) or b""
-    return message.raw_content or b""
-
-
-def _set_body(message: http.Message, body: bytes, headers: dict[bytes, bytes]) -> None:
-    """`message.content = body`, without reading the headers again when the body is not encoded."""
-    if headers.get(CONTENT_ENCODING):
-        message.content = body
-        return
-    message.raw_content = body
-    if TRANSFER_ENCODING in headers:
-        return
-    fields = message.headers.fields
-    at = [i for i, (name, _) in enumerate(fields) if name.lower() == CONTENT_LENGTH]
-    if len(at) == 1:  # the usual case: its value replaced in place, the other headers untouched
-        i = at[0]
-        message.headers.fields = (*fields[:i], (fields[i][0], str(len(body)).encode()), *fields[i + 1 :])
-    else:
-        message.headers["content-length"] = str(len(body))
 
 
 class ChaosMode:
@@ -247,8 +204,8 @@ class ChaosMode:
             if request.raw_content is None or len(request.raw_content) > limit:
                 size = "a streamed" if request.raw_content is None else f"{len(request.raw_content)} bytes"
                 raise BadRequest("too-large", f"body of {size} is over the {limit}-byte limit")
-            headers = _find_headers(request, _REQUEST_HEADERS)
-            message = parse_message(_body(request, headers), limit=limit)
+            headers = request_headers(request)
+            message = parse_message(decoded_body(request, headers), limit=limit)
         except BadRequest as exc:
             self._pass_bad(flow, exc)
             return
@@ -270,7 +227,7 @@ class ChaosMode:
             return
         sticky = None
         if chaos.sticky_conversations:
-            session = headers.get(STICKY_HEADER.encode())
+            session = headers.get(SESSION)
             sticky = message.sticky_key(session.decode("utf-8", "replace") if session else None)
         meta["sticky"] = sticky
         info = message.info
@@ -292,7 +249,7 @@ class ChaosMode:
             return
         assert isinstance(selection, Selection)
         self._hold(meta, selection)
-        _set_body(request, message.with_model(selection.model), headers)
+        set_body(request, message.with_model(selection.model), headers)
         wait_note = f" · waited {waited:.1f} s" if waited >= 0.05 else ""
         flow.comment = f"{message.model} → {selection.model} · {selection.reason}{wait_note}"
 
@@ -359,7 +316,7 @@ class ChaosMode:
         response = flow.response
         if meta is None or response is None or response.status_code != 200:
             return
-        if EVENT_STREAM not in _find_headers(response, _RESPONSE_HEADERS).get(CONTENT_TYPE, b""):
+        if not is_event_stream(response):
             return
         observer = SseObserver()
 
@@ -452,7 +409,7 @@ class ChaosMode:
         if model and response.status_code == 200:
             usage = meta.get("usage")
             if usage is None and not response.stream:
-                usage = self._usage_of(response)
+                usage = usage_of(response)
             if usage:
                 self.stats.usage(model, usage[0], usage[1])
         if meta.get("mode") == "off":
@@ -462,16 +419,6 @@ class ChaosMode:
         else:
             outcome = "ok" if response.status_code < 400 else "error"
         self._finish(meta, outcome)
-
-    @staticmethod
-    def _usage_of(response: http.Response) -> list[int] | None:
-        headers = _find_headers(response, _RESPONSE_HEADERS)
-        content = _body(response, headers)
-        if EVENT_STREAM in headers.get(CONTENT_TYPE, b""):
-            observer = SseObserver()
-            observer.feed(content + b"\n\n")
-            return [observer.input_tokens, observer.output_tokens]
-        return message_usage(content)
 
     def _finish(self, meta: dict[str, Any], outcome: Outcome) -> None:
         if meta.get("outcome"):
