@@ -15,7 +15,9 @@ warm-up and shut-down are the same in both runs of a side, so the difference can
     instructions per request = (I(N2) - I(N1)) / (N2 - N1)
     addon cost (%)           = (addon - plain) / plain * 100
 
-The runs go two at a time (a 2-core machine). `--stream` also measures streamed requests (5 tokens).
+The runs go two at a time (a 2-core machine). `--stream` also measures streamed requests (5 tokens),
+with a third side: plain mitmdump buffers a whole SSE answer that the addon streams, so "plain-streaming"
+(`--set stream_large_bodies=1`) is the plain mitmdump that streams too.
 Run: `python -m chaos_mode.bench.instructions [--small 50] [--large 250] [--repeat K] [--json FILE]`.
 """
 
@@ -51,6 +53,14 @@ STREAM_TOKENS = 5
 START_TIMEOUT = 240.0  # mitmdump under callgrind takes a minute or more to listen
 EXIT_TIMEOUT = 300.0
 SIDES = {"plain": PLAIN_MODEL, "addon": ADDON_MODEL}
+# On streams plain mitmdump buffers a whole SSE answer while the addon streams it: a third side streams too.
+STREAMING = "plain-streaming"
+STREAMING_ARGS = ("--set", "stream_large_bodies=1")
+
+
+def sides(stream: bool) -> dict[str, str]:
+    """The sides of one variant, by name, with the model each sends."""
+    return {**SIDES, STREAMING: PLAIN_MODEL} if stream else dict(SIDES)
 
 
 def callgrind_total(text: str) -> int:
@@ -133,15 +143,16 @@ async def _send(client: httpx.AsyncClient, model: str, count: int, stream: bool)
 async def measure_run(sim_url: str, side: str, count: int, stream: bool) -> int:
     """One callgrind run of mitmdump: warm-up, `count` requests, SIGINT; its total instructions."""
     config = SCENARIOS["least-loaded"].config() if side == "addon" else None
+    extra = STREAMING_ARGS if side == STREAMING else ()
     proxy = CallgrindProxy(
-        upstream=sim_url, config=config, addon=side == "addon", start_timeout=START_TIMEOUT
+        upstream=sim_url, config=config, addon=side == "addon", extra_args=extra, start_timeout=START_TIMEOUT
     )
     try:
         await asyncio.to_thread(proxy.start)
         limits = httpx.Limits(max_connections=CONCURRENCY, max_keepalive_connections=CONCURRENCY)
         async with httpx.AsyncClient(base_url=proxy.url, limits=limits, timeout=120.0) as client:
-            await _send(client, SIDES[side], WARMUP, stream)
-            await _send(client, SIDES[side], count, stream)
+            await _send(client, sides(stream)[side], WARMUP, stream)
+            await _send(client, sides(stream)[side], count, stream)
         return await asyncio.to_thread(proxy.finish)
     finally:
         await asyncio.to_thread(proxy.stop)
@@ -164,7 +175,7 @@ async def measure(options: Options, log: Callable[[str], None] = print) -> dict[
         for stream in variants
         for rep in range(options.repeat)
         for count in (options.small, options.large)
-        for side in SIDES
+        for side in sides(stream)
     ]
     totals: dict[tuple[bool, int, str, int], int] = {}
     gate = asyncio.Semaphore(options.parallel)
@@ -179,7 +190,7 @@ async def measure(options: Options, log: Callable[[str], None] = print) -> dict[
                 totals[key] = await measure_run(sim.base_url, key[2], key[3], key[0])
                 kind = "streamed" if key[0] else "non-streamed"
                 log(
-                    f"  {key[2]:5} N={key[3]:<4} {kind} run {key[1] + 1}: "
+                    f"  {key[2]:15} N={key[3]:<4} {kind} run {key[1] + 1}: "
                     f"{totals[key]:,} instructions ({time.monotonic() - started:.0f} s)"
                 )
 
@@ -193,7 +204,7 @@ async def measure(options: Options, log: Callable[[str], None] = print) -> dict[
     doc: dict[str, Any] = {}
     for stream in variants:
         result: dict[str, Any] = {}
-        for side in SIDES:
+        for side, model in sides(stream).items():
             figures = [
                 per_request(
                     (options.small, totals[stream, rep, side, options.small]),
@@ -202,7 +213,7 @@ async def measure(options: Options, log: Callable[[str], None] = print) -> dict[
                 for rep in range(options.repeat)
             ]
             result[side] = {
-                "model": SIDES[side],
+                "model": model,
                 "totals": [
                     {n: totals[stream, rep, side, n] for n in (options.small, options.large)}
                     for rep in range(options.repeat)
@@ -212,6 +223,9 @@ async def measure(options: Options, log: Callable[[str], None] = print) -> dict[
             }
         plain, addon = result["plain"]["perRequestMedian"], result["addon"]["perRequestMedian"]
         result["costPercent"] = round(cost_percent(plain, addon), 2)
+        if STREAMING in result:  # against a plain mitmdump that streams too
+            streaming = result[STREAMING]["perRequestMedian"]
+            result["costPercentVsStreaming"] = round(cost_percent(streaming, addon), 2)
         doc["streamed" if stream else "nonStreamed"] = result
     return doc
 
@@ -222,14 +236,16 @@ def render(doc: dict[str, Any]) -> str:
         if (result := doc.get(variant)) is None:
             continue
         lines.append(f"{variant}:")
-        for side in SIDES:
+        for side in sides(variant == "streamed"):
             row = result[side]
             each = ", ".join(f"{x / 1e6:.2f}" for x in row["perRequest"])
             lines.append(
-                f"  {side:5} ({row['model']}): {row['perRequestMedian'] / 1e6:.2f} M instructions/request"
+                f"  {side:15} ({row['model']}): {row['perRequestMedian'] / 1e6:.2f} M instructions/request"
                 + (f" (runs: {each})" if len(row["perRequest"]) > 1 else "")
             )
         lines.append(f"  addon cost: {result['costPercent']:+.1f} %")
+        if "costPercentVsStreaming" in result:
+            lines.append(f"  addon cost against {STREAMING}: {result['costPercentVsStreaming']:+.1f} %")
     return "\n".join(lines)
 
 
@@ -242,7 +258,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--small", type=int, default=50, help="N1, requests of the short run (default 50)")
     p.add_argument("--large", type=int, default=250, help="N2, requests of the long run (default 250)")
     p.add_argument("--repeat", type=int, default=1, help="repeat every run K times; medians (default 1)")
-    p.add_argument("--stream", action="store_true", help="also measure streamed requests (5 tokens)")
+    p.add_argument(
+        "--stream",
+        action="store_true",
+        help="also measure streamed requests (5 tokens), with a plain mitmdump that streams too",
+    )
     p.add_argument("--parallel", type=int, default=2, help="valgrind runs at a time (default 2)")
     p.add_argument("--json", type=Path, metavar="FILE", help="write the figures as JSON")
     return p
