@@ -21,7 +21,8 @@ from chaos_mode.bench.ideal import (
 )
 from chaos_mode.bench.plot import render_svg
 from chaos_mode.bench.report import render
-from chaos_mode.bench.scenarios import SCENARIOS, parse_scenarios
+from chaos_mode.bench.run import agent_models
+from chaos_mode.bench.scenarios import PINNED, SCENARIOS, parse_scenarios, pinned_models
 from chaos_mode.bench.swarm import RequestRecord, retry_delay
 from chaos_mode.bench.workload import Mix, Request, WorkloadSpec, make_workload, parse_mix
 from chaos_mode.config import default_config
@@ -153,8 +154,32 @@ def test_parse_mix_refuses(text: str) -> None:
 def test_parse_scenarios() -> None:
     assert [s.name for s in parse_scenarios("sticky, baseline")] == ["sticky", "baseline"]
     assert [s.name for s in parse_scenarios("all")] == list(SCENARIOS)
+    assert "pinned" not in SCENARIOS and [s.name for s in parse_scenarios("pinned")] == ["pinned"]
     with pytest.raises(ValueError, match="unknown scenario"):
         parse_scenarios("fastest")
+
+
+def test_pinned_agents_get_a_slot_each_in_catalog_order() -> None:
+    capacity = {"a": 2, "b": 1}
+    assert pinned_models(capacity, 3) == ["a", "a", "b"]
+    assert pinned_models(capacity, 1) == ["a"]
+    with pytest.raises(ValueError, match="at most 3 agents"):
+        pinned_models(capacity, 4)
+    assert agent_models(SCENARIOS["least-loaded"], 99) == []
+    assert len(set(agent_models(PINNED, 28))) == 8  # the seed's catalog: every model, every slot
+
+
+def test_the_pinned_scenario_with_more_agents_than_slots_is_refused_before_anything_starts() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "chaos_mode.bench", "--scenarios", "pinned", "--agents", "29"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "needs at most 28 agents" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_baseline_sends_zai_defaults_and_chaos_sends_claude_names() -> None:
@@ -244,7 +269,7 @@ def test_short_benchmark_run(tmp_path: Path) -> None:
     json_path, svg_path = tmp_path / "bench.json", tmp_path / "bench.svg"
     args = [
         "--agents", "4", "--requests", "3", "--latency-ms", "20", "--tokens", "3", "--token-interval-ms", "5",
-        "--reject-delay-ms", "100", "--scenarios", "baseline,least-loaded", "--quick",
+        "--reject-delay-ms", "100", "--scenarios", "baseline,least-loaded,pinned", "--quick",
         "--overhead-rounds", "1", "--overhead-requests", "20",
         "--json", str(json_path), "--svg", str(svg_path),
     ]  # fmt: skip
@@ -258,10 +283,11 @@ def test_short_benchmark_run(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     doc = json.loads(json_path.read_text(encoding="utf-8"))
-    assert [s["name"] for s in doc["scenarios"]] == ["baseline", "least-loaded"]
+    assert [s["name"] for s in doc["scenarios"]] == ["baseline", "least-loaded", "pinned"]
     for scenario in doc["scenarios"]:
         _consistent(scenario, 12)
-    baseline, chaos = doc["scenarios"]
+    baseline, chaos, pinned = doc["scenarios"]
+    assert pinned["client429"] == 0 and set(pinned["share"]) == {"glm-4.7", "glm-4.6"}  # the first 4 slots
     assert baseline["client429"] == baseline["upstream429"]  # chaos off: every 429 came from upstream
     assert set(baseline["share"]) <= {"glm-4.7", "glm-4.5-air"}
     assert chaos["proxy"]["requests"]["ok"] == 12

@@ -15,8 +15,8 @@ from typing import Any
 from .overhead import OverheadOptions
 from .plot import render_svg
 from .report import render
-from .run import BenchOptions, run_benchmark, stop_on_sigterm
-from .scenarios import SCENARIOS, parse_scenarios
+from .run import BenchOptions, agent_models, run_benchmark, stop_on_sigterm
+from .scenarios import KNOWN, SCENARIOS, parse_scenarios
 from .workload import WorkloadSpec, parse_mix
 
 # name: (full run, --quick); an option given on the command line wins over both.
@@ -71,7 +71,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--scenarios",
         type=parse_scenarios,
-        help=f"comma-separated, in order (default all: {','.join(SCENARIOS)})",
+        help=f"comma-separated, in order, of {','.join(KNOWN)} (default all: {','.join(SCENARIOS)})",
     )
     p.add_argument("--seed", type=int, help="workload seed (default 1)")
     p.add_argument(
@@ -140,8 +140,14 @@ def options_from(args: argparse.Namespace, argv: Sequence[str]) -> BenchOptions:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser().parse_args(argv)
+    cli = parser()
+    args = cli.parse_args(argv)
     options = options_from(args, argv)
+    try:
+        for scenario in options.scenarios:
+            agent_models(scenario, options.workload.agents)
+    except ValueError as exc:
+        cli.error(str(exc))
 
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)

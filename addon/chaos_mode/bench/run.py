@@ -30,7 +30,7 @@ from .ideal import (
     slots_by_tier,
 )
 from .overhead import OverheadOptions, measure_overhead
-from .scenarios import SCENARIOS, Scenario
+from .scenarios import SCENARIOS, Scenario, pinned_models
 from .swarm import SwarmOptions, SwarmProgress, run_swarm
 from .workload import ZAI_DEFAULT_MODELS, Workload, WorkloadSpec, make_workload
 
@@ -142,7 +142,12 @@ async def measure_scenario(
 ) -> dict[str, Any]:
     """One swarm through an already started proxy; the simulator's counters are reset first."""
     await reset_sim(sim_url)
-    swarm = SwarmOptions(models=scenario.models, max_attempts=max_attempts, seed=workload.spec.seed)
+    swarm = SwarmOptions(
+        models=scenario.models,
+        agent_models=agent_models(scenario, len(workload.agents)),
+        max_attempts=max_attempts,
+        seed=workload.spec.seed,
+    )
     records, makespan = await run_swarm(proxy.url, workload, swarm, progress)
     status = await _get_json(proxy.status_url) if proxy.addon else None
     sim_stats = await _get_json(sim_url + "/sim/stats")
@@ -151,6 +156,14 @@ async def measure_scenario(
     )
     summary["vsFairQueue"] = round(makespan / ideal.fair_queue, 3) if ideal.fair_queue > 0 else None
     return summary
+
+
+def agent_models(scenario: Scenario, agents: int) -> list[str]:
+    """Each agent's own model in the pinned scenario (ValueError with more agents than slots), else []."""
+    if not scenario.pinned:
+        return []
+    _, capacity, _ = slots_by_tier(parse_config({"modelRouting": scenario.config()}))
+    return pinned_models(capacity, agents)
 
 
 async def run_scenario(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -18,6 +19,7 @@ class Scenario:
     chaos: bool
     strategy: StrategyName = "least-loaded"
     sticky: bool = False
+    pinned: bool = False  # each agent sends one model of its own (see `pinned_models`), whatever the tier
 
     @property
     def models(self) -> dict[RequestTier, str]:
@@ -58,14 +60,32 @@ SCENARIOS: Final[dict[str, Scenario]] = {
 }
 
 
+# Not in "all": a reference that only makes sense with no more agents than slots (`--agents 28`).
+PINNED: Final = Scenario(
+    "pinned",
+    "chaos off; each agent pinned to a slot of its own, whatever the tier (agents <= slots): the cost of "
+    "the stack itself, with no router and no contention",
+    chaos=False,
+    pinned=True,
+)
+KNOWN: Final[dict[str, Scenario]] = {**SCENARIOS, PINNED.name: PINNED}
+
+
+def pinned_models(capacity: Mapping[str, int], agents: int) -> list[str]:
+    """The model of each agent of the pinned scenario: one slot each, in catalog order; ValueError when
+    there are more agents than slots."""
+    slots = [model for model, count in capacity.items() for _ in range(count)]
+    if agents > len(slots):
+        raise ValueError(f"the pinned scenario needs at most {len(slots)} agents (a slot each), not {agents}")
+    return slots[:agents]
+
+
 def parse_scenarios(text: str) -> list[Scenario]:
-    """A comma-separated list of scenario names ("all" = every one), in the order given."""
+    """A comma-separated list of scenario names ("all" = every one but pinned), in the order given."""
     names = [n.strip() for n in text.split(",") if n.strip()]
     if names == ["all"]:
         return list(SCENARIOS.values())
-    unknown = [n for n in names if n not in SCENARIOS]
+    unknown = [n for n in names if n not in KNOWN]
     if unknown or not names:
-        raise ValueError(
-            f"unknown scenario(s) {', '.join(unknown) or '(none)'}; known: {', '.join(SCENARIOS)}"
-        )
-    return [SCENARIOS[n] for n in names]
+        raise ValueError(f"unknown scenario(s) {', '.join(unknown) or '(none)'}; known: {', '.join(KNOWN)}")
+    return [KNOWN[n] for n in names]

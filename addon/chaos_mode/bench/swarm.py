@@ -10,7 +10,7 @@ import asyncio
 import email.utils
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import httpx
@@ -110,6 +110,7 @@ class SwarmProgress:
 @dataclass(frozen=True, slots=True)
 class SwarmOptions:
     models: Mapping[RequestTier, str]  # tier -> the model name the agents send
+    agent_models: Sequence[str] = ()  # when given: agent -> the one model it sends, whatever the tier
     max_attempts: int = 60
     seed: int = 1
     timeout: float = 180.0
@@ -147,7 +148,7 @@ async def _one(
     start: float,
     progress: SwarmProgress,
 ) -> RequestRecord:
-    model = options.models[request.tier]
+    model = options.agent_models[request.agent] if options.agent_models else options.models[request.tier]
     clock = time.perf_counter
     record = RequestRecord(request.agent, request.index, request.tier, model, sent=clock() - start)
     body, headers = _body(request, model), _headers(request)
