@@ -19,7 +19,7 @@ from mitmproxy import flow as mflow
 from mitmproxy.connection import ConnectionState
 from mitmproxy.test import taddons, tflow, tutils
 
-import chaos_mode.addon as addon_module
+from chaos_mode import waiting as waiting_module
 from chaos_mode.addon import META, ChaosMode
 from chaos_mode.config import default_config
 from chaos_mode.replies import TRIED_HEADER
@@ -590,7 +590,7 @@ async def one_holding_one_waiting(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> tuple[http.HTTPFlow, http.HTTPFlow, asyncio.Task[None]]:
     """The only slot held by a first flow, a second flow waiting for it in the queue."""
-    monkeypatch.setattr(addon_module, "CLIENT_POLL_SECONDS", 0.01)
+    monkeypatch.setattr(waiting_module, "CLIENT_POLL_SECONDS", 0.01)
     env.configure({**TINY, "queue": {"timeoutSeconds": 30}})
     first, second = messages_flow(), messages_flow()
     await env.request(first)

@@ -1,7 +1,7 @@
 """The mitmproxy adapter: options, hooks and commands around the pure ChaosPool.
 
-With resend.py and flow_bodies.py, the only modules of the package proper that import mitmproxy (the
-flow recorder, a development tool, does too). Facts about one flow live in
+With resend.py, flow_bodies.py, waiting.py and rejection.py, the only modules of the package proper
+that import mitmproxy (the flow recorder, a development tool, does too). Facts about one flow live in
 `flow.metadata["chaos"]` (plain values, so they survive in saved flow files), never on `self`.
 """
 
@@ -25,11 +25,13 @@ from .message_request import BadRequest, parse_message
 from .metrics import ChaosMetrics
 from .panel import render_panel
 from .pool import NO_ATTEMPTS, ChaosPool, RequestInfo, Selection, Ticket
-from .replies import TRIED_HEADER, rate_limit_error
+from .rejection import rate_limited
+from .replies import TRIED_HEADER
 from .resend import Resender, ResendFailed
 from .sse import SseObserver
 from .stats import Outcome, Stats, chaos_stats
 from .tiers import TierClassifier
+from .waiting import CLIENT_GONE, acquire_while_connected
 from .web import WebServer, parse_listen
 from .zai_errors import Action, UpstreamError, classify_error, parse_retry_after
 
@@ -38,19 +40,6 @@ log = logging.getLogger("chaos_mode")
 META: Final = "chaos"
 MESSAGES_SUFFIX: Final = "/v1/messages"
 CLIENT_DISCONNECTED: Final = "Client disconnected."  # mitmproxy's flow.error.msg when the client left
-CLIENT_POLL_SECONDS: Final = 0.25  # how often a waiting request checks that its client is still there
-UPSTREAM_RETRY_HEADER: Final = "x-upstream-retry-after"  # z.ai's Retry-After, kept on our own 429
-
-
-class _ClientGone:
-    """The client left while its request waited."""
-
-
-CLIENT_GONE: Final = _ClientGone()
-
-
-def _client_alive(flow: http.HTTPFlow) -> bool:
-    return flow.live and flow.client_conn.state is not ConnectionState.CLOSED and flow.error is None
 
 
 class ChaosMode:
@@ -235,7 +224,7 @@ class ChaosMode:
         started = self._clock()
         ticket = Ticket(tier, NO_ATTEMPTS, info, sticky)
         # The common case, a free slot and nobody waiting, takes no coroutine.
-        selection = self.pool.admit_now(ticket) or await self._acquire(flow, ticket)
+        selection = self.pool.admit_now(ticket) or await acquire_while_connected(self.pool, flow, ticket)
         waited = self._clock() - started
         meta["waited"] = round(waited, 3)
         self.stats.queue_wait(tier, waited)
@@ -253,32 +242,6 @@ class ChaosMode:
         wait_note = f" · waited {waited:.1f} s" if waited >= 0.05 else ""
         flow.comment = f"{message.model} → {selection.model} · {selection.reason}{wait_note}"
 
-    async def _acquire(self, flow: http.HTTPFlow, ticket: Ticket) -> Selection | _ClientGone | None:
-        """A slot for `ticket`, waiting in the queue while the client is still there."""
-        selection = self.pool.admit_now(ticket)
-        if selection is not None:
-            return selection  # the common case: no task, no waiting
-        task = asyncio.ensure_future(
-            self.pool.acquire_or_wait(
-                ticket.tier, ticket.attempted, request=ticket.request, sticky_key=ticket.sticky_key
-            )
-        )
-        delivered = False
-        try:
-            while True:
-                done, _ = await asyncio.wait({task}, timeout=CLIENT_POLL_SECONDS)
-                if done:
-                    delivered = True
-                    return task.result()
-                if not _client_alive(flow):
-                    return CLIENT_GONE
-        finally:
-            if not delivered:
-                if not task.done():
-                    task.cancel()  # the queue gives back a slot granted meanwhile
-                elif not task.cancelled() and (granted := task.result()) is not None:
-                    self.pool.release(granted.model)
-
     def _hold(self, meta: dict[str, Any], selection: Selection) -> None:
         meta["held"] = selection.model
         meta["model"] = selection.model
@@ -287,26 +250,7 @@ class ChaosMode:
 
     def _reject(self, flow: http.HTTPFlow, meta: dict[str, Any], tried: list[str]) -> None:
         """Answer with our own 429: nothing eligible could take the request in time."""
-        ticket = Ticket(meta["tier"], frozenset(tried))
-        why = self.pool.unavailable(ticket)
-        pause = self.pool.cooldowns.account_pause()
-        if why is None:
-            why = f"no {meta['tier']}-tier model had a free slot within the queue timeout"
-        retry = pause[0] if pause else (self.pool.cooldowns.next_expiry() or 5.0)
-        previous = flow.response
-        upstream_retry = previous.headers.get("retry-after") if previous is not None else None
-        if upstream_retry is not None:
-            # z.ai's own value is kept (verbatim, beside ours) and may lengthen ours, up to 60 s.
-            retry = max(retry, parse_retry_after(upstream_retry, now=self._wall_clock()) or 0.0)
-        body, headers = rate_limit_error(why, retry_after=retry, tried=tried)
-        response = http.Response.make(429, body, headers)
-        if previous is not None:
-            for name, value in previous.headers.items(multi=True):
-                if name.lower().startswith("anthropic-ratelimit-"):
-                    response.headers[name] = value
-            if upstream_retry is not None:
-                response.headers[UPSTREAM_RETRY_HEADER] = upstream_retry
-        flow.response = response
+        flow.response, why = rate_limited(self.pool, meta["tier"], tried, flow.response, self._wall_clock())
         meta["rejected"] = why
         flow.comment = f"{meta['originalModel']} → 429 from chaos-mode · {why}"
         flow.marked = ":no_entry:"
@@ -376,7 +320,7 @@ class ChaosMode:
         tried = list(meta["attempted"])
         info = RequestInfo(*meta["request"]) if meta.get("request") else None
         ticket = Ticket(meta["tier"], frozenset(tried), info, meta.get("sticky"))
-        selection = await self._acquire(flow, ticket)
+        selection = await acquire_while_connected(self.pool, flow, ticket)
         if selection is CLIENT_GONE:
             return False
         if selection is None:
