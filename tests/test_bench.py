@@ -125,6 +125,18 @@ def test_fair_queue_is_never_below_the_bound() -> None:
     assert fair >= bound.seconds - 1e-9 and clairvoyant >= bound.seconds - 1e-9
 
 
+def run_module(module: str, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """`python -m module args...` from the checkout, its output kept; never raises on a failure."""
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
 # -- the workload and the client ----------------------------------------------------------------------
 
 
@@ -170,14 +182,7 @@ def test_pinned_agents_get_a_slot_each_in_catalog_order() -> None:
 
 
 def test_the_pinned_scenario_with_more_agents_than_slots_is_refused_before_anything_starts() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "chaos_mode.bench", "--scenarios", "pinned", "--agents", "29"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = run_module("chaos_mode.bench", "--scenarios", "pinned", "--agents", "29", timeout=60)
     assert result.returncode == 2
     assert "needs at most 28 agents" in result.stderr and "Traceback" not in result.stderr
 
@@ -273,14 +278,7 @@ def test_short_benchmark_run(tmp_path: Path) -> None:
         "--overhead-rounds", "1", "--overhead-requests", "20",
         "--json", str(json_path), "--svg", str(svg_path),
     ]  # fmt: skip
-    result = subprocess.run(
-        [sys.executable, "-m", "chaos_mode.bench", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=150,
-        check=False,
-    )
+    result = run_module("chaos_mode.bench", *args, timeout=150)
     assert result.returncode == 0, result.stdout + result.stderr
     doc = json.loads(json_path.read_text(encoding="utf-8"))
     assert [s["name"] for s in doc["scenarios"]] == ["baseline", "least-loaded", "pinned"]
@@ -314,14 +312,7 @@ def test_demo_runs_offline() -> None:
         "--agents", "3", "--requests", "2", "--latency-ms", "20", "--tokens", "3", "--token-interval-ms", "5",
         "--reject-delay-ms", "100",
     ]  # fmt: skip
-    result = subprocess.run(
-        [sys.executable, "-m", "chaos_mode.bench.demo", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = run_module("chaos_mode.bench.demo", *args, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     assert "dashboard:  http://127.0.0.1:" in out
