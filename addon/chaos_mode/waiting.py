@@ -34,12 +34,10 @@ async def acquire_while_connected(
     """A slot for `ticket`, waiting in the queue while the client is still there.
 
     None when the queue gave up (timeout, nothing could ever serve it); CLIENT_GONE when the client left
-    first, in which case no slot is held.
+    first, in which case no slot is held. The request hook tries `pool.admit_now` before, which needs no
+    task; the queue's own fast path serves the rarer callers.
     """
-    selection = pool.admit_now(ticket)
-    if selection is not None:
-        return selection  # the common case: no task, no waiting
-    task = asyncio.ensure_future(
+    task = asyncio.ensure_future(  # a slot at once when one is free and nobody waits
         pool.acquire_or_wait(
             ticket.tier, ticket.attempted, request=ticket.request, sticky_key=ticket.sticky_key
         )
