@@ -42,7 +42,7 @@ import httpx
 from chaos_mode.child import ProxyProcess
 from chaos_mode.sim import SimProcess, SimSettings, default_limits
 
-from .overhead import ADDON_MODEL, PLAIN_MODEL, ZERO_LATENCY
+from .overhead import ADDON_MODEL, PLAIN_MODEL, ZERO_LATENCY, small_body
 from .run import stop_on_sigterm
 from .scenarios import SCENARIOS
 from .swarm import MESSAGES_PATH
@@ -116,12 +116,7 @@ class CallgrindProxy(ProxyProcess):
 
 
 async def _send(client: httpx.AsyncClient, model: str, count: int, stream: bool) -> None:
-    body = {
-        "model": model,
-        "max_tokens": 16,
-        "stream": stream,
-        "messages": [{"role": "user", "content": "ping"}],
-    }
+    body = small_body(model, stream)
     headers = {**ZERO_LATENCY, "x-sim-output-tokens": str(STREAM_TOKENS if stream else 1)}
     remaining = count
     bad: list[str] = []

@@ -56,7 +56,7 @@ class _Side:
     cpu_per_request: list[float] = field(default_factory=list)
 
 
-def _body(model: str, stream: bool) -> dict[str, Any]:
+def small_body(model: str, stream: bool) -> dict[str, Any]:
     return {
         "model": model,
         "max_tokens": 16,
@@ -75,7 +75,7 @@ def cpu_seconds(pid: int) -> float | None:
 
 
 async def _throughput(client: httpx.AsyncClient, side: _Side, options: OverheadOptions) -> float:
-    body = _body(side.model, stream=False)
+    body = small_body(side.model, stream=False)
     headers = {**ZERO_LATENCY, "x-sim-output-tokens": "1"}
     remaining = options.requests
 
@@ -99,7 +99,7 @@ async def _throughput(client: httpx.AsyncClient, side: _Side, options: OverheadO
 
 
 async def _ttft(client: httpx.AsyncClient, side: _Side, options: OverheadOptions) -> float:
-    body = _body(side.model, stream=True)
+    body = small_body(side.model, stream=True)
     headers = {**ZERO_LATENCY, "x-sim-output-tokens": str(options.stream_tokens)}
     remaining = options.streams
     samples: list[float] = []
