@@ -17,3 +17,7 @@ HEAVY = ["glm-4.7", "glm-4.6", "glm-4.5-x"]
 MEDIUM = [*HEAVY, "glm-4.5", "glm-4.5-air"]
 ALL = [*MEDIUM, "glm-4.7-flashx", "glm-4.7-flash", "glm-4.5-flash"]
 FREE = {"glm-4.7-flash", "glm-4.5-flash"}
+
+# Tests of the fixed-limit policy (the queue, backpressure at the catalog's caps) turn learning off:
+# with it on, a request that would wait may go one above a limit to probe it.
+FIXED_LIMITS = {"learning": {"enabled": False}}

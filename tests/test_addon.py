@@ -24,6 +24,7 @@ from chaos_mode.addon import META, ChaosMode
 from chaos_mode.config import default_config
 from chaos_mode.replies import TRIED_HEADER
 from chaos_mode.resend import Resender, ResendFailed
+from seed_catalog import FIXED_LIMITS
 
 CATALOG = default_config().models
 HEAVY = {name for name, spec in CATALOG.items() if spec.tier == "HEAVY"}
@@ -31,9 +32,9 @@ MEDIUM_UP = HEAVY | {name for name, spec in CATALOG.items() if spec.tier == "MED
 ALL = set(CATALOG)
 MESSAGES = b"/api/anthropic/v1/messages?beta=true"
 WAIT = 3.0  # seconds any wait in this module may take before the test fails
-ON: dict[str, Any] = {"chaosMode": {"enabled": True}}
+ON: dict[str, Any] = {"chaosMode": {"enabled": True}, **FIXED_LIMITS}
 TINY: dict[str, Any] = {
-    "chaosMode": {"enabled": True},
+    **ON,
     "models": {"tiny": {"tier": "HEAVY", "maxConcurrency": 1, "inputPrice": 1.0, "outputPrice": 2.0}},
 }
 API_KEY = "sk-ant-api03-SecretValueForTests0123456789"

@@ -19,6 +19,7 @@ from chaos_mode.addon import META, ChaosMode
 from chaos_mode.config import default_config
 from chaos_mode.replies import TRIED_HEADER
 from chaos_mode.sim import Fault, SimServer, SimSettings
+from seed_catalog import FIXED_LIMITS
 
 HEAVY = [name for name, spec in default_config().models.items() if spec.tier == "HEAVY"]
 FAST: dict[str, Any] = {"latency_ms": 5, "token_interval_ms": 1, "output_tokens": 4, "reject_delay_ms": 0}
@@ -48,7 +49,7 @@ class Rig:
     tmp: Path
 
     def configure(self, **routing: Any) -> None:
-        config = {"chaosMode": {"enabled": True}, "upstreamHosts": ["127.0.0.1"], **routing}
+        config = {"chaosMode": {"enabled": True}, "upstreamHosts": ["127.0.0.1"], **FIXED_LIMITS, **routing}
         path = self.tmp / "chaos.json"
         path.write_text(json.dumps({"modelRouting": config}), encoding="utf-8")
         self.tctx.configure(self.addon, chaos_config=str(path), chaos_enabled="auto", chaos_web="")

@@ -15,13 +15,14 @@ from chaos_mode.config import ModelRouting, parse_config
 from chaos_mode.pool import ChaosPool, Selection
 from chaos_mode.zai_errors import UpstreamError, classify_error
 from fakes import FakeClock
+from seed_catalog import FIXED_LIMITS
 
 SOLO = {"solo": {"tier": "HEAVY", "maxConcurrency": 1}}
 HEAVY_AND_LIGHT = {"h": {"tier": "HEAVY", "maxConcurrency": 1}, "l": {"tier": "LIGHT", "maxConcurrency": 1}}
 
 
 def routing(models: dict[str, Any], **block: Any) -> ModelRouting:
-    return parse_config({"modelRouting": {"models": models, **block}})
+    return parse_config({"modelRouting": {"models": models, **FIXED_LIMITS, **block}})
 
 
 def busy(code: str = "1302") -> UpstreamError:
@@ -274,7 +275,7 @@ async def test_more_capacity_from_reconfigure_wakes_waiters(make_pool: MakePool)
 
 
 COOLING = {"solo": {"tier": "HEAVY", "maxConcurrency": 2}}
-SHORT_COOLDOWN = {"defaultSeconds": 0.1, "maxSeconds": 1}
+SHORT_COOLDOWN = {"defaultSeconds": 0.1, "maxSeconds": 1, "trialWhenIdle": False}
 
 
 async def test_a_cooldown_ending_wakes_a_waiter(make_pool: MakePool) -> None:

@@ -43,11 +43,37 @@ def test_retry_after_is_used_and_capped(
     assert cooldowns.remaining("m") == seconds
 
 
-def test_repeated_hits_grow_the_cooldown_up_to_the_cap(cooldowns: Cooldowns) -> None:
-    assert [cooldowns.hit("m", "busy") for _ in range(6)] == [5.0, 10.0, 20.0, 40.0, 60.0, 60.0]
-    assert cooldowns.remaining("m") == 60.0
+def hits_after_each_cooldown(cooldowns: Cooldowns, clock: FakeClock, model: str, count: int) -> list[float]:
+    """Busy answers that each come as the previous cooldown ends: a run of strikes."""
+    seconds = []
+    for _ in range(count):
+        seconds.append(cooldowns.hit(model, "busy"))
+        clock.advance(seconds[-1])
+    return seconds
+
+
+def test_repeated_hits_grow_the_cooldown_up_to_the_cap(clock: FakeClock) -> None:
+    cooldowns = Cooldowns(CooldownSettings(decay_seconds=86_400), clock)  # next to no decay meanwhile
+    grown = hits_after_each_cooldown(cooldowns, clock, "m", 6)
+    assert grown == pytest.approx([5.0, 10.0, 20.0, 40.0, 60.0, 60.0], rel=1e-2)
     # Dampening is per model.
     assert cooldowns.hit("n", "busy") == 5.0
+
+
+def test_busy_answers_during_a_cooldown_are_one_burst(cooldowns: Cooldowns, clock: FakeClock) -> None:
+    # Requests sent before the cooldown began come back busy while it runs: no extra strikes.
+    assert [cooldowns.hit("m", "busy") for _ in range(5)] == [5.0] * 5
+    clock.advance(2.0)
+    cooldowns.hit("m", "busy")
+    assert cooldowns.remaining("m") == pytest.approx(5.0, rel=0.1)  # stretched a little, not doubled
+
+
+def test_a_clean_answer_ends_the_run_of_strikes(clock: FakeClock) -> None:
+    cooldowns = Cooldowns(CooldownSettings(decay_seconds=86_400), clock)
+    assert hits_after_each_cooldown(cooldowns, clock, "m", 3)[-1] == pytest.approx(20.0, rel=1e-2)
+    cooldowns.succeeded("m")
+    assert cooldowns.hit("m", "busy") == 5.0
+    cooldowns.succeeded("unknown")  # nothing to end: no error
 
 
 def test_quiet_time_decays_the_dampening(cooldowns: Cooldowns, clock: FakeClock) -> None:
@@ -59,9 +85,11 @@ def test_quiet_time_decays_the_dampening(cooldowns: Cooldowns, clock: FakeClock)
 
 
 def test_the_multiplier_and_default_come_from_the_settings(clock: FakeClock) -> None:
-    settings = CooldownSettings(default_seconds=1, max_seconds=100, burst_multiplier=3)
+    settings = CooldownSettings(default_seconds=1, max_seconds=100, burst_multiplier=3, decay_seconds=86_400)
     cooldowns = Cooldowns(settings, clock)
-    assert [cooldowns.hit("m", "busy") for _ in range(4)] == [1.0, 3.0, 9.0, 27.0]
+    assert hits_after_each_cooldown(cooldowns, clock, "m", 4) == pytest.approx(
+        [1.0, 3.0, 9.0, 27.0], rel=1e-2
+    )
     cooldowns.reconfigure(CooldownSettings(default_seconds=2, max_seconds=10, burst_multiplier=5))
     assert cooldowns.hit("fresh", "busy") == 2.0
     assert cooldowns.hit("m", "busy") == 10.0  # capped by the new maximum

@@ -23,6 +23,7 @@ from chaos_mode.pool import ChaosPool
 from chaos_mode.stats import OUTCOMES, WAIT_BUCKETS, Stats
 from chaos_mode.zai_errors import UpstreamError, classify_error
 from fakes import FakeClock
+from seed_catalog import FIXED_LIMITS
 
 PACKAGE = Path(chaos_mode.__file__).resolve().parent
 CATALOG = list(DEFAULT_CATALOG)
@@ -62,7 +63,7 @@ class Harness:
 
 
 def routing(**block: Any) -> ModelRouting:
-    return parse_config({"modelRouting": block})
+    return parse_config({"modelRouting": {**FIXED_LIMITS, **block}})
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from chaos_mode.panel import _bar, render_panel
 from chaos_mode.pool import ChaosPool
 from chaos_mode.stats import Stats, chaos_stats
 from chaos_mode.zai_errors import classify_error
+from seed_catalog import FIXED_LIMITS
 
 WALL = 1_757_000_000.0
 
@@ -24,7 +25,7 @@ class Clock:
 
 
 def config(**routing: Any) -> ModelRouting:
-    return parse_config({"modelRouting": {"chaosMode": {"enabled": True}, **routing}})
+    return parse_config({"modelRouting": {"chaosMode": {"enabled": True}, **FIXED_LIMITS, **routing}})
 
 
 def panel(pool: ChaosPool) -> str:

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from chaos_mode.catalog import REQUEST_TIERS, TIER_RANK, RequestTier
-from chaos_mode.config import ModelRouting, default_config, parse_config
+from chaos_mode.config import ModelRouting, parse_config
 from chaos_mode.pool import ChaosPool, RequestInfo, Selection, Ticket
 from chaos_mode.zai_errors import Action, UpstreamError, classify_error
 from fakes import FakeClock
-from seed_catalog import ALL, CAPS, FREE, HEAVY, MEDIUM
+from seed_catalog import ALL, CAPS, FIXED_LIMITS, FREE, HEAVY, MEDIUM
 
 # 23:00 in Beijing on 2026-03-01: the next Beijing midnight is an hour away.
 WALL_START = datetime(2026, 3, 1, 15, 0, 0, tzinfo=UTC).timestamp()
@@ -52,7 +52,7 @@ class Harness:
 
 
 def routing(**block: Any) -> ModelRouting:
-    return parse_config({"modelRouting": block})
+    return parse_config({"modelRouting": {**FIXED_LIMITS, **block}})
 
 
 def chaos(**chaos_mode: Any) -> ModelRouting:
@@ -86,7 +86,7 @@ def test_a_lowered_floor_lets_heavy_requests_use_medium_models() -> None:
 
 
 def test_select_model_only_looks() -> None:
-    h = Harness(default_config())
+    h = Harness(routing())
     first = h.pool.select_model("heavy")
     assert first is not None and first.model in HEAVY
     assert h.pool.in_flight() == 0
@@ -94,7 +94,7 @@ def test_select_model_only_looks() -> None:
 
 
 def test_full_models_are_skipped() -> None:
-    h = Harness(default_config())
+    h = Harness(routing())
     for _ in range(3):
         assert h.pool.acquire("glm-4.7")
     assert not h.pool.acquire("glm-4.7")  # its cap
@@ -118,7 +118,7 @@ def test_free_models_can_be_left_out() -> None:
 
 
 def test_attempted_models_are_skipped() -> None:
-    h = Harness(default_config())
+    h = Harness(routing())
     attempted = frozenset({"glm-4.7", "glm-4.6"})
     taken = h.fill("heavy", attempted=attempted)
     assert Counter(s.model for s in taken) == {"glm-4.5-x": 2}
@@ -217,7 +217,7 @@ def test_weighted_random_never_picks_a_full_model() -> None:
 
 
 def test_acquire_release_tracking_and_dispatched_counts() -> None:
-    h = Harness(default_config())
+    h = Harness(routing())
     taken = [h.pool.try_acquire("heavy") for _ in range(4)]
     assert all(taken)
     assert h.pool.in_flight() == 4
@@ -234,7 +234,7 @@ def test_acquire_release_tracking_and_dispatched_counts() -> None:
 
 
 def test_release_without_a_held_slot_is_clamped() -> None:
-    h = Harness(default_config())
+    h = Harness(routing())
     assert h.pool.release("glm-4.7") is False
     assert h.pool.release("not-a-model") is False
     assert h.pool.acquire("glm-4.7")
@@ -251,13 +251,13 @@ def test_release_without_a_held_slot_is_clamped() -> None:
 
 
 def test_acquire_of_an_unknown_model_fails() -> None:
-    h = Harness(default_config())
+    h = Harness(routing())
     assert h.pool.acquire("gpt-4o") is False
     assert h.pool.in_flight() == 0
 
 
 def test_all_full_is_backpressure() -> None:
-    h = Harness(default_config())
+    h = Harness(routing())
     assert len(h.fill("light")) == 28
     for tier in REQUEST_TIERS:
         assert h.pool.select_model(tier) is None
@@ -287,7 +287,7 @@ REQUEST = RequestInfo(input_tokens=10_000, max_output_tokens=4_000)
 
 
 def test_request_cost_estimate() -> None:
-    h = Harness(default_config())
+    h = Harness(routing())
     entries = h.pool._entries  # the cost formula on the pool's own entries
     assert REQUEST.cost(entries["glm-4.5-x"]) == pytest.approx(0.0576)
     assert REQUEST.cost(entries["glm-4.5-air"]) == pytest.approx(0.0064)
@@ -344,7 +344,7 @@ def test_cost_guard_keeps_the_floor_when_cheaper_models_are_free() -> None:
 
 
 def test_cooldown_models_are_skipped_until_the_clock_passes() -> None:
-    h = Harness(default_config())
+    h = Harness(routing())
     assert h.pool.report_error("glm-4.7", h.error("1302")) == 5.0
     assert h.pool.report_error("glm-4.6", h.error("1305"), retry_after=20.0) == 20.0
     assert Counter(s.model for s in h.fill("heavy")) == {"glm-4.5-x": 2}
@@ -360,12 +360,12 @@ def test_cooldown_models_are_skipped_until_the_clock_passes() -> None:
 
 
 def test_retry_after_is_capped_for_cooldowns() -> None:
-    h = Harness(default_config())
+    h = Harness(routing())
     assert h.pool.report_error("glm-4.7", h.error("1312"), retry_after=3600.0) == 60.0
 
 
 def test_out_of_rotation_shows_in_the_status() -> None:
-    h = Harness(default_config())
+    h = Harness(routing())
     assert h.pool.report_error("glm-4.5-x", h.error("1113")) == math.inf
     h.advance(1e7)
     assert Counter(s.model for s in h.fill("heavy")) == {"glm-4.7": 3, "glm-4.6": 3}
@@ -379,7 +379,7 @@ def test_out_of_rotation_shows_in_the_status() -> None:
 
 
 def test_every_model_of_a_tier_out_makes_it_unavailable() -> None:
-    h = Harness(default_config())
+    h = Harness(routing())
     for model in HEAVY:
         h.pool.report_error(model, h.error("1311"))
     assert h.pool.try_acquire("heavy") is None
@@ -392,7 +392,7 @@ def test_every_model_of_a_tier_out_makes_it_unavailable() -> None:
 
 
 def test_model_day_lasts_until_the_next_beijing_midnight() -> None:
-    h = Harness(default_config())
+    h = Harness(routing())
     seconds = h.pool.report_error("glm-4.5", h.error("1304"))
     assert seconds == 3600.0  # 23:00 -> 00:00 in Beijing
     status = h.pool.get_status()["models"]["glm-4.5"]
@@ -409,7 +409,7 @@ def test_model_day_lasts_until_the_next_beijing_midnight() -> None:
 
 
 def test_account_pause_stops_everything_until_the_reset() -> None:
-    h = Harness(default_config())
+    h = Harness(routing())
     # 23:00 Beijing + 2 h -> resets at 01:00 Beijing on 2026-03-02.
     error = h.error(
         "1308", "[1308][Usage limit reached for 5 hour. Your limit will reset at 2026-03-02 01:00:00]"
@@ -441,7 +441,7 @@ def test_account_pause_stops_everything_until_the_reset() -> None:
     ],
 )
 def test_account_pause_fallbacks(code: str, retry_after: float | None, seconds: float) -> None:
-    h = Harness(default_config())
+    h = Harness(routing())
     assert h.pool.report_error("glm-4.5", h.error(code), retry_after=retry_after) == seconds
     assert h.pool.try_acquire("light") is None
     h.advance(seconds)
@@ -449,7 +449,7 @@ def test_account_pause_fallbacks(code: str, retry_after: float | None, seconds: 
 
 
 def test_a_reset_time_in_the_past_pauses_nothing() -> None:
-    h = Harness(default_config())
+    h = Harness(routing())
     error = h.error("1308", "reset at 2026-03-01 00:00:00")
     assert h.pool.report_error("glm-4.5", error) == 0.0
     assert h.pool.select_model("light") is not None
@@ -463,7 +463,7 @@ def test_a_reset_time_in_the_past_pauses_nothing() -> None:
     ],
 )
 def test_fatal_and_none_change_nothing(error: UpstreamError) -> None:
-    h = Harness(default_config())
+    h = Harness(routing())
     before = h.pool.get_status()
     assert h.pool.report_error("glm-4.7", error, retry_after=30.0) == 0.0
     assert h.pool.get_status() == before
@@ -533,7 +533,7 @@ def test_select_model_does_not_count_a_move() -> None:
 
 
 def test_sticky_is_off_unless_configured() -> None:
-    h = Harness(default_config())
+    h = Harness(routing())
     picks = {s.model for s in (h.pool.try_acquire("heavy", sticky_key="conv") for _ in range(3)) if s}
     assert len(picks) > 1
     assert h.pool.get_status()["sticky"] == {"enabled": False, "entries": 0, "moves": 0}
@@ -580,7 +580,7 @@ def test_sticky_entries_are_evicted_least_recent_first() -> None:
 
 
 def test_reconfigure_keeps_in_flight_counts_and_cooldowns() -> None:
-    h = Harness(default_config())
+    h = Harness(routing())
     taken = h.fill("heavy")
     assert len(taken) == 8
     h.pool.report_error("glm-4.5", h.error("1302"))
@@ -596,7 +596,7 @@ def test_reconfigure_keeps_in_flight_counts_and_cooldowns() -> None:
 
 
 def test_reconfigure_lowering_caps_below_what_is_held() -> None:
-    h = Harness(default_config())
+    h = Harness(routing())
     assert len(h.fill("heavy")) == 8
     h.pool.reconfigure(routing(accountConcurrency=4))
     assert h.pool.try_acquire("light") is None
@@ -610,7 +610,7 @@ def test_reconfigure_lowering_caps_below_what_is_held() -> None:
 
 
 def test_reconfigure_dropping_a_model_that_is_held() -> None:
-    h = Harness(default_config())
+    h = Harness(routing())
     assert h.pool.acquire("glm-4.5-x")
     small = routing(models={"glm-4.7": {"tier": "HEAVY", "maxConcurrency": 3}})
     h.pool.reconfigure(small)
@@ -633,6 +633,9 @@ STATUS_KEYS = {
     "queue",
     "sticky",
     "spuriousReleases",
+    "accountLimit",
+    "account",
+    "learning",
 }
 MODEL_KEYS = {
     "tier",
@@ -644,6 +647,12 @@ MODEL_KEYS = {
     "cooldownReason",
     "excluded",
     "free",
+    "catalogLimit",
+    "learnedLimit",
+    "limitCeiling",
+    "limitReason",
+    "limitChangedAt",
+    "probing",
 }
 
 
@@ -684,5 +693,11 @@ def test_get_status() -> None:
         "cooldownReason": None,
         "excluded": False,
         "free": False,
+        "catalogLimit": 10,
+        "learnedLimit": 10,
+        "limitCeiling": 40,
+        "limitReason": "catalog",
+        "limitChangedAt": None,
+        "probing": False,
     }
     json.dumps(busy)  # serialisable as it is

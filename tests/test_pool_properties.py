@@ -17,6 +17,7 @@ from chaos_mode.config import ModelRouting, parse_config
 from chaos_mode.pool import ChaosPool, RequestInfo, Selection
 from chaos_mode.strategies import STRATEGIES, ModelEntry, make_strategy
 from chaos_mode.zai_errors import BEIJING, classify_error
+from seed_catalog import FIXED_LIMITS
 
 
 class FakeClock:
@@ -80,7 +81,12 @@ requests = st.none() | st.builds(
 
 
 def build(options: dict[str, Any], account_cap: int | None) -> ModelRouting:
-    block: dict[str, Any] = {"chaosMode": options, "sticky": {"ttlSeconds": 60, "maxEntries": 2}}
+    block: dict[str, Any] = {
+        "chaosMode": options,
+        "sticky": {"ttlSeconds": 60, "maxEntries": 2},
+        "cooldown": {"trialWhenIdle": False},  # this machine's model of cooldowns has no trials
+        **FIXED_LIMITS,
+    }
     if account_cap is not None:
         block["accountConcurrency"] = account_cap
     return parse_config({"modelRouting": block})

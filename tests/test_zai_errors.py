@@ -21,7 +21,7 @@ NOW = datetime(2026, 9, 11, 12, 0, 0, tzinfo=UTC).timestamp()
 
 # DESIGN.md's table, written out here.
 CODE_TABLE: dict[str, Action] = {
-    "1302": Action.COOLDOWN,
+    "1302": Action.CONCURRENCY,
     "1303": Action.COOLDOWN,
     "1305": Action.COOLDOWN,
     "1312": Action.COOLDOWN,
@@ -61,8 +61,8 @@ def anthropic_body(code: str, message: str = "x") -> str:
     [
         (ANTHROPIC_1308, "1308", Action.ACCOUNT_PAUSE),
         (ANTHROPIC_OLD_1113, "1113", Action.OUT_OF_ROTATION),
-        (OPENAI_1302, "1302", Action.COOLDOWN),
-        (MESSAGE_ONLY_1302, "1302", Action.COOLDOWN),
+        (OPENAI_1302, "1302", Action.CONCURRENCY),
+        (MESSAGE_ONLY_1302, "1302", Action.CONCURRENCY),
         ('{"error":{"code":1312,"message":"overloaded"}}', "1312", Action.COOLDOWN),  # a JSON number
         (ANTHROPIC_1308.encode(), "1308", Action.ACCOUNT_PAUSE),  # bytes as well as str
     ],

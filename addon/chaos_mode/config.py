@@ -51,6 +51,18 @@ class ModelSpec(_Base):
     input_price: float = Field(default=0.0, ge=0, description="$ per 1M input tokens")
     output_price: float = Field(default=0.0, ge=0, description="$ per 1M output tokens")
     free: bool = False
+    ceiling: int | None = Field(
+        default=None,
+        ge=1,
+        le=100_000,
+        description="the most a learned limit may reach; default: see learning",
+    )
+
+    @model_validator(mode="after")
+    def _ceiling_covers_start(self) -> ModelSpec:
+        if self.ceiling is not None and self.ceiling < self.max_concurrency:
+            raise ValueError("ceiling: must be at least maxConcurrency")
+        return self
 
 
 def _default_models() -> dict[str, ModelSpec]:
@@ -125,12 +137,47 @@ class CooldownSettings(_Base):
     account_pause_seconds: float = Field(
         default=300.0, gt=0, le=7 * 86_400, description="account-wide pause when z.ai gives no reset time"
     )
+    max_pause_seconds: float = Field(
+        default=6 * 3600.0,
+        gt=0,
+        le=31 * 86_400,
+        description="the longest a reset time read from z.ai's message (or Retry-After) may pause anything",
+    )
+    trial_when_idle: bool = Field(
+        default=True,
+        description="when nothing at all is in flight and requests wait, the cooling model that ends first "
+        "takes one request instead of the whole pool idling",
+    )
 
     @model_validator(mode="after")
     def _max_covers_default(self) -> CooldownSettings:
         if self.max_seconds < self.default_seconds:
             raise ValueError("maxSeconds: must be at least defaultSeconds")
         return self
+
+
+class LearningSettings(_Base):
+    """Learned limits: the catalog's numbers are starting guesses, z.ai's answers the truth."""
+
+    enabled: bool = Field(default=True, description="false: the catalog's limits are fixed, as before")
+    ceiling_factor: float = Field(
+        default=4.0,
+        ge=1,
+        le=100,
+        description="a model's ceiling, unless it sets one: factor x maxConcurrency",
+    )
+    account_ceiling: int | None = Field(
+        default=None, ge=1, le=1_000_000, description="the account's ceiling; default: the models' summed"
+    )
+    probe_interval_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        le=3600,
+        description="no probe above a limit within this long of an over-limit answer",
+    )
+    drift_seconds: float = Field(
+        default=600.0, gt=0, le=30 * 86_400, description="a limit nobody confirmed for this long steps back"
+    )
 
 
 class StickySettings(_Base):
@@ -167,6 +214,7 @@ class ModelRouting(_Base):
     cooldown: CooldownSettings = CooldownSettings()
     sticky: StickySettings = StickySettings()
     streams: StreamSettings = StreamSettings()
+    learning: LearningSettings = LearningSettings()
 
     @field_validator("models")
     @classmethod

@@ -27,6 +27,7 @@ class CooldownState(Protocol):
 
     def reconfigure(self, settings: CooldownSettings) -> None: ...
     def hit(self, model: str, reason: str, retry_after: float | None = None) -> float: ...
+    def succeeded(self, model: str) -> None: ...
     def take_out(self, model: str, reason: str, seconds: float | None = None) -> None: ...
     def restore(self, model: str) -> bool: ...
     def pause_account(self, seconds: float, reason: str) -> None: ...
@@ -42,7 +43,9 @@ class Cooldowns:
 
     - `hit(model)`: a short cooldown, from Retry-After or the default, grown by burst dampening:
       every recent hit multiplies the next cooldown; quiet time decays the hit count (half-life
-      `decaySeconds`); always capped at `maxSeconds`.
+      `decaySeconds`); always capped at `maxSeconds`. Busy answers that arrive while the model is
+      already cooling down (requests sent before it began) are one burst, not more strikes; a clean
+      answer ends the run (`succeeded`).
     - `take_out(model, reason)`: out of rotation (1113/1211/1311), until restored or a set time (1304).
     - `pause_account(seconds, reason)`: nothing may be used (1308/1310/1313).
     """
@@ -65,20 +68,28 @@ class Cooldowns:
         """Cool `model` down after a busy answer; returns the cooldown in seconds."""
         settings = self._settings
         now = self._clock()
-        count, at = self._strikes.get(model, (0.0, now))
-        count = count * math.pow(0.5, (now - at) / settings.decay_seconds) + 1.0
-        self._strikes[model] = (count, now)
-        dampened = settings.default_seconds * math.pow(settings.burst_multiplier, count - 1.0)
-        seconds = min(max(dampened, retry_after or 0.0), settings.max_seconds)
         current = self._blocks.get(model)
         if current is not None and current.until is not None and current.until <= now:
             current = None  # an expired block (not yet purged) is no block
+        count, at = self._strikes.get(model, (0.0, now))
+        count = count * math.pow(0.5, (now - at) / settings.decay_seconds)
+        if current is None or current.kind != "cooldown":
+            count += 1.0  # a new strike; one that lands while the model already cools is the same burst
+        count = max(count, 1.0)
+        self._strikes[model] = (count, now)
+        dampened = settings.default_seconds * math.pow(settings.burst_multiplier, count - 1.0)
+        seconds = min(max(dampened, retry_after or 0.0), settings.max_seconds)
         if current is not None and current.kind == "out":
             return seconds  # out of rotation outranks a cooldown
         until = now + seconds
         if current is None or current.until is None or current.until < until:
             self._set(model, Block(reason, until, "cooldown"))
         return seconds
+
+    def succeeded(self, model: str) -> None:
+        """A clean answer from `model`: its run of busy answers is over (the next one starts afresh)."""
+        if self._strikes:
+            self._strikes.pop(model, None)
 
     def take_out(self, model: str, reason: str, seconds: float | None = None) -> None:
         """Take `model` out of rotation, for good (None) or for `seconds`."""

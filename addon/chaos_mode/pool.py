@@ -5,29 +5,36 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .admission import AdmissionQueue
 from .catalog import REQUEST_TIERS, RequestTier
 from .config import ModelRouting
 from .cooldown import Cooldowns, CooldownState
+from .limits import LearnedLimits, LimitView, Probe
 from .slots import MemorySlots, SlotStore
 from .sticky import StickyMap
 from .strategies import ModelEntry, Strategy, make_strategy
 from .zai_errors import Action, UpstreamError
 
 NO_ATTEMPTS: frozenset[str] = frozenset()
+NO_ACCOUNT_CAP = sys.maxsize  # no account limit known: only the models' own limits count
 
 
 @dataclass(frozen=True, slots=True)
 class Selection:
-    """The model chosen for a request, and why."""
+    """The model chosen for a request, and why; once a slot is taken, what was in flight with it (this
+    request included) and whether it went above a learned limit (a probe)."""
 
     model: str
     reason: str
+    in_flight: int = field(default=0, compare=False)
+    total: int = field(default=0, compare=False)
+    probe: Probe | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,12 +65,17 @@ class Ticket:
     sticky_key: str | None = None
 
 
-def _entries(config: ModelRouting) -> dict[str, ModelEntry]:
+# (model, reason, probe): what `_select` found, before a slot is taken
+Choice = tuple[str, str, Probe | None]
+
+
+def _entries(config: ModelRouting, limits: LearnedLimits) -> dict[str, ModelEntry]:
+    learned = limits.enabled
     return {
         name: ModelEntry(
             name=name,
             index=index,
-            capacity=spec.max_concurrency,
+            capacity=limits.limit(name) if learned else spec.max_concurrency,
             base_cost=spec.input_price + spec.output_price,
             input_price=spec.input_price,
             output_price=spec.output_price,
@@ -98,6 +110,7 @@ class ChaosPool:
         self._rng = rng or random.Random()
         self._slots: SlotStore = slots or MemorySlots()
         self._cooldowns: CooldownState = cooldowns or Cooldowns(config.cooldown, clock)
+        self._limits = LearnedLimits(config, clock=clock, wall_clock=wall_clock)
         self._sticky = StickyMap(config.sticky.ttl_seconds, config.sticky.max_entries, clock)
         self._queue: AdmissionQueue[Ticket, Selection] = AdmissionQueue(
             attempt=self._attempt,
@@ -123,20 +136,42 @@ class ChaosPool:
     def cooldowns(self) -> CooldownState:
         return self._cooldowns
 
+    @property
+    def limits(self) -> LearnedLimits:
+        return self._limits
+
     def reconfigure(self, config: ModelRouting) -> None:
         """Apply a new config; in-flight counts, cooldowns and sticky entries are kept."""
         self._config = config
         self._strategy: Strategy = make_strategy(config.chaos_mode.strategy, self._rng)
-        self._entries = _entries(config)
-        self._eligible: dict[RequestTier, list[ModelEntry]] = {
-            tier: [self._entries[name] for name in config.eligible_models(tier)] for tier in REQUEST_TIERS
-        }
-        self._account_cap = config.total_capacity
+        self._limits.reconfigure(config)
+        self._derive()
         self._max_cost = config.chaos_mode.max_cost_per_request
         self._sticky_on = config.chaos_mode.sticky_conversations
         self._cooldowns.reconfigure(config.cooldown)
         self._sticky.reconfigure(config.sticky.ttl_seconds, config.sticky.max_entries)
         self._queue.dispatch()  # capacity may have grown
+
+    def _derive(self) -> None:
+        """What selection reads of the limits, rebuilt whenever a learned limit changes."""
+        config, limits = self._config, self._limits
+        self._entries = _entries(config, limits)
+        self._eligible: dict[RequestTier, list[ModelEntry]] = {
+            tier: [self._entries[name] for name in config.eligible_models(tier)] for tier in REQUEST_TIERS
+        }
+        if limits.enabled:
+            account = limits.account()
+            self._account_cap = NO_ACCOUNT_CAP if account is None else account
+        else:
+            self._account_cap = config.total_capacity
+        self._limits_version = limits.version
+
+    def _limits_changed(self) -> None:
+        """Follow the learned limits; waiters may use what a raised limit gives."""
+        if self._limits_version != self._limits.version:
+            self._derive()
+            if len(self._queue):
+                self._queue.dispatch()
 
     # -- selection --------------------------------------------------------------------------------
 
@@ -149,12 +184,16 @@ class ChaosPool:
         sticky_key: str | None = None,
     ) -> Selection | None:
         """The best eligible model with a free slot for a request of `tier`; None = backpressure."""
-        return self._select(Ticket(tier, attempted, request, sticky_key))[0]
+        choice = self._select(Ticket(tier, attempted, request, sticky_key))[0]
+        return None if choice is None else Selection(choice[0], choice[1], probe=choice[2])
 
-    def _select(self, ticket: Ticket) -> tuple[Selection | None, bool]:
-        """(selection, moved): moved when a sticky conversation had to leave its model."""
+    def _select(self, ticket: Ticket) -> tuple[Choice | None, bool]:
+        """(choice, moved): moved when a sticky conversation had to leave its model."""
+        self._limits.tick()
+        if self._limits_version != self._limits.version:
+            self._derive()
         slots = self._slots
-        if slots.total() >= self._account_cap or self._cooldowns.account_pause() is not None:
+        if self._cooldowns.account_pause() is not None:
             return None, False
         blocked = self._cooldowns.blocked()
         attempted = ticket.attempted
@@ -162,10 +201,12 @@ class ChaosPool:
         eligible = self._eligible[ticket.tier]
         if attempted or blocked:
             eligible = [e for e in eligible if e.name not in attempted and e.name not in blocked]
+        if slots.total() >= self._account_cap:
+            return self._beyond_limits(ticket, eligible, account_full=True), False
         candidates = [e for e in eligible if held(e.name, 0) < e.capacity]
         in_flight = [held(e.name, 0) for e in candidates]
         if not candidates:
-            return None, False
+            return self._beyond_limits(ticket, eligible, account_full=False), False
 
         moved = False
         stuck: str | None = None
@@ -174,7 +215,7 @@ class ChaosPool:
             if stuck is not None:
                 for entry in candidates:
                     if entry.name == stuck:
-                        return Selection(stuck, "sticky"), False
+                        return (stuck, "sticky", None), False
                 moved = True
 
         request = ticket.request
@@ -200,16 +241,73 @@ class ChaosPool:
         chosen = candidates[self._strategy.pick(candidates, in_flight, costs)]
         if moved:
             reason += f" (sticky moved from {stuck})"
-        return Selection(chosen.name, reason), moved
+        return (chosen.name, reason, None), moved
+
+    def _beyond_limits(
+        self, ticket: Ticket, eligible: list[ModelEntry], *, account_full: bool
+    ) -> Choice | None:
+        """Nothing eligible is free within the limits, so the request would wait. A probe one above a
+        learned limit when one is due; else, when nothing at all is in flight, a trial on the cooling
+        model that ends first; else None."""
+        limits, held = self._limits, self._slots.counts().get
+        if limits.enabled:
+            affordable = self._affordable(ticket, eligible)
+            if account_full:
+                room = [e for e in affordable if held(e.name, 0) < e.capacity]
+                if room and limits.can_probe_account():
+                    chosen = room[
+                        self._strategy.pick(room, [held(e.name, 0) for e in room], self._costs(ticket, room))
+                    ]
+                    return chosen.name, f"probing the account limit ({self._account_cap}+1)", "account"
+            else:
+                due = [e for e in affordable if limits.can_probe(e.name)]
+                if due:
+                    costs = self._costs(ticket, due)
+                    chosen = min(zip(costs, (e.index for e in due), due, strict=True))[2]
+                    return chosen.name, f"probing {chosen.name}'s limit ({chosen.capacity}+1)", "model"
+        if not self._config.cooldown.trial_when_idle or self._slots.total():
+            return None
+        cooling = []
+        for entry in self._eligible[ticket.tier]:
+            block = self._cooldowns.block(entry.name)
+            if entry.name not in ticket.attempted and entry.capacity and block and block.kind == "cooldown":
+                cooling.append((self._cooldowns.remaining(entry.name), entry.index, entry.name))
+        if not cooling:
+            return None
+        return min(cooling)[2], "trial: nothing in flight, cooldown cut short", None
+
+    def _costs(self, ticket: Ticket, entries: list[ModelEntry]) -> list[float]:
+        request = ticket.request
+        if request is None:
+            return [entry.base_cost for entry in entries]
+        return [request.cost(entry) for entry in entries]
+
+    def _affordable(self, ticket: Ticket, entries: list[ModelEntry]) -> list[ModelEntry]:
+        """The entries the cost guard lets a probe use (a probe never goes over the guard)."""
+        if self._max_cost is None or ticket.request is None:
+            return entries
+        return [
+            e for e, cost in zip(entries, self._costs(ticket, entries), strict=True) if cost <= self._max_cost
+        ]
 
     # -- slots ------------------------------------------------------------------------------------
 
-    def acquire(self, model: str) -> bool:
-        """Take a slot of `model` (the seed's acquire); False if it is full or unknown."""
+    def acquire(self, model: str, probe: Probe | None = None) -> bool:
+        """Take a slot of `model` (the seed's acquire); False if it is full or unknown. A probe may go
+        one above the model's (or the account's) limit."""
         entry = self._entries.get(model)
-        if entry is None or not self._slots.try_acquire(model, entry.capacity, self._account_cap):
+        if entry is None:
+            return False
+        cap, account_cap = entry.capacity, self._account_cap
+        if probe == "model":
+            cap += 1
+        elif probe == "account":
+            account_cap += 1
+        if not self._slots.try_acquire(model, cap, account_cap):
             return False
         self.dispatched[model] = self.dispatched.get(model, 0) + 1
+        if probe is not None:
+            self._limits.probe_sent(probe, model)
         return True
 
     def release(self, model: str) -> bool:
@@ -236,14 +334,18 @@ class ChaosPool:
         return self._attempt(Ticket(tier, attempted, request, sticky_key))
 
     def _attempt(self, ticket: Ticket) -> Selection | None:
-        selection, moved = self._select(ticket)
-        if selection is None or not self.acquire(selection.model):
+        choice, moved = self._select(ticket)
+        if choice is None:
+            return None
+        model, reason, probe = choice
+        if not self.acquire(model, probe):
             return None
         if self._sticky_on and ticket.sticky_key is not None:
-            self._sticky.put(ticket.sticky_key, selection.model)
+            self._sticky.put(ticket.sticky_key, model)
             if moved:
                 self._sticky.moves += 1
-        return selection
+        slots = self._slots
+        return Selection(model, reason, slots.in_flight(model), slots.total(), probe)
 
     async def acquire_or_wait(
         self,
@@ -304,10 +406,12 @@ class ChaosPool:
         return f"no usable model left for {ticket.tier} requests"
 
     def _arm_timer(self) -> None:
-        """Wake the queue when the earliest cooldown ends: that frees capacity without a release."""
-        delay = self._cooldowns.next_expiry()
-        if delay is None:
+        """Wake the queue when the earliest cooldown ends or the next probe is due: either frees capacity
+        without a release."""
+        delays = [d for d in (self._cooldowns.next_expiry(), self._limits.next_probe()) if d is not None]
+        if not delays:
             return
+        delay = min(delays)
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # no loop, so nobody can be waiting
@@ -327,18 +431,44 @@ class ChaosPool:
 
     # -- feedback from upstream -------------------------------------------------------------------
 
-    def report_error(self, model: str, error: UpstreamError, retry_after: float | None = None) -> float:
+    def report_success(self, selection: Selection) -> None:
+        """A clean answer from z.ai to the request `selection` sent: confirms (or raises) its limits and
+        ends the model's run of busy answers."""
+        self._limits.succeeded(selection.model, selection.in_flight, selection.total, selection.probe)
+        self._cooldowns.succeeded(selection.model)
+        if self._limits_version != self._limits.version:
+            self._limits_changed()
+
+    def report_error(
+        self,
+        model: str,
+        error: UpstreamError,
+        retry_after: float | None = None,
+        selection: Selection | None = None,
+    ) -> float:
         """Feed a z.ai error on `model` back into routing; returns seconds the model/account is out
-        (0 when nothing was blocked)."""
-        seconds = self._report_error(model, error, retry_after)
+        (0 when nothing was blocked). `selection`, the slot the request was sent with, tells a 1302 what
+        was in flight then; without it, what is in flight now counts."""
+        seconds = self._report_error(model, error, retry_after, selection)
+        self._limits_changed()
         if len(self._queue):
             self._arm_timer()  # a slot freed while this block lasts must reach the waiters when it ends
         return seconds
 
-    def _report_error(self, model: str, error: UpstreamError, retry_after: float | None) -> float:
+    def _report_error(
+        self, model: str, error: UpstreamError, retry_after: float | None, selection: Selection | None
+    ) -> float:
         settings = self._config.cooldown
+        probe = selection.probe if selection is not None else None
         match error.action:
-            case Action.COOLDOWN:
+            case Action.CONCURRENCY if self._limits.enabled:
+                if selection is not None and selection.in_flight:
+                    in_flight, total = selection.in_flight, selection.total
+                else:
+                    in_flight, total = self._slots.in_flight(model), self._slots.total()
+                self._limits.refused(model, in_flight, total, probe)
+                return 0.0
+            case Action.CONCURRENCY | Action.COOLDOWN:
                 return self._cooldowns.hit(model, error.reason, retry_after)
             case Action.OUT_OF_ROTATION:
                 self._cooldowns.take_out(model, error.reason)
@@ -353,12 +483,22 @@ class ChaosPool:
                 self._cooldowns.pause_account(seconds, error.reason)
                 return seconds
             case _:
+                if probe is not None:
+                    self._limits.probe_sent(probe, model)  # it tested nothing: the next one waits its turn
                 return 0.0
 
     def _until(self, reset_at: float | None, retry_after: float | None, fallback: float) -> float:
+        """Seconds until a reset z.ai named (capped: a message may name any date), else the fallback."""
         if reset_at is not None:
-            return max(reset_at - self._wall_clock(), 0.0)
-        return retry_after if retry_after is not None else fallback
+            seconds = max(reset_at - self._wall_clock(), 0.0)
+        else:
+            seconds = retry_after if retry_after is not None else fallback
+        return min(seconds, self._config.cooldown.max_pause_seconds)
+
+    def reset_limits(self) -> None:
+        """Forget every learned limit: back to the catalog's (and the config's) values."""
+        self._limits.reset()
+        self._limits_changed()
 
     def restore(self, model: str) -> bool:
         """Put a model back into rotation (after a plan change, say)."""
@@ -384,11 +524,14 @@ class ChaosPool:
             block = self._cooldowns.block(name)
             out = block is not None and block.kind == "out"
             remaining = self._cooldowns.remaining(name)
+            entry = self._entries.get(name)
             models[name] = {
                 "tier": spec.tier if spec else None,
                 "dispatched": self.dispatched.get(name, 0),
                 "inFlight": held.get(name, 0),
-                "capacity": spec.max_concurrency if spec else 0,
+                "capacity": entry.capacity if entry else 0,
+                "catalogLimit": spec.max_concurrency if spec else 0,
+                **(_limit_status(self._limits.view(name)) if spec else {}),
                 "cooldownRemaining": 0.0 if out or math.isinf(remaining) else round(remaining, 3),
                 "outOfRotation": block.reason if out and block else None,
                 "cooldownReason": block.reason if block and not out else None,
@@ -398,13 +541,22 @@ class ChaosPool:
         pause = self._cooldowns.account_pause()
         waiting = self._queue.waiting()
         used = self._slots.total()
+        capacity = min(self._account_cap, sum(entry.capacity for entry in self._entries.values()))
+        learning = self._config.learning
         return {
             "enabled": self._config.chaos_mode.enabled,
             "strategy": self._config.chaos_mode.strategy,
             "models": models,
-            "totalCapacity": self._account_cap,
+            "totalCapacity": capacity,
+            "accountLimit": None if self._account_cap == NO_ACCOUNT_CAP else self._account_cap,
+            "account": _account_status(self._limits.view()),
+            "learning": {
+                "enabled": self._limits.enabled,
+                "probeIntervalSeconds": learning.probe_interval_seconds,
+                "driftSeconds": learning.drift_seconds,
+            },
             "usedCapacity": used,
-            "utilization": round(used / self._account_cap, 4) if self._account_cap else 0.0,
+            "utilization": round(used / capacity, 4) if capacity else 0.0,
             "accountPause": {"remaining": round(pause[0], 3), "reason": pause[1]} if pause else None,
             "queue": {
                 "waiting": len(waiting),
@@ -418,3 +570,26 @@ class ChaosPool:
             "sticky": {"enabled": self._sticky_on, "entries": len(self._sticky), "moves": self._sticky.moves},
             "spuriousReleases": self.spurious_releases,
         }
+
+
+def _limit_status(view: LimitView) -> dict[str, Any]:
+    """A model's learned limit as status pages show it (camelCase)."""
+    return {
+        "learnedLimit": view.value,
+        "limitCeiling": view.ceiling,
+        "limitReason": view.reason,
+        "limitChangedAt": view.changed_at,
+        "probing": view.probing,
+    }
+
+
+def _account_status(view: LimitView) -> dict[str, Any]:
+    """The account's learned limit as status pages show it (camelCase); `limit` None: none known."""
+    return {
+        "limit": view.value,
+        "configured": view.start,
+        "ceiling": view.ceiling,
+        "reason": view.reason,
+        "changedAt": view.changed_at,
+        "probing": view.probing,
+    }

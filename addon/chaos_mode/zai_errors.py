@@ -16,16 +16,18 @@ BEIJING = timezone(timedelta(hours=8), "UTC+8")
 class Action(StrEnum):
     """What an upstream error means for routing."""
 
+    CONCURRENCY = "concurrency"  # this model or the account is at its limit: learn it, try another model
     COOLDOWN = "cooldown"  # this model is busy: short cooldown, try another model
     MODEL_DAY = "model-day"  # this model's daily limit: out until the next day (Beijing time)
     OUT_OF_ROTATION = "out-of-rotation"  # this model is unusable on this account
     ACCOUNT_PAUSE = "account-pause"  # account-wide quota: nothing will work until the reset
     FATAL = "fatal"  # the plan is unusable: nothing will work
+    UNREACHED = "unreached"  # no verdict from z.ai (the proxy could not reach it): try another model
     NONE = "none"  # not a routing matter (a bad request, say): pass it on
 
 
 _ACTIONS: dict[str, Action] = {
-    "1302": Action.COOLDOWN,
+    "1302": Action.CONCURRENCY,
     "1303": Action.COOLDOWN,
     "1305": Action.COOLDOWN,
     "1312": Action.COOLDOWN,
@@ -76,7 +78,13 @@ class UpstreamError:
     @property
     def fails_over(self) -> bool:
         """Whether another model may succeed where this one failed."""
-        return self.action in (Action.COOLDOWN, Action.MODEL_DAY, Action.OUT_OF_ROTATION)
+        return self.action in _FAILS_OVER
+
+
+_FAILS_OVER = frozenset(
+    {Action.CONCURRENCY, Action.COOLDOWN, Action.MODEL_DAY, Action.OUT_OF_ROTATION, Action.UNREACHED}
+)
+UNREACHED_REASON: Final = "upstream not reached"
 
 
 def extract_code(payload: Any) -> tuple[str | None, str]:
@@ -117,13 +125,21 @@ def next_beijing_midnight(now: float) -> float:
     return (today + timedelta(days=1)).timestamp()
 
 
-def classify_error(status: int, body: bytes | str | None, *, now: float) -> UpstreamError | None:
+def classify_error(
+    status: int, body: bytes | str | None, *, now: float, proxy_made: bool = False
+) -> UpstreamError | None:
     """Classify an upstream answer; None when it is not an error routing cares about.
 
     `now` is the wall clock (unix time), used for codes whose limit resets at a calendar time.
+    `proxy_made`: the answer came from the proxy itself (mitmproxy's 502 when z.ai could not be reached),
+    not from z.ai: no verdict on the model, so another model is tried and nothing is cooled down.
     """
     if status < 400:
         return None
+    if proxy_made:
+        return UpstreamError(
+            status, None, Action.UNREACHED, f"{UNREACHED_REASON} (HTTP {status} from the proxy)"
+        )
     payload: Any = None
     if body:
         try:

@@ -32,9 +32,14 @@ CLIENT_TIMEOUT = 20.0  # seconds; every client call is bounded
 POLL_SECONDS = 0.05
 
 
+# The e2e tests of the fixed-limit behaviour (the queue at the catalog's caps) turn learning off; the
+# learned-limit tests turn it on.
+FIXED_LIMITS: dict[str, Any] = {"learning": {"enabled": False}}
+
+
 def routing(**overrides: Any) -> dict[str, Any]:
     """A modelRouting block for the simulator on loopback, chaos mode on, with `overrides` on top."""
-    base: dict[str, Any] = {"upstreamHosts": ["127.0.0.1"], "chaosMode": {"enabled": True}}
+    base: dict[str, Any] = {"upstreamHosts": ["127.0.0.1"], "chaosMode": {"enabled": True}, **FIXED_LIMITS}
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(base.get(key), dict):
             base[key] = {**base[key], **value}

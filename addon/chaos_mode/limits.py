@@ -1,0 +1,330 @@
+"""Learned concurrency limits: each model's and the account's, found from z.ai's answers at run time.
+
+The catalog's `maxConcurrency` is a starting guess. A concurrency answer (1302) lowers a limit to what was
+in flight when the request was sent, less one; a clean answer to a request sent above a limit (a probe)
+raises it by one. Probes are the pool's to make, only for a request that would otherwise wait, at most one
+per model (or account) at a time, and none within `probeIntervalSeconds` of an over-limit answer: in steady
+state a probe costs at most one 429 per model per interval. A limit nobody confirmed for `driftSeconds`
+steps back toward its starting value. Pure state, driven by injected clocks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from .config import LearningSettings, ModelRouting
+
+Clock = Callable[[], float]
+Probe = Literal["model", "account"]
+Blame = Literal["model", "account"]
+
+STATE_FORMAT: Final = "chaos-mode learned limits"
+STATE_VERSION: Final = 1
+TICK_SECONDS: Final = 1.0  # how often drift is looked at
+
+
+@dataclass(slots=True)
+class Limit:
+    """One learned limit. `value` None: none known (the account before its first 1302)."""
+
+    start: int | None  # the catalog's (or the config's) value: where drift leads back to
+    ceiling: int
+    value: int | None
+    reason: str = "catalog"
+    changed_at: float | None = None  # wall clock of the last change; None: never changed
+    changed_mono: float = -math.inf  # the same on the monotonic clock (drift, probe pacing)
+    confirmed_at: float = -math.inf  # last clean answer at the limit (monotonic)
+    failed_at: float = -math.inf  # last over-limit answer blamed on it (monotonic)
+    probe_since: float | None = None  # a probe sent and not yet answered (monotonic)
+
+    def probe_allowed(self, now: float, interval: float) -> bool:
+        if self.value is None or self.value >= self.ceiling or now - self.failed_at < interval:
+            return False
+        return self.probe_since is None or now - self.probe_since >= interval
+
+
+@dataclass(frozen=True, slots=True)
+class LimitView:
+    """A limit as status pages show it."""
+
+    start: int | None
+    ceiling: int
+    value: int | None
+    reason: str
+    changed_at: float | None
+    probing: bool
+
+
+class LearnedLimits:
+    """Each model's limit and the account's, learned from 1302s and clean answers."""
+
+    def __init__(self, config: ModelRouting, *, clock: Clock, wall_clock: Clock) -> None:
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._models: dict[str, Limit] = {}
+        self._account = Limit(None, 1, None)
+        self._clean_total = (0, 0, -math.inf)  # (max total this window, last window's, window start)
+        self._next_tick = -math.inf
+        self.version = 0  # bumped on every change of a value: the pool rebuilds what it derives from them
+        self.reconfigure(config)
+
+    def reconfigure(self, config: ModelRouting) -> None:
+        """Follow a new config: limits whose starting value and ceiling did not change are kept."""
+        settings = config.learning
+        self._enabled = settings.enabled
+        self._interval = settings.probe_interval_seconds
+        self._drift = settings.drift_seconds
+        models: dict[str, Limit] = {}
+        for name, spec in config.models.items():
+            start, ceiling = spec.max_concurrency, self._ceiling(spec.max_concurrency, spec.ceiling, settings)
+            old = self._models.get(name)
+            keep = old is not None and old.start == start and old.ceiling == ceiling and self._enabled
+            models[name] = old if keep and old is not None else Limit(start, ceiling, start)
+        self._models = models
+        ceiling = settings.account_ceiling or sum(limit.ceiling for limit in models.values())
+        account = config.account_concurrency
+        if self._account.start != account or self._account.ceiling != ceiling or not self._enabled:
+            self._account = Limit(account, ceiling, account)
+        self.version += 1
+
+    @staticmethod
+    def _ceiling(start: int, ceiling: int | None, settings: LearningSettings) -> int:
+        if ceiling is not None:
+            return max(ceiling, start)
+        return max(start, math.ceil(start * settings.ceiling_factor))
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    @property
+    def enabled(self) -> bool:
+        return self._enabled
+
+    def limit(self, model: str) -> int:
+        """The limit the pool holds `model` to now (0 for a model it does not know)."""
+        entry = self._models.get(model)
+        return (entry.value or 0) if entry is not None else 0
+
+    def account(self) -> int | None:
+        """The account's learned (or configured) limit; None when none is known."""
+        return self._account.value
+
+    def can_probe(self, model: str) -> bool:
+        """Whether `model` may take one request above its limit now."""
+        entry = self._models.get(model)
+        return self._enabled and entry is not None and entry.probe_allowed(self._clock(), self._interval)
+
+    def can_probe_account(self) -> bool:
+        return self._enabled and self._account.probe_allowed(self._clock(), self._interval)
+
+    def next_probe(self) -> float | None:
+        """Seconds until the next probe becomes allowed somewhere (to wake waiters), else None."""
+        if not self._enabled:
+            return None
+        now = self._clock()
+        times = []
+        for entry in (*self._models.values(), self._account):
+            if entry.value is None or entry.value >= entry.ceiling:
+                continue
+            ready = entry.failed_at + self._interval
+            if entry.probe_since is not None:
+                ready = max(ready, entry.probe_since + self._interval)
+            if ready > now:
+                times.append(ready - now)
+        return min(times) if times else None
+
+    def view(self, model: str | None = None) -> LimitView:
+        """One model's limit (the account's when `model` is None), for status pages."""
+        entry = self._account if model is None else self._models[model]
+        return LimitView(
+            entry.start,
+            entry.ceiling,
+            entry.value,
+            entry.reason,
+            entry.changed_at,
+            entry.probe_since is not None,
+        )
+
+    # -- evidence ---------------------------------------------------------------------------------
+
+    def probe_sent(self, kind: Probe, model: str) -> None:
+        entry = self._account if kind == "account" else self._models.get(model)
+        if entry is not None:
+            entry.probe_since = self._clock()
+
+    def succeeded(self, model: str, in_flight: int, total: int, probe: Probe | None) -> None:
+        """A clean answer to a request sent with `in_flight` on its model and `total` on the account
+        (itself included)."""
+        if not self._enabled:
+            return
+        now = self._clock()
+        self._note_clean_total(total, now)
+        entry = self._models.get(model)
+        if entry is not None and entry.value is not None:
+            if probe == "model":
+                entry.probe_since = None
+                if in_flight > entry.value:
+                    self._set(entry, entry.value + 1, f"probe at {in_flight} answered", now)
+            if in_flight >= entry.value:
+                entry.confirmed_at = now
+        account = self._account
+        if probe == "account":
+            account.probe_since = None
+            if account.value is not None and total > account.value:
+                self._set(account, account.value + 1, f"probe at {total} answered", now)
+        if account.value is not None and total >= account.value:
+            account.confirmed_at = now
+
+    def refused(self, model: str, in_flight: int, total: int, probe: Probe | None) -> Blame:
+        """A concurrency answer (1302) to a request sent with `in_flight` on its model and `total` on the
+        account (itself included): lower the limit it points at; returns which."""
+        now = self._clock()
+        entry = self._models.get(model)
+        blame = self._blame(entry, in_flight, total, probe, now)
+        target = self._account if blame == "account" or entry is None else entry
+        count = total if target is self._account else in_flight
+        if probe is not None:
+            (self._account if probe == "account" else target).probe_since = None
+        target.failed_at = now
+        lowered = max(count - 1, 0)
+        if self._enabled and (target.value is None or lowered < target.value):
+            self._set(target, lowered, f"1302 at {count} in flight", now)
+        return blame
+
+    def _blame(
+        self, entry: Limit | None, in_flight: int, total: int, probe: Probe | None, now: float
+    ) -> Blame:
+        """z.ai says 1302 for a full model and a full account alike. A probe knows what it tested; else
+        the account is blamed when the model was below its learned limit and the account total was higher
+        than any total answered cleanly in the last probe interval or two. So the account limit never falls
+        below a total z.ai just served, and with no such evidence yet the model is blamed: that costs one
+        model's slots, a wrong account limit every model's."""
+        if entry is None or entry.value is None:
+            return "account"
+        if probe == "model" or in_flight > entry.value:
+            return "model"
+        account = self._account.value
+        if probe == "account" or (account is not None and total > account):
+            return "account"
+        clean = self._recent_clean_total(now)
+        if in_flight < entry.value and 0 < clean < total:
+            return "account"
+        return "model"
+
+    def _note_clean_total(self, total: int, now: float) -> None:
+        best, previous, since = self._clean_total
+        if now - since >= self._interval:
+            previous = best if now - since < 2 * self._interval else 0
+            best, since = 0, now
+        self._clean_total = (max(best, total), previous, since)
+
+    def _recent_clean_total(self, now: float) -> int:
+        best, previous, since = self._clean_total
+        if now - since >= 2 * self._interval:
+            return 0
+        return max(best, previous) if now - since < self._interval else best
+
+    # -- time -------------------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """Let limits nobody confirmed for `driftSeconds` step back toward their starting value.
+        Cheap to call often: it looks at most once a second."""
+        now = self._clock()
+        if now < self._next_tick or not self._enabled:
+            return
+        self._next_tick = now + TICK_SECONDS
+        for entry in (*self._models.values(), self._account):
+            if entry.value is None or entry.value == entry.start:
+                continue
+            if now - max(entry.confirmed_at, entry.changed_mono) < self._drift:
+                continue
+            if entry.start is None:  # the account: up a step, and forgotten once at its ceiling
+                value: int | None = entry.value + 1 if entry.value + 1 < entry.ceiling else None
+            else:
+                value = entry.value + (1 if entry.start > entry.value else -1)
+            self._set(entry, value, "drift toward the catalog" if entry.start else "drift", now)
+
+    def reset(self) -> None:
+        """Forget everything learned: every limit back to its starting value."""
+        for entry in (*self._models.values(), self._account):
+            entry.value, entry.reason, entry.changed_at = entry.start, "reset", self._wall_clock()
+            entry.changed_mono, entry.failed_at, entry.probe_since = self._clock(), -math.inf, None
+        self._clean_total = (0, 0, -math.inf)
+        self.version += 1
+
+    def _set(self, entry: Limit, value: int | None, reason: str, now: float) -> None:
+        entry.value = None if value is None else min(max(value, 0), entry.ceiling)
+        entry.reason = reason
+        entry.changed_at = self._wall_clock()
+        entry.changed_mono = now
+        self.version += 1
+
+    # -- persistence ------------------------------------------------------------------------------
+
+    def dump(self) -> dict[str, Any]:
+        """What was learned, as JSON-ready data for the state file (starting values included, so a
+        changed catalog makes an entry stale)."""
+
+        def row(entry: Limit) -> dict[str, Any]:
+            return {
+                "start": entry.start,
+                "limit": entry.value,
+                "reason": entry.reason,
+                "changedAt": entry.changed_at,
+            }
+
+        return {
+            "format": STATE_FORMAT,
+            "version": STATE_VERSION,
+            "savedAt": self._wall_clock(),
+            "models": {name: row(e) for name, e in self._models.items() if e.changed_at is not None},
+            "account": row(self._account) if self._account.changed_at is not None else None,
+        }
+
+    def restore(self, data: Any) -> int:
+        """Take back what `dump` wrote; returns how many limits were restored. `ValueError` for data that
+        is not ours. Entries for unknown models or another starting value are skipped; a limit saved long
+        ago has drifted toward its starting value meanwhile."""
+        if not isinstance(data, dict) or data.get("format") != STATE_FORMAT:
+            raise ValueError("not a chaos-mode learned-limits file")
+        if data.get("version") != STATE_VERSION:
+            raise ValueError(f"learned-limits file version {data.get('version')!r}, expected {STATE_VERSION}")
+        models = data.get("models")
+        if not isinstance(models, dict):
+            raise ValueError("learned-limits file: models must be a mapping")
+        restored = 0
+        if not self._enabled:
+            return restored
+        rows: list[tuple[Limit, Any]] = [(e, models.get(n)) for n, e in self._models.items()]
+        rows.append((self._account, data.get("account")))
+        for entry, row in rows:
+            if self._restore_row(entry, row):
+                restored += 1
+        if restored:
+            self.version += 1
+        return restored
+
+    def _restore_row(self, entry: Limit, row: Any) -> bool:
+        if not isinstance(row, Mapping) or row.get("start") != entry.start:
+            return False
+        value, changed_at = row.get("limit"), row.get("changedAt")
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            return False
+        if (
+            isinstance(changed_at, bool)
+            or not isinstance(changed_at, int | float)
+            or not math.isfinite(changed_at)
+        ):
+            return False
+        reason = row.get("reason")
+        steps = int(max(self._wall_clock() - changed_at, 0.0) // self._drift)
+        if value is not None and entry.start is not None and steps:
+            gap = entry.start - value
+            value += max(-steps, min(steps, gap))
+        entry.value = None if value is None else min(max(value, 0), entry.ceiling)
+        entry.reason = reason[:200] if isinstance(reason, str) and not steps else "restored"
+        entry.changed_at = float(changed_at)
+        entry.changed_mono = self._clock()
+        return True
