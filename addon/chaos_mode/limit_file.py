@@ -1,0 +1,53 @@
+"""The learned-limits state file: read at start, written atomically whenever what was learned changes."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Final
+
+FILE_NAME: Final = "chaos-mode-limits.json"
+OFF: Final = "off"
+MAX_BYTES: Final = 1024 * 1024  # ours are a few KB: anything larger is not ours
+
+
+def state_path(option: str, confdir: str) -> Path | None:
+    """Where learned limits are kept: the option's path, `FILE_NAME` in mitmproxy's confdir when it is
+    empty, nowhere when it is `off`."""
+    if option.strip().lower() == OFF:
+        return None
+    return Path(option or Path(confdir) / FILE_NAME).expanduser()
+
+
+def read_state(path: Path) -> Any | None:
+    """The file's JSON, or None when there is no file; `ValueError` (one line) when it cannot be used."""
+    try:
+        if not path.is_file():
+            if path.exists():
+                raise ValueError(f"{path}: not a regular file")
+            return None
+        if path.stat().st_size > MAX_BYTES:
+            raise ValueError(f"{path}: larger than {MAX_BYTES} bytes, not a learned-limits file")
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        raise ValueError(f"{path}: not valid JSON") from None
+
+
+def write_state(path: Path, data: Any) -> None:
+    """Write `data` as JSON in one step: a reader sees the old file or the new one, never a part."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            json.dump(data, file, indent=1, sort_keys=True, allow_nan=False)
+            file.write("\n")
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
