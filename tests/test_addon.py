@@ -118,7 +118,7 @@ async def env(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> AsyncIterator
     addon = ChaosMode(clock=clock.monotonic, wall_clock=clock.time)
     resender = addon.resender = NoNetwork()
     with taddons.context(addon) as tctx:
-        tctx.configure(addon, chaos_web="")
+        tctx.configure(addon, chaos_web="", chaos_limits_file=str(tmp_path / "limits.json"))
         environment = Env(addon, tctx, clock, tmp_path, caplog)
         yield environment
         # Every test ends with every slot back, nothing waiting, no release that held nothing,

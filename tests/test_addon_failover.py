@@ -128,7 +128,7 @@ async def rig(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> AsyncIterator
     try:
         async with httpx.AsyncClient(timeout=5.0) as client:
             with taddons.context(addon) as tctx:
-                tctx.configure(addon, chaos_web="")
+                tctx.configure(addon, chaos_web="", chaos_limits_file=str(tmp_path / "limits.json"))
                 rig = Rig(addon, tctx, sim, client, tmp_path)
                 rig.configure()
                 yield rig

@@ -169,7 +169,7 @@ async def addon(tmp_path: Path) -> AsyncIterator[ChaosMode]:
     path = tmp_path / "chaos.json"
     path.write_text(json.dumps({"modelRouting": proxy_config()}), encoding="utf-8")
     with taddons.context(chaos) as tctx:
-        tctx.configure(chaos, chaos_config=str(path), chaos_web="")
+        tctx.configure(chaos, chaos_config=str(path), chaos_web="", chaos_limits_file="off")
         yield chaos
         assert chaos.pool.in_flight() == 0
         assert chaos.pool.spurious_releases == 0

@@ -14,13 +14,14 @@ import time
 import uuid
 from collections.abc import Callable
 from random import Random
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from mitmproxy import command, ctx, exceptions, http
 from mitmproxy.connection import ConnectionState
 
 from .config import ConfigError, ModelRouting, default_config, load_config
 from .flow_bodies import SESSION, decoded_body, is_event_stream, request_headers, set_body, usage_of
+from .limit_file import read_state, state_path, write_state
 from .message_request import BadRequest, parse_message
 from .metrics import ChaosMetrics
 from .panel import render_panel
@@ -35,11 +36,15 @@ from .waiting import CLIENT_GONE, acquire_while_connected
 from .web import WebServer, parse_listen
 from .zai_errors import Action, UpstreamError, classify_error, parse_retry_after
 
+if TYPE_CHECKING:
+    from pathlib import Path
+
 log = logging.getLogger("chaos_mode")
 
 META: Final = "chaos"
 MESSAGES_SUFFIX: Final = "/v1/messages"
 CLIENT_DISCONNECTED: Final = "Client disconnected."  # mitmproxy's flow.error.msg when the client left
+SAVE_DELAY: Final = 1.0  # seconds: learned limits that change in a burst are written once
 
 
 class ChaosMode:
@@ -66,6 +71,9 @@ class ChaosMode:
         self._loaded = False  # configure() has run once (the script's load)
         self._token = uuid.uuid4().hex[:12]  # marks the slots this instance holds (scripts reload)
         self._warned: set[str] = set()
+        self._limits_path: Path | None = None
+        self._saved_version = -1  # the learned limits' version last written (or read)
+        self._save_timer: asyncio.TimerHandle | None = None
 
     # -- options ----------------------------------------------------------------------------------
 
@@ -85,6 +93,14 @@ class ChaosMode:
             "Turn chaos mode on or off, overriding chaosMode.enabled of the config; auto: the config "
             "decides (off by default).",
             choices=["auto", "true", "false"],
+        )
+        loader.add_option(
+            "chaos_limits_file",
+            str,
+            "",
+            "Where learned concurrency limits are kept across restarts (JSON, written atomically). Empty: "
+            "chaos-mode-limits.json in mitmproxy's confdir; off: nowhere. A corrupt or foreign file is "
+            "ignored with one warning.",
         )
         loader.add_option(
             "chaos_web",
@@ -112,6 +128,9 @@ class ChaosMode:
             except ConfigError as exc:
                 raise exceptions.OptionsError(f"chaos_config: {exc}") from None
             self._apply(config)
+        if "chaos_limits_file" in updated or "confdir" in updated:
+            self._limits_path = state_path(ctx.options.chaos_limits_file, ctx.options.confdir)
+            self._restore_limits()
         if "chaos_web" in updated:
             try:
                 self._listen = parse_listen(ctx.options.chaos_web)
@@ -135,12 +154,52 @@ class ChaosMode:
         self.classifier = TierClassifier(config)
         chaos = config.chaos_mode
         log.info(
-            "chaos mode %s: %s over %d models, %d slots",
+            "chaos mode %s: %s over %d models, %d slots%s",
             "on" if chaos.enabled else "off",
             chaos.strategy,
             len(config.models),
             config.total_capacity,
+            " to start with (limits learned from z.ai's answers)" if config.learning.enabled else " (fixed)",
         )
+
+    # -- learned limits across restarts -------------------------------------------------------------
+
+    def _restore_limits(self) -> None:
+        path = self._limits_path
+        if path is None:
+            return
+        try:
+            data = read_state(path)
+            restored = 0 if data is None else self.pool.limits.restore(data)
+        except ValueError as exc:
+            log.warning("chaos-mode: learned limits not restored, starting from the catalog: %s", exc)
+            return
+        self._saved_version = self.pool.limits.version
+        if restored:
+            self.pool.reconfigure(self.config)  # re-derive what selection reads from the restored limits
+            self._saved_version = self.pool.limits.version
+            log.info("chaos-mode: %d learned limits restored from %s", restored, path)
+
+    def _limits_touched(self) -> None:
+        """Write the learned limits soon after they change (once for a burst of changes)."""
+        if self.pool.limits.version == self._saved_version or self._save_timer is not None:
+            return
+        if self._limits_path is None:
+            return
+        self._save_timer = asyncio.get_running_loop().call_later(SAVE_DELAY, self._save_limits)
+
+    def _save_limits(self) -> None:
+        self._save_timer = None
+        path = self._limits_path
+        if path is None or self.pool.limits.version == self._saved_version:
+            return
+        version = self.pool.limits.version
+        try:
+            write_state(path, self.pool.limits.dump())
+        except (OSError, ValueError) as exc:
+            self._warn_once("limits-file", f"learned limits could not be written to {path}: {exc}")
+            return
+        self._saved_version = version
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -154,6 +213,9 @@ class ChaosMode:
 
     def done(self) -> None:
         self._running = False
+        if self._save_timer is not None:
+            self._save_timer.cancel()
+        self._save_limits()
         self.web.stop()
         self.resender.close()
         gc.unfreeze()
@@ -246,7 +308,22 @@ class ChaosMode:
         meta["held"] = selection.model
         meta["model"] = selection.model
         meta["reason"] = selection.reason
+        meta["admitted"] = [selection.in_flight, selection.total, selection.probe]
         meta["attempted"] = [*meta["attempted"], selection.model]
+
+    @staticmethod
+    def _selection(meta: dict[str, Any]) -> Selection:
+        """The slot the flow's current attempt was sent with, as the pool gave it."""
+        in_flight, total, probe = meta["admitted"]
+        return Selection(meta["model"], meta["reason"], in_flight, total, probe)
+
+    def _answered(self, meta: dict[str, Any]) -> None:
+        """z.ai answered the current attempt with a 200: what it was sent with held. Once per attempt."""
+        if meta.get("answered") == len(meta["attempted"]):
+            return
+        meta["answered"] = len(meta["attempted"])
+        self.pool.report_success(self._selection(meta))
+        self._limits_touched()
 
     def _reject(self, flow: http.HTTPFlow, meta: dict[str, Any], tried: list[str]) -> None:
         """Answer with our own 429: nothing eligible could take the request in time."""
@@ -260,6 +337,8 @@ class ChaosMode:
         response = flow.response
         if meta is None or response is None or response.status_code != 200:
             return
+        if meta.get("held") and meta.get("owner") == self._token:
+            self._answered(meta)
         if not is_event_stream(response):
             return
         observer = SseObserver()
@@ -282,6 +361,8 @@ class ChaosMode:
             answer = flow.response
             if meta.get("held") and answer.status_code >= 400 and not answer.stream:
                 await self._settle(flow, meta)  # an error z.ai sent whole: perhaps a failover
+                if meta.get("held") and flow.response is not None and flow.response.status_code == 200:
+                    self._answered(meta)  # a failed-over answer, fetched by the addon
             self._record(flow, meta)
         except Exception:
             log.exception("chaos-mode: internal error while finishing a response")
@@ -296,12 +377,15 @@ class ChaosMode:
             if response.status_code < 400 or response.stream:
                 return
             now = self._wall_clock()
-            error = classify_error(response.status_code, response.get_content(strict=False), now=now)
+            proxy_made = response.headers.get("server", "").startswith("mitmproxy")
+            content = response.get_content(strict=False)
+            error = classify_error(response.status_code, content, now=now, proxy_made=proxy_made)
             if error is None:
                 return
             model = meta["held"]
             retry_after = parse_retry_after(response.headers.get("retry-after"), now=now)
-            self.pool.report_error(model, error, retry_after)
+            self.pool.report_error(model, error, retry_after, self._selection(meta))
+            self._limits_touched()
             self.stats.upstream_error(model, error.code, response.status_code)
             flow.marked = ":warning:"
             if error.action is Action.FATAL:
@@ -416,6 +500,14 @@ class ChaosMode:
     def status(self) -> str:
         """The Chaos Mode panel: strategy, utilization, each model's in-flight, capacity, cooldown."""
         return render_panel(self.chaos_stats())
+
+    @command.command("chaos.limits.reset")
+    def reset_limits(self) -> None:
+        """Forget every learned concurrency limit: back to the catalog's values (and the saved file too)."""
+        self.pool.reset_limits()
+        self._saved_version = -1
+        self._save_limits()
+        log.info("chaos-mode: learned limits reset to the catalog's values")
 
     @command.command("chaos.reload")
     def reload(self) -> None:

@@ -197,6 +197,8 @@ class ProxyProcess(ChildProcess):
         if self.addon:
             script = Path(ADDON_DIR) / "chaos_addon.py"
             cmd += ["-s", str(script), "--set", f"chaos_web=127.0.0.1:{self.web_port}"]
+            # Learned limits start from the catalog in every run and never touch the user's confdir.
+            cmd += ["--set", f"chaos_limits_file={self.workdir / 'chaos-mode-limits.json'}"]
             if self.config is not None:
                 import json
 
