@@ -67,6 +67,9 @@ class LearnedLimits:
         self._models: dict[str, Limit] = {}
         self._account = Limit(None, 1, None)
         self._clean_total = (0, 0, -math.inf)  # (max total this window, last window's, window start)
+        # A 1302 that may have been the account's, blamed on its model for now:
+        # (model, its limit before, total in flight, when).
+        self._suspect: tuple[str, int | None, int, float] | None = None
         self._next_tick = -math.inf
         self.version = 0  # bumped on every change of a value: the pool rebuilds what it derives from them
         self.reconfigure(config)
@@ -182,7 +185,10 @@ class LearnedLimits:
         account (itself included): lower the limit it points at; returns which."""
         now = self._clock()
         entry = self._models.get(model)
-        blame = self._blame(entry, in_flight, total, probe, now)
+        verdict = self._blame(entry, in_flight, total, probe, now)
+        blame: Blame = verdict if verdict != "suspect" else "model"
+        if verdict == "suspect":
+            blame, total = self._second_opinion(model, entry, total, now)
         target = self._account if blame == "account" or entry is None else entry
         count = total if target is self._account else in_flight
         if probe is not None:
@@ -193,14 +199,28 @@ class LearnedLimits:
             self._set(target, lowered, f"1302 at {count} in flight", now)
         return blame
 
+    def _second_opinion(self, model: str, entry: Limit | None, total: int, now: float) -> tuple[Blame, int]:
+        """One model refusing below its limit may be that model (another client on it); a second model
+        doing the same within the probe interval is the account: the first model gets its limit back."""
+        suspect = self._suspect
+        if suspect is None or suspect[0] == model or now - suspect[3] >= self._interval:
+            self._suspect = (model, entry.value if entry is not None else None, total, now)
+            return "model", total
+        self._suspect = None
+        first, before, first_total, _ = suspect
+        first_entry = self._models.get(first)
+        if first_entry is not None and before is not None and (first_entry.value or 0) < before:
+            self._set(first_entry, before, "1302 was the account's", now)
+        return "account", min(total, first_total)
+
     def _blame(
         self, entry: Limit | None, in_flight: int, total: int, probe: Probe | None, now: float
-    ) -> Blame:
-        """z.ai says 1302 for a full model and a full account alike. A probe knows what it tested; else
-        the account is blamed when the model was below its learned limit and the account total was higher
-        than any total answered cleanly in the last probe interval or two. So the account limit never falls
-        below a total z.ai just served, and with no such evidence yet the model is blamed: that costs one
-        model's slots, a wrong account limit every model's."""
+    ) -> Blame | Literal["suspect"]:
+        """z.ai says 1302 for a full model and a full account alike. A probe knows what it tested. Else the
+        account is suspected when the model was below its learned limit and the account total was higher
+        than any total answered cleanly in the last probe interval or two (so the account limit never falls
+        below a total z.ai just served), and blamed once a second model confirms it. With no such evidence
+        the model is blamed: a wrong model limit costs one model's slots, a wrong account limit all."""
         if entry is None or entry.value is None:
             return "account"
         if probe == "model" or in_flight > entry.value:
@@ -210,7 +230,7 @@ class LearnedLimits:
             return "account"
         clean = self._recent_clean_total(now)
         if in_flight < entry.value and 0 < clean < total:
-            return "account"
+            return "suspect"
         return "model"
 
     def _note_clean_total(self, total: int, now: float) -> None:
@@ -252,6 +272,7 @@ class LearnedLimits:
             entry.value, entry.reason, entry.changed_at = entry.start, "reset", self._wall_clock()
             entry.changed_mono, entry.failed_at, entry.probe_since = self._clock(), -math.inf, None
         self._clean_total = (0, 0, -math.inf)
+        self._suspect = None
         self.version += 1
 
     def _set(self, entry: Limit, value: int | None, reason: str, now: float) -> None:
