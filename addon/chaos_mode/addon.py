@@ -402,8 +402,11 @@ class ChaosMode:
         failed = meta["held"]
         self._release(meta)
         tried = list(meta["attempted"])
+        if error.action is not Action.CONCURRENCY or not self.pool.limits.enabled:
+            # With learned limits, a full model is not a broken one: within its new limit it may serve.
+            meta["refused"] = [*meta.get("refused", []), failed]
         info = RequestInfo(*meta["request"]) if meta.get("request") else None
-        ticket = Ticket(meta["tier"], frozenset(tried), info, meta.get("sticky"))
+        ticket = Ticket(meta["tier"], frozenset(meta.get("refused", ())), info, meta.get("sticky"))
         selection = await acquire_while_connected(self.pool, flow, ticket)
         if selection is CLIENT_GONE:
             return False

@@ -197,8 +197,10 @@ class ProxyProcess(ChildProcess):
         if self.addon:
             script = Path(ADDON_DIR) / "chaos_addon.py"
             cmd += ["-s", str(script), "--set", f"chaos_web=127.0.0.1:{self.web_port}"]
-            # Learned limits start from the catalog in every run and never touch the user's confdir.
-            cmd += ["--set", f"chaos_limits_file={self.workdir / 'chaos-mode-limits.json'}"]
+            # Learned limits start from the catalog in every run and never touch the user's confdir
+            # (mitmdump fails to load the script when an option is set twice: only when not given).
+            if not any(arg.startswith("chaos_limits_file=") for arg in self.extra_args):
+                cmd += ["--set", f"chaos_limits_file={self.workdir / 'chaos-mode-limits.json'}"]
             if self.config is not None:
                 import json
 
