@@ -12,16 +12,23 @@ from typing import Any
 
 import pytest
 
+from chaos_mode.bench.field import PRESETS, field_bound, parse_presets, planned_changes, true_timeline
+from chaos_mode.bench.field_plot import render_field_svg
+from chaos_mode.bench.field_report import render_field
 from chaos_mode.bench.figures import percentile, summarize
 from chaos_mode.bench.ideal import (
+    Capacity,
     clairvoyant_makespan,
+    cover_time,
     fair_queue_makespan,
     makespan_lower_bound,
     slots_by_tier,
+    timed_lower_bound,
 )
 from chaos_mode.bench.plot import render_svg
 from chaos_mode.bench.report import render
 from chaos_mode.bench.run import agent_models
+from chaos_mode.bench.sampler import read_sample, rebase, stall_figures
 from chaos_mode.bench.scenarios import PINNED, SCENARIOS, parse_scenarios, pinned_models
 from chaos_mode.bench.swarm import RequestRecord, retry_delay
 from chaos_mode.bench.workload import Mix, Request, WorkloadSpec, make_workload, parse_mix
@@ -319,3 +326,165 @@ def test_demo_runs_offline() -> None:
     assert "6/6" in out  # the progress line reached the end
     for row in ("least-loaded", "baseline", "ideal (LB)", "share %"):
         assert row in out
+
+
+# -- the field: true limits unlike the catalog's ------------------------------------------------------
+
+
+def test_cover_time_by_hand() -> None:
+    # 2 slots for 3 s (6 slot-seconds), 4 for 3 s (12 more), then 2 again.
+    steps = [(0.0, 2), (3.0, 4), (6.0, 2)]
+    assert cover_time(6.0, steps) == pytest.approx(3.0)
+    assert cover_time(18.0, steps) == pytest.approx(6.0)
+    assert cover_time(20.0, steps) == pytest.approx(7.0)
+    assert cover_time(1.0, [(0.5, 1)]) == pytest.approx(1.5)  # nothing before the first step
+    with pytest.raises(ValueError, match="no slot"):
+        cover_time(5.0, [(0.0, 1), (2.0, 0)])  # 2 slot-seconds, then none for ever
+
+
+def test_timed_lower_bound_by_hand() -> None:
+    eligible = {"heavy": ["h"], "light": ["h", "l"]}
+    # h: 1 slot, l: 2; from 4 s on h has 3; the account allows 3 at first, then 4.
+    timeline = [Capacity(0.0, {"h": 1, "l": 2}, 3), Capacity(4.0, {"h": 3, "l": 2}, 4)]
+    work = {"heavy": 6.0, "light": 14.0}
+    bound = timed_lower_bound(work, eligible, timeline, [5.0])
+    # heavy: 4 slot-seconds by 4 s, then 3/s: 4 + 2/3. All: 12 by 4 s, then 4/s: 4 + 8/4 = 6.
+    assert bound.terms["heavy"] == pytest.approx(4 + 2 / 3)
+    assert bound.terms["heavy+light"] == pytest.approx(6.0)
+    assert (bound.seconds, bound.binding) == (pytest.approx(6.0), "heavy+light")
+    assert bound.slots == {"heavy": 1, "light": 3, "heavy+light": 3}  # the first slots, account-capped
+    # With one step it is the constant bound.
+    constant = makespan_lower_bound(work, eligible, {"h": 1, "l": 2}, [5.0], 3)
+    assert constant.terms == timed_lower_bound(work, eligible, timeline[:1], [5.0]).terms
+
+
+def test_true_slots_are_limit_minus_held_zero_when_refused() -> None:
+    changes = [
+        {"at": 0.0, "limits": {"a": 3, "b": 2, "c": 4}, "accountLimit": 9, "hold": {"a": 1}},
+        {"at": 0.01, "limits": {"a": 3, "b": 2, "c": 4}, "accountLimit": 9, "hold": {"a": 4}},
+        {"at": 2.0, "limits": {"a": 6, "b": 2, "c": 4}, "accountLimit": 12, "hold": {}},
+    ]
+    # The swarm started 0.05 s after the simulator's 0: what had changed by then starts at 0.
+    timeline = true_timeline(changes, refused=["b"], lead=0.05)
+    assert timeline == [
+        Capacity(0.0, {"a": 0, "b": 0, "c": 4}, 5),
+        Capacity(pytest.approx(1.95), {"a": 6, "b": 0, "c": 4}, 12),  # type: ignore[arg-type]
+    ]
+
+
+def test_the_lower_preset_bound_uses_the_true_slots() -> None:
+    preset = PRESETS["lower"]
+    workload = make_workload(preset.spec())
+    settings = preset.sim_settings(workload)
+    bound = field_bound(workload, true_timeline(planned_changes(settings), settings.refuse))
+    # heavy: glm-4.7 2 + glm-4.6 (3 - 1 held) + glm-4.5-x refused = 4; + glm-4.5 10 + air 5 = 19;
+    # + glm-4.7-flashx refused + two flash models 1 each = 21 (the account, 27 - 1 held, does not bind).
+    assert (bound.slots["heavy"], bound.slots["heavy+medium"], bound.slots["heavy+medium+light"]) == (
+        4,
+        19,
+        21,
+    )
+    assert bound.terms["heavy+medium+light"] == pytest.approx(sum(workload.work_by_tier().values()) / 21)
+    assert workload.size == 240 and settings.reject_delay_ms == 1000.0  # the simulator's default
+    mean = sum(workload.work_by_tier().values()) / workload.size
+    assert 0.9 < mean < 1.1  # 1-second requests
+
+
+def test_the_changing_preset_doubles_the_limits_for_the_middle_third_of_its_bound() -> None:
+    preset = PRESETS["changing"]
+    workload = make_workload(preset.spec())
+    settings = preset.sim_settings(workload)
+    first, second = settings.schedule
+    period = 3 * first.at_seconds
+    assert second.at_seconds == pytest.approx(2 * period / 3)
+    assert first.change.limits["glm-4.7"] == 6 and first.change.account_limit == 48
+    assert second.change.limits["glm-4.7"] == 3 and second.change.account_limit == 24
+    # The account binds: 24 slots, then 48, then 24 again, a third of T each, so T = W_all / 32.
+    assert period == pytest.approx(sum(workload.work_by_tier().values()) / 32, abs=2e-3)  # at in ms
+    bound = field_bound(workload, true_timeline(planned_changes(settings), settings.refuse))
+    assert bound.seconds == pytest.approx(period, abs=2e-3)
+
+
+def test_parse_presets() -> None:
+    assert [p.name for p in parse_presets("soak,lower")] == ["soak", "lower"]
+    assert [p.name for p in parse_presets("all")] == ["lower", "higher", "changing", "soak"]
+    with pytest.raises(ValueError, match="unknown field preset"):
+        parse_presets("lower,fastest")
+
+
+def test_status_samples_with_and_without_learned_limits() -> None:
+    before = {
+        "modelDistribution": {"glm-4.7": {"inFlight": 2, "capacity": 3}},
+        "usedCapacity": 2,
+        "totalCapacity": 28,
+        "queue": {"waiting": 5},
+    }
+    sample = read_sample(before, 1.5)
+    assert sample["models"] == {"glm-4.7": {"inFlight": 2, "learnedLimit": None, "catalogLimit": 3}}
+    assert (sample["waiting"], sample["used"], sample["accountLimit"]) == (5, 2, None)
+    after = {
+        **before,
+        "modelDistribution": {
+            "glm-4.7": {"inFlight": 2, "capacity": 2, "learnedLimit": 2, "catalogLimit": 3}
+        },
+        "accountLimit": 20,
+    }
+    sample = read_sample(after, 1.5)
+    assert sample["models"]["glm-4.7"] == {"inFlight": 2, "learnedLimit": 2, "catalogLimit": 3}
+    assert sample["accountLimit"] == 20
+
+
+def test_stall_figures_by_hand() -> None:
+    def s(t: float, waiting: int, used: int) -> dict[str, Any]:
+        return {"t": t, "waiting": waiting, "used": used}
+
+    samples = [
+        s(0.0, 0, 0),
+        s(0.1, 3, 0),
+        s(0.2, 3, 0),
+        s(0.3, 3, 2),
+        s(0.4, 1, 0),
+        s(0.5, 0, 1),
+        s(0.6, 2, 0),
+    ]
+    figures = stall_figures(samples)
+    assert figures["longestStallSeconds"] == pytest.approx(0.2)  # from 0.1 to the sample at 0.3
+    assert (figures["samples"], figures["stalledSamples"], figures["waitingSamples"]) == (7, 4, 5)
+    assert figures["stalledShare"] == pytest.approx(4 / 7, abs=1e-4)
+    assert stall_figures([])["stalledShare"] is None
+    assert rebase([s(1.0, 0, 0), s(2.5, 1, 1)], 2.0) == [s(0.5, 1, 1)]
+
+
+@pytest.mark.e2e
+def test_short_field_run(tmp_path: Path) -> None:
+    json_path, svg_path = tmp_path / "field.json", tmp_path / "field.svg"
+    args = [
+        "--field", "lower,changing", "--agents", "4", "--requests", "3", "--latency-ms", "40",
+        "--tokens", "4", "--token-interval-ms", "10", "--reject-delay-ms", "100",
+        "--json", str(json_path), "--svg", str(svg_path),
+    ]  # fmt: skip
+    result = run_module("chaos_mode.bench", *args, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    doc = json.loads(json_path.read_text(encoding="utf-8"))
+    lower, changing = doc["presets"]
+    assert (lower["name"], changing["name"]) == ("lower", "changing")
+    for preset in (lower, changing):
+        _consistent(preset, 12)
+        assert preset["client429"] == 0 and preset["checks"]["noClient429"]
+        assert preset["samples"] and {"t", "waiting", "used", "models"} <= set(preset["samples"][0])
+        assert preset["stalls"]["samples"] == len(preset["samples"])
+        assert preset["unstreamed"] <= preset["proxy"]["failovers"]
+    # Refused models answer 1113 and are never served; whatever failed over came in one piece.
+    assert set(lower["upstreamByCode"]) <= {"1113", "1302"}
+    assert not {"glm-4.5-x", "glm-4.7-flashx"} & set(lower["share"])
+    assert (lower["unstreamed"] > 0) == (lower["proxy"]["failovers"] > 0)
+    assert lower["ideal"]["slots"]["heavy"] == 4 and lower["truth"]["slots"][0]["models"]["glm-4.6"] == 2
+    # The changing preset's two changes happened during the run and bound it.
+    changes = changing["truth"]["limitChanges"]
+    assert [c["accountLimit"] for c in changes] == [24, 48, 24]
+    assert len(changing["truth"]["slots"]) == 3
+    assert "LB/makespan" in result.stdout and "lower" in result.stdout
+    svg = ET.parse(svg_path).getroot()
+    assert len(svg.findall(".//{http://www.w3.org/2000/svg}polyline")) >= 2 * 9
+    assert render_field(doc).startswith("field:")
+    ET.fromstring(render_field_svg(doc))

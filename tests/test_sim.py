@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from chaos_mode.catalog import DEFAULT_CATALOG
 from chaos_mode.sim import Fault, SimProcess, SimServer, SimSettings, SimState, sim_subprocess
 from chaos_mode.sim.__main__ import settings_from_args
+from chaos_mode.sim.limits import LimitChange, ScheduledChange
 
 FAST: dict[str, Any] = {
     "latency_ms": 20,
@@ -271,6 +272,7 @@ async def test_model_limit_rejects_exactly_the_extra_requests(
         "served": limit,
         "rejected": {"1302": 2},
         "limit": limit,
+        "hold": 0,
     }
     assert after["requests"] == limit + 2
 
@@ -297,7 +299,7 @@ async def test_account_limit(make_sim: MakeSim, http: httpx.AsyncClient) -> None
     rejected = next(r for r in responses if r.status_code == 429)
     assert_zai_error(rejected, 429, "rate_limit_error", "1302")
     s = await stats(http, server)
-    assert s["account"] == {"inFlight": 0, "peakInFlight": 2, "limit": 2, "rejected": 1}
+    assert s["account"] == {"inFlight": 0, "peakInFlight": 2, "limit": 2, "hold": 0, "rejected": 1}
     total_rejected = sum(m["rejected"].get("1302", 0) for m in s["models"].values())
     assert total_rejected == 1
 
@@ -605,3 +607,244 @@ def test_faults_are_consumed_in_order() -> None:
     assert state.take_fault("n") is not None and not any(f.code == "1305" for f in state.faults)
     codes = [f.code if (f := state.take_fault("m")) else None for _ in range(3)]
     assert codes == ["1302", "1302", None]
+
+
+# -- true limits: held slots, changes on request and on a schedule, random faults -----------------------
+
+
+def test_held_slots_count_against_the_model_and_the_account() -> None:
+    state = SimState({"a": 3, "b": 2}, account_limit=4, hold={"a": 2})
+    assert state.try_acquire("a") == "ok"
+    assert state.try_acquire("a") == "model"  # 1 ours + 2 held = 3
+    assert state.try_acquire("b") == "ok"
+    assert state.try_acquire("b") == "account"  # 2 ours + 2 held = 4
+    snap = state.snapshot()
+    assert (snap["models"]["a"]["hold"], snap["models"]["b"]["hold"]) == (2, 0)
+    assert snap["account"] == {"inFlight": 2, "peakInFlight": 2, "limit": 4, "hold": 2, "rejected": 0}
+    # Without an account limit of its own the account allows the sum of the model limits, as they change.
+    free = SimState({"a": 1, "b": 1}, None)
+    assert free.account_limit == 2
+    free.apply(LimitChange(limits={"b": 4}), at=1.0)
+    assert free.account_limit == 5
+
+
+def test_a_limit_change_names_known_models_only_and_keeps_requests_in_flight() -> None:
+    state = SimState({"a": 2, "b": 1}, None)
+    assert state.try_acquire("a") == state.try_acquire("a") == "ok"
+    with pytest.raises(ValueError, match="unknown model"):
+        state.apply(LimitChange(limits={"a": 1, "zz": 3}), at=0.5)
+    assert state.models["a"].limit == 2 and len(state.limit_changes) == 1  # nothing changed
+    state.apply(LimitChange(limits={"a": 1}, account_limit=7, sets_account_limit=True), at=0.5)
+    assert state.try_acquire("a") == "model"
+    state.release("a")
+    state.release("a")  # the two above the new limit end normally
+    assert state.try_acquire("a") == "ok"
+    assert state.limit_changes == [
+        {"at": 0.0, "limits": {"a": 2, "b": 1}, "accountLimit": 3, "hold": {}},
+        {"at": 0.5, "limits": {"a": 1, "b": 1}, "accountLimit": 7, "hold": {}},
+    ]
+    state.reset()
+    assert state.limits_doc() == {"limits": {"a": 2, "b": 1}, "accountLimit": 3, "hold": {}}
+    assert len(state.limit_changes) == 1
+
+
+def test_random_faults_follow_their_rates_and_the_seed() -> None:
+    rates = {"1302": 0.25, "1305": 0.25}
+    state = SimState({"a": 1}, None, fault_rates=rates, fault_seed=5)
+    draws = [state.random_fault() for _ in range(4000)]
+    assert 0.22 < draws.count("1302") / 4000 < 0.28
+    assert 0.22 < draws.count("1305") / 4000 < 0.28
+    state.reset()
+    assert [state.random_fault() for _ in range(4000)] == draws  # reset draws the same sequence again
+    assert SimState({"a": 1}, None).random_fault() is None
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"hold": {"glm-9": 1}}, "unknown model 'glm-9'"),
+        ({"hold": {"glm-4.7": -1}}, "hold.glm-4.7: must be >= 0"),
+        ({"hold": {"glm-4.7": "two"}}, "hold.glm-4.7: expected an integer"),
+        ({"schedule": [{"limits": {"glm-4.7": 1}}]}, r"schedule\[0\]: expected an object with atSeconds"),
+        ({"schedule": [{"atSeconds": -1}]}, r"schedule\[0\]: atSeconds: expected a number >= 0"),
+        ({"schedule": [{"atSeconds": 1, "limit": {}}]}, r"schedule\[0\]: unknown keys limit"),
+        ({"schedule": [{"atSeconds": 1, "limits": {"glm-9": 1}}]}, "unknown model 'glm-9'"),
+        ({"schedule": [{"atSeconds": 1, "accountLimit": 1.5}]}, "accountLimit: expected an integer"),
+        ({"schedule": {"atSeconds": 1}}, "schedule: expected a list"),
+        ({"faultRates": {"1302": 1.5}}, "fault_rates.1302"),
+        ({"faultRates": {"busy": 0.1}}, "fault_rates.busy"),
+        ({"faultRates": {"1302": 0.6, "1305": 0.6}}, "add up to more than 1"),
+    ],
+)
+def test_settings_of_true_limits_are_validated(settings: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        SimSettings.from_mapping(settings)
+
+
+def test_settings_of_true_limits_round_trip_and_come_from_the_cli() -> None:
+    schedule = [{"atSeconds": 2, "limits": {"glm-4.7": 6}}, {"atSeconds": 1, "accountLimit": None}]
+    settings = SimSettings.from_mapping({"hold": {"glm-4.6": 1}, "schedule": schedule, "faultSeed": 3})
+    assert [c.at_seconds for c in settings.schedule] == [1.0, 2.0]  # in time order
+    assert settings.schedule[0].change == LimitChange(account_limit=None, sets_account_limit=True)
+    again = SimSettings.from_mapping(json.loads(json.dumps(settings.to_mapping())))
+    assert again == settings
+    cli = settings_from_args(
+        ["--hold", "glm-4.6=1", "--hold", "glm-4.7=2", "--fault-rate", "1305=0.02", "--fault-seed", "9"]
+    )
+    assert (cli.hold, cli.fault_rates, cli.fault_seed) == ({"glm-4.6": 1, "glm-4.7": 2}, {"1305": 0.02}, 9)
+    with pytest.raises(SystemExit):
+        settings_from_args(["--hold", "glm-4.6=-1"])
+    with pytest.raises(SystemExit):
+        settings_from_args(["--fault-rate", "1305=often"])
+
+
+async def test_held_slots_on_the_wire(make_sim: MakeSim, http: httpx.AsyncClient) -> None:
+    server = await make_sim(hold={"glm-4.7-flash": 1, "glm-4.5": 3})
+    assert_zai_error(await post(http, server, "glm-4.7-flash"), 429, "rate_limit_error", "1302")
+    assert (await post(http, server, "glm-4.5")).status_code == 200
+    s = await stats(http, server)
+    assert (s["models"]["glm-4.7-flash"]["hold"], s["models"]["glm-4.5"]["hold"]) == (1, 3)
+    assert s["models"]["glm-4.7-flash"]["rejected"] == {"1302": 1}
+    assert (s["account"]["hold"], s["account"]["peakInFlight"]) == (4, 1)
+
+
+async def test_post_limits_changes_only_what_it_names(make_sim: MakeSim, http: httpx.AsyncClient) -> None:
+    server = await make_sim()
+    url = server.base_url + "/sim/limits"
+    change = {"limits": {"glm-4.7": 9}, "accountLimit": 12, "hold": {"glm-4.6": 2}}
+    response = await http.post(url, json=change)
+    assert response.status_code == 200, response.text
+    s = await stats(http, server)
+    assert s["models"]["glm-4.7"]["limit"] == 9 and s["models"]["glm-4.6"]["limit"] == 3
+    assert s["models"]["glm-4.6"]["hold"] == 2 and s["account"] == {**s["account"], "limit": 12, "hold": 2}
+    changes = s["limitChanges"]
+    assert [c["accountLimit"] for c in changes] == [28, 12]
+    assert changes[1]["limits"]["glm-4.7"] == 9 and changes[1]["hold"] == {"glm-4.6": 2}
+    assert 0 <= changes[1]["at"] <= s["elapsedSeconds"]
+    # null: no account limit of its own any more (the sum of the model limits).
+    assert (await http.post(url, json={"accountLimit": None})).json()["accountLimit"] == 34
+    assert (await http.get(url)).json()["limitChanges"] == (await stats(http, server))["limitChanges"]
+    for bad, message in (
+        ({"limits": {"glm-9": 1}}, "unknown model(s) glm-9"),
+        ({"limits": {"glm-4.7": -1}}, "limits.glm-4.7: must be >= 0"),
+        ({"limits": {"glm-4.7": True}}, "limits.glm-4.7: expected an integer"),
+        ({"hold": ["glm-4.7"]}, "hold: expected an object"),
+        ({"accountLimit": "x"}, "accountLimit: expected an integer"),
+        ({"limitz": {}}, "unknown keys limitz"),
+        ([1], "expected a JSON object"),
+    ):
+        response = await http.post(url, json=bad)
+        assert message in assert_zai_error(response, 400, "invalid_request_error", None)["error"]["message"]
+    assert len((await stats(http, server))["limitChanges"]) == 3  # no bad change was applied
+    assert (await http.post(url, content=b"{")).status_code == 400
+
+
+async def test_lowering_a_limit_refuses_new_requests_and_keeps_running_ones(
+    make_sim: MakeSim, http: httpx.AsyncClient
+) -> None:
+    server = await make_sim(latency_ms=400)
+    running = asyncio.gather(*(post(http, server, "glm-4.5-x", stream=True) for _ in range(2)))
+    await wait_for(lambda: _in_flight(http, server, "glm-4.5-x", 2))
+    response = await http.post(server.base_url + "/sim/limits", json={"limits": {"glm-4.5-x": 1}})
+    assert response.status_code == 200
+    assert_zai_error(await post(http, server, "glm-4.5-x"), 429, "rate_limit_error", "1302")
+    assert [r.status_code for r in await running] == [200, 200]
+    assert (await post(http, server, "glm-4.5-x", headers={"x-sim-latency-ms": "0"})).status_code == 200
+
+
+async def test_a_full_account_and_a_full_model_look_the_same(
+    make_sim: MakeSim, http: httpx.AsyncClient
+) -> None:
+    server = await make_sim(latency_ms=400, account_limit=2)
+    first = asyncio.create_task(post(http, server, "glm-4.7-flash"))
+    await wait_for(lambda: _in_flight(http, server, "glm-4.7-flash", 1))
+    model_full = await post(http, server, "glm-4.7-flash")
+    second = asyncio.create_task(post(http, server, "glm-4.5"))
+    await wait_for(lambda: _in_flight(http, server, "glm-4.5", 1))
+    account_full = await post(http, server, "glm-4.6")
+    assert (await first).status_code == (await second).status_code == 200
+    s = await stats(http, server)
+    assert s["account"]["rejected"] == 1 and s["models"]["glm-4.7-flash"]["rejected"] == {"1302": 1}
+
+    def wire(response: httpx.Response) -> tuple[int, dict[str, str], dict[str, Any]]:
+        headers = {
+            k: v for k, v in response.headers.items() if k not in ("date", "request-id", "x-sim-served-model")
+        }
+        body = response.json()
+        del body["request_id"]
+        return response.status_code, headers, body
+
+    assert wire(model_full) == wire(account_full)
+
+
+async def test_random_faults_on_the_wire(make_sim: MakeSim, http: httpx.AsyncClient) -> None:
+    server = await make_sim(fault_rates={"1305": 1.0})
+    started = time.monotonic()
+    body = assert_zai_error(await post(http, server, "glm-4.5"), 429, "rate_limit_error", "1305")
+    assert "temporarily overloaded" in body["error"]["message"]
+    assert time.monotonic() - started >= 0.06  # after the reject delay, like a 1302
+    s = await stats(http, server)
+    assert s["models"]["glm-4.5"]["rejected"] == {"1305": 1} and s["models"]["glm-4.5"]["served"] == 0
+    assert s["faultRates"] == {"1305": 1.0}
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_schedule_applies_changes_in_order_on_the_servers_clock(http: httpx.AsyncClient) -> None:
+    schedule = [
+        {"atSeconds": 2.0, "limits": {"glm-4.7": 3}, "accountLimit": None, "hold": {"glm-4.6": 1}},
+        {"atSeconds": 0.0, "hold": {"glm-4.5": 2}},
+        {"atSeconds": 1.0, "limits": {"glm-4.7": 6}, "accountLimit": 10},
+    ]
+    clock = FakeClock()
+    server = SimServer(SimSettings.from_mapping({**FAST, "schedule": schedule}), clock=clock)
+    await server.start()
+    try:
+
+        async def limits() -> tuple[int, int, dict[str, int]]:
+            s = await stats(http, server)
+            hold = {m: c["hold"] for m, c in s["models"].items() if c["hold"]}
+            return s["models"]["glm-4.7"]["limit"], s["account"]["limit"], hold
+
+        assert await limits() == (3, 28, {"glm-4.5": 2})  # the change at 0 s came with the start
+        clock.now += 0.999
+        server.apply_due_changes()
+        assert await limits() == (3, 28, {"glm-4.5": 2})
+        clock.now += 0.001
+        server.apply_due_changes()
+        assert await limits() == (6, 10, {"glm-4.5": 2})
+        clock.now += 5.0
+        server.apply_due_changes()
+        assert await limits() == (3, 28, {"glm-4.5": 2, "glm-4.6": 1})
+        s = await stats(http, server)
+        assert [c["at"] for c in s["limitChanges"]] == [0.0, 0.0, 1.0, 6.0]
+        assert s["elapsedSeconds"] == 6.0
+        # A reset restores the first limits and starts the schedule again from now.
+        await http.post(server.base_url + "/sim/reset")
+        assert await limits() == (3, 28, {"glm-4.5": 2})
+        assert [c["at"] for c in (await stats(http, server))["limitChanges"]] == [0.0, 0.0]
+    finally:
+        await server.stop()
+    assert server._timer is None  # stop() cancelled the timer of the next change
+
+
+async def test_schedule_runs_on_the_event_loop(make_sim: MakeSim, http: httpx.AsyncClient) -> None:
+    schedule = [
+        ScheduledChange(0.05, LimitChange(limits={"glm-4.7": 5})),
+        ScheduledChange(0.1, LimitChange(limits={"glm-4.7": 7})),
+    ]
+    server = await make_sim(schedule=schedule)
+
+    async def applied() -> bool:
+        return len((await stats(http, server))["limitChanges"]) == 3
+
+    await wait_for(applied)
+    changes = (await stats(http, server))["limitChanges"]
+    assert [c["limits"]["glm-4.7"] for c in changes] == [3, 5, 7]
+    assert 0.05 <= changes[1]["at"] <= changes[2]["at"]

@@ -1,5 +1,6 @@
 """`python -m chaos_mode.bench`: the swarm benchmark — baseline vs chaos mode vs the ideal bound, overhead,
-and the pure core's cost; prints a table, writes JSON (`--json`) and an SVG plot (`--svg`)."""
+and the pure core's cost; or (`--field`) chaos mode against true limits unlike the catalog's. Prints a
+table, writes JSON (`--json`) and an SVG plot (`--svg`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .field import parse_presets
+from .field_plot import render_field_svg
+from .field_report import render_field
+from .field_run import FieldOptions, run_field
 from .overhead import OverheadOptions
 from .plot import render_svg
 from .report import render
@@ -34,6 +39,10 @@ DEFAULTS: dict[str, tuple[Any, Any]] = {
     "overhead_rounds": (6, 2),
     "overhead_requests": (200, 80),
 }
+
+
+# Options that are WorkloadSpec fields of the same name (--tokens is `output_tokens`).
+WORKLOAD_ARGS = ("agents", "requests", "mix", "latency_ms", "token_interval_ms", "jitter", "seed")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -72,6 +81,17 @@ def parser() -> argparse.ArgumentParser:
         "--scenarios",
         type=parse_scenarios,
         help=f"comma-separated, in order, of {','.join(KNOWN)} (default all: {','.join(SCENARIOS)})",
+    )
+    p.add_argument(
+        "--field",
+        type=parse_presets,
+        metavar="PRESETS",
+        help="instead of the scenarios: chaos mode against a simulator whose true limits differ from the "
+        "catalog's, comma-separated presets of lower,higher,changing,soak (or all); each has its own swarm "
+        "of 1 s streamed requests, which --agents, --requests and the timing options change",
+    )
+    p.add_argument(
+        "--field-deadline", type=float, default=150.0, help="seconds one field preset may take (default 150)"
     )
     p.add_argument("--seed", type=int, help="workload seed (default 1)")
     p.add_argument(
@@ -138,10 +158,29 @@ def options_from(args: argparse.Namespace, argv: Sequence[str]) -> BenchOptions:
     )
 
 
+def field_options(args: argparse.Namespace, argv: Sequence[str]) -> FieldOptions:
+    """The field run's options: each preset's own workload, changed only by what the command line gives."""
+    given = {arg: getattr(args, arg) for arg in (*WORKLOAD_ARGS, "tokens") if getattr(args, arg) is not None}
+    overrides = {("output_tokens" if arg == "tokens" else arg): value for arg, value in given.items()}
+    return FieldOptions(
+        presets=args.field,
+        overrides=overrides,
+        reject_delay_ms=DEFAULTS["reject_delay_ms"][0]
+        if args.reject_delay_ms is None
+        else args.reject_delay_ms,
+        retry_after=args.retry_after,
+        max_attempts=args.max_attempts,
+        deadline=args.field_deadline,
+        command=shlex.join(["python", "-m", "chaos_mode.bench", *argv]),
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     cli = parser()
     args = cli.parse_args(argv)
+    if args.field and args.scenarios:
+        cli.error("--field and --scenarios: choose one")
     options = options_from(args, argv)
     try:
         for scenario in options.scenarios:
@@ -153,18 +192,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(line, file=sys.stderr, flush=True)
 
     try:
-        doc = asyncio.run(stop_on_sigterm(run_benchmark(options, log)))
+        if args.field:
+            doc = asyncio.run(stop_on_sigterm(run_field(field_options(args, argv), log)))
+        else:
+            doc = asyncio.run(stop_on_sigterm(run_benchmark(options, log)))
     except (KeyboardInterrupt, asyncio.CancelledError):
         log("stopped")
         return 130
-    print(render(doc))
+    except TimeoutError:
+        log(f"stopped: a field preset took longer than --field-deadline {args.field_deadline:g} s")
+        return 1
+    runs = doc["presets"] if args.field else doc["scenarios"]
+    print(render_field(doc) if args.field else render(doc))
     if args.json:
         args.json.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
         log(f"wrote {args.json}")
     if args.svg:
-        args.svg.write_text(render_svg(doc), encoding="utf-8")
+        args.svg.write_text(render_field_svg(doc) if args.field else render_svg(doc), encoding="utf-8")
         log(f"wrote {args.svg}")
-    failed = any(not ok for s in doc["scenarios"] for ok in s["checks"].values())
+    failed = any(not ok for s in runs for ok in s["checks"].values())
     return 1 if failed else 0
 
 

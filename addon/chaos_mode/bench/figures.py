@@ -77,6 +77,7 @@ def summarize(
         "requestsPerSecond": round(len(done) / makespan, 2) if makespan > 0 else None,
         "client429": client_429,
         "clientOtherErrors": sum(r.other_errors for r in records),
+        "unstreamed": sum(1 for r in done if r.streamed is False),  # answers that came in one piece
         "upstream429": upstream_429,
         "simRequests": sim_requests,
         "ttftMs": _spread([r.ttft for r in done if r.ttft is not None]),

@@ -10,12 +10,16 @@ Requests of the tiers in T can only run on the models eligible for T, so they ca
 their work spread perfectly over those slots; an agent's requests are sequential, so its own work is a
 bound too. With the seed's nested quality floors (S_heavy = 8 ⊂ S_heavy∪medium = 23 ⊂ S_all = 28) the
 tier terms reduce to max(W_heavy/8, (W_heavy + W_medium)/23, W_all/28).
+
+When the slots change over time (`timed_lower_bound`), the term of T is the smallest t at which the slots
+S_T integrated over [0, t] cover W_T; with constant slots that is W_T / S_T again.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -27,6 +31,16 @@ FORMULA = (
     "times ); W_t = sum of (latency + (tokens-1) x interval) over tier t's requests; S(T) = slots of the "
     "models eligible for T (heavy 8, heavy+medium 23, all 28 on the seed's catalog)"
 )
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """Slots from `start` seconds on, until the next Capacity of a timeline: per model, and the account's
+    (None: no account limit of its own)."""
+
+    start: float
+    models: Mapping[str, int]
+    account: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,26 +66,50 @@ def makespan_lower_bound[T: str](
     account_limit: int | None = None,
 ) -> LowerBound:
     """LB (see the module docstring). ValueError when some tier has work but no slot at all."""
+    return timed_lower_bound(work_by_tier, eligible, [Capacity(0.0, capacity, account_limit)], agent_work)
+
+
+def timed_lower_bound[T: str](
+    work_by_tier: Mapping[T, float],
+    eligible: Mapping[T, Collection[str]],
+    timeline: Sequence[Capacity],
+    agent_work: Iterable[float] = (),
+) -> LowerBound:
+    """LB on slots that change at the times of `timeline` (in order, the first at 0); `slots` are the
+    first ones. ValueError when some tier set has work left once the slots are gone for good."""
     tiers = [tier for tier, work in work_by_tier.items() if work > 0]
     terms: dict[str, float] = {}
     slots: dict[str, int] = {}
     for size in range(1, len(tiers) + 1):
         for group in itertools.combinations(tiers, size):
             models = set().union(*(set(eligible.get(tier, ())) for tier in group))
-            count = sum(capacity.get(model, 0) for model in models)
-            if account_limit is not None:
-                count = min(count, account_limit)
+            steps = [(step.start, _slots(step, models)) for step in timeline]
             name = "+".join(group)
-            if count <= 0:
-                raise ValueError(f"tier set {name} has work but no slot")
-            slots[name] = count
-            terms[name] = sum(work_by_tier[tier] for tier in group) / count
+            slots[name] = steps[0][1] if steps else 0
+            terms[name] = cover_time(sum(work_by_tier[tier] for tier in group), steps, name)
     for agent, work in enumerate(agent_work):
         terms[f"agent {agent}"] = work
     if not terms:
         return LowerBound(0.0, "none", {}, {})
     binding = max(terms, key=lambda name: terms[name])
     return LowerBound(terms[binding], binding, terms, slots)
+
+
+def _slots(step: Capacity, models: Collection[str]) -> int:
+    count = sum(step.models.get(model, 0) for model in models)
+    return count if step.account is None else min(count, step.account)
+
+
+def cover_time(work: float, steps: Sequence[tuple[float, int]], name: str = "work") -> float:
+    """The smallest t at which `steps` (start, slots), each lasting until the next, add up to `work`
+    slot-seconds."""
+    done = 0.0
+    for index, (start, count) in enumerate(steps):
+        end = steps[index + 1][0] if index + 1 < len(steps) else math.inf
+        if count > 0 and done + count * (end - start) >= work:
+            return start + (work - done) / count
+        done += count * (end - start) if count > 0 else 0.0
+    raise ValueError(f"tier set {name} has work but no slot")
 
 
 def headline_terms(bound: LowerBound) -> dict[str, float]:

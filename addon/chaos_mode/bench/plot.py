@@ -26,12 +26,14 @@ COLOURS = {
 SPARE = ("#999999", "#777777", "#555555", "#333333")
 
 
-def _text(x: float, y: float, text: str, *, size: int = 12, anchor: str = "middle", extra: str = "") -> str:
+def svg_text(
+    x: float, y: float, text: str, *, size: int = 12, anchor: str = "middle", extra: str = ""
+) -> str:
     attributes = f'x="{x:.1f}" y="{y:.1f}" font-size="{size}" text-anchor="{anchor}"{extra}'
     return f"<text {attributes}>{escape(text)}</text>"
 
 
-def _nice_max(value: float) -> float:
+def nice_max(value: float) -> float:
     """A round axis maximum at or above `value`."""
     if value <= 0:
         return 1.0
@@ -50,23 +52,23 @@ def _bar_slots(left: float, right: float, count: int) -> list[tuple[float, float
 
 
 def _label(x: float, name: str) -> str:
-    return _text(
+    return svg_text(
         x, BOTTOM + 14, name, size=11, anchor="end", extra=f' transform="rotate(-30 {x:.1f} {BOTTOM + 14})"'
     )
 
 
 def _makespan_panel(scenarios: Sequence[Mapping[str, Any]], ideal: float, fair: float | None) -> list[str]:
     left, right = PANELS[0]
-    top_value = _nice_max(max([ideal, *(s["makespanSeconds"] for s in scenarios)]) * 1.05)
+    top_value = nice_max(max([ideal, *(s["makespanSeconds"] for s in scenarios)]) * 1.05)
 
     def y(value: float) -> float:
         return BOTTOM - (BOTTOM - TOP) * value / top_value
 
-    out = [_text((left + right) / 2, TOP - 22, "Makespan per scenario (s) against the ideal", size=14)]
+    out = [svg_text((left + right) / 2, TOP - 22, "Makespan per scenario (s) against the ideal", size=14)]
     for i in range(5):
         tick = top_value * i / 4
         out.append(f'<line x1="{left}" x2="{right}" y1="{y(tick):.1f}" y2="{y(tick):.1f}" stroke="#e5e5e5"/>')
-        out.append(_text(left - 6, y(tick) + 4, f"{tick:g}", size=11, anchor="end"))
+        out.append(svg_text(left - 6, y(tick) + 4, f"{tick:g}", size=11, anchor="end"))
     for (x, width), s in zip(_bar_slots(left, right, len(scenarios)), scenarios, strict=True):
         value = s["makespanSeconds"]
         colour = "#888888" if s["name"] == "baseline" else "#2166ac"
@@ -75,7 +77,7 @@ def _makespan_panel(scenarios: Sequence[Mapping[str, Any]], ideal: float, fair: 
             f'fill="{colour}"><title>{escape(s["name"])}: {value:.2f} s</title></rect>'
         )
         out.append(
-            _text(x + width / 2, y(value) - 4, f"{value:.2f}" if value < 10 else f"{value:.1f}", size=11)
+            svg_text(x + width / 2, y(value) - 4, f"{value:.2f}" if value < 10 else f"{value:.1f}", size=11)
         )
         out.append(_label(x + width / 2, s["name"]))
     # The bound's label goes under its line, the fair queue's (never lower) above its own.
@@ -88,7 +90,9 @@ def _makespan_panel(scenarios: Sequence[Mapping[str, Any]], ideal: float, fair: 
             f'stroke-width="2" stroke-dasharray="{dash}"/>'
         )
         label = f"{name} {value:.2f} s"
-        out.append(_text(right + 4, y(value) + dy, label, size=11, anchor="start", extra=f' fill="{colour}"'))
+        out.append(
+            svg_text(right + 4, y(value) + dy, label, size=11, anchor="start", extra=f' fill="{colour}"')
+        )
     out.append(f'<line x1="{left}" x2="{right}" y1="{BOTTOM}" y2="{BOTTOM}" stroke="#333"/>')
     return out
 
@@ -102,9 +106,9 @@ def _share_panel(scenarios: Sequence[Mapping[str, Any]]) -> list[str]:
     def y(fraction: float) -> float:
         return BOTTOM - (BOTTOM - TOP) * fraction
 
-    out = [_text((left + right) / 2, TOP - 22, "Share of requests by model", size=14)]
+    out = [svg_text((left + right) / 2, TOP - 22, "Share of requests by model", size=14)]
     for i in range(5):
-        out.append(_text(left - 6, y(i / 4) + 4, f"{25 * i}%", size=11, anchor="end"))
+        out.append(svg_text(left - 6, y(i / 4) + 4, f"{25 * i}%", size=11, anchor="end"))
         out.append(
             f'<line x1="{left}" x2="{right}" y1="{y(i / 4):.1f}" y2="{y(i / 4):.1f}" stroke="#e5e5e5"/>'
         )
@@ -125,7 +129,7 @@ def _share_panel(scenarios: Sequence[Mapping[str, Any]]) -> list[str]:
     for i, model in enumerate(models):  # legend, right of the panel
         ly = TOP + 4 + 18 * i
         out.append(f'<rect x="{right + 14}" y="{ly}" width="12" height="12" fill="{colours[model]}"/>')
-        out.append(_text(right + 32, ly + 10, model, size=11, anchor="start"))
+        out.append(svg_text(right + 32, ly + 10, model, size=11, anchor="start"))
     return out
 
 
@@ -143,7 +147,7 @@ def render_svg(doc: Mapping[str, Any]) -> str:
         f'<rect width="{WIDTH}" height="{HEIGHT}" fill="white"/>',
         *_makespan_panel(scenarios, float(doc["ideal"]["seconds"]), doc["ideal"].get("fairQueueSeconds")),
         *_share_panel(scenarios),
-        _text(WIDTH / 2, HEIGHT - 12, caption, size=11, extra=' fill="#555"'),
+        svg_text(WIDTH / 2, HEIGHT - 12, caption, size=11, extra=' fill="#555"'),
         "</svg>",
     ]
     return "\n".join(parts) + "\n"

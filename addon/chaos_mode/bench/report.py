@@ -10,15 +10,15 @@ from chaos_mode.catalog import DEFAULT_CATALOG
 MODEL_ORDER = tuple(DEFAULT_CATALOG)
 
 
-def _num(value: Any, fmt: str, missing: str = "-") -> str:
+def fmt_num(value: Any, fmt: str, missing: str = "-") -> str:
     return missing if value is None else format(value, fmt)
 
 
-def _pair(spread: Mapping[str, Any]) -> str:
-    return f"{_num(spread.get('p50'), '.0f')} / {_num(spread.get('p99'), '.0f')}"
+def fmt_pair(spread: Mapping[str, Any]) -> str:
+    return f"{fmt_num(spread.get('p50'), '.0f')} / {fmt_num(spread.get('p99'), '.0f')}"
 
 
-def _rows(header: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1) -> list[str]:
+def table_rows(header: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1) -> list[str]:
     """Columns padded to width; the first `left` columns left-aligned, the rest right-aligned."""
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
 
@@ -49,13 +49,13 @@ def scenario_table(doc: Mapping[str, Any]) -> list[str]:
             [
                 s["name"],
                 f"{s['makespanSeconds']:.2f}",
-                f"{_num(s['vsIdeal'], '.2f')}x ({_num(s['utilization'], '.0%')})",
-                _num(s["requestsPerSecond"], ".1f"),
+                f"{fmt_num(s['vsIdeal'], '.2f')}x ({fmt_num(s['utilization'], '.0%')})",
+                fmt_num(s["requestsPerSecond"], ".1f"),
                 "-" if s.get("speedup") is None else f"{s['speedup']:.2f}x",
                 str(s["client429"]),
                 str(s["upstream429"]),
-                _pair(s["ttftMs"]),
-                _pair(s["queueWaitMs"]),
+                fmt_pair(s["ttftMs"]),
+                fmt_pair(s["queueWaitMs"]),
             ]
         )
     size = doc["workload"]["requests"]
@@ -73,14 +73,14 @@ def scenario_table(doc: Mapping[str, Any]) -> list[str]:
         rows.append(
             [name, f"{seconds:.2f}", f"{ratio:.2f}x ({1 / ratio:.0%})", f"{size / seconds:.1f}", *[""] * 5]
         )
-    return _rows(header, rows)
+    return table_rows(header, rows)
 
 
 def share_table(scenarios: Sequence[Mapping[str, Any]]) -> list[str]:
     models = models_of(scenarios)
     header = ["share %", *models]
     rows = [[s["name"], *(f"{100 * s['share'].get(m, 0):.1f}" for m in models)] for s in scenarios]
-    return _rows(header, rows)
+    return table_rows(header, rows)
 
 
 def workload_line(doc: Mapping[str, Any]) -> str:
@@ -176,7 +176,7 @@ def pool_lines(pool: Mapping[str, Any] | None) -> list[str]:
     if rows and all(isinstance(r, dict) for r in rows):
         keys = list(dict.fromkeys(k for r in rows for k in r))
         cells = [[_cell(r.get(k)) for k in keys] for r in rows]
-        lines += ["  " + line for line in _rows(keys, cells)]
+        lines += ["  " + line for line in table_rows(keys, cells)]
     else:
         lines.append(f"  {rows}")
     return lines

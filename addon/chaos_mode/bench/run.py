@@ -9,9 +9,10 @@ import datetime
 import os
 import platform
 import signal
+import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -31,7 +32,7 @@ from .ideal import (
 )
 from .overhead import OverheadOptions, measure_overhead
 from .scenarios import SCENARIOS, Scenario, pinned_models
-from .swarm import SwarmOptions, SwarmProgress, run_swarm
+from .swarm import RequestRecord, SwarmOptions, SwarmProgress, run_swarm
 from .workload import ZAI_DEFAULT_MODELS, Workload, WorkloadSpec, make_workload
 
 Log = Callable[[str], None]
@@ -114,7 +115,7 @@ def ideal_for(workload: Workload) -> Ideal:
     )
 
 
-async def _get_json(url: str) -> Any:
+async def get_json(url: str) -> Any:
     async with httpx.AsyncClient(timeout=10.0) as client:
         response = await client.get(url)
         response.raise_for_status()
@@ -130,6 +131,42 @@ def start_proxy(sim_url: str, scenario: Scenario) -> ProxyProcess:
     return ProxyProcess(upstream=sim_url, config=scenario.config())
 
 
+@dataclass(frozen=True, slots=True)
+class SwarmRun:
+    """What one swarm through a proxy left: the client's records, the proxy's and the simulator's view."""
+
+    records: list[RequestRecord]
+    makespan: float
+    status: Any  # the proxy's /api/status at the end (None for plain mitmdump)
+    sim_stats: Any
+    reset_lead: float  # seconds from the simulator's reset (its clock's 0) to the swarm's start
+
+
+async def run_through(
+    scenario: Scenario,
+    workload: Workload,
+    sim_url: str,
+    proxy: ProxyProcess,
+    *,
+    max_attempts: int = 60,
+    progress: SwarmProgress | None = None,
+) -> SwarmRun:
+    """One swarm through an already started proxy; the simulator is reset first."""
+    await reset_sim(sim_url)
+    reset_at = time.perf_counter()
+    progress = progress if progress is not None else SwarmProgress()
+    swarm = SwarmOptions(
+        models=scenario.models,
+        agent_models=agent_models(scenario, len(workload.agents)),
+        max_attempts=max_attempts,
+        seed=workload.spec.seed,
+    )
+    records, makespan = await run_swarm(proxy.url, workload, swarm, progress)
+    status = await get_json(proxy.status_url) if proxy.addon else None
+    sim_stats = await get_json(sim_url + "/sim/stats")
+    return SwarmRun(records, makespan, status, sim_stats, progress.started - reset_at)
+
+
 async def measure_scenario(
     scenario: Scenario,
     workload: Workload,
@@ -140,21 +177,12 @@ async def measure_scenario(
     max_attempts: int = 60,
     progress: SwarmProgress | None = None,
 ) -> dict[str, Any]:
-    """One swarm through an already started proxy; the simulator's counters are reset first."""
-    await reset_sim(sim_url)
-    swarm = SwarmOptions(
-        models=scenario.models,
-        agent_models=agent_models(scenario, len(workload.agents)),
-        max_attempts=max_attempts,
-        seed=workload.spec.seed,
-    )
-    records, makespan = await run_swarm(proxy.url, workload, swarm, progress)
-    status = await _get_json(proxy.status_url) if proxy.addon else None
-    sim_stats = await _get_json(sim_url + "/sim/stats")
+    """One swarm through an already started proxy, summarized against the ideal."""
+    run = await run_through(scenario, workload, sim_url, proxy, max_attempts=max_attempts, progress=progress)
     summary = summarize(
-        scenario.name, scenario.description, records, makespan, sim_stats, status, ideal.bound
+        scenario.name, scenario.description, run.records, run.makespan, run.sim_stats, run.status, ideal.bound
     )
-    summary["vsFairQueue"] = round(makespan / ideal.fair_queue, 3) if ideal.fair_queue > 0 else None
+    summary["vsFairQueue"] = round(run.makespan / ideal.fair_queue, 3) if ideal.fair_queue > 0 else None
     return summary
 
 
@@ -183,7 +211,17 @@ def pool_bench_section(repeats: int, number: int) -> dict[str, Any]:
     return {"repeats": repeats, "number": number, "rows": rows}
 
 
-def workload_doc(workload: Workload, options: BenchOptions) -> dict[str, Any]:
+class UpstreamTimings(Protocol):
+    """What a workload's document says of the simulator's 429s (BenchOptions, FieldOptions)."""
+
+    @property
+    def reject_delay_ms(self) -> float: ...
+
+    @property
+    def retry_after(self) -> float | None: ...
+
+
+def workload_doc(workload: Workload, options: UpstreamTimings) -> dict[str, Any]:
     spec = workload.spec
     return {
         "agents": spec.agents,
@@ -203,12 +241,23 @@ def workload_doc(workload: Workload, options: BenchOptions) -> dict[str, Any]:
     }
 
 
-def _machine() -> dict[str, Any]:
+def machine() -> dict[str, Any]:
     return {
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "loadavg": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
+    }
+
+
+def document_head(benchmark: str, command: str) -> dict[str, Any]:
+    """The first keys of a benchmark's document: what ran, when, where."""
+    return {
+        "benchmark": benchmark,
+        "version": 1,
+        "startedAt": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "command": command,
+        "machine": machine(),
     }
 
 
@@ -225,15 +274,8 @@ async def run_benchmark(options: BenchOptions, log: Log = lambda _: None) -> dic
     """Everything, in one run; `log` gets a line per step."""
     workload = make_workload(options.workload)
     ideal = ideal_for(workload)
-    doc: dict[str, Any] = {
-        "benchmark": "chaos-mode swarm",
-        "version": 1,
-        "startedAt": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "command": options.command,
-        "machine": _machine(),
-        "workload": workload_doc(workload, options),
-        "ideal": ideal.doc(),
-    }
+    doc = document_head("chaos-mode swarm", options.command)
+    doc |= {"workload": workload_doc(workload, options), "ideal": ideal.doc()}
     log(
         f"workload: {workload.size} requests ({options.workload.agents} agents x "
         f"{options.workload.requests}), mix {options.workload.mix}, "

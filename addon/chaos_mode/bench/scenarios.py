@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -80,12 +80,17 @@ def pinned_models(capacity: Mapping[str, int], agents: int) -> list[str]:
     return slots[:agents]
 
 
-def parse_scenarios(text: str) -> list[Scenario]:
-    """A comma-separated list of scenario names ("all" = every one but pinned), in the order given."""
+def parse_names[T](text: str, known: Mapping[str, T], every: Sequence[T], what: str) -> list[T]:
+    """A comma-separated list of names of `known` ("all" = `every`), in the order given."""
     names = [n.strip() for n in text.split(",") if n.strip()]
     if names == ["all"]:
-        return list(SCENARIOS.values())
-    unknown = [n for n in names if n not in KNOWN]
+        return list(every)
+    unknown = [n for n in names if n not in known]
     if unknown or not names:
-        raise ValueError(f"unknown scenario(s) {', '.join(unknown) or '(none)'}; known: {', '.join(KNOWN)}")
-    return [KNOWN[n] for n in names]
+        raise ValueError(f"unknown {what}(s) {', '.join(unknown) or '(none)'}; known: {', '.join(known)}")
+    return [known[n] for n in names]
+
+
+def parse_scenarios(text: str) -> list[Scenario]:
+    """A comma-separated list of scenario names ("all" = every one but pinned), in the order given."""
+    return parse_names(text, KNOWN, list(SCENARIOS.values()), "scenario")

@@ -68,6 +68,8 @@ class RequestRecord:
     first_token: float | None = None  # its first content_block_delta
     done: float | None = None
     ok: bool = False
+    # Streamed (chunked) or in one piece (a Content-Length: how the addon sends a failed-over answer).
+    streamed: bool | None = None
 
     @property
     def ttft(self) -> float | None:
@@ -171,6 +173,7 @@ async def _one(
                     if STOP in window:
                         record.ok = True
                         record.served_model = response.headers.get("x-sim-served-model")
+                        record.streamed = "content-length" not in response.headers
                         record.last_sent, record.headers, record.first_token = sent, at_headers, first
                         record.done = clock() - start
                         return record

@@ -4,6 +4,7 @@ Run ``python -m chaos_mode.sim --port 0``; or in-process ``SimServer``; or as a 
 """
 
 from chaos_mode.sim.errors import error_body
+from chaos_mode.sim.limits import LimitChange, ScheduledChange
 from chaos_mode.sim.process import SimProcess, sim_subprocess
 from chaos_mode.sim.server import SimServer
 from chaos_mode.sim.settings import SimSettings, default_limits
@@ -11,6 +12,8 @@ from chaos_mode.sim.state import Fault, SimState
 
 __all__ = [
     "Fault",
+    "LimitChange",
+    "ScheduledChange",
     "SimProcess",
     "SimServer",
     "SimSettings",

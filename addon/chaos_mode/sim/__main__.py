@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from chaos_mode.sim.server import SimServer
-from chaos_mode.sim.settings import SimSettings, parse_limit
+from chaos_mode.sim.settings import SimSettings, parse_limit, parse_rate
 
 READY_PREFIX = "chaos-sim listening on "
 
@@ -43,6 +43,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--limit", metavar="MODEL=N", action="append", help="concurrency limit of a model (adds unknown ones)"
     )
     parser.add_argument("--account-limit", type=int, help="account-wide limit (default: sum of model limits)")
+    parser.add_argument(
+        "--hold",
+        metavar="MODEL=N",
+        action="append",
+        help="slots of a model held by another client (count against the model's and the account's limit)",
+    )
+    parser.add_argument(
+        "--fault-rate",
+        metavar="CODE=RATE",
+        action="append",
+        help="refuse this share of requests at random with a z.ai code, e.g. 1305=0.02 (429, after the "
+        "reject delay)",
+    )
+    parser.add_argument("--fault-seed", type=int, help="seed of the random faults (default 0)")
     parser.add_argument("--verbose", action="store_true", default=None, help="log one line per request")
     return parser
 
@@ -56,7 +70,7 @@ def settings_from_args(argv: Sequence[str] | None = None) -> SimSettings:
         overrides: dict[str, Any] = {}
         for name in (
             "host", "port", "latency_ms", "token_interval_ms", "output_tokens", "reject_delay_ms",
-            "abort_detect_ms", "retry_after", "account_limit", "verbose",
+            "abort_detect_ms", "retry_after", "account_limit", "fault_seed", "verbose",
         ):  # fmt: skip
             value = getattr(args, name)
             if value is not None:
@@ -67,6 +81,11 @@ def settings_from_args(argv: Sequence[str] | None = None) -> SimSettings:
             limits = dict(settings.limits)
             limits.update(parse_limit(text) for text in args.limit)
             overrides["limits"] = limits
+        if args.hold:
+            overrides["hold"] = {**settings.hold, **dict(parse_limit(text) for text in args.hold)}
+        if args.fault_rate:
+            rates = dict(parse_rate(text) for text in args.fault_rate)
+            overrides["fault_rates"] = {**settings.fault_rates, **rates}
         return SimSettings.from_mapping(overrides, base=settings)
     except (OSError, ValueError) as exc:
         parser.error(str(exc))

@@ -1,4 +1,5 @@
-"""A tornado app that plays z.ai's Anthropic endpoint: concurrency limits, z.ai error bodies, SSE streams."""
+"""A tornado app that plays z.ai's Anthropic endpoint: concurrency limits (changing on request or on a
+schedule), z.ai error bodies, SSE streams."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import contextlib
 import json
 import logging
 import uuid
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
@@ -15,7 +17,8 @@ import tornado.netutil
 import tornado.web
 from tornado.iostream import StreamClosedError
 
-from chaos_mode.sim.errors import MSG_1113, MSG_1211, MSG_1302, default_message, error_body, new_request_id
+from chaos_mode.sim.errors import MSG_1113, MSG_1211, default_message, error_body, new_request_id
+from chaos_mode.sim.limits import LimitChange, ScheduledChange
 from chaos_mode.sim.settings import SimSettings
 from chaos_mode.sim.state import Fault, SimState
 
@@ -38,11 +41,19 @@ def token_text(index: int) -> str:
 class SimServer:
     """The simulator on a loopback port: ``port = await server.start()`` ... ``await server.stop()``."""
 
-    def __init__(self, settings: SimSettings | None = None) -> None:
+    def __init__(self, settings: SimSettings | None = None, clock: Callable[[], float] | None = None) -> None:
+        """``clock``: seconds, for the schedule and ``limitChanges`` (default: the event loop's)."""
         self.settings = settings if settings is not None else SimSettings()
         self.settings.validate()
-        self.state = SimState(self.settings.limits, self.settings.effective_account_limit)
+        s = self.settings
+        self.state = SimState(
+            s.limits, s.account_limit, s.hold, fault_rates=s.fault_rates, fault_seed=s.fault_seed
+        )
         self.refused = frozenset(self.settings.refuse)
+        self._clock = clock
+        self._started = 0.0
+        self._pending: list[ScheduledChange] = []
+        self._timer: asyncio.TimerHandle | None = None
         self._http: tornado.httpserver.HTTPServer | None = None
         self._port: int | None = None
         self._active: set[MessagesHandler] = set()
@@ -62,6 +73,7 @@ class SimServer:
         server.add_sockets(sockets)
         self._http = server
         self._port = int(sockets[0].getsockname()[1])
+        self._restart_schedule()
         return self._port
 
     async def stop(self, timeout: float = 5.0) -> None:
@@ -70,6 +82,7 @@ class SimServer:
         if server is None:
             return
         self._stopping.set()
+        self._cancel_timer()
         server.stop()
         try:
             async with asyncio.timeout(timeout):
@@ -119,10 +132,42 @@ class SimServer:
     # -- programmatic control (what the /sim/* endpoints do) -------------------------------------------
 
     def stats(self) -> dict[str, Any]:
-        return self.state.snapshot()
+        return {**self.state.snapshot(), "elapsedSeconds": round(self.now(), 3)}
 
     def reset(self) -> None:
+        """Counters and faults cleared, the first limits back, the schedule started again from now."""
         self.state.reset()
+        self._restart_schedule()
+
+    def now(self) -> float:
+        """Seconds since the simulator started (or was last reset)."""
+        return self._time() - self._started
+
+    def set_limits(self, change: LimitChange) -> None:
+        """Apply a change of limits now (ValueError naming an unknown model; nothing changes then)."""
+        self.state.apply(change, self.now())
+
+    def apply_due_changes(self) -> None:
+        """Apply every scheduled change whose time has come, in order; wait for the next one."""
+        self._cancel_timer()
+        while self._pending and self._pending[0].at_seconds <= self.now():
+            self.set_limits(self._pending.pop(0).change)
+        if self._pending and self._http is not None:
+            delay = max(0.0, self._pending[0].at_seconds - self.now())
+            self._timer = asyncio.get_running_loop().call_later(delay, self.apply_due_changes)
+
+    def _time(self) -> float:
+        return self._clock() if self._clock is not None else asyncio.get_running_loop().time()
+
+    def _restart_schedule(self) -> None:
+        self._started = self._time()
+        self._pending = list(self.settings.schedule)
+        self.apply_due_changes()
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def add_fault(self, fault: Fault) -> None:
         self.state.add_fault(fault)
@@ -134,6 +179,7 @@ class SimServer:
                 (r"/sim/stats", StatsHandler, args),
                 (r"/sim/faults", FaultsHandler, args),
                 (r"/sim/reset", ResetHandler, args),
+                (r"/sim/limits", LimitsHandler, args),
                 (r".*/v1/messages/count_tokens/?", CountTokensHandler, args),
                 (r".*/v1/messages/?", MessagesHandler, args),
             ],
@@ -232,6 +278,25 @@ class ResetHandler(_SimHandler):
     def post(self) -> None:
         self.sim.reset()
         self.send_json(200, {"ok": True})
+
+
+class LimitsHandler(_SimHandler):
+    """``GET`` the limits in force and their changes; ``POST`` a change (see ``LimitChange``)."""
+
+    def get(self) -> None:
+        self.send_json(200, self._document())
+
+    def post(self) -> None:
+        try:
+            self.sim.set_limits(LimitChange.from_json(self.read_json()))
+        except ValueError as exc:
+            self.send_error_body(400, str(exc))
+            return
+        self.send_json(200, {"ok": True, **self._document()})
+
+    def _document(self) -> dict[str, Any]:
+        state = self.sim.state
+        return {**state.limits_doc(), "limitChanges": list(state.limit_changes)}
 
 
 class FaultsHandler(_SimHandler):
@@ -354,15 +419,21 @@ class MessagesHandler(_SimHandler):
             )
             return
 
-        verdict = state.try_acquire(model)
+        random_code = state.random_fault()  # z.ai refuses a few requests whatever the load
+        verdict = None if random_code else state.try_acquire(model)
         if verdict != "ok":
-            state.count_rejection(model, "1302")
+            code = random_code or "1302"  # the model's limit and the account's look the same on the wire
+            state.count_rejection(model, code)
             if verdict == "account":
                 state.account_rejected += 1
             # Like z.ai: the 429 takes a while, and the waiting request holds no slot.
             if await self._wait(settings.reject_delay_ms / 1000.0):
                 self.send_error_body(
-                    429, MSG_1302, code="1302", retry_after=settings.retry_after, request_id=request_id
+                    429,
+                    default_message(code),
+                    code=code,
+                    retry_after=settings.retry_after,
+                    request_id=request_id,
                 )
             return
 

@@ -1,4 +1,5 @@
-"""Settings of the z.ai simulator: timings, model limits, refused models; loaded from JSON or the CLI."""
+"""Settings of the z.ai simulator: timings, model limits, held slots, refused models, a schedule of limit
+changes and random faults; loaded from JSON or the CLI."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos_mode.catalog import DEFAULT_CATALOG
+from chaos_mode.sim.limits import ScheduledChange, count_value, model_counts
 
 
 def default_limits() -> dict[str, int]:
@@ -33,6 +35,10 @@ class SimSettings:
     retry_after: float | None = None
     limits: dict[str, int] = field(default_factory=default_limits)
     account_limit: int | None = None
+    hold: dict[str, int] = field(default_factory=dict)  # slots held by another client of the account
+    schedule: list[ScheduledChange] = field(default_factory=list)  # limit changes, seconds after start
+    fault_rates: dict[str, float] = field(default_factory=dict)  # code -> share of requests refused with it
+    fault_seed: int = 0  # seeds the draw of those random faults
     verbose: bool = False
 
     @property
@@ -56,24 +62,41 @@ class SimSettings:
         for model, limit in self.limits.items():
             if limit < 0:
                 raise ValueError(f"limits.{model}: must be >= 0, got {limit!r}")
+        for model, held in self.hold.items():
+            if held < 0:
+                raise ValueError(f"hold.{model}: must be >= 0, got {held!r}")
+        unknown = [m for m in self.hold if m not in self.limits]
+        unknown += [m for c in self.schedule for m in sorted(c.change.models()) if m not in self.limits]
+        if unknown:
+            raise ValueError(f"hold, schedule: unknown model {unknown[0]!r} (no limit for it)")
+        for code, rate in self.fault_rates.items():
+            if not code.isdigit() or not 0 <= rate <= 1:
+                raise ValueError(f"fault_rates.{code}: expected a numeric code and a rate in [0, 1]")
+        if sum(self.fault_rates.values()) > 1:
+            raise ValueError(f"fault_rates: the rates add up to more than 1: {self.fault_rates!r}")
 
     def to_mapping(self) -> dict[str, Any]:
         """A JSON-ready dict that :meth:`from_mapping` reads back."""
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(dataclasses.replace(self, schedule=[]))
+        data["schedule"] = [change.to_json() for change in self.schedule]
+        return data
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], base: SimSettings | None = None) -> SimSettings:
         """Settings from a dict; keys may be snake_case, camelCase or kebab-case. Unknown keys are errors."""
         known = {f.name for f in dataclasses.fields(cls)}
-        values = dataclasses.asdict(base) if base is not None else {}
+        values = {name: getattr(base, name) for name in known} if base is not None else {}
         for raw_key, value in data.items():
             key = _snake(raw_key)
             if key not in known:
                 raise ValueError(f"unknown setting {raw_key!r} (known: {', '.join(sorted(known))})")
             values[key] = value
         settings = cls(**values)
-        settings.limits = {str(k): _as_int(f"limits.{k}", v) for k, v in dict(settings.limits).items()}
+        settings.limits = model_counts("limits", settings.limits)
+        settings.hold = model_counts("hold", settings.hold)
         settings.refuse = [str(m) for m in settings.refuse]
+        settings.schedule = _schedule(settings.schedule)
+        settings.fault_rates = _rates(settings.fault_rates)
         settings.validate()
         return settings
 
@@ -87,20 +110,46 @@ class SimSettings:
 
 
 def parse_limit(text: str) -> tuple[str, int]:
-    """Parse ``MODEL=N`` (the ``--limit`` option)."""
+    """Parse ``MODEL=N`` (the ``--limit`` and ``--hold`` options)."""
     model, sep, number = text.rpartition("=")
     if not sep or not model:
         raise ValueError(f"expected MODEL=N, got {text!r}")
-    return model, _as_int(model, number)
+    return model, count_value(model, number)
 
 
-def _as_int(name: str, value: Any) -> int:
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        return int(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}: expected an integer, got {value!r}") from None
+def parse_rate(text: str) -> tuple[str, float]:
+    """Parse ``CODE=RATE`` (the ``--fault-rate`` option)."""
+    code, sep, rate = text.rpartition("=")
+    if not sep or not code:
+        raise ValueError(f"expected CODE=RATE, got {text!r}")
+    return code, _rates({code: rate})[code]
+
+
+def _schedule(items: Any) -> list[ScheduledChange]:
+    if not isinstance(items, list):
+        raise ValueError(f"schedule: expected a list of changes, got {items!r}")
+    parsed = [
+        item if isinstance(item, ScheduledChange) else _scheduled(i, item) for i, item in enumerate(items)
+    ]
+    return sorted(parsed, key=lambda change: change.at_seconds)  # stable: equal times keep their order
+
+
+def _scheduled(index: int, item: Any) -> ScheduledChange:
+    return ScheduledChange.from_json(item, where=f"schedule[{index}]: ")
+
+
+def _rates(rates: Any) -> dict[str, float]:
+    if not isinstance(rates, Mapping):
+        raise ValueError(f"fault_rates: expected an object of code: rate, got {rates!r}")
+    out: dict[str, float] = {}
+    for code, rate in rates.items():
+        try:
+            if isinstance(rate, bool):
+                raise TypeError
+            out[str(code)] = float(rate)
+        except (TypeError, ValueError):
+            raise ValueError(f"fault_rates.{code}: expected a number, got {rate!r}") from None
+    return out
 
 
 def _snake(key: str) -> str:

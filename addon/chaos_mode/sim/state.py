@@ -1,12 +1,15 @@
-"""The simulator's bookkeeping: per-model and account concurrency slots, counters, queued faults."""
+"""The simulator's bookkeeping: per-model and account concurrency slots, slots held by another client,
+limit changes, counters, queued and random faults."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from chaos_mode.sim.errors import default_message
+from chaos_mode.sim.limits import LimitChange
 
 Verdict = Literal["ok", "model", "account"]
 
@@ -14,6 +17,7 @@ Verdict = Literal["ok", "model", "account"]
 @dataclass
 class ModelCounters:
     limit: int
+    held: int = 0  # by another client of the account: counts against this limit and the account's
     in_flight: int = 0
     peak: int = 0
     served: int = 0
@@ -93,9 +97,19 @@ class Fault:
 class SimState:
     """Counters and slots. Every method is synchronous: check-and-take cannot interleave on one loop."""
 
-    def __init__(self, limits: Mapping[str, int], account_limit: int) -> None:
+    def __init__(
+        self,
+        limits: Mapping[str, int],
+        account_limit: int | None,
+        hold: Mapping[str, int] | None = None,
+        *,
+        fault_rates: Mapping[str, float] | None = None,
+        fault_seed: int = 0,
+    ) -> None:
+        """``account_limit`` None: the account allows the sum of the model limits, whatever they become."""
+        self._initial = (dict(limits), account_limit, dict(hold or {}))
         self.models: dict[str, ModelCounters] = {m: ModelCounters(limit=n) for m, n in limits.items()}
-        self.account_limit = account_limit
+        self.account_cap = account_limit
         self.account_in_flight = 0
         self.account_peak = 0
         self.account_rejected = 0
@@ -103,13 +117,29 @@ class SimState:
         self.aborted = 0
         self.unknown_models: dict[str, int] = {}
         self.faults: list[Fault] = []
+        self.fault_rates = dict(fault_rates or {})
+        self._seed = fault_seed
+        self._rng = random.Random(fault_seed)
+        self.limit_changes: list[dict[str, Any]] = []
+        self.restore_limits()
+
+    @property
+    def account_limit(self) -> int:
+        """The account limit in force: its own, or the sum of the model limits."""
+        if self.account_cap is not None:
+            return self.account_cap
+        return sum(c.limit for c in self.models.values())
+
+    @property
+    def account_held(self) -> int:
+        return sum(c.held for c in self.models.values())
 
     def try_acquire(self, model: str) -> Verdict:
         """Take a slot of ``model`` and of the account, or say which limit is full."""
         counters = self.models[model]
-        if counters.in_flight >= counters.limit:
+        if counters.in_flight + counters.held >= counters.limit:
             return "model"
-        if self.account_in_flight >= self.account_limit:
+        if self.account_in_flight + self.account_held >= self.account_limit:
             return "account"
         counters.in_flight += 1
         counters.peak = max(counters.peak, counters.in_flight)
@@ -117,6 +147,47 @@ class SimState:
         self.account_in_flight += 1
         self.account_peak = max(self.account_peak, self.account_in_flight)
         return "ok"
+
+    def apply(self, change: LimitChange, at: float) -> None:
+        """Change limits, held slots and the account limit at once (``at``: seconds since the start, for
+        ``limitChanges``). Requests in flight keep running; only new ones see the new limits.
+        ValueError, and nothing changed, when the change names a model the simulator does not know."""
+        unknown = sorted(change.models() - set(self.models))
+        if unknown:
+            raise ValueError(f"unknown model(s) {', '.join(unknown)} (known: {', '.join(self.models)})")
+        for model, limit in change.limits.items():
+            self.models[model].limit = limit
+        for model, held in change.hold.items():
+            self.models[model].held = held
+        if change.sets_account_limit:
+            self.account_cap = change.account_limit
+        self.limit_changes.append({"at": round(at, 3), **self.limits_doc()})
+
+    def restore_limits(self) -> None:
+        """Back to the limits the state was made with; ``limitChanges`` restarts from them at 0 s."""
+        limits, account, hold = self._initial
+        self.limit_changes = []
+        held = {m: hold.get(m, 0) for m in self.models}
+        self.apply(LimitChange(limits=limits, hold=held, account_limit=account, sets_account_limit=True), 0.0)
+
+    def limits_doc(self) -> dict[str, Any]:
+        """The limits in force (the account's as a number, whether its own or the models' sum)."""
+        return {
+            "limits": {m: c.limit for m, c in self.models.items()},
+            "accountLimit": self.account_limit,
+            "hold": {m: c.held for m, c in self.models.items() if c.held},
+        }
+
+    def random_fault(self) -> str | None:
+        """The code of a random fault for this request (drawn with the seeded RNG), or None."""
+        if not self.fault_rates:
+            return None
+        draw = self._rng.random()
+        for code, rate in self.fault_rates.items():
+            if draw < rate:
+                return code
+            draw -= rate
+        return None
 
     def release(self, model: str) -> None:
         counters = self.models[model]
@@ -151,8 +222,11 @@ class SimState:
         return self.account_in_flight
 
     def reset(self) -> None:
-        """Clear faults and counters; slots still held stay held (and peaks restart from them)."""
+        """Clear faults and counters, restore the first limits; slots in use stay so (peaks restart
+        from them)."""
         self.faults.clear()
+        self.restore_limits()
+        self._rng.seed(self._seed)
         for counters in self.models.values():
             counters.peak = counters.in_flight
             counters.served = 0
@@ -173,6 +247,7 @@ class SimState:
                     "served": c.served,
                     "rejected": dict(c.rejected),
                     "limit": c.limit,
+                    "hold": c.held,
                 }
                 for name, c in self.models.items()
             },
@@ -180,12 +255,15 @@ class SimState:
                 "inFlight": self.account_in_flight,
                 "peakInFlight": self.account_peak,
                 "limit": self.account_limit,
+                "hold": self.account_held,
                 "rejected": self.account_rejected,
             },
             "requests": self.requests,
             "aborted": self.aborted,
             "unknownModels": dict(self.unknown_models),
             "pendingFaults": [f.to_json() for f in self.faults],
+            "faultRates": dict(self.fault_rates),
+            "limitChanges": list(self.limit_changes),
         }
 
 
