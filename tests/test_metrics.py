@@ -203,6 +203,87 @@ def test_sticky_gauges() -> None:
     assert h.value("chaos_sticky_moves_total") == 0.0
 
 
+# -- learned limits --------------------------------------------------------------------------------
+
+HEAVY_BUT_GLM_4_7 = frozenset({"glm-4.6", "glm-4.5-x"})  # attempted: only glm-4.7 is left to a heavy request
+
+
+def learning(**block: Any) -> Harness:
+    """A harness whose pool learns limits (the other tests fix them at the catalog's values)."""
+    return Harness(parse_config({"modelRouting": {"chaosMode": {"enabled": True}, **block}}))
+
+
+def test_learned_limits_follow_a_1302_and_an_answered_probe() -> None:
+    h = learning()
+    for name, (_, capacity, *_rest) in DEFAULT_CATALOG.items():
+        assert h.value("chaos_model_learned_limit", model=name) == capacity
+        assert h.value("chaos_model_catalog_limit", model=name) == capacity
+        assert h.value("chaos_model_probing", model=name) == 0.0
+    sent = [h.pool.try_acquire("heavy", HEAVY_BUT_GLM_4_7) for _ in range(3)]
+    assert [s.model if s else None for s in sent] == ["glm-4.7"] * 3
+    assert sent[2] is not None
+    h.pool.report_error("glm-4.7", h.error("1302"), None, sent[2])  # z.ai: 3 at once is too many
+    h.pool.release("glm-4.7")
+    assert h.value("chaos_model_learned_limit", model="glm-4.7") == 2.0
+    assert h.value("chaos_model_capacity", model="glm-4.7") == 2.0  # the limit in force
+    assert h.value("chaos_model_catalog_limit", model="glm-4.7") == 3.0  # the starting guess stays
+    assert h.value("chaos_model_learned_limit", model="glm-4.6") == 3.0
+    assert h.value("chaos_capacity") == 27.0
+
+    h.advance(5.0)  # the probe interval after the 1302
+    probe = h.pool.try_acquire("heavy", HEAVY_BUT_GLM_4_7)
+    assert probe is not None and probe.probe == "model" and probe.in_flight == 3
+    assert h.value("chaos_model_probing", model="glm-4.7") == 1.0
+    assert h.value("chaos_model_probing", model="glm-4.6") == 0.0
+    assert h.value("chaos_model_learned_limit", model="glm-4.7") == 2.0  # not raised before z.ai answers
+    h.pool.report_success(probe)
+    assert h.value("chaos_model_probing", model="glm-4.7") == 0.0
+    assert h.value("chaos_model_learned_limit", model="glm-4.7") == 3.0
+    assert h.value("chaos_model_capacity", model="glm-4.7") == 3.0
+    assert h.value("chaos_account_probing") == 0.0
+
+
+def test_account_limit_has_no_sample_until_one_is_learned() -> None:
+    h = learning()
+    assert h.value("chaos_account_limit") is None
+    assert "chaos_account_limit" in h.scrape()  # described all the same
+    only_glm_4_5 = frozenset({"glm-4.7", "glm-4.6", "glm-4.5-x", "glm-4.5-air"})
+    first = h.pool.try_acquire("medium", only_glm_4_5)
+    assert first is not None and (first.model, first.total) == ("glm-4.5", 1)
+    h.pool.report_success(first)  # z.ai served 1 in flight on the account cleanly
+    h.pool.release("glm-4.5")
+    for model in ("glm-4.7", "glm-4.6", "glm-4.5-x"):
+        assert h.pool.acquire(model)
+    second = h.pool.try_acquire("medium", only_glm_4_5)
+    assert second is not None and (second.model, second.in_flight, second.total) == ("glm-4.5", 1, 4)
+    # A 1302 on glm-4.5, far below its limit, with more in flight than z.ai served: the account is full.
+    h.pool.report_error("glm-4.5", h.error("1302"), None, second)
+    assert h.value("chaos_account_limit") == 3.0
+    assert h.value("chaos_model_learned_limit", model="glm-4.5") == 10.0
+    assert h.value("chaos_capacity") == 3.0
+    h.pool.release("glm-4.5")
+
+    h.advance(5.0)  # the probe interval after the 1302
+    probe = h.pool.try_acquire("medium")
+    assert probe is not None and (probe.probe, probe.total) == ("account", 4)
+    assert h.value("chaos_account_probing") == 1.0
+    h.pool.report_success(probe)
+    assert h.value("chaos_account_probing") == 0.0
+    assert h.value("chaos_account_limit") == 4.0
+
+
+def test_account_limit_is_the_configured_one_and_fixed_limits_are_the_catalog() -> None:
+    configured = learning(accountConcurrency=20)
+    assert configured.value("chaos_account_limit") == 20.0
+    fixed = Harness(routing(chaosMode={"enabled": True}, accountConcurrency=12))
+    assert fixed.value("chaos_account_limit") == 12.0
+    assert fixed.pool.acquire("glm-4.7")
+    fixed.pool.report_error("glm-4.7", fixed.error("1302"))  # learning off: a cooldown, no new limit
+    assert fixed.value("chaos_model_learned_limit", model="glm-4.7") == 3.0
+    assert fixed.value("chaos_model_capacity", model="glm-4.7") == 3.0
+    assert fixed.value("chaos_model_cooldown_seconds", model="glm-4.7") == 5.0
+
+
 # -- read from the stats -------------------------------------------------------------------------
 
 
@@ -396,3 +477,19 @@ def test_grafana_dashboard_plots_only_exposed_metrics() -> None:
     for panel in dashboard["panels"]:
         if panel.get("type") != "row":
             assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+
+
+def test_grafana_dashboard_plots_learned_against_catalog_limits() -> None:
+    dashboard = json.loads((PACKAGE / "grafana" / "chaos-mode.json").read_text(encoding="utf-8"))
+    plotted = {
+        panel["title"]: {name for t in panel["targets"] for name in re.findall(r"\bchaos_\w+", t["expr"])}
+        for panel in dashboard["panels"]
+        if panel["type"] == "timeseries"
+    }
+    both = [
+        title
+        for title, names in plotted.items()
+        if {"chaos_model_learned_limit", "chaos_model_catalog_limit"} <= names
+    ]
+    assert both == ["Learned vs catalog limit by model"]
+    assert any("chaos_account_limit" in names for names in plotted.values())
