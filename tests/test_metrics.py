@@ -23,6 +23,7 @@ from chaos_mode.pool import ChaosPool
 from chaos_mode.stats import OUTCOMES, WAIT_BUCKETS, Stats
 from chaos_mode.zai_errors import UpstreamError, classify_error
 from fakes import FakeClock
+from learned import learn_account_limit, lower_glm_4_7, probe_glm_4_7
 from seed_catalog import FIXED_LIMITS
 
 PACKAGE = Path(chaos_mode.__file__).resolve().parent
@@ -205,8 +206,6 @@ def test_sticky_gauges() -> None:
 
 # -- learned limits --------------------------------------------------------------------------------
 
-HEAVY_BUT_GLM_4_7 = frozenset({"glm-4.6", "glm-4.5-x"})  # attempted: only glm-4.7 is left to a heavy request
-
 
 def learning(**block: Any) -> Harness:
     """A harness whose pool learns limits (the other tests fix them at the catalog's values)."""
@@ -219,11 +218,7 @@ def test_learned_limits_follow_a_1302_and_an_answered_probe() -> None:
         assert h.value("chaos_model_learned_limit", model=name) == capacity
         assert h.value("chaos_model_catalog_limit", model=name) == capacity
         assert h.value("chaos_model_probing", model=name) == 0.0
-    sent = [h.pool.try_acquire("heavy", HEAVY_BUT_GLM_4_7) for _ in range(3)]
-    assert [s.model if s else None for s in sent] == ["glm-4.7"] * 3
-    assert sent[2] is not None
-    h.pool.report_error("glm-4.7", h.error("1302"), None, sent[2])  # z.ai: 3 at once is too many
-    h.pool.release("glm-4.7")
+    lower_glm_4_7(h.pool, h.error("1302"))  # z.ai: 3 at once is too many
     assert h.value("chaos_model_learned_limit", model="glm-4.7") == 2.0
     assert h.value("chaos_model_capacity", model="glm-4.7") == 2.0  # the limit in force
     assert h.value("chaos_model_catalog_limit", model="glm-4.7") == 3.0  # the starting guess stays
@@ -231,8 +226,7 @@ def test_learned_limits_follow_a_1302_and_an_answered_probe() -> None:
     assert h.value("chaos_capacity") == 27.0
 
     h.advance(5.0)  # the probe interval after the 1302
-    probe = h.pool.try_acquire("heavy", HEAVY_BUT_GLM_4_7)
-    assert probe is not None and probe.probe == "model" and probe.in_flight == 3
+    probe = probe_glm_4_7(h.pool)
     assert h.value("chaos_model_probing", model="glm-4.7") == 1.0
     assert h.value("chaos_model_probing", model="glm-4.6") == 0.0
     assert h.value("chaos_model_learned_limit", model="glm-4.7") == 2.0  # not raised before z.ai answers
@@ -247,21 +241,10 @@ def test_account_limit_has_no_sample_until_one_is_learned() -> None:
     h = learning()
     assert h.value("chaos_account_limit") is None
     assert "chaos_account_limit" in h.scrape()  # described all the same
-    only_glm_4_5 = frozenset({"glm-4.7", "glm-4.6", "glm-4.5-x", "glm-4.5-air"})
-    first = h.pool.try_acquire("medium", only_glm_4_5)
-    assert first is not None and (first.model, first.total) == ("glm-4.5", 1)
-    h.pool.report_success(first)  # z.ai served 1 in flight on the account cleanly
-    h.pool.release("glm-4.5")
-    for model in ("glm-4.7", "glm-4.6", "glm-4.5-x"):
-        assert h.pool.acquire(model)
-    second = h.pool.try_acquire("medium", only_glm_4_5)
-    assert second is not None and (second.model, second.in_flight, second.total) == ("glm-4.5", 1, 4)
-    # A 1302 on glm-4.5, far below its limit, with more in flight than z.ai served: the account is full.
-    h.pool.report_error("glm-4.5", h.error("1302"), None, second)
+    learn_account_limit(h.pool, h.error("1302"))
     assert h.value("chaos_account_limit") == 3.0
-    assert h.value("chaos_model_learned_limit", model="glm-4.5") == 10.0
+    assert h.value("chaos_model_learned_limit", model="glm-4.5") == 10.0  # the account's fault, not its
     assert h.value("chaos_capacity") == 3.0
-    h.pool.release("glm-4.5")
 
     h.advance(5.0)  # the probe interval after the 1302
     probe = h.pool.try_acquire("medium")

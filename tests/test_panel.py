@@ -11,6 +11,7 @@ from chaos_mode.panel import _bar, render_panel
 from chaos_mode.pool import ChaosPool
 from chaos_mode.stats import Stats, chaos_stats
 from chaos_mode.zai_errors import classify_error
+from learned import learn_account_limit, lower_glm_4_7, probe_glm_4_7
 from seed_catalog import FIXED_LIMITS
 
 WALL = 1_757_000_000.0
@@ -115,7 +116,7 @@ def limit_cell(text: str, model: str) -> str:
 
 
 BUSY = classify_error(429, b'{"error":{"code":"1302","message":"busy"}}', now=WALL)
-ONLY_GLM_4_7 = frozenset({"glm-4.6", "glm-4.5-x"})
+assert BUSY is not None
 
 
 def test_learned_limits_show_next_to_the_catalog_value_with_probing_marks() -> None:
@@ -128,10 +129,7 @@ def test_learned_limits_show_next_to_the_catalog_value_with_probing_marks() -> N
         "glm-4.7": "3",
         "glm-4.5": "10",
     }
-    sent = [pool.try_acquire("heavy", ONLY_GLM_4_7) for _ in range(3)]
-    assert BUSY and sent[2] is not None
-    pool.report_error("glm-4.7", BUSY, None, sent[2])
-    pool.release("glm-4.7")
+    lower_glm_4_7(pool, BUSY)
     text = panel(pool)
     assert limit_cell(text, "glm-4.7") == "3→2 (1302 at 3 in flight)"
     assert rows(text)["glm-4.7"].split()[3] == "2/2"  # the capacity column: the limit in force
@@ -139,8 +137,7 @@ def test_learned_limits_show_next_to_the_catalog_value_with_probing_marks() -> N
     assert limit_cell(text, "glm-4.6") == "3"
     assert len({len(line) for line in text.splitlines()}) == 1
     clock.now += 5.0
-    probe = pool.try_acquire("heavy", ONLY_GLM_4_7)
-    assert probe is not None and probe.probe == "model"
+    probe = probe_glm_4_7(pool)
     assert limit_cell(panel(pool), "glm-4.7") == "3→2 (1302 at 3 in flight) probing"
     pool.report_success(probe)
     assert limit_cell(panel(pool), "glm-4.7") == "3"  # the answered probe took it back to the catalog's
@@ -153,18 +150,9 @@ def test_the_account_limit_line() -> None:
     assert "Learning: off (catalog limits fixed)    Account limit: none" in fixed
 
 
-def test_an_account_limit_learned_from_a_1302() -> None:
+def test_an_account_limit_learned_from_1302s() -> None:
     pool = learning_pool(Clock())
-    only_glm_4_5 = frozenset({"glm-4.7", "glm-4.6", "glm-4.5-x", "glm-4.5-air"})
-    first = pool.try_acquire("medium", only_glm_4_5)
-    assert first is not None
-    pool.report_success(first)  # z.ai served 1 in flight cleanly
-    pool.release(first.model)
-    for model in ("glm-4.7", "glm-4.6", "glm-4.5-x"):
-        assert pool.acquire(model)
-    second = pool.try_acquire("medium", only_glm_4_5)
-    assert BUSY and second is not None and (second.in_flight, second.total) == (1, 4)
-    pool.report_error(second.model, BUSY, None, second)  # far below glm-4.5's limit: the account is full
+    learn_account_limit(pool, BUSY)
     assert "Account limit: 3 (1302 at 4 in flight)" in panel(pool)
 
 
