@@ -23,6 +23,7 @@ from chaos_mode.pool import ChaosPool
 from chaos_mode.stats import OUTCOMES, WAIT_BUCKETS, Stats
 from chaos_mode.zai_errors import UpstreamError, classify_error
 from fakes import FakeClock
+from learned import learn_account_limit, lower_glm_4_7, probe_glm_4_7
 from seed_catalog import FIXED_LIMITS
 
 PACKAGE = Path(chaos_mode.__file__).resolve().parent
@@ -201,6 +202,69 @@ def test_sticky_gauges() -> None:
     assert h.pool.try_acquire("light", sticky_key="conv-a") is not None
     assert h.value("chaos_sticky_entries") == 1.0
     assert h.value("chaos_sticky_moves_total") == 0.0
+
+
+# -- learned limits --------------------------------------------------------------------------------
+
+
+def learning(**block: Any) -> Harness:
+    """A harness whose pool learns limits (the other tests fix them at the catalog's values)."""
+    return Harness(parse_config({"modelRouting": {"chaosMode": {"enabled": True}, **block}}))
+
+
+def test_learned_limits_follow_a_1302_and_an_answered_probe() -> None:
+    h = learning()
+    for name, (_, capacity, *_rest) in DEFAULT_CATALOG.items():
+        assert h.value("chaos_model_learned_limit", model=name) == capacity
+        assert h.value("chaos_model_catalog_limit", model=name) == capacity
+        assert h.value("chaos_model_probing", model=name) == 0.0
+    lower_glm_4_7(h.pool, h.error("1302"))  # z.ai: 3 at once is too many
+    assert h.value("chaos_model_learned_limit", model="glm-4.7") == 2.0
+    assert h.value("chaos_model_capacity", model="glm-4.7") == 2.0  # the limit in force
+    assert h.value("chaos_model_catalog_limit", model="glm-4.7") == 3.0  # the starting guess stays
+    assert h.value("chaos_model_learned_limit", model="glm-4.6") == 3.0
+    assert h.value("chaos_capacity") == 27.0
+
+    h.advance(5.0)  # the probe interval after the 1302
+    probe = probe_glm_4_7(h.pool)
+    assert h.value("chaos_model_probing", model="glm-4.7") == 1.0
+    assert h.value("chaos_model_probing", model="glm-4.6") == 0.0
+    assert h.value("chaos_model_learned_limit", model="glm-4.7") == 2.0  # not raised before z.ai answers
+    h.pool.report_success(probe)
+    assert h.value("chaos_model_probing", model="glm-4.7") == 0.0
+    assert h.value("chaos_model_learned_limit", model="glm-4.7") == 3.0
+    assert h.value("chaos_model_capacity", model="glm-4.7") == 3.0
+    assert h.value("chaos_account_probing") == 0.0
+
+
+def test_account_limit_has_no_sample_until_one_is_learned() -> None:
+    h = learning()
+    assert h.value("chaos_account_limit") is None
+    assert "chaos_account_limit" in h.scrape()  # described all the same
+    learn_account_limit(h.pool, h.error("1302"))
+    assert h.value("chaos_account_limit") == 3.0
+    assert h.value("chaos_model_learned_limit", model="glm-4.5") == 10.0  # the account's fault, not its
+    assert h.value("chaos_capacity") == 3.0
+
+    h.advance(5.0)  # the probe interval after the 1302
+    probe = h.pool.try_acquire("medium")
+    assert probe is not None and (probe.probe, probe.total) == ("account", 4)
+    assert h.value("chaos_account_probing") == 1.0
+    h.pool.report_success(probe)
+    assert h.value("chaos_account_probing") == 0.0
+    assert h.value("chaos_account_limit") == 4.0
+
+
+def test_account_limit_is_the_configured_one_and_fixed_limits_are_the_catalog() -> None:
+    configured = learning(accountConcurrency=20)
+    assert configured.value("chaos_account_limit") == 20.0
+    fixed = Harness(routing(chaosMode={"enabled": True}, accountConcurrency=12))
+    assert fixed.value("chaos_account_limit") == 12.0
+    assert fixed.pool.acquire("glm-4.7")
+    fixed.pool.report_error("glm-4.7", fixed.error("1302"))  # learning off: a cooldown, no new limit
+    assert fixed.value("chaos_model_learned_limit", model="glm-4.7") == 3.0
+    assert fixed.value("chaos_model_capacity", model="glm-4.7") == 3.0
+    assert fixed.value("chaos_model_cooldown_seconds", model="glm-4.7") == 5.0
 
 
 # -- read from the stats -------------------------------------------------------------------------
@@ -396,3 +460,19 @@ def test_grafana_dashboard_plots_only_exposed_metrics() -> None:
     for panel in dashboard["panels"]:
         if panel.get("type") != "row":
             assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+
+
+def test_grafana_dashboard_plots_learned_against_catalog_limits() -> None:
+    dashboard = json.loads((PACKAGE / "grafana" / "chaos-mode.json").read_text(encoding="utf-8"))
+    plotted = {
+        panel["title"]: {name for t in panel["targets"] for name in re.findall(r"\bchaos_\w+", t["expr"])}
+        for panel in dashboard["panels"]
+        if panel["type"] == "timeseries"
+    }
+    both = [
+        title
+        for title, names in plotted.items()
+        if {"chaos_model_learned_limit", "chaos_model_catalog_limit"} <= names
+    ]
+    assert both == ["Learned vs catalog limit by model"]
+    assert any("chaos_account_limit" in names for names in plotted.values())

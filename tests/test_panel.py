@@ -11,6 +11,7 @@ from chaos_mode.panel import _bar, render_panel
 from chaos_mode.pool import ChaosPool
 from chaos_mode.stats import Stats, chaos_stats
 from chaos_mode.zai_errors import classify_error
+from learned import learn_account_limit, lower_glm_4_7, probe_glm_4_7
 from seed_catalog import FIXED_LIMITS
 
 WALL = 1_757_000_000.0
@@ -99,6 +100,70 @@ def test_long_model_names_keep_the_box_aligned() -> None:
     text = panel(pool)
     assert len({len(line) for line in text.splitlines()}) == 1
     assert "1/250" in rows(text)[name]
+
+
+def learning_pool(clock: Clock, **routing: Any) -> ChaosPool:
+    """A pool that learns limits (the other tests fix them at the catalog's values)."""
+    routing = {"chaosMode": {"enabled": True}, **routing}
+    return ChaosPool(
+        parse_config({"modelRouting": routing}), clock=clock, wall_clock=lambda: WALL + clock.now
+    )
+
+
+def limit_cell(text: str, model: str) -> str:
+    """The Limit column of a model's row: between the in-flight/capacity cell and the cooldown."""
+    return rows(text)[model].strip("│ ").split(None, 3)[3].rsplit(None, 1)[0]
+
+
+BUSY = classify_error(429, b'{"error":{"code":"1302","message":"busy"}}', now=WALL)
+assert BUSY is not None
+
+
+def test_learned_limits_show_next_to_the_catalog_value_with_probing_marks() -> None:
+    clock = Clock()
+    pool = learning_pool(clock)
+    text = panel(pool)
+    assert "Learning: on (probe interval 5s, drift 600s)" in text
+    assert "Limit" in text.splitlines()[4]
+    assert {name: limit_cell(text, name) for name in ("glm-4.7", "glm-4.5")} == {
+        "glm-4.7": "3",
+        "glm-4.5": "10",
+    }
+    lower_glm_4_7(pool, BUSY)
+    text = panel(pool)
+    assert limit_cell(text, "glm-4.7") == "3→2 (1302 at 3 in flight)"
+    assert rows(text)["glm-4.7"].split()[3] == "2/2"  # the capacity column: the limit in force
+    assert rows(text)["glm-4.7"].rstrip(" │").endswith("-")  # learning: a 1302 is no cooldown
+    assert limit_cell(text, "glm-4.6") == "3"
+    assert len({len(line) for line in text.splitlines()}) == 1
+    clock.now += 5.0
+    probe = probe_glm_4_7(pool)
+    assert limit_cell(panel(pool), "glm-4.7") == "3→2 (1302 at 3 in flight) probing"
+    pool.report_success(probe)
+    assert limit_cell(panel(pool), "glm-4.7") == "3"  # the answered probe took it back to the catalog's
+
+
+def test_the_account_limit_line() -> None:
+    assert "Account limit: none learned" in panel(learning_pool(Clock()))
+    assert "Account limit: 20 (configured)" in panel(learning_pool(Clock(), accountConcurrency=20))
+    fixed = panel(ChaosPool(config()))
+    assert "Learning: off (catalog limits fixed)    Account limit: none" in fixed
+
+
+def test_an_account_limit_learned_from_1302s() -> None:
+    pool = learning_pool(Clock())
+    learn_account_limit(pool, BUSY)
+    assert "Account limit: 3 (1302 at 4 in flight)" in panel(pool)
+
+
+def test_a_configured_account_limit_raised_by_a_probe() -> None:
+    pool = learning_pool(Clock(), accountConcurrency=2)
+    assert pool.try_acquire("light") and pool.try_acquire("light")
+    probe = pool.try_acquire("light")
+    assert probe is not None and (probe.probe, probe.total) == ("account", 3)
+    assert "Account limit: 2 (configured) probing" in panel(pool)
+    pool.report_success(probe)
+    assert "Account limit: 2→3 (probe at 3 answered)" in panel(pool)
 
 
 @pytest.mark.parametrize(

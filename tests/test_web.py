@@ -79,6 +79,10 @@ async def test_dashboard_page_is_self_contained(client: httpx.AsyncClient) -> No
     assert not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", page)
     assert "<script src" not in page and 'rel="stylesheet"' not in page
     assert "@import" not in page and "url(" not in page
+    # Status strings (model names, reasons) reach the page only as text: nothing parses them as HTML.
+    assert not re.search(
+        r"innerHTML|outerHTML|insertAdjacentHTML|document\.write|createContextualFragment", page
+    )
 
 
 async def test_page_csp_allows_exactly_its_inline_script(client: httpx.AsyncClient) -> None:

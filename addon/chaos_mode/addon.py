@@ -501,7 +501,8 @@ class ChaosMode:
 
     @command.command("chaos.status")
     def status(self) -> str:
-        """The Chaos Mode panel: strategy, utilization, each model's in-flight, capacity, cooldown."""
+        """The Chaos Mode panel: strategy, utilization, learning, the account limit; each model's in-flight,
+        limit in force (catalog→learned, why, probing) and cooldown."""
         return render_panel(self.chaos_stats())
 
     @command.command("chaos.limits.reset")

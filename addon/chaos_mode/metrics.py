@@ -50,9 +50,21 @@ def _spec(name: str, kind: MetricType, labels: tuple[str, ...], help_text: str) 
 METRICS: Final[tuple[MetricSpec, ...]] = (
     _spec("enabled", "gauge", (), "1 when chaos mode routes requests, 0 when it passes them through."),
     _spec("strategy_info", "gauge", ("strategy",), "Always 1; the label names the selection strategy."),
-    _spec("capacity", "gauge", (), "Concurrency slots of the account (the seed's totalCapacity)."),
+    _spec(
+        "capacity",
+        "gauge",
+        (),
+        "Usable slots: the models' limits in force summed, capped by the account limit (totalCapacity).",
+    ),
     _spec("in_flight", "gauge", (), "Slots held now, all models together (usedCapacity)."),
     _spec("utilization_ratio", "gauge", (), "in_flight / capacity, 0 to 1 (currentUtilization)."),
+    _spec(
+        "account_limit",
+        "gauge",
+        (),
+        "The account's limit: learned from 1302s, or accountConcurrency; no sample while none is known.",
+    ),
+    _spec("account_probing", "gauge", (), "1 while a request probes one above the account's limit, else 0."),
     _spec(
         "account_pause_seconds",
         "gauge",
@@ -61,7 +73,27 @@ METRICS: Final[tuple[MetricSpec, ...]] = (
     ),
     _spec("model_info", "gauge", ("model", "tier", "free"), "Always 1; the catalog tier of each model."),
     _spec("model_in_flight", "gauge", ("model",), "Requests holding a slot of the model now."),
-    _spec("model_capacity", "gauge", ("model",), "The model's concurrency limit (maxConcurrency)."),
+    _spec(
+        "model_capacity",
+        "gauge",
+        ("model",),
+        "The model's limit in force now: learned, or maxConcurrency when learning is off.",
+    ),
+    _spec(
+        "model_learned_limit",
+        "gauge",
+        ("model",),
+        "The model's learned limit, the one in force (the catalog's while learning is off).",
+    ),
+    _spec(
+        "model_catalog_limit",
+        "gauge",
+        ("model",),
+        "The catalog's maxConcurrency for the model: where learning starts and drifts back to.",
+    ),
+    _spec(
+        "model_probing", "gauge", ("model",), "1 while a request probes one above the model's limit, else 0."
+    ),
     _spec(
         "model_cooldown_seconds",
         "gauge",
@@ -233,6 +265,10 @@ class PoolCollector(Collector):
         f.gauge("capacity").add_metric([], float(status["totalCapacity"]))
         f.gauge("in_flight").add_metric([], float(status["usedCapacity"]))
         f.gauge("utilization_ratio").add_metric([], float(status["utilization"]))
+        account = status["account"]
+        if account["limit"] is not None:
+            f.gauge("account_limit").add_metric([], float(account["limit"]))
+        f.gauge("account_probing").add_metric([], 1.0 if account["probing"] else 0.0)
         pause = status["accountPause"]
         f.gauge("account_pause_seconds").add_metric([], float(pause["remaining"]) if pause else 0.0)
 
@@ -243,6 +279,10 @@ class PoolCollector(Collector):
             f.gauge("model_info").add_metric([name, model["tier"] or OTHER, free], 1.0)
             f.gauge("model_in_flight").add_metric([name], float(model["inFlight"]))
             f.gauge("model_capacity").add_metric([name], float(model["capacity"]))
+            if "learnedLimit" in model:  # a catalog model (not one a reload dropped while it was busy)
+                f.gauge("model_learned_limit").add_metric([name], float(model["learnedLimit"]))
+                f.gauge("model_catalog_limit").add_metric([name], float(model["catalogLimit"]))
+                f.gauge("model_probing").add_metric([name], 1.0 if model["probing"] else 0.0)
             cooldown = float(model["cooldownRemaining"] or 0.0)
             f.gauge("model_cooldown_seconds").add_metric([name], cooldown if math.isfinite(cooldown) else 0.0)
             f.gauge("model_out_of_rotation").add_metric([name], 1.0 if model["outOfRotation"] else 0.0)

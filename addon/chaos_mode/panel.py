@@ -24,21 +24,57 @@ def _cooldown(model: dict[str, Any]) -> str:
     return "-"
 
 
+def _limit(model: dict[str, Any]) -> str:
+    """`3` while the learned limit is the catalog's, `3→2 (why)` once learning moved it; `probing` marks."""
+    learned, catalog = model.get("learnedLimit"), model.get("catalogLimit")
+    if learned is None:  # not in the catalog (dropped by a reload while busy)
+        return "-"
+    cell = str(learned) if learned == catalog else f"{catalog}→{learned} ({model.get('limitReason')})"
+    return cell + " probing" if model.get("probing") else cell
+
+
+def _learning(stats: dict[str, Any]) -> str:
+    """The learning switch and the account's limit: learned, configured, or none known."""
+    learning, account = stats["learning"], stats["account"]
+    if not learning["enabled"]:
+        switch = "Learning: off (catalog limits fixed)"
+    else:
+        switch = (
+            f"Learning: on (probe interval {learning['probeIntervalSeconds']:g}s, "
+            f"drift {learning['driftSeconds']:g}s)"
+        )
+    limit, configured = account["limit"], account["configured"]
+    if limit is None:
+        text = "none learned" if learning["enabled"] else "none"
+    elif limit == configured:
+        text = f"{limit} (configured)"
+    else:
+        start = "" if configured is None else f"{configured}→"
+        text = f"{start}{limit} ({account['reason']})"
+    if account["probing"]:
+        text += " probing"
+    return f"{switch}    Account limit: {text}"
+
+
 def render_panel(stats: dict[str, Any]) -> str:
     """Render `chaos_stats()` output like the seed's dashboard panel."""
     used, total = stats["usedCapacity"], stats["totalCapacity"]
     percent = round(100 * used / total) if total else 0
     state = stats["strategy"] if stats["enabled"] else f"{stats['strategy']} (chaos mode OFF)"
+    models = stats["modelDistribution"]
+    limits = {name: _limit(model) for name, model in models.items()}
+    width = max(len("Limit"), *map(len, limits.values())) + 2
     rows = [
         f"Strategy: {state}    Utilization: {percent}% ({used}/{total})",
+        _learning(stats),
         "",
-        f"{'Model':<16} {'In-Flight':<11}{'Capacity':<10}Cooldown",
+        f"{'Model':<16} {'In-Flight':<11}{'Capacity':<10}{'Limit':<{width}}Cooldown",
     ]
-    for name, model in stats["modelDistribution"].items():
+    for name, model in models.items():
         capacity = model["capacity"]
         rows.append(
             f"{name:<16} {_bar(model['inFlight'], capacity):<11}"
-            f"{str(model['inFlight']) + '/' + str(capacity):<10}{_cooldown(model)}"
+            f"{str(model['inFlight']) + '/' + str(capacity):<10}{limits[name]:<{width}}{_cooldown(model)}"
         )
     queue = stats["queue"]
     rows.append("")

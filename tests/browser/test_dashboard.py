@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import time
 from collections.abc import AsyncIterator
@@ -20,7 +21,7 @@ import pytest
 
 from chaos_mode.catalog import DEFAULT_CATALOG
 from chaos_mode.child import ProxyProcess
-from chaos_mode.sim import SimProcess, SimSettings
+from chaos_mode.sim import SimProcess, SimSettings, default_limits
 
 pytestmark = pytest.mark.e2e
 
@@ -42,7 +43,13 @@ TEST_BUDGET = 150.0  # seconds for the whole test, processes included
 WAIT_MS = 10_000  # one expectation on the page
 
 # Each answer streams for about two seconds: long enough to see, short enough to keep the test quick.
-SIM = SimSettings(latency_ms=1500, token_interval_ms=50, output_tokens=10, reject_delay_ms=200)
+# z.ai's true limits differ from the catalog's: glm-4.6 takes 2 at once (the catalog says 3), so the swarm
+# meets a 1302 there and the pool learns the lower limit; glm-4.5-x takes 3 (the catalog says 2), so a
+# probe above its limit is answered.
+TRUE_LIMITS = {**default_limits(), "glm-4.6": 2, "glm-4.5-x": 3}
+SIM = SimSettings(
+    latency_ms=1500, token_interval_ms=50, output_tokens=10, reject_delay_ms=200, limits=TRUE_LIMITS
+)
 PROXY_CONFIG: dict[str, object] = {"chaosMode": {"enabled": True}, "upstreamHosts": ["127.0.0.1"]}
 TIER_MODELS = {"heavy": "claude-opus-4-1", "medium": "claude-sonnet-4-5", "light": "claude-haiku-4-5"}
 SWARM = ["heavy"] * 6 + ["medium"] * 8 + ["light"] * 6  # 20 requests; heavy has 5 slots while glm-4.7 cools
@@ -98,13 +105,23 @@ async def _message(client: httpx.AsyncClient, proxy: ProxyProcess, tier: str) ->
 
 
 async def _rows(page: Page) -> dict[str, dict[str, Any]]:
-    """Each model row's hooks: state, in-flight, capacity, cooldown, lit bar segments, texts."""
+    """Each model row's hooks: state, in-flight, capacity, cooldown, lit bar segments, texts; its limit
+    (learned, catalog, probing, why) as data and as the Limit cell shows it."""
     rows: dict[str, dict[str, Any]] = await page.eval_on_selector_all(
         "tr[data-model]",
         """rows => Object.fromEntries(rows.map(r => [r.dataset.model, {
             tier: r.dataset.tier, state: r.dataset.state, inflight: +r.dataset.inflight,
             capacity: +r.dataset.capacity, cooldown: +r.dataset.cooldown, out: r.dataset.out,
-            lit: r.querySelectorAll('.bar > i.on').length, text: r.innerText}]))""",
+            lit: r.querySelectorAll('.bar > i.on').length, text: r.innerText,
+            segments: r.querySelectorAll('.bar > i').length, cut: r.querySelectorAll('.bar > i.cut').length,
+            learned: +r.dataset.learned, catalog: +r.dataset.catalog, probing: r.dataset.probing === 'true',
+            reason: r.dataset.limitReason, changedAt: r.dataset.limitChangedAt,
+            limit: r.querySelector('td.limit .lv').innerText,
+            shownCatalog: r.querySelector('td.limit .cat').checkVisibility()
+                ? r.querySelector('td.limit .cat').innerText : null,
+            shownProbing: r.querySelector('td.limit .probing').checkVisibility(),
+            why: r.querySelector('td.limit .lwhy').checkVisibility()
+                ? r.querySelector('td.limit .lwhy').innerText : null}]))""",
     )
     return rows
 
@@ -123,10 +140,28 @@ ALL_IDLE = """() => {
 }"""
 ONE_FAILOVER = """() => document.getElementById('failover-count').textContent === '1'
     && document.querySelectorAll('#failovers li').length === 1"""
+LOWERED = """model => {
+    const r = document.querySelector(`tr[data-model="${model}"]`);
+    return r && r.dataset.learned !== '' && +r.dataset.learned < +r.dataset.catalog;
+}"""
+BUSY_AND_LOWERED = f"""model => ({BUSY_SWARM})() && ({LOWERED})(model)"""
 COOLING = """model => {
     const r = document.querySelector(`tr[data-model="${model}"]`);
     return r && r.dataset.state === 'cooling' && +r.dataset.cooldown > 0;
 }"""
+
+
+def _assert_lowered(row: dict[str, Any]) -> None:
+    """A learned limit below the catalog's, shown as `catalog → learned` with why and when."""
+    assert row["learned"] < row["catalog"] == 3
+    assert row["capacity"] == row["learned"]  # the slots column counts against the limit in force
+    assert (row["shownCatalog"], row["limit"]) == ("3", str(row["learned"]))
+    refused = re.fullmatch(r"1302 at (\d+) in flight", row["reason"])
+    assert refused, row["reason"]
+    assert row["learned"] == int(refused[1]) - 1  # what z.ai refused, less one
+    assert row["why"] is not None and row["why"].startswith(row["reason"] + " · "), row["why"]
+    assert row["why"].endswith(("just now", " s ago")), row["why"]
+    assert time.time() - 60 < float(row["changedAt"]) <= time.time() + 1
 
 
 async def test_dashboard_follows_a_swarm(chromium: str, sim: SimProcess, proxy: ProxyProcess) -> None:
@@ -156,18 +191,28 @@ async def test_dashboard_follows_a_swarm(chromium: str, sim: SimProcess, proxy: 
             assert tiers == ["HEAVY", "MEDIUM", "LIGHT"]
             assert await page.text_content("#chaos-enabled") == "chaos ON"
             assert await page.text_content("#strategy") == "least-loaded"
+            # Learned limits: on, every limit still the catalog's, no account limit known yet.
+            assert await page.text_content("#learning") == "learning ON"
+            assert await page.text_content("#account-limit") == "none learned"
+            assert await page.text_content("#account-configured") == "configured none"
+            for name, row in rows.items():
+                assert (row["learned"], row["catalog"]) == (row["capacity"], row["capacity"]), name
+                assert (row["limit"], row["shownCatalog"], row["why"]) == (str(row["capacity"]), None, None)
+                assert (row["reason"], row["changedAt"], row["probing"]) == ("catalog", "", False), name
+                assert row["cut"] == 0, name
 
             async with httpx.AsyncClient(timeout=httpx.Timeout(30.0)) as client:
-                # A 1302 on glm-4.7: three heavy requests at once reach each heavy model once; the
-                # one on glm-4.7 fails over and the model cools down for the Retry-After.
-                fault = {"model": "glm-4.7", "code": "1302", "count": 1, "retryAfter": 30}
+                # A 1312 (overloaded) on glm-4.7: three heavy requests at once reach each heavy model once;
+                # the one on glm-4.7 fails over and the model cools down for the Retry-After. (A 1302
+                # would lower its learned limit instead: that comes with the swarm.)
+                fault = {"model": "glm-4.7", "code": "1312", "count": 1, "retryAfter": 30}
                 (await client.post(sim.base_url + "/sim/faults", json=fault)).raise_for_status()
                 heavy = await asyncio.gather(*(_message(client, proxy, "heavy") for _ in range(3)))
                 assert heavy == [200, 200, 200]
                 await page.wait_for_function(COOLING, arg="glm-4.7")
                 first = (await _rows(page))["glm-4.7"]
                 assert 0 < first["cooldown"] <= 30
-                assert "cooling" in first["text"] and "1302" in first["text"]
+                assert "cooling" in first["text"] and "1312" in first["text"]
                 await page.wait_for_timeout(1500)
                 later = (await _rows(page))["glm-4.7"]
                 assert later["state"] == "cooling"
@@ -180,7 +225,8 @@ async def test_dashboard_follows_a_swarm(chromium: str, sim: SimProcess, proxy: 
                 swarm = asyncio.gather(*(_message(client, proxy, tier) for tier in SWARM))
                 try:
                     await page.wait_for_function(SOME_IN_FLIGHT)
-                    await page.wait_for_function(BUSY_SWARM)
+                    # Busy, and glm-4.6's 1302 has lowered its learned limit below the catalog's.
+                    await page.wait_for_function(BUSY_AND_LOWERED, arg="glm-4.6")
                     await page.screenshot(path=str(SCREENSHOT), full_page=True)
                     during = await _rows(page)
                 finally:
@@ -189,9 +235,14 @@ async def test_dashboard_follows_a_swarm(chromium: str, sim: SimProcess, proxy: 
                 assert time.monotonic() - started < 30
             assert sum(row["inflight"] for row in during.values()) >= 15
             for name, row in during.items():
-                assert row["lit"] == min(row["inflight"], row["capacity"]), name
-                assert row["inflight"] <= row["capacity"], name
+                # A segment per slot of the catalog or the limit, and per request in flight above both.
+                assert row["segments"] == max(row["capacity"], row["catalog"], row["inflight"], 1), name
+                assert row["cut"] == row["segments"] - row["capacity"], name  # above the limit: hatched
+                assert row["lit"] == row["inflight"], name
+                # A probe goes one above the limit; a lowered limit leaves those in flight to finish.
+                assert row["inflight"] <= max(row["capacity"] + 1, row["catalog"]), name
             assert during["glm-4.7"]["inflight"] == 0  # cooling: skipped
+            _assert_lowered(during["glm-4.6"])
             await page.wait_for_function(ALL_IDLE)
             assert await page.text_content("#used") == "0"
             assert problems == [], problems  # no script error, no CSP violation
