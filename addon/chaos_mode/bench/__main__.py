@@ -205,9 +205,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs = doc["presets"] if args.field else doc["scenarios"]
     print(render_field(doc) if args.field else render(doc))
     if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
         log(f"wrote {args.json}")
     if args.svg:
+        args.svg.parent.mkdir(parents=True, exist_ok=True)
         args.svg.write_text(render_field_svg(doc) if args.field else render_svg(doc), encoding="utf-8")
         log(f"wrote {args.svg}")
     failed = any(not ok for s in runs for ok in s["checks"].values())
