@@ -15,7 +15,11 @@ WALL = 1_757_000_000.0
 TWO = {"a": {"tier": "HEAVY", "maxConcurrency": 3}, "b": {"tier": "LIGHT", "maxConcurrency": 10}}
 
 
+PACING = {"probeIntervalSeconds": 5, "probeBackoffMaxSeconds": 30}  # the pacing these tests assert
+
+
 def routing(models: dict[str, Any] | None = None, **block: Any) -> ModelRouting:
+    block["learning"] = {**PACING, **block.get("learning", {})}
     return parse_config({"modelRouting": {"models": models or TWO, **block}})
 
 
@@ -53,7 +57,27 @@ def test_a_1302_lowers_the_model_to_what_was_in_flight_less_one(rig: Rig) -> Non
     assert rig.limits.limit("a") == 0  # another client holds every slot: only probes find out more
 
 
+def full(rig: Rig, model: str = "a") -> None:
+    """A clean answer with `model` at its limit: what makes a probe above it worth trying."""
+    value = rig.limits.limit(model)
+    rig.limits.succeeded(model, value, value, None)
+
+
+def test_no_probe_before_the_limit_ran_full_with_a_clean_answer(rig: Rig) -> None:
+    assert not rig.limits.can_probe("a")  # the catalog's 3 is a guess nobody has tried yet
+    rig.limits.succeeded("a", 2, 2, None)
+    assert not rig.limits.can_probe("a")  # 2 of 3 says nothing about a fourth
+    full(rig)
+    assert rig.limits.can_probe("a")
+    rig.limits.refused("a", 3, 3, None)  # lowered to 2: untried at 2 since
+    rig.advance(5.0)
+    assert not rig.limits.can_probe("a")
+    full(rig)
+    assert rig.limits.can_probe("a")
+
+
 def test_a_probe_answered_cleanly_raises_the_limit_by_one(rig: Rig) -> None:
+    full(rig)
     assert rig.limits.can_probe("a")
     rig.limits.probe_sent("model", "a")
     assert not rig.limits.can_probe("a")  # one probe at a time
@@ -66,6 +90,7 @@ def test_a_probe_answered_cleanly_raises_the_limit_by_one(rig: Rig) -> None:
 
 
 def test_after_a_failed_probe_the_next_waits_the_probe_interval(rig: Rig) -> None:
+    full(rig)
     rig.limits.probe_sent("model", "a")
     assert rig.limits.refused("a", 4, 4, "model") == "model"
     assert rig.limits.limit("a") == 3
@@ -78,7 +103,46 @@ def test_after_a_failed_probe_the_next_waits_the_probe_interval(rig: Rig) -> Non
     assert rig.limits.next_probe() is None
 
 
+def test_each_refused_probe_doubles_the_wait_up_to_the_maximum(rig: Rig) -> None:
+    full(rig)
+    waits = []
+    for _ in range(5):
+        rig.limits.probe_sent("model", "a")
+        rig.limits.refused("a", 4, 4, "model")
+        wait = rig.limits.next_probe()
+        assert wait is not None
+        waits.append(wait)
+        rig.advance(wait)
+        assert rig.limits.can_probe("a")
+    assert waits == pytest.approx([5.0, 10.0, 20.0, 30.0, 30.0])  # doubling, at most 30 s
+
+
+def test_a_probe_answered_anywhere_resets_every_wait(rig: Rig) -> None:
+    full(rig)
+    full(rig, "b")
+    for model, count, then in (("a", 4, 5.0), ("a", 4, 10.0), ("a", 4, 0.0), ("b", 11, 0.0)):
+        rig.limits.probe_sent("model", model)
+        rig.limits.refused(model, count, count, "model")
+        rig.advance(then)
+    # t=15: "a" refused three times (next at 15 + 20 s), "b" once (next at 15 + 5 s)
+    assert rig.limits.next_probe() == pytest.approx(5.0)
+    rig.limits.probe_sent("model", "b")
+    rig.limits.succeeded("b", 11, 11, "model")  # sent anyway: z.ai has raised its limits
+    assert rig.limits.limit("b") == 11
+    assert rig.limits.next_probe() == pytest.approx(5.0)  # "a" back to the base interval, not 20 s
+    rig.advance(5.0)
+    assert rig.limits.can_probe("a")
+
+
+def test_a_limit_of_zero_needs_no_confirmation_to_probe(rig: Rig) -> None:
+    rig.limits.refused("a", 1, 1, None)  # another client holds every slot
+    assert rig.limits.limit("a") == 0 and not rig.limits.can_probe("a")
+    rig.advance(5.0)
+    assert rig.limits.can_probe("a")  # nothing can run at 0: only a probe finds out more
+
+
 def test_a_probe_never_answered_frees_its_turn_after_the_interval(rig: Rig) -> None:
+    full(rig)
     rig.limits.probe_sent("model", "a")
     rig.advance(5.0)
     assert rig.limits.can_probe("a")
@@ -86,6 +150,7 @@ def test_a_probe_never_answered_frees_its_turn_after_the_interval(rig: Rig) -> N
 
 def test_limits_stay_within_zero_and_the_ceiling() -> None:
     rig = Rig(routing({"a": {"tier": "HEAVY", "maxConcurrency": 2, "ceiling": 3}}))
+    full(rig)
     for k in (3, 4):
         rig.limits.probe_sent("model", "a")
         rig.limits.succeeded("a", k, k, "model")
@@ -144,6 +209,9 @@ def test_evidence_of_the_account_ages_out(rig: Rig) -> None:
 def test_an_account_probe_raises_the_account_limit() -> None:
     rig = Rig(routing(accountConcurrency=5))
     assert rig.limits.account() == 5
+    assert not rig.limits.can_probe_account()
+    rig.limits.succeeded("b", 5, 5, None)
+    assert rig.limits.can_probe_account()
     rig.limits.probe_sent("account", "b")
     rig.limits.succeeded("b", 6, 6, "account")
     assert rig.limits.account() == 6
@@ -200,7 +268,9 @@ def test_reset_forgets_everything(rig: Rig) -> None:
     version = rig.limits.version
     rig.limits.reset()
     assert (rig.limits.limit("a"), rig.limits.limit("b"), rig.limits.account()) == (3, 10, None)
-    assert rig.limits.version > version and rig.limits.can_probe("a")
+    assert rig.limits.version > version and not rig.limits.can_probe("a")  # untried again
+    full(rig)
+    assert rig.limits.can_probe("a")
 
 
 def test_learning_off_learns_nothing() -> None:

@@ -276,15 +276,16 @@ class ChaosMode:
         if not chaos.enabled:
             meta["mode"] = "off"
             return
-        sticky = None
-        if chaos.sticky_conversations:
-            session = headers.get(SESSION)
-            sticky = message.sticky_key(session.decode("utf-8", "replace") if session else None)
+        header = headers.get(SESSION)
+        session = header.decode("utf-8", "replace").strip() if header else None
+        sticky = message.sticky_key(session) if chaos.sticky_conversations else None
         meta["sticky"] = sticky
+        meta["session"] = session or None
         info = message.info
         meta["request"] = [info.input_tokens, info.max_output_tokens]
         started = self._clock()
-        ticket = Ticket(tier, NO_ATTEMPTS, info, sticky)
+        meta["arrived"] = started
+        ticket = Ticket(tier, NO_ATTEMPTS, info, sticky, meta["session"])
         # The common case, a free slot and nobody waiting, takes no coroutine.
         selection = self.pool.admit_now(ticket) or await acquire_while_connected(self.pool, flow, ticket)
         waited = self._clock() - started
@@ -406,8 +407,10 @@ class ChaosMode:
             # With learned limits, a full model is not a broken one: within its new limit it may serve.
             meta["refused"] = [*meta.get("refused", []), failed]
         info = RequestInfo(*meta["request"]) if meta.get("request") else None
-        ticket = Ticket(meta["tier"], frozenset(meta.get("refused", ())), info, meta.get("sticky"))
-        selection = await acquire_while_connected(self.pool, flow, ticket)
+        session = meta.get("session")
+        refused = frozenset(meta.get("refused", ()))
+        ticket = Ticket(meta["tier"], refused, info, meta.get("sticky"), session, counts=False)
+        selection = await acquire_while_connected(self.pool, flow, ticket, since=meta.get("arrived"))
         if selection is CLIENT_GONE:
             return False
         if selection is None:

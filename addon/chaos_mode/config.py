@@ -170,10 +170,17 @@ class LearningSettings(_Base):
         default=None, ge=1, le=1_000_000, description="the account's ceiling; default: the models' summed"
     )
     probe_interval_seconds: float = Field(
-        default=5.0,
+        default=10.0,
         gt=0,
         le=3600,
         description="no probe above a limit within this long of an over-limit answer",
+    )
+    probe_backoff_max_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        le=86_400,
+        description="each failed probe doubles the wait before the next on that limit, up to this; a "
+        "probe answered cleanly anywhere resets every wait (z.ai moves its limits plan-wide)",
     )
     drift_seconds: float = Field(
         default=600.0, gt=0, le=30 * 86_400, description="a limit nobody confirmed for this long steps back"

@@ -16,6 +16,7 @@ from .catalog import REQUEST_TIERS, RequestTier
 from .config import ModelRouting
 from .cooldown import Cooldowns, CooldownState
 from .limits import LearnedLimits, LimitView, Probe
+from .shares import ServiceShares
 from .slots import MemorySlots, SlotStore
 from .sticky import StickyMap
 from .strategies import ModelEntry, Strategy, make_strategy
@@ -63,6 +64,8 @@ class Ticket:
     attempted: frozenset[str] = NO_ATTEMPTS
     request: RequestInfo | None = None
     sticky_key: str | None = None
+    session: str | None = None  # the conversation: its place in the queue (`shares`), never the model
+    counts: bool = True  # admitting it counts toward its conversation's share (a failover's does not)
 
 
 # (model, reason, probe): what `_select` found, before a slot is taken
@@ -112,6 +115,7 @@ class ChaosPool:
         self._cooldowns: CooldownState = cooldowns or Cooldowns(config.cooldown, clock)
         self._limits = LearnedLimits(config, clock=clock, wall_clock=wall_clock)
         self._sticky = StickyMap(config.sticky.ttl_seconds, config.sticky.max_entries, clock)
+        self._shares = ServiceShares(clock)
         self._queue: AdmissionQueue[Ticket, Selection] = AdmissionQueue(
             attempt=self._attempt,
             release=self._release_selection,
@@ -344,6 +348,8 @@ class ChaosPool:
             self._sticky.put(ticket.sticky_key, model)
             if moved:
                 self._sticky.moves += 1
+        if ticket.counts:
+            self._shares.served(ticket.session)
         slots = self._slots
         return Selection(model, reason, slots.in_flight(model), slots.total(), probe)
 
@@ -354,11 +360,16 @@ class ChaosPool:
         *,
         request: RequestInfo | None = None,
         sticky_key: str | None = None,
+        session: str | None = None,
+        since: float | None = None,
+        counts: bool = True,
         timeout: float | None = None,
     ) -> Selection | None:
         """A slot now, or after a fair wait in the queue; None after the timeout or when waiting is
-        pointless (queue off or full, account paused, no model of the tier usable at all)."""
-        ticket = Ticket(tier, attempted, request, sticky_key)
+        pointless (queue off or full, account paused, no model of the tier usable at all). Waiters go by
+        how much their `session` was served lately (see `shares`), then by `since` (when the request first
+        came: a failover keeps its place; default now)."""
+        ticket = Ticket(tier, attempted, request, sticky_key, session, counts)
         selection = self.admit_now(ticket)
         if selection is not None:
             return selection
@@ -367,7 +378,7 @@ class ChaosPool:
             if timeout is None:
                 timeout = self._config.queue.timeout_seconds
             self._arm_timer()
-            selection = await self._queue.wait(ticket, timeout)
+            selection = await self._queue.wait(ticket, timeout, since, self._shares.level(session))
         elif len(self._queue):
             selection = self._attempt(ticket)  # the queue is full: no place to wait fairly
         if selection is None:

@@ -29,7 +29,7 @@ def client_alive(flow: http.HTTPFlow) -> bool:
 
 
 async def acquire_while_connected(
-    pool: ChaosPool, flow: http.HTTPFlow, ticket: Ticket
+    pool: ChaosPool, flow: http.HTTPFlow, ticket: Ticket, since: float | None = None
 ) -> Selection | ClientGone | None:
     """A slot for `ticket`, waiting in the queue while the client is still there.
 
@@ -39,7 +39,13 @@ async def acquire_while_connected(
     """
     task = asyncio.ensure_future(  # a slot at once when one is free and nobody waits
         pool.acquire_or_wait(
-            ticket.tier, ticket.attempted, request=ticket.request, sticky_key=ticket.sticky_key
+            ticket.tier,
+            ticket.attempted,
+            request=ticket.request,
+            sticky_key=ticket.sticky_key,
+            session=ticket.session,
+            since=since,
+            counts=ticket.counts,
         )
     )
     delivered = False
