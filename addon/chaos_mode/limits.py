@@ -229,7 +229,10 @@ class LearnedLimits:
             target.refusals += 1  # a burst of answers to one over-admission is one piece of evidence
         target.failed_at = now
         target.held_back = True
-        lowered = max(count - 1, 0)
+        # To what was in flight less one; but one step at most below a known limit: a 1302 far under
+        # what z.ai has been serving is a moment's crowding (another client, noise), and if it is more,
+        # the next 1302s take the limit down further, one each.
+        lowered = max(count - 1, (target.value or 0) - 1, 0)
         if self._enabled and (target.value is None or lowered < target.value):
             self._set(target, lowered, f"1302 at {count} in flight", now)
         return blame

@@ -193,9 +193,7 @@ class ChaosPool:
 
     def _select(self, ticket: Ticket) -> tuple[Choice | None, bool]:
         """(choice, moved): moved when a sticky conversation had to leave its model."""
-        self._limits.tick()
-        if self._limits_version != self._limits.version:
-            self._derive()
+        self._follow_limits()
         slots = self._slots
         if self._cooldowns.account_pause() is not None:
             return None, False
@@ -525,8 +523,15 @@ class ChaosPool:
     def waiting(self) -> int:
         return len(self._queue)
 
+    def _follow_limits(self) -> None:
+        """Let learned limits drift, and rebuild what derives from them when they changed."""
+        self._limits.tick()
+        if self._limits_version != self._limits.version:
+            self._derive()
+
     def get_status(self) -> dict[str, Any]:
         """The pool's state for status pages, metrics and the dashboard (camelCase keys)."""
+        self._follow_limits()
         models: dict[str, dict[str, Any]] = {}
         held = self._slots.snapshot()
         names: Iterable[str] = list(self._entries) + [m for m in held if m not in self._entries]
