@@ -60,6 +60,21 @@ def test_a_1302_lowers_the_model_to_what_was_in_flight_less_one(rig: Rig) -> Non
     assert rig.limits.limit("a") == 0  # ...until z.ai has said it often enough: only probes find out more
 
 
+def test_a_1302_at_a_limit_that_ran_full_cuts_it_by_a_quarter(rig: Rig) -> None:
+    rig.limits.succeeded("b", 10, 10, None)  # "b" ran full at 10 cleanly: z.ai took 10
+    rig.limits.refused("b", 10, 10, None)  # ...and now refuses at 10: its limits went down
+    assert rig.limits.limit("b") == 7
+    assert rig.limits.view("b").reason == "1302 at 10 in flight, cut"
+    for _ in range(3):
+        rig.limits.refused("b", 10, 10, None)  # answers to requests sent before the cut: nothing new
+    assert rig.limits.limit("b") == 7
+    rig.limits.succeeded("b", 7, 7, None)
+    rig.limits.refused("b", 7, 7, None)  # full at 7 and refused again: another cut
+    assert rig.limits.limit("b") == 5
+    rig.limits.refused("b", 2, 2, None)  # far below: one step
+    assert rig.limits.limit("b") == 4
+
+
 def down_to_zero(rig: Rig, model: str = "a") -> None:
     """1302s with one request in flight until the limit is 0: another client holds every slot."""
     for _ in range(rig.limits.limit(model)):

@@ -26,6 +26,7 @@ Blame = Literal["model", "account"]
 STATE_FORMAT: Final = "chaos-mode learned limits"
 STATE_VERSION: Final = 1
 TICK_SECONDS: Final = 1.0  # how often drift is looked at
+CUT: Final = 0.75  # a limit z.ai confirmed, then refused at: what is kept of it
 
 
 @dataclass(slots=True)
@@ -225,17 +226,36 @@ class LearnedLimits:
         count = total if target is self._account else in_flight
         if probe is not None:
             (self._account if probe == "account" else target).probe_since = None
-        if probe is not None or now - target.failed_at >= self._interval:
+        fresh = probe is not None or now - target.failed_at >= self._interval
+        if fresh:
             target.refusals += 1  # a burst of answers to one over-admission is one piece of evidence
         target.failed_at = now
         target.held_back = True
-        # To what was in flight less one; but one step at most below a known limit: a 1302 far under
-        # what z.ai has been serving is a moment's crowding (another client, noise), and if it is more,
-        # the next 1302s take the limit down further, one each.
-        lowered = max(count - 1, (target.value or 0) - 1, 0)
+        lowered, why = self._lowered(target, count, cut=probe is None), f"1302 at {count} in flight"
         if self._enabled and (target.value is None or lowered < target.value):
-            self._set(target, lowered, f"1302 at {count} in flight", now)
+            self._set(target, lowered, why if lowered == count - 1 else f"{why}, cut", now)
         return blame
+
+    @staticmethod
+    def _lowered(target: Limit, count: int, *, cut: bool) -> int:
+        """Where a 1302 with `count` in flight takes a limit.
+
+        - Unknown, or never run full cleanly: to what was in flight less one.
+        - At a limit that ran full cleanly since it was set: z.ai lowered its limits (they move with the
+          load on its side), so cut by a quarter at once rather than learn it one 429 at a time. The next
+          cut waits until the new limit, too, has run full cleanly: 1302s still coming back for requests
+          sent before the cut say nothing new.
+        - Below a known limit: one step. A 1302 far under what z.ai has been serving is a moment's
+          crowding (another client, noise); if it is more, the next ones say so.
+        """
+        value = target.value
+        if value is None:
+            return max(count - 1, 0)
+        if count < value:
+            return max(value - 1, 0)
+        if cut and target.confirmed:
+            return max(min(count - 1, math.floor(value * CUT)), 0)
+        return max(count - 1, 0)
 
     def _second_opinion(self, model: str, entry: Limit | None, total: int, now: float) -> tuple[Blame, int]:
         """One model refusing below its limit may be that model (another client on it); a second model
