@@ -20,9 +20,9 @@ from mitmproxy import command, ctx, exceptions, http
 from mitmproxy.connection import ConnectionState
 
 from .config import ConfigError, ModelRouting, default_config, load_config
-from .flow_bodies import SESSION, decoded_body, is_event_stream, request_headers, set_body, usage_of
+from .flow_bodies import SESSION, is_event_stream, read_message, request_headers, set_body, usage_of
 from .limit_file import read_state, state_path, write_state
-from .message_request import BadRequest, parse_message
+from .message_request import BadRequest
 from .metrics import ChaosMetrics
 from .panel import render_panel
 from .pool import NO_ATTEMPTS, ChaosPool, RequestInfo, Selection, Ticket
@@ -251,12 +251,9 @@ class ChaosMode:
     async def _route(self, flow: http.HTTPFlow) -> None:
         request = flow.request
         limit = self.config.streams.max_body_bytes
+        headers = request_headers(request)
         try:
-            if request.raw_content is None or len(request.raw_content) > limit:
-                size = "a streamed" if request.raw_content is None else f"{len(request.raw_content)} bytes"
-                raise BadRequest("too-large", f"body of {size} is over the {limit}-byte limit")
-            headers = request_headers(request)
-            message = parse_message(decoded_body(request, headers), limit=limit)
+            message = read_message(request, headers, limit=limit)
         except BadRequest as exc:
             self._pass_bad(flow, exc)
             return
@@ -423,9 +420,9 @@ class ChaosMode:
             f"({error.code or error.reason}) · {selection.reason}"
         )
         try:
-            content = flow.request.get_content(strict=False) or b""
-            message = parse_message(content, limit=self.config.streams.max_body_bytes)
-            flow.request.content = message.with_model(selection.model)
+            headers = request_headers(flow.request)
+            message = read_message(flow.request, headers, limit=self.config.streams.max_body_bytes)
+            set_body(flow.request, message.with_model(selection.model), headers)
             flow.response = await self.resender.send(flow.request, insecure=bool(ctx.options.ssl_insecure))
         except (ResendFailed, BadRequest) as exc:
             log.warning("chaos-mode: failover to %s failed: %s", selection.model, exc)
