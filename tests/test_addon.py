@@ -1012,3 +1012,24 @@ async def test_credentials_never_leak_into_logs_comments_stats_metrics_or_the_pa
     for where, text in places.items():
         for secret in (API_KEY, BEARER, BEARER.split()[1], "SecretValue"):
             assert secret not in text, f"{secret!r} leaked into the {where}"
+
+
+@pytest.mark.parametrize("value", ["maybe", "on", "yes", "1", "True", ""])
+async def test_chaos_enabled_refuses_what_it_does_not_know(env: Env, value: str) -> None:
+    env.configure(enabled="true")
+    with pytest.raises(
+        exceptions.OptionsError, match=r"^chaos_enabled: must be one of auto, true, false, not"
+    ):
+        env.tctx.configure(env.addon, chaos_enabled=value)
+    assert env.addon.config.chaos_mode.enabled is True  # the value in force stays
+
+
+async def test_the_start_up_line_says_when_the_config_replaces_the_catalog(env: Env) -> None:
+    env.configure(ON)
+    assert not [m for m in env.chaos_logs() if "replace the built-in catalog" in m]
+    env.configure(TINY)
+    lines = [m for m in env.chaos_logs() if m.startswith("chaos mode on")]
+    assert lines[-1] == (
+        "chaos mode on: least-loaded over 1 models (the config's models replace the built-in catalog), "
+        "1 slots (fixed)"
+    )

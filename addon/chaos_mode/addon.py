@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, Final
 from mitmproxy import command, ctx, exceptions, http
 from mitmproxy.connection import ConnectionState
 
-from .config import ConfigError, ModelRouting, default_config, load_config
+from .config import ConfigError, ModelRouting, default_config
+from .config_file import load_config
 from .flow_bodies import SESSION, is_event_stream, read_message, request_headers, set_body, usage_of
 from .limit_file import read_state, state_path, write_state
 from .message_request import BadRequest
@@ -44,6 +45,7 @@ log = logging.getLogger("chaos_mode")
 META: Final = "chaos"
 MESSAGES_SUFFIX: Final = "/v1/messages"
 CLIENT_DISCONNECTED: Final = "Client disconnected."  # mitmproxy's flow.error.msg when the client left
+ENABLED_CHOICES: Final = ("auto", "true", "false")
 SAVE_DELAY: Final = 1.0  # seconds: learned limits that change in a burst are written once
 
 
@@ -92,7 +94,7 @@ class ChaosMode:
             "auto",
             "Turn chaos mode on or off, overriding chaosMode.enabled of the config; auto: the config "
             "decides (off by default).",
-            choices=["auto", "true", "false"],
+            choices=list(ENABLED_CHOICES),
         )
         loader.add_option(
             "chaos_limits_file",
@@ -122,6 +124,12 @@ class ChaosMode:
             log.error("chaos-mode: %s", exc)
 
     def _configure(self, updated: set[str]) -> None:
+        enabled = ctx.options.chaos_enabled
+        if "chaos_enabled" in updated and enabled not in ENABLED_CHOICES:
+            # mitmproxy 12 does not enforce `choices` for --set: without this, "on" would mean off.
+            raise exceptions.OptionsError(
+                f"chaos_enabled: must be one of {', '.join(ENABLED_CHOICES)}, not {enabled[:40]!r}"
+            )
         if "chaos_config" in updated or "chaos_enabled" in updated:
             try:
                 config = self._read_config(ctx.options.chaos_config, ctx.options.chaos_enabled)
@@ -154,10 +162,11 @@ class ChaosMode:
         self.classifier = TierClassifier(config)
         chaos = config.chaos_mode
         log.info(
-            "chaos mode %s: %s over %d models, %d slots%s",
+            "chaos mode %s: %s over %d models%s, %d slots%s",
             "on" if chaos.enabled else "off",
             chaos.strategy,
             len(config.models),
+            " (the config's models replace the built-in catalog)" if config.replaces_catalog else "",
             config.total_capacity,
             " to start with (limits learned from z.ai's answers)" if config.learning.enabled else " (fixed)",
         )
