@@ -7,6 +7,7 @@ import gc
 import gzip
 import json
 import logging
+import socket
 import zlib
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
@@ -1033,3 +1034,50 @@ async def test_the_start_up_line_says_when_the_config_replaces_the_catalog(env: 
         "chaos mode on: least-loaded over 1 models (the config's models replace the built-in catalog), "
         "1 slots (fixed)"
     )
+
+
+@pytest.mark.parametrize(
+    ("listen_host", "mode", "exposed"),
+    [
+        ("", "regular", ["all interfaces"]),  # mitmproxy's default
+        ("0.0.0.0", "regular", ["0.0.0.0"]),
+        ("192.0.2.7", "reverse:https://api.z.ai", ["192.0.2.7"]),
+        ("127.0.0.1", "regular", []),
+        ("localhost", "regular", []),
+        ("::1", "regular", []),
+        ("127.0.0.1", "regular@0.0.0.0:8081", ["0.0.0.0"]),  # a mode's own listen address wins
+    ],
+)
+async def test_a_proxy_listening_beyond_loopback_says_so_once(
+    env: Env, listen_host: str, mode: str, exposed: list[str]
+) -> None:
+    env.tctx.configure(env.addon, listen_host=listen_host, mode=[mode])
+    env.addon.running()
+    warnings = [m for m in env.chaos_logs() if "not only loopback" in m]
+    assert env.stats()["exposedListen"] == exposed
+    if exposed:
+        assert warnings == [
+            f"chaos-mode: the proxy listens on {exposed[0]}, not only loopback: anyone who can reach this "
+            "machine can send requests through it; add --listen-host 127.0.0.1 unless that is meant"
+        ]
+    else:
+        assert warnings == []
+    env.addon.done()
+
+
+async def test_a_dashboard_port_in_use_is_one_warning_naming_the_option(env: Env) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env.tctx.configure(env.addon, chaos_web=f"127.0.0.1:{port}")
+        env.addon.running()
+        lines = [m for m in env.chaos_logs() if "dashboard" in m]
+        assert len(lines) == 1
+        assert lines[0].startswith(f"chaos-mode: dashboard not started, cannot listen on 127.0.0.1:{port} (")
+        assert lines[0].endswith(
+            f"the proxy runs without it. Choose another address with --set chaos_web=127.0.0.1:{port + 1}, "
+            "or --set chaos_web= for none"
+        )
+        assert not [r for r in env.caplog.records if r.levelno >= logging.ERROR]  # no exit at start-up
+        env.addon.done()

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from mitmproxy import command, ctx, exceptions, http
 from mitmproxy.connection import ConnectionState
+from mitmproxy.proxy.mode_specs import ProxyMode
 
 from .config import ConfigError, ModelRouting, default_config
 from .config_file import load_config
@@ -34,7 +35,7 @@ from .sse import SseObserver
 from .stats import Outcome, Stats, chaos_stats
 from .tiers import TierClassifier
 from .waiting import CLIENT_GONE, acquire_while_connected
-from .web import WebServer, parse_listen
+from .web import WebServer, exposed_hosts, parse_listen
 from .zai_errors import Action, UpstreamError, classify_error, parse_retry_after
 
 if TYPE_CHECKING:
@@ -214,6 +215,7 @@ class ChaosMode:
 
     def running(self) -> None:
         self._running = True
+        self._warn_if_exposed()
         self._start_web()
         # What is alive now (mitmproxy's and our modules, classes, the config) lives as long as the
         # process: out of the collector's way, every collection no longer walks it (callgrind: about 2% of
@@ -229,6 +231,21 @@ class ChaosMode:
         self.resender.close()
         gc.unfreeze()
 
+    def _warn_if_exposed(self) -> None:
+        """One warning line when the proxy listens beyond loopback (mitmproxy's default: every interface)."""
+        try:
+            modes = [ProxyMode.parse(spec) for spec in ctx.options.mode]
+        except ValueError:
+            return  # mitmproxy refuses the mode itself
+        hosts = [mode.listen_host(ctx.options.listen_host) for mode in modes if mode.type_name != "local"]
+        self.stats.exposed_listen = exposed = exposed_hosts(hosts)
+        if exposed:
+            log.warning(
+                "chaos-mode: the proxy listens on %s, not only loopback: anyone who can reach this machine "
+                "can send requests through it; add --listen-host 127.0.0.1 unless that is meant",
+                ", ".join(exposed),
+            )
+
     def _start_web(self) -> None:
         self.web.stop()
         if self._listen is None:
@@ -236,7 +253,18 @@ class ChaosMode:
         try:
             host, port = self.web.start(*self._listen)
         except OSError as exc:
-            log.error("chaos-mode status server could not listen on %s:%s: %s", *self._listen, exc)
+            # The proxy goes on without its dashboard: routing matters more than the page.
+            host, port = self._listen
+            shown = f"[{host}]" if ":" in host else host
+            log.warning(
+                "chaos-mode: dashboard not started, cannot listen on %s:%d (%s); the proxy runs without it. "
+                "Choose another address with --set chaos_web=%s:%d, or --set chaos_web= for none",
+                shown,
+                port,
+                exc.strerror or exc,
+                shown,
+                port + 1 if port < 65535 else port - 1,
+            )
             return
         log.info("chaos-mode dashboard on http://%s:%d/ (Prometheus: /metrics)", host, port)
 
