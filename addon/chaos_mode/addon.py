@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING, Any, Final
 
 from mitmproxy import command, ctx, exceptions, http
 from mitmproxy.connection import ConnectionState
+from mitmproxy.proxy.mode_specs import ProxyMode
 
-from .config import ConfigError, ModelRouting, default_config, load_config
-from .flow_bodies import SESSION, decoded_body, is_event_stream, request_headers, set_body, usage_of
+from .config import ConfigError, ModelRouting, default_config
+from .config_file import load_config
+from .flow_bodies import SESSION, is_event_stream, read_message, request_headers, set_body, usage_of
 from .limit_file import read_state, state_path, write_state
-from .message_request import BadRequest, parse_message
+from .message_request import BadRequest
 from .metrics import ChaosMetrics
 from .panel import render_panel
 from .pool import NO_ATTEMPTS, ChaosPool, RequestInfo, Selection, Ticket
@@ -33,7 +35,7 @@ from .sse import SseObserver
 from .stats import Outcome, Stats, chaos_stats
 from .tiers import TierClassifier
 from .waiting import CLIENT_GONE, acquire_while_connected
-from .web import WebServer, parse_listen
+from .web import WebServer, exposed_hosts, parse_listen
 from .zai_errors import Action, UpstreamError, classify_error, parse_retry_after
 
 if TYPE_CHECKING:
@@ -44,6 +46,7 @@ log = logging.getLogger("chaos_mode")
 META: Final = "chaos"
 MESSAGES_SUFFIX: Final = "/v1/messages"
 CLIENT_DISCONNECTED: Final = "Client disconnected."  # mitmproxy's flow.error.msg when the client left
+ENABLED_CHOICES: Final = ("auto", "true", "false")
 SAVE_DELAY: Final = 1.0  # seconds: learned limits that change in a burst are written once
 
 
@@ -92,7 +95,7 @@ class ChaosMode:
             "auto",
             "Turn chaos mode on or off, overriding chaosMode.enabled of the config; auto: the config "
             "decides (off by default).",
-            choices=["auto", "true", "false"],
+            choices=list(ENABLED_CHOICES),
         )
         loader.add_option(
             "chaos_limits_file",
@@ -122,6 +125,12 @@ class ChaosMode:
             log.error("chaos-mode: %s", exc)
 
     def _configure(self, updated: set[str]) -> None:
+        enabled = ctx.options.chaos_enabled
+        if "chaos_enabled" in updated and enabled not in ENABLED_CHOICES:
+            # mitmproxy 12 does not enforce `choices` for --set: without this, "on" would mean off.
+            raise exceptions.OptionsError(
+                f"chaos_enabled: must be one of {', '.join(ENABLED_CHOICES)}, not {enabled[:40]!r}"
+            )
         if "chaos_config" in updated or "chaos_enabled" in updated:
             try:
                 config = self._read_config(ctx.options.chaos_config, ctx.options.chaos_enabled)
@@ -154,10 +163,11 @@ class ChaosMode:
         self.classifier = TierClassifier(config)
         chaos = config.chaos_mode
         log.info(
-            "chaos mode %s: %s over %d models, %d slots%s",
+            "chaos mode %s: %s over %d models%s, %d slots%s",
             "on" if chaos.enabled else "off",
             chaos.strategy,
             len(config.models),
+            " (the config's models replace the built-in catalog)" if config.replaces_catalog else "",
             config.total_capacity,
             " to start with (limits learned from z.ai's answers)" if config.learning.enabled else " (fixed)",
         )
@@ -205,6 +215,7 @@ class ChaosMode:
 
     def running(self) -> None:
         self._running = True
+        self._warn_if_exposed()
         self._start_web()
         # What is alive now (mitmproxy's and our modules, classes, the config) lives as long as the
         # process: out of the collector's way, every collection no longer walks it (callgrind: about 2% of
@@ -220,6 +231,21 @@ class ChaosMode:
         self.resender.close()
         gc.unfreeze()
 
+    def _warn_if_exposed(self) -> None:
+        """One warning line when the proxy listens beyond loopback (mitmproxy's default: every interface)."""
+        try:
+            modes = [ProxyMode.parse(spec) for spec in ctx.options.mode]
+        except ValueError:
+            return  # mitmproxy refuses the mode itself
+        hosts = [mode.listen_host(ctx.options.listen_host) for mode in modes if mode.type_name != "local"]
+        self.stats.exposed_listen = exposed = exposed_hosts(hosts)
+        if exposed:
+            log.warning(
+                "chaos-mode: the proxy listens on %s, not only loopback: anyone who can reach this machine "
+                "can send requests through it; add --listen-host 127.0.0.1 unless that is meant",
+                ", ".join(exposed),
+            )
+
     def _start_web(self) -> None:
         self.web.stop()
         if self._listen is None:
@@ -227,7 +253,18 @@ class ChaosMode:
         try:
             host, port = self.web.start(*self._listen)
         except OSError as exc:
-            log.error("chaos-mode status server could not listen on %s:%s: %s", *self._listen, exc)
+            # The proxy goes on without its dashboard: routing matters more than the page.
+            host, port = self._listen
+            shown = f"[{host}]" if ":" in host else host
+            log.warning(
+                "chaos-mode: dashboard not started, cannot listen on %s:%d (%s); the proxy runs without it. "
+                "Choose another address with --set chaos_web=%s:%d, or --set chaos_web= for none",
+                shown,
+                port,
+                exc.strerror or exc,
+                shown,
+                port + 1 if port < 65535 else port - 1,
+            )
             return
         log.info("chaos-mode dashboard on http://%s:%d/ (Prometheus: /metrics)", host, port)
 
@@ -251,12 +288,9 @@ class ChaosMode:
     async def _route(self, flow: http.HTTPFlow) -> None:
         request = flow.request
         limit = self.config.streams.max_body_bytes
+        headers = request_headers(request)
         try:
-            if request.raw_content is None or len(request.raw_content) > limit:
-                size = "a streamed" if request.raw_content is None else f"{len(request.raw_content)} bytes"
-                raise BadRequest("too-large", f"body of {size} is over the {limit}-byte limit")
-            headers = request_headers(request)
-            message = parse_message(decoded_body(request, headers), limit=limit)
+            message = read_message(request, headers, limit=limit)
         except BadRequest as exc:
             self._pass_bad(flow, exc)
             return
@@ -426,9 +460,9 @@ class ChaosMode:
             f"({error.code or error.reason}) · {selection.reason}"
         )
         try:
-            content = flow.request.get_content(strict=False) or b""
-            message = parse_message(content, limit=self.config.streams.max_body_bytes)
-            flow.request.content = message.with_model(selection.model)
+            headers = request_headers(flow.request)
+            message = read_message(flow.request, headers, limit=self.config.streams.max_body_bytes)
+            set_body(flow.request, message.with_model(selection.model), headers)
             flow.response = await self.resender.send(flow.request, insecure=bool(ctx.options.ssl_insecure))
         except (ResendFailed, BadRequest) as exc:
             log.warning("chaos-mode: failover to %s failed: %s", selection.model, exc)
