@@ -231,21 +231,27 @@ TIERS = ("heavy", "medium", "light")
 
 
 class LearningMachine(RuleBasedStateMachine):
-    """Requests arrive, z.ai (the truth: each model's true limit) says 1302 above it, requests end,
-    time passes. The learned limits must stay in [0, ceiling], a 1302 never cools anything down, a probe
-    goes out only when nothing within the limits could take the request, and what z.ai served never
-    exceeded the truth."""
+    """Requests arrive, z.ai (the truth: each model's true limit, and the account's) says 1302 above it,
+    requests end, time passes. The learned limits must stay in [0, ceiling], a 1302 never cools anything
+    down, a probe goes out only when nothing within the limits could take the request, and what z.ai
+    served never exceeded the truth, per model or in all."""
 
     def __init__(self) -> None:
         super().__init__()
         self.clock = FakeClock()
         self.truth: dict[str, int] = {}
+        self.account = 0
         self.held: list[Selection] = []
         self.upstream: dict[str, int] = dict.fromkeys(CATALOG, 0)
 
-    @initialize(truth=st.fixed_dictionaries({m: st.integers(0, 8) for m in CATALOG}), seed=st.integers(0, 9))
-    def start(self, truth: dict[str, int], seed: int) -> None:
+    @initialize(
+        truth=st.fixed_dictionaries({m: st.integers(0, 8) for m in CATALOG}),
+        account=st.integers(1, 20),
+        seed=st.integers(0, 9),
+    )
+    def start(self, truth: dict[str, int], account: int, seed: int) -> None:
         self.truth = truth
+        self.account = account
         config = routing(CATALOG, learning={"ceilingFactor": 3})
         self.pool = ChaosPool(config, clock=self.clock, wall_clock=lambda: WALL, rng=random.Random(seed))
 
@@ -258,7 +264,7 @@ class LearningMachine(RuleBasedStateMachine):
         if selection.probe is not None:
             assert not room, "a probe while a model had room within its limit"
         model = selection.model
-        if self.upstream[model] >= self.truth[model]:
+        if self.upstream[model] >= self.truth[model] or sum(self.upstream.values()) >= self.account:
             self.pool.report_error(model, error("1302"), None, selection)
             self.pool.release(model)
             return
@@ -289,10 +295,15 @@ class LearningMachine(RuleBasedStateMachine):
     def limits_stay_in_bounds(self) -> None:
         if not self.truth:
             return
-        for name, model in self.pool.get_status()["models"].items():
+        status = self.pool.get_status()
+        account = status["account"]
+        assert account["limit"] is None or 0 <= account["limit"] <= account["ceiling"]
+        assert account["ceiling"] == 3 * sum(spec["maxConcurrency"] for spec in CATALOG.values())
+        for name, model in status["models"].items():
             assert 0 <= model["learnedLimit"] <= model["limitCeiling"] == 3 * CATALOG[name]["maxConcurrency"]
             assert model["cooldownReason"] is None  # only 1302s here: never a cooldown
             assert self.upstream[name] <= self.truth[name]
+        assert sum(self.upstream.values()) <= self.account
 
     def teardown(self) -> None:
         for selection in self.held:
