@@ -274,6 +274,16 @@ def test_a_lowered_floor_admits_lower_tiers() -> None:
         ),
         ({"upstreamHosts": []}, r"modelRouting\.upstreamHosts: must name at least one host"),
         ({"upstreamHosts": [" ", ""]}, r"modelRouting\.upstreamHosts: must name at least one host"),
+        ({"openaiPaths": "/api/paas/v4/chat/completions"}, r"modelRouting\.openaiPaths: Input should be"),
+        ({"openaiPaths": ["api/paas"]}, r"modelRouting\.openaiPaths: 'api/paas': must be a URL path"),
+        ({"openaiPaths": ["/a b"]}, r"modelRouting\.openaiPaths: '/a b': must be a URL path"),
+        ({"openaiPaths": ["/chat?x=1"]}, r"modelRouting\.openaiPaths: '/chat\?x=1': must be a URL path"),
+        ({"openaiPaths": ["/" + "a" * 300]}, r"modelRouting\.openaiPaths: '/a+'\.\.\.: must be a URL path"),
+        ({"openaiPaths": [4]}, r"modelRouting\.openaiPaths\.0: Input should be a valid string"),
+        (
+            {"openaiPaths": ["/api/anthropic/v1/messages"]},
+            r"openaiPaths: '/api/anthropic/v1/messages': is",
+        ),
     ],
 )
 def test_wrong_values_are_refused_naming_the_key(block: dict[str, Any], match: str) -> None:
@@ -292,6 +302,16 @@ def test_wrong_values_are_refused_naming_the_key(block: dict[str, Any], match: s
 )
 def test_an_empty_key_takes_its_default(data: dict[str, Any]) -> None:
     assert parse_config(data) == default_config()
+
+
+def test_openai_paths_default_to_both_z_ai_doors_and_are_normalised() -> None:
+    assert default_config().openai_paths == (
+        "/api/paas/v4/chat/completions",
+        "/api/coding/paas/v4/chat/completions",
+    )
+    paths = routing(openaiPaths=[" /v1/chat/completions/ ", "/v1/chat/completions", "/"]).openai_paths
+    assert paths == ("/v1/chat/completions", "/")
+    assert routing(openaiPaths=[]).openai_paths == ()
 
 
 def test_whole_numbers_may_be_written_for_seconds_and_prices() -> None:

@@ -26,3 +26,12 @@ DEFAULT_CATALOG: Final[dict[str, tuple[ModelTier, int, float, float, bool]]] = {
 }
 
 DEFAULT_UPSTREAM_HOSTS: Final[tuple[str, ...]] = ("api.z.ai", "open.bigmodel.cn")
+
+# The Anthropic door: any path ending so (the base URL a client is given varies), the query string aside.
+MESSAGES_SUFFIX: Final = "/v1/messages"
+COUNT_TOKENS_SUFFIX: Final = "/v1/messages/count_tokens"
+# z.ai's OpenAI-compatible chat completions: the general API and the Coding Plan's.
+DEFAULT_OPENAI_PATHS: Final[tuple[str, ...]] = (
+    "/api/paas/v4/chat/completions",
+    "/api/coding/paas/v4/chat/completions",
+)

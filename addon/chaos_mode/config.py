@@ -23,7 +23,9 @@ from pydantic.alias_generators import to_camel
 
 from .catalog import (
     DEFAULT_CATALOG,
+    DEFAULT_OPENAI_PATHS,
     DEFAULT_UPSTREAM_HOSTS,
+    MESSAGES_SUFFIX,
     REQUEST_TIERS,
     TIER_RANK,
     ModelTier,
@@ -37,6 +39,7 @@ StrategyName = Literal["least-loaded", "round-robin", "weighted-random"]
 Int = Annotated[int, Strict()]
 Float = Annotated[float, Strict()]
 MODEL_NAME = re.compile(r"[^\s\x00-\x1f\x7f]{1,128}")  # no spaces or control characters, 1-128 long
+URL_PATH = re.compile(r"/[!-~]{0,255}")  # printable ASCII, no spaces, 1-256 long
 
 
 class ConfigError(ValueError):
@@ -234,6 +237,11 @@ class ModelRouting(_Base):
     chaos_mode: ChaosModeSettings = ChaosModeSettings()
     models: dict[str, ModelSpec] = Field(default_factory=_default_models)
     upstream_hosts: tuple[str, ...] = DEFAULT_UPSTREAM_HOSTS
+    openai_paths: tuple[str, ...] = Field(
+        default=DEFAULT_OPENAI_PATHS,
+        description="the OpenAI chat-completions paths of the upstream hosts routed like Anthropic messages; "
+        "[]: that door passes through unrouted",
+    )
     tier_rules: TierRules = TierRules()
     account_concurrency: Int | None = Field(
         default=None,
@@ -264,6 +272,21 @@ class ModelRouting(_Base):
         if not hosts:
             raise ValueError("must name at least one host (with none, chaos mode would route nothing)")
         return hosts
+
+    @field_validator("openai_paths")
+    @classmethod
+    def _paths_exact(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        paths = tuple(path.strip() for path in value)
+        for path in paths:
+            if not URL_PATH.fullmatch(path) or "?" in path or "#" in path:
+                shown = repr(path[:40]) + ("..." if len(path) > 40 else "")
+                raise ValueError(
+                    f"{shown}: must be a URL path starting with /, at most 256 printable ASCII characters, "
+                    "no spaces, query or fragment"
+                )
+            if path.rstrip("/").endswith(MESSAGES_SUFFIX):
+                raise ValueError(f"{path!r}: is the Anthropic door (paths ending in {MESSAGES_SUFFIX})")
+        return tuple(dict.fromkeys(path.rstrip("/") or "/" for path in paths))
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelRouting:
