@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from chaos_mode.message_request import BadRequest, MessageRequest, parse_message
 from chaos_mode.pool import RequestInfo
+from json_bodies import assert_exact_rewrite, message_bodies
 
 SECRET = "sk-ant-api03-NeverInAnErrorMessage0123"
 
@@ -184,50 +185,6 @@ def test_with_model_keeps_non_ascii_text_as_it_is() -> None:
 
 
 # -- the promise, for any body: the top-level model's bytes change and nothing else, or BadRequest -----------
-
-_SCALARS = (
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=8)
-)
-_KEYS = st.sampled_from(["model", "mod\u0065l", "ü", ""]) | st.text(max_size=6)
-_VALUES = st.recursive(
-    _SCALARS,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_KEYS, inner, max_size=3),
-    max_leaves=12,
-)
-
-
-@st.composite
-def message_bodies(draw: st.DrawFn) -> tuple[dict[str, Any], str, bytes]:
-    """A JSON object with one top-level string `model` (anywhere among its keys), in any formatting."""
-    members = draw(st.dictionaries(_KEYS.filter(lambda k: k != "model"), _VALUES, max_size=6))
-    model = draw(st.text(min_size=1, max_size=20).filter(str.strip))
-    items = list(members.items())
-    items.insert(draw(st.integers(0, len(items))), ("model", model))
-    text = json.dumps(
-        dict(items),
-        ensure_ascii=draw(st.booleans()),
-        indent=draw(st.sampled_from([None, 0, 2, "\t"])),
-        separators=draw(st.sampled_from([None, (",", ":"), (" ,\n", " :  ")])),
-    )
-    return dict(items), model, text.encode()
-
-
-def assert_exact_rewrite(
-    raw: bytes, original: dict[str, Any], message: MessageRequest, new_model: str
-) -> None:
-    start, end = message.model_span
-    rewritten = message.with_model(new_model)
-    assert json.loads(raw[start:end]) == message.model == original["model"]
-    assert rewritten[:start] == raw[:start]
-    assert rewritten[len(rewritten) - (len(raw) - end) :] == raw[end:]
-    assert json.loads(rewritten[start : len(rewritten) - (len(raw) - end)]) == new_model
-    parsed = json.loads(rewritten)
-    assert parsed == {**original, "model": new_model}
-    assert list(parsed) == list(original)
 
 
 @settings(max_examples=300, deadline=None)

@@ -13,8 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from json import decoder
 from json.encoder import encode_basestring_ascii
-from typing import Any, NoReturn, cast
+from typing import Any, ClassVar, NoReturn, cast
 
+from .doors import Door
 from .pool import RequestInfo
 
 STICKY_HEADER = "x-claude-code-session-id"
@@ -36,6 +37,8 @@ class BadRequest(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class MessageRequest:
+    door: ClassVar[Door] = "anthropic"  # the door it came through (`chat_request.ChatRequest`: openai)
+
     body: dict[str, Any]
     model: str
     raw: bytes  # the decoded body as it came
