@@ -1,15 +1,24 @@
-"""Answers the addon makes itself (chaos_mode.replies): Anthropic-shaped 429s with a sane Retry-After."""
+"""Answers the addon makes itself (chaos_mode.replies): 429s in each door's shape with a sane Retry-After."""
 
 from __future__ import annotations
 
 import json
 import math
 
+import httpx
+import openai
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chaos_mode.replies import MAX_RETRY_AFTER, TRIED_HEADER, rate_limit_error, retry_after_seconds
+from chaos_mode.replies import (
+    MAX_RETRY_AFTER,
+    TRIED_HEADER,
+    chat_rate_limit_error,
+    rate_limit_error,
+    retry_after_seconds,
+)
+from chaos_mode.zai_errors import Action, classify_error
 
 
 @pytest.mark.parametrize(
@@ -68,3 +77,38 @@ def test_no_tried_header_when_nothing_was_tried() -> None:
     assert headers["retry-after"] == "1"
     other, _ = rate_limit_error("queue timeout", retry_after=None, tried=[])
     assert json.loads(body)["request_id"] != json.loads(other)["request_id"]
+
+
+def test_the_openai_doors_429_is_shaped_like_openais_with_the_same_headers() -> None:
+    body, headers = chat_rate_limit_error("no heavy model free", retry_after=4.2, tried=["glm-4.6"])
+    assert json.loads(body) == {
+        "error": {
+            "message": "chaos-mode: no heavy model free",
+            "type": "rate_limit_error",
+            "code": "rate_limit_exceeded",
+        }
+    }
+    assert headers == rate_limit_error("x", retry_after=4.2, tried=["glm-4.6"])[1]
+    # Our own 429 is never read as one of z.ai's business codes (by a proxy in front of this one, say).
+    error = classify_error(429, body, now=0.0)
+    assert error is not None and error.code is None and error.action is Action.COOLDOWN
+
+
+async def test_the_openai_sdk_reads_our_429_as_its_rate_limit_error() -> None:
+    body, headers = chat_rate_limit_error("queue timeout", retry_after=3, tried=[])
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(429, content=body, headers=headers)
+
+    transport = httpx.MockTransport(answer)
+    client = openai.AsyncOpenAI(
+        base_url="http://127.0.0.1:9/api/paas/v4",
+        api_key="k",
+        max_retries=0,
+        http_client=httpx.AsyncClient(transport=transport),
+    )
+    with pytest.raises(openai.RateLimitError) as raised:
+        await client.chat.completions.create(model="glm-4.7", messages=[{"role": "user", "content": "hi"}])
+    assert raised.value.code == "rate_limit_exceeded"
+    assert raised.value.response.headers["retry-after"] == "3"
+    assert "chaos-mode: queue timeout" in raised.value.message

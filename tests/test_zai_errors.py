@@ -233,3 +233,45 @@ HTTP_DATE_NOW = datetime(2015, 10, 21, 7, 27, 30, tzinfo=UTC).timestamp()
 )
 def test_parse_retry_after(value: str | None, seconds: float | None) -> None:
     assert parse_retry_after(value, now=HTTP_DATE_NOW) == seconds
+
+
+def openai_body(code: str | int, message: str = "x") -> str:
+    """z.ai's OpenAI door: `{"error": {"code", "message"}}`."""
+    return json.dumps({"error": {"code": code, "message": message}})
+
+
+@pytest.mark.parametrize(("code", "action"), CODE_TABLE.items())
+def test_every_code_in_the_openai_shape_is_classified_as_in_the_anthropic_shape(
+    code: str, action: Action
+) -> None:
+    for status in (429, 400):
+        from_openai = classify_error(status, openai_body(code), now=NOW)
+        from_anthropic = classify_error(status, anthropic_body(code), now=NOW)
+        assert from_openai is not None and from_openai.action is action
+        assert from_openai == from_anthropic
+
+
+def test_the_openai_shape_gives_the_reset_time_of_a_1308_and_takes_a_numeric_code() -> None:
+    message = "Usage limit reached for 5 hour. Your limit will reset at 2026-09-12 00:35:41"
+    error = classify_error(429, openai_body(1308, message), now=NOW)
+    assert error is not None and error.code == "1308"
+    assert error.reset_at == datetime(2026, 9, 11, 16, 35, 41, tzinfo=UTC).timestamp()
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "action"),
+    [
+        (
+            429,
+            '{"error":{"code":"rate_limit_exceeded","type":"requests","message":"slow down"}}',
+            Action.COOLDOWN,
+        ),
+        (429, '{"error":{"code":null,"message":"[1313] fair use"}}', Action.ACCOUNT_PAUSE),
+        (429, '{"error":{"code":"1399","message":"new"}}', Action.COOLDOWN),  # an unknown 13xx: this model
+        (400, '{"error":{"code":"1214","message":"bad messages"}}', None),  # a bad request: pass it on
+        (400, '{"error":{"code":null,"type":"invalid_request_error","message":"bad"}}', None),
+    ],
+)
+def test_other_openai_shaped_answers(status: int, body: str, action: Action | None) -> None:
+    error = classify_error(status, body, now=NOW)
+    assert (error.action if error is not None else None) is action

@@ -16,8 +16,9 @@ from typing import Final
 from mitmproxy import http
 from mitmproxy.net import encoding
 
+from .dialects import Parse
 from .message_request import STICKY_HEADER, BadRequest, MessageRequest, parse_message
-from .sse import SseObserver, message_usage
+from .sse import SseObserver, StreamObserver, message_usage
 
 CONTENT_ENCODING: Final = b"content-encoding"
 TRANSFER_ENCODING: Final = b"transfer-encoding"
@@ -97,21 +98,24 @@ def _coding(headers: dict[bytes, bytes]) -> str | None:
     raise BadRequest("bad-encoding", f"content-encoding {named} is not one of gzip, deflate, br, zstd")
 
 
-def read_message(request: http.Request, headers: dict[bytes, bytes], *, limit: int) -> MessageRequest:
-    """The request's body parsed for routing, decoded as its content-encoding says; `BadRequest` when
-    it must pass untouched (too large, an encoding that is unknown or does not decode, not routable)."""
+def read_message(
+    request: http.Request, headers: dict[bytes, bytes], *, limit: int, parse: Parse = parse_message
+) -> MessageRequest:
+    """The request's body parsed for routing (by its door's `parse`), decoded as its content-encoding says;
+    `BadRequest` when it must pass untouched (too large, an encoding that is unknown or does not decode,
+    not routable)."""
     raw = request.raw_content
     if raw is None or len(raw) > limit:
         size = "a streamed" if raw is None else f"{len(raw)} bytes"
         raise BadRequest("too-large", f"body of {size} is over the {limit}-byte limit")
     coding = _coding(headers)
     if coding is None:
-        return parse_message(raw, limit=limit)
+        return parse(raw, limit=limit)
     try:
         content = _DECODERS[coding](raw)
     except (ValueError, EOFError, zlib.error, gzip.BadGzipFile):
         raise BadRequest("bad-encoding", f"body does not decode as its content-encoding {coding}") from None
-    return parse_message(content, limit=limit)
+    return parse(content, limit=limit)
 
 
 def set_body(message: http.Message, body: bytes, headers: dict[bytes, bytes]) -> None:
@@ -140,12 +144,15 @@ def is_event_stream(response: http.Response) -> bool:
     return EVENT_STREAM in find_headers(response, _RESPONSE_HEADERS).get(CONTENT_TYPE, b"")
 
 
-def usage_of(response: http.Response) -> list[int] | None:
-    """[input_tokens, output_tokens] of an answer that arrived whole (JSON, or SSE read at once)."""
+def usage_of(
+    response: http.Response, observer_of: Callable[[], StreamObserver] = SseObserver
+) -> list[int] | None:
+    """[input_tokens, output_tokens] of an answer that arrived whole (JSON, or SSE read at once by the
+    door's observer)."""
     headers = find_headers(response, _RESPONSE_HEADERS)
     content = decoded_body(response, headers)
     if EVENT_STREAM in headers.get(CONTENT_TYPE, b""):
-        observer = SseObserver()
+        observer = observer_of()
         observer.feed(content + b"\n\n")
         return [observer.input_tokens, observer.output_tokens]
     return message_usage(content)

@@ -1,4 +1,5 @@
-"""Answers the addon makes itself: Anthropic-format errors with a Retry-After, never a 5xx."""
+"""Answers the addon makes itself: 429s in the format of the door the request came through (Anthropic's or
+OpenAI's), with a Retry-After, never a 5xx."""
 
 from __future__ import annotations
 
@@ -28,10 +29,23 @@ def rate_limit_error(
         "error": {"type": "rate_limit_error", "message": f"chaos-mode: {message}"},
         "request_id": f"chaos_{uuid.uuid4().hex[:24]}",
     }
+    return json.dumps(body).encode(), _headers(retry_after, tried)
+
+
+def chat_rate_limit_error(
+    message: str, *, retry_after: float | None, tried: list[str]
+) -> tuple[bytes, dict[str, str]]:
+    """Body and headers of our own 429 at the OpenAI door, shaped like OpenAI's. Its code is a word, never
+    digits: nothing reads it as one of z.ai's business codes."""
+    error = {"message": f"chaos-mode: {message}", "type": "rate_limit_error", "code": "rate_limit_exceeded"}
+    return json.dumps({"error": error}).encode(), _headers(retry_after, tried)
+
+
+def _headers(retry_after: float | None, tried: list[str]) -> dict[str, str]:
     headers = {
         "content-type": "application/json",
         "retry-after": str(retry_after_seconds(retry_after)),
     }
     if tried:
         headers[TRIED_HEADER] = ", ".join(tried)
-    return json.dumps(body).encode(), headers
+    return headers

@@ -1,4 +1,5 @@
-"""Observer of a streamed Anthropic SSE answer: usage, the served model, message_stop, errors.
+"""Observers of streamed SSE answers: usage, the served model, the end, errors. The Anthropic one here;
+the OpenAI one (chat completions) in `chat_stream`.
 
 It sees network reads (not aligned with events) and never changes or delays a byte.
 """
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, Protocol
 
 _DECODER = json.JSONDecoder()
 _USAGE_KEY = b'"usage"'
@@ -16,8 +17,19 @@ _INTERESTING = re.compile(rb"message_(?:start|delta|stop)|error")  # in an event
 _MAX_EVENT = 1 << 20  # an event larger than this is skipped, not buffered without bound
 
 
-class SseObserver:
-    """Feed it every chunk; read `input_tokens`, `output_tokens`, `model`, `stopped`, `error`."""
+class StreamObserver(Protocol):
+    """What the adapter reads of a streamed answer, whichever door it came through."""
+
+    input_tokens: int
+    output_tokens: int
+    stopped: bool
+
+    def feed(self, chunk: bytes) -> bool: ...
+
+
+class SseEvents:
+    """Splits network reads into SSE events and hands the interesting ones to `_data`; a subclass says
+    which are interesting (`_interesting`, told from the raw bytes) and reads them (`observe`)."""
 
     __slots__ = (
         "_buffer",
@@ -60,8 +72,8 @@ class SseObserver:
                 self._skipping = False
             else:
                 self.events += 1
-                # Content deltas and pings, the bulk, are told by their first bytes and never copied.
-                if _INTERESTING.search(buffer, at, min(at + 64, end)) is not None:
+                # Content deltas and pings, the bulk, are told by their bytes and never copied.
+                if self._interesting(buffer, at, end):
                     changed |= self._event(bytes(buffer[at:end]))
             at = end + sep
         if at:
@@ -71,8 +83,14 @@ class SseObserver:
             self._skipping = True
         return changed
 
+    def _interesting(self, buffer: bytearray, start: int, end: int) -> bool:
+        raise NotImplementedError
+
     def _event(self, raw: bytes) -> bool:
         data = b"".join(line[5:].lstrip() for line in raw.splitlines() if line.startswith(b"data:"))
+        return self._data(data)
+
+    def _data(self, data: bytes) -> bool:
         try:
             payload = json.loads(data)
         except ValueError:
@@ -80,6 +98,30 @@ class SseObserver:
         if not isinstance(payload, dict):
             return False
         return self.observe(payload)
+
+    def observe(self, payload: dict[str, Any]) -> bool:
+        raise NotImplementedError
+
+    def _usage(self, usage: object) -> None:
+        if not isinstance(usage, dict):
+            return
+        tokens_in, tokens_out = usage_counts(usage)
+        self.input_tokens = max(self.input_tokens, tokens_in)
+        self.output_tokens = max(self.output_tokens, tokens_out)
+
+    def _error(self, error: object) -> bool:
+        self.error = error if isinstance(error, dict) else {"message": str(error)}
+        return True
+
+
+class SseObserver(SseEvents):
+    """An Anthropic stream: feed it every chunk; read `input_tokens`, `output_tokens`, `model`, `stopped`,
+    `error`."""
+
+    __slots__ = ()
+
+    def _interesting(self, buffer: bytearray, start: int, end: int) -> bool:
+        return _INTERESTING.search(buffer, start, min(start + 64, end)) is not None
 
     def observe(self, payload: dict[str, Any]) -> bool:
         """Record one decoded event (also used for a non-streamed message body)."""
@@ -96,9 +138,7 @@ class SseObserver:
             self.stopped = True
             return True
         if kind == "error":
-            error = payload.get("error")
-            self.error = error if isinstance(error, dict) else {"message": str(error)}
-            return True
+            return self._error(payload.get("error"))
         if kind == "message":  # a whole, non-streamed answer
             self._message(payload)
             self.stopped = True
@@ -111,15 +151,9 @@ class SseObserver:
             self.model = model
         self._usage(message.get("usage"))
 
-    def _usage(self, usage: object) -> None:
-        if not isinstance(usage, dict):
-            return
-        self.input_tokens = max(self.input_tokens, _count(usage.get("input_tokens")))
-        self.output_tokens = max(self.output_tokens, _count(usage.get("output_tokens")))
-
 
 def message_usage(content: bytes) -> list[int] | None:
-    """[input_tokens, output_tokens] of a whole (non-streamed) message body, else None.
+    """[input_tokens, output_tokens] of a whole (non-streamed) answer of either door, else None.
 
     The answer may be long: only its last `"usage"` object is decoded, not the whole text.
     """
@@ -133,7 +167,14 @@ def message_usage(content: bytes) -> list[int] | None:
         return None
     if not isinstance(usage, dict):
         return None
-    return [_count(usage.get("input_tokens")), _count(usage.get("output_tokens"))]
+    return usage_counts(usage)
+
+
+def usage_counts(usage: dict[str, Any]) -> list[int]:
+    """[input, output] tokens of a usage object: Anthropic's names, else OpenAI's (prompt, completion)."""
+    tokens_in = usage.get("input_tokens", usage.get("prompt_tokens"))
+    tokens_out = usage.get("output_tokens", usage.get("completion_tokens"))
+    return [_count(tokens_in), _count(tokens_out)]
 
 
 def _count(value: object) -> int:

@@ -1,0 +1,41 @@
+"""What each door speaks: how its requests are parsed, its streamed answers read and our own 429 written.
+
+The adapter looks the door up once per request (`doors.route_of`) and then uses only these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+from .chat_request import parse_chat
+from .chat_stream import ChatStreamObserver
+from .doors import Door
+from .message_request import MessageRequest, parse_message
+from .replies import chat_rate_limit_error, rate_limit_error
+from .sse import SseObserver, StreamObserver
+
+
+class Parse(Protocol):
+    def __call__(self, content: bytes, *, limit: int) -> MessageRequest: ...
+
+
+class RateLimitError(Protocol):
+    def __call__(
+        self, message: str, *, retry_after: float | None, tried: list[str]
+    ) -> tuple[bytes, dict[str, str]]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    door: Door
+    parse: Parse  # decoded request body -> a request to route (`BadRequest`: pass it untouched)
+    observer: Callable[[], StreamObserver]  # a new observer of one streamed answer
+    rate_limit_error: RateLimitError  # (body, headers) of our own 429
+
+
+DIALECTS: Final[dict[Door, Dialect]] = {
+    "anthropic": Dialect("anthropic", parse_message, SseObserver, rate_limit_error),
+    "openai": Dialect("openai", parse_chat, ChatStreamObserver, chat_rate_limit_error),
+}
