@@ -210,11 +210,11 @@ async def test_other_paths_pass_through_untouched(
         asyncio.timeout(TEST_TIMEOUT),
     ):
         payload = {"model": OPUS, "messages": [{"role": "user", "content": "hi"}]}
-        direct = await client.post(sim.base_url + "/api/paas/v4/chat/completions", json=payload)
-        proxied = await client.post(reverse_proxy.url + "/api/paas/v4/chat/completions", json=payload)
+        direct = await client.post(sim.base_url + "/api/paas/v4/embeddings", json=payload)
+        proxied = await client.post(reverse_proxy.url + "/api/paas/v4/embeddings", json=payload)
         assert proxied.status_code == direct.status_code == 404
         assert proxied.json()["error"] == direct.json()["error"]
-        assert "/api/paas/v4/chat/completions" in proxied.json()["error"]["message"]
+        assert "/api/paas/v4/embeddings" in proxied.json()["error"]["message"]
 
         got = await client.get(reverse_proxy.url + "/api/anthropic/v1/messages")
         assert got.status_code == 405 and got.headers.get("x-sim-served-model") is None, got.text

@@ -1,5 +1,5 @@
 """A tornado app that plays z.ai's Anthropic endpoint: concurrency limits (changing on request or on a
-schedule), z.ai error bodies, SSE streams."""
+schedule), z.ai error bodies, SSE streams; its OpenAI door (`openai_door.py`) shares the account."""
 
 from __future__ import annotations
 
@@ -173,9 +173,15 @@ class SimServer:
         self.state.add_fault(fault)
 
     def make_app(self) -> tornado.web.Application:
+        from chaos_mode.sim.openai_door import (
+            CHAT_PATHS,
+            ChatCompletionsHandler,
+        )  # it extends this module's handler
+
         args = {"sim": self}
         return tornado.web.Application(
             [
+                (CHAT_PATHS, ChatCompletionsHandler, args),
                 (r"/sim/stats", StatsHandler, args),
                 (r"/sim/faults", FaultsHandler, args),
                 (r"/sim/reset", ResetHandler, args),
@@ -352,6 +358,7 @@ class MessagesHandler(_SimHandler):
     def initialize(self, sim: SimServer) -> None:
         super().initialize(sim)
         self.model: str | None = None
+        self.payload: dict[str, Any] = {}  # the request body, once it parsed as an object
         self._closed = asyncio.Event()
         self._closed_at: float | None = None
 
@@ -387,6 +394,7 @@ class MessagesHandler(_SimHandler):
             self.send_error_body(400, str(exc), request_id=request_id)
             return
         self.model = model
+        self.payload = payload
         self.set_header("x-sim-served-model", model)
 
         if model in sim.refused:
@@ -498,11 +506,11 @@ class MessagesHandler(_SimHandler):
         except TimeoutError:
             pass
 
-    async def _emit(self, event: str, data: dict[str, Any]) -> bool:
+    async def _emit(self, event: bytes) -> bool:
         """Write one SSE event and flush it; False if the client is gone."""
         if self._closed.is_set():
             return False
-        self.write(_sse(event, data))
+        self.write(event)
         try:
             await self.flush()
         except StreamClosedError:
@@ -524,40 +532,17 @@ class MessagesHandler(_SimHandler):
         self.set_status(200)
         self.set_header("Content-Type", "text/event-stream")
         self.set_header("Cache-Control", "no-cache")
-        message = _message(model, input_tokens, output_tokens=1, content=[], stop_reason=None)
-        opening = (
-            ("message_start", {"type": "message_start", "message": message}),
-            (
-                "content_block_start",
-                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-            ),
-            ("ping", {"type": "ping"}),
-        )
-        for event, data in opening:
-            if not await self._emit(event, data):
+        for event in self.stream_opening(model, input_tokens):
+            if not await self._emit(event):
                 return False
         for index in range(tokens):
             if not await self._wait((latency_ms if index == 0 else interval_ms) / 1000.0):
                 return False
-            delta = {"type": "text_delta", "text": token_text(index)}
-            if not await self._emit(
-                "content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}
-            ):
+            if not await self._emit(self.stream_token(model, index)):
                 return False
         if tokens == 0 and not await self._wait(latency_ms / 1000.0):
             return False
-        closing = (
-            _sse("content_block_stop", {"type": "content_block_stop", "index": 0})
-            + _sse(
-                "message_delta",
-                {
-                    "type": "message_delta",
-                    "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-                    "usage": {"output_tokens": tokens},
-                },
-            )
-            + _sse("message_stop", {"type": "message_stop"})
-        )
+        closing = self.stream_closing(model, input_tokens, tokens)
         if self._closed.is_set():
             return False
         await self._finish_and_release(slot, closing)
@@ -569,14 +554,48 @@ class MessagesHandler(_SimHandler):
         if not await self._wait((latency_ms + tokens * interval_ms) / 1000.0):
             return False
         text = "".join(token_text(i) for i in range(tokens))
-        message = _message(
-            model, input_tokens, output_tokens=tokens, content=[{"type": "text", "text": text}],
-            stop_reason="end_turn",
-        )  # fmt: skip
         self.set_status(200)
         self.set_header("Content-Type", "application/json")
-        await self._finish_and_release(slot, json.dumps(message).encode())
+        answer = self.whole_answer(model, input_tokens, tokens, text)
+        await self._finish_and_release(slot, json.dumps(answer).encode())
         return True
+
+    # -- what the answers say: Anthropic's format (the OpenAI door's handler says it its own way) --------
+
+    def stream_opening(self, model: str, input_tokens: int) -> list[bytes]:
+        """The events sent at once, before the first token."""
+        message = _message(model, input_tokens, output_tokens=1, content=[], stop_reason=None)
+        block = {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
+        return [
+            _sse("message_start", {"type": "message_start", "message": message}),
+            _sse("content_block_start", block),
+            _sse("ping", {"type": "ping"}),
+        ]
+
+    def stream_token(self, model: str, index: int) -> bytes:
+        """The event of output token `index`."""
+        delta = {"type": "text_delta", "text": token_text(index)}
+        return _sse("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta})
+
+    def stream_closing(self, model: str, input_tokens: int, tokens: int) -> bytes:
+        """The events that end the stream, sent with its end."""
+        return (
+            _sse("content_block_stop", {"type": "content_block_stop", "index": 0})
+            + _sse(
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                    "usage": {"output_tokens": tokens},
+                },
+            )
+            + _sse("message_stop", {"type": "message_stop"})
+        )
+
+    def whole_answer(self, model: str, input_tokens: int, tokens: int, text: str) -> dict[str, Any]:
+        """A whole, non-streamed answer."""
+        content = [{"type": "text", "text": text}]
+        return _message(model, input_tokens, output_tokens=tokens, content=content, stop_reason="end_turn")
 
 
 def _message(

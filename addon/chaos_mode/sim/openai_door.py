@@ -1,0 +1,108 @@
+"""z.ai's OpenAI-compatible door of the simulator: chat completions on the same account (the same per-model
+and account counts as the Anthropic door), streamed as `chat.completion.chunk` events ending in
+`data: [DONE]` (with a usage chunk first when `stream_options.include_usage` asks), or whole, and errors
+in z.ai's OpenAI shape `{"error": {"code", "message"}}`."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any, Final
+
+from chaos_mode.sim.server import MessagesHandler, SimServer, token_text
+
+# z.ai's general API and its Coding Plan's, as tornado routes them.
+CHAT_PATHS: Final = r"/api(?:/coding)?/paas/v4/chat/completions/?"
+DONE: Final = b"data: [DONE]\n\n"
+
+
+def chat_error_body(message: str, *, code: str | None = None, type_: str | None = None) -> dict[str, Any]:
+    """`{"error": {"code": …, "message": …}}` as z.ai's OpenAI door sends it (no `[code]` prefix)."""
+    error: dict[str, Any] = {}
+    if code is not None:
+        error["code"] = code
+        message = _unwrapped(message, code)
+    if type_ is not None:
+        error["type"] = type_
+    error["message"] = message
+    return {"error": error}
+
+
+def _unwrapped(message: str, code: str) -> str:
+    """`[1302][High concurrency …]` (the Anthropic door's style) -> `High concurrency …`."""
+    prefix = f"[{code}]["
+    if message.startswith(prefix) and message.endswith("]"):
+        return message[len(prefix) : -1]
+    return message
+
+
+def chunk_event(chunk: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
+
+
+def usage(input_tokens: int, output_tokens: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": input_tokens,
+        "completion_tokens": output_tokens,
+        "total_tokens": input_tokens + output_tokens,
+    }
+
+
+class ChatCompletionsHandler(MessagesHandler):
+    """`POST /api/paas/v4/chat/completions` (and the Coding Plan's): the Anthropic door's admission, limits
+    and faults, answers in OpenAI's format."""
+
+    def initialize(self, sim: SimServer) -> None:
+        super().initialize(sim)
+        self.completion_id = "chatcmpl-" + uuid.uuid4().hex[:24]
+        self.created = int(time.time())
+
+    def send_error_body(
+        self,
+        status: int,
+        message: str,
+        *,
+        code: str | None = None,
+        retry_after: float | None = None,
+        error_type: str | None = None,
+        request_id: str | None = None,
+    ) -> None:
+        if retry_after is not None:
+            self.set_header("Retry-After", f"{retry_after:g}")
+        if request_id is not None:
+            self.set_header("request-id", request_id)
+        self.send_json(status, chat_error_body(message, code=code, type_=error_type))
+
+    def _chunk(self, model: str, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
+        return chunk_event({**self._head(model, "chat.completion.chunk"), "choices": [choice]})
+
+    def _head(self, model: str, kind: str) -> dict[str, Any]:
+        return {"id": self.completion_id, "object": kind, "created": self.created, "model": model}
+
+    def stream_opening(self, model: str, input_tokens: int) -> list[bytes]:
+        return [self._chunk(model, {"role": "assistant", "content": ""})]
+
+    def stream_token(self, model: str, index: int) -> bytes:
+        return self._chunk(model, {"content": token_text(index)})
+
+    def stream_closing(self, model: str, input_tokens: int, tokens: int) -> bytes:
+        closing = self._chunk(model, {}, "stop")
+        options = self.payload.get("stream_options")
+        if isinstance(options, dict) and options.get("include_usage") is True:
+            last = {
+                **self._head(model, "chat.completion.chunk"),
+                "choices": [],
+                "usage": usage(input_tokens, tokens),
+            }
+            closing += chunk_event(last)
+        return closing + DONE
+
+    def whole_answer(self, model: str, input_tokens: int, tokens: int, text: str) -> dict[str, Any]:
+        message = {"role": "assistant", "content": text}
+        return {
+            **self._head(model, "chat.completion"),
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+            "usage": usage(input_tokens, tokens),
+        }
