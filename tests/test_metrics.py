@@ -275,10 +275,40 @@ def test_requests_by_model_tier_and_outcome(h: Harness) -> None:
     h.stats.request_done("glm-4.7", "heavy", "ok")
     h.stats.request_done("glm-4.5", "medium", "error")
     h.stats.request_done("claude-sonnet-4-5", "medium", "passthrough")
-    assert h.value("chaos_requests_total", model="glm-4.7", tier="heavy", outcome="ok") == 2.0
-    assert h.value("chaos_requests_total", model="glm-4.5", tier="medium", outcome="error") == 1.0
-    assert h.value("chaos_requests_total", model="other", tier="medium", outcome="passthrough") == 1.0
-    assert h.value("chaos_requests_total", model="glm-4.7", tier="heavy", outcome="error") is None
+    assert (
+        h.value("chaos_requests_total", model="glm-4.7", tier="heavy", outcome="ok", door="anthropic") == 2.0
+    )
+    assert (
+        h.value("chaos_requests_total", model="glm-4.5", tier="medium", outcome="error", door="anthropic")
+        == 1.0
+    )
+    assert (
+        h.value("chaos_requests_total", model="other", tier="medium", outcome="passthrough", door="anthropic")
+        == 1.0
+    )
+    assert (
+        h.value("chaos_requests_total", model="glm-4.7", tier="heavy", outcome="error", door="anthropic")
+        is None
+    )
+
+
+def test_requests_by_door(h: Harness) -> None:
+    h.stats.request_done("glm-4.7", "heavy", "ok", "openai")
+    h.stats.request_done("glm-4.7", "heavy", "ok", "anthropic")
+    h.stats.request_done("glm-4.5", "medium", "rejected", "openai")
+    h.stats.requests[("glm-4.5", "medium", "rejected", "smtp")] += 1  # type: ignore[index]  # never recorded
+    assert h.value("chaos_requests_total", model="glm-4.7", tier="heavy", outcome="ok", door="openai") == 1.0
+    assert (
+        h.value("chaos_requests_total", model="glm-4.7", tier="heavy", outcome="ok", door="anthropic") == 1.0
+    )
+    assert (
+        h.value("chaos_requests_total", model="glm-4.5", tier="medium", outcome="rejected", door="openai")
+        == 1.0
+    )
+    assert (
+        h.value("chaos_requests_total", model="glm-4.5", tier="medium", outcome="rejected", door="other")
+        == 1.0
+    )
 
 
 def test_upstream_errors_by_model_and_code(h: Harness) -> None:
@@ -391,7 +421,10 @@ def test_labels_stay_bounded_when_clients_send_thousands_of_model_names(h: Harne
     # Only the series of the catalog, the fixed sets and `other` were added; never one per client name.
     # requests (1), tokens in/out and cost of `other` (3), upstream errors: http-4xx/5xx
     assert len(series) - before <= 1 + 3 + 200
-    assert h.value("chaos_requests_total", model="other", tier="medium", outcome="ok") == 5000.0
+    assert (
+        h.value("chaos_requests_total", model="other", tier="medium", outcome="ok", door="anthropic")
+        == 5000.0
+    )
     assert h.value("chaos_tokens_total", model="other", direction="input") == 50_000.0
     # 5000 unknown codes on 429s, plus the 25 bare 429s of the status sweep.
     assert h.value("chaos_upstream_errors_total", model="other", code="http-429") == 5025.0
@@ -405,7 +438,7 @@ def test_a_model_dropped_from_the_catalog_folds_into_other(h: Harness) -> None:
     h.stats.reconfigure(smaller)
     models = {labels["model"] for _, labels in _series(h) if "model" in labels}
     assert models == {"glm-4.7", "other"}
-    assert h.value("chaos_requests_total", model="other", tier="heavy", outcome="ok") == 1.0
+    assert h.value("chaos_requests_total", model="other", tier="heavy", outcome="ok", door="anthropic") == 1.0
 
 
 # -- one registry per instance -------------------------------------------------------------------
@@ -418,7 +451,9 @@ def test_registry_per_instance_and_never_the_global_one() -> None:
     a.stats.request_done("glm-4.7", "heavy", "ok")
     assert a.value("chaos_model_in_flight", model="glm-4.7") == 1.0
     assert b.value("chaos_model_in_flight", model="glm-4.7") == 0.0
-    assert b.value("chaos_requests_total", model="glm-4.7", tier="heavy", outcome="ok") is None
+    assert (
+        b.value("chaos_requests_total", model="glm-4.7", tier="heavy", outcome="ok", door="anthropic") is None
+    )
     for name in ("chaos_capacity", "chaos_in_flight", "chaos_enabled"):
         assert prometheus_client.REGISTRY.get_sample_value(name) is None
     # A re-imported script builds a new instance: no "Duplicated timeseries" from the old one.

@@ -33,8 +33,8 @@ def test_thousands_of_unknown_model_names_make_one_label() -> None:
         stats.request_done(name, "medium", "passthrough")
         stats.upstream_error(name, "1211", 400)
         stats.usage(name, 10, 5)
-    assert {model for model, _, _ in stats.requests} == {OTHER_MODEL}
-    assert stats.requests[(OTHER_MODEL, "medium", "passthrough")] == 5000
+    assert {model for model, _, _, _ in stats.requests} == {OTHER_MODEL}
+    assert stats.requests[(OTHER_MODEL, "medium", "passthrough", "anthropic")] == 5000
     assert dict(stats.upstream_errors) == {(OTHER_MODEL, "1211"): 5000}
     assert dict(stats.input_tokens) == {OTHER_MODEL: 50_000}
     assert OTHER_MODEL not in stats.spend  # no price for a model that is not in the catalog
@@ -72,6 +72,23 @@ def test_outcomes_sum_over_models_and_tiers() -> None:
     outcomes = stats.outcomes()
     assert list(outcomes) == list(OUTCOMES)
     assert outcomes == {"ok": 2, "error": 0, "rejected": 1, "aborted": 1, "passthrough": 0}
+
+
+def test_requests_per_door_by_outcome_with_both_doors_always_present() -> None:
+    stats = make_stats()
+    empty = dict.fromkeys(OUTCOMES, 0)
+    assert stats.outcomes_by_door() == {"anthropic": empty, "openai": empty}
+    stats.request_done("glm-4.6", "heavy", "ok")  # the Anthropic door unless said otherwise
+    stats.request_done("glm-4.6", "heavy", "ok", "openai")
+    stats.request_done("glm-4.5", "medium", "rejected", "openai")
+    stats.request_done("claude-x", "medium", "passthrough", "openai")
+    by_door = stats.outcomes_by_door()
+    assert by_door["anthropic"] == {**empty, "ok": 1}
+    assert by_door["openai"] == {**empty, "ok": 1, "rejected": 1, "passthrough": 1}
+    assert stats.outcomes() == {**empty, "ok": 2, "rejected": 1, "passthrough": 1}  # over both doors
+    document = chaos_stats(ChaosPool(CONFIG).get_status(), stats)
+    assert document["requestsByDoor"] == by_door
+    assert document["requests"] == stats.outcomes()
 
 
 def test_queue_wait_buckets_are_cumulative() -> None:

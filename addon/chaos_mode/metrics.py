@@ -15,6 +15,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from .catalog import REQUEST_TIERS
+from .doors import DOORS
 from .pool import ChaosPool
 from .stats import OTHER_MODEL, OUTCOMES, WAIT_BUCKETS, Stats
 from .zai_errors import KNOWN_CODES
@@ -111,8 +112,9 @@ METRICS: Final[tuple[MetricSpec, ...]] = (
     _spec(
         "requests_total",
         "counter",
-        ("model", "tier", "outcome"),
-        "Finished Messages requests by model (the last one tried), request tier and outcome.",
+        ("model", "tier", "outcome", "door"),
+        "Finished requests by model (the last one tried), request tier, outcome and door (anthropic: "
+        "messages, openai: chat completions).",
     ),
     _spec(
         "upstream_errors_total",
@@ -301,8 +303,8 @@ class PoolCollector(Collector):
             return name if name in REQUEST_TIERS else OTHER
 
         requests = _fold(
-            ((model(m), tier(t), o if o in OUTCOMES else OTHER), float(n))
-            for (m, t, o), n in stats.requests.items()
+            ((model(m), tier(t), o if o in OUTCOMES else OTHER, d if d in DOORS else OTHER), float(n))
+            for (m, t, o, d), n in stats.requests.items()
         )
         for labels, value in sorted(requests.items()):
             f.counter("requests").add_metric(list(labels), value)

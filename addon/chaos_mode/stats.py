@@ -10,6 +10,7 @@ from itertools import accumulate
 from typing import Any, Literal
 
 from .config import ModelRouting
+from .doors import DOORS, Door
 from .zai_errors import KNOWN_CODES
 
 Outcome = Literal["ok", "error", "rejected", "aborted", "passthrough"]
@@ -23,7 +24,7 @@ class Stats:
 
     def __init__(self, config: ModelRouting, wall_clock: Callable[[], float] = time.time) -> None:
         self._wall_clock = wall_clock
-        self.requests: Counter[tuple[str, str, Outcome]] = Counter()  # (model, tier, outcome)
+        self.requests: Counter[tuple[str, str, Outcome, Door]] = Counter()  # (model, tier, outcome, door)
         self.upstream_errors: Counter[tuple[str, str]] = Counter()  # (model, code)
         self.input_tokens: Counter[str] = Counter()
         self.output_tokens: Counter[str] = Counter()
@@ -56,8 +57,8 @@ class Stats:
         """Per tier, how many waits were at most each bound of WAIT_BUCKETS (cumulative, as Prometheus)."""
         return {tier: list(accumulate(hits[:-1])) for tier, hits in self._wait_hits.items()}
 
-    def request_done(self, model: str | None, tier: str, outcome: Outcome) -> None:
-        self.requests[(self.label(model), tier, outcome)] += 1
+    def request_done(self, model: str | None, tier: str, outcome: Outcome, door: Door = "anthropic") -> None:
+        self.requests[(self.label(model), tier, outcome, door)] += 1
 
     def upstream_error(self, model: str, code: str | None, status: int) -> None:
         label = code if code in KNOWN_CODES else f"http-{status}"  # bounded: never a raw code
@@ -80,8 +81,15 @@ class Stats:
 
     def outcomes(self) -> dict[str, int]:
         totals: dict[str, int] = dict.fromkeys(OUTCOMES, 0)
-        for (_, _, outcome), n in self.requests.items():
+        for (_, _, outcome, _), n in self.requests.items():
             totals[outcome] += n
+        return totals
+
+    def outcomes_by_door(self) -> dict[Door, dict[str, int]]:
+        """Finished requests per door (both always present), by outcome."""
+        totals: dict[Door, dict[str, int]] = {door: dict.fromkeys(OUTCOMES, 0) for door in DOORS}
+        for (_, _, outcome, door), n in self.requests.items():
+            totals[door][outcome] += n
         return totals
 
 
@@ -115,6 +123,7 @@ def chaos_stats(status: dict[str, Any], stats: Stats) -> dict[str, Any]:
         "accountPause": status["accountPause"],
         "sticky": status["sticky"],
         "requests": stats.outcomes(),
+        "requestsByDoor": stats.outcomes_by_door(),
         "badRequests": dict(stats.bad_requests),
         "exposedListen": list(stats.exposed_listen),
         "failovers": stats.failovers,
