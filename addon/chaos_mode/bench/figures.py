@@ -79,6 +79,7 @@ def summarize(
         "clientOtherErrors": sum(r.other_errors for r in records),
         "unstreamed": sum(1 for r in done if r.streamed is False),  # answers that came in one piece
         "upstream429": upstream_429,
+        "doors": _doors(records),
         "simRequests": sim_requests,
         "ttftMs": _spread([r.ttft for r in done if r.ttft is not None]),
         "queueWaitMs": _spread([r.wait for r in done if r.wait is not None]),
@@ -103,6 +104,17 @@ def summarize(
             "sticky": proxy_status.get("sticky"),
         }
     return summary
+
+
+def _doors(records: Sequence[RequestRecord]) -> dict[str, dict[str, int]]:
+    """Per door the agents spoke: requests, completed, client 429s."""
+    doors: dict[str, dict[str, int]] = {}
+    for r in records:
+        door = doors.setdefault(r.door, {"requests": 0, "completed": 0, "client429": 0})
+        door["requests"] += 1
+        door["completed"] += r.ok
+        door["client429"] += r.client_429
+    return doors
 
 
 def add_speedups(scenarios: list[dict[str, Any]], reference: str = "baseline") -> None:

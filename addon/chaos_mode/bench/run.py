@@ -158,6 +158,7 @@ async def run_through(
     swarm = SwarmOptions(
         models=scenario.models,
         agent_models=agent_models(scenario, len(workload.agents)),
+        openai_every=scenario.openai_every,
         max_attempts=max_attempts,
         seed=workload.spec.seed,
     )

@@ -1,4 +1,5 @@
-"""A swarm of simulated coding agents: each sends its requests one after another, streamed, like Claude Code.
+"""A swarm of simulated coding agents: each sends its requests one after another, streamed, like Claude Code
+(Anthropic messages) or, for a mixed swarm, like an OpenAI-compatible coding tool (chat completions).
 
 On a 429 an agent waits as Claude Code does (the Anthropic SDK's policy): `Retry-After` when given (at most
 60 s), else exponential back-off 0.5 s × 2^n capped at 8 s, minus up to 25 % jitter; then it sends again.
@@ -17,13 +18,16 @@ import httpx
 
 from chaos_mode.catalog import RequestTier
 
-from .workload import Request, Workload
+from .workload import OPENAI_MODELS, Request, Workload
 
 MESSAGES_PATH = "/api/anthropic/v1/messages"
+CHAT_PATH = "/api/coding/paas/v4/chat/completions"  # the Coding Plan's OpenAI door
 SESSION_HEADER = "x-claude-code-session-id"
 MAX_RETRY_AFTER = 60.0
 DELTA = b"event: content_block_delta"
 STOP = b"event: message_stop"
+CHAT_DELTA = b'"delta":{"content":'  # a chunk with text (the first chunk's delta opens with the role)
+CHAT_DONE = b"data: [DONE]"
 
 
 def retry_delay(
@@ -59,6 +63,7 @@ class RequestRecord:
     tier: RequestTier
     sent_model: str
     sent: float  # first attempt
+    door: str = "anthropic"  # anthropic (messages) or openai (chat completions)
     attempts: int = 0
     client_429: int = 0
     other_errors: int = 0
@@ -113,33 +118,81 @@ class SwarmProgress:
 class SwarmOptions:
     models: Mapping[RequestTier, str]  # tier -> the model name the agents send
     agent_models: Sequence[str] = ()  # when given: agent -> the one model it sends, whatever the tier
+    openai_every: int = 0  # n > 0: every n-th agent speaks OpenAI chat completions (0: none)
+    openai_models: Mapping[RequestTier, str] = field(default_factory=lambda: dict(OPENAI_MODELS))
     max_attempts: int = 60
     seed: int = 1
     timeout: float = 180.0
 
 
-def _body(request: Request, model: str) -> dict[str, object]:
-    prompt = (
-        f"agent {request.agent}, step {request.index}: continue the refactoring of module {request.agent}"
-    )
+def _prompt(request: Request) -> str:
+    return f"agent {request.agent}, step {request.index}: continue the refactoring of module {request.agent}"
+
+
+def _message_body(request: Request, model: str) -> dict[str, object]:
     return {
         "model": model,
         "max_tokens": 1024,
         "stream": True,
         "system": f"You are coding agent {request.agent} of a swarm.",
-        "messages": [{"role": "user", "content": prompt}],
+        "messages": [{"role": "user", "content": _prompt(request)}],
     }
 
 
-def _headers(request: Request) -> dict[str, str]:
+def _chat_body(request: Request, model: str) -> dict[str, object]:
     return {
-        "x-api-key": "bench-key",
-        "anthropic-version": "2023-06-01",
-        SESSION_HEADER: f"bench-agent-{request.agent}",
+        "model": model,
+        "max_tokens": 1024,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "messages": [
+            {"role": "system", "content": f"You are coding agent {request.agent} of a swarm."},
+            {"role": "user", "content": _prompt(request)},
+        ],
+    }
+
+
+def _sim_headers(request: Request) -> dict[str, str]:
+    return {
         "x-sim-latency-ms": f"{request.latency_ms:g}",
         "x-sim-output-tokens": str(request.output_tokens),
         "x-sim-token-interval-ms": f"{request.token_interval_ms:g}",
     }
+
+
+@dataclass(frozen=True, slots=True)
+class AgentDoor:
+    """How an agent speaks: where it posts, what, and how it tells its answer's first token and end."""
+
+    name: str
+    path: str
+    body: Callable[[Request, str], dict[str, object]]
+    headers: Callable[[Request], dict[str, str]]
+    first_token: bytes
+    end: bytes
+
+
+ANTHROPIC_AGENT = AgentDoor(
+    "anthropic",
+    MESSAGES_PATH,
+    _message_body,
+    lambda r: {
+        "x-api-key": "bench-key",
+        "anthropic-version": "2023-06-01",
+        SESSION_HEADER: f"bench-agent-{r.agent}",
+    },
+    DELTA,
+    STOP,
+)
+OPENAI_AGENT = AgentDoor(
+    "openai", CHAT_PATH, _chat_body, lambda r: {"authorization": "Bearer bench-key"}, CHAT_DELTA, CHAT_DONE
+)
+
+
+def agent_door(agent: int, options: SwarmOptions) -> AgentDoor:
+    """Every `openai_every`-th agent (the 2nd, 4th... for 2) speaks OpenAI; the others Anthropic."""
+    every = options.openai_every
+    return OPENAI_AGENT if every > 0 and agent % every == every - 1 else ANTHROPIC_AGENT
 
 
 async def _one(
@@ -150,10 +203,16 @@ async def _one(
     start: float,
     progress: SwarmProgress,
 ) -> RequestRecord:
-    model = options.agent_models[request.agent] if options.agent_models else options.models[request.tier]
+    door = agent_door(request.agent, options)
+    if options.agent_models:
+        model = options.agent_models[request.agent]
+    else:
+        model = (options.openai_models if door is OPENAI_AGENT else options.models)[request.tier]
     clock = time.perf_counter
-    record = RequestRecord(request.agent, request.index, request.tier, model, sent=clock() - start)
-    body, headers = _body(request, model), _headers(request)
+    record = RequestRecord(
+        request.agent, request.index, request.tier, model, sent=clock() - start, door=door.name
+    )
+    body, headers = door.body(request, model), {**door.headers(request), **_sim_headers(request)}
     failures = 0
     while record.attempts < options.max_attempts:
         record.attempts += 1
@@ -161,23 +220,23 @@ async def _one(
         retry_after: str | None = None
         progress.in_flight += 1
         try:
-            async with client.stream("POST", MESSAGES_PATH, json=body, headers=headers) as response:
+            async with client.stream("POST", door.path, json=body, headers=headers) as response:
                 at_headers = clock() - start
                 if response.status_code == 200:
                     first: float | None = None
                     window = b""
                     async for chunk in response.aiter_raw():
                         window = window[-128:] + chunk
-                        if first is None and DELTA in window:
+                        if first is None and door.first_token in window:
                             first = clock() - start
-                    if STOP in window:
+                    if door.end in window:
                         record.ok = True
                         record.served_model = response.headers.get("x-sim-served-model")
                         record.streamed = "content-length" not in response.headers
                         record.last_sent, record.headers, record.first_token = sent, at_headers, first
                         record.done = clock() - start
                         return record
-                    record.other_errors += 1  # a stream that ended without message_stop
+                    record.other_errors += 1  # a stream that ended without its end (message_stop, [DONE])
                 else:
                     await response.aread()
                     retry_after = response.headers.get("retry-after")

@@ -17,6 +17,12 @@ CLAUDE_MODELS: Final[dict[RequestTier, str]] = {
     "medium": "claude-sonnet-4-5",
     "light": "claude-3-5-haiku-latest",
 }
+# What an OpenAI-compatible tool (Cline, Roo Code, OpenCode...) on z.ai sends for each tier of work.
+OPENAI_MODELS: Final[dict[RequestTier, str]] = {
+    "heavy": "glm-4.7",
+    "medium": "glm-4.5",
+    "light": "glm-4.5-flash",
+}
 ZAI_DEFAULT_MODELS: Final[dict[RequestTier, str]] = {
     "heavy": "glm-4.7",
     "medium": "glm-4.7",
