@@ -4,11 +4,14 @@ shared by the property tests of both doors' request bodies."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from hypothesis import strategies as st
 
 from chaos_mode.message_request import MessageRequest
+
+Case = tuple[dict[str, Any], str, bytes]  # (the object, its model, its bytes)
 
 _SCALARS = (
     st.none()
@@ -53,3 +56,11 @@ def assert_exact_rewrite(
     parsed = json.loads(rewritten)
     assert parsed == {**original, "model": new_model}
     assert list(parsed) == list(original)
+
+
+def check_exact_rewrite(parse: Callable[..., MessageRequest], case: Case, new_model: str) -> None:
+    """`parse` reads the body as JSON does, and rewrites exactly the bytes of its top-level model."""
+    original, _, raw = case
+    request = parse(raw, limit=1 << 20)
+    assert request.body == original
+    assert_exact_rewrite(raw, original, request, new_model)

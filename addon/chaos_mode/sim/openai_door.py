@@ -58,21 +58,10 @@ class ChatCompletionsHandler(MessagesHandler):
         self.completion_id = "chatcmpl-" + uuid.uuid4().hex[:24]
         self.created = int(time.time())
 
-    def send_error_body(
-        self,
-        status: int,
-        message: str,
-        *,
-        code: str | None = None,
-        retry_after: float | None = None,
-        error_type: str | None = None,
-        request_id: str | None = None,
-    ) -> None:
-        if retry_after is not None:
-            self.set_header("Retry-After", f"{retry_after:g}")
-        if request_id is not None:
-            self.set_header("request-id", request_id)
-        self.send_json(status, chat_error_body(message, code=code, type_=error_type))
+    def error_document(
+        self, status: int, message: str, code: str | None, request_id: str, error_type: str | None
+    ) -> dict[str, Any]:
+        return chat_error_body(message, code=code, type_=error_type)
 
     def _chunk(self, model: str, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
         choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}

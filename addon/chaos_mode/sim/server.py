@@ -254,9 +254,13 @@ class _SimHandler(tornado.web.RequestHandler):
         if retry_after is not None:
             self.set_header("Retry-After", f"{retry_after:g}")
         self.set_header("request-id", request_id)
-        self.send_json(
-            status, error_body(status, message, code=code, request_id=request_id, type_=error_type)
-        )
+        self.send_json(status, self.error_document(status, message, code, request_id, error_type))
+
+    def error_document(
+        self, status: int, message: str, code: str | None, request_id: str, error_type: str | None
+    ) -> dict[str, Any]:
+        """An error body in z.ai's Anthropic shape (the OpenAI door's handler has its own)."""
+        return error_body(status, message, code=code, request_id=request_id, type_=error_type)
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         self.clear_header("Retry-After")
