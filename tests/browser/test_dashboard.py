@@ -275,3 +275,21 @@ async def test_dashboard_warns_when_the_proxy_listens_beyond_loopback(chromium: 
             assert "--listen-host 127.0.0.1" in text
         finally:
             await browser.close()
+
+
+async def test_dashboard_counts_only_usable_slots_and_shows_the_rest_apart(chromium: str) -> None:
+    """A model no request may use (here excluded) is not capacity: 26 usable slots, 2 out (issue 13)."""
+    config = {**PROXY_CONFIG, "chaosMode": {"enabled": True, "excludeModels": ["glm-4.5-x"]}}
+    async with ProxyProcess(config=config, start_timeout=30.0) as proxy, async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = await browser.new_page()
+            page.set_default_timeout(WAIT_MS)
+            await page.goto(f"http://127.0.0.1:{proxy.web_port}/")
+            await page.wait_for_selector("#out-capacity:not([hidden])")
+            assert await page.text_content("#out-capacity") == "+ 2 slots out: glm-4.5-x"
+            assert await page.text_content("#total") == "26"
+            heavy = await page.text_content('tr.tier[data-tier="HEAVY"] span')
+            assert heavy == "3 models · 0/6 usable slots in use · 2 out"
+        finally:
+            await browser.close()
