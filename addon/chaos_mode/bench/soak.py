@@ -17,7 +17,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -45,6 +45,7 @@ SETTLE_SECONDS: Final = 10.0
 TRACEBACK: Final = re.compile(r"^Traceback \(most recent call last\):$", re.M)
 
 Log = Callable[[str], None]
+DESCRIPTION: Final = "Drive requests with a fault mix through a real mitmdump; report what was left behind."
 
 
 @dataclass(frozen=True)
@@ -246,32 +247,25 @@ def render(doc: Mapping[str, Any]) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    defaults = SoakOptions()
-    p = argparse.ArgumentParser(prog="python -m chaos_mode.bench.soak", description=__doc__.split("\n")[0])
-    p.add_argument("--requests", type=int, default=defaults.requests)
-    p.add_argument("--concurrency", type=int, default=defaults.concurrency)
-    p.add_argument(
-        "--fault-share", type=float, default=defaults.fault_share, help="share of requests with a fault"
-    )
-    p.add_argument("--restarts", type=int, default=defaults.restarts, help="times the upstream is killed")
-    p.add_argument(
-        "--max-seconds", type=float, default=defaults.max_seconds, help="no request starts after this"
-    )
-    p.add_argument("--seed", type=int, default=defaults.seed)
+    """One option per `SoakOptions` field, with its default."""
+    helps = {
+        "fault_share": "share of requests with a fault (default %(default)s)",
+        "restarts": "times the upstream is killed and started again (default %(default)s)",
+        "max_seconds": "no request starts after this many seconds (default %(default)s)",
+        "read_timeout": "seconds a client waits for an answer that does not come (default %(default)s)",
+    }
+    p = argparse.ArgumentParser(prog="python -m chaos_mode.bench.soak", description=DESCRIPTION)
+    for option in fields(SoakOptions):
+        default = option.default
+        flag = "--" + option.name.replace("_", "-")
+        p.add_argument(
+            flag, type=type(default), default=default, help=helps.get(option.name, "(default %(default)s)")
+        )
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    options = replace(
-        SoakOptions(),
-        requests=args.requests,
-        concurrency=args.concurrency,
-        fault_share=args.fault_share,
-        restarts=args.restarts,
-        max_seconds=args.max_seconds,
-        seed=args.seed,
-    )
+    options = SoakOptions(**vars(parser().parse_args(argv)))
     doc = asyncio.run(run_soak(options, log=lambda line: print(line, file=sys.stderr, flush=True)))
     print(render(doc))
     clean = doc["slotsLeaked"] == 0 and not doc["tracebacks"] and (doc["rssGrowth"] or 0) < 0.10

@@ -10,11 +10,13 @@ from typing import Final, Literal
 
 import httpx
 
+from .workload import CLAUDE_MODELS
+
 Behaviour = Literal["normal", "abort-queued", "abort-mid-stream"]
 CLIENT_FAULTS: Final[tuple[Behaviour, ...]] = ("abort-queued", "abort-mid-stream")
 # What the client saw; `aborted` is the client's own doing, the others are what the proxy gave it.
 OUTCOMES: Final = ("ok", "aborted", "rejected-429", "upstream-error", "broken", "timeout")
-MODELS: Final = ("claude-opus-4-5", "claude-sonnet-4-5", "claude-3-5-haiku-latest")
+MODELS: Final = (CLAUDE_MODELS["heavy"], CLAUDE_MODELS["medium"], CLAUDE_MODELS["light"])
 MODEL_WEIGHTS: Final = (0.3, 0.4, 0.3)
 PATH: Final = "/api/anthropic/v1/messages"
 SIM_SERVER: Final = "chaos-sim"  # the simulator's Server header; the proxy's own 429 has none
@@ -52,7 +54,7 @@ def plan_request(rng: random.Random, client_fault_share: float) -> Plan:
     draw = rng.random()
     latency = rng.randint(20, 60)
     if draw < client_fault_share / 2:
-        return Plan("claude-opus-4-5", True, latency, "abort-queued", rng.uniform(0.0, 0.02))
+        return Plan(CLAUDE_MODELS["heavy"], True, latency, "abort-queued", rng.uniform(0.0, 0.02))
     if draw < client_fault_share:
         return Plan(_model(rng), True, latency, "abort-mid-stream")
     return Plan(_model(rng), rng.random() < 0.7, latency)
