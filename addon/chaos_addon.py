@@ -1,5 +1,6 @@
 """mitmproxy entry point: `mitmdump -s addon/chaos_addon.py`."""
 
+import logging
 import sys
 from pathlib import Path
 
@@ -8,6 +9,16 @@ try:
 except ImportError:  # a plain checkout: the package sits beside this script
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from chaos_mode.addon import ChaosMode
+try:
+    from chaos_mode.addon import ChaosMode
+except ModuleNotFoundError as exc:  # mitmproxy installed on its own (pipx, brew, the binary)
+    from chaos_mode.dependencies import install_hint, missing_package
 
-addons = [ChaosMode()]
+    package = missing_package(exc)
+    if package is None:
+        raise
+    # One line instead of mitmproxy's traceback; an error at start-up makes mitmdump exit.
+    logging.getLogger("chaos_mode").error(install_hint(package))
+    addons: list[object] = []
+else:
+    addons = [ChaosMode()]

@@ -323,3 +323,13 @@ def test_a_config_error_is_one_line() -> None:
     with pytest.raises(ConfigError) as raised:
         routing(models={"a\nb": {"tier": "HUGE", "maxConcurrency": 1}})
     assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("block", "where"),
+    [({"": 1}, "modelRouting.'': Extra inputs"), ({"a\nb": 1}, "modelRouting.'a\\nb': Extra inputs")],
+)
+def test_an_empty_or_odd_key_is_quoted_in_the_error(block: dict[str, object], where: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_config({"modelRouting": block})
+    assert str(raised.value) == f"config: {where} are not permitted"

@@ -159,14 +159,18 @@ def test_out_of_rotation_is_a_zero_one_gauge_without_a_reason_label(h: Harness) 
     assert h.value("chaos_model_out_of_rotation", model="glm-4.5-x") == 1.0
     assert h.value("chaos_model_cooldown_seconds", model="glm-4.5-x") == 0.0  # out is not a countdown
     assert h.value("chaos_model_out_of_rotation", model="glm-4.7") == 0.0
+    # Its slots leave the usable capacity and are shown apart (issue 13).
+    assert (h.value("chaos_capacity"), h.value("chaos_out_capacity")) == (26.0, 2.0)
     assert h.pool.restore("glm-4.5-x")
     assert h.value("chaos_model_out_of_rotation", model="glm-4.5-x") == 0.0
+    assert (h.value("chaos_capacity"), h.value("chaos_out_capacity")) == (28.0, 0.0)
 
 
 def test_excluded_models() -> None:
     h = Harness(routing(chaosMode={"enabled": True, "excludeModels": ["glm-4.5-x"]}))
     assert h.value("chaos_model_excluded", model="glm-4.5-x") == 1.0
     assert h.value("chaos_model_excluded", model="glm-4.7") == 0.0
+    assert (h.value("chaos_capacity"), h.value("chaos_out_capacity")) == (26.0, 2.0)
 
 
 def test_account_pause_seconds(h: Harness) -> None:

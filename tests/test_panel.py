@@ -50,7 +50,7 @@ def test_every_model_has_a_row_and_the_box_is_aligned() -> None:
     assert set(rows(text)) == set(pool.config.models)
     assert len({len(line) for line in lines}) == 1  # every line as wide as the box
     assert lines[0].startswith("┌─ Chaos Mode ") and lines[-1].startswith("└")
-    assert "Strategy: least-loaded    Utilization: 0% (0/28)" in text
+    assert "Strategy: least-loaded    Utilization: 0% (0/28 usable slots)" in text
     assert "Queue: 0 waiting" in text and "failovers: 0" in text
 
 
@@ -64,7 +64,7 @@ def test_in_flight_counts_bars_and_utilization() -> None:
     assert row["glm-4.7"].split()[2:4] == ["███", "3/3"]
     assert row["glm-4.5"].split()[2:4] == ["█░░░░░░░░░", "1/10"]
     assert "3/3" in row["glm-4.7"] and "1/10" in row["glm-4.5"] and "0/2" in row["glm-4.5-x"]
-    assert "Utilization: 14% (4/28)" in text
+    assert "Utilization: 14% (4/28 usable slots)" in text
 
 
 def test_cooldowns_out_of_rotation_and_account_pause_are_shown() -> None:
@@ -80,6 +80,8 @@ def test_cooldowns_out_of_rotation_and_account_pause_are_shown() -> None:
     row = rows(text)
     assert row["glm-4.6"].rstrip(" │").endswith("1302 (8.0s)")
     assert "out: no balance or model not in plan (1113)" in row["glm-4.5-x"]
+    # Its slots are not usable capacity: said apart, not counted in the utilization (issue 13).
+    assert "Utilization: 0% (0/26 usable slots)    Out: 2 slots: glm-4.5-x (no balance or model" in text
     assert row["glm-4.7"].rstrip(" │").endswith("-")
     assert "Account paused" not in text
     clock.now += 1.5

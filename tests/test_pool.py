@@ -609,6 +609,39 @@ def test_reconfigure_lowering_caps_below_what_is_held() -> None:
     assert h.pool.try_acquire("light") is not None
 
 
+def test_capacity_counts_only_slots_a_request_can_use() -> None:
+    """glm-4.5-x out of rotation with every other slot full: 26/26, its 2 slots shown apart (issue 13)."""
+    h = Harness(routing())
+    assert h.pool.acquire("glm-4.5-x")
+    assert h.pool.report_error("glm-4.5-x", h.error("1113")) == math.inf
+    h.fill("light")
+    status = h.pool.get_status()
+    assert status["totalCapacity"] == 26
+    assert status["usedCapacity"] == 27  # every slot held, the one finishing on glm-4.5-x included
+    assert status["utilization"] == 1.0
+    why = "no balance or model not in plan (1113)"
+    assert status["outCapacity"] == {"slots": 2, "inFlight": 1, "models": {"glm-4.5-x": why}}
+    assert status["models"]["glm-4.5-x"]["usable"] is False
+    assert status["models"]["glm-4.7"]["usable"] is True
+
+
+@pytest.mark.parametrize(
+    ("block", "model", "why"),
+    [
+        ({"chaosMode": {"excludeModels": ["glm-4.5"]}}, "glm-4.5", "excluded (chaosMode.excludeModels)"),
+        ({"chaosMode": {"includeFreeModels": False}}, "glm-4.5-flash", "free models off"),
+        ({"chaosMode": {"qualityFloor": {"light": "MEDIUM"}}}, "glm-4.7-flashx", "below every quality floor"),
+    ],
+)
+def test_a_model_no_tier_may_use_is_not_usable_capacity(block: dict[str, Any], model: str, why: str) -> None:
+    h = Harness(routing(**block))
+    status = h.pool.get_status()
+    out = status["outCapacity"]
+    assert why in out["models"][model]
+    assert status["totalCapacity"] == 28 - out["slots"]
+    assert out["slots"] == sum(h.pool.config.models[name].max_concurrency for name in out["models"])
+
+
 def test_reconfigure_dropping_a_model_that_is_held() -> None:
     h = Harness(routing())
     assert h.pool.acquire("glm-4.5-x")
@@ -618,6 +651,7 @@ def test_reconfigure_dropping_a_model_that_is_held() -> None:
     assert status["models"]["glm-4.5-x"]["inFlight"] == 1
     assert status["models"]["glm-4.5-x"]["capacity"] == 0
     assert status["totalCapacity"] == 3
+    assert status["outCapacity"]["models"] == {"glm-4.5-x": "not in the catalog (dropped by a reload)"}
     assert h.pool.release("glm-4.5-x") is True
     assert h.pool.in_flight() == 0
 
@@ -628,6 +662,7 @@ STATUS_KEYS = {
     "models",
     "totalCapacity",
     "usedCapacity",
+    "outCapacity",
     "utilization",
     "accountPause",
     "queue",
@@ -647,6 +682,7 @@ MODEL_KEYS = {
     "cooldownReason",
     "excluded",
     "free",
+    "usable",
     "catalogLimit",
     "learnedLimit",
     "limitCeiling",
@@ -665,6 +701,7 @@ def test_get_status() -> None:
     assert list(idle["models"]) == ALL
     assert idle["totalCapacity"] == 28
     assert (idle["usedCapacity"], idle["utilization"], idle["accountPause"]) == (0, 0.0, None)
+    assert idle["outCapacity"] == {"slots": 0, "inFlight": 0, "models": {}}
     assert idle["queue"] == {
         "waiting": 0,
         "waitingByTier": {"heavy": 0, "medium": 0, "light": 0},
@@ -693,6 +730,7 @@ def test_get_status() -> None:
         "cooldownReason": None,
         "excluded": False,
         "free": False,
+        "usable": True,
         "catalogLimit": 10,
         "learnedLimit": 10,
         "limitCeiling": 40,

@@ -848,3 +848,35 @@ async def test_schedule_runs_on_the_event_loop(make_sim: MakeSim, http: httpx.As
     changes = (await stats(http, server))["limitChanges"]
     assert [c["limits"]["glm-4.7"] for c in changes] == [3, 5, 7]
     assert 0.05 <= changes[1]["at"] <= changes[2]["at"]
+
+
+async def test_a_cut_answer_breaks_off_mid_way_and_frees_its_slot(
+    make_sim: MakeSim, http: httpx.AsyncClient
+) -> None:
+    server = await make_sim(fault_rates={"cut": 1.0})
+    for stream in (True, False):
+        body = {"model": "glm-4.5", "max_tokens": 5, "messages": MSGS, "stream": stream}
+        with pytest.raises(httpx.RemoteProtocolError):
+            async with http.stream("POST", server.anthropic_base_url + "/v1/messages", json=body) as response:
+                assert response.status_code == 200
+                await response.aread()
+    s = await stats(http, server)
+    assert s["brokenAnswers"] == {"cut": 2}
+    assert s["models"]["glm-4.5"]["served"] == 2 and s["account"]["inFlight"] == 0
+
+
+async def test_a_hung_request_is_never_answered_and_ends_when_the_client_leaves(
+    make_sim: MakeSim, http: httpx.AsyncClient
+) -> None:
+    server = await make_sim()
+    server.add_fault(Fault(model="glm-4.5", code="hang"))
+    with pytest.raises(httpx.ReadTimeout):
+        body = {"model": "glm-4.5", "max_tokens": 5, "messages": MSGS}
+        await http.post(
+            server.anthropic_base_url + "/v1/messages", json=body, timeout=httpx.Timeout(5.0, read=0.3)
+        )
+    s = await stats(http, server)
+    assert s["brokenAnswers"] == {"hang": 1} and s["account"]["inFlight"] == 0
+    assert (await post(http, server, "glm-4.5")).status_code == 200  # the next one is answered
+    async with asyncio.timeout(5):
+        await server.stop()  # nothing left hanging

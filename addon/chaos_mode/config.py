@@ -344,10 +344,20 @@ def default_config() -> ModelRouting:
 _KEYED_MESSAGE = re.compile(r"^(?P<key>[A-Za-z]\w*(?:\.[A-Za-z]\w*)*): (?P<message>.*)$", re.S)
 
 
+_PLAIN_KEY = re.compile(r"[\w.\-\[\]]+")
+
+
+def key_step(part: object) -> str:
+    """One step of a key path as an error shows it: as written, or quoted when it is empty or holds
+    spaces or signs (`'': Extra inputs are not permitted`, not a bare `: ...`)."""
+    text = str(part)
+    return text if isinstance(part, int) or _PLAIN_KEY.fullmatch(text) else repr(text)
+
+
 def _format_errors(error: ValidationError) -> str:
     lines = []
     for item in error.errors():
-        where = ".".join(str(part) for part in item["loc"])
+        where = ".".join(key_step(part) for part in item["loc"])
         message = item["msg"].removeprefix("Value error, ")
         # Cross-field checks name the key they are about: "chaosMode.excludeModels: ...".
         if keyed := _KEYED_MESSAGE.match(message):

@@ -55,10 +55,22 @@ METRICS: Final[tuple[MetricSpec, ...]] = (
         "capacity",
         "gauge",
         (),
-        "Usable slots: the models' limits in force summed, capped by the account limit (totalCapacity).",
+        "Usable slots: the limits in force of the models requests can use, summed, capped by the account "
+        "limit (totalCapacity).",
+    ),
+    _spec(
+        "out_capacity",
+        "gauge",
+        (),
+        "Slots of models no request can use now (out of rotation, excluded, no tier): not in capacity.",
     ),
     _spec("in_flight", "gauge", (), "Slots held now, all models together (usedCapacity)."),
-    _spec("utilization_ratio", "gauge", (), "in_flight / capacity, 0 to 1 (currentUtilization)."),
+    _spec(
+        "utilization_ratio",
+        "gauge",
+        (),
+        "Slots held on usable models / capacity, 0 to 1 (currentUtilization).",
+    ),
     _spec(
         "account_limit",
         "gauge",
@@ -265,6 +277,7 @@ class PoolCollector(Collector):
         f.gauge("enabled").add_metric([], 1.0 if status["enabled"] else 0.0)
         f.gauge("strategy_info").add_metric([str(status["strategy"])], 1.0)
         f.gauge("capacity").add_metric([], float(status["totalCapacity"]))
+        f.gauge("out_capacity").add_metric([], float(status["outCapacity"]["slots"]))
         f.gauge("in_flight").add_metric([], float(status["usedCapacity"]))
         f.gauge("utilization_ratio").add_metric([], float(status["utilization"]))
         account = status["account"]

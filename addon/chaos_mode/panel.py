@@ -56,16 +56,26 @@ def _learning(stats: dict[str, Any]) -> str:
     return f"{switch}    Account limit: {text}"
 
 
+def _out(out: dict[str, Any]) -> str:
+    """The slots no request can use now, apart from the usable ones: how many, whose, why."""
+    if not out["models"]:
+        return ""
+    models = ", ".join(f"{name} ({why})" for name, why in out["models"].items())
+    finishing = f", {out['inFlight']} still finishing" if out["inFlight"] else ""
+    return f"    Out: {out['slots']} slots{finishing}: {models}"
+
+
 def render_panel(stats: dict[str, Any]) -> str:
     """Render `chaos_stats()` output like the seed's dashboard panel."""
-    used, total = stats["usedCapacity"], stats["totalCapacity"]
+    out = stats["outCapacity"]
+    used, total = stats["usedCapacity"] - out["inFlight"], stats["totalCapacity"]
     percent = round(100 * used / total) if total else 0
     state = stats["strategy"] if stats["enabled"] else f"{stats['strategy']} (chaos mode OFF)"
     models = stats["modelDistribution"]
     limits = {name: _limit(model) for name, model in models.items()}
     width = max(len("Limit"), *map(len, limits.values())) + 2
     rows = [
-        f"Strategy: {state}    Utilization: {percent}% ({used}/{total})",
+        f"Strategy: {state}    Utilization: {percent}% ({used}/{total} usable slots){_out(out)}",
         _learning(stats),
         "",
         f"{'Model':<16} {'In-Flight':<11}{'Capacity':<10}{'Limit':<{width}}Cooldown",

@@ -535,12 +535,20 @@ class ChaosPool:
         models: dict[str, dict[str, Any]] = {}
         held = self._slots.snapshot()
         names: Iterable[str] = list(self._entries) + [m for m in held if m not in self._entries]
+        serving = {entry.name for entries in self._eligible.values() for entry in entries}
+        out_slots = out_in_flight = 0
+        out_models: dict[str, str] = {}
         for name in names:
             spec = self._config.models.get(name)
             block = self._cooldowns.block(name)
             out = block is not None and block.kind == "out"
             remaining = self._cooldowns.remaining(name)
             entry = self._entries.get(name)
+            unusable = _unusable_reason(self._config, name, block.reason if out and block else None, serving)
+            if unusable is not None:
+                out_models[name] = unusable
+                out_slots += entry.capacity if entry else 0
+                out_in_flight += held.get(name, 0)
             models[name] = {
                 "tier": spec.tier if spec else None,
                 "dispatched": self.dispatched.get(name, 0),
@@ -553,11 +561,13 @@ class ChaosPool:
                 "cooldownReason": block.reason if block and not out else None,
                 "excluded": name in self._config.chaos_mode.exclude_models,
                 "free": bool(spec and spec.free),
+                "usable": unusable is None,
             }
         pause = self._cooldowns.account_pause()
         waiting = self._queue.waiting()
         used = self._slots.total()
-        capacity = min(self._account_cap, sum(entry.capacity for entry in self._entries.values()))
+        usable = sum(entry.capacity for name, entry in self._entries.items() if name not in out_models)
+        capacity = min(self._account_cap, usable)
         learning = self._config.learning
         return {
             "enabled": self._config.chaos_mode.enabled,
@@ -572,7 +582,8 @@ class ChaosPool:
                 "driftSeconds": learning.drift_seconds,
             },
             "usedCapacity": used,
-            "utilization": round(used / capacity, 4) if capacity else 0.0,
+            "utilization": round((used - out_in_flight) / capacity, 4) if capacity else 0.0,
+            "outCapacity": {"slots": out_slots, "inFlight": out_in_flight, "models": out_models},
             "accountPause": {"remaining": round(pause[0], 3), "reason": pause[1]} if pause else None,
             "queue": {
                 "waiting": len(waiting),
@@ -586,6 +597,24 @@ class ChaosPool:
             "sticky": {"enabled": self._sticky_on, "entries": len(self._sticky), "moves": self._sticky.moves},
             "spuriousReleases": self.spurious_releases,
         }
+
+
+def _unusable_reason(config: ModelRouting, name: str, out: str | None, serving: set[str]) -> str | None:
+    """Why no request can use `name` now (its slots are then not usable capacity), else None.
+
+    A cooldown is not counted: it ends within seconds. An account pause stops every model alike."""
+    if out is not None:
+        return out
+    if name not in config.models:
+        return "not in the catalog (dropped by a reload)"
+    if name in serving:
+        return None
+    chaos = config.chaos_mode
+    if name in chaos.exclude_models:
+        return "excluded (chaosMode.excludeModels)"
+    if config.models[name].free and not chaos.include_free_models:
+        return "free models off (chaosMode.includeFreeModels)"
+    return "below every quality floor (chaosMode.qualityFloor)"
 
 
 def _limit_status(view: LimitView) -> dict[str, Any]:

@@ -117,6 +117,7 @@ def chaos_stats(status: dict[str, Any], stats: Stats) -> dict[str, Any]:
         "account": status["account"],
         "learning": status["learning"],
         "usedCapacity": status["usedCapacity"],
+        "outCapacity": status["outCapacity"],
         "currentUtilization": status["utilization"],
         "avgQueueWait": status["queue"]["avgWaitMs"],
         "queue": status["queue"],

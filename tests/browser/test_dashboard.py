@@ -8,6 +8,7 @@ Screenshots go to artifacts/; with CHAOS_UPDATE_SCREENSHOT=1 the README's copy i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import shutil
@@ -259,19 +260,34 @@ async def test_dashboard_follows_a_swarm(chromium: str, sim: SimProcess, proxy: 
             await browser.close()
 
 
-async def test_dashboard_warns_when_the_proxy_listens_beyond_loopback(chromium: str) -> None:
-    async with (
-        ProxyProcess(config=PROXY_CONFIG, listen_host="0.0.0.0", start_timeout=30.0) as proxy,
-        async_playwright() as pw,
-    ):
+@contextlib.asynccontextmanager
+async def dashboard_of(chromium: str, **proxy_args: Any) -> AsyncIterator[Page]:
+    """The dashboard page of a fresh proxy (`ProxyProcess` arguments), loaded in Chromium."""
+    async with ProxyProcess(start_timeout=30.0, **proxy_args) as proxy, async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
         try:
             page = await browser.new_page()
             page.set_default_timeout(WAIT_MS)
             await page.goto(f"http://127.0.0.1:{proxy.web_port}/")
-            await page.wait_for_selector("#exposed-banner:not([hidden])")
-            text = await page.text_content("#exposed-banner")
-            assert text is not None and text.startswith("The proxy listens on 0.0.0.0, not only loopback")
-            assert "--listen-host 127.0.0.1" in text
+            yield page
         finally:
             await browser.close()
+
+
+async def test_dashboard_warns_when_the_proxy_listens_beyond_loopback(chromium: str) -> None:
+    async with dashboard_of(chromium, config=PROXY_CONFIG, listen_host="0.0.0.0") as page:
+        await page.wait_for_selector("#exposed-banner:not([hidden])")
+        text = await page.text_content("#exposed-banner")
+        assert text is not None and text.startswith("The proxy listens on 0.0.0.0, not only loopback")
+        assert "--listen-host 127.0.0.1" in text
+
+
+async def test_dashboard_counts_only_usable_slots_and_shows_the_rest_apart(chromium: str) -> None:
+    """A model no request may use (here excluded) is not capacity: 26 usable slots, 2 out (issue 13)."""
+    config = {**PROXY_CONFIG, "chaosMode": {"enabled": True, "excludeModels": ["glm-4.5-x"]}}
+    async with dashboard_of(chromium, config=config) as page:
+        await page.wait_for_selector("#out-capacity:not([hidden])")
+        assert await page.text_content("#out-capacity") == "+ 2 slots out: glm-4.5-x"
+        assert await page.text_content("#total") == "26"
+        heavy = await page.text_content('tr.tier[data-tier="HEAVY"] span')
+        assert heavy == "3 models · 0/6 usable slots in use · 2 out"

@@ -83,3 +83,45 @@ def test_a_bad_config_file_at_start_is_one_line_and_an_exit(
 def test_an_unknown_chaos_enabled_value_is_refused_at_start(value: str) -> None:
     output = refuses_to_start(ProxyProcess(extra_args=["--set", f"chaos_enabled={value}"], start_timeout=30))
     assert f"chaos-mode: chaos_enabled: must be one of auto, true, false, not '{value}'" in output
+
+
+_HIDE = """\
+import sys
+
+
+class _Hidden:
+    \"\"\"As if {names} were not installed (mitmproxy installed on its own, by pipx or brew).\"\"\"
+
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {names!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, _Hidden())
+"""
+
+
+class _WithoutPackages(ProxyProcess):
+    """mitmdump whose Python cannot import `hidden` (a `sitecustomize` on PYTHONPATH hides them)."""
+
+    def __init__(self, hidden: set[str]) -> None:
+        super().__init__(start_timeout=30)
+        (self.workdir / "sitecustomize.py").write_text(_HIDE.format(names=hidden), encoding="utf-8")
+
+    def environment(self) -> dict[str, str]:
+        env = super().environment()
+        env["PYTHONPATH"] = os.pathsep.join((str(self.workdir), env["PYTHONPATH"]))
+        return env
+
+
+@pytest.mark.parametrize(
+    ("hidden", "package"), [("pydantic", "pydantic"), ("prometheus_client", "prometheus-client")]
+)
+def test_a_missing_package_is_one_line_that_says_what_to_install(hidden: str, package: str) -> None:
+    output = refuses_to_start(_WithoutPackages({hidden}))
+    lines = [line for line in output.splitlines() if "chaos-mode cannot load" in line]
+    assert len(lines) == 1, output
+    assert f"the Python package {package} is not installed" in lines[0]
+    assert "pipx inject mitmproxy prometheus-client pydantic" in lines[0]
+    assert "ModuleNotFoundError" not in output

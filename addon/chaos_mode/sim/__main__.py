@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="CODE=RATE",
         action="append",
         help="refuse this share of requests at random with a z.ai code, e.g. 1305=0.02 (429, after the "
-        "reject delay)",
+        "reject delay); cut=RATE breaks answers off mid-way, hang=RATE never answers",
     )
     parser.add_argument("--fault-seed", type=int, help="seed of the random faults (default 0)")
     parser.add_argument("--verbose", action="store_true", default=None, help="log one line per request")

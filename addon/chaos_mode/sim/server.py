@@ -20,7 +20,7 @@ from tornado.iostream import StreamClosedError
 from chaos_mode.sim.errors import MSG_1113, MSG_1211, default_message, error_body, new_request_id
 from chaos_mode.sim.limits import LimitChange, ScheduledChange
 from chaos_mode.sim.settings import SimSettings
-from chaos_mode.sim.state import Fault, SimState
+from chaos_mode.sim.state import BROKEN_ANSWERS, CUT, HANG, Fault, SimState
 
 logger = logging.getLogger("chaos_mode.sim")
 
@@ -413,7 +413,8 @@ class MessagesHandler(_SimHandler):
             return
 
         fault = state.take_fault(model)
-        if fault is not None:
+        broken = fault.code if fault is not None and fault.code in BROKEN_ANSWERS else None
+        if fault is not None and broken is None:
             state.count_rejection(model, fault.code)
             if not await self._wait(fault.delay_ms / 1000.0):
                 return
@@ -431,7 +432,14 @@ class MessagesHandler(_SimHandler):
             )
             return
 
-        random_code = state.random_fault()  # z.ai refuses a few requests whatever the load
+        random_code = broken or state.random_fault()  # z.ai refuses a few requests whatever the load
+        if random_code == HANG:
+            state.count_broken(HANG)
+            await self._closed.wait()  # no answer at all, until the client leaves or the simulator stops
+            return
+        cut = random_code == CUT
+        if cut:
+            random_code = None  # the request is admitted, and its answer breaks off
         verdict = None if random_code else state.try_acquire(model)
         if verdict != "ok":
             code = random_code or "1302"  # the model's limit and the account's look the same on the wire
@@ -453,6 +461,9 @@ class MessagesHandler(_SimHandler):
         try:
             input_tokens = max(1, len(self.request.body) // 4)
             self.set_header("request-id", request_id)
+            if cut:
+                await self._cut_short(model, input_tokens, stream=payload.get("stream") is True)
+                return
             if payload.get("stream") is True:
                 finished = await self._stream(slot, model, input_tokens, latency_ms, interval_ms, tokens)
             else:
@@ -521,6 +532,23 @@ class MessagesHandler(_SimHandler):
             self.mark_closed()
             return False
         return True
+
+    async def _cut_short(self, model: str, input_tokens: int, *, stream: bool) -> None:
+        """Start the answer, then close the connection in the middle of it (after the first SSE events,
+        or half of a whole message sent chunked): what a dropped upstream looks like to the proxy."""
+        self.set_status(200)
+        message = _message(model, input_tokens, output_tokens=1, content=[], stop_reason=None)
+        if stream:
+            self.set_header("Content-Type", "text/event-stream")
+            self.write(_sse("message_start", {"type": "message_start", "message": message}))
+        else:
+            self.set_header("Content-Type", "application/json")
+            whole = json.dumps(message).encode()
+            self.write(whole[: len(whole) // 2])
+        with contextlib.suppress(StreamClosedError):
+            await self.flush()
+        self.sim.state.count_broken(CUT)
+        self.detach().close()  # no end: the proxy sees the connection drop mid-answer
 
     async def _finish_and_release(self, slot: _Slot, chunk: bytes | None = None) -> None:
         # The slot is free the moment the last byte is handed to the socket: a client reusing it at

@@ -13,6 +13,7 @@ from typing import Any
 
 from chaos_mode.catalog import DEFAULT_CATALOG
 from chaos_mode.sim.limits import ScheduledChange, count_value, model_counts
+from chaos_mode.sim.state import BROKEN_ANSWERS
 
 
 def default_limits() -> dict[str, int]:
@@ -37,7 +38,8 @@ class SimSettings:
     account_limit: int | None = None
     hold: dict[str, int] = field(default_factory=dict)  # slots held by another client of the account
     schedule: list[ScheduledChange] = field(default_factory=list)  # limit changes, seconds after start
-    fault_rates: dict[str, float] = field(default_factory=dict)  # code -> share of requests refused with it
+    # code -> share of requests refused with it; `cut` and `hang` break the answer instead (sim.state)
+    fault_rates: dict[str, float] = field(default_factory=dict)
     fault_seed: int = 0  # seeds the draw of those random faults
     verbose: bool = False
 
@@ -70,8 +72,10 @@ class SimSettings:
         if unknown:
             raise ValueError(f"hold, schedule: unknown model {unknown[0]!r} (no limit for it)")
         for code, rate in self.fault_rates.items():
-            if not code.isdigit() or not 0 <= rate <= 1:
-                raise ValueError(f"fault_rates.{code}: expected a numeric code and a rate in [0, 1]")
+            if not (code.isdigit() or code in BROKEN_ANSWERS) or not 0 <= rate <= 1:
+                raise ValueError(
+                    f"fault_rates.{code}: expected a numeric code, cut or hang, and a rate in [0, 1]"
+                )
         if sum(self.fault_rates.values()) > 1:
             raise ValueError(f"fault_rates: the rates add up to more than 1: {self.fault_rates!r}")
 

@@ -13,6 +13,11 @@ from chaos_mode.sim.limits import LimitChange
 
 Verdict = Literal["ok", "model", "account"]
 
+# Faults that are not z.ai error codes, usable wherever a code is (random rates, queued faults):
+CUT = "cut"  # the answer starts, then the connection closes in the middle of it
+HANG = "hang"  # the request is never answered (until the client leaves or the simulator stops)
+BROKEN_ANSWERS = (CUT, HANG)
+
 
 @dataclass
 class ModelCounters:
@@ -116,6 +121,7 @@ class SimState:
         self.requests = 0
         self.aborted = 0
         self.unknown_models: dict[str, int] = {}
+        self.broken: dict[str, int] = {}  # answers cut or never given, by BROKEN_ANSWERS kind
         self.faults: list[Fault] = []
         self.fault_rates = dict(fault_rates or {})
         self._seed = fault_seed
@@ -201,6 +207,9 @@ class SimState:
         if counters is not None:
             counters.rejected[code] = counters.rejected.get(code, 0) + 1
 
+    def count_broken(self, kind: str) -> None:
+        self.broken[kind] = self.broken.get(kind, 0) + 1
+
     def count_unknown(self, model: str) -> None:
         self.unknown_models[model] = self.unknown_models.get(model, 0) + 1
 
@@ -236,6 +245,7 @@ class SimState:
         self.requests = 0
         self.aborted = 0
         self.unknown_models = {}
+        self.broken = {}
 
     def snapshot(self) -> dict[str, Any]:
         """The ``GET /sim/stats`` document."""
@@ -261,6 +271,7 @@ class SimState:
             "requests": self.requests,
             "aborted": self.aborted,
             "unknownModels": dict(self.unknown_models),
+            "brokenAnswers": dict(self.broken),
             "pendingFaults": [f.to_json() for f in self.faults],
             "faultRates": dict(self.fault_rates),
             "limitChanges": list(self.limit_changes),
