@@ -94,10 +94,11 @@ async def test_https_connect_swarm(
         await run_swarm(swarm_plan(30, first_token_ms=1000), send, sim, http, tls_proxy)
 
 
-async def test_https_failover_resends_over_tls(
+async def test_https_failover_streams_over_tls(
     tls_front: ProxyProcess, tls_proxy: ProxyProcess, sim: Sim, http: httpx.AsyncClient
 ) -> None:
-    """A 1302 inside the tunnel: the addon re-sends the request itself, over TLS, to another model."""
+    """A 1302 inside the tunnel: the forwarder sends the request again, over TLS, to another model, and
+    the answer streams."""
     await sim.add_faults({"model": "*", "code": "1302"})
     url = f"https://127.0.0.1:{tls_front.port}/api/anthropic/v1/messages"
     before = await status(http, tls_proxy)
@@ -108,9 +109,10 @@ async def test_https_failover_resends_over_tls(
         asyncio.timeout(TEST_TIMEOUT),
     ):
         result = await httpx_stream(
-            c, url, SONNET, headers=sim_headers(latency_ms=20, tokens=6, interval_ms=10)
+            c, url, SONNET, headers=sim_headers(latency_ms=20, tokens=10, interval_ms=40)
         )
     assert result.status == 200 and result.complete, result
+    assert len(result.deltas) == 10 and result.delta_span > 0.15, result.deltas  # streamed, not whole
     assert result.served in FLOOR[SONNET], result
     rejected = await sim.rejections()
     assert sum(codes.get("1302", 0) for codes in rejected.values()) == 1, rejected

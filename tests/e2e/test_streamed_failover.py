@@ -5,11 +5,18 @@ still arrives token by token, through the anthropic SDK and a raw SSE reader (re
 from __future__ import annotations
 
 import asyncio
+import json
+import tempfile
 import time
+from pathlib import Path
 
 import anthropic
 import httpx
 import pytest
+from mitmproxy import http as mhttp
+from mitmproxy import io
+
+from chaos_mode.forwarder import TOKEN_HEADER
 
 from .conftest import MakeProxy, MakeSim
 from .support import (
@@ -195,3 +202,68 @@ async def test_an_upstream_that_refuses_connections_ends_in_our_429(
     assert outcome_delta(before, after)["rejected"] == 1, after["requests"]
     assert after["usedCapacity"] == 0
     assert "Traceback" not in proxy.output()
+
+
+async def test_regular_proxy_mode_streams_a_failed_over_answer(
+    make_proxy: MakeProxy, sim: Sim, http: httpx.AsyncClient
+) -> None:
+    """HTTP_PROXY=<proxy>: the client keeps z.ai's URL (here the simulator's)."""
+    proxy = await make_proxy(config=routing())
+    await sim.add_faults(fault("1302"))
+    async with httpx.AsyncClient(proxy=proxy.url, trust_env=False, timeout=CLIENT_TIMEOUT) as client:
+        async with asyncio.timeout(TEST_TIMEOUT):
+            result = await httpx_stream(client, sim.messages_url, OPUS, headers=SLOW)
+    assert_streamed(result)
+    assert (await wait_status_idle(http, proxy))["failovers"] == 1
+
+
+async def test_upstream_proxy_mode_sends_every_attempt_through_the_upstream_proxy(
+    make_proxy: MakeProxy, sim: Sim, http: httpx.AsyncClient
+) -> None:
+    """`--mode upstream:`: the forwarder goes through the upstream proxy, as mitmproxy would have."""
+    saved = Path(tempfile.mkdtemp(prefix="chaos-upstream-")) / "through.mitm"
+    outer = await make_proxy(addon=False, extra_args=["--set", "stream_large_bodies=1", "-w", str(saved)])
+    proxy = await make_proxy(config=routing(), extra_args=["--mode", f"upstream:{outer.url}"])
+    await sim.add_faults(fault("1302"))
+    async with httpx.AsyncClient(proxy=proxy.url, trust_env=False, timeout=CLIENT_TIMEOUT) as client:
+        async with asyncio.timeout(TEST_TIMEOUT):
+            result = await httpx_stream(client, sim.messages_url, OPUS, headers=SLOW)
+    assert_streamed(result)
+    await wait_status_idle(http, proxy)
+    await asyncio.to_thread(outer.stop)
+    through = read_flows(saved)
+    assert [f.response.status_code for f in through if f.response] == [429, 200]
+    assert all(TOKEN_HEADER not in f.request.headers for f in through)
+
+
+async def test_saved_flows_show_zai_as_the_destination_and_the_failover(
+    make_proxy: MakeProxy, sim: Sim, http: httpx.AsyncClient
+) -> None:
+    """What mitmweb lists and `-w` saves: z.ai's URL (not the forwarder's), the request as sent to the
+    model that answered, z.ai's answer, the failover in the comment, the mirror in the metadata."""
+    saved = Path(tempfile.mkdtemp(prefix="chaos-saved-")) / "flows.mitm"
+    proxy = await make_proxy(upstream=sim.base_url, config=routing(), extra_args=["-w", str(saved)])
+    await sim.add_faults(fault("1302"))
+    url = proxy.url + "/api/anthropic/v1/messages"
+    async with httpx.AsyncClient(trust_env=False, timeout=CLIENT_TIMEOUT) as client:
+        result = await httpx_stream(client, url, OPUS, headers=SLOW)
+    assert_streamed(result)
+    await wait_status_idle(http, proxy)
+    await asyncio.to_thread(proxy.stop)
+    (f,) = read_flows(saved)
+    sim_port = int(sim.base_url.rsplit(":", 1)[1])
+    assert (f.request.scheme, f.request.host, f.request.port) == ("http", "127.0.0.1", sim_port)
+    assert f.request.pretty_url.startswith(sim.base_url + "/api/anthropic/v1/messages")
+    assert TOKEN_HEADER not in f.request.headers
+    meta = f.metadata["chaos"]
+    first, second = meta["attempted"]
+    assert meta["refusals"] == ["1302", None] and meta["outcome"] == "ok" and meta["held"] is None
+    assert json.loads(f.request.get_content() or b"")["model"] == second == result.served
+    assert f.response is not None and f.response.status_code == 200
+    assert f.response.headers["x-sim-served-model"] == second
+    assert f"failover from {first} (1302)" in f.comment and f.marked == ":warning:"
+
+
+def read_flows(path: Path) -> list[mhttp.HTTPFlow]:
+    with path.open("rb") as handle:
+        return [f for f in io.FlowReader(handle).stream() if isinstance(f, mhttp.HTTPFlow)]
