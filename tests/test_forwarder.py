@@ -250,3 +250,25 @@ async def test_when_the_peer_leaves_mid_stream_the_upstream_stream_is_closed_at_
         writer.close()  # mitmproxy closes its connection when the client leaves
         await upstream_closed.wait()
     request.finish("aborted")
+
+
+async def test_answers_on_a_kept_alive_connection_are_not_held_back(
+    make_rig: Callable[..., Awaitable[Rig]],
+) -> None:
+    """Small writes go out at once (TCP_NODELAY): without it, every answer after the first on a connection
+    waited about 40 ms for the peer's delayed ACK."""
+
+    async def ok(n: int, raw: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n")
+        for i in range(3):
+            writer.write(b'event: ping\ndata: {"n": %d}\n\n' % i)
+            await writer.drain()
+
+    rig = await make_rig(ok)
+    started = asyncio.get_running_loop().time()
+    for _ in range(10):
+        request = rig.routed()
+        response = await rig.send(request)
+        assert response.status_code == 200
+        request.finish("ok")
+    assert asyncio.get_running_loop().time() - started < 0.3
