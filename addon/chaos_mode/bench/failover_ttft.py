@@ -55,7 +55,7 @@ async def first_token(client: httpx.AsyncClient, model: str) -> tuple[float, boo
 async def measure(requests: int, no_ms: float) -> dict[str, Any]:
     settings = SimSettings(latency_ms=0, token_interval_ms=0, reject_delay_ms=0, limits=default_limits())
     with SimProcess(settings) as sim:
-        config = {"upstreamHosts": ["127.0.0.1"], "chaosMode": {"enabled": True}}
+        config: dict[str, object] = {"upstreamHosts": ["127.0.0.1"], "chaosMode": {"enabled": True}}
         streaming = ("--set", "stream_large_bodies=1")
         with (
             ProxyProcess(upstream=sim.base_url, config=config) as addon,
