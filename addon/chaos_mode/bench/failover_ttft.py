@@ -18,7 +18,6 @@ import asyncio
 import json
 import statistics
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,28 +27,18 @@ import httpx
 from chaos_mode.child import ProxyProcess
 from chaos_mode.sim import SimProcess, SimSettings, default_limits
 
-from .overhead import ADDON_MODEL, PLAIN_MODEL, ZERO_LATENCY, small_body
-from .swarm import DELTA, MESSAGES_PATH
+from .overhead import ADDON_MODEL, PLAIN_MODEL, ZERO_LATENCY, first_token, small_body
 
 STREAM_TOKENS = 5
 
 
-async def first_token(client: httpx.AsyncClient, model: str) -> tuple[float, bool]:
+async def streamed_first_token(client: httpx.AsyncClient, model: str) -> tuple[float, bool]:
     """(seconds to the first content_block_delta, streamed) of one streamed request."""
     headers = {**ZERO_LATENCY, "x-sim-output-tokens": str(STREAM_TOKENS)}
-    sent = time.perf_counter()
-    first: float | None = None
-    body = small_body(model, True)
-    async with client.stream("POST", MESSAGES_PATH, json=body, headers=headers) as response:
-        streamed = "chunked" in response.headers.get("transfer-encoding", "")
-        window = b""
-        async for chunk in response.aiter_raw():
-            window = window[-64:] + chunk
-            if first is None and DELTA in window:
-                first = time.perf_counter() - sent
+    first, response = await first_token(client, small_body(model, True), headers)
     if response.status_code != 200 or first is None:
         raise RuntimeError(f"{model}: HTTP {response.status_code}, no first token")
-    return first, streamed
+    return first, "chunked" in response.headers.get("transfer-encoding", "")
 
 
 async def measure(requests: int, no_ms: float) -> dict[str, Any]:
@@ -67,8 +56,8 @@ async def measure(requests: int, no_ms: float) -> dict[str, Any]:
                 httpx.AsyncClient(trust_env=False, timeout=10) as control,
             ):
                 for _ in range(5):  # warm both (connections, caches)
-                    await first_token(through_addon, ADDON_MODEL)
-                    await first_token(through_plain, PLAIN_MODEL)
+                    await streamed_first_token(through_addon, ADDON_MODEL)
+                    await streamed_first_token(through_plain, PLAIN_MODEL)
                 failover: list[float] = []
                 baseline: list[float] = []
                 one_piece = 0
@@ -76,11 +65,11 @@ async def measure(requests: int, no_ms: float) -> dict[str, Any]:
                 for i in range(requests):
                     for side in ("addon", "plain") if i % 2 == 0 else ("plain", "addon"):
                         if side == "plain":
-                            baseline.append((await first_token(through_plain, PLAIN_MODEL))[0])
+                            baseline.append((await streamed_first_token(through_plain, PLAIN_MODEL))[0])
                             continue
                         # The fault is taken by the addon's first attempt, before plain's request comes.
                         (await control.post(sim.base_url + "/sim/faults", json=fault)).raise_for_status()
-                        seconds, streamed = await first_token(through_addon, ADDON_MODEL)
+                        seconds, streamed = await streamed_first_token(through_addon, ADDON_MODEL)
                         failover.append(seconds)
                         one_piece += not streamed
                 status = (await control.get(addon.status_url)).json()
