@@ -11,13 +11,14 @@ ONLY_GLM_4_5_AIR = frozenset({"glm-4.7", "glm-4.6", "glm-4.5-x", "glm-4.5"})
 
 
 def lower_glm_4_7(pool: ChaosPool, busy: UpstreamError) -> None:
-    """z.ai refuses a third request on glm-4.7 (the catalog says 3): its learned limit becomes 2.
-    Two requests stay in flight on it."""
+    """z.ai refuses a third request on glm-4.7 (the catalog says 3): its learned limit becomes 2; the
+    second is answered cleanly (2 ran full, so a probe may follow). Two requests stay in flight on it."""
     sent = [pool.try_acquire("heavy", ONLY_GLM_4_7) for _ in range(3)]
     assert [s.model if s else None for s in sent] == ["glm-4.7"] * 3
-    assert sent[2] is not None
+    assert sent[1] is not None and sent[2] is not None
     pool.report_error("glm-4.7", busy, None, sent[2])
     pool.release("glm-4.7")
+    pool.report_success(sent[1])
 
 
 def probe_glm_4_7(pool: ChaosPool) -> Selection:
@@ -29,8 +30,8 @@ def probe_glm_4_7(pool: ChaosPool) -> Selection:
 
 def learn_account_limit(pool: ChaosPool, busy: UpstreamError) -> None:
     """z.ai served 1 in flight cleanly, then refuses two models far below their limits with 4 and 5 in
-    flight: the account is full, and its learned limit becomes 3 ("1302 at 4 in flight"). Three requests
-    stay in flight, one on each heavy model."""
+    flight: the account is full, and its learned limit becomes 3 ("1302 at 4 in flight"); the last heavy
+    one is answered cleanly (3 ran full). Three requests stay in flight, one on each heavy model."""
     first = pool.try_acquire("medium", ONLY_GLM_4_5)
     assert first is not None and (first.model, first.total) == ("glm-4.5", 1)
     pool.report_success(first)
@@ -45,3 +46,4 @@ def learn_account_limit(pool: ChaosPool, busy: UpstreamError) -> None:
         pool.report_error(refused.model, busy, None, refused)
     for refused in (second, third):
         pool.release(refused.model)
+    pool.report_success(Selection("glm-4.5-x", "sent before", 1, 3))

@@ -7,6 +7,8 @@ import gc
 import gzip
 import json
 import logging
+import socket
+import zlib
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -17,6 +19,7 @@ import pytest
 from mitmproxy import exceptions, http
 from mitmproxy import flow as mflow
 from mitmproxy.connection import ConnectionState
+from mitmproxy.net import encoding
 from mitmproxy.test import taddons, tflow, tutils
 
 from chaos_mode import waiting as waiting_module
@@ -338,6 +341,17 @@ async def test_the_session_header_is_read_whatever_its_case(env: Env) -> None:
         await serve(env, f)
 
 
+@pytest.mark.parametrize(("header", "session"), [(b" abc-123 ", "abc-123"), (b"  ", None)])
+async def test_the_session_is_kept_for_the_queue_even_without_stickiness(
+    env: Env, header: bytes, session: str | None
+) -> None:
+    env.configure(enabled="true")
+    f = messages_flow(headers=[(b"x-claude-code-session-id", header)])
+    await env.request(f)
+    assert (meta_of(f)["session"], meta_of(f)["sticky"]) == (session, None)
+    await serve(env, f)
+
+
 @pytest.mark.parametrize(
     ("method", "host", "path"),
     [
@@ -392,35 +406,82 @@ async def test_chaos_enabled_option_overrides_the_file(
 
 
 BIG = json.dumps(message_body("claude-opus-4-5", padding="x" * 2000)).encode()
+PLAIN = json.dumps({"model": "claude-opus-4-5", "max_tokens": 5}).encode()
+DEEP = b'{"model": "claude-opus-4-5", "x": ' + b"[" * 10_000 + b"]" * 10_000 + b"}"
+
+
+def coded(coding: str) -> tuple[bytes, str] | None:
+    return (b"content-encoding", coding.encode()) if coding else None
 
 
 @pytest.mark.parametrize(
-    ("content", "kind"),
+    ("content", "coding", "kind"),
     [
-        (b"{not json", "not-json"),
-        (b"\xff\xfe{}", "not-json"),
-        (b'[{"model": "claude-opus-4-5"}]', "not-object"),
-        (b'{"messages": []}', "no-model"),
-        (b'{"model": "  "}', "no-model"),
-        (BIG, "too-large"),
+        (b"{not json", "", "not-json"),
+        (b"\xff\xfe{}", "", "not-utf8"),
+        (b'[{"model": "claude-opus-4-5"}]', "", "not-object"),
+        (b'{"messages": []}', "", "no-model"),
+        (b'{"model": "  "}', "", "no-model"),
+        (BIG, "", "too-large"),
+        (b'{"metadata":{"model":"claude-opus-4-5"},"mod\\u0065l":"claude-opus-4"}', "", "escaped-model-key"),
+        (b'{"model": "claude-haiku", "model": "claude-opus-4-5"}', "", "duplicate-model"),
+        ('{"model":"claude-opus-ü","a":"\\ud800"}'.encode(), "", "lone-surrogate"),
+        (DEEP, "", "too-deep"),
+        (PLAIN, "utf-8", "bad-encoding"),
+        (PLAIN, "x-foo", "bad-encoding"),
+        (PLAIN, "gzip, br", "bad-encoding"),
+        (PLAIN, "gzip", "bad-encoding"),  # plain JSON labelled as compressed: not ours to fix
+        (PLAIN, "deflate", "bad-encoding"),
+        (PLAIN, "br", "bad-encoding"),
+        (PLAIN, "zstd", "bad-encoding"),
+        (gzip.compress(PLAIN)[:-4], "gzip", "bad-encoding"),  # truncated
+        (gzip.compress(PLAIN) + b"junk", "gzip", "bad-encoding"),
+        (zlib.compress(PLAIN) + b"junk", "deflate", "bad-encoding"),
     ],
-    ids=["not-json", "not-utf8", "array", "no-model", "blank-model", "too-large"],
+    ids=[
+        *("not-json", "not-utf8", "array", "no-model", "blank-model", "too-large", "escaped-key"),
+        *("duplicate-key", "lone-surrogate", "deep", "utf-8", "x-foo", "two-codings"),
+        *("plain-as-gzip", "plain-as-deflate", "plain-as-br", "plain-as-zstd", "truncated-gzip"),
+        *("gzip-then-junk", "deflate-then-junk"),
+    ],
 )
 async def test_bad_input_passes_through_untouched_logged_once_and_counted(
-    env: Env, content: bytes, kind: str
+    env: Env, content: bytes, coding: str, kind: str
 ) -> None:
-    env.configure({**ON, "streams": {"maxBodyBytes": 1024}})
+    env.configure({**ON, "streams": {"maxBodyBytes": 1024 if content is BIG else 1 << 20}})
     for round_ in (1, 2):
-        f = messages_flow(content=content)
+        f = messages_flow(content=content, headers=filter(None, [coded(coding)]))
+        headers = f.request.headers.fields
         await env.request(f)
         assert f.request.raw_content == content
+        assert f.request.headers.fields == headers
         assert META not in f.metadata
         assert env.in_flight() == 0
         assert env.stats()["badRequests"] == {kind: round_}
         warnings = [m for m in env.chaos_logs() if "passed through untouched" in m]
         assert len(warnings) == 1, warnings  # the second identical request logs nothing new
+        assert f"{kind}: " in warnings[0]
+        assert not [r for r in env.caplog.records if r.exc_info]  # a line, not a traceback
         await serve(env, f, message_response("x"))
     assert sum(env.stats()["requests"].values()) == 0
+
+
+@pytest.mark.parametrize("coding", ["", "identity", "gzip", "GZip ", "deflate", "br", "zstd"])
+async def test_an_encoded_body_is_decoded_rewritten_exactly_and_encoded_again(env: Env, coding: str) -> None:
+    env.configure(enabled="true")
+    plain = '{ "max_tokens" : 5, "model":"claude-opus-4-5" ,"x":"ü\\u00e9"}'.encode()
+    name = coding.strip().lower()
+    content = plain if name in ("", "identity") else encoding.encode(plain, name)
+    f = messages_flow(content=content, headers=filter(None, [coded(coding)]))
+    await env.request(f)
+    raw = f.request.raw_content or b""
+    if coding:
+        assert f.request.headers["content-encoding"] == coding
+    decoded = raw if name in ("", "identity") else encoding.decode(raw, name)
+    model = meta_of(f)["held"]
+    assert decoded == plain.replace(b'"claude-opus-4-5"', f'"{model}"'.encode())
+    assert int(f.request.headers["content-length"]) == len(raw)
+    await serve(env, f)
 
 
 async def test_unknown_model_gets_the_default_tier_and_is_logged_once(env: Env) -> None:
@@ -946,3 +1007,71 @@ async def test_credentials_never_leak_into_logs_comments_stats_metrics_or_the_pa
     for where, text in places.items():
         for secret in (API_KEY, BEARER, BEARER.split()[1], "SecretValue"):
             assert secret not in text, f"{secret!r} leaked into the {where}"
+
+
+@pytest.mark.parametrize("value", ["maybe", "on", "yes", "1", "True", ""])
+async def test_chaos_enabled_refuses_what_it_does_not_know(env: Env, value: str) -> None:
+    env.configure(enabled="true")
+    with pytest.raises(
+        exceptions.OptionsError, match=r"^chaos_enabled: must be one of auto, true, false, not"
+    ):
+        env.tctx.configure(env.addon, chaos_enabled=value)
+    assert env.addon.config.chaos_mode.enabled is True  # the value in force stays
+
+
+async def test_the_start_up_line_says_when_the_config_replaces_the_catalog(env: Env) -> None:
+    env.configure(ON)
+    assert not [m for m in env.chaos_logs() if "replace the built-in catalog" in m]
+    env.configure(TINY)
+    lines = [m for m in env.chaos_logs() if m.startswith("chaos mode on")]
+    assert lines[-1] == (
+        "chaos mode on: least-loaded over 1 models (the config's models replace the built-in catalog), "
+        "1 slots (fixed)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("listen_host", "mode", "exposed"),
+    [
+        ("", "regular", ["all interfaces"]),  # mitmproxy's default
+        ("0.0.0.0", "regular", ["0.0.0.0"]),
+        ("192.0.2.7", "reverse:https://api.z.ai", ["192.0.2.7"]),
+        ("127.0.0.1", "regular", []),
+        ("localhost", "regular", []),
+        ("::1", "regular", []),
+        ("127.0.0.1", "regular@0.0.0.0:8081", ["0.0.0.0"]),  # a mode's own listen address wins
+    ],
+)
+async def test_a_proxy_listening_beyond_loopback_says_so_once(
+    env: Env, listen_host: str, mode: str, exposed: list[str]
+) -> None:
+    env.tctx.configure(env.addon, listen_host=listen_host, mode=[mode])
+    env.addon.running()
+    warnings = [m for m in env.chaos_logs() if "not only loopback" in m]
+    assert env.stats()["exposedListen"] == exposed
+    if exposed:
+        assert warnings == [
+            f"chaos-mode: the proxy listens on {exposed[0]}, not only loopback: anyone who can reach this "
+            "machine can send requests through it; add --listen-host 127.0.0.1 unless that is meant"
+        ]
+    else:
+        assert warnings == []
+    env.addon.done()
+
+
+async def test_a_dashboard_port_in_use_is_one_warning_naming_the_option(env: Env) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env.tctx.configure(env.addon, chaos_web=f"127.0.0.1:{port}")
+        env.addon.running()
+        lines = [m for m in env.chaos_logs() if "dashboard" in m]
+        assert len(lines) == 1
+        assert lines[0].startswith(f"chaos-mode: dashboard not started, cannot listen on 127.0.0.1:{port} (")
+        assert lines[0].endswith(
+            f"the proxy runs without it. Choose another address with --set chaos_web=127.0.0.1:{port + 1}, "
+            "or --set chaos_web= for none"
+        )
+        assert not [r for r in env.caplog.records if r.levelno >= logging.ERROR]  # no exit at start-up
+        env.addon.done()

@@ -349,3 +349,65 @@ async def test_a_group_that_found_nothing_is_not_tried_again_in_the_same_pass() 
     await asyncio.gather(*tasks, return_exceptions=True)
     assert len(queue) == 0
     assert queue.oldest_wait() == 0.0
+
+
+async def serve_all(pool: ChaosPool, tasks: list[asyncio.Task[Selection | None]], model: str) -> list[int]:
+    """Release `model` once per waiter and return the order (indices of `tasks`) they were served in."""
+    order = []
+    async with asyncio.timeout(2):
+        pending = set(tasks)
+        while pending:
+            pool.release(model)
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            assert len(done) == 1
+            order.append(tasks.index(done.pop()))
+    pool.release(model)
+    return order
+
+
+async def test_a_failover_keeps_its_first_arrival_in_the_queue(make_pool: MakePool) -> None:
+    clock = FakeClock()
+    pool = make_pool(routing(SOLO), clock)
+    assert await pool.acquire_or_wait("heavy") is not None
+    start = clock()
+    tasks = []
+    for _ in range(2):
+        tasks.append(asyncio.create_task(pool.acquire_or_wait("heavy")))
+        await settle()
+        clock.advance(1.0)
+    # A request that came at 0.5 s, was refused elsewhere, and waits again now at 2 s: before the one of 1 s.
+    tasks.append(asyncio.create_task(pool.acquire_or_wait("heavy", since=start + 0.5)))
+    await settle()
+    assert pool.get_status()["queue"]["longestWait"] == 2.0
+    assert await serve_all(pool, tasks, "solo") == [0, 2, 1]
+
+
+async def test_the_conversation_served_least_goes_first(make_pool: MakePool) -> None:
+    clock = FakeClock()
+    pool = make_pool(routing(SOLO), clock)
+    first = await pool.acquire_or_wait("heavy", session="busy")  # "busy" has had one request already
+    assert first is not None
+    tasks = []
+    for session in ("busy", None, "late", "late"):
+        tasks.append(asyncio.create_task(pool.acquire_or_wait("heavy", session=session)))
+        await settle()
+        clock.advance(1.0)
+    # Both of "late" (0 served when they joined) first, then "busy" (1) and the one without a conversation
+    # (the average conversation's: 1) in the order they came.
+    assert await serve_all(pool, tasks, "solo") == [2, 3, 0, 1]
+
+
+async def test_a_failover_does_not_count_against_its_conversation(make_pool: MakePool) -> None:
+    clock = FakeClock()
+    pool = make_pool(routing(SOLO), clock)
+    assert await pool.acquire_or_wait("heavy", session="hit") is not None
+    pool.release("solo")
+    # "hit"'s request was refused upstream and fails over: taking a slot again does not count twice.
+    again = await pool.acquire_or_wait("heavy", session="hit", since=clock() - 3.0, counts=False)
+    assert again is not None
+    tasks = []
+    for session in ("other", "hit"):
+        tasks.append(asyncio.create_task(pool.acquire_or_wait("heavy", session=session)))
+        await settle()
+        clock.advance(1.0)
+    assert await serve_all(pool, tasks, "solo") == [0, 1]  # both "other" (0) and "hit" (1): by level

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
-from chaos_mode.config import ConfigError, ModelRouting, default_config, load_config, parse_config
+from chaos_mode.config import ConfigError, ModelRouting, default_config, parse_config
 
 # The seed's catalog, written out here (not imported) so the built-in table is checked against it.
 SEED_CATALOG: dict[str, tuple[str, int, float, float, bool]] = {
@@ -65,7 +63,6 @@ def test_empty_input_gives_the_defaults(data: Any) -> None:
     [
         ([1, 2], r"^config: the top level must be a mapping with a modelRouting key$"),
         ("text", r"the top level must be a mapping"),
-        ({"modelRouting": None}, r"^config: modelRouting: Input should be a valid dictionary"),
         ({"modelRouting": 3}, r"^config: modelRouting: Input should be a valid dictionary"),
         ({"chaosMode": {}}, r"^config: chaosMode: Extra inputs"),  # forgot the modelRouting level
     ],
@@ -124,50 +121,6 @@ def test_account_cap_above_the_catalog_sum_is_the_catalog_sum() -> None:
     assert routing(accountConcurrency=1000).total_capacity == 28
 
 
-YAML_TEXT = """\
-modelRouting:
-  chaosMode:
-    enabled: true
-    strategy: round-robin
-    excludeModels: [glm-4.5-x]
-    maxCostPerRequest: 0.02
-  accountConcurrency: 20
-"""
-
-
-@pytest.mark.parametrize("suffix", [".yaml", ".yml", ".json"])
-def test_load_config_reads_yaml_and_json(tmp_path: Path, suffix: str) -> None:
-    path = tmp_path / f"chaos{suffix}"
-    if suffix == ".json":
-        data = {
-            "modelRouting": {
-                "chaosMode": {
-                    "enabled": True,
-                    "strategy": "round-robin",
-                    "excludeModels": ["glm-4.5-x"],
-                    "maxCostPerRequest": 0.02,
-                },
-                "accountConcurrency": 20,
-            }
-        }
-        path.write_text(json.dumps(data), encoding="utf-8")
-    else:
-        path.write_text(YAML_TEXT, encoding="utf-8")
-    config = load_config(path)
-    assert config.chaos_mode.enabled is True
-    assert config.chaos_mode.strategy == "round-robin"
-    assert config.chaos_mode.exclude_models == ("glm-4.5-x",)
-    assert config.chaos_mode.max_cost_per_request == 0.02
-    assert config.total_capacity == 20
-    assert config.eligible_models("heavy") == ["glm-4.7", "glm-4.6"]
-
-
-def test_an_empty_yaml_file_gives_the_defaults(tmp_path: Path) -> None:
-    path = tmp_path / "empty.yaml"
-    path.write_text("# nothing here\n", encoding="utf-8")
-    assert load_config(path) == default_config()
-
-
 @pytest.mark.parametrize(
     ("block", "match"),
     [
@@ -210,28 +163,6 @@ def test_errors_name_the_key_as_written(block: dict[str, Any], match: str) -> No
         routing(**block)
 
 
-@pytest.mark.parametrize(
-    ("name", "text", "match"),
-    [
-        ("bad.yaml", "modelRouting: [unclosed\n", r"bad\.yaml: not valid YAML"),
-        ("bad.json", '{"modelRouting": ', r"bad\.json: not valid JSON"),
-        ("list.yaml", "- 1\n- 2\n", r"list\.yaml: the top level must be a mapping"),
-        ("scalar.json", "42", r"scalar\.json: the top level must be a mapping"),
-        ("typo.yaml", "modelRouting:\n  chaosMode:\n    strategie: x\n", r"typo\.yaml: .*strategie: Extra"),
-    ],
-)
-def test_file_errors(tmp_path: Path, name: str, text: str, match: str) -> None:
-    path = tmp_path / name
-    path.write_text(text, encoding="utf-8")
-    with pytest.raises(ConfigError, match=match):
-        load_config(path)
-
-
-def test_missing_file(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"nope\.yaml: cannot read"):
-        load_config(tmp_path / "nope.yaml")
-
-
 def test_config_error_is_a_value_error() -> None:
     assert issubclass(ConfigError, ValueError)
 
@@ -270,3 +201,105 @@ def test_eligible_models_apply_exclusions_and_free_models() -> None:
 def test_a_lowered_floor_admits_lower_tiers() -> None:
     config = routing(chaosMode={"qualityFloor": {"heavy": "MEDIUM"}})
     assert config.eligible_models("heavy") == [*HEAVY_MODELS, "glm-4.5", "glm-4.5-air"]
+
+
+@pytest.mark.parametrize(
+    ("block", "match"),
+    [
+        (
+            {"models": {"a": {"tier": "HEAVY", "maxConcurrency": True}}},
+            r"models\.a\.maxConcurrency: Input should",
+        ),
+        (
+            {"models": {"a": {"tier": "HEAVY", "maxConcurrency": 3.0}}},
+            r"models\.a\.maxConcurrency: Input should",
+        ),
+        (
+            {"models": {"a": {"tier": "HEAVY", "maxConcurrency": "3"}}},
+            r"models\.a\.maxConcurrency: Input should",
+        ),
+        (
+            {"models": {"a": {"tier": "HEAVY", "maxConcurrency": 1e40}}},
+            r"models\.a\.maxConcurrency: Input should",
+        ),
+        (
+            {"models": {"a": {"tier": "HEAVY", "maxConcurrency": 10**40}}},
+            r"models\.a\.maxConcurrency: Input should be less than or equal to 10000",
+        ),
+        (
+            {"models": {"a": {"tier": "HEAVY", "maxConcurrency": 1, "inputPrice": float("inf")}}},
+            r"models\.a\.inputPrice: Input should be a finite number",
+        ),
+        (
+            {"models": {"a": {"tier": "HEAVY", "maxConcurrency": 1, "outputPrice": float("nan")}}},
+            r"models\.a\.outputPrice: Input should be a finite number",
+        ),
+        (
+            {"models": {"a": {"tier": "HEAVY", "maxConcurrency": 1, "inputPrice": True}}},
+            r"models\.a\.inputPrice: Input should be a valid number",
+        ),
+        (
+            {"models": {"a": {"tier": "HEAVY", "maxConcurrency": 1, "inputPrice": 1e40}}},
+            r"models\.a\.inputPrice: Input should be less than or equal to 10000",
+        ),
+        (
+            {"sticky": {"ttlSeconds": float("inf")}},
+            r"modelRouting\.sticky\.ttlSeconds: Input should be a finite",
+        ),
+        ({"sticky": {"ttlSeconds": 1e40}}, r"modelRouting\.sticky\.ttlSeconds: Input should be less than"),
+        ({"sticky": {"maxEntries": 10**40}}, r"modelRouting\.sticky\.maxEntries: Input should be less than"),
+        (
+            {"queue": {"timeoutSeconds": float("inf")}},
+            r"modelRouting\.queue\.timeoutSeconds: Input should be a",
+        ),
+        ({"queue": {"maxWaiting": 10**12}}, r"modelRouting\.queue\.maxWaiting: Input should be less than"),
+        (
+            {"queue": {"maxWaiting": False}},
+            r"modelRouting\.queue\.maxWaiting: Input should be a valid integer",
+        ),
+        ({"accountConcurrency": True}, r"modelRouting\.accountConcurrency: Input should be a valid integer"),
+        ({"accountConcurrency": 10**40}, r"modelRouting\.accountConcurrency: Input should be less than"),
+        ({"streams": {"maxBodyBytes": 10**40}}, r"modelRouting\.streams\.maxBodyBytes: Input should be less"),
+        (
+            {"chaosMode": {"maxCostPerRequest": float("inf")}},
+            r"chaosMode\.maxCostPerRequest: Input should be",
+        ),
+        (
+            {"models": {"": {"tier": "HEAVY", "maxConcurrency": 1}}},
+            r"modelRouting\.models: model name '': must",
+        ),
+        (
+            {"models": {" a": {"tier": "HEAVY", "maxConcurrency": 1}}},
+            r"modelRouting\.models: model name ' a'",
+        ),
+        ({"upstreamHosts": []}, r"modelRouting\.upstreamHosts: must name at least one host"),
+        ({"upstreamHosts": [" ", ""]}, r"modelRouting\.upstreamHosts: must name at least one host"),
+    ],
+)
+def test_wrong_values_are_refused_naming_the_key(block: dict[str, Any], match: str) -> None:
+    with pytest.raises(ConfigError, match=match) as raised:
+        routing(**block)
+    assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"modelRouting": None},
+        {"modelRouting": {"chaosMode": None, "models": None, "queue": None, "upstreamHosts": None}},
+        {"modelRouting": {"chaosMode": {"strategy": None, "maxCostPerRequest": None}}},
+    ],
+)
+def test_an_empty_key_takes_its_default(data: dict[str, Any]) -> None:
+    assert parse_config(data) == default_config()
+
+
+def test_whole_numbers_may_be_written_for_seconds_and_prices() -> None:
+    spec = routing(models={"a": {"tier": "HEAVY", "maxConcurrency": 2, "inputPrice": 1}}).models["a"]
+    assert spec.input_price == 1.0 and isinstance(spec.input_price, float)
+
+
+def test_a_config_error_is_one_line() -> None:
+    with pytest.raises(ConfigError) as raised:
+        routing(models={"a\nb": {"tier": "HUGE", "maxConcurrency": 1}})
+    assert "\n" not in str(raised.value)

@@ -15,7 +15,11 @@ WALL = 1_757_000_000.0
 TWO = {"a": {"tier": "HEAVY", "maxConcurrency": 3}, "b": {"tier": "LIGHT", "maxConcurrency": 10}}
 
 
+PACING = {"probeIntervalSeconds": 5, "probeBackoffMaxSeconds": 30}  # the pacing these tests assert
+
+
 def routing(models: dict[str, Any] | None = None, **block: Any) -> ModelRouting:
+    block["learning"] = {**PACING, **block.get("learning", {})}
     return parse_config({"modelRouting": {"models": models or TWO, **block}})
 
 
@@ -49,11 +53,56 @@ def test_a_1302_lowers_the_model_to_what_was_in_flight_less_one(rig: Rig) -> Non
     assert rig.limits.view("a").changed_at == WALL
     rig.limits.refused("a", 3, 3, None)  # a second answer from the same burst: no further drop
     assert rig.limits.limit("a") == 2
+    # Far below the limit: one step each, not straight to 0 (noise, or another client taking a slot)...
     rig.limits.refused("a", 1, 1, None)
-    assert rig.limits.limit("a") == 0  # another client holds every slot: only probes find out more
+    assert rig.limits.limit("a") == 1
+    rig.limits.refused("a", 1, 1, None)
+    assert rig.limits.limit("a") == 0  # ...until z.ai has said it often enough: only probes find out more
+
+
+def test_a_1302_at_a_limit_that_ran_full_cuts_it_by_a_quarter(rig: Rig) -> None:
+    rig.limits.succeeded("b", 10, 10, None)  # "b" ran full at 10 cleanly: z.ai took 10
+    rig.limits.refused("b", 10, 10, None)  # ...and now refuses at 10: its limits went down
+    assert rig.limits.limit("b") == 7
+    assert rig.limits.view("b").reason == "1302 at 10 in flight, cut"
+    for _ in range(3):
+        rig.limits.refused("b", 10, 10, None)  # answers to requests sent before the cut: nothing new
+    assert rig.limits.limit("b") == 7
+    rig.limits.succeeded("b", 7, 7, None)
+    rig.limits.refused("b", 7, 7, None)  # full at 7 and refused again: another cut
+    assert rig.limits.limit("b") == 5
+    rig.limits.refused("b", 2, 2, None)  # far below: one step
+    assert rig.limits.limit("b") == 4
+
+
+def down_to_zero(rig: Rig, model: str = "a") -> None:
+    """1302s with one request in flight until the limit is 0: another client holds every slot."""
+    for _ in range(rig.limits.limit(model)):
+        rig.limits.refused(model, 1, 1, None)
+    assert rig.limits.limit(model) == 0
+
+
+def full(rig: Rig, model: str = "a") -> None:
+    """A clean answer with `model` at its limit: what makes a probe above it worth trying."""
+    value = rig.limits.limit(model)
+    rig.limits.succeeded(model, value, value, None)
+
+
+def test_no_probe_before_the_limit_ran_full_with_a_clean_answer(rig: Rig) -> None:
+    assert not rig.limits.can_probe("a")  # the catalog's 3 is a guess nobody has tried yet
+    rig.limits.succeeded("a", 2, 2, None)
+    assert not rig.limits.can_probe("a")  # 2 of 3 says nothing about a fourth
+    full(rig)
+    assert rig.limits.can_probe("a")
+    rig.limits.refused("a", 3, 3, None)  # lowered to 2: untried at 2 since
+    rig.advance(5.0)
+    assert not rig.limits.can_probe("a")
+    full(rig)
+    assert rig.limits.can_probe("a")
 
 
 def test_a_probe_answered_cleanly_raises_the_limit_by_one(rig: Rig) -> None:
+    full(rig)
     assert rig.limits.can_probe("a")
     rig.limits.probe_sent("model", "a")
     assert not rig.limits.can_probe("a")  # one probe at a time
@@ -66,6 +115,7 @@ def test_a_probe_answered_cleanly_raises_the_limit_by_one(rig: Rig) -> None:
 
 
 def test_after_a_failed_probe_the_next_waits_the_probe_interval(rig: Rig) -> None:
+    full(rig)
     rig.limits.probe_sent("model", "a")
     assert rig.limits.refused("a", 4, 4, "model") == "model"
     assert rig.limits.limit("a") == 3
@@ -78,7 +128,46 @@ def test_after_a_failed_probe_the_next_waits_the_probe_interval(rig: Rig) -> Non
     assert rig.limits.next_probe() is None
 
 
+def test_each_refused_probe_doubles_the_wait_up_to_the_maximum(rig: Rig) -> None:
+    full(rig)
+    waits = []
+    for _ in range(5):
+        rig.limits.probe_sent("model", "a")
+        rig.limits.refused("a", 4, 4, "model")
+        wait = rig.limits.next_probe()
+        assert wait is not None
+        waits.append(wait)
+        rig.advance(wait)
+        assert rig.limits.can_probe("a")
+    assert waits == pytest.approx([5.0, 10.0, 20.0, 30.0, 30.0])  # doubling, at most 30 s
+
+
+def test_a_probe_answered_anywhere_resets_every_wait(rig: Rig) -> None:
+    full(rig)
+    full(rig, "b")
+    for model, count, then in (("a", 4, 5.0), ("a", 4, 10.0), ("a", 4, 0.0), ("b", 11, 0.0)):
+        rig.limits.probe_sent("model", model)
+        rig.limits.refused(model, count, count, "model")
+        rig.advance(then)
+    # t=15: "a" refused three times (next at 15 + 20 s), "b" once (next at 15 + 5 s)
+    assert rig.limits.next_probe() == pytest.approx(5.0)
+    rig.limits.probe_sent("model", "b")
+    rig.limits.succeeded("b", 11, 11, "model")  # sent anyway: z.ai has raised its limits
+    assert rig.limits.limit("b") == 11
+    assert rig.limits.next_probe() == pytest.approx(5.0)  # "a" back to the base interval, not 20 s
+    rig.advance(5.0)
+    assert rig.limits.can_probe("a")
+
+
+def test_a_limit_of_zero_needs_no_confirmation_to_probe(rig: Rig) -> None:
+    down_to_zero(rig)
+    assert not rig.limits.can_probe("a")
+    rig.advance(5.0)
+    assert rig.limits.can_probe("a")  # nothing can run at 0: only a probe finds out more
+
+
 def test_a_probe_never_answered_frees_its_turn_after_the_interval(rig: Rig) -> None:
+    full(rig)
     rig.limits.probe_sent("model", "a")
     rig.advance(5.0)
     assert rig.limits.can_probe("a")
@@ -86,12 +175,14 @@ def test_a_probe_never_answered_frees_its_turn_after_the_interval(rig: Rig) -> N
 
 def test_limits_stay_within_zero_and_the_ceiling() -> None:
     rig = Rig(routing({"a": {"tier": "HEAVY", "maxConcurrency": 2, "ceiling": 3}}))
+    full(rig)
     for k in (3, 4):
         rig.limits.probe_sent("model", "a")
         rig.limits.succeeded("a", k, k, "model")
     assert rig.limits.limit("a") == 3
     assert not rig.limits.can_probe("a")  # at the ceiling: nothing left to probe
-    rig.limits.refused("a", 0, 0, None)
+    for _ in range(5):
+        rig.limits.refused("a", 0, 0, None)
     assert rig.limits.limit("a") == 0
 
 
@@ -101,7 +192,7 @@ def test_the_account_is_blamed_above_any_total_just_served(rig: Rig) -> None:
     # "a" was below its learned limit (1 of 3) and the account above what it served: perhaps the account,
     # perhaps another client on "a". "a" is blamed for now...
     assert rig.limits.refused("a", 1, 9, None) == "model"
-    assert (rig.limits.account(), rig.limits.limit("a")) == (None, 0)
+    assert (rig.limits.account(), rig.limits.limit("a")) == (None, 2)
     # ...until a second model says the same within the probe interval: the account, and "a" is restored.
     rig.advance(1.0)
     assert rig.limits.refused("b", 2, 9, None) == "account"
@@ -110,14 +201,14 @@ def test_the_account_is_blamed_above_any_total_just_served(rig: Rig) -> None:
     assert rig.limits.view("a").reason == "1302 was the account's"
     # At or below a total just served, the model is blamed: the account limit never falls below it.
     assert rig.limits.refused("b", 5, 8, None) == "model"
-    assert (rig.limits.account(), rig.limits.limit("b")) == (8, 4)
+    assert (rig.limits.account(), rig.limits.limit("b")) == (8, 9)  # one step below its 10
 
 
 def test_one_model_refusing_twice_is_that_model(rig: Rig) -> None:
     rig.limits.succeeded("b", 8, 8, None)
     rig.limits.refused("a", 2, 9, None)
     assert rig.limits.refused("a", 1, 9, None) == "model"
-    assert (rig.limits.account(), rig.limits.limit("a")) == (None, 0)
+    assert (rig.limits.account(), rig.limits.limit("a")) == (None, 1)
 
 
 def test_a_second_opinion_after_the_interval_is_a_new_suspicion(rig: Rig) -> None:
@@ -144,6 +235,9 @@ def test_evidence_of_the_account_ages_out(rig: Rig) -> None:
 def test_an_account_probe_raises_the_account_limit() -> None:
     rig = Rig(routing(accountConcurrency=5))
     assert rig.limits.account() == 5
+    assert not rig.limits.can_probe_account()
+    rig.limits.succeeded("b", 5, 5, None)
+    assert rig.limits.can_probe_account()
     rig.limits.probe_sent("account", "b")
     rig.limits.succeeded("b", 6, 6, "account")
     assert rig.limits.account() == 6
@@ -154,6 +248,7 @@ def test_an_account_probe_raises_the_account_limit() -> None:
 
 
 def test_an_unconfirmed_limit_drifts_back_toward_the_catalog(rig: Rig) -> None:
+    rig.limits.refused("a", 2, 2, None)  # 2
     rig.limits.refused("a", 2, 2, None)  # 1
     rig.limits.probe_sent("model", "b")
     rig.limits.succeeded("b", 11, 11, "model")  # 11
@@ -200,7 +295,9 @@ def test_reset_forgets_everything(rig: Rig) -> None:
     version = rig.limits.version
     rig.limits.reset()
     assert (rig.limits.limit("a"), rig.limits.limit("b"), rig.limits.account()) == (3, 10, None)
-    assert rig.limits.version > version and rig.limits.can_probe("a")
+    assert rig.limits.version > version and not rig.limits.can_probe("a")  # untried again
+    full(rig)
+    assert rig.limits.can_probe("a")
 
 
 def test_learning_off_learns_nothing() -> None:
@@ -225,6 +322,7 @@ def test_dump_and_restore_round_trip(rig: Rig) -> None:
     rig.limits.succeeded("b", 8, 8, None)
     rig.limits.refused("a", 1, 9, None)
     rig.limits.refused("b", 2, 9, None)  # account 8 ("a" given back its 3)
+    rig.limits.refused("a", 2, 2, None)  # a: 2
     rig.limits.refused("a", 2, 2, None)  # a: 1
     data = rig.limits.dump()
     assert data["format"] == STATE_FORMAT and set(data["models"]) == {"a"}  # only what was learned
@@ -236,7 +334,7 @@ def test_dump_and_restore_round_trip(rig: Rig) -> None:
 
 
 def test_a_limit_saved_long_ago_has_drifted_meanwhile(rig: Rig) -> None:
-    rig.limits.refused("a", 1, 1, None)  # 0
+    down_to_zero(rig)
     fresh = Rig()
     fresh.wall.now = rig.wall.now + 2 * 600.0 + 1.0  # two drift steps later
     fresh.limits.restore(rig.limits.dump())

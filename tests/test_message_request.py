@@ -24,7 +24,32 @@ def parse(body: Any, limit: int = 1 << 20) -> MessageRequest:
     [
         (b"", "not-json"),
         (b"{", "not-json"),
-        (b"\xff\xfe\x00", "not-json"),
+        (b"\xff\xfe\x00", "not-utf8"),
+        ('{"model": "m"}'.encode("utf-16"), "not-utf8"),
+        ('{"model": "m"}'.encode("utf-16-le"), "not-json"),  # NULs between the characters
+        (b'\xef\xbb\xbf{"model": "m"}', "not-json"),  # a byte-order mark is not JSON
+        (b'{"model": "\xed\xa0\x80"}', "not-utf8"),  # an encoded surrogate is not UTF-8
+        (b'{"model": "m",}', "not-json"),
+        (b'{"model": "m"} {}', "not-json"),
+        (b'{"model": "m" "x": 1}', "not-json"),
+        (b'{"model" "m"}', "not-json"),
+        (b'{model: "m"}', "not-json"),
+        (b'{"model": "m", "t": NaN}', "not-json"),
+        (b'{"model": "m", "t": -Infinity}', "not-json"),
+        (b'{"model": "m\n"}', "not-json"),  # a raw control character inside a string
+        (b'{"model": "m", "n": 1' + b"0" * 5000 + b"}", "not-json"),  # over Python's int digit limit
+        (b'{"model": "m", "deep": ' + b"[" * 10_000 + b"]" * 10_000 + b"}", "too-deep"),
+        (b'{"model": "a", "model": "claude-opus-4-5"}', "duplicate-model"),
+        (b'{"model": "a", "x": {}, "model": 4}', "duplicate-model"),
+        (
+            b'{"metadata":{"model":"claude-opus-4-5"},"mod\\u0065l":"claude-opus-4-5","max_tokens":5}',
+            "escaped-model-key",
+        ),
+        (b'{"\\u006dodel": "claude-opus-4-5"}', "escaped-model-key"),
+        ('{"model":"claude-opus-ü","a":"\\ud800"}'.encode(), "lone-surrogate"),
+        (b'{"model":"claude-opus-4-5","a":"\\udfff\\ud800"}', "lone-surrogate"),
+        (b'{"model":"claude-\\udc00"}', "lone-surrogate"),
+        (b'{"model":"m","\\ud83d":1}', "lone-surrogate"),
         (b"null", "not-object"),
         (b"[]", "not-object"),
         (b'"claude-opus-4-5"', "not-object"),
@@ -38,7 +63,7 @@ def parse(body: Any, limit: int = 1 << 20) -> MessageRequest:
 )
 def test_unroutable_bodies_raise_bad_request_with_a_kind(content: bytes, kind: str) -> None:
     with pytest.raises(BadRequest) as info:
-        parse_message(content, limit=1024)
+        parse_message(content, limit=1 << 20)
     assert info.value.kind == kind
     assert str(info.value).startswith(f"{kind}: ")
     assert isinstance(info.value, ValueError)
@@ -134,10 +159,20 @@ def test_with_model_rewrites_only_the_top_level_model_when_it_repeats() -> None:
     assert rewritten["messages"] == body["messages"]
 
 
-def test_with_model_uses_the_last_of_duplicate_keys_as_json_does() -> None:
-    message = parse_message(b'{"model": "a", "model": "claude-opus-4-5"}', limit=1 << 20)
-    assert message.model == "claude-opus-4-5"
-    assert json.loads(message.with_model("glm-4.6")) == {"model": "glm-4.6"}
+def test_with_model_keeps_a_nested_model_and_an_escaped_name_as_they_are() -> None:
+    raw = '{"metadata": {"model": "claude-opus-ü"}, "model": "claude-opus-\\u00fc", "x": "ü"}'.encode()
+    message = parse_message(raw, limit=1 << 20)
+    assert message.model == "claude-opus-ü"
+    assert message.with_model("glm-4.6") == (
+        '{"metadata": {"model": "claude-opus-ü"}, "model": "glm-4.6", "x": "ü"}'.encode()
+    )
+
+
+def test_paired_surrogate_escapes_are_text_and_route() -> None:
+    raw = b'{"model": "claude-opus-4-5", "emoji": "\\ud83d\\ude00"}'
+    assert parse_message(raw, limit=1 << 20).with_model("glm-4.6") == (
+        b'{"model": "glm-4.6", "emoji": "\\ud83d\\ude00"}'
+    )
 
 
 def test_with_model_keeps_non_ascii_text_as_it_is() -> None:
@@ -146,3 +181,92 @@ def test_with_model_keeps_non_ascii_text_as_it_is() -> None:
     text = message.with_model("glm-4.6").decode()
     assert "héllo 世界" in text
     assert message.body["model"] == "m"  # the parsed body is not changed
+
+
+# -- the promise, for any body: the top-level model's bytes change and nothing else, or BadRequest -----------
+
+_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8)
+)
+_KEYS = st.sampled_from(["model", "mod\u0065l", "ü", ""]) | st.text(max_size=6)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_KEYS, inner, max_size=3),
+    max_leaves=12,
+)
+
+
+@st.composite
+def message_bodies(draw: st.DrawFn) -> tuple[dict[str, Any], str, bytes]:
+    """A JSON object with one top-level string `model` (anywhere among its keys), in any formatting."""
+    members = draw(st.dictionaries(_KEYS.filter(lambda k: k != "model"), _VALUES, max_size=6))
+    model = draw(st.text(min_size=1, max_size=20).filter(str.strip))
+    items = list(members.items())
+    items.insert(draw(st.integers(0, len(items))), ("model", model))
+    text = json.dumps(
+        dict(items),
+        ensure_ascii=draw(st.booleans()),
+        indent=draw(st.sampled_from([None, 0, 2, "\t"])),
+        separators=draw(st.sampled_from([None, (",", ":"), (" ,\n", " :  ")])),
+    )
+    return dict(items), model, text.encode()
+
+
+def assert_exact_rewrite(
+    raw: bytes, original: dict[str, Any], message: MessageRequest, new_model: str
+) -> None:
+    start, end = message.model_span
+    rewritten = message.with_model(new_model)
+    assert json.loads(raw[start:end]) == message.model == original["model"]
+    assert rewritten[:start] == raw[:start]
+    assert rewritten[len(rewritten) - (len(raw) - end) :] == raw[end:]
+    assert json.loads(rewritten[start : len(rewritten) - (len(raw) - end)]) == new_model
+    parsed = json.loads(rewritten)
+    assert parsed == {**original, "model": new_model}
+    assert list(parsed) == list(original)
+
+
+@settings(max_examples=300, deadline=None)
+@given(message_bodies(), st.text(min_size=1, max_size=20).filter(str.strip))
+def test_a_valid_body_has_exactly_its_model_bytes_rewritten(
+    case: tuple[dict[str, Any], str, bytes], new_model: str
+) -> None:
+    original, _, raw = case
+    message = parse_message(raw, limit=1 << 20)
+    assert message.body == original
+    assert_exact_rewrite(raw, original, message, new_model)
+
+
+_SPLICES = st.sampled_from(
+    [
+        *(b'"model":"x",', b'"mod\\u0065l":"y",', b"\\ud800", b"\\u00fc", "ü".encode()),
+        *(b"\xff", b"\xed\xa0\x80"),
+        *(b"[", b"{", b"}", b"]", b",", b":", b'"', b"\\", b" ", b"NaN", b"1e400", b"\x00"),
+    ]
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(message_bodies(), st.lists(st.tuples(st.integers(0, 10_000), _SPLICES), max_size=3))
+def test_any_body_is_either_rewritten_exactly_or_refused(
+    case: tuple[dict[str, Any], str, bytes], splices: list[tuple[int, bytes]]
+) -> None:
+    _, _, raw = case
+    for at, piece in splices:
+        at %= len(raw) + 1
+        raw = raw[:at] + piece + raw[at:]
+    try:
+        message = parse_message(raw, limit=1 << 20)
+    except BadRequest:
+        return  # passes through untouched
+    original = json.loads(raw)  # what was routed is JSON an ordinary parser reads the same way
+    assert isinstance(original, dict)
+    assert message.body == original
+    assert_exact_rewrite(raw, original, message, "glm-4.6")
+    rewritten = message.with_model("glm-4.6")
+    rewritten.decode("utf-8")  # still UTF-8, and still parses without Python's extensions
+    json.loads(rewritten, parse_constant=lambda name: pytest.fail(f"{name} in a rewritten body"))

@@ -225,7 +225,7 @@ def test_learned_limits_follow_a_1302_and_an_answered_probe() -> None:
     assert h.value("chaos_model_learned_limit", model="glm-4.6") == 3.0
     assert h.value("chaos_capacity") == 27.0
 
-    h.advance(5.0)  # the probe interval after the 1302
+    h.advance(10.0)  # the probe interval after the 1302
     probe = probe_glm_4_7(h.pool)
     assert h.value("chaos_model_probing", model="glm-4.7") == 1.0
     assert h.value("chaos_model_probing", model="glm-4.6") == 0.0
@@ -246,7 +246,7 @@ def test_account_limit_has_no_sample_until_one_is_learned() -> None:
     assert h.value("chaos_model_learned_limit", model="glm-4.5") == 10.0  # the account's fault, not its
     assert h.value("chaos_capacity") == 3.0
 
-    h.advance(5.0)  # the probe interval after the 1302
+    h.advance(10.0)  # the probe interval after the 1302
     probe = h.pool.try_acquire("medium")
     assert probe is not None and (probe.probe, probe.total) == ("account", 4)
     assert h.value("chaos_account_probing") == 1.0

@@ -49,6 +49,12 @@ class Rig:
         assert selection is not None
         return selection
 
+    def fill(self, tier: str = "heavy", count: int = 2) -> list[Selection]:
+        """`count` requests, the last answered cleanly: the limit ran full, so a probe may go above it."""
+        taken = [self.take(tier) for _ in range(count)]
+        self.pool.report_success(taken[-1])
+        return taken
+
 
 def test_a_1302_lowers_the_limit_and_starts_no_cooldown() -> None:
     rig = Rig()
@@ -74,6 +80,12 @@ def test_with_learning_off_a_1302_cools_the_model_down_as_before() -> None:
 def test_a_request_that_would_wait_probes_one_above_the_limit() -> None:
     rig = Rig()
     rig.take(), rig.take()
+    assert rig.pool.try_acquire("heavy") is None  # the catalog's 2 never ran full: nothing to go on yet
+    rig.pool.report_success(rig.take("light"))  # another model's answer says nothing about "h"
+    assert rig.pool.try_acquire("heavy") is None
+    rig.pool.release("l")
+    rig.pool.release("h")
+    rig.pool.report_success(rig.take())  # 2 of 2, answered cleanly
     probe = rig.take()
     assert (probe.model, probe.probe, probe.in_flight) == ("h", "model", 3)
     assert probe.reason == "probing h's limit (2+1)"
@@ -87,7 +99,7 @@ def test_a_request_that_would_wait_probes_one_above_the_limit() -> None:
 
 def test_no_probe_while_an_eligible_model_has_room() -> None:
     rig = Rig()
-    rig.take(), rig.take()
+    rig.fill()
     light = [rig.take("light") for _ in range(3)]
     assert [s.probe for s in light] == [None] * 3  # "l" had room: no reason to go above "h"
     assert rig.take("light").probe == "model"
@@ -97,13 +109,21 @@ def test_no_probe_while_an_eligible_model_has_room() -> None:
 
 def test_a_failed_probe_is_not_repeated_within_the_interval() -> None:
     rig = Rig()
-    rig.take(), rig.take()
+    rig.fill()
     probe = rig.take()
     rig.pool.report_error("h", error("1302"), None, probe)
     rig.pool.release("h")
     assert rig.pool.get_status()["models"]["h"]["learnedLimit"] == 2
     assert rig.pool.try_acquire("heavy") is None
-    rig.clock.advance(5.0)
+    rig.clock.advance(9.9)
+    assert rig.pool.try_acquire("heavy") is None
+    rig.clock.advance(0.1)  # the probe interval: 10 s by default
+    assert rig.take().probe == "model"
+    rig.pool.report_error("h", error("1302"), None, probe)
+    rig.pool.release("h")
+    rig.clock.advance(10.0)
+    assert rig.pool.try_acquire("heavy") is None  # refused twice: the next waits twice as long
+    rig.clock.advance(10.0)
     assert rig.take().probe == "model"
     for _ in range(3):
         rig.pool.release("h")
@@ -125,7 +145,11 @@ def test_an_account_limit_learned_from_1302s_is_probed_too() -> None:
     assert status["accountLimit"] == 4
     assert [status["models"][m]["learnedLimit"] for m in three] == [3, 3, 3]
     assert rig.pool.try_acquire("light") is None  # within the probe interval of those answers
-    rig.clock.advance(5.0)
+    rig.clock.advance(10.0)
+    assert rig.pool.try_acquire("light") is None  # and not run full at 4 since
+    rig.pool.release(held[0].model)
+    held[0] = rig.take("light")
+    rig.pool.report_success(held[0])
     probe = rig.take("light")
     assert (probe.probe, probe.reason) == ("account", "probing the account limit (4+1)")
     rig.pool.report_success(probe)
@@ -141,7 +165,10 @@ def test_a_probe_respects_the_cost_guard() -> None:
     from chaos_mode.pool import RequestInfo
 
     info = RequestInfo(1000, 100)
-    taken = [rig.pool.try_acquire("light", request=info) for _ in range(3)]
+    taken = [rig.pool.try_acquire("light", request=info) for _ in range(2)]
+    assert taken[0] is not None
+    rig.pool.report_success(taken[0])  # "cheap" ran full
+    taken.append(rig.pool.try_acquire("light", request=info))
     # Within the limits the guard's fallback (the cheapest eligible) may reach "dear"; a probe never does.
     assert [(s.model, s.probe) for s in taken if s] == [("cheap", None), ("dear", None), ("cheap", "model")]
     for model in ("cheap", "dear", "cheap"):
@@ -177,6 +204,8 @@ def test_a_probe_that_becomes_due_wakes_a_waiter() -> None:
     async def scenario() -> None:
         pool = ChaosPool(routing(learning={"probeIntervalSeconds": 0.05}), clock=time.monotonic)
         first, second = pool.try_acquire("heavy"), pool.try_acquire("heavy")
+        assert second is not None
+        pool.report_success(second)
         probe = pool.try_acquire("heavy")
         assert first and second and probe and probe.probe == "model"
         pool.report_error("h", error("1302"), None, probe)
@@ -202,21 +231,27 @@ TIERS = ("heavy", "medium", "light")
 
 
 class LearningMachine(RuleBasedStateMachine):
-    """Requests arrive, z.ai (the truth: each model's true limit) says 1302 above it, requests end,
-    time passes. The learned limits must stay in [0, ceiling], a 1302 never cools anything down, a probe
-    goes out only when nothing within the limits could take the request, and what z.ai served never
-    exceeded the truth."""
+    """Requests arrive, z.ai (the truth: each model's true limit, and the account's) says 1302 above it,
+    requests end, time passes. The learned limits must stay in [0, ceiling], a 1302 never cools anything
+    down, a probe goes out only when nothing within the limits could take the request, and what z.ai
+    served never exceeded the truth, per model or in all."""
 
     def __init__(self) -> None:
         super().__init__()
         self.clock = FakeClock()
         self.truth: dict[str, int] = {}
+        self.account = 0
         self.held: list[Selection] = []
         self.upstream: dict[str, int] = dict.fromkeys(CATALOG, 0)
 
-    @initialize(truth=st.fixed_dictionaries({m: st.integers(0, 8) for m in CATALOG}), seed=st.integers(0, 9))
-    def start(self, truth: dict[str, int], seed: int) -> None:
+    @initialize(
+        truth=st.fixed_dictionaries({m: st.integers(0, 8) for m in CATALOG}),
+        account=st.integers(1, 20),
+        seed=st.integers(0, 9),
+    )
+    def start(self, truth: dict[str, int], account: int, seed: int) -> None:
         self.truth = truth
+        self.account = account
         config = routing(CATALOG, learning={"ceilingFactor": 3})
         self.pool = ChaosPool(config, clock=self.clock, wall_clock=lambda: WALL, rng=random.Random(seed))
 
@@ -229,7 +264,7 @@ class LearningMachine(RuleBasedStateMachine):
         if selection.probe is not None:
             assert not room, "a probe while a model had room within its limit"
         model = selection.model
-        if self.upstream[model] >= self.truth[model]:
+        if self.upstream[model] >= self.truth[model] or sum(self.upstream.values()) >= self.account:
             self.pool.report_error(model, error("1302"), None, selection)
             self.pool.release(model)
             return
@@ -260,10 +295,15 @@ class LearningMachine(RuleBasedStateMachine):
     def limits_stay_in_bounds(self) -> None:
         if not self.truth:
             return
-        for name, model in self.pool.get_status()["models"].items():
+        status = self.pool.get_status()
+        account = status["account"]
+        assert account["limit"] is None or 0 <= account["limit"] <= account["ceiling"]
+        assert account["ceiling"] == 3 * sum(spec["maxConcurrency"] for spec in CATALOG.values())
+        for name, model in status["models"].items():
             assert 0 <= model["learnedLimit"] <= model["limitCeiling"] == 3 * CATALOG[name]["maxConcurrency"]
             assert model["cooldownReason"] is None  # only 1302s here: never a cooldown
             assert self.upstream[name] <= self.truth[name]
+        assert sum(self.upstream.values()) <= self.account
 
     def teardown(self) -> None:
         for selection in self.held:

@@ -21,15 +21,16 @@ from typing import TYPE_CHECKING, Any, Final
 
 from mitmproxy import command, ctx, exceptions, http
 from mitmproxy.connection import ConnectionState
-from mitmproxy.net import encoding
+from mitmproxy.proxy.mode_specs import ProxyMode
 
-from .config import ConfigError, ModelRouting, default_config, load_config
+from .config import ConfigError, ModelRouting, default_config
+from .config_file import load_config
 from .failover import Answer, reject, settle, unreached
 from .flow_bodies import (
-    CONTENT_ENCODING,
     SESSION,
-    decoded_body,
+    body_encoder,
     is_event_stream,
+    read_message,
     request_headers,
     set_body,
     usage_of,
@@ -37,7 +38,7 @@ from .flow_bodies import (
 from .flow_view import META, FlowView
 from .forwarder import Forwarder
 from .limit_file import read_state, state_path, write_state
-from .message_request import BadRequest, parse_message
+from .message_request import BadRequest
 from .metrics import ChaosMetrics
 from .panel import render_panel
 from .pool import ChaosPool, Selection
@@ -49,7 +50,7 @@ from .stats import Outcome, Stats, chaos_stats
 from .tiers import TierClassifier
 from .upstream import UpstreamClients, UpstreamSettings
 from .waiting import CLIENT_GONE, acquire_while_connected
-from .web import WebServer, parse_listen
+from .web import WebServer, exposed_hosts, parse_listen
 from .zai_errors import UpstreamError
 
 if TYPE_CHECKING:
@@ -62,6 +63,7 @@ UPSTREAM_OPTIONS: Final = frozenset(
 )
 MESSAGES_SUFFIX: Final = "/v1/messages"
 CLIENT_DISCONNECTED: Final = "Client disconnected."  # mitmproxy's flow.error.msg when the client left
+ENABLED_CHOICES: Final = ("auto", "true", "false")
 SAVE_DELAY: Final = 1.0  # seconds: learned limits that change in a burst are written once
 
 
@@ -112,7 +114,7 @@ class ChaosMode:
             "auto",
             "Turn chaos mode on or off, overriding chaosMode.enabled of the config; auto: the config "
             "decides (off by default).",
-            choices=["auto", "true", "false"],
+            choices=list(ENABLED_CHOICES),
         )
         loader.add_option(
             "chaos_limits_file",
@@ -142,6 +144,12 @@ class ChaosMode:
             log.error("chaos-mode: %s", exc)
 
     def _configure(self, updated: set[str]) -> None:
+        enabled = ctx.options.chaos_enabled
+        if "chaos_enabled" in updated and enabled not in ENABLED_CHOICES:
+            # mitmproxy 12 does not enforce `choices` for --set: without this, "on" would mean off.
+            raise exceptions.OptionsError(
+                f"chaos_enabled: must be one of {', '.join(ENABLED_CHOICES)}, not {enabled[:40]!r}"
+            )
         if "chaos_config" in updated or "chaos_enabled" in updated:
             try:
                 config = self._read_config(ctx.options.chaos_config, ctx.options.chaos_enabled)
@@ -184,10 +192,11 @@ class ChaosMode:
         self.classifier = TierClassifier(config)
         chaos = config.chaos_mode
         log.info(
-            "chaos mode %s: %s over %d models, %d slots%s",
+            "chaos mode %s: %s over %d models%s, %d slots%s",
             "on" if chaos.enabled else "off",
             chaos.strategy,
             len(config.models),
+            " (the config's models replace the built-in catalog)" if config.replaces_catalog else "",
             config.total_capacity,
             " to start with (limits learned from z.ai's answers)" if config.learning.enabled else " (fixed)",
         )
@@ -235,6 +244,7 @@ class ChaosMode:
 
     def running(self) -> None:
         self._running = True
+        self._warn_if_exposed()
         self._start_web()
         try:
             host, port = self.forwarder.listen()
@@ -256,6 +266,21 @@ class ChaosMode:
         self.forwarder.close()
         gc.unfreeze()
 
+    def _warn_if_exposed(self) -> None:
+        """One warning line when the proxy listens beyond loopback (mitmproxy's default: every interface)."""
+        try:
+            modes = [ProxyMode.parse(spec) for spec in ctx.options.mode]
+        except ValueError:
+            return  # mitmproxy refuses the mode itself
+        hosts = [mode.listen_host(ctx.options.listen_host) for mode in modes if mode.type_name != "local"]
+        self.stats.exposed_listen = exposed = exposed_hosts(hosts)
+        if exposed:
+            log.warning(
+                "chaos-mode: the proxy listens on %s, not only loopback: anyone who can reach this machine "
+                "can send requests through it; add --listen-host 127.0.0.1 unless that is meant",
+                ", ".join(exposed),
+            )
+
     def _start_web(self) -> None:
         self.web.stop()
         if self._listen is None:
@@ -263,7 +288,18 @@ class ChaosMode:
         try:
             host, port = self.web.start(*self._listen)
         except OSError as exc:
-            log.error("chaos-mode status server could not listen on %s:%s: %s", *self._listen, exc)
+            # The proxy goes on without its dashboard: routing matters more than the page.
+            host, port = self._listen
+            shown = f"[{host}]" if ":" in host else host
+            log.warning(
+                "chaos-mode: dashboard not started, cannot listen on %s:%d (%s); the proxy runs without it. "
+                "Choose another address with --set chaos_web=%s:%d, or --set chaos_web= for none",
+                shown,
+                port,
+                exc.strerror or exc,
+                shown,
+                port + 1 if port < 65535 else port - 1,
+            )
             return
         log.info("chaos-mode dashboard on http://%s:%d/ (Prometheus: /metrics)", host, port)
 
@@ -287,12 +323,9 @@ class ChaosMode:
     async def _route(self, flow: http.HTTPFlow) -> None:
         request = flow.request
         limit = self.config.streams.max_body_bytes
+        headers = request_headers(request)
         try:
-            if request.raw_content is None or len(request.raw_content) > limit:
-                size = "a streamed" if request.raw_content is None else f"{len(request.raw_content)} bytes"
-                raise BadRequest("too-large", f"body of {size} is over the {limit}-byte limit")
-            headers = request_headers(request)
-            message = parse_message(decoded_body(request, headers), limit=limit)
+            message = read_message(request, headers, limit=limit)
         except BadRequest as exc:
             self._pass_bad(flow, exc)
             return
@@ -300,10 +333,8 @@ class ChaosMode:
         if not known:
             self._warn_once("unknown-model", f"unknown model names are routed as {tier} requests")
         chaos = self.config.chaos_mode
-        sticky = None
-        if chaos.enabled and chaos.sticky_conversations:
-            session = headers.get(SESSION)
-            sticky = message.sticky_key(session.decode("utf-8", "replace") if session else None)
+        header = headers.get(SESSION)
+        session = (header.decode("utf-8", "replace").strip() if header else "") or None
         view = FlowView(flow)
         routed = RoutedRequest(
             message,
@@ -312,8 +343,9 @@ class ChaosMode:
             stats=self.stats,
             later=_call_later,
             routed=chaos.enabled,
-            sticky_key=sticky,
-            encode=_encoder(headers.get(CONTENT_ENCODING)),
+            sticky_key=message.sticky_key(session) if chaos.enabled and chaos.sticky_conversations else None,
+            session=session,
+            encode=body_encoder(headers),
             view=view,
         )
         self._requests[flow] = routed
@@ -321,7 +353,7 @@ class ChaosMode:
         if not chaos.enabled:
             view.changed(routed)
             return
-        started = self._clock()
+        started = routed.arrived = self._clock()
         ticket = routed.ticket()
         # The common case, a free slot and nobody waiting, takes no coroutine.
         selection = self.pool.admit_now(ticket) or await acquire_while_connected(self.pool, flow, ticket)
@@ -484,14 +516,6 @@ class ChaosMode:
 
 def _call_later(delay: float, callback: Callable[[], None]) -> None:
     asyncio.get_running_loop().call_later(delay, callback)
-
-
-def _encoder(content_encoding: bytes | None) -> Callable[[bytes], bytes]:
-    """How a failover's body is encoded: as the client encoded its request."""
-    name = content_encoding.decode("latin-1").strip() if content_encoding else ""
-    if not name or name == "identity":
-        return bytes
-    return lambda body: encoding.encode(body, name)
 
 
 def _response(reply: Reply) -> http.Response:

@@ -13,12 +13,15 @@ class Waiter[K, T]:
     ticket: K
     enqueued_at: float
     future: asyncio.Future[T] = field(repr=False)
+    order: tuple[int, float] = (0, 0.0)  # served by (level, since): see AdmissionQueue
 
 
 class AdmissionQueue[K, T]:
     """Waiters holding a ticket `K` (what they may use), each served a `T` (a slot) in fair order.
 
-    First come, first served among the waiters that can use what was freed.
+    Lowest `level` first (the caller's notion of who has had least), then first come, first served,
+    among the waiters that can use what was freed. A waiter may count as having come earlier than it did
+    (`since`): a request failing over keeps its first arrival.
 
     `dispatch()` walks the waiters oldest first and offers each the pool (`attempt(ticket)`); a
     waiter that cannot use what is free is passed over, so a heavy request waiting for a heavy model
@@ -48,21 +51,23 @@ class AdmissionQueue[K, T]:
         return len(self._waiters)
 
     def waiting(self) -> list[Waiter[K, T]]:
-        """The waiters, oldest first."""
+        """The waiters, in the order they are served."""
         return list(self._waiters.values())
 
     def oldest_wait(self) -> float:
-        """Seconds the oldest waiter has waited so far (0 when nobody waits)."""
-        for waiter in self._waiters.values():
-            return max(self._clock() - waiter.enqueued_at, 0.0)
-        return 0.0
+        """Seconds the longest waiter has waited so far (0 when nobody waits)."""
+        oldest = min((waiter.enqueued_at for waiter in self._waiters.values()), default=None)
+        return 0.0 if oldest is None else max(self._clock() - oldest, 0.0)
 
-    async def wait(self, ticket: K, timeout: float) -> T | None:
-        """Wait up to `timeout` seconds to be served; None on timeout. Cancellation is safe."""
+    async def wait(self, ticket: K, timeout: float, since: float | None = None, level: int = 0) -> T | None:
+        """Wait up to `timeout` seconds to be served; None on timeout. Cancellation is safe. `level` and
+        `since` (the time it counts as having come, default now) place it among the waiters."""
         loop = asyncio.get_running_loop()
-        waiter: Waiter[K, T] = Waiter(ticket, self._clock(), loop.create_future())
+        now = self._clock()
+        order = (level, now if since is None else min(since, now))
+        waiter: Waiter[K, T] = Waiter(ticket, now, loop.create_future(), order)
         key = next(self._ids)
-        self._waiters[key] = waiter
+        self._enqueue(key, waiter)
         delivered = False
         try:
             self.dispatch()
@@ -83,6 +88,13 @@ class AdmissionQueue[K, T]:
                     self.dispatch()
                 else:
                     waiter.future.cancel()
+
+    def _enqueue(self, key: int, waiter: Waiter[K, T]) -> None:
+        last = next(reversed(self._waiters.values()), None)
+        self._waiters[key] = waiter
+        if last is not None and waiter.order < last.order:  # not simply the last in line: re-sort
+            ordered = sorted(self._waiters.items(), key=lambda item: item[1].order)  # stable
+            self._waiters = dict(ordered)
 
     def dispatch(self) -> int:
         """Serve every waiter that can be served now, oldest first; returns how many were served."""

@@ -160,7 +160,8 @@ class ProxyProcess(ChildProcess):
     """`mitmdump -s addon/chaos_addon.py` on a free loopback port, in reverse or regular mode.
 
     `config` is the `modelRouting` mapping written to a JSON file for `chaos_config` (None: the
-    built-in defaults); `addon=False` runs plain mitmdump (for overhead measurements).
+    built-in defaults); `addon=False` runs plain mitmdump (for overhead measurements). `web_port` puts
+    the addon's server on a given port (perhaps taken: readiness is then the proxy's own port).
     """
 
     name = "mitmdump"
@@ -172,6 +173,8 @@ class ProxyProcess(ChildProcess):
         config: dict[str, object] | None = None,
         addon: bool = True,
         extra_args: Sequence[str] = (),
+        listen_host: str = "127.0.0.1",
+        web_port: int | None = None,
         **kwargs: float,
     ) -> None:
         super().__init__(**kwargs)
@@ -179,8 +182,10 @@ class ProxyProcess(ChildProcess):
         self.config = config
         self.addon = addon
         self.extra_args = list(extra_args)
+        self.listen_host = listen_host
         self.port = free_port()
-        self.web_port = free_port() if addon else 0
+        self.web_port = web_port if web_port is not None else free_port() if addon else 0
+        self._ready_on_web = addon and web_port is None
 
     @property
     def url(self) -> str:
@@ -191,7 +196,7 @@ class ProxyProcess(ChildProcess):
         return f"http://127.0.0.1:{self.web_port}/api/status"
 
     def command(self) -> list[str]:
-        cmd = [_mitmdump(), "--listen-host", "127.0.0.1", "-p", str(self.port), "--set", "flow_detail=0"]
+        cmd = [_mitmdump(), "--listen-host", self.listen_host, "-p", str(self.port), "--set", "flow_detail=0"]
         if self.upstream:
             cmd += ["--mode", f"reverse:{self.upstream}"]
         if self.addon:
@@ -211,4 +216,4 @@ class ProxyProcess(ChildProcess):
 
     def ready(self) -> bool:
         # The addon's server starts in `running()`, after the proxy listens: one probe tells both.
-        return port_open("127.0.0.1", self.web_port if self.addon else self.port)
+        return port_open("127.0.0.1", self.web_port if self._ready_on_web else self.port)

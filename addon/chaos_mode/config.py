@@ -1,17 +1,20 @@
-"""The `modelRouting` config block: pydantic models in the seed's camelCase, and `load_config(path)`."""
+"""The `modelRouting` config block: pydantic models in the design's camelCase keys, and `parse_config`.
+
+Numbers are strict (`maxConcurrency: true` or `1e40` is refused, not read as 1), finite and bounded; a key
+left empty (`key:` or `null`) takes its default. Reading files: config_file.py.
+"""
 
 from __future__ import annotations
 
-import json
 import re
-from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AliasGenerator,
     BaseModel,
     ConfigDict,
     Field,
+    Strict,
     ValidationError,
     field_validator,
     model_validator,
@@ -30,8 +33,17 @@ from .catalog import (
 StrategyName = Literal["least-loaded", "round-robin", "weighted-random"]
 
 
+# Strict numbers: a boolean, a string or a float with no fraction is not an int, a boolean not a float.
+Int = Annotated[int, Strict()]
+Float = Annotated[float, Strict()]
+MODEL_NAME = re.compile(r"[^\s\x00-\x1f\x7f]{1,128}")  # no spaces or control characters, 1-128 long
+
+
 class ConfigError(ValueError):
-    """A config file that cannot be used; the message names the key as the user wrote it."""
+    """A config file that cannot be used: one line, naming the key as the user wrote it."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(message.split()))
 
 
 class _Base(BaseModel):
@@ -40,18 +52,27 @@ class _Base(BaseModel):
         alias_generator=AliasGenerator(validation_alias=to_camel, serialization_alias=to_camel),
         populate_by_name=True,
         frozen=True,
+        allow_inf_nan=False,
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_means_default(cls, data: Any) -> Any:
+        """`key:` with no value (YAML's null) takes the key's default, as if it were not written."""
+        if isinstance(data, dict):
+            return {key: value for key, value in data.items() if value is not None}
+        return data
 
 
 class ModelSpec(_Base):
     """One model of the catalog."""
 
     tier: ModelTier
-    max_concurrency: int = Field(ge=1, le=10_000)
-    input_price: float = Field(default=0.0, ge=0, description="$ per 1M input tokens")
-    output_price: float = Field(default=0.0, ge=0, description="$ per 1M output tokens")
+    max_concurrency: Int = Field(ge=1, le=10_000)
+    input_price: Float = Field(default=0.0, ge=0, le=10_000, description="$ per 1M input tokens")
+    output_price: Float = Field(default=0.0, ge=0, le=10_000, description="$ per 1M output tokens")
     free: bool = False
-    ceiling: int | None = Field(
+    ceiling: Int | None = Field(
         default=None,
         ge=1,
         le=100_000,
@@ -93,7 +114,7 @@ class ChaosModeSettings(_Base):
     quality_floor: QualityFloor = QualityFloor()
     strategy: StrategyName = "least-loaded"
     exclude_models: tuple[str, ...] = ()
-    max_cost_per_request: float | None = Field(default=None, gt=0)
+    max_cost_per_request: Float | None = Field(default=None, gt=0, le=10_000)
     include_free_models: bool = True
     sticky_conversations: bool = False
 
@@ -123,21 +144,21 @@ class QueueSettings(_Base):
     """The admission queue: requests wait here for a slot instead of failing."""
 
     enabled: bool = True
-    timeout_seconds: float = Field(default=60.0, ge=0, le=3600)
-    max_waiting: int = Field(default=1000, ge=0)
+    timeout_seconds: Float = Field(default=60.0, ge=0, le=3600)
+    max_waiting: Int = Field(default=1000, ge=0, le=1_000_000)
 
 
 class CooldownSettings(_Base):
     """Per-model cooldowns after a 429 or overload from z.ai."""
 
-    default_seconds: float = Field(default=5.0, gt=0, le=3600)
-    max_seconds: float = Field(default=60.0, gt=0, le=86_400)
-    burst_multiplier: float = Field(default=2.0, ge=1, le=10)
-    decay_seconds: float = Field(default=30.0, gt=0, le=86_400)
-    account_pause_seconds: float = Field(
+    default_seconds: Float = Field(default=5.0, gt=0, le=3600)
+    max_seconds: Float = Field(default=60.0, gt=0, le=86_400)
+    burst_multiplier: Float = Field(default=2.0, ge=1, le=10)
+    decay_seconds: Float = Field(default=30.0, gt=0, le=86_400)
+    account_pause_seconds: Float = Field(
         default=300.0, gt=0, le=7 * 86_400, description="account-wide pause when z.ai gives no reset time"
     )
-    max_pause_seconds: float = Field(
+    max_pause_seconds: Float = Field(
         default=6 * 3600.0,
         gt=0,
         le=31 * 86_400,
@@ -160,22 +181,29 @@ class LearningSettings(_Base):
     """Learned limits: the catalog's numbers are starting guesses, z.ai's answers the truth."""
 
     enabled: bool = Field(default=True, description="false: the catalog's limits are fixed, as before")
-    ceiling_factor: float = Field(
+    ceiling_factor: Float = Field(
         default=4.0,
         ge=1,
         le=100,
         description="a model's ceiling, unless it sets one: factor x maxConcurrency",
     )
-    account_ceiling: int | None = Field(
+    account_ceiling: Int | None = Field(
         default=None, ge=1, le=1_000_000, description="the account's ceiling; default: the models' summed"
     )
-    probe_interval_seconds: float = Field(
-        default=5.0,
+    probe_interval_seconds: Float = Field(
+        default=10.0,
         gt=0,
         le=3600,
         description="no probe above a limit within this long of an over-limit answer",
     )
-    drift_seconds: float = Field(
+    probe_backoff_max_seconds: Float = Field(
+        default=60.0,
+        gt=0,
+        le=86_400,
+        description="each 1302 doubles the wait before the next probe of that limit, up to this; a "
+        "probe answered cleanly anywhere resets every wait (z.ai moves its limits plan-wide)",
+    )
+    drift_seconds: Float = Field(
         default=600.0, gt=0, le=30 * 86_400, description="a limit nobody confirmed for this long steps back"
     )
 
@@ -183,21 +211,21 @@ class LearningSettings(_Base):
 class StickySettings(_Base):
     """Sticky conversations: a conversation key keeps its model."""
 
-    ttl_seconds: float = Field(default=1800.0, gt=0)
-    max_entries: int = Field(default=10_000, ge=1)
+    ttl_seconds: Float = Field(default=1800.0, gt=0, le=30 * 86_400)
+    max_entries: Int = Field(default=10_000, ge=1, le=10_000_000)
 
 
 class StreamSettings(_Base):
     """How slots are returned when a stream ends."""
 
-    abort_grace_seconds: float = Field(
+    abort_grace_seconds: Float = Field(
         default=0.5,
         ge=0,
         le=60,
         description="a slot freed by a client that left mid-stream returns to the pool after this grace",
     )
-    max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
-    max_failovers: int = Field(default=3, ge=0, le=10)
+    max_body_bytes: Int = Field(default=32 * 1024 * 1024, ge=1024, le=1 << 30)
+    max_failovers: Int = Field(default=3, ge=0, le=10)
 
 
 class ModelRouting(_Base):
@@ -207,8 +235,11 @@ class ModelRouting(_Base):
     models: dict[str, ModelSpec] = Field(default_factory=_default_models)
     upstream_hosts: tuple[str, ...] = DEFAULT_UPSTREAM_HOSTS
     tier_rules: TierRules = TierRules()
-    account_concurrency: int | None = Field(
-        default=None, ge=1, description="account-wide cap; default: the sum of the catalog's limits"
+    account_concurrency: Int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description="account-wide cap; default: the sum of the catalog's limits",
     )
     queue: QueueSettings = QueueSettings()
     cooldown: CooldownSettings = CooldownSettings()
@@ -221,12 +252,18 @@ class ModelRouting(_Base):
     def _some_models(cls, value: dict[str, ModelSpec]) -> dict[str, ModelSpec]:
         if not value:
             raise ValueError("the catalog must hold at least one model")
+        bad = [name for name in value if not MODEL_NAME.fullmatch(name)]
+        if bad:
+            raise ValueError(f"model name {bad[0]!r}: must be 1-128 characters with no spaces")
         return value
 
     @field_validator("upstream_hosts")
     @classmethod
     def _hosts_lowercase(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        return tuple(host.strip().lower() for host in value if host.strip())
+        hosts = tuple(host.strip().lower() for host in value if host.strip())
+        if not hosts:
+            raise ValueError("must name at least one host (with none, chaos mode would route nothing)")
+        return hosts
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelRouting:
@@ -242,6 +279,11 @@ class ModelRouting(_Base):
                     "(after excludeModels and includeFreeModels)"
                 )
         return self
+
+    @property
+    def replaces_catalog(self) -> bool:
+        """Whether the config lists its own `models`: they replace the built-in catalog, not add to it."""
+        return "models" in self.model_fields_set
 
     @property
     def total_capacity(self) -> int:
@@ -303,30 +345,3 @@ def parse_config(data: Any, *, source: str = "config") -> ModelRouting:
         return ConfigFile.model_validate(data).model_routing
     except ValidationError as exc:
         raise ConfigError(f"{source}: {_format_errors(exc)}") from None
-
-
-def load_config(path: str | Path) -> ModelRouting:
-    """Read a YAML or JSON config file; raise `ConfigError` with a readable message."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not UTF-8 text") from None
-    return parse_config(_decode(text, path), source=str(path))
-
-
-def _decode(text: str, path: Path) -> Any:
-    if path.suffix.lower() == ".json":
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{path}: not valid JSON: {exc.msg} (line {exc.lineno})") from None
-    from ruamel.yaml import YAML
-    from ruamel.yaml.error import YAMLError
-
-    try:
-        return YAML(typ="safe", pure=True).load(text)
-    except YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None

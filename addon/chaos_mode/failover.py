@@ -84,9 +84,7 @@ async def settle(
     request.refused_by(error.code or error.reason, broken=not busy)
     if not retry or request.failovers >= request.pool.config.streams.max_failovers:
         return reject(request, headers, now=now, error=error)
-    selection = await request.pool.acquire_or_wait(
-        request.tier, request.refused, request=request.message.info, sticky_key=request.sticky_key
-    )
+    selection = await request.pool.admit(request.ticket(), since=request.arrived)
     if selection is None:
         request.stats.failover(failed, None, error.reason)
         return reject(request, headers, now=now, error=error)

@@ -3,9 +3,11 @@
 The catalog's `maxConcurrency` is a starting guess. A concurrency answer (1302) lowers a limit to what was
 in flight when the request was sent, less one; a clean answer to a request sent above a limit (a probe)
 raises it by one. Probes are the pool's to make, only for a request that would otherwise wait, at most one
-per model (or account) at a time, and none within `probeIntervalSeconds` of an over-limit answer: in steady
-state a probe costs at most one 429 per model per interval. A limit nobody confirmed for `driftSeconds`
-steps back toward its starting value. Pure state, driven by injected clocks.
+per model (or account) at a time, only once the limit has run full with a clean answer, and none within
+`probeIntervalSeconds` of an over-limit answer, a wait that doubles with each refused probe (up to
+`probeBackoffMaxSeconds`) until a probe anywhere is answered cleanly: in steady state a probe costs at most
+one 429 per model per interval, and fewer the longer the limits hold. A limit nobody confirmed for
+`driftSeconds` steps back toward its starting value. Pure state, driven by injected clocks.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ Blame = Literal["model", "account"]
 STATE_FORMAT: Final = "chaos-mode learned limits"
 STATE_VERSION: Final = 1
 TICK_SECONDS: Final = 1.0  # how often drift is looked at
+CUT: Final = 0.75  # a limit z.ai confirmed, then refused at: what is kept of it
 
 
 @dataclass(slots=True)
@@ -39,11 +42,19 @@ class Limit:
     confirmed_at: float = -math.inf  # last clean answer at the limit (monotonic)
     failed_at: float = -math.inf  # last over-limit answer blamed on it (monotonic)
     probe_since: float | None = None  # a probe sent and not yet answered (monotonic)
+    confirmed: bool = False  # a clean answer came at the current value since it was set
+    refusals: int = 0  # 1302s blamed on it since the last probe answered cleanly anywhere
+    held_back: bool = False  # its last word was a 1302: its probes take turns with the others'
 
-    def probe_allowed(self, now: float, interval: float) -> bool:
-        if self.value is None or self.value >= self.ceiling or now - self.failed_at < interval:
-            return False
-        return self.probe_since is None or now - self.probe_since >= interval
+    def probe_ready(self, interval: float, backoff_max: float) -> float | None:
+        """When (monotonic) a probe above this limit becomes allowed; None: not before new evidence (no
+        value, at the ceiling, or not yet run at its value with a clean answer)."""
+        if self.value is None or self.value >= self.ceiling or (self.value and not self.confirmed):
+            return None
+        doublings = min(max(self.refusals - 1, 0), 30)
+        wait = min(interval * 2.0**doublings, max(backoff_max, interval))
+        ready = self.failed_at + wait
+        return ready if self.probe_since is None else max(ready, self.probe_since + interval)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +90,7 @@ class LearnedLimits:
         settings = config.learning
         self._enabled = settings.enabled
         self._interval = settings.probe_interval_seconds
+        self._backoff_max = settings.probe_backoff_max_seconds
         self._drift = settings.drift_seconds
         models: dict[str, Limit] = {}
         for name, spec in config.models.items():
@@ -117,10 +129,26 @@ class LearnedLimits:
     def can_probe(self, model: str) -> bool:
         """Whether `model` may take one request above its limit now."""
         entry = self._models.get(model)
-        return self._enabled and entry is not None and entry.probe_allowed(self._clock(), self._interval)
+        return self._enabled and entry is not None and self._probe_due(entry)
 
     def can_probe_account(self) -> bool:
-        return self._enabled and self._account.probe_allowed(self._clock(), self._interval)
+        return self._enabled and self._probe_due(self._account)
+
+    def _probe_due(self, entry: Limit) -> bool:
+        """Due, and, for a limit whose last word was a 1302, the only such probe in flight: limits found
+        right take turns, so a pool at its true limits sees one refused probe at a time, not one per
+        model. Limits never refused, or whose last probe found room, probe side by side (slow start)."""
+        now = self._clock()
+        ready = entry.probe_ready(self._interval, self._backoff_max)
+        if ready is None or ready > now:
+            return False
+        if not entry.held_back:
+            return True
+        for other in (*self._models.values(), self._account):
+            since = other.probe_since
+            if other is not entry and other.held_back and since is not None and now - since < self._interval:
+                return False
+        return True
 
     def next_probe(self) -> float | None:
         """Seconds until the next probe becomes allowed somewhere (to wake waiters), else None."""
@@ -129,12 +157,8 @@ class LearnedLimits:
         now = self._clock()
         times = []
         for entry in (*self._models.values(), self._account):
-            if entry.value is None or entry.value >= entry.ceiling:
-                continue
-            ready = entry.failed_at + self._interval
-            if entry.probe_since is not None:
-                ready = max(ready, entry.probe_since + self._interval)
-            if ready > now:
+            ready = entry.probe_ready(self._interval, self._backoff_max)
+            if ready is not None and ready > now:
                 times.append(ready - now)
         return min(times) if times else None
 
@@ -170,15 +194,24 @@ class LearnedLimits:
                 entry.probe_since = None
                 if in_flight > entry.value:
                     self._set(entry, entry.value + 1, f"probe at {in_flight} answered", now)
+                    self._probe_answered(entry)
             if in_flight >= entry.value:
-                entry.confirmed_at = now
+                entry.confirmed_at, entry.confirmed = now, True
         account = self._account
         if probe == "account":
             account.probe_since = None
             if account.value is not None and total > account.value:
                 self._set(account, account.value + 1, f"probe at {total} answered", now)
+                self._probe_answered(account)
         if account.value is not None and total >= account.value:
-            account.confirmed_at = now
+            account.confirmed_at, account.confirmed = now, True
+
+    def _probe_answered(self, grown: Limit) -> None:
+        """A limit went up: z.ai moves its limits for the whole plan at once (off-peak), so every limit
+        may probe again at the base interval."""
+        grown.held_back = False
+        for entry in (*self._models.values(), self._account):
+            entry.refusals = 0
 
     def refused(self, model: str, in_flight: int, total: int, probe: Probe | None) -> Blame:
         """A concurrency answer (1302) to a request sent with `in_flight` on its model and `total` on the
@@ -193,11 +226,36 @@ class LearnedLimits:
         count = total if target is self._account else in_flight
         if probe is not None:
             (self._account if probe == "account" else target).probe_since = None
+        fresh = probe is not None or now - target.failed_at >= self._interval
+        if fresh:
+            target.refusals += 1  # a burst of answers to one over-admission is one piece of evidence
         target.failed_at = now
-        lowered = max(count - 1, 0)
+        target.held_back = True
+        lowered, why = self._lowered(target, count, cut=probe is None), f"1302 at {count} in flight"
         if self._enabled and (target.value is None or lowered < target.value):
-            self._set(target, lowered, f"1302 at {count} in flight", now)
+            self._set(target, lowered, why if lowered == count - 1 else f"{why}, cut", now)
         return blame
+
+    @staticmethod
+    def _lowered(target: Limit, count: int, *, cut: bool) -> int:
+        """Where a 1302 with `count` in flight takes a limit.
+
+        - Unknown, or never run full cleanly: to what was in flight less one.
+        - At a limit that ran full cleanly since it was set: z.ai lowered its limits (they move with the
+          load on its side), so cut by a quarter at once rather than learn it one 429 at a time. The next
+          cut waits until the new limit, too, has run full cleanly: 1302s still coming back for requests
+          sent before the cut say nothing new.
+        - Below a known limit: one step. A 1302 far under what z.ai has been serving is a moment's
+          crowding (another client, noise); if it is more, the next ones say so.
+        """
+        value = target.value
+        if value is None:
+            return max(count - 1, 0)
+        if count < value:
+            return max(value - 1, 0)
+        if cut and target.confirmed:
+            return max(min(count - 1, math.floor(value * CUT)), 0)
+        return max(count - 1, 0)
 
     def _second_opinion(self, model: str, entry: Limit | None, total: int, now: float) -> tuple[Blame, int]:
         """One model refusing below its limit may be that model (another client on it); a second model
@@ -271,6 +329,7 @@ class LearnedLimits:
         for entry in (*self._models.values(), self._account):
             entry.value, entry.reason, entry.changed_at = entry.start, "reset", self._wall_clock()
             entry.changed_mono, entry.failed_at, entry.probe_since = self._clock(), -math.inf, None
+            entry.confirmed, entry.refusals, entry.held_back = False, 0, False
         self._clean_total = (0, 0, -math.inf)
         self._suspect = None
         self.version += 1
@@ -280,6 +339,7 @@ class LearnedLimits:
         entry.reason = reason
         entry.changed_at = self._wall_clock()
         entry.changed_mono = now
+        entry.confirmed = False
         self.version += 1
 
     # -- persistence ------------------------------------------------------------------------------

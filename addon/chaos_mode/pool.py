@@ -16,6 +16,7 @@ from .catalog import REQUEST_TIERS, RequestTier
 from .config import ModelRouting
 from .cooldown import Cooldowns, CooldownState
 from .limits import LearnedLimits, LimitView, Probe
+from .shares import ServiceShares
 from .slots import MemorySlots, SlotStore
 from .sticky import StickyMap
 from .strategies import ModelEntry, Strategy, make_strategy
@@ -63,6 +64,8 @@ class Ticket:
     attempted: frozenset[str] = NO_ATTEMPTS
     request: RequestInfo | None = None
     sticky_key: str | None = None
+    session: str | None = None  # the conversation: its place in the queue (`shares`), never the model
+    counts: bool = True  # admitting it counts toward its conversation's share (a failover's does not)
 
 
 # (model, reason, probe): what `_select` found, before a slot is taken
@@ -112,6 +115,7 @@ class ChaosPool:
         self._cooldowns: CooldownState = cooldowns or Cooldowns(config.cooldown, clock)
         self._limits = LearnedLimits(config, clock=clock, wall_clock=wall_clock)
         self._sticky = StickyMap(config.sticky.ttl_seconds, config.sticky.max_entries, clock)
+        self._shares = ServiceShares(clock)
         self._queue: AdmissionQueue[Ticket, Selection] = AdmissionQueue(
             attempt=self._attempt,
             release=self._release_selection,
@@ -189,9 +193,7 @@ class ChaosPool:
 
     def _select(self, ticket: Ticket) -> tuple[Choice | None, bool]:
         """(choice, moved): moved when a sticky conversation had to leave its model."""
-        self._limits.tick()
-        if self._limits_version != self._limits.version:
-            self._derive()
+        self._follow_limits()
         slots = self._slots
         if self._cooldowns.account_pause() is not None:
             return None, False
@@ -344,6 +346,8 @@ class ChaosPool:
             self._sticky.put(ticket.sticky_key, model)
             if moved:
                 self._sticky.moves += 1
+        if ticket.counts:
+            self._shares.served(ticket.session)
         slots = self._slots
         return Selection(model, reason, slots.in_flight(model), slots.total(), probe)
 
@@ -354,11 +358,22 @@ class ChaosPool:
         *,
         request: RequestInfo | None = None,
         sticky_key: str | None = None,
+        session: str | None = None,
+        since: float | None = None,
+        counts: bool = True,
         timeout: float | None = None,
     ) -> Selection | None:
+        """`admit` for a ticket made of these fields."""
+        ticket = Ticket(tier, attempted, request, sticky_key, session, counts)
+        return await self.admit(ticket, since=since, timeout=timeout)
+
+    async def admit(
+        self, ticket: Ticket, *, since: float | None = None, timeout: float | None = None
+    ) -> Selection | None:
         """A slot now, or after a fair wait in the queue; None after the timeout or when waiting is
-        pointless (queue off or full, account paused, no model of the tier usable at all)."""
-        ticket = Ticket(tier, attempted, request, sticky_key)
+        pointless (queue off or full, account paused, no model of the tier usable at all). Waiters go by
+        how much their `session` was served lately (see `shares`), then by `since` (when the request first
+        came: a failover keeps its place; default now)."""
         selection = self.admit_now(ticket)
         if selection is not None:
             return selection
@@ -367,7 +382,7 @@ class ChaosPool:
             if timeout is None:
                 timeout = self._config.queue.timeout_seconds
             self._arm_timer()
-            selection = await self._queue.wait(ticket, timeout)
+            selection = await self._queue.wait(ticket, timeout, since, self._shares.level(ticket.session))
         elif len(self._queue):
             selection = self._attempt(ticket)  # the queue is full: no place to wait fairly
         if selection is None:
@@ -514,8 +529,15 @@ class ChaosPool:
     def waiting(self) -> int:
         return len(self._queue)
 
+    def _follow_limits(self) -> None:
+        """Let learned limits drift, and rebuild what derives from them when they changed."""
+        self._limits.tick()
+        if self._limits_version != self._limits.version:
+            self._derive()
+
     def get_status(self) -> dict[str, Any]:
         """The pool's state for status pages, metrics and the dashboard (camelCase keys)."""
+        self._follow_limits()
         models: dict[str, dict[str, Any]] = {}
         held = self._slots.snapshot()
         names: Iterable[str] = list(self._entries) + [m for m in held if m not in self._entries]

@@ -70,6 +70,7 @@ class RoutedRequest:
         later: Later,
         routed: bool = True,
         sticky_key: str | None = None,
+        session: str | None = None,
         encode: Callable[[bytes], bytes] = bytes,
         view: RequestView | None = None,
     ) -> None:
@@ -79,6 +80,8 @@ class RoutedRequest:
         self.stats = stats
         self.routed = routed  # False: chaos mode is off, the request is only counted
         self.sticky_key = sticky_key
+        self.session = session  # the conversation (Claude Code's session id): its place in the queue
+        self.arrived: float | None = None  # first arrival on the pool's clock: a failover keeps its place
         self.encode = encode  # decoded body -> the body as sent (the request's content-encoding)
         self.view: RequestView = view or NoView()
         self._later = later
@@ -117,8 +120,10 @@ class RoutedRequest:
         return self.outcome is not None
 
     def ticket(self) -> Ticket:
-        """What the request may use now: its tier, minus the models that refused it."""
-        return Ticket(self.tier, self.refused, self.message.info, self.sticky_key)
+        """What the request may use now: its tier, minus the models that refused it. Only the first
+        admission counts toward its conversation's share; a failover's does not."""
+        first = not self.attempts
+        return Ticket(self.tier, self.refused, self.message.info, self.sticky_key, self.session, first)
 
     def body_for(self, model: str) -> bytes:
         """The request body as sent to `model`: only the top-level `model` changed, encoded as it came."""
@@ -197,6 +202,7 @@ class RoutedRequest:
             "failovers": self.failovers,
             "waited": round(self.waited, 3),
             "sticky": self.sticky_key,
+            "session": self.session,
             "rejected": self.rejected,
             "usage": list(self.usage) if self.usage is not None else None,
             "stopped": self.stopped,

@@ -31,6 +31,7 @@ class Stats:
         self.failovers = 0
         self.recent_failovers: deque[dict[str, Any]] = deque(maxlen=20)
         self.bad_requests: Counter[str] = Counter()  # by BadRequest.kind
+        self.exposed_listen: list[str] = []  # the proxy's listen hosts that are not loopback
         # Queue wait of every routed request, by tier: hits per bucket of WAIT_BUCKETS, then over all.
         self._wait_hits: dict[str, list[int]] = {}
         self.wait_sum: dict[str, float] = {}
@@ -115,6 +116,7 @@ def chaos_stats(status: dict[str, Any], stats: Stats) -> dict[str, Any]:
         "sticky": status["sticky"],
         "requests": stats.outcomes(),
         "badRequests": dict(stats.bad_requests),
+        "exposedListen": list(stats.exposed_listen),
         "failovers": stats.failovers,
         "recentFailovers": list(stats.recent_failovers),
     }

@@ -29,7 +29,7 @@ def client_alive(flow: http.HTTPFlow) -> bool:
 
 
 async def acquire_while_connected(
-    pool: ChaosPool, flow: http.HTTPFlow, ticket: Ticket
+    pool: ChaosPool, flow: http.HTTPFlow, ticket: Ticket, since: float | None = None
 ) -> Selection | ClientGone | None:
     """A slot for `ticket`, waiting in the queue while the client is still there.
 
@@ -37,11 +37,8 @@ async def acquire_while_connected(
     first, in which case no slot is held. The request hook tries `pool.admit_now` before, which needs no
     task; the queue's own fast path serves the rarer callers.
     """
-    task = asyncio.ensure_future(  # a slot at once when one is free and nobody waits
-        pool.acquire_or_wait(
-            ticket.tier, ticket.attempted, request=ticket.request, sticky_key=ticket.sticky_key
-        )
-    )
+    # a slot at once when one is free and nobody waits
+    task = asyncio.ensure_future(pool.admit(ticket, since=since))
     delivered = False
     try:
         while True:

@@ -50,7 +50,7 @@ def parse_listen(value: str) -> tuple[str, int] | None:
     return host, port
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
     host = host.strip("[]").lower()
     if host in LOOPBACK_NAMES:
         return True
@@ -58,6 +58,11 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def exposed_hosts(hosts: list[str]) -> list[str]:
+    """The listen hosts that are not loopback ('' is every interface, as mitmproxy's default)."""
+    return sorted({host or "all interfaces" for host in hosts if not host or not is_loopback(host)})
 
 
 def _host_of(header: str) -> str:
@@ -98,7 +103,7 @@ class _Handler(RequestHandler):
         self.clear_header("Server")
 
     def prepare(self) -> None:
-        if self.server.loopback_only and not _is_loopback(_host_of(self.request.host)):
+        if self.server.loopback_only and not is_loopback(_host_of(self.request.host)):
             raise HTTPError(403)
 
     def compute_etag(self) -> str | None:
@@ -197,7 +202,7 @@ class WebServer:
         )
         sockets = bind_sockets(port, address=host)
         self.stopping = asyncio.Event()
-        self.loopback_only = _is_loopback(host)
+        self.loopback_only = is_loopback(host)
         # No keep-alive: after a stop (a script reload) no open connection keeps serving an old addon.
         self._server = HTTPServer(app, no_keep_alive=True)
         self._server.add_sockets(sockets)

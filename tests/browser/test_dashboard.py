@@ -190,6 +190,7 @@ async def test_dashboard_follows_a_swarm(chromium: str, sim: SimProcess, proxy: 
             tiers = await page.eval_on_selector_all("tr.tier", "rows => rows.map(r => r.dataset.tier)")
             assert tiers == ["HEAVY", "MEDIUM", "LIGHT"]
             assert await page.text_content("#chaos-enabled") == "chaos ON"
+            assert await page.is_hidden("#exposed-banner")  # the proxy listens on loopback only
             assert await page.text_content("#strategy") == "least-loaded"
             # Learned limits: on, every limit still the catalog's, no account limit known yet.
             assert await page.text_content("#learning") == "learning ON"
@@ -254,5 +255,23 @@ async def test_dashboard_follows_a_swarm(chromium: str, sim: SimProcess, proxy: 
             await page.screenshot(path=str(SCREENSHOT_DOWN))
             if os.environ.get("CHAOS_UPDATE_SCREENSHOT"):
                 shutil.copyfile(SCREENSHOT, README_SCREENSHOT)
+        finally:
+            await browser.close()
+
+
+async def test_dashboard_warns_when_the_proxy_listens_beyond_loopback(chromium: str) -> None:
+    async with (
+        ProxyProcess(config=PROXY_CONFIG, listen_host="0.0.0.0", start_timeout=30.0) as proxy,
+        async_playwright() as pw,
+    ):
+        browser = await pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = await browser.new_page()
+            page.set_default_timeout(WAIT_MS)
+            await page.goto(f"http://127.0.0.1:{proxy.web_port}/")
+            await page.wait_for_selector("#exposed-banner:not([hidden])")
+            text = await page.text_content("#exposed-banner")
+            assert text is not None and text.startswith("The proxy listens on 0.0.0.0, not only loopback")
+            assert "--listen-host 127.0.0.1" in text
         finally:
             await browser.close()

@@ -1,12 +1,26 @@
-"""Starting mitmdump with a bad config: one plain error and an exit, never a traceback."""
+"""Starting mitmdump with a bad config or option: one plain error line and an exit, never a traceback."""
 
 from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from chaos_mode.child import ProxyProcess
 
 pytestmark = pytest.mark.e2e
+
+
+def refuses_to_start(proxy: ProxyProcess) -> str:
+    """Start `proxy`, expect it to exit with an error; its output."""
+    with pytest.raises(RuntimeError, match="exited") as raised:
+        proxy.start()
+    output = str(raised.value)
+    assert "Traceback" not in output
+    assert proxy.returncode not in (None, 0)
+    return output
 
 
 @pytest.mark.parametrize(
@@ -17,14 +31,55 @@ pytestmark = pytest.mark.e2e
             {"chaosMode": {"excludeModels": ["glm-9"]}},
             "modelRouting.chaosMode.excludeModels: not in the catalog",
         ),
+        (
+            {"models": {"a": {"tier": "HEAVY", "maxConcurrency": 1, "inputPrice": float("inf")}}},
+            "modelRouting.models.a.inputPrice: Input should be a finite number",
+        ),
+        (
+            {"models": {"a": {"tier": "HEAVY", "maxConcurrency": True}}},
+            "modelRouting.models.a.maxConcurrency: Input should be a valid integer",
+        ),
+        ({"upstreamHosts": []}, "modelRouting.upstreamHosts: must name at least one host"),
+        ({"models": {"": {"tier": "HEAVY", "maxConcurrency": 1}}}, "modelRouting.models: model name ''"),
     ],
 )
 def test_a_bad_config_at_start_is_one_clear_line_and_an_exit(config: dict[str, object], message: str) -> None:
-    proxy = ProxyProcess(config=config, start_timeout=30)
-    with pytest.raises(RuntimeError, match="exited") as raised:
-        proxy.start()
-    output = str(raised.value)
+    output = refuses_to_start(ProxyProcess(config=config, start_timeout=30))
     assert "chaos-mode: chaos_config: " in output
     assert message in output
-    assert "Traceback" not in output
-    assert proxy.returncode not in (None, 0)
+
+
+def _write(text: str) -> Callable[[Path], None]:
+    return lambda path: path.write_text(text, encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (os.mkfifo, "not a regular file"),
+        (
+            _write("modelRouting:\n  chaosMode: {enabled: true\n  queue: {}\n"),
+            "not valid YAML: line 3, column",
+        ),
+        (_write("modelRouting: " + "[" * 3000 + "]" * 3000 + "\n"), "not valid YAML: nested too deeply"),
+        (_write("modelRouting:\n  accountConcurrency: " + "7" * 5000 + "\n"), "line 2: Exceeds the limit"),
+    ],
+    ids=["fifo", "yaml-syntax", "deep", "digits"],
+)
+def test_a_bad_config_file_at_start_is_one_line_and_an_exit(
+    make: Callable[[Path], None], message: str
+) -> None:
+    proxy = ProxyProcess(start_timeout=30)
+    path = proxy.workdir / "chaos.yaml"
+    make(path)
+    proxy.extra_args = ["--set", f"chaos_config={path}"]
+    output = refuses_to_start(proxy)
+    lines = [line for line in output.splitlines() if "chaos-mode: chaos_config: " in line]
+    assert len(lines) == 1, output
+    assert message in lines[0]
+
+
+@pytest.mark.parametrize("value", ["maybe", "on", "1"])
+def test_an_unknown_chaos_enabled_value_is_refused_at_start(value: str) -> None:
+    output = refuses_to_start(ProxyProcess(extra_args=["--set", f"chaos_enabled={value}"], start_timeout=30))
+    assert f"chaos-mode: chaos_enabled: must be one of auto, true, false, not '{value}'" in output

@@ -22,6 +22,7 @@ import itertools
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from chaos_mode.catalog import REQUEST_TIERS, RequestTier
 from chaos_mode.config import ModelRouting
@@ -136,7 +137,19 @@ def fair_queue_makespan[T: str](
     of its slots (least-loaded, ties in catalog order). With more agents than slots it is above LB: the
     bound assumes an agent with more work could be served first, which no router can know.
     """
-    return _simulate(agents, eligible, capacity, account_limit, clairvoyant=False)
+    return _simulate(agents, eligible, capacity, account_limit, order="arrival")
+
+
+def least_served_makespan[T: str](
+    agents: Sequence[Sequence[tuple[T, float]]],
+    eligible: Mapping[T, Collection[str]],
+    capacity: Mapping[str, int],
+    account_limit: int | None = None,
+) -> float:
+    """As `fair_queue_makespan`, but waiting requests go by how many requests their agent was served so
+    far, fewest first, then first come first served: the order of the proxy's queue (`shares`), which
+    needs no knowledge of the future."""
+    return _simulate(agents, eligible, capacity, account_limit, order="least-served")
 
 
 def clairvoyant_makespan[T: str](
@@ -150,7 +163,7 @@ def clairvoyant_makespan[T: str](
     A scheduler that knows the future (every agent's remaining service time), which a proxy cannot: how
     close LB is to reachable at all, and so how much of a router's gap to LB is the price of not knowing.
     """
-    return _simulate(agents, eligible, capacity, account_limit, clairvoyant=True)
+    return _simulate(agents, eligible, capacity, account_limit, order="clairvoyant")
 
 
 def _simulate[T: str](
@@ -159,16 +172,22 @@ def _simulate[T: str](
     capacity: Mapping[str, int],
     account_limit: int | None,
     *,
-    clairvoyant: bool,
+    order: Literal["arrival", "least-served", "clairvoyant"],
 ) -> float:
     free = {model: capacity.get(model, 0) for model in capacity}
     account_free = account_limit if account_limit is not None else sum(free.values())
     left = [sum(service for _, service in agent) for agent in agents]  # each agent's work not yet started
+    served = [0] * len(agents)
     waiting: list[tuple[float, int, int]] = [(0.0, agent, 0) for agent in range(len(agents)) if agents[agent]]
     running: list[tuple[float, int, int, str]] = []  # (end, agent, index, model)
     now = end = 0.0
     while waiting or running:
-        waiting.sort(key=(lambda w: (-left[w[1]], w)) if clairvoyant else None)
+        if order == "clairvoyant":
+            waiting.sort(key=lambda w: (-left[w[1]], w))
+        elif order == "least-served":
+            waiting.sort(key=lambda w: (served[w[1]], w))
+        else:
+            waiting.sort()
         still: list[tuple[float, int, int]] = []
         for arrival, agent, index in waiting:
             tier, service = agents[agent][index]
@@ -180,6 +199,7 @@ def _simulate[T: str](
             free[model] -= 1
             account_free -= 1
             left[agent] -= service
+            served[agent] += 1
             heapq.heappush(running, (now + service, agent, index, model))
         waiting = still
         if not running:
