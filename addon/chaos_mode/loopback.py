@@ -68,6 +68,7 @@ class LoopbackServer:
         self._server: asyncio.Server | None = None
         self._starting: asyncio.Task[None] | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self._closings: set[asyncio.Future[None]] = set()  # closings that outlive a cancelled connection
 
     @property
     def address(self) -> tuple[str, int] | None:
@@ -130,6 +131,16 @@ class LoopbackServer:
             self._connections.discard(task)
             writer.transport.abort()  # never a half-written answer that looks complete
 
+    async def _close(self, outgoing: Outgoing) -> None:
+        """Run the answer's closing to its end, even if this connection is cancelled meanwhile (the server
+        closing): a close cut short would leave z.ai's stream open, counted against the account."""
+        if not outgoing.closing:
+            return
+        closing = asyncio.ensure_future(_run_closing(outgoing))
+        self._closings.add(closing)
+        closing.add_done_callback(self._closings.discard)
+        await asyncio.shield(closing)
+
     async def _exchange(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, carry: bytes
     ) -> bytes | None:
@@ -159,18 +170,21 @@ class LoopbackServer:
             # waits for (z.ai may be silent for long): the body's closing then runs (no task per chunk).
             this = asyncio.current_task()
             assert this is not None
+            writing = True
 
             def leave(_: object) -> None:
-                this.cancel()
+                # A callback already scheduled when the writing ended (the peer's close broke a write and
+                # ended the read in the same turn of the loop) must not cancel the closing below.
+                if writing:
+                    this.cancel()
 
             gone.add_done_callback(leave)
             try:
                 complete = await _write(outgoing, writer, gone)
             finally:
+                writing = False
                 gone.remove_done_callback(leave)
-                for close in outgoing.closing:
-                    with contextlib.suppress(Exception):
-                        await close()
+                await self._close(outgoing)
             if not complete:
                 return None
             if not gone.done():
@@ -186,6 +200,12 @@ class LoopbackServer:
             if not handling.done():
                 handling.cancel()
             gone.cancel()
+
+
+async def _run_closing(outgoing: Outgoing) -> None:
+    for close in outgoing.closing:
+        with contextlib.suppress(Exception):
+            await close()
 
 
 async def _read_request(head: bytes, reader: asyncio.StreamReader) -> Incoming:
