@@ -12,12 +12,12 @@ import httpx
 import pytest
 
 from chaos_mode.config import parse_config
-from chaos_mode.forwarder import TOKEN_HEADER, Destination, Forwarder
+from chaos_mode.forwarder import TOKEN_HEADER, Forwarder
 from chaos_mode.message_request import parse_message
 from chaos_mode.pool import ChaosPool
 from chaos_mode.routed_request import RoutedRequest
 from chaos_mode.stats import Stats
-from chaos_mode.upstream import UpstreamClients, UpstreamSettings
+from chaos_mode.upstream import Destination, UpstreamClients, UpstreamSettings
 from fakes import FakeClock
 
 BODY = json.dumps({"model": "claude-opus-4-5", "max_tokens": 64, "stream": True, "messages": []}).encode()
@@ -213,7 +213,7 @@ async def test_a_second_attempt_that_hangs_ends_in_our_429(make_rig: Callable[..
     payload = response.json()
     assert (
         payload["error"]["type"] == "rate_limit_error"
-        and "not reached (ReadTimeout)" in payload["error"]["message"]
+        and "not reached (no answer: TimeoutError)" in payload["error"]["message"]
     )
     assert request.rejected is not None and rig.pool.in_flight() == 0
     assert sum(n for (_, code), n in rig.stats.upstream_errors.items() if code == "http-502") == 1

@@ -12,8 +12,9 @@ from typing import Final
 
 from mitmproxy import connection, http
 
-from .forwarder import TOKEN_HEADER, Destination, Forwarder
+from .forwarder import TOKEN_HEADER, Forwarder
 from .routed_request import RoutedRequest
+from .upstream import Destination
 
 META: Final = "chaos"
 

@@ -3,8 +3,8 @@
 Because the forwarder, not mitmproxy, talks to z.ai, a refused attempt (1302, 1113, 1305...) is answered by
 another attempt on another model before any byte reached the client, and the attempt that succeeds streams
 to mitmproxy, which streams it to the client. A request is taken only with the one-time token the addon
-gave its flow (the forwarder is no open relay); the token header never leaves the process. Pure asyncio and
-httpx: it knows the routed request, never mitmproxy's flow.
+gave its flow (the forwarder is no open relay); the token header never leaves the process. Pure asyncio:
+it knows the routed request, never mitmproxy's flow.
 """
 
 from __future__ import annotations
@@ -18,14 +18,12 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Final
 
-import httpx
-
 from .failover import Answer, reject, settle, unreached
 from .loopback import Incoming, LoopbackServer, Outgoing
 from .pool import Selection
 from .rejection import Reply
 from .routed_request import RoutedRequest
-from .upstream import UpstreamClients
+from .upstream import Destination, UpstreamClients, UpstreamFailed, UpstreamResponse, decode
 
 log = logging.getLogger("chaos_mode")
 
@@ -44,31 +42,13 @@ HOP_HEADERS: Final = frozenset(
         "trailer",
         "transfer-encoding",
         "upgrade",
+        "expect",
+        "host",
         "content-length",
         TOKEN_HEADER,
     }
 )
 _HOP_BYTES: Final = frozenset(name.encode() for name in HOP_HEADERS)
-
-
-@dataclass(frozen=True, slots=True)
-class Destination:
-    """Where the flow was going before it was pointed at the forwarder."""
-
-    scheme: str
-    host: str
-    port: int
-    proxy: str | None = None  # the upstream proxy's URL (`--mode upstream:`), else direct
-
-    def url(self, target: bytes) -> str:
-        path = target.decode("ascii", "replace")
-        if not path.startswith("/"):  # absolute-form: keep the path and query only
-            after_scheme = path.split("://", 1)[-1]
-            path = "/" + after_scheme.split("/", 1)[1] if "/" in after_scheme else "/"
-        default = 443 if self.scheme == "https" else 80
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        authority = host if self.port == default else f"{host}:{self.port}"
-        return f"{self.scheme}://{authority}{path}"
 
 
 @dataclass(slots=True)
@@ -129,12 +109,14 @@ class Forwarder:
         request.view.received()
         if request.finished:
             return Outgoing(502, [], b"")
-        headers = [(k, v) for k, v in incoming.headers if k.lower() not in _HOP_BYTES]
+        # The Host header goes first, as mitmproxy sent it (z.ai's name, not the loopback address).
+        host = incoming.header(b"host")
+        headers = [(b"host", host)] if host else []
+        headers += [(k, v) for k, v in incoming.headers if k.lower() not in _HOP_BYTES]
         body = incoming.body  # the first attempt goes out as mitmproxy sent it (other addons included)
-        url = pending.destination.url(incoming.target)
-        client = self.clients.client(pending.destination.proxy)
+        destination = pending.destination
         while True:
-            outcome = await self._attempt(request, client, incoming.method, url, headers, body)
+            outcome = await self._attempt(request, destination, incoming, headers, body)
             if isinstance(outcome, Outgoing):
                 return outcome
             body = request.body_for(outcome.model)
@@ -143,35 +125,37 @@ class Forwarder:
     async def _attempt(
         self,
         request: RoutedRequest,
-        client: httpx.AsyncClient,
-        method: bytes,
-        url: str,
+        destination: Destination,
+        incoming: Incoming,
         headers: list[tuple[bytes, bytes]],
         body: bytes,
     ) -> Outgoing | Selection:
         """Send one attempt; the answer to stream back, or the slot of the next attempt."""
-        outgoing = httpx.Request(method.decode("ascii", "replace"), url, headers=headers, content=body)
         request.sent = True
         try:
-            response = await client.send(outgoing, stream=True)
-        except httpx.HTTPError as exc:  # refused, dropped, timed out: no verdict on the model
-            log.info("chaos-mode: %s not reached on %s: %s", url, request.model, type(exc).__name__)
-            return self._next(request, await settle(request, unreached(type(exc).__name__), now=self._now()))
-        if response.status_code < 400:
-            request.answered()
-            return _streamed(response, response.aiter_raw())
-        chunks = response.aiter_raw()
-        raw, complete = await _read_some(chunks, MAX_ERROR_BODY)
+            response = await self.clients.send(destination, incoming.method, incoming.target, headers, body)
+        except UpstreamFailed as exc:  # refused, dropped, timed out: no verdict on the model
+            log.info("chaos-mode: %s not reached on %s: %s", destination.authority, request.model, exc)
+            return self._next(request, await settle(request, unreached(str(exc)), now=self._now()))
+        try:
+            if response.status < 400:
+                request.answered()
+                return _streamed(response)
+            raw, decoded, complete = await response.read_body(MAX_ERROR_BODY)
+        except BaseException:
+            response.close()
+            raise
         if not complete:  # too large to be one of z.ai's refusals: it goes on as it is
-            return _streamed(response, chunks, raw)
-        await response.aclose()
-        answer_headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers.raw]
-        decoded = _decoded(response, raw)
+            return _streamed(response, raw)
+        response.close()
+        answer_headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers]
         verdict = await settle(
-            request, Answer(response.status_code, answer_headers, decoded), now=self._now()
+            request,
+            Answer(response.status, answer_headers, decode(decoded, response.header(b"content-encoding"))),
+            now=self._now(),
         )
         if verdict is None:  # z.ai's own answer goes to the client
-            return Outgoing(response.status_code, _pass_headers(response), raw, reason=_reason(response))
+            return Outgoing(response.status, _pass_headers(response), decoded, reason=response.reason or b"-")
         return self._next(request, verdict)
 
     def _next(self, request: RoutedRequest, verdict: Selection | Reply | None) -> Outgoing | Selection:
@@ -186,55 +170,30 @@ class Forwarder:
         return self._wall_clock()
 
 
-def _streamed(response: httpx.Response, chunks: AsyncIterator[bytes], first: bytes = b"") -> Outgoing:
-    """z.ai's answer, streamed as it arrives; closing it closes the upstream stream."""
-    length = response.headers.get("content-length")
+def _streamed(response: UpstreamResponse, first: bytes = b"") -> Outgoing:
+    """z.ai's answer, its bytes relayed as they arrive with their own framing; closing it closes the
+    upstream stream (or keeps the connection when the answer was read to its end)."""
     return Outgoing(
-        response.status_code,
+        response.status,
         _pass_headers(response),
-        _relay(chunks, first),
-        reason=_reason(response),
-        length=int(length) if length and length.isdigit() else None,
-        closing=[response.aclose],
+        _relay(response, first),
+        reason=response.reason or b"-",
+        length=response.length,
+        chunked=response.chunked,
+        closing=[response.close],
     )
 
 
-async def _relay(chunks: AsyncIterator[bytes], first: bytes) -> AsyncIterator[bytes]:
+async def _relay(response: UpstreamResponse, first: bytes) -> AsyncIterator[bytes]:
     if first:
         yield first
     try:
-        async for chunk in chunks:
+        async for chunk in response.chunks():
             yield chunk
-    except httpx.HTTPError as exc:
+    except UpstreamFailed as exc:
         # z.ai broke the stream: break ours the same way (mitmproxy reports the flow's error).
-        raise ConnectionAbortedError(f"upstream stream broke: {type(exc).__name__}") from None
+        raise ConnectionAbortedError(f"upstream stream broke: {exc}") from None
 
 
-async def _read_some(chunks: AsyncIterator[bytes], limit: int) -> tuple[bytes, bool]:
-    """Up to about `limit` raw bytes of the body; (bytes, True) when that was all of it."""
-    data = bytearray()
-    try:
-        async for chunk in chunks:
-            data += chunk
-            if len(data) > limit:
-                return bytes(data), False
-    except httpx.HTTPError:
-        pass  # a refusal cut short is still read for what it says
-    return bytes(data), True
-
-
-def _decoded(response: httpx.Response, raw: bytes) -> bytes:
-    """The body as z.ai meant it (content-encoding undone), for reading the business code."""
-    try:
-        return httpx.Response(response.status_code, headers=response.headers, content=raw).content
-    except httpx.DecodingError:
-        return raw
-
-
-def _pass_headers(response: httpx.Response) -> list[tuple[bytes, bytes]]:
-    return [(k, v) for k, v in response.headers.raw if k.lower() not in _HOP_BYTES]
-
-
-def _reason(response: httpx.Response) -> bytes:
-    phrase = response.extensions.get("reason_phrase")
-    return phrase if isinstance(phrase, bytes) and phrase else b"-"
+def _pass_headers(response: UpstreamResponse) -> list[tuple[bytes, bytes]]:
+    return [(k, v) for k, v in response.headers if k.lower() not in _HOP_BYTES]

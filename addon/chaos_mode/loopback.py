@@ -51,7 +51,8 @@ class Outgoing:
     body: bytes | AsyncIterator[bytes] = b""
     reason: bytes = b""
     length: int | None = None  # the length of streamed chunks when known: no chunked framing then
-    closing: list[Callable[[], Awaitable[None]]] = field(default_factory=list)  # run when done, always
+    chunked: bool = False  # the streamed chunks carry their own chunked framing: relayed as they are
+    closing: list[Callable[[], None]] = field(default_factory=list)  # run when done, always
 
 
 Handler = Callable[[Incoming], Awaitable[Outgoing]]
@@ -68,7 +69,6 @@ class LoopbackServer:
         self._server: asyncio.Server | None = None
         self._starting: asyncio.Task[None] | None = None
         self._connections: set[asyncio.Task[None]] = set()
-        self._closings: set[asyncio.Future[None]] = set()  # closings that outlive a cancelled connection
 
     @property
     def address(self) -> tuple[str, int] | None:
@@ -131,16 +131,6 @@ class LoopbackServer:
             self._connections.discard(task)
             writer.transport.abort()  # never a half-written answer that looks complete
 
-    async def _close(self, outgoing: Outgoing) -> None:
-        """Run the answer's closing to its end, even if this connection is cancelled meanwhile (the server
-        closing): a close cut short would leave z.ai's stream open, counted against the account."""
-        if not outgoing.closing:
-            return
-        closing = asyncio.ensure_future(_run_closing(outgoing))
-        self._closings.add(closing)
-        closing.add_done_callback(self._closings.discard)
-        await asyncio.shield(closing)
-
     async def _exchange(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, carry: bytes
     ) -> bytes | None:
@@ -184,7 +174,11 @@ class LoopbackServer:
             finally:
                 writing = False
                 gone.remove_done_callback(leave)
-                await self._close(outgoing)
+                for close in outgoing.closing:  # synchronous: nothing can cut it short
+                    try:
+                        close()
+                    except Exception:
+                        log.exception("chaos-mode: internal error while closing an answer")
             if not complete:
                 return None
             if not gone.done():
@@ -200,12 +194,6 @@ class LoopbackServer:
             if not handling.done():
                 handling.cancel()
             gone.cancel()
-
-
-async def _run_closing(outgoing: Outgoing) -> None:
-    for close in outgoing.closing:
-        with contextlib.suppress(Exception):
-            await close()
 
 
 async def _read_request(head: bytes, reader: asyncio.StreamReader) -> Incoming:
@@ -266,7 +254,7 @@ async def _write(outgoing: Outgoing, writer: asyncio.StreamWriter, gone: asyncio
         await writer.drain()
         return True
     length = outgoing.length
-    chunked = length is None
+    frame = length is None and not outgoing.chunked  # chunks of unknown length: framed here
     if length is None:
         head.append(b"transfer-encoding: chunked\r\n\r\n")
     else:
@@ -276,9 +264,9 @@ async def _write(outgoing: Outgoing, writer: asyncio.StreamWriter, gone: asyncio
         if gone.done():  # the peer left mid-answer
             return False
         if chunk:
-            writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk) if chunked else chunk)
+            writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk) if frame else chunk)
             await writer.drain()
-    if chunked:
+    if frame:
         writer.write(b"0\r\n\r\n")
     await writer.drain()
     return True
