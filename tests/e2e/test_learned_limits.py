@@ -104,7 +104,9 @@ async def test_what_was_learned_survives_a_restart(
     assert saved["models"]["solo"]["limit"] == 1
     second = await make_proxy(upstream=sim.base_url, config=config, extra_args=extra)
     solo = (await status(http, second))["modelDistribution"]["solo"]
-    assert (solo["learnedLimit"], solo["limitReason"]) == (1, "1302 at 2 in flight")
+    # The reason as saved: which of two simultaneous 1302s is judged first decides its wording.
+    assert solo["learnedLimit"] == 1 and solo["limitReason"] == saved["models"]["solo"]["reason"]
+    assert solo["limitReason"].startswith("1302 at ")
 
 
 async def test_a_corrupt_state_file_is_ignored_with_one_warning(
