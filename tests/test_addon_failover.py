@@ -1,4 +1,5 @@
-"""Failover after z.ai errors, with the real in-process simulator: the addon's Resender really re-sends."""
+"""Failover after z.ai errors, with the real in-process simulator: the addon's forwarder (real loopback
+HTTP) sends each attempt, and the test plays mitmproxy's part between the client and the forwarder."""
 
 from __future__ import annotations
 
@@ -82,7 +83,8 @@ class Rig:
         return tflow.tflow(req=request)
 
     async def forward(self, f: http.HTTPFlow) -> None:
-        """Play mitmproxy's part: send the (rewritten) request upstream, run the response hooks."""
+        """Play mitmproxy's part: send the (rewritten) request where the flow points (the forwarder), run
+        the response hooks."""
         request = f.request
         headers = [(k, v) for k, v in request.headers.items(multi=True) if k.lower() != "content-length"]
         answer = await self.client.request(
@@ -131,6 +133,7 @@ async def rig(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> AsyncIterator
                 tctx.configure(addon, chaos_web="", chaos_limits_file=str(tmp_path / "limits.json"))
                 rig = Rig(addon, tctx, sim, client, tmp_path)
                 rig.configure()
+                addon.running()  # the forwarder listens
                 yield rig
                 assert addon.pool.in_flight() == 0
                 assert addon.pool.spurious_releases == 0
@@ -175,7 +178,9 @@ async def test_1302_fails_over_to_another_eligible_model(rig: Rig) -> None:
     assert f.comment.startswith(f"claude-opus-4-5 → {second} · ")
     assert body_of(f)["model"] == second
     assert f.response.headers["x-sim-served-model"] == second
-    assert b"message_stop" in (f.response.content or b"")  # the whole stream, as one answer
+    assert meta["stopped"] is True  # the stream went through the observer to its end
+    assert f.request.host == "127.0.0.1" and f.request.port == rig.sim.port  # z.ai's address again
+    assert "x-chaos-forward" not in f.request.headers
     sim = rig.sim.stats()["models"]
     assert sim[first]["rejected"] == {"1302": 1}
     assert sim[second]["served"] == 1

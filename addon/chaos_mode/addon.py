@@ -1,8 +1,11 @@
 """The mitmproxy adapter: options, hooks and commands around the pure ChaosPool.
 
-With resend.py, flow_bodies.py, waiting.py and rejection.py, the only modules of the package proper
-that import mitmproxy (the flow recorder, a development tool, does too). Facts about one flow live in
-`flow.metadata["chaos"]` (plain values, so they survive in saved flow files), never on `self`.
+With flow_view.py, flow_bodies.py and waiting.py, the only modules of the package proper that import
+mitmproxy (the flow recorder, a development tool, does too). Each routed flow has one owner, a
+`RoutedRequest` (its slot, attempts and outcome), found by the flow in a weak map; a plain-values mirror of
+it sits in `flow.metadata["chaos"]`, so saved flows keep it. The request hook admits the request and points
+the flow at the forwarder, which sends it to z.ai (failing over while no byte reached the client);
+`response` and `error` end it.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import asyncio
 import gc
 import logging
 import time
-import uuid
+import weakref
 from collections.abc import Callable
 from random import Random
 from typing import TYPE_CHECKING, Any, Final
@@ -22,28 +25,42 @@ from mitmproxy.proxy.mode_specs import ProxyMode
 
 from .config import ConfigError, ModelRouting, default_config
 from .config_file import load_config
-from .flow_bodies import SESSION, is_event_stream, read_message, request_headers, set_body, usage_of
+from .failover import Answer, reject, settle, unreached
+from .flow_bodies import (
+    SESSION,
+    body_encoder,
+    is_event_stream,
+    read_message,
+    request_headers,
+    set_body,
+    usage_of,
+)
+from .flow_view import META, FlowView
+from .forwarder import Forwarder
 from .limit_file import read_state, state_path, write_state
 from .message_request import BadRequest
 from .metrics import ChaosMetrics
 from .panel import render_panel
-from .pool import NO_ATTEMPTS, ChaosPool, RequestInfo, Selection, Ticket
-from .rejection import rate_limited
+from .pool import ChaosPool, Selection
+from .rejection import Reply
 from .replies import TRIED_HEADER
-from .resend import Resender, ResendFailed
+from .routed_request import RoutedRequest
 from .sse import SseObserver
 from .stats import Outcome, Stats, chaos_stats
 from .tiers import TierClassifier
+from .upstream import UpstreamClients, UpstreamSettings
 from .waiting import CLIENT_GONE, acquire_while_connected
 from .web import WebServer, exposed_hosts, parse_listen
-from .zai_errors import Action, UpstreamError, classify_error, parse_retry_after
+from .zai_errors import UpstreamError
 
 if TYPE_CHECKING:
     from pathlib import Path
 
 log = logging.getLogger("chaos_mode")
 
-META: Final = "chaos"
+UPSTREAM_OPTIONS: Final = frozenset(
+    {"ssl_insecure", "ssl_verify_upstream_trusted_ca", "ssl_verify_upstream_trusted_confdir", "upstream_auth"}
+)
 MESSAGES_SUFFIX: Final = "/v1/messages"
 CLIENT_DISCONNECTED: Final = "Client disconnected."  # mitmproxy's flow.error.msg when the client left
 ENABLED_CHOICES: Final = ("auto", "true", "false")
@@ -68,11 +85,13 @@ class ChaosMode:
         self.classifier = TierClassifier(self.config)
         self.metrics = ChaosMetrics(self.pool, self.stats)
         self.web = WebServer(self.chaos_stats, self.metrics.render)
-        self.resender = Resender()
+        self.forwarder = Forwarder(UpstreamClients(), wall_clock=wall_clock)
+        # The owner of each routed flow (and its face in the flow), gone with the flow.
+        self._requests: weakref.WeakKeyDictionary[http.HTTPFlow, RoutedRequest] = weakref.WeakKeyDictionary()
+        self._views: weakref.WeakKeyDictionary[http.HTTPFlow, FlowView] = weakref.WeakKeyDictionary()
         self._listen: tuple[str, int] | None = None
         self._running = False
         self._loaded = False  # configure() has run once (the script's load)
-        self._token = uuid.uuid4().hex[:12]  # marks the slots this instance holds (scripts reload)
         self._warned: set[str] = set()
         self._limits_path: Path | None = None
         self._saved_version = -1  # the learned limits' version last written (or read)
@@ -147,6 +166,16 @@ class ChaosMode:
                 raise exceptions.OptionsError(f"chaos_web: {exc}") from None
             if self._running:
                 self._start_web()
+        if updated & UPSTREAM_OPTIONS:
+            self.forwarder.clients.reconfigure(
+                UpstreamSettings(
+                    insecure=bool(ctx.options.ssl_insecure),
+                    ca_file=ctx.options.ssl_verify_upstream_trusted_ca or None,
+                    ca_path=ctx.options.ssl_verify_upstream_trusted_confdir or None,
+                    proxy_auth=ctx.options.upstream_auth or None,
+                    read_timeout=self.forwarder.clients.settings.read_timeout,
+                )
+            )
 
     @staticmethod
     def _read_config(path: str, enabled: str) -> ModelRouting:
@@ -217,6 +246,12 @@ class ChaosMode:
         self._running = True
         self._warn_if_exposed()
         self._start_web()
+        try:
+            host, port = self.forwarder.listen()
+        except OSError as exc:
+            log.error("chaos-mode: the forwarder could not listen (%s); failovers will answer 429", exc)
+        else:
+            log.debug("chaos-mode: forwarder on %s:%d", host, port)
         # What is alive now (mitmproxy's and our modules, classes, the config) lives as long as the
         # process: out of the collector's way, every collection no longer walks it (callgrind: about 2% of
         # mitmdump's instructions per request). `done()` gives it back, so a script reload leaks nothing.
@@ -228,7 +263,7 @@ class ChaosMode:
             self._save_timer.cancel()
         self._save_limits()
         self.web.stop()
-        self.resender.close()
+        self.forwarder.close()
         gc.unfreeze()
 
     def _warn_if_exposed(self) -> None:
@@ -297,226 +332,144 @@ class ChaosMode:
         tier, known = self.classifier.lookup(message.model)
         if not known:
             self._warn_once("unknown-model", f"unknown model names are routed as {tier} requests")
-        meta: dict[str, Any] = {
-            "owner": self._token,
-            "originalModel": message.model,
-            "tier": tier,
-            "held": None,
-            "attempted": [],
-            "failovers": 0,
-        }
-        flow.metadata[META] = meta
         chaos = self.config.chaos_mode
-        if not chaos.enabled:
-            meta["mode"] = "off"
-            return
         header = headers.get(SESSION)
-        session = header.decode("utf-8", "replace").strip() if header else None
-        sticky = message.sticky_key(session) if chaos.sticky_conversations else None
-        meta["sticky"] = sticky
-        meta["session"] = session or None
-        info = message.info
-        meta["request"] = [info.input_tokens, info.max_output_tokens]
-        started = self._clock()
-        meta["arrived"] = started
-        ticket = Ticket(tier, NO_ATTEMPTS, info, sticky, meta["session"])
+        session = (header.decode("utf-8", "replace").strip() if header else "") or None
+        view = FlowView(flow)
+        routed = RoutedRequest(
+            message,
+            tier,
+            pool=self.pool,
+            stats=self.stats,
+            later=_call_later,
+            routed=chaos.enabled,
+            sticky_key=message.sticky_key(session) if chaos.enabled and chaos.sticky_conversations else None,
+            session=session,
+            encode=body_encoder(headers),
+            view=view,
+        )
+        self._requests[flow] = routed
+        self._views[flow] = view
+        if not chaos.enabled:
+            view.changed(routed)
+            return
+        started = routed.arrived = self._clock()
+        ticket = routed.ticket()
         # The common case, a free slot and nobody waiting, takes no coroutine.
         selection = self.pool.admit_now(ticket) or await acquire_while_connected(self.pool, flow, ticket)
-        waited = self._clock() - started
-        meta["waited"] = round(waited, 3)
-        self.stats.queue_wait(tier, waited)
+        routed.waited = self._clock() - started
+        self.stats.queue_wait(tier, routed.waited)
         if selection is CLIENT_GONE:
-            self._finish(meta, "aborted")
+            routed.finish("aborted")
             if flow.killable:
                 flow.kill()
             return
         if selection is None:
-            self._reject(flow, meta, [])
+            flow.response = _response(reject(routed, None, now=self._wall_clock()))
+            view.changed(routed)
             return
         assert isinstance(selection, Selection)
-        self._hold(meta, selection)
+        routed.hold(selection)
         set_body(request, message.with_model(selection.model), headers)
-        wait_note = f" · waited {waited:.1f} s" if waited >= 0.05 else ""
-        flow.comment = f"{message.model} → {selection.model} · {selection.reason}{wait_note}"
-
-    def _hold(self, meta: dict[str, Any], selection: Selection) -> None:
-        meta["held"] = selection.model
-        meta["model"] = selection.model
-        meta["reason"] = selection.reason
-        meta["admitted"] = [selection.in_flight, selection.total, selection.probe]
-        meta["attempted"] = [*meta["attempted"], selection.model]
-
-    @staticmethod
-    def _selection(meta: dict[str, Any]) -> Selection:
-        """The slot the flow's current attempt was sent with, as the pool gave it."""
-        in_flight, total, probe = meta["admitted"]
-        return Selection(meta["model"], meta["reason"], in_flight, total, probe)
-
-    def _answered(self, meta: dict[str, Any]) -> None:
-        """z.ai answered the current attempt with a 200: what it was sent with held. Once per attempt."""
-        if meta.get("answered") == len(meta["attempted"]):
-            return
-        meta["answered"] = len(meta["attempted"])
-        self.pool.report_success(self._selection(meta))
-        self._limits_touched()
-
-    def _reject(self, flow: http.HTTPFlow, meta: dict[str, Any], tried: list[str]) -> None:
-        """Answer with our own 429: nothing eligible could take the request in time."""
-        flow.response, why = rate_limited(self.pool, meta["tier"], tried, flow.response, self._wall_clock())
-        meta["rejected"] = why
-        flow.comment = f"{meta['originalModel']} → 429 from chaos-mode · {why}"
-        flow.marked = ":no_entry:"
+        if (address := self.forwarder.address) is not None:
+            view.point_at(self.forwarder, routed, address)
+        view.changed(routed)
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
-        meta = flow.metadata.get(META)
+        routed = self._requests.get(flow)
         response = flow.response
-        if meta is None or response is None or response.status_code != 200:
+        if routed is None or response is None:
             return
-        if meta.get("held") and meta.get("owner") == self._token:
-            self._answered(meta)
+        self._views[flow].restore()
+        routed.sent = True
+        if response.status_code != 200:
+            return
+        routed.answered()  # the forwarder has done it already; on the direct path, here
         if not is_event_stream(response):
             return
         observer = SseObserver()
+        view = self._views[flow]
 
         def observe(chunk: bytes) -> bytes:
-            if observer.feed(chunk):
-                meta["usage"] = [observer.input_tokens, observer.output_tokens]
-                meta["stopped"] = observer.stopped
+            if observer.feed(chunk):  # message_start, message_delta, message_stop: a few per answer
+                routed.usage = (observer.input_tokens, observer.output_tokens)
+                routed.stopped = observer.stopped
+                view.changed(routed)
             return chunk
 
         response.stream = observe
 
     async def response(self, flow: http.HTTPFlow) -> None:
-        meta = flow.metadata.get(META)
-        if meta is None or meta.get("owner") != self._token or flow.response is None:
+        routed = self._requests.get(flow)
+        if routed is None or flow.response is None or routed.finished:
             return
-        if meta.get("outcome"):  # already finished (a second response, or one after an error)
-            return
+        view = self._views[flow]
         try:
+            view.restore()
             answer = flow.response
-            if meta.get("held") and answer.status_code >= 400 and not answer.stream:
-                await self._settle(flow, meta)  # an error z.ai sent whole: perhaps a failover
-                if meta.get("held") and flow.response is not None and flow.response.status_code == 200:
-                    self._answered(meta)  # a failed-over answer, fetched by the addon
-            self._record(flow, meta)
+            refused = answer.status_code >= 400 and not answer.stream
+            if refused and routed.slot is not None and not view.forwarded:
+                await self._judge_direct(flow, routed)  # no forwarder: z.ai's refusal is judged here
+            self._record(flow, routed)
         except Exception:
             log.exception("chaos-mode: internal error while finishing a response")
         finally:
-            self._release(meta)
-
-    async def _settle(self, flow: http.HTTPFlow, meta: dict[str, Any]) -> None:
-        """Read z.ai's verdict; fail over to another model while no byte has reached the client."""
-        while True:
-            response = flow.response
-            assert response is not None
-            if response.status_code < 400 or response.stream:
-                return
-            now = self._wall_clock()
-            proxy_made = response.headers.get("server", "").startswith("mitmproxy")
-            content = response.get_content(strict=False)
-            error = classify_error(response.status_code, content, now=now, proxy_made=proxy_made)
-            if error is None:
-                return
-            model = meta["held"]
-            retry_after = parse_retry_after(response.headers.get("retry-after"), now=now)
-            self.pool.report_error(model, error, retry_after, self._selection(meta))
+            routed.finish("error")  # a no-op once `_record` finished it; never leaves a slot held
             self._limits_touched()
-            self.stats.upstream_error(model, error.code, response.status_code)
-            flow.marked = ":warning:"
-            if error.action is Action.FATAL:
-                log.error("z.ai refuses every request: %s", error.reason)
-            if not error.fails_over or meta["failovers"] >= self.config.streams.max_failovers:
-                if error.fails_over:
-                    self._reject(flow, meta, list(meta["attempted"]))
-                return
-            if not await self._failover(flow, meta, error):
-                return
 
-    async def _failover(self, flow: http.HTTPFlow, meta: dict[str, Any], error: UpstreamError) -> bool:
-        """Move the request to another eligible model and send it again; False when it ended here."""
-        failed = meta["held"]
-        self._release(meta)
-        tried = list(meta["attempted"])
-        if error.action is not Action.CONCURRENCY or not self.pool.limits.enabled:
-            # With learned limits, a full model is not a broken one: within its new limit it may serve.
-            meta["refused"] = [*meta.get("refused", []), failed]
-        info = RequestInfo(*meta["request"]) if meta.get("request") else None
-        session = meta.get("session")
-        refused = frozenset(meta.get("refused", ()))
-        ticket = Ticket(meta["tier"], refused, info, meta.get("sticky"), session, counts=False)
-        selection = await acquire_while_connected(self.pool, flow, ticket, since=meta.get("arrived"))
-        if selection is CLIENT_GONE:
-            return False
-        if selection is None:
-            self.stats.failover(failed, None, error.reason)
-            self._reject(flow, meta, tried)
-            return False
-        assert isinstance(selection, Selection)
-        self._hold(meta, selection)
-        meta["failovers"] += 1
-        self.stats.failover(failed, selection.model, error.reason)
-        flow.comment = (
-            f"{meta['originalModel']} → {selection.model} · failover from {failed} "
-            f"({error.code or error.reason}) · {selection.reason}"
-        )
-        try:
-            headers = request_headers(flow.request)
-            message = read_message(flow.request, headers, limit=self.config.streams.max_body_bytes)
-            set_body(flow.request, message.with_model(selection.model), headers)
-            flow.response = await self.resender.send(flow.request, insecure=bool(ctx.options.ssl_insecure))
-        except (ResendFailed, BadRequest) as exc:
-            log.warning("chaos-mode: failover to %s failed: %s", selection.model, exc)
-            self._reject(flow, meta, list(meta["attempted"]))
-            return False
-        return True
-
-    def _record(self, flow: http.HTTPFlow, meta: dict[str, Any]) -> None:
+    async def _judge_direct(self, flow: http.HTTPFlow, routed: RoutedRequest) -> None:
+        """z.ai's refusal when the flow went to z.ai directly (no forwarder): counted, our 429 instead of
+        a failover (mitmproxy cannot send the request again)."""
         response = flow.response
         assert response is not None
-        model = meta.get("model")
+        now = self._wall_clock()
+        headers = [(k, v) for k, v in response.headers.items(multi=True)]
+        answer: Answer | UpstreamError
+        if response.headers.get("server", "").startswith("mitmproxy"):
+            answer = unreached(f"HTTP {response.status_code} from the proxy")
+        else:
+            answer = Answer(response.status_code, headers, response.get_content(strict=False) or b"")
+        verdict = await settle(routed, answer, now=now, retry=False)
+        if isinstance(verdict, Reply):
+            flow.response = _response(verdict)
+        self._views[flow].changed(routed)
+
+    def _record(self, flow: http.HTTPFlow, routed: RoutedRequest) -> None:
+        response = flow.response
+        assert response is not None
+        model = routed.model
         if model and response.status_code == 200:
-            usage = meta.get("usage")
+            usage = routed.usage
             if usage is None and not response.stream:
-                usage = usage_of(response)
+                whole = usage_of(response)
+                usage = (whole[0], whole[1]) if whole else None
             if usage:
+                routed.usage = usage
                 self.stats.usage(model, usage[0], usage[1])
-        if meta.get("mode") == "off":
+        if not routed.routed:
             outcome: Outcome = "passthrough"
-        elif meta.get("rejected"):
+        elif routed.rejected:
             outcome = "rejected"
         else:
             outcome = "ok" if response.status_code < 400 else "error"
-        self._finish(meta, outcome)
-
-    def _finish(self, meta: dict[str, Any], outcome: Outcome) -> None:
-        if meta.get("outcome"):
-            return
-        meta["outcome"] = outcome
-        self.stats.request_done(meta.get("model") or meta.get("originalModel"), meta["tier"], outcome)
+        routed.finish(outcome)
 
     def error(self, flow: http.HTTPFlow) -> None:
-        meta = flow.metadata.get(META)
-        if meta is None or meta.get("owner") != self._token:
+        routed = self._requests.get(flow)
+        if routed is None:
             return
+        view = self._views[flow]
+        view.restore()
+        if view.token is not None and not view.forwarded:
+            self.forwarder.forget(view.token)
         # The client went away (aborted), or the upstream broke the flow under a waiting client (error).
         client_left = flow.client_conn.state is ConnectionState.CLOSED or (
             flow.error is not None and flow.error.msg in (CLIENT_DISCONNECTED, flow.error.KILLED_MESSAGE)
         )
-        self._finish(meta, "aborted" if client_left else "error")
         # A stream the client left may still be counted upstream for a moment: release after a grace.
-        grace = self.config.streams.abort_grace_seconds if client_left and flow.response is not None else 0.0
-        self._release(meta, grace)
-
-    def _release(self, meta: dict[str, Any], grace: float = 0.0) -> None:
-        """Give the flow's slot back, exactly once."""
-        model = meta.get("held")
-        if not model or meta.get("owner") != self._token:
-            return
-        meta["held"] = None
-        if grace > 0:
-            asyncio.get_running_loop().call_later(grace, self.pool.release, model)
-        else:
-            self.pool.release(model)
+        grace = self.config.streams.abort_grace_seconds if client_left else 0.0
+        routed.finish("aborted" if client_left else "error", grace=grace)
+        self._limits_touched()
 
     # -- bad input ---------------------------------------------------------------------------------
 
@@ -559,6 +512,14 @@ class ChaosMode:
             log.error("chaos-mode: config not reloaded, the old one stays in force: %s", exc)
             return
         self._apply(config)
+
+
+def _call_later(delay: float, callback: Callable[[], None]) -> None:
+    asyncio.get_running_loop().call_later(delay, callback)
+
+
+def _response(reply: Reply) -> http.Response:
+    return http.Response.make(reply.status, reply.body, [(k.encode(), v.encode()) for k, v in reply.headers])
 
 
 __all__ = ["META", "TRIED_HEADER", "ChaosMode", "UpstreamError"]

@@ -118,11 +118,18 @@ def read_message(
     return parse(content, limit=limit)
 
 
+def body_encoder(headers: dict[bytes, bytes]) -> Callable[[bytes], bytes]:
+    """How a body read by `read_message` is encoded again: with the request's own content-encoding."""
+    coding = _coding(headers)
+    if coding is None:
+        return bytes
+    return lambda body: encoding.encode(body, coding)
+
+
 def set_body(message: http.Message, body: bytes, headers: dict[bytes, bytes]) -> None:
     """Set a body read by `read_message`, encoded again with its content-encoding; the content-length
     follows (the other headers are not read again)."""
-    coding = _coding(headers)
-    raw = body if coding is None else encoding.encode(body, coding)
+    raw = body_encoder(headers)(body)
     message.raw_content = raw
     if TRANSFER_ENCODING in headers:
         return

@@ -363,11 +363,17 @@ class ChaosPool:
         counts: bool = True,
         timeout: float | None = None,
     ) -> Selection | None:
+        """`admit` for a ticket made of these fields."""
+        ticket = Ticket(tier, attempted, request, sticky_key, session, counts)
+        return await self.admit(ticket, since=since, timeout=timeout)
+
+    async def admit(
+        self, ticket: Ticket, *, since: float | None = None, timeout: float | None = None
+    ) -> Selection | None:
         """A slot now, or after a fair wait in the queue; None after the timeout or when waiting is
         pointless (queue off or full, account paused, no model of the tier usable at all). Waiters go by
         how much their `session` was served lately (see `shares`), then by `since` (when the request first
         came: a failover keeps its place; default now)."""
-        ticket = Ticket(tier, attempted, request, sticky_key, session, counts)
         selection = self.admit_now(ticket)
         if selection is not None:
             return selection
@@ -376,7 +382,7 @@ class ChaosPool:
             if timeout is None:
                 timeout = self._config.queue.timeout_seconds
             self._arm_timer()
-            selection = await self._queue.wait(ticket, timeout, since, self._shares.level(session))
+            selection = await self._queue.wait(ticket, timeout, since, self._shares.level(ticket.session))
         elif len(self._queue):
             selection = self._attempt(ticket)  # the queue is full: no place to wait fairly
         if selection is None:

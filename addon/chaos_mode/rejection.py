@@ -1,4 +1,4 @@
-"""Our own 429, for a request no eligible model could take: an adapter, it builds mitmproxy's response.
+"""Our own 429, for a request no eligible model could take.
 
 It says why (from the pool), when to retry (the account pause, else the next cooldown to end, lengthened
 by z.ai's own Retry-After when z.ai answered first), and keeps z.ai's rate-limit headers beside ours.
@@ -6,9 +6,9 @@ by z.ai's own Retry-After when z.ai answered first), and keeps z.ai's rate-limit
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Final
-
-from mitmproxy import http
 
 from .catalog import RequestTier
 from .pool import ChaosPool, Ticket
@@ -19,25 +19,40 @@ UPSTREAM_RETRY_HEADER: Final = "x-upstream-retry-after"  # z.ai's Retry-After, k
 DEFAULT_RETRY_SECONDS: Final = 5.0  # when nothing is cooling down: the queue timed out
 
 
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """An answer the addon makes itself."""
+
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes
+
+
 def rate_limited(
-    pool: ChaosPool, tier: RequestTier, tried: list[str], upstream: http.Response | None, now: float
-) -> tuple[http.Response, str]:
-    """(our 429, why) for a request of `tier` that tried `tried`; `upstream` is z.ai's answer, if any."""
+    pool: ChaosPool,
+    tier: RequestTier,
+    tried: list[str],
+    upstream: Sequence[tuple[str, str]] | None,
+    now: float,
+    last_error: str | None = None,
+) -> tuple[Reply, str]:
+    """(our 429, why) for a request of `tier` that tried `tried`; `upstream`: z.ai's headers, if any;
+    `last_error`: why the last attempt failed, if one was made."""
     why = pool.unavailable(Ticket(tier, frozenset(tried)))
-    if why is None:
+    if last_error is not None:
+        why = f"{len(tried)} model(s) tried, the last: {last_error}" + (f"; {why}" if why else "")
+    elif why is None:
         why = f"no {tier}-tier model had a free slot within the queue timeout"
     pause = pool.cooldowns.account_pause()
     retry = pause[0] if pause else (pool.cooldowns.next_expiry() or DEFAULT_RETRY_SECONDS)
-    upstream_retry = upstream.headers.get("retry-after") if upstream is not None else None
+    upstream = upstream or ()
+    upstream_retry = next((v for k, v in upstream if k.lower() == "retry-after"), None)
     if upstream_retry is not None:
         # z.ai's own value is kept (verbatim, beside ours) and may lengthen ours, up to 60 s.
         retry = max(retry, parse_retry_after(upstream_retry, now=now) or 0.0)
-    body, headers = rate_limit_error(why, retry_after=retry, tried=tried)
-    response = http.Response.make(429, body, headers)
-    if upstream is not None:
-        for name, value in upstream.headers.items(multi=True):
-            if name.lower().startswith("anthropic-ratelimit-"):
-                response.headers[name] = value
-        if upstream_retry is not None:
-            response.headers[UPSTREAM_RETRY_HEADER] = upstream_retry
-    return response, why
+    body, ours = rate_limit_error(why, retry_after=retry, tried=tried)
+    headers = list(ours.items())
+    headers += [(k, v) for k, v in upstream if k.lower().startswith("anthropic-ratelimit-")]
+    if upstream_retry is not None:
+        headers.append((UPSTREAM_RETRY_HEADER, upstream_retry))
+    return Reply(429, headers, body), why

@@ -37,17 +37,8 @@ async def acquire_while_connected(
     first, in which case no slot is held. The request hook tries `pool.admit_now` before, which needs no
     task; the queue's own fast path serves the rarer callers.
     """
-    task = asyncio.ensure_future(  # a slot at once when one is free and nobody waits
-        pool.acquire_or_wait(
-            ticket.tier,
-            ticket.attempted,
-            request=ticket.request,
-            sticky_key=ticket.sticky_key,
-            session=ticket.session,
-            since=since,
-            counts=ticket.counts,
-        )
-    )
+    # a slot at once when one is free and nobody waits
+    task = asyncio.ensure_future(pool.admit(ticket, since=since))
     delivered = False
     try:
         while True:

@@ -98,6 +98,21 @@ async def _throughput(client: httpx.AsyncClient, side: _Side, options: OverheadO
     return options.requests / elapsed
 
 
+async def first_token(
+    client: httpx.AsyncClient, body: dict[str, Any], headers: dict[str, str]
+) -> tuple[float | None, httpx.Response]:
+    """(seconds from sending to the first content_block_delta, or None; the response) of one stream."""
+    sent = time.perf_counter()
+    first: float | None = None
+    async with client.stream("POST", MESSAGES_PATH, json=body, headers=headers) as response:
+        window = b""
+        async for chunk in response.aiter_raw():
+            window = window[-64:] + chunk
+            if first is None and DELTA in window:
+                first = time.perf_counter() - sent
+    return first, response
+
+
 async def _ttft(client: httpx.AsyncClient, side: _Side, options: OverheadOptions) -> float:
     body = small_body(side.model, stream=True)
     headers = {**ZERO_LATENCY, "x-sim-output-tokens": str(options.stream_tokens)}
@@ -108,14 +123,7 @@ async def _ttft(client: httpx.AsyncClient, side: _Side, options: OverheadOptions
         nonlocal remaining
         while remaining > 0:
             remaining -= 1
-            sent = time.perf_counter()
-            first: float | None = None
-            async with client.stream("POST", MESSAGES_PATH, json=body, headers=headers) as response:
-                window = b""
-                async for chunk in response.aiter_raw():
-                    window = window[-64:] + chunk
-                    if first is None and DELTA in window:
-                        first = time.perf_counter() - sent
+            first, response = await first_token(client, body, headers)
             if response.status_code != 200 or first is None:
                 side.errors += 1
             else:

@@ -29,6 +29,7 @@ _WORDS = (
     "single", "model", "runs", "out", "of", "slots", "while", "others", "idle", "quietly",
 )  # fmt: skip
 
+DROP = "drop"  # a fault "code" that closes the connection instead of answering
 OVERRIDE_HEADERS = ("x-sim-latency-ms", "x-sim-token-interval-ms", "x-sim-output-tokens")
 
 
@@ -417,6 +418,11 @@ class MessagesHandler(_SimHandler):
         if fault is not None and broken is None:
             state.count_rejection(model, fault.code)
             if not await self._wait(fault.delay_ms / 1000.0):
+                return
+            if fault.code == DROP:  # the connection breaks with no answer at all
+                self.mark_closed()
+                self.request.connection.close()  # type: ignore[union-attr]
+                self._finished = True  # nothing more to write, not even the automatic end
                 return
             retry_after = fault.retry_after
             if retry_after is None and fault.status == 429:

@@ -1,0 +1,199 @@
+"""The forwarder: mitmproxy sends each routed request here (loopback), and it goes on to z.ai from here.
+
+Because the forwarder, not mitmproxy, talks to z.ai, a refused attempt (1302, 1113, 1305...) is answered by
+another attempt on another model before any byte reached the client, and the attempt that succeeds streams
+to mitmproxy, which streams it to the client. A request is taken only with the one-time token the addon
+gave its flow (the forwarder is no open relay); the token header never leaves the process. Pure asyncio:
+it knows the routed request, never mitmproxy's flow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Final
+
+from .failover import Answer, reject, settle, unreached
+from .loopback import Incoming, LoopbackServer, Outgoing
+from .pool import Selection
+from .rejection import Reply
+from .routed_request import RoutedRequest
+from .upstream import Destination, UpstreamClients, UpstreamFailed, UpstreamResponse, decode
+
+log = logging.getLogger("chaos_mode")
+
+TOKEN_HEADER: Final = "x-chaos-forward"  # the flow's one-time token; stripped before anything goes on
+NOT_ROUTED: Final = b"chaos-mode forwarder: not a routed flow\n"
+MAX_ERROR_BODY: Final = 1 << 20  # an error answer larger than this is passed on, not read for a code
+# Hop-by-hop and framing headers: each hop sets its own. Proxy credentials are mitmproxy's upstream_auth.
+HOP_HEADERS: Final = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authorization",
+        "proxy-authenticate",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "expect",
+        "host",
+        "content-length",
+        TOKEN_HEADER,
+    }
+)
+_HOP_BYTES: Final = frozenset(name.encode() for name in HOP_HEADERS)
+
+
+@dataclass(slots=True)
+class Pending:
+    request: RoutedRequest
+    destination: Destination
+
+
+class Forwarder:
+    """`forwarder.listen()`; `token = forwarder.expect(request, destination)` for each routed flow."""
+
+    def __init__(
+        self,
+        clients: UpstreamClients,
+        *,
+        wall_clock: Callable[[], float] = time.time,
+        host: str = "127.0.0.1",
+    ) -> None:
+        self.clients = clients
+        self._wall_clock = wall_clock
+        self._host = host
+        self._server = LoopbackServer(self._handle)
+        self._pending: dict[str, Pending] = {}
+
+    @property
+    def address(self) -> tuple[str, int] | None:
+        """Where it listens; None when it does not (routed flows then go to z.ai directly)."""
+        return self._server.address
+
+    def listen(self) -> tuple[str, int]:
+        """Listen on a free loopback port (synchronous: mitmproxy's `running` hook calls it)."""
+        return self._server.listen(self._host, 0)
+
+    def close(self) -> None:
+        """Stop (synchronous: mitmproxy's `done` hook calls it); requests in flight are cut."""
+        self._server.close()
+        self._pending.clear()
+        clients = self.clients
+        with contextlib.suppress(RuntimeError):  # no loop left: the process is ending anyway
+            asyncio.get_running_loop().create_task(clients.aclose())
+
+    def expect(self, request: RoutedRequest, destination: Destination) -> str:
+        """Register a routed request; its flow carries the returned token in TOKEN_HEADER."""
+        token = secrets.token_hex(16)
+        self._pending[token] = Pending(request, destination)
+        return token
+
+    def forget(self, token: str) -> None:
+        """The flow ended before it reached the forwarder."""
+        self._pending.pop(token, None)
+
+    async def _handle(self, incoming: Incoming) -> Outgoing:
+        token = incoming.header(TOKEN_HEADER.encode())
+        pending = self._pending.pop(token.decode("ascii", "replace"), None) if token else None
+        if pending is None:
+            return Outgoing(403, [(b"content-type", b"text/plain")], NOT_ROUTED)
+        request = pending.request
+        request.view.received()
+        if request.finished:
+            return Outgoing(502, [], b"")
+        # The Host header goes first, as mitmproxy sent it (z.ai's name, not the loopback address).
+        host = incoming.header(b"host")
+        headers = [(b"host", host)] if host else []
+        headers += [(k, v) for k, v in incoming.headers if k.lower() not in _HOP_BYTES]
+        body = incoming.body  # the first attempt goes out as mitmproxy sent it (other addons included)
+        destination = pending.destination
+        while True:
+            outcome = await self._attempt(request, destination, incoming, headers, body)
+            if isinstance(outcome, Outgoing):
+                return outcome
+            body = request.body_for(outcome.model)
+            request.view.attempt(body)
+
+    async def _attempt(
+        self,
+        request: RoutedRequest,
+        destination: Destination,
+        incoming: Incoming,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+    ) -> Outgoing | Selection:
+        """Send one attempt; the answer to stream back, or the slot of the next attempt."""
+        request.sent = True
+        try:
+            response = await self.clients.send(destination, incoming.method, incoming.target, headers, body)
+        except UpstreamFailed as exc:  # refused, dropped, timed out: no verdict on the model
+            log.info("chaos-mode: %s not reached on %s: %s", destination.authority, request.model, exc)
+            return self._next(request, await settle(request, unreached(str(exc)), now=self._now()))
+        try:
+            if response.status < 400:
+                request.answered()
+                return _streamed(response)
+            raw, decoded, complete = await response.read_body(MAX_ERROR_BODY)
+        except BaseException:
+            response.close()
+            raise
+        if not complete:  # too large to be one of z.ai's refusals: it goes on as it is
+            return _streamed(response, raw)
+        response.close()
+        answer_headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers]
+        verdict = await settle(
+            request,
+            Answer(response.status, answer_headers, decode(decoded, response.header(b"content-encoding"))),
+            now=self._now(),
+        )
+        if verdict is None:  # z.ai's own answer goes to the client
+            return Outgoing(response.status, _pass_headers(response), decoded, reason=response.reason or b"-")
+        return self._next(request, verdict)
+
+    def _next(self, request: RoutedRequest, verdict: Selection | Reply | None) -> Outgoing | Selection:
+        if verdict is None:  # no verdict to pass on (the request ended while it waited): ours
+            verdict = reject(request, None, now=self._now())
+        if isinstance(verdict, Reply):
+            headers = [(k.encode(), v.encode()) for k, v in verdict.headers]
+            return Outgoing(verdict.status, headers, verdict.body)
+        return verdict
+
+    def _now(self) -> float:
+        return self._wall_clock()
+
+
+def _streamed(response: UpstreamResponse, first: bytes = b"") -> Outgoing:
+    """z.ai's answer, its bytes relayed as they arrive with their own framing; closing it closes the
+    upstream stream (or keeps the connection when the answer was read to its end)."""
+    return Outgoing(
+        response.status,
+        _pass_headers(response),
+        _relay(response, first),
+        reason=response.reason or b"-",
+        length=response.length,
+        chunked=response.chunked,
+        closing=[response.close],
+    )
+
+
+async def _relay(response: UpstreamResponse, first: bytes) -> AsyncIterator[bytes]:
+    if first:
+        yield first
+    try:
+        async for chunk in response.chunks():
+            yield chunk
+    except UpstreamFailed as exc:
+        # z.ai broke the stream: break ours the same way (mitmproxy reports the flow's error).
+        raise ConnectionAbortedError(f"upstream stream broke: {exc}") from None
+
+
+def _pass_headers(response: UpstreamResponse) -> list[tuple[bytes, bytes]]:
+    return [(k, v) for k, v in response.headers if k.lower() not in _HOP_BYTES]

@@ -1,0 +1,79 @@
+"""The forwarder's HTTP/1.1 client, its pure parts: chunked framing followed over raw reads, request targets,
+upstream proxy addresses, refusal bodies decoded."""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+
+import pytest
+
+from chaos_mode.upstream import ChunkScanner, Destination, UpstreamFailed, _proxy_address, dechunk, decode
+
+BODY = b"5\r\nhello\r\n1;ext=1\r\n \r\n6\r\nworld!\r\n0\r\nx-trailer: 1\r\n\r\n"
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 7, len(BODY)])
+def test_the_end_of_a_chunked_body_is_found_however_the_reads_cut_it(size: int) -> None:
+    scanner = ChunkScanner()
+    reads = [BODY[i : i + size] for i in range(0, len(BODY), size)]
+    for n, data in enumerate(reads):
+        assert not scanner.done, f"done after {n} of {len(reads)} reads"
+        scanner.feed(data)
+    assert scanner.done
+    assert dechunk(BODY) == b"hello world!"
+
+
+def test_a_body_cut_before_its_last_chunk_is_not_done() -> None:
+    scanner = ChunkScanner()
+    scanner.feed(BODY[: BODY.index(b"0\r\n")])
+    assert not scanner.done
+
+
+def test_bad_chunked_framing_is_an_upstream_failure() -> None:
+    with pytest.raises(UpstreamFailed, match="chunked"):
+        ChunkScanner().feed(b"zz\r\n")
+
+
+@pytest.mark.parametrize(
+    ("target", "path", "url"),
+    [
+        (
+            b"/api/anthropic/v1/messages?beta=true",
+            b"/api/anthropic/v1/messages?beta=true",
+            "https://api.z.ai/api/anthropic/v1/messages?beta=true",
+        ),
+        (b"http://127.0.0.1:9/v1/messages", b"/v1/messages", "https://api.z.ai/v1/messages"),
+        (b"http://127.0.0.1:9", b"/", "https://api.z.ai/"),
+    ],
+)
+def test_request_targets(target: bytes, path: bytes, url: str) -> None:
+    to = Destination("https", "api.z.ai", 443)
+    assert (to.path(target), to.url(target)) == (path, url)
+
+
+@pytest.mark.parametrize(
+    ("url", "address"),
+    [
+        ("http://127.0.0.1:8080", ("127.0.0.1", 8080)),
+        ("http://user:pw@proxy.example:3128/", ("proxy.example", 3128)),
+        ("http://[::1]:8080", ("::1", 8080)),
+        ("https://proxy.example", ("proxy.example", 443)),
+        ("http://proxy.example", ("proxy.example", 80)),
+    ],
+)
+def test_upstream_proxy_addresses(url: str, address: tuple[str, int]) -> None:
+    assert _proxy_address(url) == address
+
+
+@pytest.mark.parametrize(
+    ("coding", "encode"),
+    [(b"gzip", gzip.compress), (b"deflate", zlib.compress), (None, bytes), (b"identity", bytes)],
+)
+def test_refusals_are_decoded_for_their_code(coding: bytes | None, encode: object) -> None:
+    body = b'{"error":{"code":"1302"}}'
+    assert decode(encode(body), coding) == body  # type: ignore[operator]
+
+
+def test_an_undecodable_refusal_is_read_as_it_came() -> None:
+    assert decode(b"not gzip", b"gzip") == b"not gzip"
