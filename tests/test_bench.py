@@ -501,3 +501,17 @@ def test_short_field_run(tmp_path: Path) -> None:
     assert len(svg.findall(".//{http://www.w3.org/2000/svg}polyline")) >= 2 * 9
     assert render_field(doc).startswith("field:")
     ET.fromstring(render_field_svg(doc))
+
+
+def test_short_failover_ttft_run(tmp_path: Path) -> None:
+    json_path = tmp_path / "ttft.json"
+    args = ("--requests", "7", "--no-ms", "80", "--json", str(json_path))
+    result = run_module("chaos_mode.bench.failover_ttft", *args, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    doc = json.loads(json_path.read_text(encoding="utf-8"))
+    # Two addon processes (batches of 5 and 2): each failed-over request failed over once and streamed.
+    assert doc["failovers"] == 7 and doc["onePiece"] == 0 and len(doc["failoverTtftMs"]) == 7
+    # Each failed-over answer waited for z.ai's no, and not for a probe of a limit the 1302s lowered.
+    assert all(80 <= ms < 2000 for ms in doc["failoverTtftMs"])
+    assert doc["addedMs"] == pytest.approx(doc["hopMs"] + doc["refusalMs"], abs=0.02)
+    assert "added beyond z.ai's no" in result.stdout
