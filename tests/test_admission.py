@@ -12,7 +12,7 @@ import pytest
 
 from chaos_mode.admission import AdmissionQueue
 from chaos_mode.config import ModelRouting, parse_config
-from chaos_mode.pool import ChaosPool, Selection
+from chaos_mode.pool import ChaosPool, Selection, Ticket
 from chaos_mode.zai_errors import UpstreamError, classify_error
 from fakes import FakeClock
 from seed_catalog import FIXED_LIMITS
@@ -59,7 +59,7 @@ async def settle() -> None:
 
 async def test_a_free_slot_is_taken_at_once(make_pool: MakePool) -> None:
     pool = make_pool(routing(SOLO))
-    selection = await pool.acquire_or_wait("heavy")
+    selection = await pool.admit(Ticket("heavy"))
     assert selection == Selection("solo", "least-loaded")
     assert pool.in_flight("solo") == 1
     queue = pool.get_status()["queue"]
@@ -70,10 +70,10 @@ async def test_a_free_slot_is_taken_at_once(make_pool: MakePool) -> None:
 async def test_waiters_are_served_in_arrival_order(make_pool: MakePool) -> None:
     clock = FakeClock()
     pool = make_pool(routing(SOLO), clock)
-    assert await pool.acquire_or_wait("heavy") is not None
+    assert await pool.admit(Ticket("heavy")) is not None
     tasks = []
     for _ in range(3):
-        tasks.append(asyncio.create_task(pool.acquire_or_wait("heavy")))
+        tasks.append(asyncio.create_task(pool.admit(Ticket("heavy"))))
         await settle()
         clock.advance(1.0)
     assert pool.waiting() == 3
@@ -100,11 +100,11 @@ async def test_waiters_are_served_in_arrival_order(make_pool: MakePool) -> None:
 
 async def test_no_head_of_line_blocking(make_pool: MakePool) -> None:
     pool = make_pool(routing(HEAVY_AND_LIGHT))
-    assert await pool.acquire_or_wait("heavy") == Selection("h", "least-loaded")
-    heavy_waiter = asyncio.create_task(pool.acquire_or_wait("heavy"))
+    assert await pool.admit(Ticket("heavy")) == Selection("h", "least-loaded")
+    heavy_waiter = asyncio.create_task(pool.admit(Ticket("heavy")))
     await settle()
     assert pool.waiting() == 1
-    light = asyncio.create_task(pool.acquire_or_wait("light"))
+    light = asyncio.create_task(pool.admit(Ticket("light")))
     await asyncio.sleep(0)  # one step: it never waits for a release
     assert light.done()
     assert light.result() == Selection("l", "least-loaded")
@@ -119,11 +119,11 @@ async def test_no_head_of_line_blocking(make_pool: MakePool) -> None:
 
 async def test_a_waiter_passed_over_keeps_its_place(make_pool: MakePool) -> None:
     pool = make_pool(routing(HEAVY_AND_LIGHT))
-    assert pool.try_acquire("heavy") is not None
-    assert pool.try_acquire("light") is not None
-    heavy = asyncio.create_task(pool.acquire_or_wait("heavy"))
+    assert pool.try_acquire(Ticket("heavy")) is not None
+    assert pool.try_acquire(Ticket("light")) is not None
+    heavy = asyncio.create_task(pool.admit(Ticket("heavy")))
     await settle()
-    light = asyncio.create_task(pool.acquire_or_wait("light"))
+    light = asyncio.create_task(pool.admit(Ticket("light")))
     await settle()
     pool.release("l")  # only the light waiter can use it
     await settle()
@@ -138,10 +138,10 @@ async def test_a_waiter_passed_over_keeps_its_place(make_pool: MakePool) -> None
 
 async def test_a_timeout_returns_none_and_holds_nothing(make_pool: MakePool) -> None:
     pool = make_pool(routing(SOLO, queue={"timeoutSeconds": 0.01}))
-    assert await pool.acquire_or_wait("heavy") is not None
+    assert await pool.admit(Ticket("heavy")) is not None
     async with asyncio.timeout(2):
-        assert await pool.acquire_or_wait("heavy") is None  # the config's timeout
-        assert await pool.acquire_or_wait("heavy", timeout=0) is None  # an explicit one
+        assert await pool.admit(Ticket("heavy")) is None  # the config's timeout
+        assert await pool.admit(Ticket("heavy"), timeout=0) is None  # an explicit one
     queue = pool.get_status()["queue"]
     assert (queue["timeouts"], queue["rejected"], queue["admitted"], queue["waiting"]) == (2, 2, 1, 0)
     assert pool.in_flight() == 1
@@ -150,9 +150,9 @@ async def test_a_timeout_returns_none_and_holds_nothing(make_pool: MakePool) -> 
 
 async def test_a_cancelled_waiter_holds_nothing_and_the_queue_goes_on(make_pool: MakePool) -> None:
     pool = make_pool(routing(SOLO))
-    assert await pool.acquire_or_wait("heavy") is not None
-    first = asyncio.create_task(pool.acquire_or_wait("heavy"))
-    second = asyncio.create_task(pool.acquire_or_wait("heavy"))
+    assert await pool.admit(Ticket("heavy")) is not None
+    first = asyncio.create_task(pool.admit(Ticket("heavy")))
+    second = asyncio.create_task(pool.admit(Ticket("heavy")))
     await settle()
     assert pool.waiting() == 2
     first.cancel()
@@ -169,9 +169,9 @@ async def test_a_cancelled_waiter_holds_nothing_and_the_queue_goes_on(make_pool:
 
 async def test_a_slot_granted_to_a_cancelled_waiter_is_given_back(make_pool: MakePool) -> None:
     pool = make_pool(routing(SOLO))
-    assert await pool.acquire_or_wait("heavy") is not None
-    first = asyncio.create_task(pool.acquire_or_wait("heavy"))
-    second = asyncio.create_task(pool.acquire_or_wait("heavy"))
+    assert await pool.admit(Ticket("heavy")) is not None
+    first = asyncio.create_task(pool.admit(Ticket("heavy")))
+    second = asyncio.create_task(pool.admit(Ticket("heavy")))
     await settle()
     pool.release("solo")  # handed to the first waiter at once...
     assert pool.in_flight() == 1
@@ -205,8 +205,8 @@ async def test_a_slot_granted_as_the_timeout_fires_is_given_back() -> None:
 
 async def test_queue_disabled_answers_at_once(make_pool: MakePool) -> None:
     pool = make_pool(routing(SOLO, queue={"enabled": False}))
-    assert await pool.acquire_or_wait("heavy") is not None
-    attempt = asyncio.create_task(pool.acquire_or_wait("heavy"))
+    assert await pool.admit(Ticket("heavy")) is not None
+    attempt = asyncio.create_task(pool.admit(Ticket("heavy")))
     await asyncio.sleep(0)
     assert attempt.done() and attempt.result() is None
     assert pool.get_status()["queue"]["rejected"] == 1
@@ -215,14 +215,14 @@ async def test_queue_disabled_answers_at_once(make_pool: MakePool) -> None:
 
 async def test_max_waiting_reached(make_pool: MakePool) -> None:
     pool = make_pool(routing(HEAVY_AND_LIGHT, queue={"maxWaiting": 1}))
-    assert await pool.acquire_or_wait("heavy") is not None
-    waiter = asyncio.create_task(pool.acquire_or_wait("heavy"))
+    assert await pool.admit(Ticket("heavy")) is not None
+    waiter = asyncio.create_task(pool.admit(Ticket("heavy")))
     await settle()
-    extra = asyncio.create_task(pool.acquire_or_wait("heavy"))
+    extra = asyncio.create_task(pool.admit(Ticket("heavy")))
     await asyncio.sleep(0)
     assert extra.done() and extra.result() is None  # no place left to wait
     # With the queue full, a request that can be served now still is.
-    light = asyncio.create_task(pool.acquire_or_wait("light"))
+    light = asyncio.create_task(pool.admit(Ticket("light")))
     await asyncio.sleep(0)
     assert light.done() and light.result() == Selection("l", "least-loaded")
     pool.release("l")
@@ -234,13 +234,13 @@ async def test_max_waiting_reached(make_pool: MakePool) -> None:
 
 async def test_nothing_waits_for_what_cannot_come(make_pool: MakePool) -> None:
     pool = make_pool(routing(HEAVY_AND_LIGHT))
-    assert await pool.acquire_or_wait("heavy") is not None
+    assert await pool.admit(Ticket("heavy")) is not None
     pool.report_error("l", busy("1113"))
-    attempt = asyncio.create_task(pool.acquire_or_wait("heavy", attempted=frozenset({"h"})))
+    attempt = asyncio.create_task(pool.admit(Ticket("heavy", attempted=frozenset({"h"}))))
     await asyncio.sleep(0)
     assert attempt.done() and attempt.result() is None
     pool.report_error("h", busy("1308"))  # account-wide pause
-    paused = asyncio.create_task(pool.acquire_or_wait("light"))
+    paused = asyncio.create_task(pool.admit(Ticket("light")))
     await asyncio.sleep(0)
     assert paused.done() and paused.result() is None
     assert pool.get_status()["queue"]["rejected"] == 2
@@ -249,9 +249,9 @@ async def test_nothing_waits_for_what_cannot_come(make_pool: MakePool) -> None:
 
 async def test_restore_wakes_a_waiter(make_pool: MakePool) -> None:
     pool = make_pool(routing(HEAVY_AND_LIGHT))
-    assert await pool.acquire_or_wait("heavy") is not None
+    assert await pool.admit(Ticket("heavy")) is not None
     pool.report_error("l", busy("1311"))
-    waiter = asyncio.create_task(pool.acquire_or_wait("light"))
+    waiter = asyncio.create_task(pool.admit(Ticket("light")))
     await settle()
     assert not waiter.done()
     pool.restore("l")
@@ -263,8 +263,8 @@ async def test_restore_wakes_a_waiter(make_pool: MakePool) -> None:
 
 async def test_more_capacity_from_reconfigure_wakes_waiters(make_pool: MakePool) -> None:
     pool = make_pool(routing(SOLO))
-    assert await pool.acquire_or_wait("heavy") is not None
-    waiters = [asyncio.create_task(pool.acquire_or_wait("heavy")) for _ in range(2)]
+    assert await pool.admit(Ticket("heavy")) is not None
+    waiters = [asyncio.create_task(pool.admit(Ticket("heavy"))) for _ in range(2)]
     await settle()
     pool.reconfigure(routing({"solo": {"tier": "HEAVY", "maxConcurrency": 3}}))
     async with asyncio.timeout(1):
@@ -280,11 +280,11 @@ SHORT_COOLDOWN = {"defaultSeconds": 0.1, "maxSeconds": 1, "trialWhenIdle": False
 
 async def test_a_cooldown_ending_wakes_a_waiter(make_pool: MakePool) -> None:
     pool = make_pool(routing(COOLING, cooldown=SHORT_COOLDOWN), time.monotonic)
-    assert await pool.acquire_or_wait("heavy") is not None
+    assert await pool.admit(Ticket("heavy")) is not None
     pool.report_error("solo", busy())  # a free slot, but cooling for 0.1 s
     started = time.monotonic()
     async with asyncio.timeout(1):
-        selection = await pool.acquire_or_wait("heavy", timeout=1)
+        selection = await pool.admit(Ticket("heavy"), timeout=1)
     assert selection == Selection("solo", "least-loaded")
     assert time.monotonic() - started >= 0.09
     pool.release("solo")
@@ -294,8 +294,8 @@ async def test_a_cooldown_ending_wakes_a_waiter(make_pool: MakePool) -> None:
 async def test_a_cooldown_reported_while_waiting_wakes_the_waiter_when_it_ends(make_pool: MakePool) -> None:
     # The usual order in the addon: a 429 comes back, the pool hears of it, then the slot is released.
     pool = make_pool(routing(SOLO, cooldown=SHORT_COOLDOWN), time.monotonic)
-    assert await pool.acquire_or_wait("heavy") is not None
-    waiter = asyncio.create_task(pool.acquire_or_wait("heavy", timeout=0.4))
+    assert await pool.admit(Ticket("heavy")) is not None
+    waiter = asyncio.create_task(pool.admit(Ticket("heavy"), timeout=0.4))
     await settle()
     pool.report_error("solo", busy())
     pool.release("solo")  # freed while cooling: the waiter cannot have it yet
@@ -368,15 +368,15 @@ async def serve_all(pool: ChaosPool, tasks: list[asyncio.Task[Selection | None]]
 async def test_a_failover_keeps_its_first_arrival_in_the_queue(make_pool: MakePool) -> None:
     clock = FakeClock()
     pool = make_pool(routing(SOLO), clock)
-    assert await pool.acquire_or_wait("heavy") is not None
+    assert await pool.admit(Ticket("heavy")) is not None
     start = clock()
     tasks = []
     for _ in range(2):
-        tasks.append(asyncio.create_task(pool.acquire_or_wait("heavy")))
+        tasks.append(asyncio.create_task(pool.admit(Ticket("heavy"))))
         await settle()
         clock.advance(1.0)
     # A request that came at 0.5 s, was refused elsewhere, and waits again now at 2 s: before the one of 1 s.
-    tasks.append(asyncio.create_task(pool.acquire_or_wait("heavy", since=start + 0.5)))
+    tasks.append(asyncio.create_task(pool.admit(Ticket("heavy"), since=start + 0.5)))
     await settle()
     assert pool.get_status()["queue"]["longestWait"] == 2.0
     assert await serve_all(pool, tasks, "solo") == [0, 2, 1]
@@ -385,11 +385,11 @@ async def test_a_failover_keeps_its_first_arrival_in_the_queue(make_pool: MakePo
 async def test_the_conversation_served_least_goes_first(make_pool: MakePool) -> None:
     clock = FakeClock()
     pool = make_pool(routing(SOLO), clock)
-    first = await pool.acquire_or_wait("heavy", session="busy")  # "busy" has had one request already
+    first = await pool.admit(Ticket("heavy", session="busy"))  # "busy" has had one request already
     assert first is not None
     tasks = []
     for session in ("busy", None, "late", "late"):
-        tasks.append(asyncio.create_task(pool.acquire_or_wait("heavy", session=session)))
+        tasks.append(asyncio.create_task(pool.admit(Ticket("heavy", session=session))))
         await settle()
         clock.advance(1.0)
     # Both of "late" (0 served when they joined) first, then "busy" (1) and the one without a conversation
@@ -400,14 +400,14 @@ async def test_the_conversation_served_least_goes_first(make_pool: MakePool) -> 
 async def test_a_failover_does_not_count_against_its_conversation(make_pool: MakePool) -> None:
     clock = FakeClock()
     pool = make_pool(routing(SOLO), clock)
-    assert await pool.acquire_or_wait("heavy", session="hit") is not None
+    assert await pool.admit(Ticket("heavy", session="hit")) is not None
     pool.release("solo")
     # "hit"'s request was refused upstream and fails over: taking a slot again does not count twice.
-    again = await pool.acquire_or_wait("heavy", session="hit", since=clock() - 3.0, counts=False)
+    again = await pool.admit(Ticket("heavy", session="hit", counts=False), since=clock() - 3.0)
     assert again is not None
     tasks = []
     for session in ("other", "hit"):
-        tasks.append(asyncio.create_task(pool.acquire_or_wait("heavy", session=session)))
+        tasks.append(asyncio.create_task(pool.admit(Ticket("heavy", session=session))))
         await settle()
         clock.advance(1.0)
     assert await serve_all(pool, tasks, "solo") == [0, 1]  # both "other" (0) and "hit" (1): by level

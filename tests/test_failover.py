@@ -63,7 +63,7 @@ async def test_a_failover_keeps_its_first_arrival_and_does_not_count_again() -> 
     other = pool.admit_now(routed(pool, stats, None, clock()).ticket())  # the other model is taken too
     assert other is not None
     clock.advance(1.0)
-    later = asyncio.create_task(pool.acquire_or_wait("heavy"))  # came at 1 s
+    later = asyncio.create_task(pool.admit(Ticket("heavy")))  # came at 1 s
     await asyncio.sleep(0)
     clock.advance(2.0)
     # z.ai refuses the first request's attempt at 3 s: it waits again, as if it had come at 0 s.

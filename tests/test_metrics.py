@@ -19,7 +19,7 @@ import chaos_mode
 from chaos_mode.catalog import DEFAULT_CATALOG, REQUEST_TIERS
 from chaos_mode.config import ModelRouting, parse_config
 from chaos_mode.metrics import KNOWN_CODES, METRICS, ChaosMetrics, code_label
-from chaos_mode.pool import ChaosPool
+from chaos_mode.pool import ChaosPool, Ticket
 from chaos_mode.stats import OUTCOMES, WAIT_BUCKETS, Stats
 from chaos_mode.zai_errors import UpstreamError, classify_error
 from fakes import FakeClock
@@ -185,7 +185,7 @@ async def test_queue_length_by_tier_longest_wait_and_timeouts(h: Harness) -> Non
     for model in ("glm-4.7", "glm-4.6", "glm-4.5-x"):
         while h.pool.acquire(model):
             pass
-    waiters = [asyncio.create_task(h.pool.acquire_or_wait("heavy", timeout=60)) for _ in range(2)]
+    waiters = [asyncio.create_task(h.pool.admit(Ticket("heavy"), timeout=60)) for _ in range(2)]
     await asyncio.sleep(0)  # let them join the queue
     assert h.value("chaos_queue_waiting", tier="heavy") == 2.0
     assert h.value("chaos_queue_waiting", tier="medium") == 0.0
@@ -197,13 +197,13 @@ async def test_queue_length_by_tier_longest_wait_and_timeouts(h: Harness) -> Non
     assert [s.model for s in await asyncio.gather(*waiters) if s] == ["glm-4.7", "glm-4.6"]
     assert h.value("chaos_queue_waiting", tier="heavy") == 0.0
     assert h.value("chaos_queue_longest_wait_seconds") == 0.0
-    assert await h.pool.acquire_or_wait("heavy", timeout=0) is None
+    assert await h.pool.admit(Ticket("heavy"), timeout=0) is None
     assert h.value("chaos_queue_timeouts_total") == 1.0
 
 
 def test_sticky_gauges() -> None:
     h = Harness(routing(chaosMode={"enabled": True, "stickyConversations": True}))
-    assert h.pool.try_acquire("light", sticky_key="conv-a") is not None
+    assert h.pool.try_acquire(Ticket("light", sticky_key="conv-a")) is not None
     assert h.value("chaos_sticky_entries") == 1.0
     assert h.value("chaos_sticky_moves_total") == 0.0
 
@@ -251,7 +251,7 @@ def test_account_limit_has_no_sample_until_one_is_learned() -> None:
     assert h.value("chaos_capacity") == 3.0
 
     h.advance(10.0)  # the probe interval after the 1302
-    probe = h.pool.try_acquire("medium")
+    probe = h.pool.try_acquire(Ticket("medium"))
     assert probe is not None and (probe.probe, probe.total) == ("account", 4)
     assert h.value("chaos_account_probing") == 1.0
     h.pool.report_success(probe)

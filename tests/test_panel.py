@@ -8,7 +8,7 @@ import pytest
 
 from chaos_mode.config import ModelRouting, parse_config
 from chaos_mode.panel import _bar, render_panel
-from chaos_mode.pool import ChaosPool
+from chaos_mode.pool import ChaosPool, Ticket
 from chaos_mode.stats import Stats, chaos_stats
 from chaos_mode.zai_errors import classify_error
 from learned import learn_account_limit, lower_glm_4_7, probe_glm_4_7
@@ -160,11 +160,11 @@ def test_an_account_limit_learned_from_1302s() -> None:
 
 def test_a_configured_account_limit_raised_by_a_probe() -> None:
     pool = learning_pool(Clock(), accountConcurrency=2)
-    first, second = pool.try_acquire("light"), pool.try_acquire("light")
+    first, second = pool.try_acquire(Ticket("light")), pool.try_acquire(Ticket("light"))
     assert first is not None and second is not None
-    assert pool.try_acquire("light") is None  # 2 never ran full with a clean answer: no probe yet
+    assert pool.try_acquire(Ticket("light")) is None  # 2 never ran full with a clean answer: no probe yet
     pool.report_success(second)
-    probe = pool.try_acquire("light")
+    probe = pool.try_acquire(Ticket("light"))
     assert probe is not None and (probe.probe, probe.total) == ("account", 3)
     assert "Account limit: 2 (configured) probing" in panel(pool)
     pool.report_success(probe)

@@ -37,7 +37,7 @@ class Harness:
     def fill(self, tier: RequestTier, **kwargs: Any) -> list[Selection]:
         """Acquire until the pool says no."""
         taken = []
-        while (selection := self.pool.try_acquire(tier, **kwargs)) is not None:
+        while (selection := self.pool.try_acquire(Ticket(tier, **kwargs))) is not None:
             taken.append(selection)
             assert len(taken) <= 100
         return taken
@@ -77,7 +77,7 @@ def test_quality_floor_matrix(strategy: str, tier: RequestTier, models: list[str
     assert len(taken) == slots
     assert Counter(s.model for s in taken) == {m: CAPS[m] for m in models}
     assert h.pool.in_flight() == slots
-    assert h.pool.select_model(tier) is None
+    assert h.pool.select_model(Ticket(tier)) is None
 
 
 def test_a_lowered_floor_lets_heavy_requests_use_medium_models() -> None:
@@ -87,7 +87,7 @@ def test_a_lowered_floor_lets_heavy_requests_use_medium_models() -> None:
 
 def test_select_model_only_looks() -> None:
     h = Harness(routing())
-    first = h.pool.select_model("heavy")
+    first = h.pool.select_model(Ticket("heavy"))
     assert first is not None and first.model in HEAVY
     assert h.pool.in_flight() == 0
     assert h.pool.dispatched == {}
@@ -122,7 +122,7 @@ def test_attempted_models_are_skipped() -> None:
     attempted = frozenset({"glm-4.7", "glm-4.6"})
     taken = h.fill("heavy", attempted=attempted)
     assert Counter(s.model for s in taken) == {"glm-4.5-x": 2}
-    assert h.pool.select_model("heavy", frozenset(HEAVY)) is None
+    assert h.pool.select_model(Ticket("heavy", frozenset(HEAVY))) is None
     assert h.pool.unavailable(Ticket("heavy", frozenset(HEAVY))) == "no usable model left for heavy requests"
     assert h.pool.unavailable(Ticket("medium", frozenset(HEAVY))) is None
     for s in taken:
@@ -134,25 +134,25 @@ def test_attempted_models_are_skipped() -> None:
 
 def test_least_loaded_through_the_pool() -> None:
     h = Harness(chaos(strategy="least-loaded"))
-    first = h.pool.try_acquire("medium")
-    second = h.pool.try_acquire("medium")
+    first = h.pool.try_acquire(Ticket("medium"))
+    second = h.pool.try_acquire(Ticket("medium"))
     # All idle: lowest cost wins (glm-4.5-air), then among the 2.80 $ models the larger glm-4.5.
     assert (first, second) == (Selection("glm-4.5-air", "least-loaded"), Selection("glm-4.5", "least-loaded"))
     # Every pick has the best free/cap ratio of the moment.
     for _ in range(21):
         models = h.pool.get_status()["models"]
         best = max((CAPS[m] - models[m]["inFlight"]) / CAPS[m] for m in MEDIUM)
-        selection = h.pool.try_acquire("medium")
+        selection = h.pool.try_acquire(Ticket("medium"))
         assert selection is not None
         assert (CAPS[selection.model] - models[selection.model]["inFlight"]) / CAPS[selection.model] == best
-    assert h.pool.try_acquire("medium") is None
+    assert h.pool.try_acquire(Ticket("medium")) is None
 
 
 def test_least_loaded_spreads_idle_heavy_requests_over_tied_models() -> None:
     h = Harness(chaos(strategy="least-loaded"))
     picks: Counter[str] = Counter()
     for _ in range(10):
-        selection = h.pool.try_acquire("heavy")
+        selection = h.pool.try_acquire(Ticket("heavy"))
         assert selection is not None
         picks[selection.model] += 1
         h.pool.release(selection.model)
@@ -163,7 +163,7 @@ def test_round_robin_through_the_pool() -> None:
     h = Harness(chaos(strategy="round-robin"))
     picks = []
     for _ in range(16):
-        selection = h.pool.try_acquire("light")
+        selection = h.pool.try_acquire(Ticket("light"))
         assert selection is not None and selection.reason == "round-robin"
         picks.append(selection.model)
         h.pool.release(selection.model)
@@ -175,7 +175,7 @@ def test_round_robin_skips_full_models() -> None:
     h.pool.acquire("glm-4.6")
     h.pool.acquire("glm-4.6")
     h.pool.acquire("glm-4.6")
-    picks = [s.model for s in (h.pool.try_acquire("heavy") for _ in range(5)) if s]
+    picks = [s.model for s in (h.pool.try_acquire(Ticket("heavy")) for _ in range(5)) if s]
     assert picks == ["glm-4.7", "glm-4.5-x", "glm-4.7", "glm-4.5-x", "glm-4.7"]
 
 
@@ -184,7 +184,7 @@ def test_weighted_random_through_the_pool() -> None:
     draws = 28_000
     picks: Counter[str] = Counter()
     for _ in range(draws):
-        selection = h.pool.try_acquire("light")
+        selection = h.pool.try_acquire(Ticket("light"))
         assert selection is not None
         picks[selection.model] += 1
         h.pool.release(selection.model)
@@ -199,7 +199,7 @@ def test_weighted_random_never_picks_a_full_model() -> None:
     h.pool.acquire("glm-4.5-air")
     picks: Counter[str] = Counter()
     for _ in range(2000):
-        selection = h.pool.try_acquire("medium")
+        selection = h.pool.try_acquire(Ticket("medium"))
         assert selection is not None
         picks[selection.model] += 1
         h.pool.release(selection.model)
@@ -208,7 +208,7 @@ def test_weighted_random_never_picks_a_full_model() -> None:
     assert picks["glm-4.5-air"] / 2000 == pytest.approx(4 / 13, abs=0.03)
     h.pool.acquire("glm-4.5")
     for _ in range(300):
-        selection = h.pool.try_acquire("medium")
+        selection = h.pool.try_acquire(Ticket("medium"))
         assert selection is not None and selection.model != "glm-4.5"
         h.pool.release(selection.model)
 
@@ -218,7 +218,7 @@ def test_weighted_random_never_picks_a_full_model() -> None:
 
 def test_acquire_release_tracking_and_dispatched_counts() -> None:
     h = Harness(routing())
-    taken = [h.pool.try_acquire("heavy") for _ in range(4)]
+    taken = [h.pool.try_acquire(Ticket("heavy")) for _ in range(4)]
     assert all(taken)
     assert h.pool.in_flight() == 4
     per_model = Counter(s.model for s in taken if s)
@@ -260,12 +260,12 @@ def test_all_full_is_backpressure() -> None:
     h = Harness(routing())
     assert len(h.fill("light")) == 28
     for tier in REQUEST_TIERS:
-        assert h.pool.select_model(tier) is None
-        assert h.pool.try_acquire(tier) is None
+        assert h.pool.select_model(Ticket(tier)) is None
+        assert h.pool.try_acquire(Ticket(tier)) is None
         assert h.pool.unavailable(Ticket(tier)) is None  # full is temporary: worth waiting
     assert h.pool.release("glm-4.5")
-    assert h.pool.try_acquire("heavy") is None  # the freed slot is below the heavy floor
-    assert h.pool.try_acquire("medium") == Selection("glm-4.5", "least-loaded")
+    assert h.pool.try_acquire(Ticket("heavy")) is None  # the freed slot is below the heavy floor
+    assert h.pool.try_acquire(Ticket("medium")) == Selection("glm-4.5", "least-loaded")
 
 
 @pytest.mark.parametrize("cap", [1, 5, 10, 27])
@@ -297,22 +297,22 @@ def test_request_cost_estimate() -> None:
 
 def test_cost_guard_skips_expensive_models() -> None:
     h = Harness(chaos(maxCostPerRequest=0.02))
-    taken = [h.pool.try_acquire("heavy", request=REQUEST) for _ in range(6)]
+    taken = [h.pool.try_acquire(Ticket("heavy", request=REQUEST)) for _ in range(6)]
     assert Counter(s.model for s in taken if s) == {"glm-4.7": 3, "glm-4.6": 3}
     assert all(s is not None and s.reason == "least-loaded (cost guard)" for s in taken)
     # Only glm-4.5-x is left: nothing fits, so the cheapest eligible model, never a lower tier.
-    last = h.pool.try_acquire("heavy", request=REQUEST)
+    last = h.pool.try_acquire(Ticket("heavy", request=REQUEST))
     assert last == Selection("glm-4.5-x", "cost guard: none under $0.02, cheapest eligible")
 
 
 def test_cost_guard_without_a_fit_takes_the_cheapest_eligible() -> None:
     h = Harness(chaos(maxCostPerRequest=0.001))
-    heavy = h.pool.try_acquire("heavy", request=REQUEST)
+    heavy = h.pool.try_acquire(Ticket("heavy", request=REQUEST))
     assert heavy is not None and heavy.model in ("glm-4.7", "glm-4.6")
     assert heavy.reason == "cost guard: none under $0.001, cheapest eligible"
-    medium = h.pool.try_acquire("medium", request=REQUEST)
+    medium = h.pool.try_acquire(Ticket("medium", request=REQUEST))
     assert medium is not None and medium.model == "glm-4.5-air"
-    light = h.pool.try_acquire("light", request=REQUEST)
+    light = h.pool.try_acquire(Ticket("light", request=REQUEST))
     assert light is not None and light.model in FREE and light.reason == "least-loaded (cost guard)"
     for s in (heavy, medium, light):
         h.pool.release(s.model)
@@ -321,7 +321,7 @@ def test_cost_guard_without_a_fit_takes_the_cheapest_eligible() -> None:
 def test_the_cost_guard_fallback_still_spreads_load_over_equally_cheap_models() -> None:
     # Nothing fits: glm-4.7 and glm-4.6 are equally cheap; the fallback must not pile onto one of them.
     h = Harness(chaos(maxCostPerRequest=0.001))
-    picks = [h.pool.try_acquire("heavy", request=REQUEST) for _ in range(4)]
+    picks = [h.pool.try_acquire(Ticket("heavy", request=REQUEST)) for _ in range(4)]
     assert Counter(s.model for s in picks if s) == {"glm-4.7": 2, "glm-4.6": 2}
     for s in picks:
         assert s is not None and s.reason.startswith("cost guard")
@@ -336,7 +336,7 @@ def test_cost_guard_needs_a_request() -> None:
 def test_cost_guard_keeps_the_floor_when_cheaper_models_are_free() -> None:
     h = Harness(chaos(maxCostPerRequest=0.000001, strategy="round-robin"))
     for _ in range(20):
-        selection = h.pool.select_model("heavy", request=REQUEST)
+        selection = h.pool.select_model(Ticket("heavy", request=REQUEST))
         assert selection is not None and TIER_RANK[h.pool.config.models[selection.model].tier] == 3
 
 
@@ -375,14 +375,14 @@ def test_out_of_rotation_shows_in_the_status() -> None:
     assert status["cooldownReason"] is None
     assert h.pool.restore("glm-4.5-x") is True
     assert h.pool.get_status()["models"]["glm-4.5-x"]["outOfRotation"] is None
-    assert h.pool.try_acquire("heavy") == Selection("glm-4.5-x", "least-loaded")
+    assert h.pool.try_acquire(Ticket("heavy")) == Selection("glm-4.5-x", "least-loaded")
 
 
 def test_every_model_of_a_tier_out_makes_it_unavailable() -> None:
     h = Harness(routing())
     for model in HEAVY:
         h.pool.report_error(model, h.error("1311"))
-    assert h.pool.try_acquire("heavy") is None
+    assert h.pool.try_acquire(Ticket("heavy")) is None
     assert h.pool.unavailable(Ticket("heavy")) == "no usable model left for heavy requests"
     assert h.pool.unavailable(Ticket("medium")) is None
     # A timed block is not "unusable for good".
@@ -416,17 +416,17 @@ def test_account_pause_stops_everything_until_the_reset() -> None:
     )
     assert h.pool.report_error("glm-4.7", error) == 7200.0
     for tier in REQUEST_TIERS:
-        assert h.pool.select_model(tier) is None
-        assert h.pool.try_acquire(tier) is None
+        assert h.pool.select_model(Ticket(tier)) is None
+        assert h.pool.try_acquire(Ticket(tier)) is None
         reason = h.pool.unavailable(Ticket(tier))
         assert reason == "account paused for 7200 s: 5-hour usage limit (1308)"
     assert h.pool.get_status()["accountPause"] == {"remaining": 7200.0, "reason": "5-hour usage limit (1308)"}
     h.advance(7199.0)
-    assert h.pool.try_acquire("light") is None
+    assert h.pool.try_acquire(Ticket("light")) is None
     h.advance(1.0)
     assert h.pool.get_status()["accountPause"] is None
     assert h.pool.unavailable(Ticket("light")) is None
-    selection = h.pool.try_acquire("light")
+    selection = h.pool.try_acquire(Ticket("light"))
     assert selection is not None
     h.pool.release(selection.model)
 
@@ -443,16 +443,16 @@ def test_account_pause_stops_everything_until_the_reset() -> None:
 def test_account_pause_fallbacks(code: str, retry_after: float | None, seconds: float) -> None:
     h = Harness(routing())
     assert h.pool.report_error("glm-4.5", h.error(code), retry_after=retry_after) == seconds
-    assert h.pool.try_acquire("light") is None
+    assert h.pool.try_acquire(Ticket("light")) is None
     h.advance(seconds)
-    assert h.pool.select_model("light") is not None
+    assert h.pool.select_model(Ticket("light")) is not None
 
 
 def test_a_reset_time_in_the_past_pauses_nothing() -> None:
     h = Harness(routing())
     error = h.error("1308", "reset at 2026-03-01 00:00:00")
     assert h.pool.report_error("glm-4.5", error) == 0.0
-    assert h.pool.select_model("light") is not None
+    assert h.pool.select_model(Ticket("light")) is not None
 
 
 @pytest.mark.parametrize(
@@ -479,13 +479,13 @@ def sticky_config(**sticky: Any) -> ModelRouting:
 
 def test_a_conversation_keeps_its_model() -> None:
     h = Harness(sticky_config())
-    first = h.pool.try_acquire("heavy", sticky_key="conv-1")
+    first = h.pool.try_acquire(Ticket("heavy", sticky_key="conv-1"))
     assert first is not None
     # Least-loaded alone would now pick the other heavy model; the conversation stays.
     for _ in range(2):
-        again = h.pool.try_acquire("heavy", sticky_key="conv-1")
+        again = h.pool.try_acquire(Ticket("heavy", sticky_key="conv-1"))
         assert again == Selection(first.model, "sticky")
-    other = h.pool.try_acquire("heavy", sticky_key="conv-2")
+    other = h.pool.try_acquire(Ticket("heavy", sticky_key="conv-2"))
     assert other is not None and other.model != first.model
     status = h.pool.get_status()["sticky"]
     assert status == {"enabled": True, "entries": 2, "moves": 0}
@@ -496,45 +496,45 @@ def test_a_conversation_keeps_its_model() -> None:
 
 def test_a_conversation_moves_off_a_cooling_model_and_sticks_to_the_new_one() -> None:
     h = Harness(sticky_config())
-    first = h.pool.try_acquire("heavy", sticky_key="conv")
+    first = h.pool.try_acquire(Ticket("heavy", sticky_key="conv"))
     assert first is not None
     h.pool.report_error(first.model, h.error("1302"))
     h.pool.release(first.model)
-    moved = h.pool.try_acquire("heavy", sticky_key="conv")
+    moved = h.pool.try_acquire(Ticket("heavy", sticky_key="conv"))
     assert moved is not None and moved.model != first.model
     assert moved.reason == f"least-loaded (sticky moved from {first.model})"
     assert h.pool.get_status()["sticky"]["moves"] == 1
     h.pool.release(moved.model)
     h.advance(60.0)  # the old model is usable again; the conversation stays where it went
-    assert h.pool.try_acquire("heavy", sticky_key="conv") == Selection(moved.model, "sticky")
+    assert h.pool.try_acquire(Ticket("heavy", sticky_key="conv")) == Selection(moved.model, "sticky")
     assert h.pool.get_status()["sticky"]["moves"] == 1
     h.pool.release(moved.model)
 
 
 def test_a_conversation_moves_off_a_model_out_of_rotation() -> None:
     h = Harness(sticky_config())
-    first = h.pool.try_acquire("light", sticky_key="conv")
+    first = h.pool.try_acquire(Ticket("light", sticky_key="conv"))
     assert first is not None
     h.pool.release(first.model)
     h.pool.report_error(first.model, h.error("1211"))
-    moved = h.pool.try_acquire("light", sticky_key="conv")
+    moved = h.pool.try_acquire(Ticket("light", sticky_key="conv"))
     assert moved is not None and moved.model != first.model and "sticky moved" in moved.reason
     h.pool.release(moved.model)
 
 
 def test_select_model_does_not_count_a_move() -> None:
     h = Harness(sticky_config())
-    first = h.pool.try_acquire("heavy", sticky_key="conv")
+    first = h.pool.try_acquire(Ticket("heavy", sticky_key="conv"))
     assert first is not None
     h.pool.report_error(first.model, h.error("1302"))
-    assert h.pool.select_model("heavy", sticky_key="conv") is not None
+    assert h.pool.select_model(Ticket("heavy", sticky_key="conv")) is not None
     assert h.pool.get_status()["sticky"]["moves"] == 0
     h.pool.release(first.model)
 
 
 def test_sticky_is_off_unless_configured() -> None:
     h = Harness(routing())
-    picks = {s.model for s in (h.pool.try_acquire("heavy", sticky_key="conv") for _ in range(3)) if s}
+    picks = {s.model for s in (h.pool.try_acquire(Ticket("heavy", sticky_key="conv")) for _ in range(3)) if s}
     assert len(picks) > 1
     assert h.pool.get_status()["sticky"] == {"enabled": False, "entries": 0, "moves": 0}
     for model, n in held(h.pool).items():
@@ -544,14 +544,16 @@ def test_sticky_is_off_unless_configured() -> None:
 
 def test_sticky_entries_expire() -> None:
     h = Harness(sticky_config(ttlSeconds=10))
-    first = h.pool.try_acquire("heavy", sticky_key="conv")
+    first = h.pool.try_acquire(Ticket("heavy", sticky_key="conv"))
     assert first is not None
     h.advance(9.0)
-    assert h.pool.try_acquire("heavy", sticky_key="conv") == Selection(first.model, "sticky")  # refreshed
+    assert h.pool.try_acquire(Ticket("heavy", sticky_key="conv")) == Selection(
+        first.model, "sticky"
+    )  # refreshed
     h.advance(9.0)
-    assert h.pool.try_acquire("heavy", sticky_key="conv") == Selection(first.model, "sticky")
+    assert h.pool.try_acquire(Ticket("heavy", sticky_key="conv")) == Selection(first.model, "sticky")
     h.advance(10.0)
-    after = h.pool.try_acquire("heavy", sticky_key="conv")
+    after = h.pool.try_acquire(Ticket("heavy", sticky_key="conv"))
     assert after is not None and after.reason == "least-loaded"
     assert h.pool.get_status()["sticky"]["moves"] == 0  # an expired entry is no move
     for model, n in held(h.pool).items():
@@ -563,13 +565,13 @@ def test_sticky_entries_are_evicted_least_recent_first() -> None:
     h = Harness(sticky_config(maxEntries=2))
     models = {}
     for key in ("a", "b", "c"):
-        selection = h.pool.try_acquire("light", sticky_key=key)
+        selection = h.pool.try_acquire(Ticket("light", sticky_key=key))
         assert selection is not None
         models[key] = selection.model
         h.pool.release(selection.model)
     assert h.pool.get_status()["sticky"]["entries"] == 2
-    assert h.pool.try_acquire("light", sticky_key="c") == Selection(models["c"], "sticky")
-    a_again = h.pool.try_acquire("light", sticky_key="a")
+    assert h.pool.try_acquire(Ticket("light", sticky_key="c")) == Selection(models["c"], "sticky")
+    a_again = h.pool.try_acquire(Ticket("light", sticky_key="a"))
     assert a_again is not None and a_again.reason != "sticky"
     for model, n in held(h.pool).items():
         for _ in range(n):
@@ -586,9 +588,9 @@ def test_reconfigure_keeps_in_flight_counts_and_cooldowns() -> None:
     h.pool.report_error("glm-4.5", h.error("1302"))
     h.pool.reconfigure(chaos(strategy="round-robin", excludeModels=["glm-4.5-air"]))
     assert h.pool.in_flight() == 8
-    assert h.pool.try_acquire("heavy") is None  # still full
+    assert h.pool.try_acquire(Ticket("heavy")) is None  # still full
     assert h.pool.get_status()["models"]["glm-4.5"]["cooldownRemaining"] == 5.0
-    selection = h.pool.try_acquire("medium")
+    selection = h.pool.try_acquire(Ticket("medium"))
     assert selection is None  # glm-4.5 cooling, glm-4.5-air excluded: no medium-grade slot
     for s in taken:
         assert h.pool.release(s.model)
@@ -599,14 +601,14 @@ def test_reconfigure_lowering_caps_below_what_is_held() -> None:
     h = Harness(routing())
     assert len(h.fill("heavy")) == 8
     h.pool.reconfigure(routing(accountConcurrency=4))
-    assert h.pool.try_acquire("light") is None
+    assert h.pool.try_acquire(Ticket("light")) is None
     assert h.pool.get_status()["usedCapacity"] == 8
     assert h.pool.get_status()["utilization"] == 2.0
     for model in ["glm-4.7"] * 3 + ["glm-4.6"]:
         h.pool.release(model)
-    assert h.pool.try_acquire("light") is None  # 4 held, cap 4
+    assert h.pool.try_acquire(Ticket("light")) is None  # 4 held, cap 4
     h.pool.release("glm-4.6")
-    assert h.pool.try_acquire("light") is not None
+    assert h.pool.try_acquire(Ticket("light")) is not None
 
 
 def test_capacity_counts_only_slots_a_request_can_use() -> None:

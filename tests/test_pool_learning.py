@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from chaos_mode.config import ModelRouting, parse_config
-from chaos_mode.pool import ChaosPool, Selection
+from chaos_mode.pool import ChaosPool, Selection, Ticket
 from chaos_mode.zai_errors import UpstreamError, classify_error
 from fakes import FakeClock
 
@@ -45,7 +45,7 @@ class Rig:
         )
 
     def take(self, tier: str = "heavy") -> Selection:
-        selection = self.pool.try_acquire(tier)  # type: ignore[arg-type]
+        selection = self.pool.try_acquire(Ticket(tier))  # type: ignore[arg-type]
         assert selection is not None
         return selection
 
@@ -80,9 +80,11 @@ def test_with_learning_off_a_1302_cools_the_model_down_as_before() -> None:
 def test_a_request_that_would_wait_probes_one_above_the_limit() -> None:
     rig = Rig()
     rig.take(), rig.take()
-    assert rig.pool.try_acquire("heavy") is None  # the catalog's 2 never ran full: nothing to go on yet
+    assert (
+        rig.pool.try_acquire(Ticket("heavy")) is None
+    )  # the catalog's 2 never ran full: nothing to go on yet
     rig.pool.report_success(rig.take("light"))  # another model's answer says nothing about "h"
-    assert rig.pool.try_acquire("heavy") is None
+    assert rig.pool.try_acquire(Ticket("heavy")) is None
     rig.pool.release("l")
     rig.pool.release("h")
     rig.pool.report_success(rig.take())  # 2 of 2, answered cleanly
@@ -90,7 +92,7 @@ def test_a_request_that_would_wait_probes_one_above_the_limit() -> None:
     assert (probe.model, probe.probe, probe.in_flight) == ("h", "model", 3)
     assert probe.reason == "probing h's limit (2+1)"
     assert rig.pool.get_status()["models"]["h"]["probing"] is True
-    assert rig.pool.try_acquire("heavy") is None  # one probe at a time: the next one waits
+    assert rig.pool.try_acquire(Ticket("heavy")) is None  # one probe at a time: the next one waits
     rig.pool.report_success(probe)
     assert rig.pool.get_status()["models"]["h"]["learnedLimit"] == 3
     for _ in range(3):
@@ -114,15 +116,15 @@ def test_a_failed_probe_is_not_repeated_within_the_interval() -> None:
     rig.pool.report_error("h", error("1302"), None, probe)
     rig.pool.release("h")
     assert rig.pool.get_status()["models"]["h"]["learnedLimit"] == 2
-    assert rig.pool.try_acquire("heavy") is None
+    assert rig.pool.try_acquire(Ticket("heavy")) is None
     rig.clock.advance(9.9)
-    assert rig.pool.try_acquire("heavy") is None
+    assert rig.pool.try_acquire(Ticket("heavy")) is None
     rig.clock.advance(0.1)  # the probe interval: 10 s by default
     assert rig.take().probe == "model"
     rig.pool.report_error("h", error("1302"), None, probe)
     rig.pool.release("h")
     rig.clock.advance(10.0)
-    assert rig.pool.try_acquire("heavy") is None  # refused twice: the next waits twice as long
+    assert rig.pool.try_acquire(Ticket("heavy")) is None  # refused twice: the next waits twice as long
     rig.clock.advance(10.0)
     assert rig.take().probe == "model"
     for _ in range(3):
@@ -144,9 +146,9 @@ def test_an_account_limit_learned_from_1302s_is_probed_too() -> None:
     status = rig.pool.get_status()
     assert status["accountLimit"] == 4
     assert [status["models"][m]["learnedLimit"] for m in three] == [3, 3, 3]
-    assert rig.pool.try_acquire("light") is None  # within the probe interval of those answers
+    assert rig.pool.try_acquire(Ticket("light")) is None  # within the probe interval of those answers
     rig.clock.advance(10.0)
-    assert rig.pool.try_acquire("light") is None  # and not run full at 4 since
+    assert rig.pool.try_acquire(Ticket("light")) is None  # and not run full at 4 since
     rig.pool.release(held[0].model)
     held[0] = rig.take("light")
     rig.pool.report_success(held[0])
@@ -165,10 +167,10 @@ def test_a_probe_respects_the_cost_guard() -> None:
     from chaos_mode.pool import RequestInfo
 
     info = RequestInfo(1000, 100)
-    taken = [rig.pool.try_acquire("light", request=info) for _ in range(2)]
+    taken = [rig.pool.try_acquire(Ticket("light", request=info)) for _ in range(2)]
     assert taken[0] is not None
     rig.pool.report_success(taken[0])  # "cheap" ran full
-    taken.append(rig.pool.try_acquire("light", request=info))
+    taken.append(rig.pool.try_acquire(Ticket("light", request=info)))
     # Within the limits the guard's fallback (the cheapest eligible) may reach "dear"; a probe never does.
     assert [(s.model, s.probe) for s in taken if s] == [("cheap", None), ("dear", None), ("cheap", "model")]
     for model in ("cheap", "dear", "cheap"):
@@ -190,28 +192,28 @@ def test_when_nothing_is_in_flight_a_cooling_model_takes_a_trial() -> None:
     rig.pool.report_error("h", error("1305"))
     trial = rig.take()
     assert trial.reason == "trial: nothing in flight, cooldown cut short"
-    assert rig.pool.try_acquire("heavy") is None  # something is in flight now: the cooldown holds
+    assert rig.pool.try_acquire(Ticket("heavy")) is None  # something is in flight now: the cooldown holds
     rig.pool.release("h")
 
 
 def test_no_trial_for_a_model_out_of_rotation() -> None:
     rig = Rig(routing({"h": {"tier": "HEAVY", "maxConcurrency": 2}}))
     rig.pool.report_error("h", error("1113"))
-    assert rig.pool.try_acquire("heavy") is None
+    assert rig.pool.try_acquire(Ticket("heavy")) is None
 
 
 def test_a_probe_that_becomes_due_wakes_a_waiter() -> None:
     async def scenario() -> None:
         pool = ChaosPool(routing(learning={"probeIntervalSeconds": 0.05}), clock=time.monotonic)
-        first, second = pool.try_acquire("heavy"), pool.try_acquire("heavy")
+        first, second = pool.try_acquire(Ticket("heavy")), pool.try_acquire(Ticket("heavy"))
         assert second is not None
         pool.report_success(second)
-        probe = pool.try_acquire("heavy")
+        probe = pool.try_acquire(Ticket("heavy"))
         assert first and second and probe and probe.probe == "model"
         pool.report_error("h", error("1302"), None, probe)
         pool.release("h")
         # The pool stays full (2 of 2) and no slot is released: only the probe timer can serve this.
-        waiter = await asyncio.wait_for(pool.acquire_or_wait("heavy", timeout=2.0), 2.0)
+        waiter = await asyncio.wait_for(pool.admit(Ticket("heavy"), timeout=2.0), 2.0)
         assert waiter is not None and waiter.probe == "model"
         for _ in range(3):
             pool.release("h")
@@ -258,7 +260,7 @@ class LearningMachine(RuleBasedStateMachine):
     @rule(tier=st.sampled_from(TIERS))
     def arrive(self, tier: str) -> None:
         room = self._room(tier)
-        selection = self.pool.try_acquire(tier)  # type: ignore[arg-type]
+        selection = self.pool.try_acquire(Ticket(tier))  # type: ignore[arg-type]
         if selection is None:
             return
         if selection.probe is not None:

@@ -14,7 +14,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from chaos_mode.catalog import TIER_RANK, RequestTier
 from chaos_mode.config import ModelRouting, parse_config
-from chaos_mode.pool import ChaosPool, RequestInfo, Selection
+from chaos_mode.pool import ChaosPool, RequestInfo, Selection, Ticket
 from chaos_mode.strategies import STRATEGIES, ModelEntry, make_strategy
 from chaos_mode.zai_errors import BEIJING, classify_error
 from seed_catalog import FIXED_LIMITS
@@ -161,7 +161,7 @@ class PoolMachine(RuleBasedStateMachine):
         before = self.counts()
         total = self.pool.in_flight()
         expected = self.could_serve(tier, attempted)
-        selection = self.pool.try_acquire(tier, attempted, request=request, sticky_key=sticky_key)
+        selection = self.pool.try_acquire(Ticket(tier, attempted, request=request, sticky_key=sticky_key))
         if selection is None:
             assert not expected, "backpressure while an eligible model had a free slot"
             assert self.counts() == before
@@ -189,7 +189,7 @@ class PoolMachine(RuleBasedStateMachine):
     ) -> None:
         before = self.counts()
         expected = self.could_serve(tier, attempted)
-        selection = self.pool.select_model(tier, attempted, request=request, sticky_key=sticky_key)
+        selection = self.pool.select_model(Ticket(tier, attempted, request=request, sticky_key=sticky_key))
         assert (selection is not None) == expected
         if selection is not None:
             self.check_selection(selection, tier, attempted)

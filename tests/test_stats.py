@@ -7,7 +7,7 @@ import json
 import pytest
 
 from chaos_mode.config import default_config, parse_config
-from chaos_mode.pool import ChaosPool
+from chaos_mode.pool import ChaosPool, Ticket
 from chaos_mode.stats import OTHER_MODEL, OUTCOMES, WAIT_BUCKETS, Stats, chaos_stats
 
 CONFIG = default_config()
@@ -121,7 +121,7 @@ def test_recent_failovers_are_bounded() -> None:
 def test_chaos_stats_has_the_seed_keys_and_per_model_extras() -> None:
     pool = ChaosPool(parse_config({"modelRouting": {"chaosMode": {"enabled": True}}}))
     stats = Stats(pool.config)
-    assert pool.try_acquire("heavy") is not None
+    assert pool.try_acquire(Ticket("heavy")) is not None
     stats.usage("glm-4.5", 10, 20)
     stats.upstream_error("glm-4.5", "1302", 429)
     stats.bad_requests["not-json"] += 2

@@ -93,9 +93,11 @@ class ChaosPool:
     State lives behind two small interfaces, `SlotStore` (in-flight counts) and `CooldownState`,
     so a backend shared by several proxies can replace the in-memory ones without touching the policy.
 
-    `select_model` only looks; `try_acquire` selects and takes the slot in one step (no await in
-    between); `acquire_or_wait` also queues fairly when nothing eligible is free. Every slot taken
-    must be given back with `release` exactly once.
+    Every request is a `Ticket` (its tier, the models it tried, its size, its conversation).
+    `select_model(ticket)` only looks; `try_acquire(ticket)` selects and takes the slot in one step (no
+    await in between); `admit_now(ticket)` does so only when nobody waits, and `await admit(ticket)`
+    also queues fairly when nothing eligible is free. Every slot taken is given back with `release`
+    exactly once (`acquire(model)`/`release(model)` are the seed's slot-level calls).
     """
 
     def __init__(
@@ -124,8 +126,8 @@ class ChaosPool:
         )
         self._timer: asyncio.TimerHandle | None = None
         self.dispatched: dict[str, int] = {}
-        self.admitted = 0  # requests that got a slot through acquire_or_wait
-        self.rejected = 0  # requests acquire_or_wait answered None
+        self.admitted = 0  # requests that got a slot through admit / admit_now
+        self.rejected = 0  # requests admit answered None
         self.total_wait = 0.0  # seconds waited, over admitted requests
         self.spurious_releases = 0
         self.reconfigure(config)
@@ -179,16 +181,9 @@ class ChaosPool:
 
     # -- selection --------------------------------------------------------------------------------
 
-    def select_model(
-        self,
-        tier: RequestTier,
-        attempted: frozenset[str] = NO_ATTEMPTS,
-        *,
-        request: RequestInfo | None = None,
-        sticky_key: str | None = None,
-    ) -> Selection | None:
-        """The best eligible model with a free slot for a request of `tier`; None = backpressure."""
-        choice = self._select(Ticket(tier, attempted, request, sticky_key))[0]
+    def select_model(self, ticket: Ticket) -> Selection | None:
+        """The best eligible model with a free slot for the ticket, without taking it; None = backpressure."""
+        choice = self._select(ticket)[0]
         return None if choice is None else Selection(choice[0], choice[1], probe=choice[2])
 
     def _select(self, ticket: Ticket) -> tuple[Choice | None, bool]:
@@ -324,16 +319,9 @@ class ChaosPool:
     def _release_selection(self, selection: Selection) -> None:
         self.release(selection.model)
 
-    def try_acquire(
-        self,
-        tier: RequestTier,
-        attempted: frozenset[str] = NO_ATTEMPTS,
-        *,
-        request: RequestInfo | None = None,
-        sticky_key: str | None = None,
-    ) -> Selection | None:
-        """Select and take the slot in one step; None when nothing eligible is free."""
-        return self._attempt(Ticket(tier, attempted, request, sticky_key))
+    def try_acquire(self, ticket: Ticket) -> Selection | None:
+        """Select and take the slot in one step, queue or not; None when nothing eligible is free."""
+        return self._attempt(ticket)
 
     def _attempt(self, ticket: Ticket) -> Selection | None:
         choice, moved = self._select(ticket)
@@ -350,22 +338,6 @@ class ChaosPool:
             self._shares.served(ticket.session)
         slots = self._slots
         return Selection(model, reason, slots.in_flight(model), slots.total(), probe)
-
-    async def acquire_or_wait(
-        self,
-        tier: RequestTier,
-        attempted: frozenset[str] = NO_ATTEMPTS,
-        *,
-        request: RequestInfo | None = None,
-        sticky_key: str | None = None,
-        session: str | None = None,
-        since: float | None = None,
-        counts: bool = True,
-        timeout: float | None = None,
-    ) -> Selection | None:
-        """`admit` for a ticket made of these fields."""
-        ticket = Ticket(tier, attempted, request, sticky_key, session, counts)
-        return await self.admit(ticket, since=since, timeout=timeout)
 
     async def admit(
         self, ticket: Ticket, *, since: float | None = None, timeout: float | None = None
@@ -393,7 +365,7 @@ class ChaosPool:
         return selection
 
     def admit_now(self, ticket: Ticket) -> Selection | None:
-        """The fast path of `acquire_or_wait`, no coroutine needed: a slot at once when nobody waits
+        """The fast path of `admit`, no coroutine needed: a slot at once when nobody waits
         and one is free, else None (and the caller waits). Somebody waiting means the queue's dispatch
         must decide, so that older waiters go first."""
         if len(self._queue):

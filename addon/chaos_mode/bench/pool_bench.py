@@ -21,7 +21,7 @@ from typing import Any
 
 from ..catalog import MODEL_TIERS
 from ..config import ModelRouting, parse_config
-from ..pool import ChaosPool, RequestInfo
+from ..pool import ChaosPool, RequestInfo, Ticket
 from ..strategies import STRATEGIES
 
 REQUEST = RequestInfo(input_tokens=20_000, max_output_tokens=4_096)
@@ -59,7 +59,7 @@ def bench_config(catalog: dict[str, dict[str, Any]] | None, strategy: str) -> Mo
 def half_full_pool(config: ModelRouting) -> ChaosPool:
     pool = ChaosPool(config, rng=random.Random(0))
     for _ in range(config.total_capacity // 2):
-        if pool.try_acquire("light") is None:
+        if pool.try_acquire(Ticket("light")) is None:
             break
     return pool
 
@@ -69,7 +69,7 @@ def measure(pool: ChaosPool, request: RequestInfo | None, repeats: int, number: 
     try_acquire, release = pool.try_acquire, pool.release
 
     def one() -> None:
-        selection = try_acquire("light", request=request)
+        selection = try_acquire(Ticket("light", request=request))
         if selection is None:
             raise RuntimeError("the benchmark pool ran out of slots")
         release(selection.model)
