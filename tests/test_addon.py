@@ -8,6 +8,7 @@ import gzip
 import json
 import logging
 import socket
+import weakref
 import zlib
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
@@ -509,6 +510,22 @@ async def test_response_releases_the_slot(env: Env) -> None:
     assert env.in_flight() == 0
     assert meta_of(f)["held"] is None
     assert meta_of(f)["outcome"] == "ok"
+
+
+async def test_a_finished_flow_is_not_kept_alive_by_the_addon(env: Env) -> None:
+    """The addon's maps are weak: a routed request (or its view) that held its flow strongly kept every
+    flow alive forever, about 9 KB a request in the soak."""
+    env.configure(enabled="true")
+    f = messages_flow()
+    await env.request(f)
+    model = meta_of(f)["held"]
+    stream = http.Response.make(200, sse_stream(model), {"content-type": "text/event-stream"})
+    await serve(env, f, stream)
+    assert env.in_flight() == 0 and meta_of(f)["outcome"] == "ok"
+    gone = weakref.ref(f)
+    del f
+    gc.collect()
+    assert gone() is None
 
 
 async def test_error_before_the_response_releases_at_once(env: Env) -> None:

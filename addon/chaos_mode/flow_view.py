@@ -8,6 +8,7 @@ its body is the one the last attempt sent. Its comment and a plain-values mirror
 
 from __future__ import annotations
 
+import weakref
 from typing import Final
 
 from mitmproxy import connection, http
@@ -20,15 +21,25 @@ META: Final = "chaos"
 
 
 class FlowView:
-    """The routed request's face in mitmproxy: one per routed flow."""
+    """The routed request's face in mitmproxy: one per routed flow.
 
-    __slots__ = ("_original", "flow", "forwarded", "token")
+    It holds its flow weakly: the addon keeps views (and routed requests, which hold their view) in weak maps
+    keyed by the flow, and a value that held its key would keep every flow alive forever."""
+
+    __slots__ = ("_flow", "_original", "forwarded", "token")
 
     def __init__(self, flow: http.HTTPFlow) -> None:
-        self.flow = flow
+        self._flow = weakref.ref(flow)
         self.token: str | None = None  # while the flow is pointed at the forwarder
         self.forwarded = False  # the forwarder took the request (it, not mitmproxy, talks to z.ai)
         self._original: tuple[bytes, str, int] | None = None
+
+    @property
+    def flow(self) -> http.HTTPFlow:
+        flow = self._flow()
+        if flow is None:  # mitmproxy keeps a flow alive while anything of it runs
+            raise ReferenceError("the flow is gone")
+        return flow
 
     def point_at(self, forwarder: Forwarder, request: RoutedRequest, address: tuple[str, int]) -> None:
         """Send the flow to the forwarder instead of z.ai (mitmproxy connects to loopback)."""
