@@ -53,7 +53,11 @@ SIM = SimSettings(
 )
 PROXY_CONFIG: dict[str, object] = {"chaosMode": {"enabled": True}, "upstreamHosts": ["127.0.0.1"]}
 TIER_MODELS = {"heavy": "claude-opus-4-1", "medium": "claude-sonnet-4-5", "light": "claude-haiku-4-5"}
+CHAT_MODELS = {"heavy": "glm-4.7", "medium": "glm-4.5", "light": "glm-4.5-flash"}  # the OpenAI door's
 SWARM = ["heavy"] * 6 + ["medium"] * 8 + ["light"] * 6  # 20 requests; heavy has 5 slots while glm-4.7 cools
+# Every second request of the swarm comes through the OpenAI door: one pool, both doors counted apart.
+DOORS_SHOWN = """([anthropic, openai]) => document.getElementById('door-anthropic').textContent === anthropic
+    && document.getElementById('door-openai').textContent === openai"""
 
 
 @pytest.fixture
@@ -99,6 +103,23 @@ async def _message(client: httpx.AsyncClient, proxy: ProxyProcess, tier: str) ->
     headers = {"x-api-key": "test-key", "anthropic-version": "2023-06-01"}
     async with client.stream(
         "POST", proxy.url + "/api/anthropic/v1/messages", json=body, headers=headers
+    ) as r:
+        async for _ in r.aiter_bytes():
+            pass
+        return r.status_code
+
+
+async def _chat(client: httpx.AsyncClient, proxy: ProxyProcess, tier: str) -> int:
+    """One streamed chat-completions request (the OpenAI door) through the proxy, read to the end."""
+    body = {
+        "model": CHAT_MODELS[tier],
+        "max_tokens": 256,
+        "stream": True,
+        "messages": [{"role": "user", "content": f"dashboard test, {tier} chat request"}],
+    }
+    headers = {"authorization": "Bearer test-key"}
+    async with client.stream(
+        "POST", proxy.url + "/api/paas/v4/chat/completions", json=body, headers=headers
     ) as r:
         async for _ in r.aiter_bytes():
             pass
@@ -224,7 +245,9 @@ async def test_dashboard_follows_a_swarm(chromium: str, sim: SimProcess, proxy: 
 
                 # The swarm: bars fill while it runs (one heavy request even waits) and empty after.
                 started = time.monotonic()
-                swarm = asyncio.gather(*(_message(client, proxy, tier) for tier in SWARM))
+                swarm = asyncio.gather(
+                    *((_chat if i % 2 else _message)(client, proxy, tier) for i, tier in enumerate(SWARM))
+                )
                 try:
                     await page.wait_for_function(SOME_IN_FLIGHT)
                     # Busy, and glm-4.6's 1302 has lowered its learned limit below the catalog's.
@@ -247,6 +270,8 @@ async def test_dashboard_follows_a_swarm(chromium: str, sim: SimProcess, proxy: 
             _assert_lowered(during["glm-4.6"])
             await page.wait_for_function(ALL_IDLE)
             assert await page.text_content("#used") == "0"
+            # Requests by door: the three heavy ones and half the swarm as messages, half as chat.
+            await page.wait_for_function(DOORS_SHOWN, arg=[str(3 + len(SWARM) // 2), str(len(SWARM) // 2)])
             assert problems == [], problems  # no script error, no CSP violation
 
             # The proxy stops: the page says so.
