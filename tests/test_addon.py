@@ -725,15 +725,21 @@ async def test_responseheaders_leaves_flows_it_did_not_route_alone(env: Env) -> 
     assert f.response.stream is False
 
 
+def sse_headers_arrive(env: Env, f: http.HTTPFlow) -> Callable[[bytes], bytes]:
+    """Play mitmproxy's part when a 200 SSE answer's headers arrive: the stream callable the addon set."""
+    f.response = http.Response.make(200, b"", {"content-type": "text/event-stream"})
+    env.addon.responseheaders(f)
+    stream = f.response.stream
+    assert callable(stream)
+    return stream
+
+
 async def test_the_stream_callable_passes_every_chunk_unchanged_and_records_usage(env: Env) -> None:
     env.configure(enabled="true")
     f = messages_flow()
     await env.request(f)
     model = meta_of(f)["model"]
-    f.response = http.Response.make(200, b"", {"content-type": "text/event-stream"})
-    env.addon.responseheaders(f)
-    stream = f.response.stream
-    assert callable(stream)
+    stream = sse_headers_arrive(env, f)
     data = sse_stream(model, input_tokens=1_000_000, output_tokens=500_000)
     chunks = [data[i : i + 7] for i in range(0, len(data), 7)] + [b""]
     out = [stream(chunk) for chunk in chunks]
@@ -895,10 +901,7 @@ async def test_a_streamed_chat_answer_holds_its_slot_to_the_end_and_records_usag
     f = chat_flow("glm-4.5-flash", stream=True, stream_options={"include_usage": True})
     await env.request(f)
     model = meta_of(f)["model"]
-    f.response = http.Response.make(200, b"", {"content-type": "text/event-stream"})
-    env.addon.responseheaders(f)
-    stream = f.response.stream
-    assert callable(stream)
+    stream = sse_headers_arrive(env, f)
     data = chat_stream(model, 1_000_000, 500_000)
     chunks = [data[i : i + 7] for i in range(0, len(data), 7)]
     assert [stream(chunk) for chunk in chunks] == chunks

@@ -92,35 +92,25 @@ async def proxy(sim: SimProcess) -> AsyncIterator[ProxyProcess]:
         yield proxy
 
 
-async def _message(client: httpx.AsyncClient, proxy: ProxyProcess, tier: str) -> int:
-    """One streamed Messages request through the proxy, read to the end; its status."""
+async def _stream(client: httpx.AsyncClient, proxy: ProxyProcess, tier: str, *, chat: bool = False) -> int:
+    """One streamed request through the proxy, read to the end; its status. Anthropic messages, or with
+    `chat` OpenAI chat completions (the other door)."""
+    if chat:
+        path, model, headers = (
+            "/api/paas/v4/chat/completions",
+            CHAT_MODELS[tier],
+            {"authorization": "Bearer test-key"},
+        )
+    else:
+        path, model = "/api/anthropic/v1/messages", TIER_MODELS[tier]
+        headers = {"x-api-key": "test-key", "anthropic-version": "2023-06-01"}
     body = {
-        "model": TIER_MODELS[tier],
+        "model": model,
         "max_tokens": 256,
         "stream": True,
         "messages": [{"role": "user", "content": f"dashboard test, {tier} request"}],
     }
-    headers = {"x-api-key": "test-key", "anthropic-version": "2023-06-01"}
-    async with client.stream(
-        "POST", proxy.url + "/api/anthropic/v1/messages", json=body, headers=headers
-    ) as r:
-        async for _ in r.aiter_bytes():
-            pass
-        return r.status_code
-
-
-async def _chat(client: httpx.AsyncClient, proxy: ProxyProcess, tier: str) -> int:
-    """One streamed chat-completions request (the OpenAI door) through the proxy, read to the end."""
-    body = {
-        "model": CHAT_MODELS[tier],
-        "max_tokens": 256,
-        "stream": True,
-        "messages": [{"role": "user", "content": f"dashboard test, {tier} chat request"}],
-    }
-    headers = {"authorization": "Bearer test-key"}
-    async with client.stream(
-        "POST", proxy.url + "/api/paas/v4/chat/completions", json=body, headers=headers
-    ) as r:
+    async with client.stream("POST", proxy.url + path, json=body, headers=headers) as r:
         async for _ in r.aiter_bytes():
             pass
         return r.status_code
@@ -230,7 +220,7 @@ async def test_dashboard_follows_a_swarm(chromium: str, sim: SimProcess, proxy: 
                 # would lower its learned limit instead: that comes with the swarm.)
                 fault = {"model": "glm-4.7", "code": "1312", "count": 1, "retryAfter": 30}
                 (await client.post(sim.base_url + "/sim/faults", json=fault)).raise_for_status()
-                heavy = await asyncio.gather(*(_message(client, proxy, "heavy") for _ in range(3)))
+                heavy = await asyncio.gather(*(_stream(client, proxy, "heavy") for _ in range(3)))
                 assert heavy == [200, 200, 200]
                 await page.wait_for_function(COOLING, arg="glm-4.7")
                 first = (await _rows(page))["glm-4.7"]
@@ -246,7 +236,7 @@ async def test_dashboard_follows_a_swarm(chromium: str, sim: SimProcess, proxy: 
                 # The swarm: bars fill while it runs (one heavy request even waits) and empty after.
                 started = time.monotonic()
                 swarm = asyncio.gather(
-                    *((_chat if i % 2 else _message)(client, proxy, tier) for i, tier in enumerate(SWARM))
+                    *(_stream(client, proxy, tier, chat=i % 2 == 1) for i, tier in enumerate(SWARM))
                 )
                 try:
                     await page.wait_for_function(SOME_IN_FLIGHT)

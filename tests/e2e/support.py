@@ -128,6 +128,21 @@ async def sdk_stream(
     return result
 
 
+async def _read_head(result: Result, response: httpx.Response) -> bool:
+    """The answer's status and headers into `result`, and its body when it is not SSE; True for SSE."""
+    result.status = response.status_code
+    result.headers = dict(response.headers)
+    result.header_served = response.headers.get("x-sim-served-model")
+    if "text/event-stream" in response.headers.get("content-type", ""):
+        return True
+    raw = await response.aread()
+    try:
+        result.body = json.loads(raw)
+    except ValueError:
+        result.body = raw.decode(errors="replace")
+    return False
+
+
 async def httpx_stream(
     client: httpx.AsyncClient,
     url: str,
@@ -143,15 +158,7 @@ async def httpx_stream(
     all_headers = {"x-api-key": "sk-test-e2e", "anthropic-version": "2023-06-01", **headers}
     try:
         async with client.stream("POST", url, json=body, headers=all_headers) as response:
-            result.status = response.status_code
-            result.headers = dict(response.headers)
-            result.header_served = response.headers.get("x-sim-served-model")
-            if "text/event-stream" not in response.headers.get("content-type", ""):
-                raw = await response.aread()
-                try:
-                    result.body = json.loads(raw)
-                except ValueError:
-                    result.body = raw.decode(errors="replace")
+            if not await _read_head(result, response):
                 return result
             async for line in response.aiter_lines():
                 if not line.startswith("data:"):
@@ -194,15 +201,7 @@ async def chat_sse_stream(
     all_headers = {"authorization": "Bearer sk-test-e2e-chat", **headers}
     try:
         async with client.stream("POST", url, json=body, headers=all_headers) as response:
-            result.status = response.status_code
-            result.headers = dict(response.headers)
-            result.header_served = response.headers.get("x-sim-served-model")
-            if "text/event-stream" not in response.headers.get("content-type", ""):
-                raw = await response.aread()
-                try:
-                    result.body = json.loads(raw)
-                except ValueError:
-                    result.body = raw.decode(errors="replace")
+            if not await _read_head(result, response):
                 return result
             async for line in response.aiter_lines():
                 if not line.startswith("data:"):
