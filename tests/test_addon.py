@@ -34,6 +34,8 @@ HEAVY = {name for name, spec in CATALOG.items() if spec.tier == "HEAVY"}
 MEDIUM_UP = HEAVY | {name for name, spec in CATALOG.items() if spec.tier == "MEDIUM"}
 ALL = set(CATALOG)
 MESSAGES = b"/api/anthropic/v1/messages?beta=true"
+CHAT = b"/api/paas/v4/chat/completions"
+CODING_CHAT = b"/api/coding/paas/v4/chat/completions"
 WAIT = 3.0  # seconds any wait in this module may take before the test fails
 ON: dict[str, Any] = {"chaosMode": {"enabled": True}, **FIXED_LIMITS}
 TINY: dict[str, Any] = {
@@ -359,10 +361,20 @@ async def test_the_session_is_kept_for_the_queue_even_without_stickiness(
         (b"POST", "api.z.ai", b"/api/anthropic/v1/messages/count_tokens?beta=true"),
         (b"GET", "api.z.ai", MESSAGES),
         (b"POST", "api.anthropic.com", b"/v1/messages?beta=true"),
-        (b"POST", "api.z.ai", b"/api/paas/v4/chat/completions"),
+        (b"POST", "api.openai.com", b"/v1/chat/completions"),
+        (b"GET", "api.z.ai", CHAT),
+        (b"POST", "api.z.ai", b"/api/paas/v4/embeddings"),
         (b"POST", "api.z.ai", b"/api/anthropic/v1/messages/batches"),
     ],
-    ids=["count_tokens", "GET", "other-host", "openai-path", "batches"],
+    ids=[
+        "count_tokens",
+        "GET",
+        "other-host",
+        "openai-other-host",
+        "openai-GET",
+        "openai-other-path",
+        "batches",
+    ],
 )
 async def test_other_requests_are_untouched(env: Env, method: bytes, host: str, path: bytes) -> None:
     env.configure(enabled="true")
@@ -730,15 +742,21 @@ async def test_responseheaders_leaves_flows_it_did_not_route_alone(env: Env) -> 
     assert f.response.stream is False
 
 
+def sse_headers_arrive(env: Env, f: http.HTTPFlow) -> Callable[[bytes], bytes]:
+    """Play mitmproxy's part when a 200 SSE answer's headers arrive: the stream callable the addon set."""
+    f.response = http.Response.make(200, b"", {"content-type": "text/event-stream"})
+    env.addon.responseheaders(f)
+    stream = f.response.stream
+    assert callable(stream)
+    return stream
+
+
 async def test_the_stream_callable_passes_every_chunk_unchanged_and_records_usage(env: Env) -> None:
     env.configure(enabled="true")
     f = messages_flow()
     await env.request(f)
     model = meta_of(f)["model"]
-    f.response = http.Response.make(200, b"", {"content-type": "text/event-stream"})
-    env.addon.responseheaders(f)
-    stream = f.response.stream
-    assert callable(stream)
+    stream = sse_headers_arrive(env, f)
     data = sse_stream(model, input_tokens=1_000_000, output_tokens=500_000)
     chunks = [data[i : i + 7] for i in range(0, len(data), 7)] + [b""]
     out = [stream(chunk) for chunk in chunks]
@@ -785,6 +803,191 @@ async def test_usage_of_a_whole_sse_answer_is_recorded(env: Env) -> None:
     await env.response(f)
     row = env.stats()["modelDistribution"][model]
     assert (row["tokensIn"], row["tokensOut"]) == (11, 22)
+
+
+# -- the OpenAI door (chat completions) -------------------------------------------------------------------
+
+
+def chat_body(model: str = "glm-4.7", **extra: Any) -> dict[str, Any]:
+    return {
+        "model": model,
+        "max_tokens": 256,
+        "messages": [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "héllo"}],
+        **extra,
+    }
+
+
+def chat_flow(model: str = "glm-4.7", *, path: bytes = CHAT, **extra: Any) -> http.HTTPFlow:
+    return messages_flow(body=chat_body(model, **extra), path=path)
+
+
+def chat_chunk(model: str, delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+    chunk = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        **extra,
+    }
+    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+
+def chat_stream(model: str, prompt_tokens: int = 120, completion_tokens: int = 42) -> bytes:
+    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}
+    return b"".join(
+        [
+            chat_chunk(model, {"role": "assistant", "content": ""}),
+            chat_chunk(model, {"content": "hello"}),
+            chat_chunk(model, {}, "stop"),
+            b"data: "
+            + json.dumps({"object": "chat.completion.chunk", "choices": [], "usage": usage}).encode(),
+            b"\n\n",
+            b"data: [DONE]\n\n",
+        ]
+    )
+
+
+def chat_response(model: str, prompt_tokens: int, completion_tokens: int) -> http.Response:
+    return json_response(
+        200,
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "model": model,
+            "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}
+            ],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens},
+        },
+    )
+
+
+@pytest.mark.parametrize("path", [CHAT, CODING_CHAT, CHAT + b"?x=1"], ids=["paas", "coding", "query"])
+async def test_chat_completions_are_routed_by_the_same_pool(env: Env, path: bytes) -> None:
+    env.configure(enabled="true")
+    f = chat_flow("glm-4.7", path=path)
+    raw = f.request.raw_content or b""
+    await env.request(f)
+    meta = meta_of(f)
+    chosen = body_of(f)["model"]
+    assert (meta["door"], meta["tier"], meta["held"]) == ("openai", "heavy", chosen)
+    assert chosen in HEAVY  # a catalog model's own tier is its floor
+    # only the model's bytes changed
+    assert f.request.raw_content == raw.replace(b'"glm-4.7"', json.dumps(chosen).encode(), 1)
+    assert f.request.headers["content-length"] == str(len(f.request.raw_content or b""))
+    await serve(env, f, chat_response(chosen, 3, 4))
+    assert env.stats()["requestsByDoor"]["openai"]["ok"] == 1
+    assert env.stats()["requestsByDoor"]["anthropic"]["ok"] == 0
+
+
+async def test_both_doors_share_one_pool_and_its_caps(env: Env) -> None:
+    env.configure({**ON, "queue": {"timeoutSeconds": 0.05}})
+    capacity = sum(CATALOG[name].max_concurrency for name in HEAVY)
+    flows = [chat_flow("glm-4.7") if i % 2 else messages_flow("claude-opus-4-5") for i in range(capacity)]
+    for f in flows:
+        await env.request(f)
+    assert env.in_flight() == capacity
+    assert all(env.in_flight(name) == CATALOG[name].max_concurrency for name in HEAVY)
+    late = chat_flow("glm-4.6")
+    async with asyncio.timeout(WAIT):
+        await env.request(late)
+    response = late.response
+    assert response is not None and response.status_code == 429
+    # our 429, in OpenAI's shape
+    payload = json.loads(response.content or b"")
+    assert set(payload) == {"error"}
+    assert payload["error"]["type"] == "rate_limit_error"
+    assert payload["error"]["code"] == "rate_limit_exceeded"
+    assert payload["error"]["message"].startswith("chaos-mode: no heavy-tier model")
+    assert 1 <= int(response.headers["retry-after"]) <= 60
+    assert response.headers["content-type"] == "application/json"
+    await env.response(late)
+    for f in flows:
+        await serve(env, f)
+    doors = env.stats()["requestsByDoor"]
+    assert (doors["openai"]["rejected"], doors["openai"]["ok"]) == (1, capacity // 2)
+    assert doors["anthropic"]["ok"] == capacity - capacity // 2
+    metrics = env.addon.metrics.render()[0].decode()
+    assert (
+        'chaos_requests_total{door="openai",model="glm-4.6",outcome="rejected",tier="heavy"} 1.0' in metrics
+    )
+
+
+async def test_a_streamed_chat_answer_holds_its_slot_to_the_end_and_records_usage(env: Env) -> None:
+    env.configure(enabled="true")
+    f = chat_flow("glm-4.5-flash", stream=True, stream_options={"include_usage": True})
+    await env.request(f)
+    model = meta_of(f)["model"]
+    stream = sse_headers_arrive(env, f)
+    data = chat_stream(model, 1_000_000, 500_000)
+    chunks = [data[i : i + 7] for i in range(0, len(data), 7)]
+    assert [stream(chunk) for chunk in chunks] == chunks
+    assert meta_of(f)["usage"] == [1_000_000, 500_000]
+    assert meta_of(f)["stopped"] is True  # data: [DONE]
+    assert env.in_flight(model) == 1  # held until the flow ends
+    assert stream(b"") == b""
+    await env.response(f)
+    assert env.in_flight(model) == 0
+    row = env.stats()["modelDistribution"][model]
+    spec = CATALOG[model]
+    assert (row["tokensIn"], row["tokensOut"]) == (1_000_000, 500_000)
+    assert row["estimatedSpend"] == pytest.approx(spec.input_price + spec.output_price / 2)
+
+
+@pytest.mark.parametrize("whole", ["json", "sse"])
+async def test_usage_of_a_whole_chat_answer_is_recorded(env: Env, whole: str) -> None:
+    env.configure(enabled="true")
+    f = chat_flow("glm-4.5-air")
+    await env.request(f)
+    model = meta_of(f)["model"]
+    if whole == "json":
+        response = chat_response(model, 321, 45)
+    else:
+        response = http.Response.make(200, chat_stream(model, 321, 45), {"content-type": "text/event-stream"})
+        response.stream = False  # as after a failover: the answer arrived whole
+    f.response = response
+    await env.response(f)
+    row = env.stats()["modelDistribution"][model]
+    assert (row["tokensIn"], row["tokensOut"]) == (321, 45)
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "out"),
+    [
+        ({"error": {"code": "1302", "message": "High concurrency usage of this API"}}, "1302", False),
+        ({"error": {"code": 1113, "message": "Insufficient balance"}}, "1113", True),
+        ({"error": {"code": "1305", "type": "rate_limit_error", "message": "overloaded"}}, "1305", False),
+    ],
+    ids=["1302", "1113-number", "1305-typed"],
+)
+async def test_zai_refusals_at_the_openai_door_classify_as_at_the_anthropic_one(
+    env: Env, body: dict[str, Any], code: str, out: bool
+) -> None:
+    env.configure({**ON, "streams": {"maxFailovers": 0}})
+    f = chat_flow("glm-4.5")
+    await env.request(f)
+    model = meta_of(f)["model"]
+    await serve(env, f, json_response(429, body, {"retry-after": "7"}))
+    row = env.addon.pool.get_status()["models"][model]
+    assert (row["outOfRotation"] is not None) is out
+    assert env.stats()["modelDistribution"][model]["upstreamErrors"] == {code: 1}
+    response = f.response
+    assert response is not None and response.status_code == 429
+    assert response.headers[TRIED_HEADER] == model
+    assert response.headers["retry-after"] == "7"
+    payload = json.loads(response.content or b"")
+    assert set(payload) == {"error"} and payload["error"]["code"] == "rate_limit_exceeded"
+    assert env.stats()["requestsByDoor"]["openai"]["rejected"] == 1
+
+
+async def test_a_bad_chat_body_passes_untouched_with_no_slot(env: Env) -> None:
+    env.configure(enabled="true")
+    f = messages_flow(content=b'{"messages": []}', path=CHAT)
+    await env.request(f)
+    assert f.request.raw_content == b'{"messages": []}'
+    assert META not in f.metadata
+    assert env.stats()["badRequests"] == {"no-model": 1}
+    assert env.in_flight() == 0
 
 
 # -- z.ai errors, without a failover -----------------------------------------------------------------------

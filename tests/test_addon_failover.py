@@ -25,6 +25,8 @@ from seed_catalog import FIXED_LIMITS
 HEAVY = [name for name, spec in default_config().models.items() if spec.tier == "HEAVY"]
 FAST: dict[str, Any] = {"latency_ms": 5, "token_interval_ms": 1, "output_tokens": 4, "reject_delay_ms": 0}
 API_KEY = "sk-ant-api03-FailoverTestKey0123456789"
+MESSAGES = b"/api/anthropic/v1/messages?beta=true"
+CHAT = b"/api/coding/paas/v4/chat/completions"
 
 
 class Clock:
@@ -55,13 +57,17 @@ class Rig:
         path.write_text(json.dumps({"modelRouting": config}), encoding="utf-8")
         self.tctx.configure(self.addon, chaos_config=str(path), chaos_enabled="auto", chaos_web="")
 
-    def flow(self, model: str = "claude-opus-4-5", *, stream: bool = False) -> http.HTTPFlow:
-        body = {
+    def flow(
+        self, model: str = "claude-opus-4-5", *, stream: bool = False, path: bytes = MESSAGES
+    ) -> http.HTTPFlow:
+        body: dict[str, Any] = {
             "model": model,
             "max_tokens": 64,
             "stream": stream,
             "messages": [{"role": "user", "content": "hello"}],
         }
+        if path != MESSAGES and stream:
+            body["stream_options"] = {"include_usage": True}
         content = json.dumps(body).encode()
         host = f"127.0.0.1:{self.sim.port}"
         request = tutils.treq(
@@ -69,7 +75,7 @@ class Rig:
             host="127.0.0.1",
             port=self.sim.port,
             scheme=b"http",
-            path=b"/api/anthropic/v1/messages?beta=true",
+            path=path,
             content=content,
             headers=http.Headers(
                 [
@@ -105,8 +111,10 @@ class Rig:
             f.response.raw_content = answer.content
         await self.addon.response(f)
 
-    async def run(self, model: str = "claude-opus-4-5", *, stream: bool = False) -> http.HTTPFlow:
-        f = self.flow(model, stream=stream)
+    async def run(
+        self, model: str = "claude-opus-4-5", *, stream: bool = False, path: bytes = MESSAGES
+    ) -> http.HTTPFlow:
+        f = self.flow(model, stream=stream, path=path)
         async with asyncio.timeout(10):
             await self.addon.request(f)
             if f.response is None:
@@ -260,3 +268,48 @@ async def test_1308_passes_through_and_pauses_the_account(rig: Rig) -> None:
     assert 1 <= int(later.response.headers["retry-after"]) <= 60
     assert rig.sim.stats()["requests"] == 1  # the later one never reached z.ai
     assert rig.addon.chaos_stats()["requests"]["rejected"] == 1
+
+
+# -- the OpenAI door ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("code", ["1302", "1113"])
+async def test_a_refusal_at_the_openai_door_fails_over_and_the_answer_still_streams(
+    rig: Rig, code: str
+) -> None:
+    rig.sim.add_fault(Fault(model="*", code=code, count=1, retry_after=9))
+    f = await rig.run("glm-4.7", stream=True, path=CHAT)
+    meta = meta_of(f)
+    first, second = meta["attempted"]
+    assert first != second and {first, second} <= set(HEAVY)
+    response = f.response
+    assert response is not None and response.status_code == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    assert callable(response.stream)  # streamed through the observer, not buffered
+    assert f"failover from {first} ({code})" in f.comment
+    assert body_of(f)["model"] == second
+    assert meta["stopped"] is True  # data: [DONE] came through
+    assert meta["usage"][1] == FAST["output_tokens"]  # from the final usage chunk
+    sim = rig.sim.stats()["models"]
+    assert sim[first]["rejected"] == {code: 1}
+    assert sim[second]["served"] == 1
+    stats = rig.addon.chaos_stats()
+    assert stats["requestsByDoor"]["openai"]["ok"] == 1
+    assert stats["modelDistribution"][second]["tokensOut"] == FAST["output_tokens"]
+    assert stats["modelDistribution"][first]["upstreamErrors"] == {code: 1}
+
+
+async def test_at_the_openai_door_our_429_after_the_last_failover_speaks_openai(rig: Rig) -> None:
+    rig.configure(streams={"maxFailovers": 1})
+    rig.sim.add_fault(Fault(model="*", code="1302", count=5, retry_after=7))
+    f = await rig.run("glm-4.7", path=CHAT)
+    meta = meta_of(f)
+    response = f.response
+    assert response is not None and response.status_code == 429
+    assert response.headers[TRIED_HEADER] == ", ".join(meta["attempted"])
+    assert response.headers["retry-after"] == "7"
+    payload = json.loads(response.content or b"")
+    assert set(payload) == {"error"}
+    assert payload["error"]["code"] == "rate_limit_exceeded"
+    assert "concurrency limit (1302)" in payload["error"]["message"]
+    assert rig.addon.chaos_stats()["requestsByDoor"]["openai"]["rejected"] == 1

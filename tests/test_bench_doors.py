@@ -17,9 +17,10 @@ from seed_catalog import CAPS
 from test_bench import run_module
 
 
-def test_mixed_doors_is_known_but_not_in_all() -> None:
-    assert MIXED_DOORS.name in KNOWN and MIXED_DOORS.name not in SCENARIOS
+def test_mixed_doors_is_in_all() -> None:
+    assert SCENARIOS[MIXED_DOORS.name] is MIXED_DOORS and KNOWN[MIXED_DOORS.name] is MIXED_DOORS
     assert parse_scenarios("mixed-doors") == [MIXED_DOORS]
+    assert MIXED_DOORS in parse_scenarios("all")
     assert MIXED_DOORS.chaos and MIXED_DOORS.openai_every == 2
 
 

@@ -25,6 +25,8 @@ from mitmproxy.proxy.mode_specs import ProxyMode
 
 from .config import ConfigError, ModelRouting, default_config
 from .config_file import load_config
+from .dialects import DIALECTS, Dialect
+from .doors import route_of
 from .failover import Answer, reject, settle, unreached
 from .flow_bodies import (
     SESSION,
@@ -45,7 +47,6 @@ from .pool import ChaosPool, Selection
 from .rejection import Reply
 from .replies import TRIED_HEADER
 from .routed_request import RoutedRequest
-from .sse import SseObserver
 from .stats import Outcome, Stats, chaos_stats
 from .tiers import TierClassifier
 from .upstream import UpstreamClients, UpstreamSettings
@@ -61,14 +62,14 @@ log = logging.getLogger("chaos_mode")
 UPSTREAM_OPTIONS: Final = frozenset(
     {"ssl_insecure", "ssl_verify_upstream_trusted_ca", "ssl_verify_upstream_trusted_confdir", "upstream_auth"}
 )
-MESSAGES_SUFFIX: Final = "/v1/messages"
 CLIENT_DISCONNECTED: Final = "Client disconnected."  # mitmproxy's flow.error.msg when the client left
 ENABLED_CHOICES: Final = ("auto", "true", "false")
 SAVE_DELAY: Final = 1.0  # seconds: learned limits that change in a burst are written once
 
 
 class ChaosMode:
-    """Route every Anthropic-Messages request to z.ai onto the best GLM model with a free slot."""
+    """Route every request to z.ai's two doors (Anthropic messages, OpenAI chat completions) onto the best
+    GLM model with a free slot, from one pool."""
 
     def __init__(
         self,
@@ -305,27 +306,29 @@ class ChaosMode:
 
     # -- hooks ------------------------------------------------------------------------------------
 
-    def _is_messages_call(self, request: http.Request) -> bool:
-        if request.method != "POST" or not request.path.split("?", 1)[0].endswith(MESSAGES_SUFFIX):
-            return False
-        hosts = self.config.upstream_hosts
-        return request.host.lower() in hosts or request.pretty_host.lower() in hosts
+    def _dialect_of(self, request: http.Request) -> Dialect | None:
+        """The door a request comes through, if it is one chaos mode routes (count_tokens holds no slot)."""
+        route = route_of(request.method, (request.host, request.pretty_host), request.path, self.config)
+        return None if route is None or route == "count_tokens" else DIALECTS[route]
 
     async def request(self, flow: http.HTTPFlow) -> None:
-        if flow.response or flow.error or not flow.live or not self._is_messages_call(flow.request):
+        if flow.response or flow.error or not flow.live:
+            return
+        dialect = self._dialect_of(flow.request)
+        if dialect is None:
             return
         try:
-            await self._route(flow)
+            await self._route(flow, dialect)
         except Exception:
             # Never crash the proxy: the flow goes on as it is; a slot taken is released when it ends.
             log.exception("chaos-mode: internal error while routing a request; it goes on unrouted")
 
-    async def _route(self, flow: http.HTTPFlow) -> None:
+    async def _route(self, flow: http.HTTPFlow, dialect: Dialect) -> None:
         request = flow.request
         limit = self.config.streams.max_body_bytes
         headers = request_headers(request)
         try:
-            message = read_message(request, headers, limit=limit)
+            message = read_message(request, headers, limit=limit, parse=dialect.parse)
         except BadRequest as exc:
             self._pass_bad(flow, exc)
             return
@@ -387,11 +390,11 @@ class ChaosMode:
         routed.answered()  # the forwarder has done it already; on the direct path, here
         if not is_event_stream(response):
             return
-        observer = SseObserver()
+        observer = DIALECTS[routed.message.door].observer()
         view = self._views[flow]
 
         def observe(chunk: bytes) -> bytes:
-            if observer.feed(chunk):  # message_start, message_delta, message_stop: a few per answer
+            if observer.feed(chunk):  # a few events per answer: its start, usage, end
                 routed.usage = (observer.input_tokens, observer.output_tokens)
                 routed.stopped = observer.stopped
                 view.changed(routed)
@@ -441,7 +444,7 @@ class ChaosMode:
         if model and response.status_code == 200:
             usage = routed.usage
             if usage is None and not response.stream:
-                whole = usage_of(response)
+                whole = usage_of(response, DIALECTS[routed.message.door].observer)
                 usage = (whole[0], whole[1]) if whole else None
             if usage:
                 routed.usage = usage

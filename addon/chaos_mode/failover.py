@@ -99,6 +99,8 @@ def reject(
 ) -> Reply:
     """Our own 429 for `request`: nothing eligible could take it (in time); `error`: the last refusal."""
     reason = error.reason if error is not None else None
-    reply, why = rate_limited(request.pool, request.tier, request.tried, upstream, now, reason)
+    reply, why = rate_limited(
+        request.pool, request.tier, request.tried, upstream, now, reason, door=request.message.door
+    )
     request.reject(why)
     return reply

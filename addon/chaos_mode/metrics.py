@@ -177,7 +177,7 @@ METRICS: Final[tuple[MetricSpec, ...]] = (
         "bad_requests_total",
         "counter",
         ("kind",),
-        "Messages requests passed through unrouted, by kind: too-large, not-json, not-object, no-model.",
+        "Requests (either door) passed through unrouted, by kind: too-large, not-json, not-object, no-model.",
     ),
     _spec(
         "spurious_releases_total",

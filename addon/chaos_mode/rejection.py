@@ -1,4 +1,4 @@
-"""Our own 429, for a request no eligible model could take.
+"""Our own 429, for a request no eligible model could take, in the format of the door it came through.
 
 It says why (from the pool), when to retry (the account pause, else the next cooldown to end, lengthened
 by z.ai's own Retry-After when z.ai answered first), and keeps z.ai's rate-limit headers beside ours.
@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from typing import Final
 
 from .catalog import RequestTier
+from .dialects import DIALECTS
+from .doors import Door
 from .pool import ChaosPool, Ticket
-from .replies import rate_limit_error
 from .zai_errors import parse_retry_after
 
 UPSTREAM_RETRY_HEADER: Final = "x-upstream-retry-after"  # z.ai's Retry-After, kept on our own 429
@@ -35,9 +36,10 @@ def rate_limited(
     upstream: Sequence[tuple[str, str]] | None,
     now: float,
     last_error: str | None = None,
+    door: Door = "anthropic",
 ) -> tuple[Reply, str]:
     """(our 429, why) for a request of `tier` that tried `tried`; `upstream`: z.ai's headers, if any;
-    `last_error`: why the last attempt failed, if one was made."""
+    `last_error`: why the last attempt failed, if one was made; `door`: whose format the 429 speaks."""
     why = pool.unavailable(Ticket(tier, frozenset(tried)))
     if last_error is not None:
         why = f"{len(tried)} model(s) tried, the last: {last_error}" + (f"; {why}" if why else "")
@@ -50,7 +52,7 @@ def rate_limited(
     if upstream_retry is not None:
         # z.ai's own value is kept (verbatim, beside ours) and may lengthen ours, up to 60 s.
         retry = max(retry, parse_retry_after(upstream_retry, now=now) or 0.0)
-    body, ours = rate_limit_error(why, retry_after=retry, tried=tried)
+    body, ours = DIALECTS[door].rate_limit_error(why, retry_after=retry, tried=tried)
     headers = list(ours.items())
     headers += [(k, v) for k, v in upstream if k.lower().startswith("anthropic-ratelimit-")]
     if upstream_retry is not None:

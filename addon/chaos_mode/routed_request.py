@@ -179,7 +179,7 @@ class RoutedRequest:
             return False
         self.outcome = outcome
         self.release_slot(grace if self.sent else 0.0)
-        self.stats.request_done(self.model or self.original_model, self.tier, outcome)
+        self.stats.request_done(self.model or self.original_model, self.tier, outcome, self.message.door)
         self.view.changed(self)
         return True
 
@@ -191,6 +191,7 @@ class RoutedRequest:
     def mirror(self) -> dict[str, Any]:
         """Plain values for `flow.metadata` (saved with the flow, read by tests and tools)."""
         return {
+            "door": self.message.door,
             "originalModel": self.original_model,
             "tier": self.tier,
             "mode": "routed" if self.routed else "off",

@@ -53,7 +53,11 @@ SIM = SimSettings(
 )
 PROXY_CONFIG: dict[str, object] = {"chaosMode": {"enabled": True}, "upstreamHosts": ["127.0.0.1"]}
 TIER_MODELS = {"heavy": "claude-opus-4-1", "medium": "claude-sonnet-4-5", "light": "claude-haiku-4-5"}
+CHAT_MODELS = {"heavy": "glm-4.7", "medium": "glm-4.5", "light": "glm-4.5-flash"}  # the OpenAI door's
 SWARM = ["heavy"] * 6 + ["medium"] * 8 + ["light"] * 6  # 20 requests; heavy has 5 slots while glm-4.7 cools
+# Every second request of the swarm comes through the OpenAI door: one pool, both doors counted apart.
+DOORS_SHOWN = """([anthropic, openai]) => document.getElementById('door-anthropic').textContent === anthropic
+    && document.getElementById('door-openai').textContent === openai"""
 
 
 @pytest.fixture
@@ -88,18 +92,25 @@ async def proxy(sim: SimProcess) -> AsyncIterator[ProxyProcess]:
         yield proxy
 
 
-async def _message(client: httpx.AsyncClient, proxy: ProxyProcess, tier: str) -> int:
-    """One streamed Messages request through the proxy, read to the end; its status."""
+async def _stream(client: httpx.AsyncClient, proxy: ProxyProcess, tier: str, *, chat: bool = False) -> int:
+    """One streamed request through the proxy, read to the end; its status. Anthropic messages, or with
+    `chat` OpenAI chat completions (the other door)."""
+    if chat:
+        path, model, headers = (
+            "/api/paas/v4/chat/completions",
+            CHAT_MODELS[tier],
+            {"authorization": "Bearer test-key"},
+        )
+    else:
+        path, model = "/api/anthropic/v1/messages", TIER_MODELS[tier]
+        headers = {"x-api-key": "test-key", "anthropic-version": "2023-06-01"}
     body = {
-        "model": TIER_MODELS[tier],
+        "model": model,
         "max_tokens": 256,
         "stream": True,
         "messages": [{"role": "user", "content": f"dashboard test, {tier} request"}],
     }
-    headers = {"x-api-key": "test-key", "anthropic-version": "2023-06-01"}
-    async with client.stream(
-        "POST", proxy.url + "/api/anthropic/v1/messages", json=body, headers=headers
-    ) as r:
+    async with client.stream("POST", proxy.url + path, json=body, headers=headers) as r:
         async for _ in r.aiter_bytes():
             pass
         return r.status_code
@@ -209,7 +220,7 @@ async def test_dashboard_follows_a_swarm(chromium: str, sim: SimProcess, proxy: 
                 # would lower its learned limit instead: that comes with the swarm.)
                 fault = {"model": "glm-4.7", "code": "1312", "count": 1, "retryAfter": 30}
                 (await client.post(sim.base_url + "/sim/faults", json=fault)).raise_for_status()
-                heavy = await asyncio.gather(*(_message(client, proxy, "heavy") for _ in range(3)))
+                heavy = await asyncio.gather(*(_stream(client, proxy, "heavy") for _ in range(3)))
                 assert heavy == [200, 200, 200]
                 await page.wait_for_function(COOLING, arg="glm-4.7")
                 first = (await _rows(page))["glm-4.7"]
@@ -224,7 +235,9 @@ async def test_dashboard_follows_a_swarm(chromium: str, sim: SimProcess, proxy: 
 
                 # The swarm: bars fill while it runs (one heavy request even waits) and empty after.
                 started = time.monotonic()
-                swarm = asyncio.gather(*(_message(client, proxy, tier) for tier in SWARM))
+                swarm = asyncio.gather(
+                    *(_stream(client, proxy, tier, chat=i % 2 == 1) for i, tier in enumerate(SWARM))
+                )
                 try:
                     await page.wait_for_function(SOME_IN_FLIGHT)
                     # Busy, and glm-4.6's 1302 has lowered its learned limit below the catalog's.
@@ -247,6 +260,8 @@ async def test_dashboard_follows_a_swarm(chromium: str, sim: SimProcess, proxy: 
             _assert_lowered(during["glm-4.6"])
             await page.wait_for_function(ALL_IDLE)
             assert await page.text_content("#used") == "0"
+            # Requests by door: the three heavy ones and half the swarm as messages, half as chat.
+            await page.wait_for_function(DOORS_SHOWN, arg=[str(3 + len(SWARM) // 2), str(len(SWARM) // 2)])
             assert problems == [], problems  # no script error, no CSP violation
 
             # The proxy stops: the page says so.

@@ -11,6 +11,7 @@ from typing import Any
 
 import anthropic
 import httpx
+import openai
 from anthropic.types import MessageParam
 
 from chaos_mode.child import ProxyProcess
@@ -26,6 +27,10 @@ SONNET = "claude-sonnet-4-5"
 HAIKU = "claude-3-5-haiku-latest"
 # The models each incoming name may be served by: its quality floor and everything above it.
 FLOOR: dict[str, frozenset[str]] = {OPUS: HEAVY, SONNET: HEAVY | MEDIUM, HAIKU: HEAVY | MEDIUM | LIGHT}
+# What an OpenAI-door client asks for at the same tier (a catalog model's own tier is its floor).
+CHAT_MODEL: dict[str, str] = {OPUS: "glm-4.7", SONNET: "glm-4.5", HAIKU: "glm-4.5-flash"}
+CHAT_PATH = "/api/paas/v4/chat/completions"
+CODING_CHAT_PATH = "/api/coding/paas/v4/chat/completions"
 
 MESSAGES: list[MessageParam] = [{"role": "user", "content": "Say something about chaos mode."}]
 CLIENT_TIMEOUT = 20.0  # seconds; every client call is bounded
@@ -123,6 +128,21 @@ async def sdk_stream(
     return result
 
 
+async def _read_head(result: Result, response: httpx.Response) -> bool:
+    """The answer's status and headers into `result`, and its body when it is not SSE; True for SSE."""
+    result.status = response.status_code
+    result.headers = dict(response.headers)
+    result.header_served = response.headers.get("x-sim-served-model")
+    if "text/event-stream" in response.headers.get("content-type", ""):
+        return True
+    raw = await response.aread()
+    try:
+        result.body = json.loads(raw)
+    except ValueError:
+        result.body = raw.decode(errors="replace")
+    return False
+
+
 async def httpx_stream(
     client: httpx.AsyncClient,
     url: str,
@@ -138,15 +158,7 @@ async def httpx_stream(
     all_headers = {"x-api-key": "sk-test-e2e", "anthropic-version": "2023-06-01", **headers}
     try:
         async with client.stream("POST", url, json=body, headers=all_headers) as response:
-            result.status = response.status_code
-            result.headers = dict(response.headers)
-            result.header_served = response.headers.get("x-sim-served-model")
-            if "text/event-stream" not in response.headers.get("content-type", ""):
-                raw = await response.aread()
-                try:
-                    result.body = json.loads(raw)
-                except ValueError:
-                    result.body = raw.decode(errors="replace")
+            if not await _read_head(result, response):
                 return result
             async for line in response.aiter_lines():
                 if not line.startswith("data:"):
@@ -167,6 +179,102 @@ async def httpx_stream(
                 elif kind == "message_stop":
                     result.complete = True
     except httpx.HTTPError as exc:
+        result.error = f"{type(exc).__name__}: {exc}"
+    return result
+
+
+async def chat_sse_stream(
+    client: httpx.AsyncClient,
+    url: str,
+    model: str,
+    *,
+    headers: Mapping[str, str],
+    abort_after_first: bool = False,
+    stream: bool = True,
+) -> Result:
+    """One POST to a chat-completions URL (the OpenAI door) with httpx, reading the SSE answer line by
+    line as it arrives; usage asked for with `stream_options.include_usage`. `complete`: `[DONE]` seen."""
+    result = Result(model)
+    body: dict[str, Any] = {"model": model, "max_tokens": 256, "stream": stream, "messages": MESSAGES}
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    all_headers = {"authorization": "Bearer sk-test-e2e-chat", **headers}
+    try:
+        async with client.stream("POST", url, json=body, headers=all_headers) as response:
+            if not await _read_head(result, response):
+                return result
+            async for line in response.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                if line[5:].strip() == "[DONE]":
+                    result.complete = True
+                    continue
+                chunk = json.loads(line[5:])
+                result.served = result.served or chunk.get("model")
+                if chunk.get("usage"):
+                    result.output_tokens = chunk["usage"]["completion_tokens"]
+                for choice in chunk.get("choices") or []:
+                    if choice.get("finish_reason"):
+                        result.stop_reason = choice["finish_reason"]
+                    if text := (choice.get("delta") or {}).get("content"):
+                        result.deltas.append(time.monotonic())
+                        result.text += text
+                        if abort_after_first:
+                            result.aborted = True
+                            return result  # leaving the context closes the connection mid-stream
+    except httpx.HTTPError as exc:
+        result.error = f"{type(exc).__name__}: {exc}"
+    return result
+
+
+async def openai_chat(
+    client: openai.AsyncOpenAI, model: str, *, headers: Mapping[str, str], stream: bool = True
+) -> Result:
+    """One chat completion through the official openai SDK, streamed (with usage) or whole."""
+    result = Result(model)
+    try:
+        if not stream:
+            raw = await client.chat.completions.with_raw_response.create(
+                model=model, max_tokens=256, messages=[dict(m) for m in MESSAGES], extra_headers=dict(headers)
+            )
+            result.status = raw.status_code
+            result.headers = dict(raw.headers)
+            result.header_served = raw.headers.get("x-sim-served-model")
+            completion = raw.parse()
+            result.served = completion.model
+            result.text = completion.choices[0].message.content or ""
+            result.stop_reason = completion.choices[0].finish_reason
+            result.output_tokens = completion.usage.completion_tokens if completion.usage else None
+            result.complete = True
+            return result
+        async with await client.chat.completions.create(
+            model=model,
+            max_tokens=256,
+            messages=[dict(m) for m in MESSAGES],
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_headers=dict(headers),
+        ) as chunks:
+            result.status = chunks.response.status_code
+            result.headers = dict(chunks.response.headers)
+            result.header_served = chunks.response.headers.get("x-sim-served-model")
+            async for chunk in chunks:
+                result.served = result.served or chunk.model
+                if chunk.usage is not None:
+                    result.output_tokens = chunk.usage.completion_tokens
+                for choice in chunk.choices:
+                    if choice.finish_reason:
+                        result.stop_reason = choice.finish_reason
+                    if choice.delta.content:
+                        result.deltas.append(time.monotonic())
+                        result.text += choice.delta.content
+            result.complete = True
+    except openai.APIStatusError as exc:
+        result.status = exc.status_code
+        result.headers = dict(exc.response.headers)
+        result.body = exc.body
+        result.error = f"{type(exc).__name__}: {exc}"
+    except openai.APIError as exc:
         result.error = f"{type(exc).__name__}: {exc}"
     return result
 
