@@ -20,6 +20,7 @@ from chaos_mode.addon import META, ChaosMode
 from chaos_mode.config import default_config
 from chaos_mode.replies import TRIED_HEADER
 from chaos_mode.sim import Fault, SimServer, SimSettings
+from chaos_mode.status import served
 from seed_catalog import FIXED_LIMITS
 
 HEAVY = [name for name, spec in default_config().models.items() if spec.tier == "HEAVY"]
@@ -124,7 +125,7 @@ class Rig:
         return f
 
     def models(self) -> dict[str, dict[str, Any]]:
-        status: dict[str, dict[str, Any]] = self.addon.pool.get_status()["models"]
+        status: dict[str, dict[str, Any]] = served(self.addon.pool.status())["models"]
         return status
 
 
@@ -262,7 +263,7 @@ async def test_1308_passes_through_and_pauses_the_account(rig: Rig) -> None:
     assert response is not None and response.status_code == 429
     assert json.loads(response.content or b"")["error"]["code"] == "1308"  # z.ai's answer
     assert TRIED_HEADER not in response.headers
-    assert rig.addon.pool.get_status()["accountPause"] is not None
+    assert served(rig.addon.pool.status())["accountPause"] is not None
     later = await rig.run("claude-haiku-4-5")
     assert later.response is not None and later.response.status_code == 429
     assert 1 <= int(later.response.headers["retry-after"]) <= 60

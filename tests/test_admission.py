@@ -13,6 +13,7 @@ import pytest
 from chaos_mode.admission import AdmissionQueue
 from chaos_mode.config import ModelRouting, parse_config
 from chaos_mode.pool import ChaosPool, Selection, Ticket
+from chaos_mode.status import served
 from chaos_mode.zai_errors import UpstreamError, classify_error
 from fakes import FakeClock
 from seed_catalog import FIXED_LIMITS
@@ -62,7 +63,7 @@ async def test_a_free_slot_is_taken_at_once(make_pool: MakePool) -> None:
     selection = await pool.admit(Ticket("heavy"))
     assert selection == Selection("solo", "least-loaded")
     assert pool.in_flight("solo") == 1
-    queue = pool.get_status()["queue"]
+    queue = served(pool.status())["queue"]
     assert (queue["admitted"], queue["rejected"], queue["waiting"], queue["avgWaitMs"]) == (1, 0, 0, 0.0)
     pool.release("solo")
 
@@ -77,7 +78,7 @@ async def test_waiters_are_served_in_arrival_order(make_pool: MakePool) -> None:
         await settle()
         clock.advance(1.0)
     assert pool.waiting() == 3
-    status = pool.get_status()["queue"]
+    status = served(pool.status())["queue"]
     assert status["waitingByTier"] == {"heavy": 3, "medium": 0, "light": 0}
     assert status["longestWait"] == 3.0
     order = []
@@ -92,7 +93,7 @@ async def test_waiters_are_served_in_arrival_order(make_pool: MakePool) -> None:
             order.append(tasks.index(task))
             assert pool.in_flight("solo") == 1
     assert order == [0, 1, 2]
-    queue = pool.get_status()["queue"]
+    queue = served(pool.status())["queue"]
     assert queue["admitted"] == 4
     assert queue["avgWaitMs"] == 1000 * (3 + 2 + 1) / 4  # waited 3, 2, 1 s on the fake clock; the first 0
     pool.release("solo")
@@ -142,7 +143,7 @@ async def test_a_timeout_returns_none_and_holds_nothing(make_pool: MakePool) -> 
     async with asyncio.timeout(2):
         assert await pool.admit(Ticket("heavy")) is None  # the config's timeout
         assert await pool.admit(Ticket("heavy"), timeout=0) is None  # an explicit one
-    queue = pool.get_status()["queue"]
+    queue = served(pool.status())["queue"]
     assert (queue["timeouts"], queue["rejected"], queue["admitted"], queue["waiting"]) == (2, 2, 1, 0)
     assert pool.in_flight() == 1
     pool.release("solo")
@@ -209,7 +210,7 @@ async def test_queue_disabled_answers_at_once(make_pool: MakePool) -> None:
     attempt = asyncio.create_task(pool.admit(Ticket("heavy")))
     await asyncio.sleep(0)
     assert attempt.done() and attempt.result() is None
-    assert pool.get_status()["queue"]["rejected"] == 1
+    assert served(pool.status())["queue"]["rejected"] == 1
     pool.release("solo")
 
 
@@ -243,7 +244,7 @@ async def test_nothing_waits_for_what_cannot_come(make_pool: MakePool) -> None:
     paused = asyncio.create_task(pool.admit(Ticket("light")))
     await asyncio.sleep(0)
     assert paused.done() and paused.result() is None
-    assert pool.get_status()["queue"]["rejected"] == 2
+    assert served(pool.status())["queue"]["rejected"] == 2
     pool.release("h")
 
 
@@ -378,7 +379,7 @@ async def test_a_failover_keeps_its_first_arrival_in_the_queue(make_pool: MakePo
     # A request that came at 0.5 s, was refused elsewhere, and waits again now at 2 s: before the one of 1 s.
     tasks.append(asyncio.create_task(pool.admit(Ticket("heavy"), since=start + 0.5)))
     await settle()
-    assert pool.get_status()["queue"]["longestWait"] == 2.0
+    assert served(pool.status())["queue"]["longestWait"] == 2.0
     assert await serve_all(pool, tasks, "solo") == [0, 2, 1]
 
 

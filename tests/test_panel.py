@@ -10,6 +10,7 @@ from chaos_mode.config import ModelRouting, parse_config
 from chaos_mode.panel import _bar, render_panel
 from chaos_mode.pool import ChaosPool, Ticket
 from chaos_mode.stats import Stats, chaos_stats
+from chaos_mode.status import served
 from chaos_mode.zai_errors import classify_error
 from learned import learn_account_limit, lower_glm_4_7, probe_glm_4_7
 from seed_catalog import FIXED_LIMITS
@@ -30,7 +31,7 @@ def config(**routing: Any) -> ModelRouting:
 
 
 def panel(pool: ChaosPool) -> str:
-    return render_panel(chaos_stats(pool.get_status(), Stats(pool.config)))
+    return render_panel(chaos_stats(served(pool.status()), Stats(pool.config)))
 
 
 def rows(text: str) -> dict[str, str]:

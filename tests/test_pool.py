@@ -14,6 +14,7 @@ import pytest
 from chaos_mode.catalog import REQUEST_TIERS, TIER_RANK, RequestTier
 from chaos_mode.config import ModelRouting, parse_config
 from chaos_mode.pool import ChaosPool, RequestInfo, Selection, Ticket
+from chaos_mode.status import served
 from chaos_mode.zai_errors import Action, UpstreamError, classify_error
 from fakes import FakeClock
 from seed_catalog import ALL, CAPS, FIXED_LIMITS, FREE, HEAVY, MEDIUM
@@ -60,7 +61,7 @@ def chaos(**chaos_mode: Any) -> ModelRouting:
 
 
 def held(pool: ChaosPool) -> dict[str, int]:
-    return {name: m["inFlight"] for name, m in pool.get_status()["models"].items() if m["inFlight"]}
+    return {name: m["inFlight"] for name, m in served(pool.status())["models"].items() if m["inFlight"]}
 
 
 # -- eligibility ----------------------------------------------------------------------------------
@@ -105,7 +106,7 @@ def test_full_models_are_skipped() -> None:
 def test_excluded_models_are_never_chosen() -> None:
     h = Harness(chaos(excludeModels=["glm-4.5", "glm-4.7"]))
     assert Counter(s.model for s in h.fill("medium")) == {"glm-4.6": 3, "glm-4.5-x": 2, "glm-4.5-air": 5}
-    status = h.pool.get_status()["models"]
+    status = served(h.pool.status())["models"]
     assert status["glm-4.5"]["excluded"] is True
     assert status["glm-4.6"]["excluded"] is False
 
@@ -140,7 +141,7 @@ def test_least_loaded_through_the_pool() -> None:
     assert (first, second) == (Selection("glm-4.5-air", "least-loaded"), Selection("glm-4.5", "least-loaded"))
     # Every pick has the best free/cap ratio of the moment.
     for _ in range(21):
-        models = h.pool.get_status()["models"]
+        models = served(h.pool.status())["models"]
         best = max((CAPS[m] - models[m]["inFlight"]) / CAPS[m] for m in MEDIUM)
         selection = h.pool.try_acquire(Ticket("medium"))
         assert selection is not None
@@ -230,7 +231,7 @@ def test_acquire_release_tracking_and_dispatched_counts() -> None:
         assert s is not None and h.pool.release(s.model)
     assert h.pool.in_flight() == 0
     assert h.pool.dispatched == dict(per_model)  # dispatched counts requests, not slots held
-    assert h.pool.get_status()["usedCapacity"] == 0
+    assert served(h.pool.status())["usedCapacity"] == 0
 
 
 def test_release_without_a_held_slot_is_clamped() -> None:
@@ -242,7 +243,7 @@ def test_release_without_a_held_slot_is_clamped() -> None:
     assert h.pool.release("glm-4.7") is False
     assert h.pool.in_flight("glm-4.7") == 0
     assert h.pool.in_flight() == 0
-    status = h.pool.get_status()
+    status = served(h.pool.status())
     assert status["spuriousReleases"] == 3
     assert status["models"]["glm-4.7"]["inFlight"] == 0
     # A later acquire still counts from zero: the clamp left no debt.
@@ -272,7 +273,7 @@ def test_all_full_is_backpressure() -> None:
 def test_account_cap_is_enforced_below_the_sum(cap: int) -> None:
     h = Harness(routing(accountConcurrency=cap))
     assert len(h.fill("light")) == cap
-    assert h.pool.get_status()["totalCapacity"] == cap
+    assert served(h.pool.status())["totalCapacity"] == cap
     # A direct acquire of a model with room of its own is refused too.
     roomy = next(m for m in ALL if h.pool.in_flight(m) < CAPS[m])
     assert h.pool.acquire(roomy) is False
@@ -348,7 +349,7 @@ def test_cooldown_models_are_skipped_until_the_clock_passes() -> None:
     assert h.pool.report_error("glm-4.7", h.error("1302")) == 5.0
     assert h.pool.report_error("glm-4.6", h.error("1305"), retry_after=20.0) == 20.0
     assert Counter(s.model for s in h.fill("heavy")) == {"glm-4.5-x": 2}
-    status = h.pool.get_status()["models"]
+    status = served(h.pool.status())["models"]
     assert status["glm-4.7"]["cooldownRemaining"] == 5.0
     assert status["glm-4.7"]["cooldownReason"] == "concurrency limit (1302)"
     assert status["glm-4.7"]["outOfRotation"] is None
@@ -356,7 +357,7 @@ def test_cooldown_models_are_skipped_until_the_clock_passes() -> None:
     assert Counter(s.model for s in h.fill("heavy")) == {"glm-4.7": 3}
     h.advance(15.0)
     assert Counter(s.model for s in h.fill("heavy")) == {"glm-4.6": 3}
-    assert h.pool.get_status()["models"]["glm-4.6"]["cooldownReason"] is None
+    assert served(h.pool.status())["models"]["glm-4.6"]["cooldownReason"] is None
 
 
 def test_retry_after_is_capped_for_cooldowns() -> None:
@@ -369,12 +370,12 @@ def test_out_of_rotation_shows_in_the_status() -> None:
     assert h.pool.report_error("glm-4.5-x", h.error("1113")) == math.inf
     h.advance(1e7)
     assert Counter(s.model for s in h.fill("heavy")) == {"glm-4.7": 3, "glm-4.6": 3}
-    status = h.pool.get_status()["models"]["glm-4.5-x"]
+    status = served(h.pool.status())["models"]["glm-4.5-x"]
     assert status["outOfRotation"] == "no balance or model not in plan (1113)"
     assert status["cooldownRemaining"] == 0.0
     assert status["cooldownReason"] is None
     assert h.pool.restore("glm-4.5-x") is True
-    assert h.pool.get_status()["models"]["glm-4.5-x"]["outOfRotation"] is None
+    assert served(h.pool.status())["models"]["glm-4.5-x"]["outOfRotation"] is None
     assert h.pool.try_acquire(Ticket("heavy")) == Selection("glm-4.5-x", "least-loaded")
 
 
@@ -395,16 +396,16 @@ def test_model_day_lasts_until_the_next_beijing_midnight() -> None:
     h = Harness(routing())
     seconds = h.pool.report_error("glm-4.5", h.error("1304"))
     assert seconds == 3600.0  # 23:00 -> 00:00 in Beijing
-    status = h.pool.get_status()["models"]["glm-4.5"]
+    status = served(h.pool.status())["models"]["glm-4.5"]
     assert status["outOfRotation"] == "daily call limit (1304)"
     assert "glm-4.5" not in {s.model for s in h.fill("medium")}
     for model, n in held(h.pool).items():
         for _ in range(n):
             h.pool.release(model)
     h.advance(3599.0)
-    assert h.pool.get_status()["models"]["glm-4.5"]["outOfRotation"] is not None
+    assert served(h.pool.status())["models"]["glm-4.5"]["outOfRotation"] is not None
     h.advance(1.0)
-    assert h.pool.get_status()["models"]["glm-4.5"]["outOfRotation"] is None
+    assert served(h.pool.status())["models"]["glm-4.5"]["outOfRotation"] is None
     assert "glm-4.5" in {s.model for s in h.fill("medium")}
 
 
@@ -420,11 +421,14 @@ def test_account_pause_stops_everything_until_the_reset() -> None:
         assert h.pool.try_acquire(Ticket(tier)) is None
         reason = h.pool.unavailable(Ticket(tier))
         assert reason == "account paused for 7200 s: 5-hour usage limit (1308)"
-    assert h.pool.get_status()["accountPause"] == {"remaining": 7200.0, "reason": "5-hour usage limit (1308)"}
+    assert served(h.pool.status())["accountPause"] == {
+        "remaining": 7200.0,
+        "reason": "5-hour usage limit (1308)",
+    }
     h.advance(7199.0)
     assert h.pool.try_acquire(Ticket("light")) is None
     h.advance(1.0)
-    assert h.pool.get_status()["accountPause"] is None
+    assert served(h.pool.status())["accountPause"] is None
     assert h.pool.unavailable(Ticket("light")) is None
     selection = h.pool.try_acquire(Ticket("light"))
     assert selection is not None
@@ -464,9 +468,9 @@ def test_a_reset_time_in_the_past_pauses_nothing() -> None:
 )
 def test_fatal_and_none_change_nothing(error: UpstreamError) -> None:
     h = Harness(routing())
-    before = h.pool.get_status()
+    before = served(h.pool.status())
     assert h.pool.report_error("glm-4.7", error, retry_after=30.0) == 0.0
-    assert h.pool.get_status() == before
+    assert served(h.pool.status()) == before
     assert h.pool.cooldowns.blocked() == frozenset()
 
 
@@ -487,7 +491,7 @@ def test_a_conversation_keeps_its_model() -> None:
         assert again == Selection(first.model, "sticky")
     other = h.pool.try_acquire(Ticket("heavy", sticky_key="conv-2"))
     assert other is not None and other.model != first.model
-    status = h.pool.get_status()["sticky"]
+    status = served(h.pool.status())["sticky"]
     assert status == {"enabled": True, "entries": 2, "moves": 0}
     for model, n in held(h.pool).items():
         for _ in range(n):
@@ -503,11 +507,11 @@ def test_a_conversation_moves_off_a_cooling_model_and_sticks_to_the_new_one() ->
     moved = h.pool.try_acquire(Ticket("heavy", sticky_key="conv"))
     assert moved is not None and moved.model != first.model
     assert moved.reason == f"least-loaded (sticky moved from {first.model})"
-    assert h.pool.get_status()["sticky"]["moves"] == 1
+    assert served(h.pool.status())["sticky"]["moves"] == 1
     h.pool.release(moved.model)
     h.advance(60.0)  # the old model is usable again; the conversation stays where it went
     assert h.pool.try_acquire(Ticket("heavy", sticky_key="conv")) == Selection(moved.model, "sticky")
-    assert h.pool.get_status()["sticky"]["moves"] == 1
+    assert served(h.pool.status())["sticky"]["moves"] == 1
     h.pool.release(moved.model)
 
 
@@ -528,7 +532,7 @@ def test_select_model_does_not_count_a_move() -> None:
     assert first is not None
     h.pool.report_error(first.model, h.error("1302"))
     assert h.pool.select_model(Ticket("heavy", sticky_key="conv")) is not None
-    assert h.pool.get_status()["sticky"]["moves"] == 0
+    assert served(h.pool.status())["sticky"]["moves"] == 0
     h.pool.release(first.model)
 
 
@@ -536,7 +540,7 @@ def test_sticky_is_off_unless_configured() -> None:
     h = Harness(routing())
     picks = {s.model for s in (h.pool.try_acquire(Ticket("heavy", sticky_key="conv")) for _ in range(3)) if s}
     assert len(picks) > 1
-    assert h.pool.get_status()["sticky"] == {"enabled": False, "entries": 0, "moves": 0}
+    assert served(h.pool.status())["sticky"] == {"enabled": False, "entries": 0, "moves": 0}
     for model, n in held(h.pool).items():
         for _ in range(n):
             h.pool.release(model)
@@ -555,7 +559,7 @@ def test_sticky_entries_expire() -> None:
     h.advance(10.0)
     after = h.pool.try_acquire(Ticket("heavy", sticky_key="conv"))
     assert after is not None and after.reason == "least-loaded"
-    assert h.pool.get_status()["sticky"]["moves"] == 0  # an expired entry is no move
+    assert served(h.pool.status())["sticky"]["moves"] == 0  # an expired entry is no move
     for model, n in held(h.pool).items():
         for _ in range(n):
             h.pool.release(model)
@@ -569,7 +573,7 @@ def test_sticky_entries_are_evicted_least_recent_first() -> None:
         assert selection is not None
         models[key] = selection.model
         h.pool.release(selection.model)
-    assert h.pool.get_status()["sticky"]["entries"] == 2
+    assert served(h.pool.status())["sticky"]["entries"] == 2
     assert h.pool.try_acquire(Ticket("light", sticky_key="c")) == Selection(models["c"], "sticky")
     a_again = h.pool.try_acquire(Ticket("light", sticky_key="a"))
     assert a_again is not None and a_again.reason != "sticky"
@@ -589,7 +593,7 @@ def test_reconfigure_keeps_in_flight_counts_and_cooldowns() -> None:
     h.pool.reconfigure(chaos(strategy="round-robin", excludeModels=["glm-4.5-air"]))
     assert h.pool.in_flight() == 8
     assert h.pool.try_acquire(Ticket("heavy")) is None  # still full
-    assert h.pool.get_status()["models"]["glm-4.5"]["cooldownRemaining"] == 5.0
+    assert served(h.pool.status())["models"]["glm-4.5"]["cooldownRemaining"] == 5.0
     selection = h.pool.try_acquire(Ticket("medium"))
     assert selection is None  # glm-4.5 cooling, glm-4.5-air excluded: no medium-grade slot
     for s in taken:
@@ -602,8 +606,8 @@ def test_reconfigure_lowering_caps_below_what_is_held() -> None:
     assert len(h.fill("heavy")) == 8
     h.pool.reconfigure(routing(accountConcurrency=4))
     assert h.pool.try_acquire(Ticket("light")) is None
-    assert h.pool.get_status()["usedCapacity"] == 8
-    assert h.pool.get_status()["utilization"] == 2.0
+    assert served(h.pool.status())["usedCapacity"] == 8
+    assert served(h.pool.status())["utilization"] == 2.0
     for model in ["glm-4.7"] * 3 + ["glm-4.6"]:
         h.pool.release(model)
     assert h.pool.try_acquire(Ticket("light")) is None  # 4 held, cap 4
@@ -617,7 +621,7 @@ def test_capacity_counts_only_slots_a_request_can_use() -> None:
     assert h.pool.acquire("glm-4.5-x")
     assert h.pool.report_error("glm-4.5-x", h.error("1113")) == math.inf
     h.fill("light")
-    status = h.pool.get_status()
+    status = served(h.pool.status())
     assert status["totalCapacity"] == 26
     assert status["usedCapacity"] == 27  # every slot held, the one finishing on glm-4.5-x included
     assert status["utilization"] == 1.0
@@ -637,7 +641,7 @@ def test_capacity_counts_only_slots_a_request_can_use() -> None:
 )
 def test_a_model_no_tier_may_use_is_not_usable_capacity(block: dict[str, Any], model: str, why: str) -> None:
     h = Harness(routing(**block))
-    status = h.pool.get_status()
+    status = served(h.pool.status())
     out = status["outCapacity"]
     assert why in out["models"][model]
     assert status["totalCapacity"] == 28 - out["slots"]
@@ -649,7 +653,7 @@ def test_reconfigure_dropping_a_model_that_is_held() -> None:
     assert h.pool.acquire("glm-4.5-x")
     small = routing(models={"glm-4.7": {"tier": "HEAVY", "maxConcurrency": 3}})
     h.pool.reconfigure(small)
-    status = h.pool.get_status()
+    status = served(h.pool.status())
     assert status["models"]["glm-4.5-x"]["inFlight"] == 1
     assert status["models"]["glm-4.5-x"]["capacity"] == 0
     assert status["totalCapacity"] == 3
@@ -694,9 +698,9 @@ MODEL_KEYS = {
 }
 
 
-def test_get_status() -> None:
+def test_status() -> None:
     h = Harness(chaos(enabled=True, strategy="round-robin"))
-    idle = h.pool.get_status()
+    idle = served(h.pool.status())
     assert set(idle) == STATUS_KEYS
     assert idle["enabled"] is True
     assert idle["strategy"] == "round-robin"
@@ -719,7 +723,7 @@ def test_get_status() -> None:
         assert model["free"] is (name in FREE)
         assert model["tier"] == h.pool.config.models[name].tier
     h.fill("medium")
-    busy = h.pool.get_status()
+    busy = served(h.pool.status())
     assert busy["usedCapacity"] == 23
     assert busy["utilization"] == round(23 / 28, 4)
     assert busy["models"]["glm-4.5"] | {} == {

@@ -16,6 +16,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from chaos_mode.config import ModelRouting, parse_config
 from chaos_mode.pool import ChaosPool, Selection, Ticket
+from chaos_mode.status import served
 from chaos_mode.zai_errors import UpstreamError, classify_error
 from fakes import FakeClock
 
@@ -62,7 +63,7 @@ def test_a_1302_lowers_the_limit_and_starts_no_cooldown() -> None:
     assert (first.in_flight, second.in_flight, second.total) == (1, 2, 2)
     assert rig.pool.report_error("h", error("1302"), 30.0, second) == 0.0
     assert rig.pool.cooldowns.blocked() == frozenset()
-    status = rig.pool.get_status()["models"]["h"]
+    status = served(rig.pool.status())["models"]["h"]
     assert (status["capacity"], status["learnedLimit"], status["catalogLimit"]) == (1, 1, 2)
     assert status["limitReason"] == "1302 at 2 in flight" and status["cooldownReason"] is None
     rig.pool.release("h")
@@ -91,10 +92,10 @@ def test_a_request_that_would_wait_probes_one_above_the_limit() -> None:
     probe = rig.take()
     assert (probe.model, probe.probe, probe.in_flight) == ("h", "model", 3)
     assert probe.reason == "probing h's limit (2+1)"
-    assert rig.pool.get_status()["models"]["h"]["probing"] is True
+    assert served(rig.pool.status())["models"]["h"]["probing"] is True
     assert rig.pool.try_acquire(Ticket("heavy")) is None  # one probe at a time: the next one waits
     rig.pool.report_success(probe)
-    assert rig.pool.get_status()["models"]["h"]["learnedLimit"] == 3
+    assert served(rig.pool.status())["models"]["h"]["learnedLimit"] == 3
     for _ in range(3):
         rig.pool.release("h")
 
@@ -115,7 +116,7 @@ def test_a_failed_probe_is_not_repeated_within_the_interval() -> None:
     probe = rig.take()
     rig.pool.report_error("h", error("1302"), None, probe)
     rig.pool.release("h")
-    assert rig.pool.get_status()["models"]["h"]["learnedLimit"] == 2
+    assert served(rig.pool.status())["models"]["h"]["learnedLimit"] == 2
     assert rig.pool.try_acquire(Ticket("heavy")) is None
     rig.clock.advance(9.9)
     assert rig.pool.try_acquire(Ticket("heavy")) is None
@@ -143,7 +144,7 @@ def test_an_account_limit_learned_from_1302s_is_probed_too() -> None:
         assert refused.total == 5 and refused.in_flight < 3
         rig.pool.report_error(refused.model, error("1302"), None, refused)
         rig.pool.release(refused.model)
-    status = rig.pool.get_status()
+    status = served(rig.pool.status())
     assert status["accountLimit"] == 4
     assert [status["models"][m]["learnedLimit"] for m in three] == [3, 3, 3]
     assert rig.pool.try_acquire(Ticket("light")) is None  # within the probe interval of those answers
@@ -155,7 +156,7 @@ def test_an_account_limit_learned_from_1302s_is_probed_too() -> None:
     probe = rig.take("light")
     assert (probe.probe, probe.reason) == ("account", "probing the account limit (4+1)")
     rig.pool.report_success(probe)
-    assert rig.pool.get_status()["accountLimit"] == 5
+    assert served(rig.pool.status())["accountLimit"] == 5
     for selection in [*held, probe]:
         rig.pool.release(selection.model)
 
@@ -183,7 +184,7 @@ def test_reset_times_from_a_message_are_capped() -> None:
         "1308", "[1308][Usage limit reached for 5 hour. Your limit will reset at 2099-01-01 00:00:00]"
     )
     assert rig.pool.report_error("h", far) == 6 * 3600.0
-    pause = rig.pool.get_status()["accountPause"]
+    pause = served(rig.pool.status())["accountPause"]
     assert pause["remaining"] == 6 * 3600.0
 
 
@@ -275,9 +276,9 @@ class LearningMachine(RuleBasedStateMachine):
         self.held.append(selection)
 
     def _room(self, tier: str) -> bool:
-        status = self.pool.get_status()["models"]
+        status = served(self.pool.status())["models"]
         eligible = self.pool.config.eligible_models(tier)  # type: ignore[arg-type]
-        account = self.pool.get_status()["accountLimit"]
+        account = served(self.pool.status())["accountLimit"]
         if account is not None and self.pool.in_flight() >= account:
             return False
         return any(status[m]["inFlight"] < status[m]["capacity"] for m in eligible)
@@ -297,7 +298,7 @@ class LearningMachine(RuleBasedStateMachine):
     def limits_stay_in_bounds(self) -> None:
         if not self.truth:
             return
-        status = self.pool.get_status()
+        status = served(self.pool.status())
         account = status["account"]
         assert account["limit"] is None or 0 <= account["limit"] <= account["ceiling"]
         assert account["ceiling"] == 3 * sum(spec["maxConcurrency"] for spec in CATALOG.values())

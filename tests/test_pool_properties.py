@@ -15,6 +15,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from chaos_mode.catalog import TIER_RANK, RequestTier
 from chaos_mode.config import ModelRouting, parse_config
 from chaos_mode.pool import ChaosPool, RequestInfo, Selection, Ticket
+from chaos_mode.status import served
 from chaos_mode.strategies import STRATEGIES, ModelEntry, make_strategy
 from chaos_mode.zai_errors import BEIJING, classify_error
 from seed_catalog import FIXED_LIMITS
@@ -277,7 +278,7 @@ class PoolMachine(RuleBasedStateMachine):
         assert counts == {model: Counter(self.held)[model] for model in MODELS}
         assert self.pool.in_flight() == len(self.held)
         assert self.pool.in_flight() <= max(self.config.total_capacity, self.over_cap_allowance)
-        status = self.pool.get_status()
+        status = served(self.pool.status())
         assert status["usedCapacity"] == len(self.held)
         assert sum(m["inFlight"] for m in status["models"].values()) == len(self.held)
 
@@ -287,7 +288,7 @@ class PoolMachine(RuleBasedStateMachine):
         while self.held:
             assert self.pool.release(self.held.pop()) is True
         assert self.pool.in_flight() == 0
-        status = self.pool.get_status()
+        status = served(self.pool.status())
         assert status["usedCapacity"] == 0
         assert all(m["inFlight"] == 0 for m in status["models"].values())
 

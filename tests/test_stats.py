@@ -9,6 +9,7 @@ import pytest
 from chaos_mode.config import default_config, parse_config
 from chaos_mode.pool import ChaosPool, Ticket
 from chaos_mode.stats import OTHER_MODEL, OUTCOMES, WAIT_BUCKETS, Stats, chaos_stats
+from chaos_mode.status import served
 
 CONFIG = default_config()
 CATALOG = set(CONFIG.models)
@@ -38,7 +39,7 @@ def test_thousands_of_unknown_model_names_make_one_label() -> None:
     assert dict(stats.upstream_errors) == {(OTHER_MODEL, "1211"): 5000}
     assert dict(stats.input_tokens) == {OTHER_MODEL: 50_000}
     assert OTHER_MODEL not in stats.spend  # no price for a model that is not in the catalog
-    document = chaos_stats(ChaosPool(CONFIG).get_status(), stats)
+    document = chaos_stats(served(ChaosPool(CONFIG).status()), stats)
     assert set(document["modelDistribution"]) == CATALOG
     assert len(json.dumps(document)) < 10_000
 
@@ -86,7 +87,7 @@ def test_requests_per_door_by_outcome_with_both_doors_always_present() -> None:
     assert by_door["anthropic"] == {**empty, "ok": 1}
     assert by_door["openai"] == {**empty, "ok": 1, "rejected": 1, "passthrough": 1}
     assert stats.outcomes() == {**empty, "ok": 2, "rejected": 1, "passthrough": 1}  # over both doors
-    document = chaos_stats(ChaosPool(CONFIG).get_status(), stats)
+    document = chaos_stats(served(ChaosPool(CONFIG).status()), stats)
     assert document["requestsByDoor"] == by_door
     assert document["requests"] == stats.outcomes()
 
@@ -125,7 +126,7 @@ def test_chaos_stats_has_the_seed_keys_and_per_model_extras() -> None:
     stats.usage("glm-4.5", 10, 20)
     stats.upstream_error("glm-4.5", "1302", 429)
     stats.bad_requests["not-json"] += 2
-    document = chaos_stats(pool.get_status(), stats)
+    document = chaos_stats(served(pool.status()), stats)
     for key in (
         "enabled",
         "strategy",

@@ -18,6 +18,7 @@ from chaos_mode.config import parse_config
 from chaos_mode.metrics import ChaosMetrics
 from chaos_mode.pool import ChaosPool
 from chaos_mode.stats import Stats, chaos_stats
+from chaos_mode.status import served
 from chaos_mode.web import WebServer, dashboard_page, parse_listen
 
 SEED_KEYS = {
@@ -41,7 +42,7 @@ class Addon:
         self.web = WebServer(self.status, self.metrics.render)
 
     def status(self) -> dict[str, Any]:
-        return chaos_stats(self.pool.get_status(), self.stats)
+        return chaos_stats(served(self.pool.status()), self.stats)
 
 
 @pytest.fixture

@@ -48,6 +48,7 @@ from .rejection import Reply
 from .replies import TRIED_HEADER
 from .routed_request import RoutedRequest
 from .stats import Outcome, Stats, chaos_stats
+from .status import served
 from .tiers import TierClassifier
 from .upstream import UpstreamClients, UpstreamSettings
 from .waiting import CLIENT_GONE, acquire_while_connected
@@ -490,7 +491,7 @@ class ChaosMode:
     # -- status and commands ------------------------------------------------------------------------
 
     def chaos_stats(self) -> dict[str, Any]:
-        return chaos_stats(self.pool.get_status(), self.stats)
+        return chaos_stats(served(self.pool.status()), self.stats)
 
     @command.command("chaos.status")
     def status(self) -> str:

@@ -6,7 +6,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -18,6 +18,7 @@ from .catalog import REQUEST_TIERS
 from .doors import DOORS
 from .pool import ChaosPool
 from .stats import OTHER_MODEL, OUTCOMES, WAIT_BUCKETS, Stats
+from .status import ModelStatus, PoolStatus, QueueStatus
 from .zai_errors import KNOWN_CODES
 
 PREFIX: Final = "chaos_"
@@ -240,7 +241,7 @@ class _Families:
 
 
 class PoolCollector(Collector):
-    """Reads `pool.get_status()` and `stats` at every scrape: the pool stays the single source of truth.
+    """Reads `pool.status()` and `stats` at every scrape: the pool stays the single source of truth.
 
     Label values come only from the catalog (unknown models fold into `other`), the request tiers,
     the fixed outcome and kind sets, and the bounded error-code set of `code_label`.
@@ -254,55 +255,56 @@ class PoolCollector(Collector):
         return []  # names are fixed by METRICS; no collect() at registration time
 
     def collect(self) -> Iterable[Metric]:
-        status = self._pool.get_status()
+        status = self._pool.status()
         f = _Families()
         self._account(f, status)
-        self._models(f, status["models"])
-        self._traffic(f, list(status["models"]))
-        self._queue(f, status["queue"])
+        self._models(f, status.models)
+        self._traffic(f, list(status.models))
+        self._queue(f, status.queue)
         f.counter("failovers").add_metric([], float(self._stats.failovers))
-        f.counter("sticky_moves").add_metric([], float(status["sticky"]["moves"]))
-        f.gauge("sticky_entries").add_metric([], float(status["sticky"]["entries"]))
+        f.counter("sticky_moves").add_metric([], float(status.sticky.moves))
+        f.gauge("sticky_entries").add_metric([], float(status.sticky.entries))
         kinds: dict[str, float] = dict.fromkeys(BAD_REQUEST_KINDS, 0.0)
         for kind, n in self._stats.bad_requests.items():
             label = kind if kind in kinds else OTHER
             kinds[label] = kinds.get(label, 0.0) + n
         for kind, value in kinds.items():
             f.counter("bad_requests").add_metric([kind], value)
-        f.counter("spurious_releases").add_metric([], float(status.get("spuriousReleases", 0)))
+        f.counter("spurious_releases").add_metric([], float(status.spurious_releases))
         return f.in_order()
 
     @staticmethod
-    def _account(f: _Families, status: Mapping[str, Any]) -> None:
-        f.gauge("enabled").add_metric([], 1.0 if status["enabled"] else 0.0)
-        f.gauge("strategy_info").add_metric([str(status["strategy"])], 1.0)
-        f.gauge("capacity").add_metric([], float(status["totalCapacity"]))
-        f.gauge("out_capacity").add_metric([], float(status["outCapacity"]["slots"]))
-        f.gauge("in_flight").add_metric([], float(status["usedCapacity"]))
-        f.gauge("utilization_ratio").add_metric([], float(status["utilization"]))
-        account = status["account"]
-        if account["limit"] is not None:
-            f.gauge("account_limit").add_metric([], float(account["limit"]))
-        f.gauge("account_probing").add_metric([], 1.0 if account["probing"] else 0.0)
-        pause = status["accountPause"]
-        f.gauge("account_pause_seconds").add_metric([], float(pause["remaining"]) if pause else 0.0)
+    def _account(f: _Families, status: PoolStatus) -> None:
+        f.gauge("enabled").add_metric([], 1.0 if status.enabled else 0.0)
+        f.gauge("strategy_info").add_metric([status.strategy], 1.0)
+        f.gauge("capacity").add_metric([], float(status.total_capacity))
+        f.gauge("out_capacity").add_metric([], float(status.out_capacity.slots))
+        f.gauge("in_flight").add_metric([], float(status.used_capacity))
+        f.gauge("utilization_ratio").add_metric([], float(status.utilization))
+        account = status.account
+        if account.limit is not None:
+            f.gauge("account_limit").add_metric([], float(account.limit))
+        f.gauge("account_probing").add_metric([], 1.0 if account.probing else 0.0)
+        pause = status.account_pause
+        f.gauge("account_pause_seconds").add_metric([], float(pause.remaining) if pause else 0.0)
 
     @staticmethod
-    def _models(f: _Families, models: Mapping[str, Mapping[str, Any]]) -> None:
+    def _models(f: _Families, models: Mapping[str, ModelStatus]) -> None:
         for name, model in models.items():
-            free = "true" if model["free"] else "false"
-            f.gauge("model_info").add_metric([name, model["tier"] or OTHER, free], 1.0)
-            f.gauge("model_in_flight").add_metric([name], float(model["inFlight"]))
-            f.gauge("model_capacity").add_metric([name], float(model["capacity"]))
-            if "learnedLimit" in model:  # a catalog model (not one a reload dropped while it was busy)
-                f.gauge("model_learned_limit").add_metric([name], float(model["learnedLimit"]))
-                f.gauge("model_catalog_limit").add_metric([name], float(model["catalogLimit"]))
-                f.gauge("model_probing").add_metric([name], 1.0 if model["probing"] else 0.0)
-            cooldown = float(model["cooldownRemaining"] or 0.0)
+            free = "true" if model.free else "false"
+            f.gauge("model_info").add_metric([name, model.tier or OTHER, free], 1.0)
+            f.gauge("model_in_flight").add_metric([name], float(model.in_flight))
+            f.gauge("model_capacity").add_metric([name], float(model.capacity))
+            limit = model.limit  # None: not a catalog model (one a reload dropped while it was busy)
+            if limit is not None and limit.learned_limit is not None:
+                f.gauge("model_learned_limit").add_metric([name], float(limit.learned_limit))
+                f.gauge("model_catalog_limit").add_metric([name], float(model.catalog_limit))
+                f.gauge("model_probing").add_metric([name], 1.0 if limit.probing else 0.0)
+            cooldown = float(model.cooldown_remaining or 0.0)
             f.gauge("model_cooldown_seconds").add_metric([name], cooldown if math.isfinite(cooldown) else 0.0)
-            f.gauge("model_out_of_rotation").add_metric([name], 1.0 if model["outOfRotation"] else 0.0)
-            f.gauge("model_excluded").add_metric([name], 1.0 if model["excluded"] else 0.0)
-            f.counter("model_dispatched").add_metric([name], float(model["dispatched"]))
+            f.gauge("model_out_of_rotation").add_metric([name], 1.0 if model.out_of_rotation else 0.0)
+            f.gauge("model_excluded").add_metric([name], 1.0 if model.excluded else 0.0)
+            f.counter("model_dispatched").add_metric([name], float(model.dispatched))
 
     def _traffic(self, f: _Families, names: list[str]) -> None:
         """Requests, upstream errors, tokens and spend: `Stats` counters, every label re-checked."""
@@ -335,17 +337,17 @@ class PoolCollector(Collector):
             f.counter("tokens").add_metric([name, "output"], tokens_out[name])
             f.counter("estimated_cost_dollars").add_metric([name], spend[name])
 
-    def _queue(self, f: _Families, queue: Mapping[str, Any]) -> None:
+    def _queue(self, f: _Families, queue: QueueStatus) -> None:
         stats = self._stats
         for tier in REQUEST_TIERS:
-            f.gauge("queue_waiting").add_metric([tier], float(queue["waitingByTier"].get(tier, 0)))
-        f.gauge("queue_longest_wait_seconds").add_metric([], float(queue["longestWait"]))
+            f.gauge("queue_waiting").add_metric([tier], float(queue.waiting_by_tier.get(tier, 0)))
+        f.gauge("queue_longest_wait_seconds").add_metric([], float(queue.longest_wait))
         for tier in REQUEST_TIERS:  # the tiers are a closed set: anything else was never recorded
             cumulative = stats.wait_buckets.get(tier) or [0] * len(WAIT_BUCKETS)
             buckets = [(repr(float(b)), float(n)) for b, n in zip(WAIT_BUCKETS, cumulative, strict=True)]
             buckets.append(("+Inf", float(stats.wait_count.get(tier, 0))))
             f.histogram("queue_wait_seconds").add_metric([tier], buckets, stats.wait_sum.get(tier, 0.0))
-        f.counter("queue_timeouts").add_metric([], float(queue["timeouts"]))
+        f.counter("queue_timeouts").add_metric([], float(queue.timeouts))
 
 
 class ChaosMetrics:

@@ -9,7 +9,6 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from .admission import AdmissionQueue
 from .catalog import REQUEST_TIERS, RequestTier
@@ -18,6 +17,17 @@ from .cooldown import Cooldowns, CooldownState
 from .limits import LearnedLimits, LimitView, Probe
 from .shares import ServiceShares
 from .slots import MemorySlots, SlotStore
+from .status import (
+    AccountPause,
+    AccountStatus,
+    LearningStatus,
+    ModelLimit,
+    ModelStatus,
+    OutCapacity,
+    PoolStatus,
+    QueueStatus,
+    StickyStatus,
+)
 from .sticky import StickyMap
 from .strategies import ModelEntry, Strategy, make_strategy
 from .zai_errors import Action, UpstreamError
@@ -507,10 +517,10 @@ class ChaosPool:
         if self._limits_version != self._limits.version:
             self._derive()
 
-    def get_status(self) -> dict[str, Any]:
-        """The pool's state for status pages, metrics and the dashboard (camelCase keys)."""
+    def status(self) -> PoolStatus:
+        """The pool's state for status pages, metrics and the dashboard (`status.served` makes it JSON)."""
         self._follow_limits()
-        models: dict[str, dict[str, Any]] = {}
+        models: dict[str, ModelStatus] = {}
         held = self._slots.snapshot()
         names: Iterable[str] = list(self._entries) + [m for m in held if m not in self._entries]
         serving = {entry.name for entries in self._eligible.values() for entry in entries}
@@ -527,54 +537,60 @@ class ChaosPool:
                 out_models[name] = unusable
                 out_slots += entry.capacity if entry else 0
                 out_in_flight += held.get(name, 0)
-            models[name] = {
-                "tier": spec.tier if spec else None,
-                "dispatched": self.dispatched.get(name, 0),
-                "inFlight": held.get(name, 0),
-                "capacity": entry.capacity if entry else 0,
-                "catalogLimit": spec.max_concurrency if spec else 0,
-                **(_limit_status(self._limits.view(name)) if spec else {}),
-                "cooldownRemaining": 0.0 if out or math.isinf(remaining) else round(remaining, 3),
-                "outOfRotation": block.reason if out and block else None,
-                "cooldownReason": block.reason if block and not out else None,
-                "excluded": name in self._config.chaos_mode.exclude_models,
-                "free": bool(spec and spec.free),
-                "usable": unusable is None,
-            }
+            models[name] = ModelStatus(
+                tier=spec.tier if spec else None,
+                dispatched=self.dispatched.get(name, 0),
+                in_flight=held.get(name, 0),
+                capacity=entry.capacity if entry else 0,
+                catalog_limit=spec.max_concurrency if spec else 0,
+                limit=_model_limit(self._limits.view(name)) if spec else None,
+                cooldown_remaining=0.0 if out or math.isinf(remaining) else round(remaining, 3),
+                out_of_rotation=block.reason if out and block else None,
+                cooldown_reason=block.reason if block and not out else None,
+                excluded=name in self._config.chaos_mode.exclude_models,
+                free=bool(spec and spec.free),
+                usable=unusable is None,
+            )
         pause = self._cooldowns.account_pause()
         waiting = self._queue.waiting()
         used = self._slots.total()
         usable = sum(entry.capacity for name, entry in self._entries.items() if name not in out_models)
         capacity = min(self._account_cap, usable)
         learning = self._config.learning
-        return {
-            "enabled": self._config.chaos_mode.enabled,
-            "strategy": self._config.chaos_mode.strategy,
-            "models": models,
-            "totalCapacity": capacity,
-            "accountLimit": None if self._account_cap == NO_ACCOUNT_CAP else self._account_cap,
-            "account": _account_status(self._limits.view()),
-            "learning": {
-                "enabled": self._limits.enabled,
-                "probeIntervalSeconds": learning.probe_interval_seconds,
-                "driftSeconds": learning.drift_seconds,
-            },
-            "usedCapacity": used,
-            "utilization": round((used - out_in_flight) / capacity, 4) if capacity else 0.0,
-            "outCapacity": {"slots": out_slots, "inFlight": out_in_flight, "models": out_models},
-            "accountPause": {"remaining": round(pause[0], 3), "reason": pause[1]} if pause else None,
-            "queue": {
-                "waiting": len(waiting),
-                "waitingByTier": {t: sum(1 for w in waiting if w.ticket.tier == t) for t in REQUEST_TIERS},
-                "longestWait": round(self._queue.oldest_wait(), 3),
-                "timeouts": self._queue.timeouts,
-                "admitted": self.admitted,
-                "rejected": self.rejected,
-                "avgWaitMs": round(1000 * self.total_wait / self.admitted, 1) if self.admitted else 0.0,
-            },
-            "sticky": {"enabled": self._sticky_on, "entries": len(self._sticky), "moves": self._sticky.moves},
-            "spuriousReleases": self.spurious_releases,
-        }
+        account = self._limits.view()
+        return PoolStatus(
+            enabled=self._config.chaos_mode.enabled,
+            strategy=self._config.chaos_mode.strategy,
+            models=models,
+            total_capacity=capacity,
+            account_limit=None if self._account_cap == NO_ACCOUNT_CAP else self._account_cap,
+            account=AccountStatus(
+                account.value,
+                account.start,
+                account.ceiling,
+                account.reason,
+                account.changed_at,
+                account.probing,
+            ),
+            learning=LearningStatus(
+                self._limits.enabled, learning.probe_interval_seconds, learning.drift_seconds
+            ),
+            used_capacity=used,
+            utilization=round((used - out_in_flight) / capacity, 4) if capacity else 0.0,
+            out_capacity=OutCapacity(out_slots, out_in_flight, out_models),
+            account_pause=AccountPause(round(pause[0], 3), pause[1]) if pause else None,
+            queue=QueueStatus(
+                waiting=len(waiting),
+                waiting_by_tier={t: sum(1 for w in waiting if w.ticket.tier == t) for t in REQUEST_TIERS},
+                longest_wait=round(self._queue.oldest_wait(), 3),
+                timeouts=self._queue.timeouts,
+                admitted=self.admitted,
+                rejected=self.rejected,
+                avg_wait_ms=round(1000 * self.total_wait / self.admitted, 1) if self.admitted else 0.0,
+            ),
+            sticky=StickyStatus(self._sticky_on, len(self._sticky), self._sticky.moves),
+            spurious_releases=self.spurious_releases,
+        )
 
 
 def _unusable_reason(config: ModelRouting, name: str, out: str | None, serving: set[str]) -> str | None:
@@ -595,24 +611,5 @@ def _unusable_reason(config: ModelRouting, name: str, out: str | None, serving: 
     return "below every quality floor (chaosMode.qualityFloor)"
 
 
-def _limit_status(view: LimitView) -> dict[str, Any]:
-    """A model's learned limit as status pages show it (camelCase)."""
-    return {
-        "learnedLimit": view.value,
-        "limitCeiling": view.ceiling,
-        "limitReason": view.reason,
-        "limitChangedAt": view.changed_at,
-        "probing": view.probing,
-    }
-
-
-def _account_status(view: LimitView) -> dict[str, Any]:
-    """The account's learned limit as status pages show it (camelCase); `limit` None: none known."""
-    return {
-        "limit": view.value,
-        "configured": view.start,
-        "ceiling": view.ceiling,
-        "reason": view.reason,
-        "changedAt": view.changed_at,
-        "probing": view.probing,
-    }
+def _model_limit(view: LimitView) -> ModelLimit:
+    return ModelLimit(view.value, view.ceiling, view.reason, view.changed_at, view.probing)

@@ -1,0 +1,135 @@
+"""The pool's state as typed values, and the one place they become the camelCase JSON that is served.
+
+`ChaosPool.status()` returns a `PoolStatus`; metrics read its fields; `served()` turns it into the JSON of
+`/api/status`, the dashboard and the `chaos.status` panel (snake_case field names become camelCase keys;
+a field marked `flat` spreads its own fields into its parent's object).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+FLAT: Final = {"flat": True}
+
+
+@dataclass(frozen=True, slots=True)
+class ModelLimit:
+    """A catalog model's learned limit."""
+
+    learned_limit: int | None
+    limit_ceiling: int
+    limit_reason: str
+    limit_changed_at: float | None
+    probing: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ModelStatus:
+    tier: str | None
+    dispatched: int
+    in_flight: int
+    capacity: int
+    catalog_limit: int
+    limit: ModelLimit | None = field(metadata=FLAT)  # None: not in the catalog (a reload dropped it, busy)
+    cooldown_remaining: float
+    out_of_rotation: str | None
+    cooldown_reason: str | None
+    excluded: bool
+    free: bool
+    usable: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AccountStatus:
+    """The account's learned limit; `limit` None: none known."""
+
+    limit: int | None
+    configured: int | None
+    ceiling: int
+    reason: str
+    changed_at: float | None
+    probing: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LearningStatus:
+    enabled: bool
+    probe_interval_seconds: float
+    drift_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class OutCapacity:
+    """The slots no request can use now: how many, how many of them still finish a request, whose and why."""
+
+    slots: int
+    in_flight: int
+    models: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class AccountPause:
+    remaining: float
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStatus:
+    waiting: int
+    waiting_by_tier: dict[str, int]
+    longest_wait: float
+    timeouts: int
+    admitted: int
+    rejected: int
+    avg_wait_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class StickyStatus:
+    enabled: bool
+    entries: int
+    moves: int
+
+
+@dataclass(frozen=True, slots=True)
+class PoolStatus:
+    enabled: bool
+    strategy: str
+    models: dict[str, ModelStatus]
+    total_capacity: int
+    account_limit: int | None
+    account: AccountStatus
+    learning: LearningStatus
+    used_capacity: int
+    utilization: float
+    out_capacity: OutCapacity
+    account_pause: AccountPause | None
+    queue: QueueStatus
+    sticky: StickyStatus
+    spurious_releases: int
+
+
+def served(value: Any) -> Any:
+    """The JSON form of a status value: dataclasses become objects with camelCase keys."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(value):
+            item = getattr(value, f.name)
+            if f.metadata.get("flat"):
+                if item is not None:
+                    out.update(served(item))
+            else:
+                out[camel(f.name)] = served(item)
+        return out
+    if isinstance(value, dict):
+        return {key: served(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [served(item) for item in value]
+    return value
+
+
+def camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
