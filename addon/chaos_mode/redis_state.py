@@ -133,7 +133,6 @@ class RedisFleet:
             ssl=url.tls,
             socket_timeout=timeout,
             socket_connect_timeout=timeout,
-            retry_on_timeout=False,
         )
         self._confirm = self._client.register_script(CONFIRM)
         self._release = self._client.register_script(RELEASE)
