@@ -46,4 +46,4 @@ def test_a_redis_url_shares_the_slots_and_the_status_shows_it_without_the_passwo
         assert isinstance(addon.pool.slots, SharedSlots)
         fleet = addon.chaos_stats()["fleet"]
         assert fleet["state"] == "redis://:***@127.0.0.1:1/0" and not fleet["connected"]
-        assert fleet["share"] == 0.5 and "hunter2" not in repr(addon.chaos_stats())
+        assert fleet["share"] is None and "hunter2" not in repr(addon.chaos_stats())

@@ -186,8 +186,8 @@ async def test_an_unreachable_redis_at_start_serves_alone_on_the_fallback_share(
     fleet = make_fleet(f"redis://127.0.0.1:{free_port()}/0", "p", pool=pool)
     fleet.start()
     selection = await pool.admit(Ticket("heavy"), timeout=1)
-    assert selection is not None and fleet.slots.share == 0.5
-    await until(lambda: fleet.failures >= 1)
+    assert selection is not None
+    await until(lambda: fleet.slots.share == 0.5)
     pool.release(selection.model)
     await fleet.close()
 

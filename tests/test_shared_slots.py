@@ -55,7 +55,7 @@ async def test_the_mirror_counts_the_other_proxies_and_a_lost_race_learns_from_t
     # b has not heard of it yet: it takes the slot on its mirror, the store refuses
     assert b.try_acquire("m", 1, 10)
     assert not await b.confirm("m")
-    assert b.release("m")
+    assert b.release("m") and fleet.released == []  # no lease was given for it: none goes back
     assert b.in_flight("m") == 1 and b.total() == 1  # a's, as the store said
     assert not b.try_acquire("m", 1, 10)
     a.release("m")
@@ -90,7 +90,7 @@ async def test_alone_a_proxy_uses_its_share_and_its_leases_are_written_again_whe
 
 
 def test_the_share_before_anything_was_seen_and_a_configured_one() -> None:
-    assert SharedSlots("a").share == FALLBACK_SHARE  # alone until the first connection
+    assert SharedSlots("a").share is None  # the first requests wait for the first connection
     assert SharedSlots("a", share=0.25).disconnected() == 0.25
     assert SharedSlots("a").disconnected() == FALLBACK_SHARE
 

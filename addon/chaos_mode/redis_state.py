@@ -17,6 +17,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from .shared_slots import SharedSlots, Tally, Verdict
@@ -61,17 +63,23 @@ return gone
 """
 
 # KEYS: the account's leases, the fleet, then every model's leases. ARGV: ttl ms, proxy id, how long a
-# silent proxy counts as alive (ms), then (index of the model's key, lease) for each lease held here.
-# Renews (or writes again) this proxy's leases, reaps expired ones, and tallies the fleet.
+# silent proxy counts as alive (ms), XX (renew only the leases still there: one released meanwhile stays
+# released) or ALL (write them all again: after a reconnection), then (index of the model's key, lease) for
+# each lease held here. Renews this proxy's leases, reaps expired ones, and tallies the fleet.
 TICK: Final = (
     _NOW
     + """
 local expiry = now + tonumber(ARGV[1])
 redis.call('ZADD', KEYS[2], now, ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - tonumber(ARGV[3]))
-for i = 4, #ARGV, 2 do
-  redis.call('ZADD', KEYS[tonumber(ARGV[i])], expiry, ARGV[i + 1])
-  redis.call('ZADD', KEYS[1], expiry, ARGV[i + 1])
+for i = 5, #ARGV, 2 do
+  if ARGV[4] == 'XX' then
+    redis.call('ZADD', KEYS[tonumber(ARGV[i])], 'XX', expiry, ARGV[i + 1])
+    redis.call('ZADD', KEYS[1], 'XX', expiry, ARGV[i + 1])
+  else
+    redis.call('ZADD', KEYS[tonumber(ARGV[i])], expiry, ARGV[i + 1])
+    redis.call('ZADD', KEYS[1], expiry, ARGV[i + 1])
+  end
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local counts = {}
@@ -133,7 +141,10 @@ class RedisFleet:
             ssl=url.tls,
             socket_timeout=timeout,
             socket_connect_timeout=timeout,
+            retry=Retry(NoBackoff(), 0),  # no retries inside a call: our own reconnection has the backoff
         )
+        slots.fleet = self  # the first requests wait for the first connection (bounded by `timeout`)
+        self._started = asyncio.Event()  # the first connection attempt ended, either way
         self._confirm = self._client.register_script(CONFIRM)
         self._release = self._client.register_script(RELEASE)
         self._tick = self._client.register_script(TICK)
@@ -162,6 +173,10 @@ class RedisFleet:
     # -- the Fleet protocol -------------------------------------------------------------------------
 
     async def confirm(self, model: str, lease: str, cap: int, account_cap: int) -> Verdict | None:
+        if not self._up and not self._started.is_set() and self._runner is not None:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.timeout):
+                    await self._started.wait()
         if not self._up:
             return None
         args = (lease, self.lease_ms, cap, min(account_cap, 2**53))
@@ -223,8 +238,9 @@ class RedisFleet:
                 try:
                     async with asyncio.timeout(self.timeout):
                         await pubsub.subscribe(self._channel)
-                    tally = await self.tick()  # writes every lease held here again: the reconciliation
+                    tally = await self.tick(renew_only=False)  # every lease held here, again: reconciled
                     self._up = True
+                    self._started.set()
                     self.slots.connected(self)
                     self.slots.apply(tally)
                     if self._told:
@@ -273,14 +289,15 @@ class RedisFleet:
                 self.slots.freed_elsewhere(model)
         raise ConnectionError(self.last_error or "shared state lost")
 
-    async def tick(self) -> Tally:
-        """Renew this proxy's leases (writing them again if Redis lost them), say it is alive, and read
-        the fleet's counts."""
+    async def tick(self, *, renew_only: bool = True) -> Tally:
+        """Renew this proxy's leases (`renew_only` False: write them again, Redis may have lost them), say
+        it is alive, and read the fleet's counts."""
         models = list(self.models())
         keys, args = self._lease_args(self.slots.leases(), models)
+        mode = "XX" if renew_only else "ALL"
         async with asyncio.timeout(self.timeout):
             counts, members, proxies = await self._tick(
-                keys=keys, args=(self.lease_ms, self.slots.proxy_id, self.lease_ms, *args)
+                keys=keys, args=(self.lease_ms, self.slots.proxy_id, self.lease_ms, mode, *args)
             )
         held: dict[str, int] = {_text(proxy): 0 for proxy in proxies}
         for member in members:

@@ -69,12 +69,12 @@ class SharedSlots:
         self._caps: dict[str, tuple[int, int]] = {}  # the caps each model's last slot was taken under
         self._own: dict[str, int] = {}  # slots held here, confirmed or not
         self._leases: dict[str, list[str]] = {}  # confirmed leases held here, per model
+        self._refused: dict[str, int] = {}  # slots the fleet refused: their release gives back no lease
         self._others: dict[str, int] = {}  # the other proxies' slots, as last seen
         self._others_total = 0
         self._counts: dict[str, int] = {}  # own + others: what selection reads
         self._total = 0
-        # the share in force while alone (so also before the first connection); None: connected
-        self._alone_share: float | None = FALLBACK_SHARE if share is None else share
+        self._alone_share: float | None = None  # the share in force while alone; None: with the fleet
         self._proxies: dict[str, int] = {}
         self.lost = 0  # times the shared store went away
 
@@ -128,6 +128,10 @@ class SharedSlots:
         self._own[model] = own - 1
         self._counts[model] = self._counts.get(model, 1) - 1
         self._total -= 1
+        refused = self._refused.get(model, 0)
+        if refused:  # the pool gives back the slot `confirm` could not lease (at once, no await between)
+            self._refused[model] = refused - 1
+            return True
         leases = self._leases.get(model)
         if leases:
             lease = leases.pop()
@@ -139,19 +143,22 @@ class SharedSlots:
         lease = f"{self.proxy_id}#{next(self._ids)}"
         fleet = self.fleet
         if fleet is None or self._alone_share is not None:
-            self._hold(model, lease)  # written to the store when it is back
+            self._hold(model, lease)  # written to the store when it is back (or first reached)
             return True
         cap, account_cap = self._caps.get(model, (0, 0))
         try:
             verdict = await fleet.confirm(model, lease, cap, account_cap)
         except BaseException:
             fleet.release(model, lease)  # cancelled while the store may have taken it
+            self._refused[model] = self._refused.get(model, 0) + 1
             raise
         if verdict is None:  # the store went away meanwhile: serve on this proxy's share
             self._hold(model, lease)
             return True
         if verdict.taken:
             self._hold(model, lease)
+        else:
+            self._refused[model] = self._refused.get(model, 0) + 1
         self._seen(model, verdict.in_flight, verdict.total)
         return verdict.taken
 
