@@ -31,7 +31,7 @@ def test_a_missing_dependency_is_named_with_what_to_install() -> None:
     assert missing_package(exc) == "pydantic"
     hint = install_hint("pydantic")
     assert "\n" not in hint
-    assert "pipx inject mitmproxy prometheus-client pydantic" in hint
+    assert "pipx inject mitmproxy httpx prometheus-client pydantic" in hint
     assert "standalone mitmproxy binary cannot take packages" in hint
 
 

@@ -10,6 +10,7 @@ EXTRA_PACKAGES: Final = {
     "pydantic": "pydantic",
     "pydantic_core": "pydantic",
     "prometheus_client": "prometheus-client",
+    "httpx": "httpx",  # a declared runtime dependency (the benchmark's client), not brought by mitmproxy 12
 }
 _INSTALL: Final = " ".join(sorted(set(EXTRA_PACKAGES.values())))
 
