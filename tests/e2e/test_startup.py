@@ -123,5 +123,5 @@ def test_a_missing_package_is_one_line_that_says_what_to_install(hidden: str, pa
     lines = [line for line in output.splitlines() if "chaos-mode cannot load" in line]
     assert len(lines) == 1, output
     assert f"the Python package {package} is not installed" in lines[0]
-    assert "pipx inject mitmproxy prometheus-client pydantic" in lines[0]
+    assert "pipx inject mitmproxy httpx prometheus-client pydantic" in lines[0]
     assert "ModuleNotFoundError" not in output
