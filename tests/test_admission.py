@@ -1,4 +1,4 @@
-"""The fair wait queue, alone and through ChaosPool.acquire_or_wait, on a real asyncio loop."""
+"""The fair wait queue, alone and through ChaosPool.admit, on a real asyncio loop."""
 
 from __future__ import annotations
 

@@ -13,6 +13,9 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
+import secrets
+import socket
 import time
 import weakref
 from collections.abc import Callable
@@ -47,6 +50,8 @@ from .pool import ChaosPool, Selection
 from .rejection import Reply
 from .replies import TRIED_HEADER
 from .routed_request import RoutedRequest
+from .shared_slots import SharedSlots
+from .state_url import StateUrl, parse_share, parse_state_url
 from .stats import Outcome, Stats, chaos_stats
 from .status import served
 from .tiers import TierClassifier
@@ -56,7 +61,10 @@ from .web import WebServer, exposed_hosts, parse_listen
 from .zai_errors import UpstreamError
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable
     from pathlib import Path
+
+    from .redis_state import RedisFleet
 
 log = logging.getLogger("chaos_mode")
 
@@ -66,6 +74,8 @@ UPSTREAM_OPTIONS: Final = frozenset(
 CLIENT_DISCONNECTED: Final = "Client disconnected."  # mitmproxy's flow.error.msg when the client left
 ENABLED_CHOICES: Final = ("auto", "true", "false")
 SAVE_DELAY: Final = 1.0  # seconds: learned limits that change in a burst are written once
+STATE_OPTIONS: Final = frozenset({"chaos_state", "chaos_state_share", "chaos_state_lease_ms"})
+MIN_LEASE_MS: Final = 300
 
 
 class ChaosMode:
@@ -98,6 +108,7 @@ class ChaosMode:
         self._limits_path: Path | None = None
         self._saved_version = -1  # the learned limits' version last written (or read)
         self._save_timer: asyncio.TimerHandle | None = None
+        self.fleet: RedisFleet | None = None  # chaos_state: the Redis shared with the other proxies
 
     # -- options ----------------------------------------------------------------------------------
 
@@ -125,6 +136,29 @@ class ChaosMode:
             "Where learned concurrency limits are kept across restarts (JSON, written atomically). Empty: "
             "chaos-mode-limits.json in mitmproxy's confdir; off: nowhere. A corrupt or foreign file is "
             "ignored with one warning.",
+        )
+        loader.add_option(
+            "chaos_state",
+            str,
+            "",
+            "Where slots are counted. Empty: in this process. redis://[user[:password]@]host:port/db (or "
+            "rediss://): shared with every proxy naming the same Redis, for several proxies on one z.ai "
+            "account. The password may come from the CHAOS_STATE_PASSWORD environment variable instead; "
+            "it is never logged. Read at start-up.",
+        )
+        loader.add_option(
+            "chaos_state_share",
+            str,
+            "auto",
+            "While the chaos_state Redis cannot be reached, the share of each limit this proxy uses on its "
+            "own: a fraction like 0.5, or auto (1 / the number of proxies last seen, 0.5 if none was).",
+        )
+        loader.add_option(
+            "chaos_state_lease_ms",
+            int,
+            10_000,
+            "With chaos_state: how long a slot's lease lives unless renewed (renewed every third of it "
+            "while the request runs). A proxy that dies gives its slots back within this time.",
         )
         loader.add_option(
             "chaos_web",
@@ -161,6 +195,8 @@ class ChaosMode:
         if "chaos_limits_file" in updated or "confdir" in updated:
             self._limits_path = state_path(ctx.options.chaos_limits_file, ctx.options.confdir)
             self._restore_limits()
+        if updated & STATE_OPTIONS:
+            self._configure_state()
         if "chaos_web" in updated:
             try:
                 self._listen = parse_listen(ctx.options.chaos_web)
@@ -178,6 +214,39 @@ class ChaosMode:
                     read_timeout=self.forwarder.clients.settings.read_timeout,
                 )
             )
+
+    def _configure_state(self) -> None:
+        """Parse the chaos_state options once; the Redis store is built here and started in running()."""
+        try:
+            url = parse_state_url(ctx.options.chaos_state)
+        except ValueError as exc:
+            raise exceptions.OptionsError(f"chaos_state: {exc}") from None
+        try:
+            share = parse_share(ctx.options.chaos_state_share)
+        except ValueError as exc:
+            raise exceptions.OptionsError(f"chaos_state_share: {exc}") from None
+        lease_ms = ctx.options.chaos_state_lease_ms
+        if lease_ms < MIN_LEASE_MS:
+            raise exceptions.OptionsError(f"chaos_state_lease_ms: at least {MIN_LEASE_MS}, not {lease_ms}")
+        current = self.fleet
+        if current is None and url is None:
+            return
+        if self._running:
+            raise exceptions.OptionsError("chaos_state: read at start-up only; restart mitmdump to change it")
+        if url is not None:
+            self.fleet = self._make_fleet(url, share, lease_ms / 1000)
+
+    def _make_fleet(self, url: StateUrl, share: float | None, lease_seconds: float) -> RedisFleet:
+        try:
+            from .redis_state import RedisFleet
+        except ModuleNotFoundError as exc:
+            raise exceptions.OptionsError(
+                f"chaos_state: needs the Python package redis ({exc.name} is missing): "
+                "pip install 'chaos-mode[redis]' where mitmproxy runs"
+            ) from None
+        slots = SharedSlots(_proxy_id(), share=share, on_freed=self.pool.wake)
+        self.pool.use_slots(slots)
+        return RedisFleet(url, slots, models=lambda: list(self.config.models), lease_seconds=lease_seconds)
 
     @staticmethod
     def _read_config(path: str, enabled: str) -> ModelRouting:
@@ -254,12 +323,21 @@ class ChaosMode:
             log.error("chaos-mode: the forwarder could not listen (%s); failovers will answer 429", exc)
         else:
             log.debug("chaos-mode: forwarder on %s:%d", host, port)
+        if self.fleet is not None:
+            self.fleet.start()
+            log.info(
+                "chaos-mode: slots shared through %s as proxy %s (leases of %g s)",
+                self.fleet.url.display,
+                self.fleet.slots.proxy_id,
+                self.fleet.lease_ms / 1000,
+            )
         # What is alive now (mitmproxy's and our modules, classes, the config) lives as long as the
         # process: out of the collector's way, every collection no longer walks it (callgrind: about 2% of
         # mitmdump's instructions per request). `done()` gives it back, so a script reload leaks nothing.
         gc.freeze()
 
-    def done(self) -> None:
+    def done(self) -> Awaitable[None] | None:
+        """Stop; with shared slots, the awaitable (mitmproxy awaits it) gives this proxy's leases back."""
         self._running = False
         if self._save_timer is not None:
             self._save_timer.cancel()
@@ -267,6 +345,7 @@ class ChaosMode:
         self.web.stop()
         self.forwarder.close()
         gc.unfreeze()
+        return self.fleet.close() if self.fleet is not None else None
 
     def _warn_if_exposed(self) -> None:
         """One warning line when the proxy listens beyond loopback (mitmproxy's default: every interface)."""
@@ -491,7 +570,13 @@ class ChaosMode:
     # -- status and commands ------------------------------------------------------------------------
 
     def chaos_stats(self) -> dict[str, Any]:
-        return chaos_stats(served(self.pool.status()), self.stats)
+        stats = chaos_stats(served(self.pool.status()), self.stats)
+        stats["fleet"] = None
+        if self.fleet is not None:
+            from .redis_state import fleet_status
+
+            stats["fleet"] = {**fleet_status(self.fleet), "lostRaces": self.pool.lost_races}
+        return stats
 
     @command.command("chaos.status")
     def status(self) -> str:
@@ -516,6 +601,11 @@ class ChaosMode:
             log.error("chaos-mode: config not reloaded, the old one stays in force: %s", exc)
             return
         self._apply(config)
+
+
+def _proxy_id() -> str:
+    """This proxy among the fleet's: host, process and a random tag (a restarted process is a new one)."""
+    return f"{socket.gethostname()[:40]}:{os.getpid()}:{secrets.token_hex(2)}"
 
 
 def _call_later(delay: float, callback: Callable[[], None]) -> None:

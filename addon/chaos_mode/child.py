@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -217,3 +218,35 @@ class ProxyProcess(ChildProcess):
     def ready(self) -> bool:
         # The addon's server starts in `running()`, after the proxy listens: one probe tells both.
         return port_open("127.0.0.1", self.web_port if self._ready_on_web else self.port)
+
+
+class RedisProcess(ChildProcess):
+    """redis-server on a loopback port, without persistence, for the fleet's tests and benchmark. The same
+    `port` may be given to a new one: Redis stopped and started again where the proxies expect it."""
+
+    name = "redis-server"
+
+    def __init__(self, *, port: int | None = None, password: str | None = None, **kwargs: float) -> None:
+        super().__init__(**kwargs)
+        self.port = port or free_port()
+        self.password = password
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def command(self) -> list[str]:
+        cmd = [
+            shutil.which("redis-server") or "redis-server",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+        ]
+        cmd += ["--save", "", "--appendonly", "no", "--dir", str(self.workdir), "--daemonize", "no"]
+        if self.password:
+            cmd += ["--requirepass", self.password]
+        return cmd
+
+    def ready(self) -> bool:
+        return port_open("127.0.0.1", self.port)

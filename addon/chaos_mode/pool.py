@@ -8,7 +8,7 @@ import random
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .admission import AdmissionQueue
 from .catalog import REQUEST_TIERS, RequestTier
@@ -140,6 +140,7 @@ class ChaosPool:
         self.rejected = 0  # requests admit answered None
         self.total_wait = 0.0  # seconds waited, over admitted requests
         self.spurious_releases = 0
+        self.lost_races = 0  # slots taken on the local mirror that another proxy had taken first
         self.reconfigure(config)
 
     # -- configuration ----------------------------------------------------------------------------
@@ -155,6 +156,20 @@ class ChaosPool:
     @property
     def limits(self) -> LearnedLimits:
         return self._limits
+
+    @property
+    def slots(self) -> SlotStore:
+        return self._slots
+
+    def use_slots(self, slots: SlotStore) -> None:
+        """Count slots in `slots` from now on (a store shared with other proxies). Only at start-up, while
+        nothing is held: a held slot must be released where it was taken."""
+        self._slots = slots
+
+    def wake(self) -> None:
+        """Capacity may have been freed elsewhere (another proxy of the fleet): serve the waiters."""
+        if len(self._queue):
+            self._queue.dispatch()
 
     def reconfigure(self, config: ModelRouting) -> None:
         """Apply a new config; in-flight counts, cooldowns and sticky entries are kept."""
@@ -355,8 +370,33 @@ class ChaosPool:
         """A slot now, or after a fair wait in the queue; None after the timeout or when waiting is
         pointless (queue off or full, account paused, no model of the tier usable at all). Waiters go by
         how much their `session` was served lately (see `shares`), then by `since` (when the request first
-        came: a failover keeps its place; default now)."""
-        selection = self.admit_now(ticket)
+        came: a failover keeps its place; default now). With a shared store, only a slot the fleet
+        confirmed is returned."""
+        if not self._slots.confirms:
+            return await self._admit(ticket, since, timeout)
+        started = self._clock()
+        since = started if since is None else since
+        if timeout is None:
+            timeout = self._config.queue.timeout_seconds
+        while True:
+            selection = await self._admit(ticket, since, max(timeout - (self._clock() - started), 0.0))
+            if selection is None:
+                return None
+            try:
+                confirmed = await self._slots.confirm(selection.model)
+            except BaseException:  # cancelled (the client left) or broken: never keep the slot
+                self.release(selection.model)
+                raise
+            if confirmed:
+                slots = self._slots
+                return replace(selection, in_flight=slots.in_flight(selection.model), total=slots.total())
+            # Another proxy took it first: the mirror knows now; pick again or wait (keeping our place).
+            self.lost_races += 1
+            self.admitted -= 1
+            self.release(selection.model)
+
+    async def _admit(self, ticket: Ticket, since: float | None, timeout: float | None) -> Selection | None:
+        selection = self._admit_now(ticket)
         if selection is not None:
             return selection
         started = self._clock()
@@ -377,7 +417,12 @@ class ChaosPool:
     def admit_now(self, ticket: Ticket) -> Selection | None:
         """The fast path of `admit`, no coroutine needed: a slot at once when nobody waits
         and one is free, else None (and the caller waits). Somebody waiting means the queue's dispatch
-        must decide, so that older waiters go first."""
+        must decide, so that older waiters go first. A shared store's slot must be confirmed: `admit`."""
+        if self._slots.confirms:
+            return None
+        return self._admit_now(ticket)
+
+    def _admit_now(self, ticket: Ticket) -> Selection | None:
         if len(self._queue):
             return None
         selection = self._attempt(ticket)

@@ -7,7 +7,14 @@ from typing import Protocol
 
 
 class SlotStore(Protocol):
-    """Where in-flight counts live. The pool's policy only talks to this."""
+    """Where in-flight counts live. The pool's policy only talks to this.
+
+    A store shared by several proxies (`confirms` True) counts a slot taken here at once, on its local
+    mirror of the fleet's counts, and `confirm` asks the shared store before the slot is used: False means
+    another proxy took it first (the slot is still held here and must be released).
+    """
+
+    confirms: bool
 
     def in_flight(self, model: str) -> int: ...
 
@@ -27,11 +34,17 @@ class SlotStore(Protocol):
 
     def snapshot(self) -> dict[str, int]: ...
 
+    async def confirm(self, model: str) -> bool:
+        """The fleet agrees to the slot of `model` just taken here (see the class)."""
+        ...
+
 
 class MemorySlots:
     """The in-memory store for one proxy process: a dict and a total, never negative."""
 
     __slots__ = ("_counts", "_total")
+
+    confirms = False  # one process: a slot taken is a slot held
 
     def __init__(self) -> None:
         self._counts: dict[str, int] = {}
@@ -64,3 +77,6 @@ class MemorySlots:
 
     def snapshot(self) -> dict[str, int]:
         return {model: n for model, n in self._counts.items() if n}
+
+    async def confirm(self, model: str) -> bool:
+        return True

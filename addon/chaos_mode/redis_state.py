@@ -1,0 +1,376 @@
+"""The fleet's shared slots in Redis: leases in sorted sets, taken and renewed by Lua scripts.
+
+An adapter (redis-py's asyncio client) under `SharedSlots`. Keys, with `prefix` (default `chaos:`):
+`slots:{model}` and `account` are sorted sets of lease ids scored by their expiry (ms, Redis's own
+clock), `fleet` scores each proxy id by when it was last seen; a release is published on `freed`.
+Every call has a timeout; when one fails the proxy serves alone (see `SharedSlots`), reconnects with
+backoff and jitter, then writes its leases again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Final
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+
+from .shared_slots import SharedSlots, Tally, Verdict
+from .state_url import StateUrl, redact
+
+log = logging.getLogger("chaos_mode")
+
+CALL_TIMEOUT: Final = 0.5  # seconds: a Redis slower than this counts as gone (the proxy serves alone)
+BACKOFF: Final = (0.1, 5.0)  # seconds: first and longest wait between reconnection attempts
+
+_NOW = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"""
+
+# KEYS: the model's leases, the account's. ARGV: lease, ttl ms, model cap, account cap.
+CONFIRM: Final = (
+    _NOW
+    + """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+local n = redis.call('ZCARD', KEYS[1])
+local total = redis.call('ZCARD', KEYS[2])
+if n >= tonumber(ARGV[3]) or total >= tonumber(ARGV[4]) then
+  return {0, n, total}
+end
+local expiry = now + tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], expiry, ARGV[1])
+redis.call('ZADD', KEYS[2], expiry, ARGV[1])
+return {1, n + 1, total + 1}
+"""
+)
+
+# KEYS: the model's leases, the account's. ARGV: lease, channel, message.
+RELEASE: Final = """
+local gone = redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+if gone > 0 then
+  redis.call('PUBLISH', ARGV[2], ARGV[3])
+end
+return gone
+"""
+
+# KEYS: the account's leases, the fleet, then every model's leases. ARGV: ttl ms, proxy id, how long a
+# silent proxy counts as alive (ms), XX (renew only the leases still there: one released meanwhile stays
+# released) or ALL (write them all again: after a reconnection), then (index of the model's key, lease) for
+# each lease held here. Renews this proxy's leases, reaps expired ones, and tallies the fleet.
+TICK: Final = (
+    _NOW
+    + """
+local expiry = now + tonumber(ARGV[1])
+redis.call('ZADD', KEYS[2], now, ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - tonumber(ARGV[3]))
+for i = 5, #ARGV, 2 do
+  if ARGV[4] == 'XX' then
+    redis.call('ZADD', KEYS[tonumber(ARGV[i])], 'XX', expiry, ARGV[i + 1])
+    redis.call('ZADD', KEYS[1], 'XX', expiry, ARGV[i + 1])
+  else
+    redis.call('ZADD', KEYS[tonumber(ARGV[i])], expiry, ARGV[i + 1])
+    redis.call('ZADD', KEYS[1], expiry, ARGV[i + 1])
+  end
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local counts = {}
+for i = 3, #KEYS do
+  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
+  counts[#counts + 1] = redis.call('ZCARD', KEYS[i])
+end
+return {counts, redis.call('ZRANGE', KEYS[1], 0, -1), redis.call('ZRANGE', KEYS[2], 0, -1)}
+"""
+)
+
+# KEYS: the account's leases, the fleet, then the models' leases of ARGV. ARGV: proxy id, channel, then
+# (index of the model's key, lease) for each lease held here. A proxy leaving gives everything back.
+LEAVE: Final = """
+redis.call('ZREM', KEYS[2], ARGV[1])
+for i = 3, #ARGV, 2 do
+  redis.call('ZREM', KEYS[tonumber(ARGV[i])], ARGV[i + 1])
+  redis.call('ZREM', KEYS[1], ARGV[i + 1])
+end
+redis.call('PUBLISH', ARGV[2], ARGV[1] .. ' *')
+return 1
+"""
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class RedisFleet:
+    """The `Fleet` of `SharedSlots` in one Redis: connects, confirms, releases, renews, listens."""
+
+    def __init__(
+        self,
+        url: StateUrl,
+        slots: SharedSlots,
+        *,
+        models: Callable[[], Sequence[str]],
+        lease_seconds: float,
+        prefix: str = "chaos:",
+        timeout: float = CALL_TIMEOUT,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.url = url
+        self.slots = slots
+        self.models = models  # the catalog's model names (the configuration may change)
+        self.lease_ms = max(int(lease_seconds * 1000), 100)
+        self.prefix = prefix
+        self.timeout = timeout
+        self._rng = rng or random.Random()
+        self._channel = f"{prefix}freed"
+        self._account = f"{prefix}account"
+        self._fleet = f"{prefix}fleet"
+        self._client: aioredis.Redis = aioredis.Redis(
+            host=url.host,
+            port=url.port,
+            db=url.db,
+            username=url.username,
+            password=url.password,
+            ssl=url.tls,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            retry=Retry(NoBackoff(), 0),  # no retries inside a call: our own reconnection has the backoff
+        )
+        slots.fleet = self  # the first requests wait for the first connection (bounded by `timeout`)
+        self._started = asyncio.Event()  # the first connection attempt ended, either way
+        self._confirm = self._client.register_script(CONFIRM)
+        self._release = self._client.register_script(RELEASE)
+        self._tick = self._client.register_script(TICK)
+        self._leave = self._client.register_script(LEAVE)
+        self._runner: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[Any]] = set()
+        self._up = False
+        self._told = False  # the outage going on was logged
+        self._wake = asyncio.Event()
+        self.last_error: str | None = None
+        self.confirms = 0
+        self.failures = 0
+
+    def key(self, model: str) -> str:
+        return f"{self.prefix}slots:{model}"
+
+    @property
+    def up(self) -> bool:
+        return self._up
+
+    @property
+    def tick_seconds(self) -> float:
+        """How often leases are renewed (and the fleet tallied): a third of their TTL."""
+        return self.lease_ms / 3000
+
+    # -- the Fleet protocol -------------------------------------------------------------------------
+
+    async def confirm(self, model: str, lease: str, cap: int, account_cap: int) -> Verdict | None:
+        if not self._up and not self._started.is_set() and self._runner is not None:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.timeout):
+                    await self._started.wait()
+        if not self._up:
+            return None
+        args = (lease, self.lease_ms, cap, min(account_cap, 2**53))
+        try:
+            async with asyncio.timeout(self.timeout):
+                taken, in_flight, total = await self._confirm(
+                    keys=(self.key(model), self._account), args=args
+                )
+        except (RedisError, OSError, TimeoutError) as exc:
+            self._lose(exc)
+            return None
+        self.confirms += 1
+        return Verdict(bool(taken), int(in_flight), int(total))
+
+    def release(self, model: str, lease: str) -> None:
+        if self._up:
+            self._spawn(self._give_back(model, lease))
+
+    async def _give_back(self, model: str, lease: str) -> None:
+        try:
+            async with asyncio.timeout(self.timeout):
+                await self._release(
+                    keys=(self.key(model), self._account),
+                    args=(lease, self._channel, f"{self.slots.proxy_id} {model}"),
+                )
+        except (RedisError, OSError, TimeoutError) as exc:
+            self._lose(exc)  # the lease ends with its TTL
+
+    # -- life ---------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._runner is None:
+            self._runner = asyncio.get_running_loop().create_task(self._run(), name="chaos-state")
+
+    async def close(self) -> None:
+        """Stop, giving this proxy's leases back (best effort: otherwise they end with their TTL)."""
+        if self._runner is not None:
+            self._runner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._runner
+            self._runner = None
+        for task in list(self._background):
+            task.cancel()
+        if self._up:
+            keys, args = self._lease_args(self.slots.leases())
+            with contextlib.suppress(RedisError, OSError, TimeoutError):
+                async with asyncio.timeout(self.timeout):
+                    await self._leave(keys=keys, args=(self.slots.proxy_id, self._channel, *args))
+        self._up = False
+        with contextlib.suppress(RedisError, OSError, TimeoutError):
+            async with asyncio.timeout(self.timeout):
+                await self._client.aclose()
+
+    async def _run(self) -> None:
+        delay = BACKOFF[0]
+        while True:
+            try:
+                pubsub = self._client.pubsub()
+                try:
+                    async with asyncio.timeout(self.timeout):
+                        await pubsub.subscribe(self._channel)
+                    tally = await self.tick(renew_only=False)  # every lease held here, again: reconciled
+                    self._up = True
+                    self._started.set()
+                    self.slots.connected(self)
+                    self.slots.apply(tally)
+                    if self._told:
+                        self._told = False
+                        log.info(
+                            "chaos-mode: shared state at %s answers; slots are counted fleet-wide",
+                            self.url.display,
+                        )
+                    self.last_error = None
+                    delay = BACKOFF[0]
+                    async with asyncio.TaskGroup() as group:
+                        group.create_task(self._listen(pubsub))
+                        group.create_task(self._renew())
+                finally:
+                    with contextlib.suppress(Exception):
+                        async with asyncio.timeout(self.timeout):
+                            await pubsub.aclose()  # type: ignore[no-untyped-call]
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._lose(exc)
+            await asyncio.sleep(delay * (0.5 + self._rng.random()))
+            delay = min(delay * 2, BACKOFF[1])
+
+    async def _renew(self) -> None:
+        while self._up:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.tick_seconds * (0.9 + 0.2 * self._rng.random())):
+                    await self._wake.wait()
+            self._wake.clear()
+            self.slots.apply(await self.tick())
+        raise ConnectionError(self.last_error or "shared state lost")
+
+    async def _listen(self, pubsub: Any) -> None:
+        me = self.slots.proxy_id
+        while self._up:
+            message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=self.tick_seconds)
+            if message is None:
+                continue
+            sender, _, model = _text(message["data"]).partition(" ")
+            if sender == me:
+                continue
+            if model == "*":  # a proxy left with all its slots: tally now
+                self._wake.set()
+            else:
+                self.slots.freed_elsewhere(model)
+        raise ConnectionError(self.last_error or "shared state lost")
+
+    async def tick(self, *, renew_only: bool = True) -> Tally:
+        """Renew this proxy's leases (`renew_only` False: write them again, Redis may have lost them), say
+        it is alive, and read the fleet's counts."""
+        models = list(self.models())
+        keys, args = self._lease_args(self.slots.leases(), models)
+        mode = "XX" if renew_only else "ALL"
+        async with asyncio.timeout(self.timeout):
+            counts, members, proxies = await self._tick(
+                keys=keys, args=(self.lease_ms, self.slots.proxy_id, self.lease_ms, mode, *args)
+            )
+        held: dict[str, int] = {_text(proxy): 0 for proxy in proxies}
+        for member in members:
+            owner = _text(member).rpartition("#")[0]
+            held[owner] = held.get(owner, 0) + 1
+        return Tally(
+            models={model: int(n) for model, n in zip(models, counts, strict=True)},
+            total=len(members),
+            proxies=held,
+        )
+
+    def _lease_args(
+        self, leases: list[tuple[str, str]], models: list[str] | None = None
+    ) -> tuple[list[str], list[str | int]]:
+        """Keys (account, fleet, each model's) and the (key index, lease) pairs of `leases`."""
+        names = list(models if models is not None else self.models())
+        names += sorted({model for model, _ in leases} - set(names))
+        index = {model: i + 3 for i, model in enumerate(names)}  # Lua counts from 1; two keys first
+        keys = [self._account, self._fleet, *(self.key(model) for model in names)]
+        args: list[str | int] = []
+        for model, lease in leases:
+            args += [index[model], lease]
+        return keys, args
+
+    def _lose(self, exc: BaseException) -> None:
+        """A call failed: serve alone on a share of each limit; said once per outage."""
+        self.failures += 1
+        self.last_error = redact(_describe(exc), self.url)
+        was_up, self._up = self._up, False
+        self._wake.set()
+        if not was_up and self._told:
+            return  # already alone, already said
+        share = self.slots.disconnected()
+        if not self._told:
+            self._told = True
+            log.warning(
+                "chaos-mode: shared state at %s unreachable (%s); serving on this proxy's own slots with "
+                "%.2f of each limit, reconnecting",
+                self.url.display,
+                self.last_error,
+                share,
+            )
+
+    def _spawn(self, work: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for an error, unwrapping a task group's."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}"[:200] if text else type(exc).__name__
+
+
+def fleet_status(fleet: RedisFleet) -> dict[str, Any]:
+    """The fleet as status pages show it (camelCase): where, whether it answers, who holds what."""
+    slots = fleet.slots
+    proxies = slots.proxies if fleet.up else {}
+    return {
+        "state": fleet.url.display,
+        "connected": fleet.up,
+        "share": slots.share,  # None while Redis answers; else the share of each limit used alone
+        "lastError": fleet.last_error,
+        "outages": slots.lost,
+        "leaseSeconds": fleet.lease_ms / 1000,
+        "proxy": slots.proxy_id,
+        "ownInFlight": sum(slots.own().values()),
+        "own": slots.own(),
+        "alive": len(proxies),
+        "proxies": [
+            {"id": proxy, "held": held, "self": proxy == slots.proxy_id} for proxy, held in proxies.items()
+        ],
+    }

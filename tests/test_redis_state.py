@@ -1,0 +1,227 @@
+"""The Redis store of the fleet's slots against a real redis-server: the scripts, two pools sharing one
+account, an outage and the reconciliation after it, and an invariant under any sequence (hypothesis)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+import redis.asyncio as aioredis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from chaos_mode.child import RedisProcess
+from chaos_mode.config import default_config
+from chaos_mode.pool import ChaosPool, Ticket
+from chaos_mode.redis_state import RedisFleet, fleet_status
+from chaos_mode.shared_slots import SharedSlots
+from chaos_mode.state_url import parse_state_url
+from redis_support import redis_process
+
+CONFIG = default_config()
+MODELS = list(CONFIG.models)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[RedisProcess]:
+    yield from redis_process()
+
+
+@pytest.fixture
+async def client(server: RedisProcess) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis(port=server.port)
+    await client.flushall()
+    yield client
+    await client.aclose()
+
+
+def make_fleet(
+    url: str, name: str, *, lease_seconds: float = 5.0, pool: ChaosPool | None = None
+) -> RedisFleet:
+    slots = SharedSlots(name, on_freed=pool.wake if pool else lambda: None)
+    if pool is not None:
+        pool.use_slots(slots)
+    parsed = parse_state_url(url, {})
+    assert parsed is not None
+    return RedisFleet(parsed, slots, models=lambda: MODELS, lease_seconds=lease_seconds)
+
+
+async def until(condition: object, timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():  # type: ignore[operator]
+            await asyncio.sleep(0.01)
+
+
+async def test_the_confirm_script_keeps_both_caps_and_reaps_expired_leases(
+    server: RedisProcess, client: aioredis.Redis
+) -> None:
+    fleet = make_fleet(server.url, "p")
+    fleet._up = True
+    assert await fleet.confirm("glm-4.7", "p#1", 2, 3) is not None
+    assert (await fleet.confirm("glm-4.7", "p#2", 2, 3)).taken  # type: ignore[union-attr]
+    refused = await fleet.confirm("glm-4.7", "p#3", 2, 3)
+    assert refused is not None and (refused.taken, refused.in_flight, refused.total) == (False, 2, 2)
+    assert (await fleet.confirm("glm-4.6", "p#4", 3, 3)).taken  # type: ignore[union-attr]
+    full = await fleet.confirm("glm-4.6", "p#5", 3, 3)
+    assert full is not None and not full.taken and full.total == 3  # the account's cap
+    # a lease whose expiry passed (a dead proxy's) counts no more
+    await client.zadd("chaos:slots:glm-4.7", {"p#1": 0})
+    await client.zadd("chaos:account", {"p#1": 0})
+    again = await fleet.confirm("glm-4.7", "p#6", 2, 3)
+    assert again is not None and again.taken and (again.in_flight, again.total) == (2, 3)
+    await fleet.close()
+
+
+async def test_release_removes_the_lease_and_tells_the_other_proxies(
+    server: RedisProcess, client: aioredis.Redis
+) -> None:
+    fleet = make_fleet(server.url, "p")
+    fleet._up = True
+    pubsub = client.pubsub()
+    await pubsub.subscribe("chaos:freed")
+    await fleet.confirm("glm-4.5", "p#1", 5, 10)
+    fleet.release("glm-4.5", "p#1")
+    await asyncio.gather(*fleet._background)
+    assert await client.zcard("chaos:slots:glm-4.5") == 0 and await client.zcard("chaos:account") == 0
+    messages = [await pubsub.get_message(ignore_subscribe_messages=True, timeout=1) for _ in range(2)]
+    assert [m["data"] for m in messages if m] == [b"p glm-4.5"]  # the first read is the subscription's
+    await pubsub.aclose()
+    await fleet.close()
+
+
+async def test_two_pools_share_the_account_and_a_slot_freed_on_one_serves_a_waiter_of_the_other(
+    server: RedisProcess, client: aioredis.Redis
+) -> None:
+    pools = [ChaosPool(CONFIG), ChaosPool(CONFIG)]
+    fleets = [make_fleet(server.url, f"p{i}", pool=pool) for i, pool in enumerate(pools)]
+    for fleet in fleets:
+        fleet.start()
+    await until(lambda: all(f.up for f in fleets))
+    held = []
+    for i in range(8):  # the heavy tier's 8 slots, alternating proxies
+        selection = await pools[i % 2].admit(Ticket("heavy"), timeout=1)
+        assert selection is not None
+        held.append((i % 2, selection.model))
+    assert await client.zcard("chaos:account") == 8
+    waiter = asyncio.ensure_future(pools[1].admit(Ticket("heavy"), timeout=5))
+    await asyncio.sleep(0.05)
+    assert not waiter.done()
+    owner, model = next((o, m) for o, m in held if o == 0)
+    pools[owner].release(model)
+    selection = await asyncio.wait_for(waiter, 2)  # woken by the message, not by the 5 s timeout
+    assert selection is not None and selection.model == model
+    status = fleet_status(fleets[1])
+    assert status["connected"] and status["ownInFlight"] == 5
+    for fleet in fleets:
+        await fleet.close()
+    assert await client.zcard("chaos:account") == 0  # leaving gives every lease back
+
+
+async def test_a_proxy_that_dies_gives_its_slots_back_within_the_lease(
+    server: RedisProcess, client: aioredis.Redis
+) -> None:
+    pool = ChaosPool(CONFIG)
+    survivor = make_fleet(server.url, "alive", lease_seconds=0.6, pool=pool)
+    survivor.start()
+    await until(lambda: survivor.up)
+    for i in range(3):  # a dead proxy's leases on glm-4.7: never renewed
+        await client.eval(
+            "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000) "
+            "redis.call('ZADD', KEYS[1], now + 600, ARGV[1]) redis.call('ZADD', KEYS[2], now + 600, ARGV[1])",
+            2,
+            "chaos:slots:glm-4.7",
+            "chaos:account",
+            f"dead#{i}",
+        )
+    survivor._wake.set()
+    await until(lambda: pool.in_flight("glm-4.7") == 3, 2)
+    await until(lambda: pool.in_flight("glm-4.7") == 0, 2)  # within the lease (0.6 s) and a tick
+    await survivor.close()
+
+
+async def test_an_outage_serves_alone_says_so_once_and_the_leases_come_back(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, "chaos_mode")
+    first = RedisProcess(password="hunter2").start()
+    port = first.port
+    pool = ChaosPool(CONFIG)
+    fleet = make_fleet(f"redis://:hunter2@127.0.0.1:{port}/0", "p", lease_seconds=0.9, pool=pool)
+    fleet.start()
+    try:
+        await until(lambda: fleet.up)
+        held = [await pool.admit(Ticket("medium"), timeout=1) for _ in range(3)]
+        assert all(held)
+        await asyncio.to_thread(first.stop)
+        more = [await pool.admit(Ticket("medium"), timeout=1) for _ in range(2)]  # no request fails
+        assert all(more) and not fleet.up and fleet.slots.share == 1.0  # it was alone in the fleet
+        await asyncio.sleep(0.5)  # a few reconnection attempts: still one warning
+        second = RedisProcess(port=port, password="hunter2").start()
+        try:
+            await until(lambda: fleet.up, 10)
+            check = aioredis.Redis(port=port, password="hunter2")
+            assert await check.zcard("chaos:account") == 5  # written again on reconnection
+            await check.aclose()
+            assert fleet_status(fleet)["alive"] == 1
+        finally:
+            for selection in held + more:
+                assert selection is not None
+                pool.release(selection.model)
+            await fleet.close()
+            await asyncio.to_thread(second.stop)
+    finally:
+        first.stop()
+    warnings = [r.getMessage() for r in caplog.records if "unreachable" in r.getMessage()]
+    assert len(warnings) == 1 and "redis://:***@127.0.0.1" in warnings[0]
+    assert any("answers; slots are counted fleet-wide" in r.getMessage() for r in caplog.records)
+    assert "hunter2" not in caplog.text
+
+
+async def test_an_unreachable_redis_at_start_serves_alone_on_the_fallback_share() -> None:
+    from chaos_mode.child import free_port
+
+    pool = ChaosPool(CONFIG)
+    fleet = make_fleet(f"redis://127.0.0.1:{free_port()}/0", "p", pool=pool)
+    fleet.start()
+    selection = await pool.admit(Ticket("heavy"), timeout=1)
+    assert selection is not None
+    await until(lambda: fleet.slots.share == 0.5)
+    pool.release(selection.model)
+    await fleet.close()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.integers(0, 2), st.sampled_from(["heavy", "medium", "light"]), st.booleans())))
+async def test_leases_never_exceed_the_caps_and_come_back_to_zero(
+    server: RedisProcess, steps: list[tuple[int, str, bool]]
+) -> None:
+    client = aioredis.Redis(port=server.port)
+    await client.flushall()
+    pools = [ChaosPool(CONFIG) for _ in range(3)]
+    fleets = [make_fleet(server.url, f"p{i}", pool=pool) for i, pool in enumerate(pools)]
+    for fleet in fleets:
+        fleet.start()
+    await until(lambda: all(f.up for f in fleets))
+    held: list[tuple[int, str]] = []
+    for proxy, tier, release in steps:
+        if release and held:
+            owner, model = held.pop(proxy % len(held))
+            pools[owner].release(model)
+        else:
+            selection = await pools[proxy].admit(Ticket(tier), timeout=0)  # type: ignore[arg-type]
+            if selection is not None:
+                held.append((proxy, selection.model))
+        for model, spec in CONFIG.models.items():
+            assert await client.zcard(f"chaos:slots:{model}") <= spec.max_concurrency
+        assert await client.zcard("chaos:account") <= CONFIG.total_capacity
+    for owner, model in held:
+        pools[owner].release(model)
+    for fleet in fleets:
+        await asyncio.gather(*fleet._background)
+    assert await client.zcard("chaos:account") == 0
+    assert all(pool.spurious_releases == 0 and pool.waiting() == 0 for pool in pools)
+    for fleet in fleets:
+        await fleet.close()
+    await client.aclose()
