@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import chaos_mode
 from chaos_mode.catalog import DEFAULT_CATALOG, REQUEST_TIERS
 from chaos_mode.config import ModelRouting, parse_config
+from chaos_mode.message_request import BAD_KINDS
 from chaos_mode.metrics import KNOWN_CODES, METRICS, ChaosMetrics, code_label
 from chaos_mode.pool import ChaosPool, Ticket
 from chaos_mode.stats import OUTCOMES, WAIT_BUCKETS, Stats
@@ -365,6 +366,13 @@ def test_bad_requests_by_kind(h: Harness) -> None:
     assert h.value("chaos_bad_requests_total", kind="not-json") == 0.0
     h.stats.bad_requests["not-json"] += 2
     assert h.value("chaos_bad_requests_total", kind="not-json") == 2.0
+
+
+@pytest.mark.parametrize("kind", BAD_KINDS)
+def test_every_kind_of_bad_request_has_its_own_label(h: Harness, kind: str) -> None:
+    h.stats.bad_requests[kind] += 1
+    assert h.value("chaos_bad_requests_total", kind=kind) == 1.0
+    assert not h.value("chaos_bad_requests_total", kind="other")  # never folded into other
 
 
 # -- bounded labels ------------------------------------------------------------------------------

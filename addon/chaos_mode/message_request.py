@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from json import decoder
 from json.encoder import encode_basestring_ascii
-from typing import Any, ClassVar, NoReturn, cast
+from typing import Any, ClassVar, Final, Literal, NoReturn, cast, get_args
 
 from .doors import Door
 from .pool import RequestInfo
@@ -25,14 +25,27 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # a `\uD800`-`\uDFFF` esca
 _scan_string = cast(Callable[[str, int], tuple[str, int]], decoder.scanstring)  # type: ignore[attr-defined]
 
 
+BadKind = Literal[
+    "too-large",
+    "bad-encoding",
+    "not-utf8",
+    "not-json",
+    "too-deep",
+    "not-object",
+    "no-model",
+    "duplicate-model",
+    "escaped-model-key",
+    "lone-surrogate",
+]
+BAD_KINDS: Final[tuple[BadKind, ...]] = get_args(BadKind)  # a bounded metric label, every one listed
+
+
 class BadRequest(ValueError):
     """A body the addon will not route; the message says why (and never holds the body itself)."""
 
-    def __init__(self, kind: str, detail: str) -> None:
+    def __init__(self, kind: BadKind, detail: str) -> None:
         super().__init__(f"{kind}: {detail}")
-        # A bounded label: too-large | bad-encoding | not-utf8 | not-json | too-deep | not-object |
-        # no-model | duplicate-model | escaped-model-key | lone-surrogate
-        self.kind = kind
+        self.kind: BadKind = kind
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from prometheus_client.registry import Collector
 
 from .catalog import REQUEST_TIERS
 from .doors import DOORS
+from .message_request import BAD_KINDS
 from .pool import ChaosPool
 from .stats import OTHER_MODEL, OUTCOMES, WAIT_BUCKETS, Stats
 from .status import ModelStatus, PoolStatus, QueueStatus
@@ -23,7 +24,6 @@ from .zai_errors import KNOWN_CODES
 
 PREFIX: Final = "chaos_"
 OTHER: Final = "other"  # the label value every out-of-set value folds into
-BAD_REQUEST_KINDS: Final = ("too-large", "not-json", "not-object", "no-model")
 _HTTP_CODE = re.compile(r"^http-[1-5]\d\d$")
 
 MetricType = Literal["counter", "gauge", "histogram"]
@@ -264,7 +264,7 @@ class PoolCollector(Collector):
         f.counter("failovers").add_metric([], float(self._stats.failovers))
         f.counter("sticky_moves").add_metric([], float(status.sticky.moves))
         f.gauge("sticky_entries").add_metric([], float(status.sticky.entries))
-        kinds: dict[str, float] = dict.fromkeys(BAD_REQUEST_KINDS, 0.0)
+        kinds: dict[str, float] = dict.fromkeys(BAD_KINDS, 0.0)
         for kind, n in self._stats.bad_requests.items():
             label = kind if kind in kinds else OTHER
             kinds[label] = kinds.get(label, 0.0) + n
