@@ -66,15 +66,15 @@ async def tls_server(certs: TestCerts) -> AsyncIterator[TlsServer]:
     def sni(_: ssl.SSLObject, name: str | None, __: ssl.SSLContext) -> None:
         state.server_names.append(name)
 
-    context.sni_callback = sni  # type: ignore[assignment]
+    context.sni_callback = sni
     server = await asyncio.start_server(lambda r, w: _serve_tls(state, r, w), "127.0.0.1", 0, ssl=context)
     state.port = server.sockets[0].getsockname()[1]
     async with server:
         yield state
 
 
-def trusting(certs: TestCerts, **extra: object) -> UpstreamClients:
-    return UpstreamClients(UpstreamSettings(ca_file=str(certs.ca), **extra))  # type: ignore[arg-type]
+def trusting(certs: TestCerts, proxy_auth: str | None = None) -> UpstreamClients:
+    return UpstreamClients(UpstreamSettings(ca_file=str(certs.ca), proxy_auth=proxy_auth))
 
 
 async def get(clients: UpstreamClients, to: Destination) -> bytes:
