@@ -7,8 +7,10 @@ import itertools
 import json
 import logging
 import re
+import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -18,6 +20,7 @@ from anthropic.types import MessageParam
 from hypothesis import given
 from hypothesis import strategies as st
 
+from certs import make_certs
 from chaos_mode.catalog import DEFAULT_CATALOG
 from chaos_mode.sim import Fault, SimProcess, SimServer, SimSettings, SimState, sim_subprocess
 from chaos_mode.sim.__main__ import settings_from_args
@@ -566,6 +569,30 @@ def test_cli_settings() -> None:
         settings_from_args(["--limit", "glm-4.7"])
     with pytest.raises(SystemExit):
         settings_from_args(["--latency-ms", "-5"])
+
+
+async def test_the_simulator_serves_https_with_a_certificate(tmp_path: Path) -> None:
+    """`--tls-cert` / `--tls-key` (z.ai's TLS for the HTTPS tests): the child says https, a client that
+    trusts the CA streams an answer, one that does not is refused."""
+    certs = make_certs(tmp_path)
+    extra = ["--tls-cert", str(certs.cert), "--tls-key", str(certs.key)]
+    assert settings_from_args(extra).scheme == "https" and settings_from_args([]).scheme == "http"
+    async with SimProcess(SimSettings(**FAST), extra_args=extra) as proc:
+        assert proc.base_url.startswith("https://127.0.0.1:")
+        trusted = ssl.create_default_context(cafile=str(certs.ca))
+        url = proc.anthropic_base_url.replace("127.0.0.1", "localhost")
+        client = anthropic.AsyncAnthropic(
+            base_url=url, api_key="test-key", max_retries=0, timeout=5.0,
+            http_client=anthropic.DefaultAsyncHttpxClient(verify=trusted, trust_env=False),
+        )  # fmt: skip
+        async with client, asyncio.timeout(10):
+            message = await client.messages.create(model="glm-4.7", max_tokens=10, messages=MSGS)
+        assert message.model == "glm-4.7"
+        async with httpx.AsyncClient(trust_env=False, timeout=TIMEOUT) as untrusting:
+            with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+                await untrusting.get(proc.base_url + "/sim/stats")
+    with pytest.raises(ValueError, match="tls_key"):
+        SimSettings.from_mapping({"tlsKey": str(certs.key)})
 
 
 def test_settings_from_mapping_accepts_camel_case_and_rejects_unknown_keys() -> None:

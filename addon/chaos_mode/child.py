@@ -163,6 +163,8 @@ class ProxyProcess(ChildProcess):
     `config` is the `modelRouting` mapping written to a JSON file for `chaos_config` (None: the
     built-in defaults); `addon=False` runs plain mitmdump (for overhead measurements). `web_port` puts
     the addon's server on a given port (perhaps taken: readiness is then the proxy's own port).
+    `own_ca=True` gives it its own confdir, so its own CA (`ca_cert`, what a client of an HTTPS
+    interception trusts) instead of the user's ~/.mitmproxy.
     """
 
     name = "mitmdump"
@@ -176,6 +178,7 @@ class ProxyProcess(ChildProcess):
         extra_args: Sequence[str] = (),
         listen_host: str = "127.0.0.1",
         web_port: int | None = None,
+        own_ca: bool = False,
         **kwargs: float,
     ) -> None:
         super().__init__(**kwargs)
@@ -184,6 +187,7 @@ class ProxyProcess(ChildProcess):
         self.addon = addon
         self.extra_args = list(extra_args)
         self.listen_host = listen_host
+        self.own_ca = own_ca
         self.port = free_port()
         self.web_port = web_port if web_port is not None else free_port() if addon else 0
         self._ready_on_web = addon and web_port is None
@@ -193,6 +197,13 @@ class ProxyProcess(ChildProcess):
         return f"http://127.0.0.1:{self.port}"
 
     @property
+    def ca_cert(self) -> Path:
+        """The CA certificate it signs intercepted TLS with (with `own_ca`; mitmproxy writes it at start)."""
+        if not self.own_ca:
+            raise RuntimeError("the proxy uses the user's confdir: start it with own_ca=True")
+        return self.workdir / "mitmproxy-ca-cert.pem"
+
+    @property
     def status_url(self) -> str:
         return f"http://127.0.0.1:{self.web_port}/api/status"
 
@@ -200,6 +211,8 @@ class ProxyProcess(ChildProcess):
         cmd = [_mitmdump(), "--listen-host", self.listen_host, "-p", str(self.port), "--set", "flow_detail=0"]
         if self.upstream:
             cmd += ["--mode", f"reverse:{self.upstream}"]
+        if self.own_ca:
+            cmd += ["--set", f"confdir={self.workdir}"]
         if self.addon:
             script = Path(ADDON_DIR) / "chaos_addon.py"
             cmd += ["-s", str(script), "--set", f"chaos_web=127.0.0.1:{self.web_port}"]

@@ -135,7 +135,7 @@ class Forwarder:
         try:
             response = await self.clients.send(destination, incoming.method, incoming.target, headers, body)
         except UpstreamFailed as exc:  # refused, dropped, timed out: no verdict on the model
-            log.info("chaos-mode: %s not reached on %s: %s", destination.authority, request.model, exc)
+            log.info("chaos-mode: no answer for %s: %s", request.model, exc)
             return self._next(request, await settle(request, unreached(str(exc)), now=self._now()))
         try:
             if response.status < 400:

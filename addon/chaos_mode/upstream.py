@@ -345,8 +345,8 @@ class UpstreamClients:
                 )
                 if proxy is not None and to.scheme == "https":
                     await self._tunnel(to, reader, writer)
-        except (OSError, TimeoutError, ssl.SSLError, asyncio.IncompleteReadError) as exc:
-            raise UpstreamFailed(f"{to.authority} not reached: {type(exc).__name__}") from None
+        except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
+            raise UpstreamFailed(f"{to.authority} not reached: {_connect_failure(exc)}") from None
         return reader, writer
 
     async def _tunnel(
@@ -407,6 +407,15 @@ def _idle_and_open(conn: Connection) -> bool:
     except (OSError, ValueError):
         return False
     return not readable
+
+
+def _connect_failure(exc: BaseException) -> str:
+    """Why a connection failed, in words a user can act on (a refused certificate says what was wrong)."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"certificate verify failed: {exc.verify_message or exc.reason}"
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS handshake failed: {exc.reason or type(exc).__name__}"
+    return type(exc).__name__
 
 
 def _parse_head(head: bytes) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:

@@ -8,12 +8,14 @@ that change the pool's state (cooldowns, models out of rotation) start their own
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import httpx
 import pytest
 
+from certs import TestCerts, make_certs
 from chaos_mode.child import ProxyProcess
 from chaos_mode.sim import SimProcess, SimSettings
 
@@ -36,6 +38,32 @@ def sim_process() -> Iterator[SimProcess]:
     """The simulator with the seed's limits (glm-4.7 3, glm-4.6 3, glm-4.5-x 2, glm-4.5 10, ...)."""
     with SimProcess(SimSettings(**SIM_SETTINGS)) as process:
         yield process
+
+
+@pytest.fixture(scope="session")
+def test_certs(tmp_path_factory: pytest.TempPathFactory) -> TestCerts:
+    """A throwaway CA and the certificate it signed for localhost / 127.0.0.1 (the HTTPS simulator's)."""
+    return make_certs(tmp_path_factory.mktemp("certs"))
+
+
+@pytest.fixture(scope="session")
+def tls_sim_process(test_certs: TestCerts) -> Iterator[SimProcess]:
+    """The simulator over HTTPS (z.ai's TLS), its certificate signed by the test CA."""
+    settings = SimSettings(**SIM_SETTINGS, tls_cert=str(test_certs.cert), tls_key=str(test_certs.key))
+    with SimProcess(settings) as process:
+        yield process
+
+
+@pytest.fixture
+async def tls_sim(tls_sim_process: SimProcess, test_certs: TestCerts) -> AsyncIterator[Sim]:
+    """The HTTPS simulator, idle and reset, controlled by a client that trusts the test CA."""
+    trusted = ssl.create_default_context(cafile=str(test_certs.ca))
+    async with httpx.AsyncClient(trust_env=False, verify=trusted, timeout=httpx.Timeout(10.0)) as client:
+        shared = Sim(tls_sim_process, client)
+        stats = await shared.wait_idle()
+        assert stats["account"]["inFlight"] == 0, "the HTTPS simulator still holds slots from a previous test"
+        await shared.reset()
+        yield shared
 
 
 @pytest.fixture(scope="session")

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import anthropic
 import httpx
 import openai
 from anthropic.types import MessageParam
+from mitmproxy import http as mhttp
+from mitmproxy import io
 
 from chaos_mode.child import ProxyProcess
 from chaos_mode.sim import SimProcess
@@ -66,6 +70,35 @@ def expected_text(tokens: int) -> str:
     return "".join(token_text(i) for i in range(tokens))
 
 
+# A streamed answer that takes a while: 12 tokens 40 ms apart spread over about 0.44 s.
+TOKENS = 12
+INTERVAL_MS = 40.0
+SLOW = sim_headers(latency_ms=20, tokens=TOKENS, interval_ms=INTERVAL_MS)
+
+
+def fault(code: str, **extra: object) -> dict[str, object]:
+    """A simulator fault for any model: the next request refused with z.ai's `code`."""
+    return {"model": "*", "code": code, **({"type": code} if code == "1113" else {}), **extra}
+
+
+def sdk_client(proxy_url: str, key: str = "sk-test-streamed", **options: Any) -> anthropic.AsyncAnthropic:
+    """The official SDK pointed at a proxy in reverse mode (`options`: e.g. its `http_client`)."""
+    return anthropic.AsyncAnthropic(
+        base_url=proxy_url + "/api/anthropic", api_key=key, max_retries=0, timeout=CLIENT_TIMEOUT, **options
+    )
+
+
+def trust(proxy: ProxyProcess) -> ssl.SSLContext:
+    """What NODE_EXTRA_CA_CERTS does for Claude Code: trust the proxy's CA (`own_ca=True`)."""
+    return ssl.create_default_context(cafile=str(proxy.ca_cert))
+
+
+def read_flows(path: Path) -> list[mhttp.HTTPFlow]:
+    """The HTTP flows mitmdump saved with `-w`."""
+    with path.open("rb") as handle:
+        return [f for f in io.FlowReader(handle).stream() if isinstance(f, mhttp.HTTPFlow)]
+
+
 @dataclass
 class Result:
     """What one client saw of one request."""
@@ -81,12 +114,20 @@ class Result:
     complete: bool = False  # message_stop seen (SSE) / final message parsed (SDK)
     aborted: bool = False
     headers: dict[str, str] = field(default_factory=dict)
+    http_version: str | None = None  # what the client spoke (httpx_stream): HTTP/1.1, HTTP/2
     body: Any = None  # the JSON body of a non-streamed (error) answer
     error: str | None = None
 
     @property
     def delta_span(self) -> float:
         return self.deltas[-1] - self.deltas[0] if len(self.deltas) >= 2 else 0.0
+
+
+def assert_streamed(result: Result) -> None:
+    """All the SLOW answer arrived, and over time: the first token well before the last (not in one piece)."""
+    assert result.status == 200 and result.complete, result
+    assert len(result.deltas) == TOKENS, result
+    assert result.delta_span >= 0.5 * (TOKENS - 1) * INTERVAL_MS / 1000, result.deltas
 
 
 async def sdk_stream(
@@ -131,6 +172,7 @@ async def sdk_stream(
 async def _read_head(result: Result, response: httpx.Response) -> bool:
     """The answer's status and headers into `result`, and its body when it is not SSE; True for SSE."""
     result.status = response.status_code
+    result.http_version = response.http_version
     result.headers = dict(response.headers)
     result.header_served = response.headers.get("x-sim-served-model")
     if "text/event-stream" in response.headers.get("content-type", ""):

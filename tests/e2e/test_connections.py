@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +30,7 @@ from .support import (
     sdk_stream,
     sim_headers,
     status,
+    trust,
     wait_status_idle,
 )
 from .swarm import Planned, run_swarm, swarm_plan
@@ -54,16 +54,10 @@ def tls_front(sim_process: SimProcess) -> Iterator[ProxyProcess]:
 @pytest.fixture(scope="module")
 def tls_proxy(sim_process: SimProcess) -> Iterator[ProxyProcess]:
     """The addon in regular mode, intercepting TLS with its own CA (in its own confdir)."""
-    proxy = ProxyProcess(config=routing())
     # The front's certificate is signed by another mitmproxy CA: like ssl_insecure for a test upstream.
-    proxy.extra_args += ["--set", f"confdir={proxy.workdir}", "--set", "ssl_insecure=true"]
+    proxy = ProxyProcess(config=routing(), own_ca=True, extra_args=["--set", "ssl_insecure=true"])
     with proxy:
         yield proxy
-
-
-def trust(proxy: ProxyProcess) -> ssl.SSLContext:
-    """What NODE_EXTRA_CA_CERTS does for Claude Code: trust the proxy's CA."""
-    return ssl.create_default_context(cafile=str(proxy.workdir / "mitmproxy-ca-cert.pem"))
 
 
 async def test_https_connect_swarm(

@@ -10,11 +10,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import anthropic
 import httpx
 import pytest
-from mitmproxy import http as mhttp
-from mitmproxy import io
 
 from chaos_mode.forwarder import TOKEN_HEADER
 
@@ -22,15 +19,21 @@ from .conftest import MakeProxy, MakeSim
 from .support import (
     CLIENT_TIMEOUT,
     FLOOR,
+    INTERVAL_MS,
     OPUS,
+    SLOW,
     SONNET,
-    Result,
+    TOKENS,
     Sim,
+    assert_streamed,
     expected_text,
+    fault,
     httpx_stream,
     outcome_delta,
     poll,
+    read_flows,
     routing,
+    sdk_client,
     sdk_stream,
     sim_headers,
     status,
@@ -40,30 +43,7 @@ from .support import (
 pytestmark = [pytest.mark.e2e, pytest.mark.filterwarnings("ignore:The model .* is deprecated")]
 
 TEST_TIMEOUT = 30.0
-TOKENS = 12
-INTERVAL_MS = 40.0  # 12 tokens 40 ms apart: a streamed answer spreads over about 0.44 s
-SLOW = sim_headers(latency_ms=20, tokens=TOKENS, interval_ms=INTERVAL_MS)
 REFUSALS = ["1302", "1113", "1305"]
-
-
-def sdk_client(proxy_url: str) -> anthropic.AsyncAnthropic:
-    return anthropic.AsyncAnthropic(
-        base_url=proxy_url + "/api/anthropic",
-        api_key="sk-test-streamed",
-        max_retries=0,
-        timeout=CLIENT_TIMEOUT,
-    )
-
-
-def assert_streamed(result: Result) -> None:
-    """All the text arrived, and over time: the first token well before the last (not in one piece)."""
-    assert result.status == 200 and result.complete, result
-    assert len(result.deltas) == TOKENS, result
-    assert result.delta_span >= 0.5 * (TOKENS - 1) * INTERVAL_MS / 1000, result.deltas
-
-
-def fault(code: str, **extra: object) -> dict[str, object]:
-    return {"model": "*", "code": code, **({"type": code} if code == "1113" else {}), **extra}
 
 
 @pytest.mark.parametrize("code", REFUSALS)
@@ -262,8 +242,3 @@ async def test_saved_flows_show_zai_as_the_destination_and_the_failover(
     assert f.response is not None and f.response.status_code == 200
     assert f.response.headers["x-sim-served-model"] == second
     assert f"failover from {first} (1302)" in f.comment and f.marked == ":warning:"
-
-
-def read_flows(path: Path) -> list[mhttp.HTTPFlow]:
-    with path.open("rb") as handle:
-        return [f for f in io.FlowReader(handle).stream() if isinstance(f, mhttp.HTTPFlow)]

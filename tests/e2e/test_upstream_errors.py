@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 
-import anthropic
 import httpx
 import pytest
 
@@ -19,6 +18,7 @@ from .support import (
     Sim,
     httpx_stream,
     routing,
+    sdk_client,
     sdk_stream,
     sim_headers,
     status,
@@ -32,12 +32,6 @@ FAULTY = "glm-4.7"
 FLOOR_NAMES = tuple(FLOOR)  # one request of each tier
 
 
-def sdk_client(proxy_url: str, key: str = "sk-test-errors") -> anthropic.AsyncAnthropic:
-    return anthropic.AsyncAnthropic(
-        base_url=proxy_url + "/api/anthropic", api_key=key, max_retries=0, timeout=CLIENT_TIMEOUT
-    )
-
-
 async def test_1302_fails_over_to_another_heavy_model(
     make_proxy: MakeProxy, sim: Sim, http: httpx.AsyncClient
 ) -> None:
@@ -45,7 +39,7 @@ async def test_1302_fails_over_to_another_heavy_model(
     await sim.add_faults({"model": FAULTY, "code": "1302", "count": 3})
     headers = sim_headers(latency_ms=50, tokens=8, interval_ms=10)
     results = []
-    async with sdk_client(proxy.url) as client, asyncio.timeout(TEST_TIMEOUT):
+    async with sdk_client(proxy.url, "sk-test-errors") as client, asyncio.timeout(TEST_TIMEOUT):
         # Opus requests one after the other until one was sent to the faulty model (ties break randomly).
         for _ in range(10):
             results.append(await sdk_stream(client, OPUS, headers=headers))
@@ -83,7 +77,7 @@ async def test_1113_takes_the_refused_model_out_of_rotation(
     sim = await make_sim(refuse=[refused])
     proxy = await make_proxy(upstream=sim.base_url, config=routing())
     headers = sim_headers(latency_ms=300, tokens=5, interval_ms=10)
-    async with sdk_client(proxy.url) as client, asyncio.timeout(TEST_TIMEOUT):
+    async with sdk_client(proxy.url, "sk-test-errors") as client, asyncio.timeout(TEST_TIMEOUT):
         # 8 opus requests at once fill all 8 heavy slots: some of them land on the refused model.
         first = await asyncio.gather(*(sdk_stream(client, OPUS, headers=headers) for _ in range(8)))
         second = await asyncio.gather(*(sdk_stream(client, OPUS, headers=headers) for _ in range(8)))

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from chaos_mode.child import ChildProcess
 from chaos_mode.sim.settings import SimSettings
 
-_READY = re.compile(r"^chaos-sim listening on (http://\S+)$", re.M)
+_READY = re.compile(r"^chaos-sim listening on (https?://\S+)$", re.M)
 
 
 class SimProcess(ChildProcess):
@@ -37,7 +37,7 @@ class SimProcess(ChildProcess):
 
     @property
     def base_url(self) -> str:
-        """``http://127.0.0.1:PORT``."""
+        """``http://127.0.0.1:PORT`` (``https://`` when the settings name a certificate)."""
         if self._base_url is None:
             raise RuntimeError("simulator process not started")
         return self._base_url

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import ssl
 import uuid
 from collections.abc import Callable
 from types import TracebackType
@@ -70,12 +71,23 @@ class SimServer:
             raise RuntimeError("simulator already started")
         self._stopping = asyncio.Event()
         sockets = tornado.netutil.bind_sockets(self.settings.port, address=self.settings.host)
-        server = tornado.httpserver.HTTPServer(self.make_app(), decompress_request=True)
+        server = tornado.httpserver.HTTPServer(
+            self.make_app(), decompress_request=True, ssl_options=self._tls()
+        )
         server.add_sockets(sockets)
         self._http = server
         self._port = int(sockets[0].getsockname()[1])
         self._restart_schedule()
         return self._port
+
+    def _tls(self) -> ssl.SSLContext | None:
+        """The server side of HTTPS when a certificate is set (the key may sit in the certificate's file)."""
+        cert = self.settings.tls_cert
+        if cert is None:
+            return None
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(cert, self.settings.tls_key)
+        return context
 
     async def stop(self, timeout: float = 5.0) -> None:
         """Stop listening, close every connection, wait (bounded) for the handlers to finish."""
@@ -115,11 +127,12 @@ class SimServer:
 
     @property
     def base_url(self) -> str:
-        """``http://HOST:PORT`` (the root; the Anthropic base URL is :attr:`anthropic_base_url`)."""
+        """``http://HOST:PORT``, ``https://`` with a certificate (the root; the Anthropic base URL is
+        :attr:`anthropic_base_url`)."""
         host = self.settings.host
         if ":" in host:
             host = f"[{host}]"
-        return f"http://{host}:{self.port}"
+        return f"{self.settings.scheme}://{host}:{self.port}"
 
     @property
     def anthropic_base_url(self) -> str:

@@ -41,7 +41,14 @@ class SimSettings:
     # code -> share of requests refused with it; `cut` and `hang` break the answer instead (sim.state)
     fault_rates: dict[str, float] = field(default_factory=dict)
     fault_seed: int = 0  # seeds the draw of those random faults
+    # PEM certificate (chain) and key: serve HTTPS instead of HTTP (z.ai's TLS, for the HTTPS tests)
+    tls_cert: str | None = None
+    tls_key: str | None = None
     verbose: bool = False
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls_cert is not None else "http"
 
     @property
     def effective_account_limit(self) -> int:
@@ -78,6 +85,8 @@ class SimSettings:
                 )
         if sum(self.fault_rates.values()) > 1:
             raise ValueError(f"fault_rates: the rates add up to more than 1: {self.fault_rates!r}")
+        if self.tls_key is not None and self.tls_cert is None:
+            raise ValueError("tls_key: given without tls_cert")
 
     def to_mapping(self) -> dict[str, Any]:
         """A JSON-ready dict that :meth:`from_mapping` reads back."""

@@ -1,0 +1,210 @@
+"""z.ai over HTTPS, end to end: the simulator serves TLS with a certificate of a throwaway CA, and the
+forwarder's TLS to it is checked as mitmproxy would check it (`ssl_verify_upstream_trusted_ca`,
+`ssl_insecure`), in reverse, regular (CONNECT, HTTP/1.1 and HTTP/2 clients) and upstream-proxy mode. Every
+request's first attempt is refused (1302), so the answer that streams comes after a failover.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from certs import TestCerts
+from chaos_mode.child import ProxyProcess
+from chaos_mode.forwarder import TOKEN_HEADER
+
+from .conftest import MakeProxy
+from .support import (
+    CLIENT_TIMEOUT,
+    OPUS,
+    SLOW,
+    SONNET,
+    TOKENS,
+    Result,
+    Sim,
+    assert_streamed,
+    expected_text,
+    fault,
+    httpx_stream,
+    outcome_delta,
+    read_flows,
+    routing,
+    sdk_client,
+    sdk_stream,
+    status,
+    trust,
+    wait_status_idle,
+)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.filterwarnings("ignore:The model .* is deprecated")]
+
+TEST_TIMEOUT = 30.0
+API_KEY = "sk-test-tls-secret"
+# z.ai's name: the certificate is checked against it (and sent as SNI), not against an IP address.
+ROUTING = routing(upstreamHosts=["localhost"])
+
+
+def zai(sim: Sim) -> str:
+    """The HTTPS simulator's root URL by name: https://localhost:PORT."""
+    return f"https://localhost:{sim.process.port}"
+
+
+def trusting(certs: TestCerts) -> list[str]:
+    return ["--set", f"ssl_verify_upstream_trusted_ca={certs.ca}"]
+
+
+def saved_flows_file(prefix: str) -> Path:
+    return Path(tempfile.mkdtemp(prefix=f"chaos-{prefix}-")) / "flows.mitm"
+
+
+class OffersH2First(ssl.SSLContext):
+    """A client context that offers h2 before http/1.1, as browsers and Node do (httpx offers http/1.1
+    first, and mitmproxy follows the client's order)."""
+
+    def set_alpn_protocols(self, alpn_protocols: Iterable[str]) -> None:
+        super().set_alpn_protocols(sorted(alpn_protocols, key=lambda name: name != "h2"))
+
+
+def trust_h2(proxy: ProxyProcess) -> ssl.SSLContext:
+    context = OffersH2First(ssl.PROTOCOL_TLS_CLIENT)
+    context.load_verify_locations(cafile=str(proxy.ca_cert))
+    return context
+
+
+async def raw_stream(url: str, **client: Any) -> Result:
+    """One streamed POST /v1/messages with httpx (`client`: its proxy, verify, http2...)."""
+    async with (
+        httpx.AsyncClient(trust_env=False, timeout=CLIENT_TIMEOUT, **client) as c,
+        asyncio.timeout(TEST_TIMEOUT),
+    ):
+        return await httpx_stream(c, url, OPUS, headers={**SLOW, "x-api-key": API_KEY})
+
+
+async def assert_one_failover(http: httpx.AsyncClient, proxy: ProxyProcess, sim: Sim) -> None:
+    """The first attempt was refused (1302) and the second served; nothing held, nothing logged amiss."""
+    rejected = await sim.rejections()
+    assert sum(codes.get("1302", 0) for codes in rejected.values()) == 1, rejected
+    document = await wait_status_idle(http, proxy)
+    assert document["failovers"] == 1 and document["requests"]["ok"] == 1, document
+    output = proxy.output()
+    assert "Traceback" not in output and API_KEY not in output
+
+
+async def test_reverse_mode_to_https_checked_against_the_ca_setting_streams_a_failover(
+    make_proxy: MakeProxy, tls_sim: Sim, test_certs: TestCerts, http: httpx.AsyncClient
+) -> None:
+    """`--mode reverse:https://...` with `ssl_verify_upstream_trusted_ca`: the SDK's answer streams, and
+    the saved flow shows z.ai's https URL."""
+    saved = saved_flows_file("tls-reverse")
+    proxy = await make_proxy(
+        upstream=zai(tls_sim), config=ROUTING, extra_args=[*trusting(test_certs), "-w", str(saved)]
+    )
+    await tls_sim.add_faults(fault("1302"))
+    async with sdk_client(proxy.url, API_KEY) as client, asyncio.timeout(TEST_TIMEOUT):
+        result = await sdk_stream(client, SONNET, headers=SLOW)
+    assert_streamed(result)
+    assert result.text == expected_text(TOKENS)
+    await assert_one_failover(http, proxy, tls_sim)
+    await asyncio.to_thread(proxy.stop)
+    (flow,) = read_flows(saved)
+    request = flow.request
+    assert (request.scheme, request.host, request.port) == ("https", "localhost", tls_sim.process.port)
+    assert request.pretty_url.startswith(zai(tls_sim) + "/api/anthropic/v1/messages")
+    assert TOKEN_HEADER not in request.headers
+    assert flow.response is not None and flow.response.status_code == 200
+    assert flow.metadata["chaos"]["refusals"] == ["1302", None]
+
+
+async def test_reverse_mode_without_the_ca_refuses_the_certificate_with_a_clear_answer(
+    make_proxy: MakeProxy, tls_sim: Sim, http: httpx.AsyncClient
+) -> None:
+    """The simulator's certificate is not in certifi's bundle: no byte reaches it, the client gets our
+    429 naming the certificate problem and the models tried, no slot is kept, the log says why."""
+    proxy = await make_proxy(upstream=zai(tls_sim), config=ROUTING)
+    before = await status(http, proxy)
+    result = await raw_stream(proxy.url + "/api/anthropic/v1/messages")
+    assert result.status == 429, result
+    assert result.body["error"]["type"] == "rate_limit_error", result.body
+    message = result.body["error"]["message"]
+    assert "certificate verify failed: unable to get local issuer certificate" in message, message
+    assert result.headers["x-chaos-models-tried"], result.headers
+    assert (await tls_sim.stats())["requests"] == 0  # nothing went over an unverified connection
+    after = await wait_status_idle(http, proxy)
+    assert after["usedCapacity"] == 0, after
+    assert outcome_delta(before, after)["rejected"] == 1, after["requests"]
+    output = proxy.output()
+    assert "certificate verify failed: unable to get local issuer certificate" in output, output
+    assert "Traceback" not in output and API_KEY not in output
+
+
+async def test_ssl_insecure_without_the_ca_streams_a_failover(
+    make_proxy: MakeProxy, tls_sim: Sim, http: httpx.AsyncClient
+) -> None:
+    proxy = await make_proxy(upstream=zai(tls_sim), config=ROUTING, extra_args=["--set", "ssl_insecure=true"])
+    await tls_sim.add_faults(fault("1302"))
+    result = await raw_stream(proxy.url + "/api/anthropic/v1/messages")
+    assert_streamed(result)
+    await assert_one_failover(http, proxy, tls_sim)
+
+
+@pytest.mark.parametrize("http2", [False, True], ids=["http1.1", "http2"])
+async def test_regular_mode_connect_to_https_streams_a_failover(
+    http2: bool, make_proxy: MakeProxy, tls_sim: Sim, test_certs: TestCerts, http: httpx.AsyncClient
+) -> None:
+    """HTTPS_PROXY=<proxy>: the client tunnels with CONNECT and trusts the proxy's CA; the addon routes
+    inside the interception and the forwarder goes on over TLS, checked against the CA setting.
+
+    HTTP/2: connecting eagerly, mitmproxy offers the client only what the server chose, and the simulator
+    (tornado) speaks HTTP/1.1 only; connecting lazily lets the client have h2, as a z.ai offering h2 would.
+    """
+    lazy = ["--set", "connection_strategy=lazy"] if http2 else []
+    proxy = await make_proxy(config=ROUTING, own_ca=True, extra_args=[*trusting(test_certs), *lazy])
+    await tls_sim.add_faults(fault("1302"))
+    url = zai(tls_sim) + "/api/anthropic/v1/messages"
+    verify = trust_h2(proxy) if http2 else trust(proxy)
+    result = await raw_stream(url, proxy=proxy.url, verify=verify, http2=http2)
+    assert_streamed(result)
+    assert result.http_version == ("HTTP/2" if http2 else "HTTP/1.1"), result.http_version
+    await assert_one_failover(http, proxy, tls_sim)
+
+
+async def test_upstream_mode_tunnels_every_attempt_through_the_upstream_proxy(
+    make_proxy: MakeProxy, tls_sim: Sim, test_certs: TestCerts, http: httpx.AsyncClient
+) -> None:
+    """`--mode upstream:http://outer`: the forwarder CONNECTs through the outer proxy and speaks TLS inside
+    the tunnel. The outer mitmdump intercepts that TLS with its own CA (which the inner one trusts through
+    `ssl_verify_upstream_trusted_ca`) and checks the simulator against the test CA; it sees both attempts,
+    never the forwarder's token."""
+    saved = saved_flows_file("tls-upstream")
+    outer = await make_proxy(
+        addon=False,
+        own_ca=True,
+        extra_args=[*trusting(test_certs), "--set", "stream_large_bodies=1", "-w", str(saved)],
+    )
+    proxy = await make_proxy(
+        config=ROUTING,
+        own_ca=True,
+        extra_args=[
+            "--mode",
+            f"upstream:{outer.url}",
+            "--set",
+            f"ssl_verify_upstream_trusted_ca={outer.ca_cert}",
+        ],
+    )
+    await tls_sim.add_faults(fault("1302"))
+    url = zai(tls_sim) + "/api/anthropic/v1/messages"
+    result = await raw_stream(url, proxy=proxy.url, verify=trust(proxy))
+    assert_streamed(result)
+    await assert_one_failover(http, proxy, tls_sim)
+    await asyncio.to_thread(outer.stop)
+    through = [f for f in read_flows(saved) if f.request.method == "POST"]
+    assert [f.response.status_code for f in through if f.response] == [429, 200]
+    assert all(f.request.pretty_url.startswith(zai(tls_sim) + "/api/anthropic/") for f in through)
+    assert all(TOKEN_HEADER not in f.request.headers for f in through)
