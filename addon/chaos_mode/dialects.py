@@ -13,7 +13,7 @@ from .chat_request import parse_chat
 from .chat_stream import ChatStreamObserver
 from .doors import Door
 from .message_request import MessageRequest, parse_message
-from .replies import chat_rate_limit_error, rate_limit_error
+from .replies import chat_gateway_error, chat_rate_limit_error, gateway_error, rate_limit_error
 from .sse import SseObserver, StreamObserver
 
 
@@ -33,9 +33,10 @@ class Dialect:
     parse: Parse  # decoded request body -> a request to route (`BadRequest`: pass it untouched)
     observer: Callable[[], StreamObserver]  # a new observer of one streamed answer
     rate_limit_error: RateLimitError  # (body, headers) of our own 429
+    gateway_error: Callable[[str], tuple[bytes, dict[str, str]]]  # (body, headers) of our own 502
 
 
 DIALECTS: Final[dict[Door, Dialect]] = {
-    "anthropic": Dialect("anthropic", parse_message, SseObserver, rate_limit_error),
-    "openai": Dialect("openai", parse_chat, ChatStreamObserver, chat_rate_limit_error),
+    "anthropic": Dialect("anthropic", parse_message, SseObserver, rate_limit_error, gateway_error),
+    "openai": Dialect("openai", parse_chat, ChatStreamObserver, chat_rate_limit_error, chat_gateway_error),
 }

@@ -18,12 +18,20 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Final
 
+from .dialects import DIALECTS
 from .failover import Answer, reject, settle, unreached
 from .loopback import Incoming, LoopbackServer, Outgoing
 from .pool import Selection
 from .rejection import Reply
 from .routed_request import RoutedRequest
-from .upstream import Destination, UpstreamClients, UpstreamFailed, UpstreamResponse, decode
+from .upstream import (
+    Destination,
+    UpstreamClients,
+    UpstreamFailed,
+    UpstreamRefused,
+    UpstreamResponse,
+    decode,
+)
 
 log = logging.getLogger("chaos_mode")
 
@@ -134,6 +142,8 @@ class Forwarder:
         request.sent = True
         try:
             response = await self.clients.send(destination, incoming.method, incoming.target, headers, body)
+        except UpstreamRefused as exc:  # a setting to fix (z.ai's certificate), the same for every model
+            return _gateway(request, exc)
         except UpstreamFailed as exc:  # refused, dropped, timed out: no verdict on the model
             log.info("chaos-mode: no answer for %s: %s", request.model, exc)
             return self._next(request, await settle(request, unreached(str(exc)), now=self._now()))
@@ -168,6 +178,13 @@ class Forwarder:
 
     def _now(self) -> float:
         return self._wall_clock()
+
+
+def _gateway(request: RoutedRequest, exc: UpstreamRefused) -> Outgoing:
+    """Our 502: no other model would fare better, so no failover (mitmproxy itself would answer 502)."""
+    log.warning("chaos-mode: %s (see ssl_verify_upstream_trusted_ca, ssl_insecure, upstream_auth)", exc)
+    body, headers = DIALECTS[request.message.door].gateway_error(f"z.ai not reached: {exc}")
+    return Outgoing(502, [(k.encode(), v.encode()) for k, v in headers.items()], body)
 
 
 def _streamed(response: UpstreamResponse, first: bytes = b"") -> Outgoing:

@@ -1,5 +1,6 @@
-"""Answers the addon makes itself: 429s in the format of the door the request came through (Anthropic's or
-OpenAI's), with a Retry-After, never a 5xx."""
+"""Answers the addon makes itself, in the format of the door the request came through (Anthropic's or
+OpenAI's): 429s with a Retry-After when no model can take a request in time, and a 502 only when z.ai
+cannot be reached for a reason no other model changes (a setting to fix, as mitmproxy itself answers)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,22 @@ def chat_rate_limit_error(
     digits: nothing reads it as one of z.ai's business codes."""
     error = {"message": f"chaos-mode: {message}", "type": "rate_limit_error", "code": "rate_limit_exceeded"}
     return json.dumps({"error": error}).encode(), _headers(retry_after, tried)
+
+
+def gateway_error(message: str) -> tuple[bytes, dict[str, str]]:
+    """Body and headers of our own 502, shaped like Anthropic's errors."""
+    body = {
+        "type": "error",
+        "error": {"type": "api_error", "message": f"chaos-mode: {message}"},
+        "request_id": f"chaos_{uuid.uuid4().hex[:24]}",
+    }
+    return json.dumps(body).encode(), {"content-type": "application/json"}
+
+
+def chat_gateway_error(message: str) -> tuple[bytes, dict[str, str]]:
+    """Body and headers of our own 502 at the OpenAI door, shaped like OpenAI's errors."""
+    error = {"message": f"chaos-mode: {message}", "type": "api_error", "code": "upstream_unreachable"}
+    return json.dumps({"error": error}).encode(), {"content-type": "application/json"}
 
 
 def _headers(retry_after: float | None, tried: list[str]) -> dict[str, str]:

@@ -32,6 +32,11 @@ class UpstreamFailed(Exception):
     HTTP/1.1."""
 
 
+class UpstreamRefused(UpstreamFailed):
+    """z.ai was not reached for a reason no other model changes, a setting to fix: its certificate failed
+    verification, or the upstream proxy refused its credentials (407)."""
+
+
 @dataclass(frozen=True, slots=True)
 class UpstreamSettings:
     """mitmproxy's upstream TLS options, and how long an attempt may stay silent."""
@@ -346,7 +351,8 @@ class UpstreamClients:
                 if proxy is not None and to.scheme == "https":
                     await self._tunnel(to, reader, writer)
         except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
-            raise UpstreamFailed(f"{to.authority} not reached: {_connect_failure(exc)}") from None
+            failed = UpstreamRefused if isinstance(exc, ssl.SSLCertVerificationError) else UpstreamFailed
+            raise failed(f"{to.authority} not reached: {_connect_failure(exc)}") from None
         return reader, writer
 
     async def _tunnel(
@@ -362,7 +368,8 @@ class UpstreamClients:
         status, _, _ = _parse_head(await reader.readuntil(b"\r\n\r\n"))
         if status != 200:
             writer.transport.abort()
-            raise UpstreamFailed(f"the upstream proxy refused the tunnel: HTTP {status}")
+            failed = UpstreamRefused if status == 407 else UpstreamFailed  # 407: upstream_auth is wrong
+            raise failed(f"the upstream proxy refused the tunnel: HTTP {status}")
         await writer.start_tls(self._tls(), server_hostname=to.host)
 
     def _tls(self) -> ssl.SSLContext:

@@ -125,22 +125,23 @@ async def test_reverse_mode_to_https_checked_against_the_ca_setting_streams_a_fa
 async def test_reverse_mode_without_the_ca_refuses_the_certificate_with_a_clear_answer(
     make_proxy: MakeProxy, tls_sim: Sim, http: httpx.AsyncClient
 ) -> None:
-    """The simulator's certificate is not in certifi's bundle: no byte reaches it, the client gets our
-    429 naming the certificate problem and the models tried, no slot is kept, the log says why."""
+    """The simulator's certificate is not in certifi's bundle: no byte reaches it, and no other model is
+    tried (every model is behind the same certificate): the client gets our 502 naming the certificate
+    problem at once, as mitmproxy itself would answer; no slot is kept, the log says why and what to set."""
     proxy = await make_proxy(upstream=zai(tls_sim), config=ROUTING)
     before = await status(http, proxy)
     result = await raw_stream(proxy.url + "/api/anthropic/v1/messages")
-    assert result.status == 429, result
-    assert result.body["error"]["type"] == "rate_limit_error", result.body
+    assert result.status == 502, result
+    assert result.body["error"]["type"] == "api_error", result.body
     message = result.body["error"]["message"]
     assert "certificate verify failed: unable to get local issuer certificate" in message, message
-    assert result.headers["x-chaos-models-tried"], result.headers
     assert (await tls_sim.stats())["requests"] == 0  # nothing went over an unverified connection
     after = await wait_status_idle(http, proxy)
-    assert after["usedCapacity"] == 0, after
-    assert outcome_delta(before, after)["rejected"] == 1, after["requests"]
+    assert after["usedCapacity"] == 0 and after["failovers"] == before["failovers"], after
+    assert outcome_delta(before, after)["error"] == 1, after["requests"]
     output = proxy.output()
     assert "certificate verify failed: unable to get local issuer certificate" in output, output
+    assert "ssl_verify_upstream_trusted_ca" in output, output
     assert "Traceback" not in output and API_KEY not in output
 
 
