@@ -121,8 +121,9 @@ def test_a_failed_probe_is_not_repeated_within_the_interval() -> None:
     rig.clock.advance(9.9)
     assert rig.pool.try_acquire(Ticket("heavy")) is None
     rig.clock.advance(0.1)  # the probe interval: 10 s by default
-    assert rig.take().probe == "model"
-    rig.pool.report_error("h", error("1302"), None, probe)
+    second = rig.take()
+    assert second.probe == "model"
+    rig.pool.report_error("h", error("1302"), None, second)
     rig.pool.release("h")
     rig.clock.advance(10.0)
     assert rig.pool.try_acquire(Ticket("heavy")) is None  # refused twice: the next waits twice as long
@@ -317,3 +318,27 @@ class LearningMachine(RuleBasedStateMachine):
 
 TestLearningMachine = LearningMachine.TestCase
 TestLearningMachine.settings = settings(max_examples=60, stateful_step_count=60, deadline=None)
+
+
+def test_a_probe_rides_above_the_limit_and_takes_none_of_its_slots() -> None:
+    """z.ai takes seconds to refuse a probe: meanwhile the model's slots within its limit stay usable."""
+    rig = Rig()
+    held = rig.fill()
+    probe = rig.take()
+    assert probe.probe == "model"
+    rig.pool.release(held[0].model)  # a request within the limit ends while the probe waits for its answer
+    regular = rig.pool.try_acquire(Ticket("heavy"))
+    assert regular is not None and regular.probe is None  # its slot is free again at once
+    rig.pool.report_error("h", error("1302"), None, probe)  # the probe refused: its slot counts no more
+    rig.pool.release("h")
+    assert rig.pool.try_acquire(Ticket("heavy")) is None  # back at the limit, which stays 2
+
+
+def test_an_abandoned_probe_gives_its_place_back_exactly_once() -> None:
+    rig = Rig()
+    rig.fill()
+    probe = rig.take()
+    rig.pool.probe_done(probe)
+    rig.pool.probe_done(probe)  # idempotent: the owner may end it from several places
+    rig.pool.release("h")
+    assert rig.pool.try_acquire(Ticket("heavy")) is None  # at the limit: no probe bonus left behind

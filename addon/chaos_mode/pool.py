@@ -33,6 +33,7 @@ from .strategies import ModelEntry, Strategy, make_strategy
 from .zai_errors import Action, UpstreamError
 
 NO_ATTEMPTS: frozenset[str] = frozenset()
+ACCOUNT = "\x00account"  # the key of account probes among the models' (no model is named so)
 NO_ACCOUNT_CAP = sys.maxsize  # no account limit known: only the models' own limits count
 
 
@@ -46,6 +47,7 @@ class Selection:
     in_flight: int = field(default=0, compare=False)
     total: int = field(default=0, compare=False)
     probe: Probe | None = field(default=None, compare=False)
+    probe_id: int = field(default=0, compare=False)  # a probe's own number while it is out (0: none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +132,7 @@ class ChaosPool:
         self._shares = ServiceShares(clock)
         self._queue: AdmissionQueue[Ticket, Selection] = AdmissionQueue(
             attempt=self._attempt,
-            release=self._release_selection,
+            release=self.release_selection,
             group=lambda ticket: (ticket.tier, ticket.attempted),
             clock=clock,
         )
@@ -140,6 +142,12 @@ class ChaosPool:
         self.rejected = 0  # requests admit answered None
         self.total_wait = 0.0  # seconds waited, over admitted requests
         self.spurious_releases = 0
+        # Probes out and unanswered: probe id -> the model probed (ACCOUNT for the account). A probe rides
+        # above the limit it tests: until z.ai answers it (in seconds, for a 1302), it takes none of the
+        # slots within the limit.
+        self._probes: dict[int, str] = {}
+        self._probes_on: dict[str, int] = {}
+        self._next_probe_id = 1
         self.lost_races = 0  # slots taken on the local mirror that another proxy had taken first
         self.reconfigure(config)
 
@@ -223,9 +231,13 @@ class ChaosPool:
         eligible = self._eligible[ticket.tier]
         if attempted or blocked:
             eligible = [e for e in eligible if e.name not in attempted and e.name not in blocked]
-        if slots.total() >= self._account_cap:
+        above = self._probes_on.get
+        if slots.total() >= self._account_cap + above(ACCOUNT, 0):
             return self._beyond_limits(ticket, eligible, account_full=True), False
-        candidates = [e for e in eligible if held(e.name, 0) < e.capacity]
+        if self._probes_on:
+            candidates = [e for e in eligible if held(e.name, 0) < e.capacity + above(e.name, 0)]
+        else:
+            candidates = [e for e in eligible if held(e.name, 0) < e.capacity]
         in_flight = [held(e.name, 0) for e in candidates]
         if not candidates:
             return self._beyond_limits(ticket, eligible, account_full=False), False
@@ -275,7 +287,8 @@ class ChaosPool:
         if limits.enabled:
             affordable = self._affordable(ticket, eligible)
             if account_full:
-                room = [e for e in affordable if held(e.name, 0) < e.capacity]
+                above = self._probes_on.get
+                room = [e for e in affordable if held(e.name, 0) < e.capacity + above(e.name, 0)]
                 if room and limits.can_probe_account():
                     chosen = room[
                         self._strategy.pick(room, [held(e.name, 0) for e in room], self._costs(ticket, room))
@@ -320,7 +333,8 @@ class ChaosPool:
         entry = self._entries.get(model)
         if entry is None:
             return False
-        cap, account_cap = entry.capacity, self._account_cap
+        above = self._probes_on.get
+        cap, account_cap = entry.capacity + above(model, 0), self._account_cap + above(ACCOUNT, 0)
         if probe == "model":
             cap += 1
         elif probe == "account":
@@ -332,6 +346,27 @@ class ChaosPool:
             self._limits.probe_sent(probe, model)
         return True
 
+    def _probe_out(self, model: str, probe: Probe) -> int:
+        """Count a probe just sent as riding above its limit; returns its id."""
+        probe_id, self._next_probe_id = self._next_probe_id, self._next_probe_id + 1
+        key = model if probe == "model" else ACCOUNT
+        self._probes[probe_id] = key
+        self._probes_on[key] = self._probes_on.get(key, 0) + 1
+        return probe_id
+
+    def probe_done(self, selection: Selection) -> None:
+        """The probe `selection` was sent with is answered, refused or abandoned: its slot counts within
+        the limit again (a clean answer raised the limit to hold it). Idempotent; a no-op for a regular
+        slot."""
+        key = self._probes.pop(selection.probe_id, None)
+        if key is None:
+            return
+        left = self._probes_on[key] - 1
+        if left:
+            self._probes_on[key] = left
+        else:
+            del self._probes_on[key]
+
     def release(self, model: str) -> bool:
         """Give a slot of `model` back and serve waiters; False (clamped at zero) if none was held."""
         if not self._slots.release(model):
@@ -341,7 +376,9 @@ class ChaosPool:
             self._queue.dispatch()
         return True
 
-    def _release_selection(self, selection: Selection) -> None:
+    def release_selection(self, selection: Selection) -> None:
+        """Give back a slot granted but never used (its request ended first), a probe's included."""
+        self.probe_done(selection)
         self.release(selection.model)
 
     def try_acquire(self, ticket: Ticket) -> Selection | None:
@@ -362,7 +399,8 @@ class ChaosPool:
         if ticket.counts:
             self._shares.served(ticket.session)
         slots = self._slots
-        return Selection(model, reason, slots.in_flight(model), slots.total(), probe)
+        probe_id = self._probe_out(model, probe) if probe is not None else 0
+        return Selection(model, reason, slots.in_flight(model), slots.total(), probe, probe_id)
 
     async def admit(
         self, ticket: Ticket, *, since: float | None = None, timeout: float | None = None
@@ -385,7 +423,7 @@ class ChaosPool:
             try:
                 confirmed = await self._slots.confirm(selection.model)
             except BaseException:  # cancelled (the client left) or broken: never keep the slot
-                self.release(selection.model)
+                self.release_selection(selection)
                 raise
             if confirmed:
                 slots = self._slots
@@ -393,7 +431,7 @@ class ChaosPool:
             # Another proxy took it first: the mirror knows now; pick again or wait (keeping our place).
             self.lost_races += 1
             self.admitted -= 1
-            self.release(selection.model)
+            self.release_selection(selection)
 
     async def _admit(self, ticket: Ticket, since: float | None, timeout: float | None) -> Selection | None:
         selection = self._admit_now(ticket)
@@ -476,6 +514,7 @@ class ChaosPool:
     def report_success(self, selection: Selection) -> None:
         """A clean answer from z.ai to the request `selection` sent: confirms (or raises) its limits and
         ends the model's run of busy answers."""
+        self.probe_done(selection)
         self._limits.succeeded(selection.model, selection.in_flight, selection.total, selection.probe)
         self._cooldowns.succeeded(selection.model)
         if self._limits_version != self._limits.version:
@@ -491,6 +530,8 @@ class ChaosPool:
         """Feed a z.ai error on `model` back into routing; returns seconds the model/account is out
         (0 when nothing was blocked). `selection`, the slot the request was sent with, tells a 1302 what
         was in flight then; without it, what is in flight now counts."""
+        if selection is not None:
+            self.probe_done(selection)
         seconds = self._report_error(model, error, retry_after, selection)
         self._limits_changed()
         if len(self._queue):

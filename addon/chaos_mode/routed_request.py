@@ -135,7 +135,7 @@ class RoutedRequest:
         """Own the slot the pool just granted; False (and the slot given back) if the request has ended
         meanwhile or already holds one."""
         if self.finished or self.slot is not None:
-            self.pool.release(selection.model)
+            self.pool.release_selection(selection)
             return False
         self.slot = selection
         self.sent = False
@@ -147,6 +147,7 @@ class RoutedRequest:
         slot, self.slot = self.slot, None
         if slot is None:
             return
+        self.pool.probe_done(slot)  # a probe left unanswered (the client went) tested nothing
         if grace > 0:
             self._later(grace, lambda: self._release_model(slot.model))
         else:

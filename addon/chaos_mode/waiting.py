@@ -53,4 +53,4 @@ async def acquire_while_connected(
             if not task.done():
                 task.cancel()  # the queue gives back a slot granted meanwhile
             elif not task.cancelled() and (granted := task.result()) is not None:
-                pool.release(granted.model)
+                pool.release_selection(granted)
