@@ -40,7 +40,11 @@ async def client(server: RedisProcess) -> AsyncIterator[aioredis.Redis]:
 def make_fleet(
     url: str, name: str, *, lease_seconds: float = 5.0, pool: ChaosPool | None = None
 ) -> RedisFleet:
-    slots = SharedSlots(name, on_freed=pool.wake if pool else lambda: None)
+    slots = SharedSlots(
+        name,
+        on_freed=pool.wake if pool else lambda: None,
+        waiting=pool.first_in_line if pool else lambda: (0, 0),
+    )
     if pool is not None:
         pool.use_slots(slots)
     parsed = parse_state_url(url, {})
@@ -85,8 +89,9 @@ async def test_release_removes_the_lease_and_tells_the_other_proxies(
     fleet.release("glm-4.5", "p#1")
     await asyncio.gather(*fleet._background)
     assert await client.zcard("chaos:slots:glm-4.5") == 0 and await client.zcard("chaos:account") == 0
-    messages = [await pubsub.get_message(ignore_subscribe_messages=True, timeout=1) for _ in range(2)]
-    assert [m["data"] for m in messages if m] == [b"p glm-4.5"]  # the first read is the subscription's
+    messages = [await pubsub.get_message(ignore_subscribe_messages=True, timeout=1) for _ in range(3)]
+    # the first read is the subscription's; then the lease taken and given back, numbered
+    assert [m["data"] for m in messages if m] == [b"1 + p glm-4.5 0 0", b"2 - p glm-4.5 0 0"]
     await pubsub.aclose()
     await fleet.close()
 

@@ -135,6 +135,7 @@ class ChaosPool:
             clock=clock,
         )
         self._timer: asyncio.TimerHandle | None = None
+        self._wake_timer: asyncio.TimerHandle | None = None
         self.dispatched: dict[str, int] = {}
         self.admitted = 0  # requests that got a slot through admit / admit_now
         self.rejected = 0  # requests admit answered None
@@ -338,8 +339,24 @@ class ChaosPool:
             self.spurious_releases += 1
             return False
         if len(self._queue):
-            self._queue.dispatch()
+            delay = self._slots.hold_back()
+            if delay > 0:
+                self._wake_later(delay)  # another proxy's waiters first (a shared store's fairness)
+            else:
+                self._queue.dispatch()
         return True
+
+    def _wake_later(self, delay: float) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop, so nobody can be waiting
+            return
+        if self._wake_timer is None:
+            self._wake_timer = loop.call_later(delay, self._on_wake_timer)
+
+    def _on_wake_timer(self) -> None:
+        self._wake_timer = None
+        self.wake()
 
     def _release_selection(self, selection: Selection) -> None:
         self.release(selection.model)
@@ -404,6 +421,7 @@ class ChaosPool:
             if timeout is None:
                 timeout = self._config.queue.timeout_seconds
             self._arm_timer()
+            self._slots.queued()
             selection = await self._queue.wait(ticket, timeout, since, self._shares.level(ticket.session))
         elif len(self._queue):
             selection = self._attempt(ticket)  # the queue is full: no place to wait fairly
@@ -555,6 +573,11 @@ class ChaosPool:
 
     def waiting(self) -> int:
         return len(self._queue)
+
+    def first_in_line(self) -> tuple[int, int]:
+        """(requests waiting, the level of the first in line: its conversation's admissions lately)."""
+        first = self._queue.first()
+        return (len(self._queue), first.order[0]) if first is not None else (0, 0)
 
     def _follow_limits(self) -> None:
         """Let learned limits drift, and rebuild what derives from them when they changed."""

@@ -2,7 +2,8 @@
 
 An adapter (redis-py's asyncio client) under `SharedSlots`. Keys, with `prefix` (default `chaos:`):
 `slots:{model}` and `account` are sorted sets of lease ids scored by their expiry (ms, Redis's own
-clock), `fleet` scores each proxy id by when it was last seen; a release is published on `freed`.
+clock), `fleet` scores each proxy id by when it was last seen, `seq` numbers the changes; every lease taken
+or given back is published on `freed` (a `Notice`: `seq op proxy model waiting level`).
 Every call has a timeout; when one fails the proxy serves alone (see `SharedSlots`), reconnects with
 backoff and jitter, then writes its leases again.
 """
@@ -21,7 +22,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from .shared_slots import SharedSlots, Tally, Verdict
+from .shared_slots import Notice, SharedSlots, Tally, Verdict
 from .state_url import StateUrl, redact
 
 log = logging.getLogger("chaos_mode")
@@ -34,7 +35,8 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 """
 
-# KEYS: the model's leases, the account's. ARGV: lease, ttl ms, model cap, account cap.
+# KEYS: the model's leases, the account's, the change number. ARGV: lease, ttl ms, model cap, account cap,
+# channel, the notice's tail. A lease taken is a change: numbered, and announced to the fleet.
 CONFIRM: Final = (
     _NOW
     + """
@@ -43,29 +45,33 @@ redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 local n = redis.call('ZCARD', KEYS[1])
 local total = redis.call('ZCARD', KEYS[2])
 if n >= tonumber(ARGV[3]) or total >= tonumber(ARGV[4]) then
-  return {0, n, total}
+  return {0, n, total, tonumber(redis.call('GET', KEYS[3]) or 0)}
 end
 local expiry = now + tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], expiry, ARGV[1])
 redis.call('ZADD', KEYS[2], expiry, ARGV[1])
-return {1, n + 1, total + 1}
+local seq = redis.call('INCR', KEYS[3])
+redis.call('PUBLISH', ARGV[5], seq .. ' + ' .. ARGV[6])
+return {1, n + 1, total + 1, seq}
 """
 )
 
-# KEYS: the model's leases, the account's. ARGV: lease, channel, message.
+# KEYS: the model's leases, the account's, the change number. ARGV: lease, channel, the notice's tail.
 RELEASE: Final = """
 local gone = redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
 if gone > 0 then
-  redis.call('PUBLISH', ARGV[2], ARGV[3])
+  local seq = redis.call('INCR', KEYS[3])
+  redis.call('PUBLISH', ARGV[2], seq .. ' - ' .. ARGV[3])
 end
 return gone
 """
 
-# KEYS: the account's leases, the fleet, then every model's leases. ARGV: ttl ms, proxy id, how long a
-# silent proxy counts as alive (ms), XX (renew only the leases still there: one released meanwhile stays
-# released) or ALL (write them all again: after a reconnection), then (index of the model's key, lease) for
-# each lease held here. Renews this proxy's leases, reaps expired ones, and tallies the fleet.
+# KEYS: the account's leases, the fleet, the change number, then every model's leases. ARGV: ttl ms,
+# proxy id, how long a silent proxy counts as alive (ms), XX (renew only the leases still there: one
+# released meanwhile stays released) or ALL (write them all again: after a reconnection), then (index of
+# the model's key, lease) for each lease held here. Renews this proxy's leases, reaps expired ones, and
+# tallies the fleet.
 TICK: Final = (
     _NOW
     + """
@@ -83,15 +89,17 @@ for i = 5, #ARGV, 2 do
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local counts = {}
-for i = 3, #KEYS do
+for i = 4, #KEYS do
   redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
   counts[#counts + 1] = redis.call('ZCARD', KEYS[i])
 end
-return {counts, redis.call('ZRANGE', KEYS[1], 0, -1), redis.call('ZRANGE', KEYS[2], 0, -1)}
+local seq = tonumber(redis.call('GET', KEYS[3]) or 0)
+return {counts, redis.call('ZRANGE', KEYS[1], 0, -1), redis.call('ZRANGE', KEYS[2], 0, -1), seq}
 """
 )
 
-# KEYS: the account's leases, the fleet, then the models' leases of ARGV. ARGV: proxy id, channel, then
+# KEYS: the account's leases, the fleet, the change number, then the models' leases of ARGV. ARGV: proxy id,
+# channel, then
 # (index of the model's key, lease) for each lease held here. A proxy leaving gives everything back.
 LEAVE: Final = """
 redis.call('ZREM', KEYS[2], ARGV[1])
@@ -99,13 +107,30 @@ for i = 3, #ARGV, 2 do
   redis.call('ZREM', KEYS[tonumber(ARGV[i])], ARGV[i + 1])
   redis.call('ZREM', KEYS[1], ARGV[i + 1])
 end
-redis.call('PUBLISH', ARGV[2], ARGV[1] .. ' *')
+redis.call('PUBLISH', ARGV[2], '0 * ' .. ARGV[1])
 return 1
 """
 
 
 def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def notice_tail(notice: Notice) -> str:
+    """A notice as the channel carries it, after its change number and op (the scripts add those)."""
+    return f"{notice.proxy} {notice.model} {notice.waiting} {notice.level}"
+
+
+def parse_notice(text: str) -> Notice | None:
+    """`seq op proxy [model waiting level]` from the channel; None for anything else."""
+    parts = text.split(" ")
+    try:
+        if len(parts) == 3:
+            return Notice(int(parts[0]), parts[1], parts[2])
+        seq, op, proxy, model, waiting, level = parts
+        return Notice(int(seq), op, proxy, model, int(waiting), int(level))
+    except ValueError:
+        return None
 
 
 class RedisFleet:
@@ -132,6 +157,7 @@ class RedisFleet:
         self._channel = f"{prefix}freed"
         self._account = f"{prefix}account"
         self._fleet = f"{prefix}fleet"
+        self._seq = f"{prefix}seq"
         self._client: aioredis.Redis = aioredis.Redis(
             host=url.host,
             port=url.port,
@@ -149,6 +175,8 @@ class RedisFleet:
         self._release = self._client.register_script(RELEASE)
         self._tick = self._client.register_script(TICK)
         self._leave = self._client.register_script(LEAVE)
+        self._announcing = False
+        self._connection = 0  # bumped on every (re)connection
         self._runner: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._up = False
@@ -179,31 +207,52 @@ class RedisFleet:
                     await self._started.wait()
         if not self._up:
             return None
-        args = (lease, self.lease_ms, cap, min(account_cap, 2**53))
+        tail = notice_tail(self.slots.notice("+", model))
+        args = (lease, self.lease_ms, cap, min(account_cap, 2**53), self._channel, tail)
+        connection = self._connection
         try:
             async with asyncio.timeout(self.timeout):
-                taken, in_flight, total = await self._confirm(
-                    keys=(self.key(model), self._account), args=args
+                taken, in_flight, total, seq = await self._confirm(
+                    keys=(self.key(model), self._account, self._seq), args=args
                 )
         except (RedisError, OSError, TimeoutError) as exc:
-            self._lose(exc)
+            self._lose(exc, connection)
             return None
         self.confirms += 1
-        return Verdict(bool(taken), int(in_flight), int(total))
+        return Verdict(bool(taken), int(in_flight), int(total), int(seq))
 
     def release(self, model: str, lease: str) -> None:
         if self._up:
             self._spawn(self._give_back(model, lease))
 
     async def _give_back(self, model: str, lease: str) -> None:
+        connection = self._connection
         try:
             async with asyncio.timeout(self.timeout):
                 await self._release(
-                    keys=(self.key(model), self._account),
-                    args=(lease, self._channel, f"{self.slots.proxy_id} {model}"),
+                    keys=(self.key(model), self._account, self._seq),
+                    args=(lease, self._channel, notice_tail(self.slots.notice("-", model))),
                 )
         except (RedisError, OSError, TimeoutError) as exc:
-            self._lose(exc)  # the lease ends with its TTL
+            self._lose(exc, connection)  # the lease ends with its TTL
+        finally:
+            self.slots.given_back(model)
+
+    def announce(self) -> None:
+        if self._up and not self._announcing:  # one at a time: it reads the figures when it is sent
+            self._announcing = True
+            self._spawn(self._announce())
+
+    async def _announce(self) -> None:
+        connection = self._connection
+        try:
+            async with asyncio.timeout(self.timeout):
+                await self._client.publish(self._channel, "0 = " + notice_tail(self.slots.notice("=")))
+        except (RedisError, OSError, TimeoutError) as exc:
+            self._lose(exc, connection)
+        finally:
+            self._announcing = False
+        self._connection = 0  # bumped on every (re)connection
 
     # -- life ---------------------------------------------------------------------------------------
 
@@ -239,6 +288,7 @@ class RedisFleet:
                     async with asyncio.timeout(self.timeout):
                         await pubsub.subscribe(self._channel)
                     tally = await self.tick(renew_only=False)  # every lease held here, again: reconciled
+                    self._connection += 1
                     self._up = True
                     self._started.set()
                     self.slots.connected(self)
@@ -263,7 +313,8 @@ class RedisFleet:
             except Exception as exc:
                 self._lose(exc)
             await asyncio.sleep(delay * (0.5 + self._rng.random()))
-            delay = min(delay * 2, BACKOFF[1])
+            # Never longer than a renewal: back within a third of the lease, the counts are right within one.
+            delay = min(delay * 2, BACKOFF[1], self.tick_seconds)
 
     async def _renew(self) -> None:
         while self._up:
@@ -278,15 +329,12 @@ class RedisFleet:
         me = self.slots.proxy_id
         while self._up:
             message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=self.tick_seconds)
-            if message is None:
+            notice = None if message is None else parse_notice(_text(message["data"]))
+            if notice is None or notice.proxy == me:
                 continue
-            sender, _, model = _text(message["data"]).partition(" ")
-            if sender == me:
-                continue
-            if model == "*":  # a proxy left with all its slots: tally now
+            if notice.op == "*":  # a proxy left with all its slots: tally now
                 self._wake.set()
-            else:
-                self.slots.freed_elsewhere(model)
+            self.slots.heard(notice)
         raise ConnectionError(self.last_error or "shared state lost")
 
     async def tick(self, *, renew_only: bool = True) -> Tally:
@@ -296,7 +344,7 @@ class RedisFleet:
         keys, args = self._lease_args(self.slots.leases(), models)
         mode = "XX" if renew_only else "ALL"
         async with asyncio.timeout(self.timeout):
-            counts, members, proxies = await self._tick(
+            counts, members, proxies, seq = await self._tick(
                 keys=keys, args=(self.lease_ms, self.slots.proxy_id, self.lease_ms, mode, *args)
             )
         held: dict[str, int] = {_text(proxy): 0 for proxy in proxies}
@@ -307,24 +355,28 @@ class RedisFleet:
             models={model: int(n) for model, n in zip(models, counts, strict=True)},
             total=len(members),
             proxies=held,
+            seq=int(seq),
         )
 
     def _lease_args(
         self, leases: list[tuple[str, str]], models: list[str] | None = None
     ) -> tuple[list[str], list[str | int]]:
-        """Keys (account, fleet, each model's) and the (key index, lease) pairs of `leases`."""
+        """Keys (account, fleet, change number, each model's) and the (key index, lease) pairs of `leases`."""
         names = list(models if models is not None else self.models())
         names += sorted({model for model, _ in leases} - set(names))
-        index = {model: i + 3 for i, model in enumerate(names)}  # Lua counts from 1; two keys first
-        keys = [self._account, self._fleet, *(self.key(model) for model in names)]
+        index = {model: i + 4 for i, model in enumerate(names)}  # Lua counts from 1; three keys first
+        keys = [self._account, self._fleet, self._seq, *(self.key(model) for model in names)]
         args: list[str | int] = []
         for model, lease in leases:
             args += [index[model], lease]
         return keys, args
 
-    def _lose(self, exc: BaseException) -> None:
-        """A call failed: serve alone on a share of each limit; said once per outage."""
+    def _lose(self, exc: BaseException, connection: int | None = None) -> None:
+        """A call failed: serve alone on a share of each limit; said once per outage. A call made on an
+        earlier connection (`connection`) that failed after a new one was made changes nothing."""
         self.failures += 1
+        if connection is not None and connection != self._connection:
+            return
         self.last_error = redact(_describe(exc), self.url)
         was_up, self._up = self._up, False
         self._wake.set()
@@ -368,6 +420,7 @@ def fleet_status(fleet: RedisFleet) -> dict[str, Any]:
         "leaseSeconds": fleet.lease_ms / 1000,
         "proxy": slots.proxy_id,
         "ownInFlight": sum(slots.own().values()),
+        "heldBack": slots.held_back,
         "own": slots.own(),
         "alive": len(proxies),
         "proxies": [
