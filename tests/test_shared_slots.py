@@ -160,6 +160,19 @@ async def test_alone_a_proxy_uses_its_share_and_its_leases_are_written_again_whe
     assert slots.share is None and slots.try_acquire("m", 4, 100)
 
 
+async def test_alone_the_others_slots_as_last_seen_still_count_for_one_lease() -> None:
+    now = [0.0]
+    fleet = FakeFleet()
+    slots = SharedSlots("a", clock=lambda: now[0], forget_after=2.0)
+    slots.connected(fleet)
+    slots.apply(Tally({"m": 3}, 3, {"a": 0, "b": 3}))  # b holds all of m's 3 slots
+    assert slots.disconnected() == 0.5
+    assert not slots.try_acquire("m", 3, 28)  # b's slots are still running
+    now[0] = 2.0
+    assert slots.try_acquire("m", 3, 28)  # a lease later: only this proxy's share (1 of 3) counts
+    assert not slots.try_acquire("m", 3, 28)
+
+
 def test_the_share_before_anything_was_seen_and_a_configured_one() -> None:
     assert SharedSlots("a").share is None  # the first requests wait for the first connection
     assert SharedSlots("a", share=0.25).disconnected() == 0.25

@@ -170,6 +170,7 @@ class RedisFleet:
             retry=Retry(NoBackoff(), 0),  # no retries inside a call: our own reconnection has the backoff
         )
         slots.fleet = self  # the first requests wait for the first connection (bounded by `timeout`)
+        slots.forget_after = lease_seconds  # alone, the others' slots as last seen count one lease more
         self._started = asyncio.Event()  # the first connection attempt ended, either way
         self._confirm = self._client.register_script(CONFIRM)
         self._release = self._client.register_script(RELEASE)
@@ -283,11 +284,20 @@ class RedisFleet:
         delay = BACKOFF[0]
         while True:
             try:
+                if self.slots.lost:  # pooled connections to a Redis that went away fail on first use
+                    async with asyncio.timeout(self.timeout):
+                        await self._client.connection_pool.disconnect()
                 pubsub = self._client.pubsub()
                 try:
                     async with asyncio.timeout(self.timeout):
                         await pubsub.subscribe(self._channel)
                     tally = await self.tick(renew_only=False)  # every lease held here, again: reconciled
+                    if self.slots.lost:
+                        # Back after an outage: Redis may have come back empty. Stay alone one renewal
+                        # more, so the other proxies write their leases again before this one counts on
+                        # what Redis holds; then write this proxy's again (some were taken meanwhile).
+                        await asyncio.sleep(self.tick_seconds)
+                        tally = await self.tick(renew_only=False)
                     self._connection += 1
                     self._up = True
                     self._started.set()
@@ -313,8 +323,9 @@ class RedisFleet:
             except Exception as exc:
                 self._lose(exc)
             await asyncio.sleep(delay * (0.5 + self._rng.random()))
-            # Never longer than a renewal: back within a third of the lease, the counts are right within one.
-            delay = min(delay * 2, BACKOFF[1], self.tick_seconds)
+            # At most half a renewal (with jitter, 3/4): reconnected, then alone one renewal more (see
+            # above), the counts are right within one lease of Redis's return.
+            delay = min(delay * 2, BACKOFF[1], self.tick_seconds / 2)
 
     async def _renew(self) -> None:
         while self._up:

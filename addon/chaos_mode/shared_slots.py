@@ -13,14 +13,16 @@ proxy whose first waiter was served less (`hold_back`), so the fleet serves conv
 order one proxy would.
 
 When the fleet's store is unreachable the proxy serves on its own slots alone, with `share` of each
-limit, until the store is back; then every lease held is written again (`leases`) and the mirror is
-rebuilt from the next tally.
+limit, until the store is back (for `forget_after` seconds, the lease TTL, it also still counts the other
+proxies' slots as last seen: those they took beyond their share before the outage are still running);
+then every lease held is written again (`leases`) and the mirror is rebuilt from the next tally.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -92,12 +94,17 @@ class SharedSlots:
         share: float | None = None,
         on_freed: Callable[[], None] = lambda: None,
         waiting: Callable[[], tuple[int, int]] = lambda: NOBODY,
+        clock: Callable[[], float] = time.monotonic,
+        forget_after: float = 10.0,
     ) -> None:
         self.proxy_id = proxy_id
         self.fleet: Fleet | None = None  # None: not connected yet, this proxy serves alone
         self.configured_share = share  # None: 1 / the number of proxies last seen
         self.on_freed = on_freed  # the fleet freed capacity: the pool's waiters may use it
         self.waiting = waiting  # (requests waiting here, level of the first in line): the pool's queue
+        self.clock = clock
+        self.forget_after = forget_after  # seconds alone before the others' slots as last seen are forgotten
+        self._forget_at: float | None = None
         self._ids = itertools.count(1)
         self._caps: dict[str, tuple[int, int]] = {}  # the caps each model's last slot was taken under
         self._own: dict[str, int] = {}  # slots held here, confirmed or not
@@ -148,8 +155,12 @@ class SharedSlots:
 
     def try_acquire(self, model: str, cap: int, account_cap: int) -> bool:
         share = self._alone_share
-        if share is not None:  # alone: only this proxy's slots count, against its share of each limit
-            cap, account_cap = _part(cap, share), _part(account_cap, share)
+        if share is not None:  # alone: this proxy's slots count against its share of each limit
+            if self._forget_at is not None and self.clock() >= self._forget_at:
+                self._forget_others()
+            own = self._own.get(model, 0)
+            if own >= _part(cap, share) or sum(self._own.values()) >= _part(account_cap, share):
+                return False
         held = self._counts.get(model, 0)
         if held >= cap or self._total >= account_cap:
             return False
@@ -314,27 +325,36 @@ class SharedSlots:
         """The store answers (again): use it. The caller writes `leases()` and applies a tally."""
         self.fleet = fleet
         self._alone_share = None
+        self._forget_at = None
         self._seqs.clear()
         self._total_seq = 0
 
     def disconnected(self) -> float:
-        """The store went away: forget the others, serve alone on a share of each limit (returned)."""
+        """The store went away: serve alone on a share of each limit (returned), counting the others'
+        slots as last seen for `forget_after` seconds more."""
         share = self.configured_share
         if share is None:
             alive = len(self._proxies)  # this proxy included
             share = 1.0 / alive if alive else FALLBACK_SHARE
         self._alone_share = share
         self.lost += 1
-        self._others.clear()
-        self._others_total = 0
+        self._forget_at = self.clock() + self.forget_after
         self._peers.clear()
         self._releasing.clear()  # the releases under way fail: their leases end with their TTL
         self._seqs.clear()  # Redis may come back empty: its change numbers start again
         self._total_seq = 0
+        self.on_freed()
+        return share
+
+    def _forget_others(self) -> None:
+        """Alone long enough: the others' slots taken before the outage have ended, or are within their
+        share; only this proxy's count now."""
+        self._forget_at = None
+        self._others.clear()
+        self._others_total = 0
         self._counts = dict(self._own)
         self._total = sum(self._own.values())
         self.on_freed()
-        return share
 
 
 def _part(limit: int, share: float) -> int:
