@@ -248,7 +248,9 @@ class ChaosMode:
             _proxy_id(), share=share, on_freed=self.pool.wake, waiting=self.pool.first_in_line
         )
         self.pool.use_slots(slots)
-        return RedisFleet(url, slots, models=lambda: list(self.config.models), lease_seconds=lease_seconds)
+        return RedisFleet(
+            url, slots, models=lambda: list(self.config.models), lease_seconds=lease_seconds, pool=self.pool
+        )
 
     @staticmethod
     def _read_config(path: str, enabled: str) -> ModelRouting:

@@ -7,8 +7,9 @@ import math
 import random
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from .admission import AdmissionQueue
 from .catalog import REQUEST_TIERS, RequestTier
@@ -166,6 +167,22 @@ class ChaosPool:
         """Count slots in `slots` from now on (a store shared with other proxies). Only at start-up, while
         nothing is held: a held slot must be released where it was taken."""
         self._slots = slots
+
+    def use_cooldowns(self, cooldowns: CooldownState) -> None:
+        """Keep cooldowns in `cooldowns` from now on (one shared with other proxies), at start-up."""
+        self._cooldowns = cooldowns
+
+    def blocks_changed(self) -> None:
+        """Another proxy blocked or restored a model: a restored one may serve the waiters."""
+        if len(self._queue):
+            self._queue.dispatch()
+            self._arm_timer()
+
+    def adopt_limits(self, rows: Mapping[str, Any]) -> int:
+        """Take the limits other proxies learned, where newer than ours (see `LearnedLimits.merge`)."""
+        taken = self._limits.merge(rows)
+        self._limits_changed()
+        return taken
 
     def wake(self) -> None:
         """Capacity may have been freed elsewhere (another proxy of the fleet): serve the waiters."""

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import math
 import random
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
@@ -22,6 +24,9 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
+from .cooldown import Cooldowns
+from .pool import ChaosPool
+from .shared_cooldowns import BlockNotice, SharedCooldowns
 from .shared_slots import Notice, SharedSlots, Tally, Verdict
 from .state_url import StateUrl, redact
 
@@ -112,6 +117,19 @@ return 1
 """
 
 
+# KEYS: the learned limits' hash. ARGV: (field, JSON row) pairs. A row replaces the one there only when it
+# changed later (`changedAt`, wall clock): the last change wins, whichever proxy writes last.
+PUSH_LIMITS: Final = """
+for i = 1, #ARGV, 2 do
+  local old = redis.call('HGET', KEYS[1], ARGV[i])
+  if not old or cjson.decode(old).changedAt < cjson.decode(ARGV[i + 1]).changedAt then
+    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+  end
+end
+return redis.call('HGETALL', KEYS[1])
+"""
+
+
 def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -146,6 +164,7 @@ class RedisFleet:
         prefix: str = "chaos:",
         timeout: float = CALL_TIMEOUT,
         rng: random.Random | None = None,
+        pool: ChaosPool | None = None,
     ) -> None:
         self.url = url
         self.slots = slots
@@ -158,6 +177,14 @@ class RedisFleet:
         self._account = f"{prefix}account"
         self._fleet = f"{prefix}fleet"
         self._seq = f"{prefix}seq"
+        self._blocks = f"{prefix}blocks"  # channel: cooldowns, models out of rotation, pauses (JSON)
+        self._limits = f"{prefix}limits"  # hash: model (or *account) -> its learned limit (JSON row)
+        self.pool = pool
+        self.cooldowns: SharedCooldowns | None = None
+        self._pushed = -math.inf  # the learned limits changed after this (wall clock) are told at renewal
+        if pool is not None and isinstance(pool.cooldowns, Cooldowns):
+            self.cooldowns = SharedCooldowns(pool.cooldowns, self._tell_block)
+            pool.use_cooldowns(self.cooldowns)
         self._client: aioredis.Redis = aioredis.Redis(
             host=url.host,
             port=url.port,
@@ -176,6 +203,7 @@ class RedisFleet:
         self._release = self._client.register_script(RELEASE)
         self._tick = self._client.register_script(TICK)
         self._leave = self._client.register_script(LEAVE)
+        self._push_limits = self._client.register_script(PUSH_LIMITS)
         self._announcing = False
         self._connection = 0  # bumped on every (re)connection
         self._runner: asyncio.Task[None] | None = None
@@ -290,7 +318,7 @@ class RedisFleet:
                 pubsub = self._client.pubsub()
                 try:
                     async with asyncio.timeout(self.timeout):
-                        await pubsub.subscribe(self._channel)
+                        await pubsub.subscribe(self._channel, self._blocks)
                     tally = await self.tick(renew_only=False)  # every lease held here, again: reconciled
                     if self.slots.lost:
                         # Back after an outage: Redis may have come back empty. Stay alone one renewal
@@ -334,12 +362,16 @@ class RedisFleet:
                     await self._wake.wait()
             self._wake.clear()
             self.slots.apply(await self.tick())
+            await self.share_limits()
         raise ConnectionError(self.last_error or "shared state lost")
 
     async def _listen(self, pubsub: Any) -> None:
         me = self.slots.proxy_id
         while self._up:
             message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=self.tick_seconds)
+            if message is not None and _text(message["channel"]) == self._blocks:
+                self._heard_block(_text(message["data"]))
+                continue
             notice = None if message is None else parse_notice(_text(message["data"]))
             if notice is None or notice.proxy == me:
                 continue
@@ -347,6 +379,64 @@ class RedisFleet:
                 self._wake.set()
             self.slots.heard(notice)
         raise ConnectionError(self.last_error or "shared state lost")
+
+    def _tell_block(self, notice: BlockNotice) -> None:
+        """A block set here: to every proxy (in the background; lost while Redis is away)."""
+        if self._up:
+            seconds = notice.seconds if notice.seconds is None or math.isfinite(notice.seconds) else None
+            body = {"proxy": self.slots.proxy_id, "kind": notice.kind, "model": notice.model}
+            self._spawn(
+                self._publish(self._blocks, json.dumps({**body, "seconds": seconds, "reason": notice.reason}))
+            )
+
+    async def _publish(self, channel: str, message: str) -> None:
+        connection = self._connection
+        try:
+            async with asyncio.timeout(self.timeout):
+                await self._client.publish(channel, message)
+        except (RedisError, OSError, TimeoutError) as exc:
+            self._lose(exc, connection)
+
+    def _heard_block(self, text: str) -> None:
+        if self.cooldowns is None or self.pool is None:
+            return
+        try:
+            data = json.loads(text)
+            if data["proxy"] == self.slots.proxy_id or data["kind"] not in (
+                "cooldown",
+                "out",
+                "restore",
+                "pause",
+            ):
+                return
+            seconds = data["seconds"]
+            notice = BlockNotice(
+                data["kind"],
+                str(data["model"]),
+                None if seconds is None else float(seconds),
+                str(data["reason"])[:200],
+            )
+        except (ValueError, KeyError, TypeError):
+            return
+        self.cooldowns.heard(notice)
+        self.pool.blocks_changed()
+
+    async def share_limits(self) -> None:
+        """Write the learned limits that changed here since the last time, read everyone's, take the
+        newer ones (the last change of each limit wins)."""
+        if self.pool is None or not self.pool.limits.enabled:
+            return
+        rows = self.pool.limits.rows(since=self._pushed)
+        args = [part for name, row in rows.items() for part in (name, json.dumps(row))]
+        async with asyncio.timeout(self.timeout):
+            flat = await self._push_limits(keys=(self._limits,), args=args)
+        if rows:
+            self._pushed = max(row["changedAt"] for row in rows.values())
+        fleet_rows = {}
+        for name, row in zip(flat[::2], flat[1::2], strict=True):
+            with contextlib.suppress(ValueError):
+                fleet_rows[_text(name)] = json.loads(_text(row))
+        self.pool.adopt_limits(fleet_rows)
 
     async def tick(self, *, renew_only: bool = True) -> Tally:
         """Renew this proxy's leases (`renew_only` False: write them again, Redis may have lost them), say
@@ -432,6 +522,7 @@ def fleet_status(fleet: RedisFleet) -> dict[str, Any]:
         "proxy": slots.proxy_id,
         "ownInFlight": sum(slots.own().values()),
         "heldBack": slots.held_back,
+        "blocksHeard": fleet.cooldowns.heard_count if fleet.cooldowns is not None else 0,
         "own": slots.own(),
         "alive": len(proxies),
         "proxies": [
