@@ -19,7 +19,7 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -171,12 +171,16 @@ def _owner(lease: object) -> str:
     return text.rpartition("#")[0]
 
 
-async def _poll(condition: Any, timeout: float, every: float = 0.02) -> float | None:
-    """Seconds until the async `condition()` holds, None if it did not within `timeout`."""
+async def _poll(
+    condition: Callable[[], Awaitable[float | None]], timeout: float, every: float = 0.02
+) -> float | None:
+    """Seconds until the async `condition()` held: it returns when (`time.perf_counter()`) it read the
+    fact that makes it hold, else None; None if it did not hold within `timeout`."""
     start = time.perf_counter()
     while time.perf_counter() - start < timeout:
-        if await condition():
-            return round(time.perf_counter() - start, 3)
+        when = await condition()
+        if when is not None:
+            return round(max(when - start, 0.0), 3)
         await asyncio.sleep(every)
     return None
 
@@ -203,8 +207,7 @@ async def kill_one(
     finally:
         await client.aclose()
         await stop_fleet(proxies)
-    records = [r for records, _ in survivors for r in records]
-    figures = fleet_figures(records, max(m for _, m in survivors), sim_stats, bound=0.0)
+    figures = _swarm_figures(survivors, sim_stats)
     return {
         "proxies": count,
         "killedAfterSeconds": after,
@@ -218,10 +221,19 @@ async def kill_one(
     }
 
 
-async def _reaped(client: aioredis.Redis, proxy: str) -> bool:
-    """The dead proxy's leases are gone (a survivor's renewal reaps expired ones)."""
+def _swarm_figures(
+    runs: Sequence[tuple[list[RequestRecord], float]], sim_stats: dict[str, Any]
+) -> dict[str, Any]:
+    """`fleet_figures` of swarm parts run together (no lower bound: the run was disturbed on purpose)."""
+    records = [r for records, _ in runs for r in records]
+    return fleet_figures(records, max(m for _, m in runs), sim_stats, bound=0.0)
+
+
+async def _reaped(client: aioredis.Redis, proxy: str) -> float | None:
+    """When the dead proxy's leases were seen gone (expired: every script reaps them before counting)."""
     await client.eval(_REAP, 1, "chaos:account")
-    return await _leases_of(client, proxy) == 0
+    when = time.perf_counter()
+    return when if await _leases_of(client, proxy) == 0 else None
 
 
 _REAP = (  # what every script does before counting: expired leases no longer count
@@ -260,8 +272,7 @@ async def restart_redis(
         statuses = [await get_json(p.status_url) for p in proxies]
     finally:
         await stop_fleet(proxies)
-    records = [r for records, _ in runs for r in records]
-    figures = fleet_figures(records, max(m for _, m in runs), sim_stats, bound=0.0)
+    figures = _swarm_figures(runs, sim_stats)
     return {
         "proxies": count,
         "stoppedAfterSeconds": after,
@@ -276,15 +287,18 @@ async def restart_redis(
     }, again
 
 
-async def _counts_match(client: aioredis.Redis, proxies: Sequence[ProxyProcess]) -> bool:
-    """Every proxy is connected and the account's leases in Redis are the slots the proxies hold (read
-    twice around Redis's count, so a slot taken meanwhile does not pass for a match)."""
+async def _counts_match(client: aioredis.Redis, proxies: Sequence[ProxyProcess]) -> float | None:
+    """When the account's leases in Redis were read equal to the slots the proxies hold, every proxy
+    connected (their statuses read before and after Redis's count, so a slot taken meanwhile does not pass
+    for a match); None when they differ."""
     before = [(await get_json(p.status_url))["fleet"] for p in proxies]
     await client.eval(_REAP, 1, "chaos:account")
     leases = await client.zcard("chaos:account")
+    when = time.perf_counter()
     after = [(await get_json(p.status_url))["fleet"] for p in proxies]
     held = sum(f["ownInFlight"] for f in after)
-    return all(f["connected"] for f in after) and held == sum(f["ownInFlight"] for f in before) == leases
+    connected = all(f["connected"] for f in before + after)
+    return when if connected and held == sum(f["ownInFlight"] for f in before) == leases else None
 
 
 async def lease_latency(redis_url: str, samples: int = 2000) -> dict[str, float]:
