@@ -4,8 +4,11 @@ account, an outage and the reconciliation after it, and an invariant under any s
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import time
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 
 import pytest
 import redis.asyncio as aioredis
@@ -18,6 +21,7 @@ from chaos_mode.pool import ChaosPool, Ticket
 from chaos_mode.redis_state import RedisFleet, fleet_status
 from chaos_mode.shared_slots import SharedSlots
 from chaos_mode.state_url import parse_state_url
+from chaos_mode.zai_errors import classify_error
 from redis_support import redis_process
 
 CONFIG = default_config()
@@ -40,12 +44,16 @@ async def client(server: RedisProcess) -> AsyncIterator[aioredis.Redis]:
 def make_fleet(
     url: str, name: str, *, lease_seconds: float = 5.0, pool: ChaosPool | None = None
 ) -> RedisFleet:
-    slots = SharedSlots(name, on_freed=pool.wake if pool else lambda: None)
+    slots = SharedSlots(
+        name,
+        on_freed=pool.wake if pool else lambda: None,
+        waiting=pool.first_in_line if pool else lambda: (0, 0),
+    )
     if pool is not None:
         pool.use_slots(slots)
     parsed = parse_state_url(url, {})
     assert parsed is not None
-    return RedisFleet(parsed, slots, models=lambda: MODELS, lease_seconds=lease_seconds)
+    return RedisFleet(parsed, slots, models=lambda: MODELS, lease_seconds=lease_seconds, pool=pool)
 
 
 async def until(condition: object, timeout: float = 5.0) -> None:
@@ -85,8 +93,9 @@ async def test_release_removes_the_lease_and_tells_the_other_proxies(
     fleet.release("glm-4.5", "p#1")
     await asyncio.gather(*fleet._background)
     assert await client.zcard("chaos:slots:glm-4.5") == 0 and await client.zcard("chaos:account") == 0
-    messages = [await pubsub.get_message(ignore_subscribe_messages=True, timeout=1) for _ in range(2)]
-    assert [m["data"] for m in messages if m] == [b"p glm-4.5"]  # the first read is the subscription's
+    messages = [await pubsub.get_message(ignore_subscribe_messages=True, timeout=1) for _ in range(3)]
+    # the first read is the subscription's; then the lease taken and given back, numbered
+    assert [m["data"] for m in messages if m] == [b"1 + p glm-4.5 0 0", b"2 - p glm-4.5 0 0"]
     await pubsub.aclose()
     await fleet.close()
 
@@ -225,3 +234,65 @@ async def test_leases_never_exceed_the_caps_and_come_back_to_zero(
     for fleet in fleets:
         await fleet.close()
     await client.aclose()
+
+
+def zai_error(code: str):  # type: ignore[no-untyped-def]
+    body = json.dumps({"type": "error", "error": {"code": code, "message": f"error {code}"}})
+    error = classify_error(429, body, now=time.time())
+    assert error is not None
+    return error
+
+
+async def two_pools(
+    server: RedisProcess, lease_seconds: float = 0.6
+) -> tuple[list[ChaosPool], list[RedisFleet]]:
+    pools = [ChaosPool(CONFIG), ChaosPool(CONFIG)]
+    fleets = [
+        make_fleet(server.url, f"p{i}", pool=pool, lease_seconds=lease_seconds)
+        for i, pool in enumerate(pools)
+    ]
+    for fleet in fleets:
+        fleet.start()
+    await until(lambda: all(f.up for f in fleets))
+    return pools, fleets
+
+
+async def test_a_1113_on_one_proxy_takes_the_model_out_on_the_other_and_a_restore_puts_it_back(
+    server: RedisProcess, client: aioredis.Redis
+) -> None:
+    (a, b), fleets = await two_pools(server)
+    try:
+        a.report_error("glm-4.7", zai_error("1113"))
+        await until(lambda: "glm-4.7" in b.cooldowns.blocked(), 2)
+        block = b.cooldowns.block("glm-4.7")
+        assert block is not None and block.kind == "out" and "1113" in block.reason
+        a.report_error("glm-4.6", zai_error("1305"), retry_after=20.0)
+        await until(lambda: "glm-4.6" in b.cooldowns.blocked(), 2)
+        assert 15 < b.cooldowns.remaining("glm-4.6") <= 20  # the seconds left travel, not a clock
+        a.restore("glm-4.7")
+        await until(lambda: "glm-4.7" not in b.cooldowns.blocked(), 2)
+        assert "glm-4.7" not in a.cooldowns.blocked() and "glm-4.6" in a.cooldowns.blocked()
+    finally:
+        for fleet in fleets:
+            await fleet.close()
+
+
+async def test_a_learned_limit_lowered_on_one_proxy_is_seen_by_the_other(
+    server: RedisProcess, client: aioredis.Redis
+) -> None:
+    (a, b), fleets = await two_pools(
+        server, lease_seconds=0.3
+    )  # renewals (and the limits' sharing) every 0.1 s
+    try:
+        selection = a.try_acquire(Ticket("heavy"))
+        assert selection is not None
+        model = selection.model
+        a.report_error(model, zai_error("1302"), selection=replace(selection, in_flight=2))  # refused at 2
+        lowered = a.limits.limit(model)
+        assert lowered < CONFIG.models[model].max_concurrency
+        await until(lambda: b.limits.limit(model) == lowered, 2)
+        assert "1302" in b.limits.view(model).reason
+        a.release(model)
+    finally:
+        for fleet in fleets:
+            await fleet.close()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chaos_mode.shared_slots import FALLBACK_SHARE, SharedSlots, Tally, Verdict
+from chaos_mode.shared_slots import FALLBACK_SHARE, HOLD_BACK, Notice, SharedSlots, Tally, Verdict
 
 
 class FakeFleet:
@@ -12,6 +12,8 @@ class FakeFleet:
         self.leases: dict[str, set[str]] = {}
         self.down = False
         self.released: list[str] = []
+        self.seq = 0
+        self.announced = 0
 
     async def confirm(self, model: str, lease: str, cap: int, account_cap: int) -> Verdict | None:
         if self.down:
@@ -19,16 +21,22 @@ class FakeFleet:
         held = self.leases.setdefault(model, set())
         total = sum(map(len, self.leases.values()))
         if len(held) >= cap or total >= account_cap:
-            return Verdict(False, len(held), total)
+            return Verdict(False, len(held), total, self.seq)
         held.add(lease)
-        return Verdict(True, len(held), total + 1)
+        self.seq += 1
+        return Verdict(True, len(held), total + 1, self.seq)
 
     def release(self, model: str, lease: str) -> None:
         self.leases.get(model, set()).discard(lease)
         self.released.append(lease)
+        self.seq += 1
+
+    def announce(self) -> None:
+        self.announced += 1
 
     def tally(self) -> Tally:
-        return Tally({m: len(v) for m, v in self.leases.items()}, sum(map(len, self.leases.values())))
+        counts = {m: len(v) for m, v in self.leases.items()}
+        return Tally(counts, sum(counts.values()), seq=self.seq)
 
 
 def connected(fleet: FakeFleet, name: str = "a") -> SharedSlots:
@@ -59,8 +67,71 @@ async def test_the_mirror_counts_the_other_proxies_and_a_lost_race_learns_from_t
     assert b.in_flight("m") == 1 and b.total() == 1  # a's, as the store said
     assert not b.try_acquire("m", 1, 10)
     a.release("m")
-    b.freed_elsewhere("m")  # a's message
+    b.heard(Notice(fleet.seq, "-", "a", "m"))  # a's message
     assert b.in_flight("m") == 0 and b.try_acquire("m", 1, 10) and await b.confirm("m")
+
+
+async def test_notices_keep_the_mirror_current_and_one_a_tally_already_counted_is_not_counted_again() -> None:
+    fleet = FakeFleet()
+    a, b = connected(fleet, "a"), connected(fleet, "b")
+    assert a.try_acquire("m", 2, 10) and await a.confirm("m")
+    b.heard(Notice(fleet.seq, "+", "a", "m"))  # a's lease, announced
+    assert (b.in_flight("m"), b.total()) == (1, 1)
+    b.apply(fleet.tally())  # the tally read after the notice counts it once
+    b.heard(Notice(fleet.seq, "+", "a", "m"))  # the same notice, late: already counted
+    assert (b.in_flight("m"), b.total()) == (1, 1)
+    assert a.try_acquire("m", 2, 10) and await a.confirm("m")
+    b.heard(Notice(fleet.seq, "+", "a", "m"))
+    stale = fleet.tally()
+    a.release("m")
+    b.heard(Notice(fleet.seq, "-", "a", "m"))  # newer than the tally that arrives after it
+    b.apply(stale)
+    assert (b.in_flight("m"), b.total()) == (1, 1)
+    b.heard(Notice(99, "+", "b", "m"))  # its own notices change nothing
+    assert b.in_flight("m") == 1
+
+
+async def test_a_lease_given_back_but_not_yet_removed_is_not_counted_as_another_proxys() -> None:
+    fleet = FakeFleet()
+    a = connected(fleet, "a")
+    assert a.try_acquire("m", 2, 2) and await a.confirm("m")
+    stale = Tally({"m": 1}, 1, seq=fleet.seq)  # read before the release reached the store
+    a.release("m")
+    a.apply(stale)
+    assert (a.in_flight("m"), a.total()) == (0, 0)  # the lease is ours, on its way back
+    a.given_back("m")
+    a.apply(stale)
+    assert (a.in_flight("m"), a.total()) == (1, 1)  # answered: one the tally shows is another's
+
+
+def test_a_freed_slot_goes_first_to_another_proxy_whose_first_waiter_was_served_less() -> None:
+    line = (3, 2)  # three wait here, the first of them admitted twice lately
+    slots = SharedSlots("a", waiting=lambda: line)
+    slots.connected(FakeFleet())
+    assert slots.hold_back() == 0.0  # nobody else heard of
+    slots.heard(Notice(1, "=", "b", "", waiting=4, level=1))
+    assert slots.hold_back() == HOLD_BACK
+    slots.heard(Notice(2, "-", "b", "m", waiting=4, level=2))
+    assert slots.hold_back() == 0.0  # even: this proxy's waiters take it at once
+    slots.heard(Notice(3, "+", "b", "m", waiting=0, level=0))
+    assert slots.hold_back() == 0.0  # nobody waits there
+    slots.heard(Notice(4, "=", "c", "", waiting=1, level=0))
+    assert slots.hold_back() == HOLD_BACK
+    slots.heard(Notice(5, "*", "c"))
+    assert slots.hold_back() == 0.0 and slots.held_back == 2
+    line = (0, 0)
+    slots.heard(Notice(6, "=", "b", "", waiting=4, level=0))
+    assert slots.hold_back() == 0.0  # nobody waits here: nothing to hold back from
+
+
+def test_waiting_here_is_announced_while_the_fleet_answers() -> None:
+    fleet = FakeFleet()
+    slots = connected(fleet, "a")
+    slots.queued()
+    assert fleet.announced == 1
+    slots.disconnected()
+    slots.queued()
+    assert fleet.announced == 1
 
 
 async def test_a_tally_rebuilds_the_mirror_and_wakes_waiters_when_others_freed_slots() -> None:
@@ -87,6 +158,19 @@ async def test_alone_a_proxy_uses_its_share_and_its_leases_are_written_again_whe
     fleet.down = False
     slots.connected(fleet)
     assert slots.share is None and slots.try_acquire("m", 4, 100)
+
+
+async def test_alone_the_others_slots_as_last_seen_still_count_for_one_lease() -> None:
+    now = [0.0]
+    fleet = FakeFleet()
+    slots = SharedSlots("a", clock=lambda: now[0], forget_after=2.0)
+    slots.connected(fleet)
+    slots.apply(Tally({"m": 3}, 3, {"a": 0, "b": 3}))  # b holds all of m's 3 slots
+    assert slots.disconnected() == 0.5
+    assert not slots.try_acquire("m", 3, 28)  # b's slots are still running
+    now[0] = 2.0
+    assert slots.try_acquire("m", 3, 28)  # a lease later: only this proxy's share (1 of 3) counts
+    assert not slots.try_acquire("m", 3, 28)
 
 
 def test_the_share_before_anything_was_seen_and_a_configured_one() -> None:

@@ -244,9 +244,13 @@ class ChaosMode:
                 f"chaos_state: needs the Python package redis ({exc.name} is missing): "
                 "pip install 'chaos-mode[redis]' where mitmproxy runs"
             ) from None
-        slots = SharedSlots(_proxy_id(), share=share, on_freed=self.pool.wake)
+        slots = SharedSlots(
+            _proxy_id(), share=share, on_freed=self.pool.wake, waiting=self.pool.first_in_line
+        )
         self.pool.use_slots(slots)
-        return RedisFleet(url, slots, models=lambda: list(self.config.models), lease_seconds=lease_seconds)
+        return RedisFleet(
+            url, slots, models=lambda: list(self.config.models), lease_seconds=lease_seconds, pool=self.pool
+        )
 
     @staticmethod
     def _read_config(path: str, enabled: str) -> ModelRouting:

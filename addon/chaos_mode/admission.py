@@ -54,6 +54,10 @@ class AdmissionQueue[K, T]:
         """The waiters, in the order they are served."""
         return list(self._waiters.values())
 
+    def first(self) -> Waiter[K, T] | None:
+        """The waiter served first, if any."""
+        return next(iter(self._waiters.values()), None)
+
     def oldest_wait(self) -> float:
         """Seconds the longest waiter has waited so far (0 when nobody waits)."""
         oldest = min((waiter.enqueued_at for waiter in self._waiters.values()), default=None)

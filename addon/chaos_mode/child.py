@@ -110,6 +110,12 @@ class ChildProcess:
         """What the child printed so far: stdout, then stderr."""
         return self.stdout_text() + self.stderr_text()
 
+    def kill(self) -> None:
+        """SIGKILL, as a crash would: no chance to clean up (`stop()` still collects the logs)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=self.stop_timeout)
+
     def stop(self) -> int | None:
         """Terminate (then kill) the child; returns its exit code. Safe to call twice."""
         proc, self.proc = self.proc, None

@@ -86,6 +86,15 @@ class Cooldowns:
             self._set(model, Block(reason, until, "cooldown"))
         return seconds
 
+    def impose(self, model: str, seconds: float, reason: str) -> None:
+        """A cooldown of `seconds` set elsewhere (another proxy's): no strike here; a longer block stays."""
+        current = self.block(model)
+        until = self._clock() + max(seconds, 0.0)
+        if current is None or (
+            current.kind == "cooldown" and current.until is not None and current.until < until
+        ):
+            self._set(model, Block(reason, until, "cooldown"))
+
     def succeeded(self, model: str) -> None:
         """A clean answer from `model`: its run of busy answers is over (the next one starts afresh)."""
         if self._strikes:

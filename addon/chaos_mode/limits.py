@@ -25,6 +25,7 @@ Blame = Literal["model", "account"]
 
 STATE_FORMAT: Final = "chaos-mode learned limits"
 STATE_VERSION: Final = 1
+ACCOUNT_ROW: Final = "*account"  # the account's row among the models' in `rows` / `merge`
 TICK_SECONDS: Final = 1.0  # how often drift is looked at
 CUT: Final = 0.75  # a limit z.ai confirmed, then refused at: what is kept of it
 
@@ -386,6 +387,36 @@ class LearnedLimits:
         if restored:
             self.version += 1
         return restored
+
+    def rows(self, since: float = -math.inf) -> dict[str, dict[str, Any]]:
+        """The limits changed after `since` (wall clock) as `dump` writes them, the account's as
+        `ACCOUNT_ROW`: what a proxy tells the fleet."""
+        data = self.dump()
+        rows: dict[str, dict[str, Any]] = dict(data["models"])
+        if data["account"] is not None:
+            rows[ACCOUNT_ROW] = data["account"]
+        return {name: row for name, row in rows.items() if row["changedAt"] > since}
+
+    def merge(self, rows: Mapping[str, Any]) -> int:
+        """Take the limits another proxy learned (`rows`), each only when it changed later than ours (the
+        last change wins); returns how many were taken."""
+        taken = 0
+        if not self._enabled:
+            return taken
+        for name, row in rows.items():
+            entry = self._account if name == ACCOUNT_ROW else self._models.get(name)
+            if entry is None or not isinstance(row, Mapping):
+                continue
+            changed_at = row.get("changedAt")
+            if not isinstance(changed_at, int | float) or isinstance(changed_at, bool):
+                continue
+            if entry.changed_at is not None and changed_at <= entry.changed_at:
+                continue
+            if self._restore_row(entry, row):
+                taken += 1
+        if taken:
+            self.version += 1
+        return taken
 
     def _restore_row(self, entry: Limit, row: Any) -> bool:
         if not isinstance(row, Mapping) or row.get("start") != entry.start:

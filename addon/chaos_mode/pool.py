@@ -7,8 +7,9 @@ import math
 import random
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from .admission import AdmissionQueue
 from .catalog import REQUEST_TIERS, RequestTier
@@ -137,6 +138,7 @@ class ChaosPool:
             clock=clock,
         )
         self._timer: asyncio.TimerHandle | None = None
+        self._wake_timer: asyncio.TimerHandle | None = None
         self.dispatched: dict[str, int] = {}
         self.admitted = 0  # requests that got a slot through admit / admit_now
         self.rejected = 0  # requests admit answered None
@@ -173,6 +175,22 @@ class ChaosPool:
         """Count slots in `slots` from now on (a store shared with other proxies). Only at start-up, while
         nothing is held: a held slot must be released where it was taken."""
         self._slots = slots
+
+    def use_cooldowns(self, cooldowns: CooldownState) -> None:
+        """Keep cooldowns in `cooldowns` from now on (one shared with other proxies), at start-up."""
+        self._cooldowns = cooldowns
+
+    def blocks_changed(self) -> None:
+        """Another proxy blocked or restored a model: a restored one may serve the waiters."""
+        if len(self._queue):
+            self._queue.dispatch()
+            self._arm_timer()
+
+    def adopt_limits(self, rows: Mapping[str, Any]) -> int:
+        """Take the limits other proxies learned, where newer than ours (see `LearnedLimits.merge`)."""
+        taken = self._limits.merge(rows)
+        self._limits_changed()
+        return taken
 
     def wake(self) -> None:
         """Capacity may have been freed elsewhere (another proxy of the fleet): serve the waiters."""
@@ -373,8 +391,24 @@ class ChaosPool:
             self.spurious_releases += 1
             return False
         if len(self._queue):
-            self._queue.dispatch()
+            delay = self._slots.hold_back()
+            if delay > 0:
+                self._wake_later(delay)  # another proxy's waiters first (a shared store's fairness)
+            else:
+                self._queue.dispatch()
         return True
+
+    def _wake_later(self, delay: float) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop, so nobody can be waiting
+            return
+        if self._wake_timer is None:
+            self._wake_timer = loop.call_later(delay, self._on_wake_timer)
+
+    def _on_wake_timer(self) -> None:
+        self._wake_timer = None
+        self.wake()
 
     def release_selection(self, selection: Selection) -> None:
         """Give back a slot granted but never used (its request ended first), a probe's included."""
@@ -442,6 +476,7 @@ class ChaosPool:
             if timeout is None:
                 timeout = self._config.queue.timeout_seconds
             self._arm_timer()
+            self._slots.queued()
             selection = await self._queue.wait(ticket, timeout, since, self._shares.level(ticket.session))
         elif len(self._queue):
             selection = self._attempt(ticket)  # the queue is full: no place to wait fairly
@@ -596,6 +631,11 @@ class ChaosPool:
 
     def waiting(self) -> int:
         return len(self._queue)
+
+    def first_in_line(self) -> tuple[int, int]:
+        """(requests waiting, the level of the first in line: its conversation's admissions lately)."""
+        first = self._queue.first()
+        return (len(self._queue), first.order[0]) if first is not None else (0, 0)
 
     def _follow_limits(self) -> None:
         """Let learned limits drift, and rebuild what derives from them when they changed."""

@@ -2,7 +2,8 @@
 
 An adapter (redis-py's asyncio client) under `SharedSlots`. Keys, with `prefix` (default `chaos:`):
 `slots:{model}` and `account` are sorted sets of lease ids scored by their expiry (ms, Redis's own
-clock), `fleet` scores each proxy id by when it was last seen; a release is published on `freed`.
+clock), `fleet` scores each proxy id by when it was last seen, `seq` numbers the changes; every lease taken
+or given back is published on `freed` (a `Notice`: `seq op proxy model waiting level`).
 Every call has a timeout; when one fails the proxy serves alone (see `SharedSlots`), reconnects with
 backoff and jitter, then writes its leases again.
 """
@@ -11,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import math
 import random
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
@@ -21,7 +24,10 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from .shared_slots import SharedSlots, Tally, Verdict
+from .cooldown import Cooldowns
+from .pool import ChaosPool
+from .shared_cooldowns import BlockNotice, SharedCooldowns
+from .shared_slots import Notice, SharedSlots, Tally, Verdict
 from .state_url import StateUrl, redact
 
 log = logging.getLogger("chaos_mode")
@@ -34,7 +40,8 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 """
 
-# KEYS: the model's leases, the account's. ARGV: lease, ttl ms, model cap, account cap.
+# KEYS: the model's leases, the account's, the change number. ARGV: lease, ttl ms, model cap, account cap,
+# channel, the notice's tail. A lease taken is a change: numbered, and announced to the fleet.
 CONFIRM: Final = (
     _NOW
     + """
@@ -43,29 +50,33 @@ redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 local n = redis.call('ZCARD', KEYS[1])
 local total = redis.call('ZCARD', KEYS[2])
 if n >= tonumber(ARGV[3]) or total >= tonumber(ARGV[4]) then
-  return {0, n, total}
+  return {0, n, total, tonumber(redis.call('GET', KEYS[3]) or 0)}
 end
 local expiry = now + tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], expiry, ARGV[1])
 redis.call('ZADD', KEYS[2], expiry, ARGV[1])
-return {1, n + 1, total + 1}
+local seq = redis.call('INCR', KEYS[3])
+redis.call('PUBLISH', ARGV[5], seq .. ' + ' .. ARGV[6])
+return {1, n + 1, total + 1, seq}
 """
 )
 
-# KEYS: the model's leases, the account's. ARGV: lease, channel, message.
+# KEYS: the model's leases, the account's, the change number. ARGV: lease, channel, the notice's tail.
 RELEASE: Final = """
 local gone = redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
 if gone > 0 then
-  redis.call('PUBLISH', ARGV[2], ARGV[3])
+  local seq = redis.call('INCR', KEYS[3])
+  redis.call('PUBLISH', ARGV[2], seq .. ' - ' .. ARGV[3])
 end
 return gone
 """
 
-# KEYS: the account's leases, the fleet, then every model's leases. ARGV: ttl ms, proxy id, how long a
-# silent proxy counts as alive (ms), XX (renew only the leases still there: one released meanwhile stays
-# released) or ALL (write them all again: after a reconnection), then (index of the model's key, lease) for
-# each lease held here. Renews this proxy's leases, reaps expired ones, and tallies the fleet.
+# KEYS: the account's leases, the fleet, the change number, then every model's leases. ARGV: ttl ms,
+# proxy id, how long a silent proxy counts as alive (ms), XX (renew only the leases still there: one
+# released meanwhile stays released) or ALL (write them all again: after a reconnection), then (index of
+# the model's key, lease) for each lease held here. Renews this proxy's leases, reaps expired ones, and
+# tallies the fleet.
 TICK: Final = (
     _NOW
     + """
@@ -83,15 +94,17 @@ for i = 5, #ARGV, 2 do
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local counts = {}
-for i = 3, #KEYS do
+for i = 4, #KEYS do
   redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
   counts[#counts + 1] = redis.call('ZCARD', KEYS[i])
 end
-return {counts, redis.call('ZRANGE', KEYS[1], 0, -1), redis.call('ZRANGE', KEYS[2], 0, -1)}
+local seq = tonumber(redis.call('GET', KEYS[3]) or 0)
+return {counts, redis.call('ZRANGE', KEYS[1], 0, -1), redis.call('ZRANGE', KEYS[2], 0, -1), seq}
 """
 )
 
-# KEYS: the account's leases, the fleet, then the models' leases of ARGV. ARGV: proxy id, channel, then
+# KEYS: the account's leases, the fleet, the change number, then the models' leases of ARGV. ARGV: proxy id,
+# channel, then
 # (index of the model's key, lease) for each lease held here. A proxy leaving gives everything back.
 LEAVE: Final = """
 redis.call('ZREM', KEYS[2], ARGV[1])
@@ -99,13 +112,43 @@ for i = 3, #ARGV, 2 do
   redis.call('ZREM', KEYS[tonumber(ARGV[i])], ARGV[i + 1])
   redis.call('ZREM', KEYS[1], ARGV[i + 1])
 end
-redis.call('PUBLISH', ARGV[2], ARGV[1] .. ' *')
+redis.call('PUBLISH', ARGV[2], '0 * ' .. ARGV[1])
 return 1
+"""
+
+
+# KEYS: the learned limits' hash. ARGV: (field, JSON row) pairs. A row replaces the one there only when it
+# changed later (`changedAt`, wall clock): the last change wins, whichever proxy writes last.
+PUSH_LIMITS: Final = """
+for i = 1, #ARGV, 2 do
+  local old = redis.call('HGET', KEYS[1], ARGV[i])
+  if not old or cjson.decode(old).changedAt < cjson.decode(ARGV[i + 1]).changedAt then
+    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+  end
+end
+return redis.call('HGETALL', KEYS[1])
 """
 
 
 def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def notice_tail(notice: Notice) -> str:
+    """A notice as the channel carries it, after its change number and op (the scripts add those)."""
+    return f"{notice.proxy} {notice.model} {notice.waiting} {notice.level}"
+
+
+def parse_notice(text: str) -> Notice | None:
+    """`seq op proxy [model waiting level]` from the channel; None for anything else."""
+    parts = text.split(" ")
+    try:
+        if len(parts) == 3:
+            return Notice(int(parts[0]), parts[1], parts[2])
+        seq, op, proxy, model, waiting, level = parts
+        return Notice(int(seq), op, proxy, model, int(waiting), int(level))
+    except ValueError:
+        return None
 
 
 class RedisFleet:
@@ -121,6 +164,7 @@ class RedisFleet:
         prefix: str = "chaos:",
         timeout: float = CALL_TIMEOUT,
         rng: random.Random | None = None,
+        pool: ChaosPool | None = None,
     ) -> None:
         self.url = url
         self.slots = slots
@@ -132,6 +176,15 @@ class RedisFleet:
         self._channel = f"{prefix}freed"
         self._account = f"{prefix}account"
         self._fleet = f"{prefix}fleet"
+        self._seq = f"{prefix}seq"
+        self._blocks = f"{prefix}blocks"  # channel: cooldowns, models out of rotation, pauses (JSON)
+        self._limits = f"{prefix}limits"  # hash: model (or *account) -> its learned limit (JSON row)
+        self.pool = pool
+        self.cooldowns: SharedCooldowns | None = None
+        self._pushed = -math.inf  # the learned limits changed after this (wall clock) are told at renewal
+        if pool is not None and isinstance(pool.cooldowns, Cooldowns):
+            self.cooldowns = SharedCooldowns(pool.cooldowns, self._tell_block)
+            pool.use_cooldowns(self.cooldowns)
         self._client: aioredis.Redis = aioredis.Redis(
             host=url.host,
             port=url.port,
@@ -144,11 +197,15 @@ class RedisFleet:
             retry=Retry(NoBackoff(), 0),  # no retries inside a call: our own reconnection has the backoff
         )
         slots.fleet = self  # the first requests wait for the first connection (bounded by `timeout`)
+        slots.forget_after = lease_seconds  # alone, the others' slots as last seen count one lease more
         self._started = asyncio.Event()  # the first connection attempt ended, either way
         self._confirm = self._client.register_script(CONFIRM)
         self._release = self._client.register_script(RELEASE)
         self._tick = self._client.register_script(TICK)
         self._leave = self._client.register_script(LEAVE)
+        self._push_limits = self._client.register_script(PUSH_LIMITS)
+        self._announcing = False
+        self._connection = 0  # bumped on every (re)connection
         self._runner: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._up = False
@@ -179,31 +236,52 @@ class RedisFleet:
                     await self._started.wait()
         if not self._up:
             return None
-        args = (lease, self.lease_ms, cap, min(account_cap, 2**53))
+        tail = notice_tail(self.slots.notice("+", model))
+        args = (lease, self.lease_ms, cap, min(account_cap, 2**53), self._channel, tail)
+        connection = self._connection
         try:
             async with asyncio.timeout(self.timeout):
-                taken, in_flight, total = await self._confirm(
-                    keys=(self.key(model), self._account), args=args
+                taken, in_flight, total, seq = await self._confirm(
+                    keys=(self.key(model), self._account, self._seq), args=args
                 )
         except (RedisError, OSError, TimeoutError) as exc:
-            self._lose(exc)
+            self._lose(exc, connection)
             return None
         self.confirms += 1
-        return Verdict(bool(taken), int(in_flight), int(total))
+        return Verdict(bool(taken), int(in_flight), int(total), int(seq))
 
     def release(self, model: str, lease: str) -> None:
         if self._up:
             self._spawn(self._give_back(model, lease))
 
     async def _give_back(self, model: str, lease: str) -> None:
+        connection = self._connection
         try:
             async with asyncio.timeout(self.timeout):
                 await self._release(
-                    keys=(self.key(model), self._account),
-                    args=(lease, self._channel, f"{self.slots.proxy_id} {model}"),
+                    keys=(self.key(model), self._account, self._seq),
+                    args=(lease, self._channel, notice_tail(self.slots.notice("-", model))),
                 )
         except (RedisError, OSError, TimeoutError) as exc:
-            self._lose(exc)  # the lease ends with its TTL
+            self._lose(exc, connection)  # the lease ends with its TTL
+        finally:
+            self.slots.given_back(model)
+
+    def announce(self) -> None:
+        if self._up and not self._announcing:  # one at a time: it reads the figures when it is sent
+            self._announcing = True
+            self._spawn(self._announce())
+
+    async def _announce(self) -> None:
+        connection = self._connection
+        try:
+            async with asyncio.timeout(self.timeout):
+                await self._client.publish(self._channel, "0 = " + notice_tail(self.slots.notice("=")))
+        except (RedisError, OSError, TimeoutError) as exc:
+            self._lose(exc, connection)
+        finally:
+            self._announcing = False
+        self._connection = 0  # bumped on every (re)connection
 
     # -- life ---------------------------------------------------------------------------------------
 
@@ -234,11 +312,21 @@ class RedisFleet:
         delay = BACKOFF[0]
         while True:
             try:
+                if self.slots.lost:  # pooled connections to a Redis that went away fail on first use
+                    async with asyncio.timeout(self.timeout):
+                        await self._client.connection_pool.disconnect()
                 pubsub = self._client.pubsub()
                 try:
                     async with asyncio.timeout(self.timeout):
-                        await pubsub.subscribe(self._channel)
+                        await pubsub.subscribe(self._channel, self._blocks)
                     tally = await self.tick(renew_only=False)  # every lease held here, again: reconciled
+                    if self.slots.lost:
+                        # Back after an outage: Redis may have come back empty. Stay alone one renewal
+                        # more, so the other proxies write their leases again before this one counts on
+                        # what Redis holds; then write this proxy's again (some were taken meanwhile).
+                        await asyncio.sleep(self.tick_seconds)
+                        tally = await self.tick(renew_only=False)
+                    self._connection += 1
                     self._up = True
                     self._started.set()
                     self.slots.connected(self)
@@ -263,7 +351,9 @@ class RedisFleet:
             except Exception as exc:
                 self._lose(exc)
             await asyncio.sleep(delay * (0.5 + self._rng.random()))
-            delay = min(delay * 2, BACKOFF[1])
+            # At most half a renewal (with jitter, 3/4): reconnected, then alone one renewal more (see
+            # above), the counts are right within one lease of Redis's return.
+            delay = min(delay * 2, BACKOFF[1], self.tick_seconds / 2)
 
     async def _renew(self) -> None:
         while self._up:
@@ -272,22 +362,81 @@ class RedisFleet:
                     await self._wake.wait()
             self._wake.clear()
             self.slots.apply(await self.tick())
+            await self.share_limits()
         raise ConnectionError(self.last_error or "shared state lost")
 
     async def _listen(self, pubsub: Any) -> None:
         me = self.slots.proxy_id
         while self._up:
             message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=self.tick_seconds)
-            if message is None:
+            if message is not None and _text(message["channel"]) == self._blocks:
+                self._heard_block(_text(message["data"]))
                 continue
-            sender, _, model = _text(message["data"]).partition(" ")
-            if sender == me:
+            notice = None if message is None else parse_notice(_text(message["data"]))
+            if notice is None or notice.proxy == me:
                 continue
-            if model == "*":  # a proxy left with all its slots: tally now
+            if notice.op == "*":  # a proxy left with all its slots: tally now
                 self._wake.set()
-            else:
-                self.slots.freed_elsewhere(model)
+            self.slots.heard(notice)
         raise ConnectionError(self.last_error or "shared state lost")
+
+    def _tell_block(self, notice: BlockNotice) -> None:
+        """A block set here: to every proxy (in the background; lost while Redis is away)."""
+        if self._up:
+            seconds = notice.seconds if notice.seconds is None or math.isfinite(notice.seconds) else None
+            body = {"proxy": self.slots.proxy_id, "kind": notice.kind, "model": notice.model}
+            self._spawn(
+                self._publish(self._blocks, json.dumps({**body, "seconds": seconds, "reason": notice.reason}))
+            )
+
+    async def _publish(self, channel: str, message: str) -> None:
+        connection = self._connection
+        try:
+            async with asyncio.timeout(self.timeout):
+                await self._client.publish(channel, message)
+        except (RedisError, OSError, TimeoutError) as exc:
+            self._lose(exc, connection)
+
+    def _heard_block(self, text: str) -> None:
+        if self.cooldowns is None or self.pool is None:
+            return
+        try:
+            data = json.loads(text)
+            if data["proxy"] == self.slots.proxy_id or data["kind"] not in (
+                "cooldown",
+                "out",
+                "restore",
+                "pause",
+            ):
+                return
+            seconds = data["seconds"]
+            notice = BlockNotice(
+                data["kind"],
+                str(data["model"]),
+                None if seconds is None else float(seconds),
+                str(data["reason"])[:200],
+            )
+        except (ValueError, KeyError, TypeError):
+            return
+        self.cooldowns.heard(notice)
+        self.pool.blocks_changed()
+
+    async def share_limits(self) -> None:
+        """Write the learned limits that changed here since the last time, read everyone's, take the
+        newer ones (the last change of each limit wins)."""
+        if self.pool is None or not self.pool.limits.enabled:
+            return
+        rows = self.pool.limits.rows(since=self._pushed)
+        args = [part for name, row in rows.items() for part in (name, json.dumps(row))]
+        async with asyncio.timeout(self.timeout):
+            flat = await self._push_limits(keys=(self._limits,), args=args)
+        if rows:
+            self._pushed = max(row["changedAt"] for row in rows.values())
+        fleet_rows = {}
+        for name, row in zip(flat[::2], flat[1::2], strict=True):
+            with contextlib.suppress(ValueError):
+                fleet_rows[_text(name)] = json.loads(_text(row))
+        self.pool.adopt_limits(fleet_rows)
 
     async def tick(self, *, renew_only: bool = True) -> Tally:
         """Renew this proxy's leases (`renew_only` False: write them again, Redis may have lost them), say
@@ -296,7 +445,7 @@ class RedisFleet:
         keys, args = self._lease_args(self.slots.leases(), models)
         mode = "XX" if renew_only else "ALL"
         async with asyncio.timeout(self.timeout):
-            counts, members, proxies = await self._tick(
+            counts, members, proxies, seq = await self._tick(
                 keys=keys, args=(self.lease_ms, self.slots.proxy_id, self.lease_ms, mode, *args)
             )
         held: dict[str, int] = {_text(proxy): 0 for proxy in proxies}
@@ -307,24 +456,28 @@ class RedisFleet:
             models={model: int(n) for model, n in zip(models, counts, strict=True)},
             total=len(members),
             proxies=held,
+            seq=int(seq),
         )
 
     def _lease_args(
         self, leases: list[tuple[str, str]], models: list[str] | None = None
     ) -> tuple[list[str], list[str | int]]:
-        """Keys (account, fleet, each model's) and the (key index, lease) pairs of `leases`."""
+        """Keys (account, fleet, change number, each model's) and the (key index, lease) pairs of `leases`."""
         names = list(models if models is not None else self.models())
         names += sorted({model for model, _ in leases} - set(names))
-        index = {model: i + 3 for i, model in enumerate(names)}  # Lua counts from 1; two keys first
-        keys = [self._account, self._fleet, *(self.key(model) for model in names)]
+        index = {model: i + 4 for i, model in enumerate(names)}  # Lua counts from 1; three keys first
+        keys = [self._account, self._fleet, self._seq, *(self.key(model) for model in names)]
         args: list[str | int] = []
         for model, lease in leases:
             args += [index[model], lease]
         return keys, args
 
-    def _lose(self, exc: BaseException) -> None:
-        """A call failed: serve alone on a share of each limit; said once per outage."""
+    def _lose(self, exc: BaseException, connection: int | None = None) -> None:
+        """A call failed: serve alone on a share of each limit; said once per outage. A call made on an
+        earlier connection (`connection`) that failed after a new one was made changes nothing."""
         self.failures += 1
+        if connection is not None and connection != self._connection:
+            return
         self.last_error = redact(_describe(exc), self.url)
         was_up, self._up = self._up, False
         self._wake.set()
@@ -368,6 +521,8 @@ def fleet_status(fleet: RedisFleet) -> dict[str, Any]:
         "leaseSeconds": fleet.lease_ms / 1000,
         "proxy": slots.proxy_id,
         "ownInFlight": sum(slots.own().values()),
+        "heldBack": slots.held_back,
+        "blocksHeard": fleet.cooldowns.heard_count if fleet.cooldowns is not None else 0,
         "own": slots.own(),
         "alive": len(proxies),
         "proxies": [

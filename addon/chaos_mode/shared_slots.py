@@ -5,20 +5,31 @@ own slots plus the others' as last seen) with no await; `confirm` then asks the 
 slot as a lease only within the model's and the account's caps. Each held slot is one lease; leases of one
 model are interchangeable, so `release(model)` gives back any of this proxy's leases of that model.
 
+Every lease taken or given back is also announced to the fleet (a `Notice`, numbered by the store), so
+each mirror follows the others' slots as they change rather than at the next tally, and races lost to a
+stale mirror stay rare. A notice carries how many wait at its sender and the place in line of the first
+of them (its conversation's recent admissions, see `shares`): a slot freed here goes first to another
+proxy whose first waiter was served less (`hold_back`), so the fleet serves conversations in about the
+order one proxy would.
+
 When the fleet's store is unreachable the proxy serves on its own slots alone, with `share` of each
-limit, until the store is back; then every lease held is written again (`leases`) and the mirror is
-rebuilt from the next tally.
+limit, until the store is back (for `forget_after` seconds, the lease TTL, it also still counts the other
+proxies' slots as last seen: those they took beyond their share before the outage are still running);
+then every lease held is written again (`leases`) and the mirror is rebuilt from the next tally.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 FALLBACK_SHARE = 0.5  # of each limit, when Redis went away before any other proxy was seen
+HOLD_BACK = 0.02  # seconds a freed slot is left to the other proxies' waiters before this proxy's take it
+NOBODY = (0, 0)  # (waiting, level of the first in line) when nobody waits
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +39,7 @@ class Tally:
     models: Mapping[str, int]
     total: int
     proxies: Mapping[str, int] = field(default_factory=dict)  # live proxy id -> leases it holds
+    seq: int = 0  # the store's change number when it was read (see `Notice`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +49,23 @@ class Verdict:
     taken: bool
     in_flight: int  # the model's leases, this one included when taken
     total: int  # the account's
+    seq: int = 0  # the store's change number after it (see `Notice`)
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """What another proxy told the fleet: a lease of `model` taken (`+`) or given back (`-`), that a
+    request began to wait (`=`), or that it left with all its slots (`*`). `waiting` and `level`: how many
+    wait there and the place in line of the first (its conversation's admissions lately). `seq` numbers
+    the changes of the store's counts, so a notice already counted by a tally or a verdict read after it
+    is not counted twice."""
+
+    seq: int
+    op: str
+    proxy: str
+    model: str = ""
+    waiting: int = 0
+    level: int = 0
 
 
 class Fleet(Protocol):
@@ -46,6 +75,10 @@ class Fleet(Protocol):
 
     def release(self, model: str, lease: str) -> None:
         """Give the lease back (in the background; its TTL ends it if the store cannot be reached)."""
+        ...
+
+    def announce(self) -> None:
+        """Tell the other proxies what this one holds and waits for (in the background)."""
         ...
 
 
@@ -60,22 +93,34 @@ class SharedSlots:
         *,
         share: float | None = None,
         on_freed: Callable[[], None] = lambda: None,
+        waiting: Callable[[], tuple[int, int]] = lambda: NOBODY,
+        clock: Callable[[], float] = time.monotonic,
+        forget_after: float = 10.0,
     ) -> None:
         self.proxy_id = proxy_id
         self.fleet: Fleet | None = None  # None: not connected yet, this proxy serves alone
         self.configured_share = share  # None: 1 / the number of proxies last seen
         self.on_freed = on_freed  # the fleet freed capacity: the pool's waiters may use it
+        self.waiting = waiting  # (requests waiting here, level of the first in line): the pool's queue
+        self.clock = clock
+        self.forget_after = forget_after  # seconds alone before the others' slots as last seen are forgotten
+        self._forget_at: float | None = None
         self._ids = itertools.count(1)
         self._caps: dict[str, tuple[int, int]] = {}  # the caps each model's last slot was taken under
         self._own: dict[str, int] = {}  # slots held here, confirmed or not
         self._leases: dict[str, list[str]] = {}  # confirmed leases held here, per model
         self._refused: dict[str, int] = {}  # slots the fleet refused: their release gives back no lease
+        self._releasing: dict[str, int] = {}  # leases given back whose removal the store has not answered
         self._others: dict[str, int] = {}  # the other proxies' slots, as last seen
         self._others_total = 0
         self._counts: dict[str, int] = {}  # own + others: what selection reads
         self._total = 0
         self._alone_share: float | None = None  # the share in force while alone; None: with the fleet
         self._proxies: dict[str, int] = {}
+        self._seqs: dict[str, int] = {}  # per model, the last change of the store the mirror counts
+        self._total_seq = 0
+        self._peers: dict[str, tuple[int, int]] = {}  # other proxy -> (waiting, level) it last announced
+        self.held_back = 0  # freed slots left to the other proxies' waiters
         self.lost = 0  # times the shared store went away
 
     # -- what the pool reads ----------------------------------------------------------------------
@@ -110,8 +155,12 @@ class SharedSlots:
 
     def try_acquire(self, model: str, cap: int, account_cap: int) -> bool:
         share = self._alone_share
-        if share is not None:  # alone: only this proxy's slots count, against its share of each limit
-            cap, account_cap = _part(cap, share), _part(account_cap, share)
+        if share is not None:  # alone: this proxy's slots count against its share of each limit
+            if self._forget_at is not None and self.clock() >= self._forget_at:
+                self._forget_others()
+            own = self._own.get(model, 0)
+            if own >= _part(cap, share) or sum(self._own.values()) >= _part(account_cap, share):
+                return False
         held = self._counts.get(model, 0)
         if held >= cap or self._total >= account_cap:
             return False
@@ -136,8 +185,21 @@ class SharedSlots:
         if leases:
             lease = leases.pop()
             if self.fleet is not None:
+                self._releasing[model] = self._releasing.get(model, 0) + 1
                 self.fleet.release(model, lease)
         return True
+
+    def given_back(self, model: str) -> None:
+        """The store answered a release of `model` (or failed to): its lease no longer counts as ours."""
+        if self._releasing.get(model, 0) > 0:
+            self._releasing[model] -= 1
+
+    def _mine(self, model: str) -> int:
+        """This proxy's leases of `model` the store may still count: held, or given back unanswered."""
+        return len(self._leases.get(model, ())) + self._releasing.get(model, 0)
+
+    def _all_mine(self) -> int:
+        return sum(map(len, self._leases.values())) + sum(self._releasing.values())
 
     async def confirm(self, model: str) -> bool:
         lease = f"{self.proxy_id}#{next(self._ids)}"
@@ -159,7 +221,7 @@ class SharedSlots:
             self._hold(model, lease)
         else:
             self._refused[model] = self._refused.get(model, 0) + 1
-        self._seen(model, verdict.in_flight, verdict.total)
+        self._seen(model, verdict.in_flight, verdict.total, verdict.seq)
         return verdict.taken
 
     def _hold(self, model: str, lease: str) -> None:
@@ -171,13 +233,22 @@ class SharedSlots:
 
     # -- what the fleet says ----------------------------------------------------------------------
 
-    def _seen(self, model: str, fleet_in_flight: int, fleet_total: int) -> None:
-        """One model's and the account's counts, just read from the store."""
-        mine = len(self._leases.get(model, ()))
+    def _seen(self, model: str, fleet_in_flight: int, fleet_total: int, seq: int) -> None:
+        """One model's and the account's counts, just read from the store (unless a notice of a later
+        change was already counted: then the mirror is newer than this answer)."""
+        if seq >= self._seqs.get(model, 0):
+            self._seqs[model] = seq
+            self._set_others(model, max(fleet_in_flight - self._mine(model), 0))
+        if seq >= self._total_seq:
+            self._total_seq = seq
+            self._set_others_total(max(fleet_total - self._all_mine(), 0))
+
+    def _set_others_total(self, others_total: int) -> bool:
+        """True when the other proxies hold fewer slots in all than was thought."""
         before = self._others_total
-        self._set_others(model, max(fleet_in_flight - mine, 0))
-        self._others_total = max(fleet_total - sum(len(v) for v in self._leases.values()), 0)
-        self._total += self._others_total - before
+        self._others_total = others_total
+        self._total += others_total - before
+        return others_total < before
 
     def _set_others(self, model: str, others: int) -> bool:
         """True when the other proxies hold fewer slots of `model` than was thought."""
@@ -186,52 +257,104 @@ class SharedSlots:
         self._counts[model] = self._own.get(model, 0) + others
         return others < old
 
-    def freed_elsewhere(self, model: str) -> None:
-        """Another proxy gave a slot of `model` back (its message): count it free now, before the next
-        tally, and let the waiters try."""
-        if self._alone_share is not None:
+    def heard(self, notice: Notice) -> None:
+        """Another proxy's notice: count its lease taken or freed now (before the next tally), note what
+        it holds and waits for; a slot freed lets this proxy's waiters try."""
+        if notice.proxy == self.proxy_id or self._alone_share is not None:
             return
-        if self._others.get(model, 0) > 0:
-            self._set_others(model, self._others[model] - 1)
-        if self._others_total > 0:
-            self._others_total -= 1
-            self._total -= 1
-        self.on_freed()
+        if notice.op == "*":
+            self._peers.pop(notice.proxy, None)
+            return
+        self._peers[notice.proxy] = (notice.waiting, notice.level)
+        step = {"+": 1, "-": -1}.get(notice.op)
+        if step is None:
+            return
+        model = notice.model
+        if notice.seq > self._seqs.get(model, 0):
+            self._seqs[model] = notice.seq
+            self._set_others(model, max(self._others.get(model, 0) + step, 0))
+        if notice.seq > self._total_seq:
+            self._total_seq = notice.seq
+            self._set_others_total(max(self._others_total + step, 0))
+        if step < 0:
+            self.on_freed()
+
+    def hold_back(self) -> float:
+        """Seconds to leave a slot just freed here to the other proxies' waiters (0: this proxy's waiters
+        take it now): another proxy whose first waiter was served less lately than this one's goes first,
+        as in one proxy's queue. After the delay this proxy's waiters may take what is still free (the
+        other's may not fit the model, or its notice was stale)."""
+        if self._alone_share is not None or not self._peers:
+            return 0.0
+        waiting, level = self.waiting()
+        if not waiting:
+            return 0.0
+        if any(others and others_level < level for others, others_level in self._peers.values()):
+            self.held_back += 1
+            return HOLD_BACK
+        return 0.0
 
     def apply(self, tally: Tally) -> None:
-        """The fleet's full counts (read on every renewal): rebuild the mirror; wake waiters if the
-        others freed anything."""
+        """The fleet's full counts (read on every renewal): rebuild the mirror, but for what notices
+        newer than the tally already counted; wake waiters if the others freed anything."""
         freed = False
         for model in set(self._others) | set(tally.models):
-            mine = len(self._leases.get(model, ()))
-            freed |= self._set_others(model, max(tally.models.get(model, 0) - mine, 0))
-        others_total = max(tally.total - len(self.leases()), 0)
-        freed |= others_total < self._others_total
-        self._others_total = others_total
-        self._total = sum(self._own.values()) + others_total
+            if tally.seq >= self._seqs.get(model, 0):
+                self._seqs[model] = tally.seq
+                freed |= self._set_others(model, max(tally.models.get(model, 0) - self._mine(model), 0))
+        if tally.seq >= self._total_seq:
+            self._total_seq = tally.seq
+            freed |= self._set_others_total(max(tally.total - self._all_mine(), 0))
+        self._total = sum(self._own.values()) + self._others_total
         self._proxies = dict(tally.proxies)
+        self._peers = {proxy: seen for proxy, seen in self._peers.items() if proxy in tally.proxies}
         if freed:
             self.on_freed()
+
+    def queued(self) -> None:
+        """A request began to wait here: the other proxies should know (see `hold_back`)."""
+        if self.fleet is not None and self._alone_share is None:
+            self.fleet.announce()
+
+    def notice(self, op: str, model: str = "") -> Notice:
+        """This proxy's notice of `op` on `model` (`seq` is the store's to give)."""
+        waiting, level = self.waiting()
+        return Notice(0, op, self.proxy_id, model, waiting, level)
 
     def connected(self, fleet: Fleet) -> None:
         """The store answers (again): use it. The caller writes `leases()` and applies a tally."""
         self.fleet = fleet
         self._alone_share = None
+        self._forget_at = None
+        self._seqs.clear()
+        self._total_seq = 0
 
     def disconnected(self) -> float:
-        """The store went away: forget the others, serve alone on a share of each limit (returned)."""
+        """The store went away: serve alone on a share of each limit (returned), counting the others'
+        slots as last seen for `forget_after` seconds more."""
         share = self.configured_share
         if share is None:
             alive = len(self._proxies)  # this proxy included
             share = 1.0 / alive if alive else FALLBACK_SHARE
         self._alone_share = share
         self.lost += 1
+        self._forget_at = self.clock() + self.forget_after
+        self._peers.clear()
+        self._releasing.clear()  # the releases under way fail: their leases end with their TTL
+        self._seqs.clear()  # Redis may come back empty: its change numbers start again
+        self._total_seq = 0
+        self.on_freed()
+        return share
+
+    def _forget_others(self) -> None:
+        """Alone long enough: the others' slots taken before the outage have ended, or are within their
+        share; only this proxy's count now."""
+        self._forget_at = None
         self._others.clear()
         self._others_total = 0
         self._counts = dict(self._own)
         self._total = sum(self._own.values())
         self.on_freed()
-        return share
 
 
 def _part(limit: int, share: float) -> int:
@@ -239,4 +362,13 @@ def _part(limit: int, share: float) -> int:
     return limit if limit >= 2**62 else math.floor(limit * share + 1e-9)
 
 
-__all__: Sequence[str] = ("FALLBACK_SHARE", "Fleet", "SharedSlots", "Tally", "Verdict")
+__all__: Sequence[str] = (
+    "FALLBACK_SHARE",
+    "HOLD_BACK",
+    "NOBODY",
+    "Fleet",
+    "Notice",
+    "SharedSlots",
+    "Tally",
+    "Verdict",
+)

@@ -38,6 +38,15 @@ class SlotStore(Protocol):
         """The fleet agrees to the slot of `model` just taken here (see the class)."""
         ...
 
+    def hold_back(self) -> float:
+        """Seconds to leave a slot just freed to other proxies' waiters before this one's take it (0: at
+        once)."""
+        ...
+
+    def queued(self) -> None:
+        """A request began to wait for a slot here."""
+        ...
+
 
 class MemorySlots:
     """The in-memory store for one proxy process: a dict and a total, never negative."""
@@ -80,3 +89,9 @@ class MemorySlots:
 
     async def confirm(self, model: str) -> bool:
         return True
+
+    def hold_back(self) -> float:
+        return 0.0
+
+    def queued(self) -> None:
+        pass

@@ -21,8 +21,9 @@ import httpx
 import pytest
 
 from chaos_mode.catalog import DEFAULT_CATALOG
-from chaos_mode.child import ProxyProcess
+from chaos_mode.child import ProxyProcess, RedisProcess
 from chaos_mode.sim import SimProcess, SimSettings, default_limits
+from redis_support import require_redis_server
 
 pytestmark = pytest.mark.e2e
 
@@ -306,3 +307,23 @@ async def test_dashboard_counts_only_usable_slots_and_shows_the_rest_apart(chrom
         assert await page.text_content("#total") == "26"
         heavy = await page.text_content('tr.tier[data-tier="HEAVY"] span')
         assert heavy == "3 models · 0/6 usable slots in use · 2 out"
+
+
+async def test_dashboard_shows_the_fleet_and_when_redis_goes_away(chromium: str) -> None:
+    require_redis_server()
+    redis = RedisProcess().start()
+    try:
+        extra = ["--set", f"chaos_state={redis.url}", "--set", "chaos_state_lease_ms=600"]
+        async with dashboard_of(chromium, config=PROXY_CONFIG, extra_args=extra) as page:
+            await page.wait_for_selector('#fleet-card[data-connected="true"]')
+            assert await page.text_content("#fleet-alive") == "1"
+            assert await page.text_content("#fleet-share") == "all (fleet-wide counts)"
+            assert await page.locator('#fleet-proxies li[data-self="true"]').count() == 1
+            await asyncio.to_thread(redis.stop)
+            await page.wait_for_selector('#fleet-card[data-connected="false"]')
+            assert (await page.text_content("#fleet-redis") or "").startswith(
+                "unreachable · redis://127.0.0.1:"
+            )
+            assert await page.text_content("#fleet-share") == "100% of each limit, alone"  # it was alone
+    finally:
+        redis.stop()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chaos_mode.bench.fleet import FleetSpec, measure
+from chaos_mode.bench.fleet import FleetSpec, kill_one, measure, restart_redis
 from chaos_mode.child import RedisProcess
 from chaos_mode.sim import SimProcess, SimSettings
 from redis_support import require_redis_server
@@ -21,3 +21,30 @@ async def test_two_proxies_on_one_account_never_over_admit() -> None:
     assert figures["failed"] == 0 and figures["requests"] == 80
     assert figures["upstream429"] == 0 and figures["client429"] == 0
     assert figures["overCaps"] == {} and figures["accountPeak"] <= 28
+
+
+SHORT = FleetSpec(agents=24, requests=4, latency_ms=150, output_tokens=4, token_interval_ms=20, lease_ms=1500)
+SHORT_SIM = SimSettings(latency_ms=150, token_interval_ms=20, output_tokens=4)
+
+
+async def test_a_proxy_killed_with_sigkill_gives_its_slots_back_within_the_lease() -> None:
+    require_redis_server()
+    with SimProcess(SHORT_SIM) as sim, RedisProcess() as redis:
+        figures = await kill_one(sim, redis.url, 3, SHORT.workload(), SHORT, after=0.6)
+    assert figures["leasesHeldWhenKilled"] > 0  # it held slots when it died
+    back = figures["slotsBackSeconds"]
+    assert back is not None and back <= 1.5 + 0.5 + 0.3  # the TTL, a renewal of a survivor, polling
+    assert figures["survivorRequests"] == 16 * 4 and figures["survivorFailed"] == 0
+    assert figures["overCaps"] == {}
+
+
+async def test_redis_stopped_and_restarted_mid_run_fails_no_request_and_the_counts_come_back() -> None:
+    require_redis_server()
+    with SimProcess(SHORT_SIM) as sim, RedisProcess() as redis:
+        figures, again = await restart_redis(sim, redis, 2, SHORT.workload(), SHORT, after=0.4, down=0.6)
+        again.stop()
+    assert figures["requests"] == 24 * 4 and figures["failed"] == 0
+    assert all(outages >= 1 for outages in figures["outages"])  # both proxies saw it go
+    right = figures["countsRightSeconds"]
+    assert right is not None and right <= 1.5 + 0.3  # one lease TTL of its return (a busy machine: + 0.3)
+    assert figures["upstream429"] == 0 and figures["overCaps"] == {}

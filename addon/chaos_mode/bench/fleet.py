@@ -1,10 +1,14 @@
 """Several proxies on one account (issue 11): one swarm split over 1, 2, 3 proxies that share their slots
 through one Redis, in front of one simulator; efficiency against the lower bound, upstream 429s, peaks.
 
-    python -m chaos_mode.bench.fleet [--proxies 1,2,3] [--agents 40] [--requests 4] [--json out.json]
+    python -m chaos_mode.bench.fleet [--proxies 1,2,3] [--agents 40] [--requests 4] [--repeat 3]
+                                     [--kill] [--restart-redis] [--json out.json]
 
-Also the latency of one lease (confirm + release) through a loopback Redis: `lease_latency`.
-Needs redis-server (Debian's package) and the `redis` extra.
+Each round measures one proxy alone (no Redis) and then each fleet size, one after the other, so the
+ratios compare runs made under the same load of the machine. Also the latency of one lease (confirm +
+release) through a loopback Redis (`lease_latency`); with `--kill`, one proxy of the fleet killed with
+SIGKILL mid-run (`kill_one`); with `--restart-redis`, Redis stopped and started again mid-run
+(`restart_redis`). Needs redis-server (Debian's package) and the `redis` extra.
 """
 
 from __future__ import annotations
@@ -15,9 +19,11 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
+
+import redis.asyncio as aioredis
 
 from chaos_mode.child import ProxyProcess, RedisProcess
 from chaos_mode.sim import SimProcess, SimSettings
@@ -69,8 +75,11 @@ def split(workload: Workload, parts: int) -> list[Workload]:
     return [replace(workload, agents=workload.agents[i::parts]) for i in range(parts)]
 
 
-async def run_split(proxies: Sequence[ProxyProcess], workload: Workload) -> tuple[list[RequestRecord], float]:
-    """Every part of the swarm at once, each through its proxy; the makespan of the whole."""
+async def run_split(
+    proxies: Sequence[ProxyProcess], workload: Workload
+) -> tuple[list[RequestRecord], float, list[float]]:
+    """Every part of the swarm at once, each through its proxy; the makespan of the whole and of each
+    part (a part that ends much later than another was served less: the proxies shared unevenly)."""
     options = SwarmOptions(models=SCENARIO.models, seed=workload.spec.seed)
     start = time.perf_counter()
     runs = await asyncio.gather(
@@ -80,7 +89,7 @@ async def run_split(proxies: Sequence[ProxyProcess], workload: Workload) -> tupl
         )
     )
     makespan = time.perf_counter() - start
-    return [record for records, _ in runs for record in records], makespan
+    return [record for records, _ in runs for record in records], makespan, [m for _, m in runs]
 
 
 def fleet_figures(
@@ -106,25 +115,190 @@ def fleet_figures(
     }
 
 
+async def start_fleet(
+    sim: SimProcess, redis_url: str | None, count: int, lease_ms: int
+) -> list[ProxyProcess]:
+    proxies = fleet_proxies(sim.base_url, redis_url, count, lease_ms)
+    try:
+        await asyncio.gather(*(asyncio.to_thread(p.start) for p in proxies))
+    except BaseException:
+        await stop_fleet(proxies)
+        raise
+    await reset_sim(sim.base_url)
+    return proxies
+
+
+async def stop_fleet(proxies: Sequence[ProxyProcess]) -> None:
+    await asyncio.gather(*(asyncio.to_thread(p.stop) for p in proxies))
+
+
 async def measure(
     sim: SimProcess, redis_url: str | None, count: int, workload: Workload, spec: FleetSpec, bound: float
 ) -> dict[str, Any]:
     """One swarm through `count` proxies (sharing through `redis_url`, or alone when None)."""
-    proxies = fleet_proxies(sim.base_url, redis_url, count, spec.lease_ms)
+    proxies = await start_fleet(sim, redis_url, count, spec.lease_ms)
     try:
-        await asyncio.gather(*(asyncio.to_thread(p.start) for p in proxies))
-        await reset_sim(sim.base_url)
-        records, makespan = await run_split(proxies, workload)
+        records, makespan, parts = await run_split(proxies, workload)
         sim_stats = await get_json(sim.base_url + "/sim/stats")
         statuses = [await get_json(p.status_url) for p in proxies]
     finally:
-        await asyncio.gather(*(asyncio.to_thread(p.stop) for p in proxies))
+        await stop_fleet(proxies)
     figures = fleet_figures(records, makespan, sim_stats, bound)
     fleets = [s.get("fleet") for s in statuses]
     figures["proxies"] = count
+    figures["partMakespans"] = [round(m, 3) for m in parts]
     figures["shared"] = redis_url is not None
     figures["lostRaces"] = sum(f["lostRaces"] for f in fleets if f)
+    figures["heldBack"] = sum(f["heldBack"] for f in fleets if f)
     return figures
+
+
+def _swarms(proxies: Sequence[ProxyProcess], workload: Workload) -> list[asyncio.Task[Any]]:
+    options = SwarmOptions(models=SCENARIO.models, seed=workload.spec.seed)
+    parts = split(workload, len(proxies))
+    return [
+        asyncio.ensure_future(run_swarm(p.url, part, options)) for p, part in zip(proxies, parts, strict=True)
+    ]
+
+
+async def _leases_of(client: aioredis.Redis, proxy: str) -> int:
+    members = await client.zrange("chaos:account", 0, -1)
+    return sum(1 for m in members if _owner(m) == proxy)
+
+
+def _owner(lease: object) -> str:
+    text = lease.decode() if isinstance(lease, bytes) else str(lease)
+    return text.rpartition("#")[0]
+
+
+async def _poll(
+    condition: Callable[[], Awaitable[float | None]], timeout: float, every: float = 0.02
+) -> float | None:
+    """Seconds until the async `condition()` held: it returns when (`time.perf_counter()`) it read the
+    fact that makes it hold, else None; None if it did not hold within `timeout`."""
+    start = time.perf_counter()
+    while time.perf_counter() - start < timeout:
+        when = await condition()
+        if when is not None:
+            return round(max(when - start, 0.0), 3)
+        await asyncio.sleep(every)
+    return None
+
+
+async def kill_one(
+    sim: SimProcess, redis_url: str, count: int, workload: Workload, spec: FleetSpec, after: float
+) -> dict[str, Any]:
+    """`count` proxies share the swarm; `after` seconds in, the first is killed with SIGKILL. Its leases
+    must leave Redis within the lease TTL (plus a renewal, when a survivor reaps them), and the survivors'
+    agents must all be served. The killed proxy's own agents are abandoned."""
+    proxies = await start_fleet(sim, redis_url, count, spec.lease_ms)
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        victim = (await get_json(proxies[0].status_url))["fleet"]["proxy"]
+        swarms = _swarms(proxies, workload)
+        await asyncio.sleep(after)
+        proxies[0].kill()
+        held = await _leases_of(client, victim)
+        back = await _poll(lambda: _reaped(client, victim), 3 * spec.lease_ms / 1000 + 5)
+        survivors = await asyncio.gather(*swarms[1:])
+        swarms[0].cancel()
+        await asyncio.gather(swarms[0], return_exceptions=True)
+        sim_stats = await get_json(sim.base_url + "/sim/stats")
+    finally:
+        await client.aclose()
+        await stop_fleet(proxies)
+    figures = _swarm_figures(survivors, sim_stats)
+    return {
+        "proxies": count,
+        "killedAfterSeconds": after,
+        "leaseSeconds": spec.lease_ms / 1000,
+        "leasesHeldWhenKilled": held,
+        "slotsBackSeconds": back,  # None: still held after three TTLs
+        "survivorRequests": figures["requests"],
+        "survivorFailed": figures["failed"],
+        "upstream429": figures["upstream429"],
+        "overCaps": figures["overCaps"],
+    }
+
+
+def _swarm_figures(
+    runs: Sequence[tuple[list[RequestRecord], float]], sim_stats: dict[str, Any]
+) -> dict[str, Any]:
+    """`fleet_figures` of swarm parts run together (no lower bound: the run was disturbed on purpose)."""
+    records = [r for records, _ in runs for r in records]
+    return fleet_figures(records, max(m for _, m in runs), sim_stats, bound=0.0)
+
+
+async def _reaped(client: aioredis.Redis, proxy: str) -> float | None:
+    """When the dead proxy's leases were seen gone (expired: every script reaps them before counting)."""
+    await client.eval(_REAP, 1, "chaos:account")
+    when = time.perf_counter()
+    return when if await _leases_of(client, proxy) == 0 else None
+
+
+_REAP = (  # what every script does before counting: expired leases no longer count
+    "local t = redis.call('TIME') "
+    "return redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', t[1] * 1000 + math.floor(t[2] / 1000))"
+)
+
+
+async def restart_redis(
+    sim: SimProcess,
+    redis: RedisProcess,
+    count: int,
+    workload: Workload,
+    spec: FleetSpec,
+    after: float,
+    down: float,
+) -> tuple[dict[str, Any], RedisProcess]:
+    """`count` proxies share the swarm; `after` seconds in Redis is stopped, `down` seconds later a new
+    (empty) one starts on the same port. No request may fail; once Redis is back the leases in it must
+    match the slots the proxies hold within one lease TTL. Returns the figures and the new Redis."""
+    proxies = await start_fleet(sim, redis.url, count, spec.lease_ms)
+    again = redis
+    try:
+        swarms = _swarms(proxies, workload)
+        await asyncio.sleep(after)
+        await asyncio.to_thread(redis.stop)
+        await asyncio.sleep(down)
+        again = await asyncio.to_thread(RedisProcess(port=redis.port).start)
+        client = aioredis.Redis.from_url(again.url)
+        try:
+            right = await _poll(lambda: _counts_match(client, proxies), 3 * spec.lease_ms / 1000 + 5)
+        finally:
+            await client.aclose()
+        runs = await asyncio.gather(*swarms)
+        sim_stats = await get_json(sim.base_url + "/sim/stats")
+        statuses = [await get_json(p.status_url) for p in proxies]
+    finally:
+        await stop_fleet(proxies)
+    figures = _swarm_figures(runs, sim_stats)
+    return {
+        "proxies": count,
+        "stoppedAfterSeconds": after,
+        "downSeconds": down,
+        "leaseSeconds": spec.lease_ms / 1000,
+        "countsRightSeconds": right,  # after the new Redis started; None: not within three TTLs
+        "requests": figures["requests"],
+        "failed": figures["failed"],
+        "upstream429": figures["upstream429"],
+        "overCaps": figures["overCaps"],
+        "outages": [s["fleet"]["outages"] for s in statuses],
+    }, again
+
+
+async def _counts_match(client: aioredis.Redis, proxies: Sequence[ProxyProcess]) -> float | None:
+    """When the account's leases in Redis were read equal to the slots the proxies hold, every proxy
+    connected (their statuses read before and after Redis's count, so a slot taken meanwhile does not pass
+    for a match); None when they differ."""
+    before = [(await get_json(p.status_url))["fleet"] for p in proxies]
+    await client.eval(_REAP, 1, "chaos:account")
+    leases = await client.zcard("chaos:account")
+    when = time.perf_counter()
+    after = [(await get_json(p.status_url))["fleet"] for p in proxies]
+    held = sum(f["ownInFlight"] for f in after)
+    connected = all(f["connected"] for f in before + after)
+    return when if connected and held == sum(f["ownInFlight"] for f in before) == leases else None
 
 
 async def lease_latency(redis_url: str, samples: int = 2000) -> dict[str, float]:
@@ -138,7 +312,7 @@ async def lease_latency(redis_url: str, samples: int = 2000) -> dict[str, float]
 
     config = default_config()
     pool = ChaosPool(config)
-    slots = SharedSlots("bench", on_freed=pool.wake)
+    slots = SharedSlots("bench", on_freed=pool.wake, waiting=pool.first_in_line)
     pool.use_slots(slots)
     url = parse_state_url(redis_url, {})
     assert url is not None
@@ -169,7 +343,17 @@ async def lease_latency(redis_url: str, samples: int = 2000) -> dict[str, float]
     }
 
 
-async def run(counts: Sequence[int], spec: FleetSpec) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Plan:
+    """What `run` measures besides the fleets' efficiency."""
+
+    repeat: int = 1
+    kill: bool = False
+    restart_redis: bool = False
+    lease_latency: bool = True
+
+
+async def run(counts: Sequence[int], spec: FleetSpec, plan: Plan = Plan()) -> dict[str, Any]:
     workload = spec.workload()
     bound = ideal_for(workload).bound.seconds
     settings = SimSettings(
@@ -177,16 +361,48 @@ async def run(counts: Sequence[int], spec: FleetSpec) -> dict[str, Any]:
     )
     results: dict[str, Any] = {"agents": spec.agents, "requests": spec.requests, "lowerBoundSeconds": bound}
     with SimProcess(settings) as sim, RedisProcess() as redis:
-        results["oneProxyAlone"] = await measure(sim, None, 1, workload, spec, bound)
-        base = results["oneProxyAlone"]["vsLowerBound"]
-        runs = []
-        for count in counts:
-            figures = await measure(sim, redis.url, count, workload, spec, bound)
-            figures["vsOneProxy"] = round(figures["vsLowerBound"] / base, 3)
-            runs.append(figures)
-        results["fleets"] = runs
-        results["lease"] = await lease_latency(redis.url)
+        rounds = []
+        for _ in range(plan.repeat):
+            alone = await measure(sim, None, 1, workload, spec, bound)
+            runs = [alone]
+            for count in counts:
+                figures = await measure(sim, redis.url, count, workload, spec, bound)
+                figures["vsOneProxy"] = round(figures["vsLowerBound"] / alone["vsLowerBound"], 3)
+                runs.append(figures)
+            rounds.append(runs)
+        results["rounds"] = rounds
+        results["summary"] = summary(counts, rounds)
+        if plan.lease_latency:
+            results["lease"] = await lease_latency(redis.url)
+        expected = bound * 1.3  # about when the swarm ends
+        if plan.kill:
+            count = max([*counts, 2])
+            results["kill"] = await kill_one(sim, redis.url, count, workload, spec, after=expected * 0.4)
+        if plan.restart_redis:
+            figures, again = await restart_redis(
+                sim, redis, max([*counts, 2]), workload, spec, after=expected * 0.3, down=1.0
+            )
+            again.stop()
+            results["redisRestart"] = figures
     return results
+
+
+def summary(counts: Sequence[int], rounds: Sequence[Sequence[dict[str, Any]]]) -> dict[str, Any]:
+    """Per fleet size, over the rounds: the median of makespan / lower bound and of the ratio to one proxy
+    alone in the same round, and every round's ratio."""
+    alone = [runs[0]["vsLowerBound"] for runs in rounds]
+    table: dict[str, Any] = {"1 alone": {"vsLowerBound": round(statistics.median(alone), 3)}}
+    for i, count in enumerate(counts, start=1):
+        ratios = [runs[i]["vsOneProxy"] for runs in rounds]
+        table[str(count)] = {
+            "vsLowerBound": round(statistics.median(runs[i]["vsLowerBound"] for runs in rounds), 3),
+            "vsOneProxy": round(statistics.median(ratios), 3),
+            "vsOneProxyRounds": ratios,
+            "lostRaces": sum(runs[i]["lostRaces"] for runs in rounds),
+            "upstream429": sum(runs[i]["upstream429"] for runs in rounds),
+            "overCaps": [runs[i]["overCaps"] for runs in rounds if runs[i]["overCaps"]],
+        }
+    return table
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -194,13 +410,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--proxies", default="1,2,3", help="fleet sizes to measure (comma-separated)")
     parser.add_argument("--agents", type=int, default=FleetSpec.agents)
     parser.add_argument("--requests", type=int, default=FleetSpec.requests)
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="rounds (each: one proxy alone, then every fleet)"
+    )
+    parser.add_argument("--lease-ms", type=int, default=LEASE_MS, help="the proxies' chaos_state_lease_ms")
+    parser.add_argument("--kill", action="store_true", help="also: one proxy killed with SIGKILL mid-run")
+    parser.add_argument(
+        "--restart-redis", action="store_true", help="also: Redis stopped and restarted mid-run"
+    )
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args(argv)
     try:
         counts = [int(n) for n in args.proxies.split(",") if n.strip()]
     except ValueError:
         parser.error("--proxies: comma-separated numbers, like 1,2,3")
-    results = asyncio.run(run(counts, FleetSpec(agents=args.agents, requests=args.requests)))
+    spec = FleetSpec(agents=args.agents, requests=args.requests, lease_ms=args.lease_ms)
+    plan = Plan(repeat=args.repeat, kill=args.kill, restart_redis=args.restart_redis)
+    results = asyncio.run(run(counts, spec, plan))
     text = json.dumps(results, indent=2)
     print(text)
     if args.json:
