@@ -296,3 +296,31 @@ async def test_a_learned_limit_lowered_on_one_proxy_is_seen_by_the_other(
     finally:
         for fleet in fleets:
             await fleet.close()
+
+
+async def test_a_call_that_fails_after_an_announce_still_takes_the_proxy_alone(server: RedisProcess) -> None:
+    """A notice sent while a confirm was under way does not make that confirm's failure look like one of
+    an earlier connection: the proxy serves alone on its share, not on Redis it cannot reach."""
+    pool = ChaosPool(CONFIG)
+    fleet = make_fleet(server.url, "p", pool=pool)
+    fleet.start()
+    try:
+        await until(lambda: fleet.up)
+        gate = asyncio.Event()
+
+        async def failing_confirm(**_: object) -> object:
+            await gate.wait()
+            raise ConnectionError("Redis went away")  # as redis-py raises it
+
+        fleet._confirm = failing_confirm  # type: ignore[assignment]  # the one call that fails
+        admitting = asyncio.create_task(pool.admit(Ticket("medium"), timeout=1))
+        await asyncio.sleep(0)
+        fleet.announce()
+        await until(lambda: not fleet._announcing)
+        gate.set()
+        selection = await admitting
+        assert selection is not None  # no request fails
+        assert not fleet.up and fleet.slots.share == 1.0  # alone, on its share: not counted as connected
+        pool.release(selection.model)
+    finally:
+        await fleet.close()

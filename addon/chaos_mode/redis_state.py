@@ -281,7 +281,6 @@ class RedisFleet:
             self._lose(exc, connection)
         finally:
             self._announcing = False
-        self._connection = 0  # bumped on every (re)connection
 
     # -- life ---------------------------------------------------------------------------------------
 
