@@ -185,3 +185,20 @@ async def test_a_store_that_stops_answering_during_confirm_still_serves_the_requ
     fleet.down = True
     assert slots.try_acquire("m", 1, 1) and await slots.confirm("m")
     assert slots.leases() == [("m", "a#1")]
+
+
+async def test_a_slot_given_back_while_alone_is_not_counted_as_ours_once_the_store_is_back() -> None:
+    """Alone, nothing is sent to the store (the lease ends with its TTL), so nothing waits for an answer:
+    back with the fleet, the other proxies' slots are counted in full."""
+    fleet = FakeFleet()
+    slots = connected(fleet)
+    assert slots.try_acquire("m", 4, 10) and await slots.confirm("m")
+    fleet.down = True
+    slots.disconnected()
+    assert slots.release("m")
+    assert fleet.released == []  # not sent: the store does not answer
+    fleet.down = False
+    fleet.leases["m"] = {"b#1", "b#2"}  # another proxy's, written again after the outage
+    slots.connected(fleet)
+    slots.apply(fleet.tally())
+    assert slots.in_flight("m") == 2 and slots.total() == 2

@@ -184,7 +184,7 @@ class SharedSlots:
         leases = self._leases.get(model)
         if leases:
             lease = leases.pop()
-            if self.fleet is not None:
+            if self.fleet is not None and self._alone_share is None:  # alone: it ends with its TTL
                 self._releasing[model] = self._releasing.get(model, 0) + 1
                 self.fleet.release(model, lease)
         return True
