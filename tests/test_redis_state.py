@@ -198,6 +198,11 @@ async def test_an_unreachable_redis_at_start_serves_alone_on_the_fallback_share(
     assert selection is not None
     await until(lambda: fleet.slots.share == 0.5)
     pool.release(selection.model)
+    async with asyncio.timeout(1.0):  # alone, no admission waits for a connection (0.5 s each, before)
+        for _ in range(5):
+            more = await pool.admit(Ticket("light"), timeout=1)
+            assert more is not None
+            pool.release(more.model)
     await fleet.close()
 
 

@@ -202,3 +202,47 @@ async def test_a_slot_given_back_while_alone_is_not_counted_as_ours_once_the_sto
     slots.connected(fleet)
     slots.apply(fleet.tally())
     assert slots.in_flight("m") == 2 and slots.total() == 2
+
+
+async def test_rejoining_a_slot_is_taken_on_the_share_and_confirmed_by_the_store_too() -> None:
+    """Back after an outage but not yet counting on the store: another proxy already back counts on it,
+    so a slot taken here must be in it (and within the caps), not only within this proxy's share."""
+    fleet = FakeFleet()
+    slots = connected(fleet)
+    fleet.down = True
+    slots.disconnected()
+    fleet.down = False
+    fleet.leases["m"] = {"b#1", "b#2", "b#3"}  # the other proxy, back first, took the model's 4th slot
+    fleet.leases["m"].add("b#4")
+    slots.rejoining()
+    assert slots.try_acquire("m", 4, 10)  # within this proxy's share (half of 4)
+    assert not await slots.confirm("m")  # the store says the model is full: refused, not held
+    assert slots.release("m") and slots.leases() == []
+    fleet.leases["m"] = {"b#1"}  # the other proxy's requests end
+    slots.apply(fleet.tally())
+    assert slots.try_acquire("m", 4, 10) and await slots.confirm("m")
+    assert fleet.leases["m"] == {"b#1", "a#2"}  # in the store, where the other proxy counts it
+    assert slots.release("m") and fleet.released == ["a#2"]  # given back there too
+    slots.rejoining(False)  # gone again: alone on the share, nothing sent
+    assert slots.try_acquire("m", 4, 10) and await slots.confirm("m") and "a#3" not in fleet.leases["m"]
+
+
+async def test_a_slot_the_store_did_not_confirm_is_held_only_within_the_share() -> None:
+    """Taken on the fleet's mirror, then the store was found gone (the fleet goes alone as it answers):
+    beyond this proxy's share of the limit it is refused like a race lost, so proxies that all found the
+    store gone at once cannot fill a model together."""
+    fleet = FakeFleet()
+    slots = connected(fleet)
+    slots.apply(Tally({}, 0, {"a": 0, "b": 0}))  # two proxies: half each when alone
+
+    async def gone(model: str, lease: str, cap: int, account_cap: int) -> Verdict | None:
+        slots.disconnected()  # as RedisFleet does when a call fails
+        return None
+
+    fleet.confirm = gone  # type: ignore[method-assign]
+    assert slots.try_acquire("one", 1, 100) and not await slots.confirm("one")  # half of 1 is none
+    assert slots.release("one") and slots.leases() == []
+    assert not slots.fits("one", 1, 100) and slots.fits("m", 4, 100)  # alone now: the share applies
+    assert slots.try_acquire("m", 4, 100) and await slots.confirm("m")
+    assert slots.try_acquire("m", 4, 100) and await slots.confirm("m")
+    assert not slots.fits("m", 4, 100) and not slots.try_acquire("m", 4, 100)  # half of 4

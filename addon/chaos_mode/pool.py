@@ -256,9 +256,16 @@ class ChaosPool:
             candidates = [e for e in eligible if held(e.name, 0) < e.capacity + above(e.name, 0)]
         else:
             candidates = [e for e in eligible if held(e.name, 0) < e.capacity]
-        in_flight = [held(e.name, 0) for e in candidates]
         if not candidates:
             return self._beyond_limits(ticket, eligible, account_full=False), False
+        if slots.confirms:  # a fleet's: while its store is gone, this proxy uses its share of each limit
+            account_cap = self._account_cap + above(ACCOUNT, 0)
+            candidates = [
+                e for e in candidates if slots.fits(e.name, e.capacity + above(e.name, 0), account_cap)
+            ]
+            if not candidates:
+                return None, False
+        in_flight = [held(e.name, 0) for e in candidates]
 
         moved = False
         stuck: str | None = None

@@ -16,6 +16,7 @@ import json
 import logging
 import math
 import random
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
@@ -209,11 +210,13 @@ class RedisFleet:
         self._runner: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._up = False
+        self._rejoining = False  # back after an outage, written again, one renewal before counting on it
         self._told = False  # the outage going on was logged
         self._wake = asyncio.Event()
         self.last_error: str | None = None
         self.confirms = 0
         self.failures = 0
+        self.joined_at: float | None = None  # wall clock when this proxy last began to count on Redis
 
     def key(self, model: str) -> str:
         return f"{self.prefix}slots:{model}"
@@ -234,7 +237,9 @@ class RedisFleet:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.timeout):
                     await self._started.wait()
-        if not self._up:
+            if not self._started.is_set():  # the first connection is slower than a call may be: alone
+                self._lose(TimeoutError(f"no connection within {self.timeout:g} s"))
+        if not self._up and not self._rejoining:
             return None
         tail = notice_tail(self.slots.notice("+", model))
         args = (lease, self.lease_ms, cap, min(account_cap, 2**53), self._channel, tail)
@@ -251,7 +256,7 @@ class RedisFleet:
         return Verdict(bool(taken), int(in_flight), int(total), int(seq))
 
     def release(self, model: str, lease: str) -> None:
-        if self._up:
+        if self._up or self._rejoining:
             self._spawn(self._give_back(model, lease))
 
     async def _give_back(self, model: str, lease: str) -> None:
@@ -319,14 +324,19 @@ class RedisFleet:
                     async with asyncio.timeout(self.timeout):
                         await pubsub.subscribe(self._channel, self._blocks)
                     tally = await self.tick(renew_only=False)  # every lease held here, again: reconciled
+                    self._connection += 1  # the calls made from here on are this connection's
                     if self.slots.lost:
                         # Back after an outage: Redis may have come back empty. Stay alone one renewal
                         # more, so the other proxies write their leases again before this one counts on
-                        # what Redis holds; then write this proxy's again (some were taken meanwhile).
+                        # what Redis holds; meanwhile its slots are confirmed by Redis too (a proxy back
+                        # earlier counts on it); then write this proxy's again.
+                        self._rejoining = True
+                        self.slots.rejoining()
                         await asyncio.sleep(self.tick_seconds)
                         tally = await self.tick(renew_only=False)
-                    self._connection += 1
+                    self._rejoining = False
                     self._up = True
+                    self.joined_at = time.time()
                     self._started.set()
                     self.slots.connected(self)
                     self.slots.apply(tally)
@@ -480,6 +490,10 @@ class RedisFleet:
         self.last_error = redact(_describe(exc), self.url)
         was_up, self._up = self._up, False
         self._wake.set()
+        self._started.set()  # the first requests no longer wait for a first connection: alone
+        if self._rejoining:  # gone again before this proxy counted on it: alone on its share, as it was
+            self._rejoining = False
+            self.slots.rejoining(False)
         if not was_up and self._told:
             return  # already alone, already said
         share = self.slots.disconnected()
@@ -517,6 +531,7 @@ def fleet_status(fleet: RedisFleet) -> dict[str, Any]:
         "share": slots.share,  # None while Redis answers; else the share of each limit used alone
         "lastError": fleet.last_error,
         "outages": slots.lost,
+        "joinedAt": fleet.joined_at,  # epoch seconds: when it last began to count on Redis (after an outage)
         "leaseSeconds": fleet.lease_ms / 1000,
         "proxy": slots.proxy_id,
         "ownInFlight": sum(slots.own().values()),

@@ -116,6 +116,7 @@ class SharedSlots:
         self._counts: dict[str, int] = {}  # own + others: what selection reads
         self._total = 0
         self._alone_share: float | None = None  # the share in force while alone; None: with the fleet
+        self._rejoining = False  # alone, but written to the store again: slots are confirmed there too
         self._proxies: dict[str, int] = {}
         self._seqs: dict[str, int] = {}  # per model, the last change of the store the mirror counts
         self._total_seq = 0
@@ -153,14 +154,20 @@ class SharedSlots:
 
     # -- taking and giving back -------------------------------------------------------------------
 
-    def try_acquire(self, model: str, cap: int, account_cap: int) -> bool:
+    def fits(self, model: str, cap: int, account_cap: int) -> bool:
         share = self._alone_share
-        if share is not None:  # alone: this proxy's slots count against its share of each limit
-            if self._forget_at is not None and self.clock() >= self._forget_at:
-                self._forget_others()
-            own = self._own.get(model, 0)
-            if own >= _part(cap, share) or sum(self._own.values()) >= _part(account_cap, share):
-                return False
+        if share is None:
+            return True
+        # alone: this proxy's slots count against its share of each limit
+        if self._forget_at is not None and self.clock() >= self._forget_at:
+            self._forget_others()
+        return self._own.get(model, 0) < _part(cap, share) and sum(self._own.values()) < _part(
+            account_cap, share
+        )
+
+    def try_acquire(self, model: str, cap: int, account_cap: int) -> bool:
+        if not self.fits(model, cap, account_cap):
+            return False
         held = self._counts.get(model, 0)
         if held >= cap or self._total >= account_cap:
             return False
@@ -184,7 +191,7 @@ class SharedSlots:
         leases = self._leases.get(model)
         if leases:
             lease = leases.pop()
-            if self.fleet is not None and self._alone_share is None:  # alone: it ends with its TTL
+            if self.fleet is not None and self._sent_to_store():  # else it ends with its TTL
                 self._releasing[model] = self._releasing.get(model, 0) + 1
                 self.fleet.release(model, lease)
         return True
@@ -204,7 +211,7 @@ class SharedSlots:
     async def confirm(self, model: str) -> bool:
         lease = f"{self.proxy_id}#{next(self._ids)}"
         fleet = self.fleet
-        if fleet is None or self._alone_share is not None:
+        if fleet is None or not self._sent_to_store():
             self._hold(model, lease)  # written to the store when it is back (or first reached)
             return True
         cap, account_cap = self._caps.get(model, (0, 0))
@@ -214,15 +221,32 @@ class SharedSlots:
             fleet.release(model, lease)  # cancelled while the store may have taken it
             self._refused[model] = self._refused.get(model, 0) + 1
             raise
-        if verdict is None:  # the store went away meanwhile: serve on this proxy's share
-            self._hold(model, lease)
-            return True
+        if verdict is None:  # the store went away meanwhile (the fleet said so): serve on this proxy's share
+            return self._hold_alone(model, lease)
         if verdict.taken:
             self._hold(model, lease)
         else:
             self._refused[model] = self._refused.get(model, 0) + 1
         self._seen(model, verdict.in_flight, verdict.total, verdict.seq)
         return verdict.taken
+
+    def _sent_to_store(self) -> bool:
+        """Whether leases taken and given back now go to the store: with the fleet, or rejoining it."""
+        return self._alone_share is None or self._rejoining
+
+    def _hold_alone(self, model: str, lease: str) -> bool:
+        """Hold a slot the store did not confirm, if it is within this proxy's share (it was taken on the
+        fleet's mirror, before the store was found gone); else it is refused like a race lost, and the
+        request waits for a slot within the share."""
+        share = self._alone_share
+        cap, account_cap = self._caps.get(model, (0, 0))
+        if share is not None and (
+            self._own.get(model, 0) > _part(cap, share) or sum(self._own.values()) > _part(account_cap, share)
+        ):
+            self._refused[model] = self._refused.get(model, 0) + 1
+            return False
+        self._hold(model, lease)
+        return True
 
     def _hold(self, model: str, lease: str) -> None:
         self._leases.setdefault(model, []).append(lease)
@@ -325,9 +349,17 @@ class SharedSlots:
         """The store answers (again): use it. The caller writes `leases()` and applies a tally."""
         self.fleet = fleet
         self._alone_share = None
+        self._rejoining = False
         self._forget_at = None
         self._seqs.clear()
         self._total_seq = 0
+
+    def rejoining(self, on: bool = True) -> None:
+        """The store is back and holds this proxy's leases again, but the other proxies may not have
+        written theirs yet: until `connected`, slots are still taken on this proxy's share alone, and each
+        is also confirmed by the store (within the caps), because a proxy already back counts on it.
+        `on` False: the store went away again before that."""
+        self._rejoining = on
 
     def disconnected(self) -> float:
         """The store went away: serve alone on a share of each limit (returned), counting the others'
@@ -337,6 +369,7 @@ class SharedSlots:
             alive = len(self._proxies)  # this proxy included
             share = 1.0 / alive if alive else FALLBACK_SHARE
         self._alone_share = share
+        self._rejoining = False
         self.lost += 1
         self._forget_at = self.clock() + self.forget_after
         self._peers.clear()

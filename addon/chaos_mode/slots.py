@@ -38,6 +38,11 @@ class SlotStore(Protocol):
         """The fleet agrees to the slot of `model` just taken here (see the class)."""
         ...
 
+    def fits(self, model: str, cap: int, account_cap: int) -> bool:
+        """Whether this proxy may take one more slot of `model` beyond what the counts say (a fleet's store
+        that is gone leaves each proxy a share of each limit); asked only when `confirms`."""
+        ...
+
     def hold_back(self) -> float:
         """Seconds to leave a slot just freed to other proxies' waiters before this one's take it (0: at
         once)."""
@@ -88,6 +93,9 @@ class MemorySlots:
         return {model: n for model, n in self._counts.items() if n}
 
     async def confirm(self, model: str) -> bool:
+        return True
+
+    def fits(self, model: str, cap: int, account_cap: int) -> bool:
         return True
 
     def hold_back(self) -> float:

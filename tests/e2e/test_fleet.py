@@ -45,9 +45,10 @@ async def test_redis_stopped_and_restarted_mid_run_fails_no_request_and_the_coun
         again.stop()
     assert figures["requests"] == 24 * 4 and figures["failed"] == 0
     assert all(outages >= 1 for outages in figures["outages"])  # both proxies saw it go
-    right = figures["countsRightSeconds"]
-    # Counted as matching only at an instant when no slot is on its way in or out: under this traffic
-    # that is 1.5-2.1 s after the new Redis answers (bench.fleet --restart-redis reports it); two TTLs
-    # bound it here, a proxy that never writes its leases again fails (None).
-    assert right is not None and right <= 2 * 1.5 + 0.3
+    joined = figures["joinedSeconds"]  # every proxy had written its leases again and counted on Redis
+    assert joined is not None and joined <= 1.5  # within one lease TTL of its return
+    # And Redis's count equals the slots the proxies hold, checked at an instant when none is on its way in
+    # or out: under this traffic 1.5-2 s after Redis's return on a quiet machine, up to 7 s on a loaded one
+    # (the check reads each proxy's status), so only "it comes back" is asserted (within 3 TTLs + 5 s).
+    assert figures["countsRightSeconds"] is not None
     assert figures["upstream429"] == 0 and figures["overCaps"] == {}

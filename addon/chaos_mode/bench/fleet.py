@@ -172,11 +172,14 @@ def _owner(lease: object) -> str:
 
 
 async def _poll(
-    condition: Callable[[], Awaitable[float | None]], timeout: float, every: float = 0.02
+    condition: Callable[[], Awaitable[float | None]],
+    timeout: float,
+    every: float = 0.02,
+    start: float | None = None,
 ) -> float | None:
-    """Seconds until the async `condition()` held: it returns when (`time.perf_counter()`) it read the
-    fact that makes it hold, else None; None if it did not hold within `timeout`."""
-    start = time.perf_counter()
+    """Seconds from `start` (`time.perf_counter()`, default now) until the async `condition()` held: it
+    returns when it read the fact that makes it hold, else None; None if it did not hold within `timeout`."""
+    start = time.perf_counter() if start is None else start
     while time.perf_counter() - start < timeout:
         when = await condition()
         if when is not None:
@@ -262,9 +265,13 @@ async def restart_redis(
         await asyncio.to_thread(redis.stop)
         await asyncio.sleep(down)
         again = await asyncio.to_thread(RedisProcess(port=redis.port).start)
+        back, start = time.time(), time.perf_counter()
         client = aioredis.Redis.from_url(again.url)
         try:
-            right = await _poll(lambda: _counts_match(client, proxies), 3 * spec.lease_ms / 1000 + 5)
+            joined = await _poll(lambda: _all_joined(proxies, back), 3 * spec.lease_ms / 1000 + 5)
+            right = await _poll(
+                lambda: _counts_match(client, proxies), 3 * spec.lease_ms / 1000 + 5, start=start
+            )
         finally:
             await client.aclose()
         runs = await asyncio.gather(*swarms)
@@ -278,13 +285,28 @@ async def restart_redis(
         "stoppedAfterSeconds": after,
         "downSeconds": down,
         "leaseSeconds": spec.lease_ms / 1000,
-        "countsRightSeconds": right,  # after the new Redis started; None: not within three TTLs
+        # After the new Redis started: every proxy had written its leases again and counted on it (from the
+        # proxies' own clocks), and a check that Redis's count equalled the slots held (read at an instant
+        # when none was on its way in or out: later under load, and it waits for `joinedSeconds`).
+        "joinedSeconds": joined,
+        "countsRightSeconds": right,
         "requests": figures["requests"],
         "failed": figures["failed"],
         "upstream429": figures["upstream429"],
         "overCaps": figures["overCaps"],
         "outages": [s["fleet"]["outages"] for s in statuses],
     }, again
+
+
+async def _all_joined(proxies: Sequence[ProxyProcess], since: float) -> float | None:
+    """When (`time.perf_counter()`) the last proxy began to count on Redis again after `since` (wall
+    clock), read from their statuses; None while one has not."""
+    fleets = [(await get_json(p.status_url))["fleet"] for p in proxies]
+    joined: list[float | None] = [f["joinedAt"] for f in fleets]
+    times = [at for at in joined if at is not None and at >= since]
+    if not all(f["connected"] for f in fleets) or len(times) < len(joined):
+        return None
+    return time.perf_counter() - (time.time() - max(times))
 
 
 async def _counts_match(client: aioredis.Redis, proxies: Sequence[ProxyProcess]) -> float | None:
