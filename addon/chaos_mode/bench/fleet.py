@@ -124,8 +124,16 @@ async def start_fleet(
     except BaseException:
         await stop_fleet(proxies)
         raise
+    if redis_url is not None and await _poll(lambda: _all_connected(proxies), 10.0) is None:
+        await stop_fleet(proxies)  # as agents would find them: proxies started before the swarm
+        raise RuntimeError("the proxies did not reach Redis within 10 s")
     await reset_sim(sim.base_url)
     return proxies
+
+
+async def _all_connected(proxies: Sequence[ProxyProcess]) -> float | None:
+    fleets = [(await get_json(p.status_url))["fleet"] for p in proxies]
+    return time.perf_counter() if all(f["connected"] for f in fleets) else None
 
 
 async def stop_fleet(proxies: Sequence[ProxyProcess]) -> None:
