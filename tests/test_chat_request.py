@@ -146,3 +146,19 @@ def test_any_object_with_a_top_level_string_model_has_exactly_those_bytes_rewrit
     case: Case, new_model: str
 ) -> None:
     check_exact_rewrite(parse_chat, case, new_model)
+
+
+def test_the_sticky_key_without_a_session_tells_agents_of_one_system_prompt_apart() -> None:
+    """OpenAI puts the system prompt in `messages`: agents of one tool share it, so the key takes the
+    messages up to the first user message, not the first message alone."""
+
+    def key(*messages: dict[str, object]) -> str | None:
+        body = {"model": "gpt-4o", "messages": list(messages)}
+        return parse_chat(json.dumps(body).encode(), limit=1 << 20).sticky_key(None)
+
+    system = {"role": "system", "content": "You are a coding agent."}
+    one, other = {"role": "user", "content": "fix the bug"}, {"role": "user", "content": "write the docs"}
+    answer = {"role": "assistant", "content": "done"}
+    assert key(system, one) != key(system, other)  # two agents, one system prompt
+    assert key(system, one) == key(system, one, answer, {"role": "user", "content": "thanks"})  # one, later
+    assert key(one) != key(other) and key(system) is not None

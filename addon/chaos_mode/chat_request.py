@@ -27,6 +27,17 @@ class ChatRequest(MessageRequest):
         options = self.body.get("stream_options")
         return isinstance(options, dict) and options.get("include_usage") is True
 
+    def conversation_head(self) -> object:
+        """The messages up to the first user message: here the system prompt is a message, and agents of
+        one tool share it, so the first message alone would make them one conversation."""
+        messages = self.body.get("messages")
+        if not isinstance(messages, list):
+            return None
+        for i, message in enumerate(messages):
+            if isinstance(message, dict) and message.get("role") == "user":
+                return messages[: i + 1]
+        return messages[:1]
+
     @property
     def info(self) -> RequestInfo:
         """`max_completion_tokens` (OpenAI's current name) bounds the output, else `max_tokens`."""

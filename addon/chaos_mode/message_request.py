@@ -74,15 +74,18 @@ class MessageRequest:
         and first message (None when those are nested too deeply to serialise)."""
         if session_id:
             return "session:" + session_id.strip()
-        system = self.body.get("system")
-        first = self.body.get("messages")
-        first = first[0] if isinstance(first, list) and first else None
         try:
-            canonical = json.dumps([system, first], sort_keys=True, default=str)
+            canonical = json.dumps(self.conversation_head(), sort_keys=True, default=str)
         except RecursionError:
             return None
         digest = hashlib.sha256(canonical.encode(), usedforsecurity=False)
         return "prompt:" + digest.hexdigest()[:32]
+
+    def conversation_head(self) -> object:
+        """What tells a conversation apart when no session header does: the system prompt and the first
+        message."""
+        messages = self.body.get("messages")
+        return [self.body.get("system"), messages[0] if isinstance(messages, list) and messages else None]
 
     def with_model(self, model: str) -> bytes:
         """The body with the bytes of the top-level `model` value replaced, and no other byte changed."""
