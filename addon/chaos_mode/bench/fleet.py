@@ -199,15 +199,16 @@ async def _poll(
 async def kill_one(
     sim: SimProcess, redis_url: str, count: int, workload: Workload, spec: FleetSpec, after: float
 ) -> dict[str, Any]:
-    """`count` proxies share the swarm; `after` seconds in, the first is killed with SIGKILL. Its leases
-    must leave Redis within the lease TTL (plus a renewal, when a survivor reaps them), and the survivors'
-    agents must all be served. The killed proxy's own agents are abandoned."""
+    """`count` proxies share the swarm; `after` seconds in (once it holds a lease), the first is killed with
+    SIGKILL. Its leases must leave Redis within the lease TTL (plus a renewal, when a survivor reaps them),
+    and the survivors' agents must all be served. The killed proxy's own agents are abandoned."""
     proxies = await start_fleet(sim, redis_url, count, spec.lease_ms)
     client = aioredis.Redis.from_url(redis_url)
     try:
         victim = (await get_json(proxies[0].status_url))["fleet"]["proxy"]
         swarms = _swarms(proxies, workload)
         await asyncio.sleep(after)
+        await _poll(lambda: _holds_leases(client, victim), 5.0)  # a busy machine starts the swarm late
         proxies[0].kill()
         held = await _leases_of(client, victim)
         back = await _poll(lambda: _reaped(client, victim), 3 * spec.lease_ms / 1000 + 5)
@@ -238,6 +239,10 @@ def _swarm_figures(
     """`fleet_figures` of swarm parts run together (no lower bound: the run was disturbed on purpose)."""
     records = [r for records, _ in runs for r in records]
     return fleet_figures(records, max(m for _, m in runs), sim_stats, bound=0.0)
+
+
+async def _holds_leases(client: aioredis.Redis, proxy: str) -> float | None:
+    return time.perf_counter() if await _leases_of(client, proxy) > 0 else None
 
 
 async def _reaped(client: aioredis.Redis, proxy: str) -> float | None:
