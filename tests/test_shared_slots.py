@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+
+from chaos_mode.config import default_config
+from chaos_mode.pool import ChaosPool, Ticket
 from chaos_mode.shared_slots import FALLBACK_SHARE, HOLD_BACK, Notice, SharedSlots, Tally, Verdict
 
 
@@ -246,3 +250,31 @@ async def test_a_slot_the_store_did_not_confirm_is_held_only_within_the_share() 
     assert slots.try_acquire("m", 4, 100) and await slots.confirm("m")
     assert slots.try_acquire("m", 4, 100) and await slots.confirm("m")
     assert not slots.fits("m", 4, 100) and not slots.try_acquire("m", 4, 100)  # half of 4
+
+
+async def test_a_race_lost_does_not_count_as_service_so_the_loser_keeps_its_place_in_line() -> None:
+    """A conversation whose slot another proxy took first was not served: waiting again, it goes before
+    one that came after it (counted as served, it went behind every conversation served less)."""
+    fleet = FakeFleet()
+    pool = ChaosPool(default_config())
+    slots = SharedSlots("b", on_freed=pool.wake, waiting=pool.first_in_line)
+    slots.connected(fleet)
+    pool.use_slots(slots)
+    for i in range(7):  # all the heavy tier's slots but one, held here
+        assert await pool.admit(Ticket("heavy", session=f"held{i}"), timeout=0) is not None
+    caps = {"glm-4.7": 3, "glm-4.6": 3, "glm-4.5-x": 2}
+    free = next(model for model, cap in caps.items() if slots.in_flight(model) < cap)
+    fleet.leases[free].add("a#1")  # another proxy took the last one; not yet heard of here
+    first = asyncio.ensure_future(pool.admit(Ticket("heavy", session="first"), timeout=5))
+    while pool.waiting() == 0:  # it lost the slot to the other proxy, then waits
+        await asyncio.sleep(0)
+    assert pool.lost_races == 1
+    second = asyncio.ensure_future(pool.admit(Ticket("heavy", session="second"), timeout=5))
+    while pool.waiting() < 2:
+        await asyncio.sleep(0)
+    fleet.leases[free].discard("a#1")
+    slots.heard(Notice(fleet.seq + 1, "-", "a", free))
+    selection = await asyncio.wait_for(first, 1)
+    assert selection is not None and selection.model == free and not second.done()
+    second.cancel()
+    await asyncio.gather(second, return_exceptions=True)

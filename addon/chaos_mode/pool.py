@@ -472,6 +472,8 @@ class ChaosPool:
             # Another proxy took it first: the mirror knows now; pick again or wait (keeping our place).
             self.lost_races += 1
             self.admitted -= 1
+            if ticket.counts:
+                self._shares.unserved(ticket.session)  # not served: it keeps its place in line
             self.release_selection(selection)
 
     async def _admit(self, ticket: Ticket, since: float | None, timeout: float | None) -> Selection | None:
