@@ -515,3 +515,15 @@ def test_short_failover_ttft_run(tmp_path: Path) -> None:
     assert all(80 <= ms < 2000 for ms in doc["failoverTtftMs"])
     assert doc["addedMs"] == pytest.approx(doc["hopMs"] + doc["refusalMs"], abs=0.02)
     assert "added beyond z.ai's no" in result.stdout
+
+
+def test_the_fleet_summary_adds_up_races_lost_and_outages_over_the_rounds() -> None:
+    from chaos_mode.bench.fleet import summary
+
+    def fleet(ratio: float, lost: int, outages: int) -> dict[str, Any]:
+        figures = {"vsLowerBound": 1.2, "vsOneProxy": ratio, "lostRaces": lost, "outages": outages}
+        return {**figures, "upstream429": 0, "overCaps": {}}
+
+    rounds = [[{"vsLowerBound": 1.1}, fleet(1.05, 10, 0)], [{"vsLowerBound": 1.2}, fleet(1.1, 5, 2)]]
+    table = summary([2], rounds)["2"]
+    assert (table["lostRaces"], table["outages"], table["vsOneProxyRounds"]) == (15, 2, [1.05, 1.1])
