@@ -319,6 +319,13 @@ async def test_a_slot_given_back_is_owed_to_one_proxy_whose_waiters_try_at_once_
     assert woken == {"b": [0.0], "c": [HOLD_BACK]}
     line = (1, 0, 2.0)  # now this proxy's first came before both
     assert a.try_acquire("m", 1, 10) and await a.confirm("m")
-    assert a.release("m") and fleet.owed == ["b", ""]  # kept here: anyone may take what is left
+    assert a.release("m") and fleet.owed == ["b", "a"]  # kept here: the others would lose the race
+    b.heard(Notice(fleet.seq, "-", "a", "m", to="a"))
+    assert woken["b"] == [0.0, HOLD_BACK]
+    line = (0, 0, 0.0)
+    a.heard(Notice(0, "=", "b"))
+    a.heard(Notice(0, "=", "c"))  # nobody waits anywhere
+    assert a.try_acquire("m", 1, 10) and await a.confirm("m")
+    assert a.release("m") and fleet.owed == ["b", "a", ""]  # anyone may take it at once
     b.heard(Notice(fleet.seq, "-", "a", "m"))
-    assert woken["b"] == [0.0, 0.0]
+    assert woken["b"] == [0.0, HOLD_BACK, 0.0]

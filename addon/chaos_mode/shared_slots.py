@@ -200,7 +200,7 @@ class SharedSlots:
             lease = leases.pop()
             if self.fleet is not None and self._sent_to_store():  # else it ends with its TTL
                 self._releasing[model] = self._releasing.get(model, 0) + 1
-                self.fleet.release(model, lease, self.owed_to() or "")
+                self.fleet.release(model, lease, self._freed_for())
         return True
 
     def given_back(self, model: str) -> None:
@@ -326,6 +326,14 @@ class SharedSlots:
         if waiting and (level, self.clock() - waited) <= best[:2]:
             return None
         return best[2]
+
+    def _freed_for(self) -> str:
+        """The proxy a slot given back here is owed to, as its notice names it: another (`owed_to`), this
+        one when its own waiters come first (the others would only lose the race to them), else none."""
+        owed = self.owed_to()
+        if owed is not None:
+            return owed
+        return self.proxy_id if self._alone_share is None and self.waiting()[0] else ""
 
     def hold_back(self) -> float:
         """Seconds to leave a slot just freed here to the proxy it is owed to (`owed_to`) before this
