@@ -28,7 +28,7 @@ from chaos_mode.bench.ideal import (
 )
 from chaos_mode.bench.plot import render_svg
 from chaos_mode.bench.report import render
-from chaos_mode.bench.run import agent_models
+from chaos_mode.bench.run import agent_models, ideal_for
 from chaos_mode.bench.sampler import read_sample, rebase, stall_figures
 from chaos_mode.bench.scenarios import PINNED, SCENARIOS, parse_scenarios, pinned_models
 from chaos_mode.bench.swarm import RequestRecord, retry_delay
@@ -515,3 +515,28 @@ def test_short_failover_ttft_run(tmp_path: Path) -> None:
     assert all(80 <= ms < 2000 for ms in doc["failoverTtftMs"])
     assert doc["addedMs"] == pytest.approx(doc["hopMs"] + doc["refusalMs"], abs=0.02)
     assert "added beyond z.ai's no" in result.stdout
+
+
+def test_the_fleet_summary_adds_up_races_lost_and_outages_over_the_rounds() -> None:
+    from chaos_mode.bench.fleet import summary
+
+    def fleet(ratio: float, lost: int, outages: int) -> dict[str, Any]:
+        figures = {"vsLowerBound": 1.2, "vsOneProxy": ratio, "lostRaces": lost, "outages": outages}
+        return {**figures, "upstream429": 0, "overCaps": {}}
+
+    rounds = [[{"vsLowerBound": 1.1}, fleet(1.05, 10, 0)], [{"vsLowerBound": 1.2}, fleet(1.1, 5, 2)]]
+    table = summary([2], rounds)["2"]
+    assert (table["lostRaces"], table["outages"], table["vsOneProxyRounds"]) == (15, 2, [1.05, 1.1])
+
+
+def test_the_virtual_time_fleet_serves_every_request_within_the_caps_and_repeats_itself() -> None:
+    from chaos_mode.bench.fleet_sim import Delays, simulate
+
+    workload = make_workload(WorkloadSpec(agents=40, requests=2, latency_ms=250.0, output_tokens=8))
+    bound = ideal_for(workload).bound.seconds
+    alone = simulate(1, False, workload, 1, Delays())
+    fleet = simulate(3, True, workload, 1, Delays())
+    assert fleet == simulate(3, True, workload, 1, Delays())  # virtual time: the same run every time
+    assert fleet.over == 0 and alone.over == 0
+    assert len(fleet.parts) == 3 and fleet.makespan == max(fleet.parts)
+    assert bound <= alone.makespan < 1.5 * bound and bound <= fleet.makespan < 1.5 * bound

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from chaos_mode.child import RedisProcess
 from chaos_mode.config import default_config
 from chaos_mode.pool import ChaosPool, Ticket
-from chaos_mode.redis_state import RedisFleet, fleet_status
-from chaos_mode.shared_slots import SharedSlots
+from chaos_mode.redis_state import RedisFleet, fleet_status, notice_tail, parse_notice
+from chaos_mode.shared_slots import Notice, SharedSlots
 from chaos_mode.state_url import parse_state_url
 from chaos_mode.zai_errors import classify_error
 from redis_support import redis_process
@@ -47,7 +47,7 @@ def make_fleet(
     slots = SharedSlots(
         name,
         on_freed=pool.wake if pool else lambda: None,
-        waiting=pool.first_in_line if pool else lambda: (0, 0),
+        waiting=pool.first_in_line if pool else lambda: (0, 0, 0.0),
     )
     if pool is not None:
         pool.use_slots(slots)
@@ -95,7 +95,7 @@ async def test_release_removes_the_lease_and_tells_the_other_proxies(
     assert await client.zcard("chaos:slots:glm-4.5") == 0 and await client.zcard("chaos:account") == 0
     messages = [await pubsub.get_message(ignore_subscribe_messages=True, timeout=1) for _ in range(3)]
     # the first read is the subscription's; then the lease taken and given back, numbered
-    assert [m["data"] for m in messages if m] == [b"1 + p glm-4.5 0 0", b"2 - p glm-4.5 0 0"]
+    assert [m["data"] for m in messages if m] == [b"1 + p glm-4.5 0 0 0 -", b"2 - p glm-4.5 0 0 0 -"]
     await pubsub.aclose()
     await fleet.close()
 
@@ -126,6 +126,49 @@ async def test_two_pools_share_the_account_and_a_slot_freed_on_one_serves_a_wait
     for fleet in fleets:
         await fleet.close()
     assert await client.zcard("chaos:account") == 0  # leaving gives every lease back
+
+
+def test_a_notice_goes_through_the_channel_whole_and_one_of_an_earlier_version_is_still_read() -> None:
+    notice = Notice(0, "-", "host:12:ab", "glm-4.5", 3, 2, 0.25, "host:13:cd")
+    assert parse_notice("7 - " + notice_tail(notice)) == replace(notice, seq=7)
+    assert parse_notice("8 + " + notice_tail(Notice(0, "+", "p", "m"))) == Notice(8, "+", "p", "m")
+    assert parse_notice("9 - p m 1 2") == Notice(9, "-", "p", "m", 1, 2)  # no wait, no proxy named
+    assert parse_notice("0 * p") == Notice(0, "*", "p")
+    assert parse_notice("x - p m 1 2") is None and parse_notice("1 - p m 1") is None
+
+
+async def test_a_slot_freed_goes_to_the_proxy_it_is_owed_to_and_the_others_do_not_race_for_it(
+    server: RedisProcess, client: aioredis.Redis
+) -> None:
+    pools = [ChaosPool(CONFIG) for _ in range(3)]
+    fleets = [make_fleet(server.url, f"p{i}", pool=pool) for i, pool in enumerate(pools)]
+    for fleet in fleets:
+        fleet.start()
+    await until(lambda: all(f.up for f in fleets))
+    held = [await pools[0].admit(Ticket("heavy"), timeout=1) for _ in range(8)]  # the heavy tier's slots
+    try:
+        first = asyncio.ensure_future(pools[1].admit(Ticket("heavy", session="first"), timeout=5))
+        await until(lambda: fleets[0].slots.owed_to() == "p1")
+        second = asyncio.ensure_future(pools[2].admit(Ticket("heavy", session="second"), timeout=5))
+        await until(lambda: pools[2].waiting() == 1 and fleets[1].slots.proxies is not None)
+        await asyncio.sleep(0.05)  # p2's announce reached p0 (p1's first came earlier, at the same level)
+        assert fleets[0].slots.owed_to() == "p1"
+        selection = held.pop()
+        assert selection is not None
+        pools[0].release(selection.model)
+        got = await asyncio.wait_for(first, 2)
+        assert got is not None and not second.done()
+        assert pools[1].lost_races == pools[2].lost_races == 0  # p2 did not try for it at once
+        pools[1].release(got.model)
+        got = await asyncio.wait_for(second, 2)
+        assert got is not None
+        pools[2].release(got.model)
+    finally:
+        for selection in held:
+            if selection is not None:
+                pools[0].release(selection.model)
+        for fleet in fleets:
+            await fleet.close()
 
 
 async def test_a_proxy_that_dies_gives_its_slots_back_within_the_lease(

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+
+from chaos_mode.config import default_config
+from chaos_mode.pool import ChaosPool, Ticket
 from chaos_mode.shared_slots import FALLBACK_SHARE, HOLD_BACK, Notice, SharedSlots, Tally, Verdict
 
 
@@ -12,6 +16,7 @@ class FakeFleet:
         self.leases: dict[str, set[str]] = {}
         self.down = False
         self.released: list[str] = []
+        self.owed: list[str] = []  # per release, the proxy its notice names ("" for none)
         self.seq = 0
         self.announced = 0
 
@@ -26,9 +31,10 @@ class FakeFleet:
         self.seq += 1
         return Verdict(True, len(held), total + 1, self.seq)
 
-    def release(self, model: str, lease: str) -> None:
+    def release(self, model: str, lease: str, to: str = "") -> None:
         self.leases.get(model, set()).discard(lease)
         self.released.append(lease)
+        self.owed.append(to)
         self.seq += 1
 
     def announce(self) -> None:
@@ -105,21 +111,21 @@ async def test_a_lease_given_back_but_not_yet_removed_is_not_counted_as_another_
 
 
 def test_a_freed_slot_goes_first_to_another_proxy_whose_first_waiter_was_served_less() -> None:
-    line = (3, 2)  # three wait here, the first of them admitted twice lately
+    line = (3, 2, 1.0)  # three wait here, the first of them admitted twice lately, waiting for 1 s
     slots = SharedSlots("a", waiting=lambda: line)
     slots.connected(FakeFleet())
     assert slots.hold_back() == 0.0  # nobody else heard of
     slots.heard(Notice(1, "=", "b", "", waiting=4, level=1))
     assert slots.hold_back() == HOLD_BACK
     slots.heard(Notice(2, "-", "b", "m", waiting=4, level=2))
-    assert slots.hold_back() == 0.0  # even: this proxy's waiters take it at once
+    assert slots.hold_back() == 0.0  # even, and this one waited longer: this proxy's waiters take it
     slots.heard(Notice(3, "+", "b", "m", waiting=0, level=0))
     assert slots.hold_back() == 0.0  # nobody waits there
     slots.heard(Notice(4, "=", "c", "", waiting=1, level=0))
     assert slots.hold_back() == HOLD_BACK
     slots.heard(Notice(5, "*", "c"))
     assert slots.hold_back() == 0.0 and slots.held_back == 2
-    line = (0, 0)
+    line = (0, 0, 0.0)
     slots.heard(Notice(6, "=", "b", "", waiting=4, level=0))
     assert slots.hold_back() == 0.0  # nobody waits here: nothing to hold back from
 
@@ -135,13 +141,13 @@ def test_waiting_here_is_announced_while_the_fleet_answers() -> None:
 
 
 async def test_a_tally_rebuilds_the_mirror_and_wakes_waiters_when_others_freed_slots() -> None:
-    woken: list[int] = []
-    slots = SharedSlots("a", on_freed=lambda: woken.append(1))
+    woken: list[float] = []
+    slots = SharedSlots("a", on_freed=woken.append)
     slots.connected(FakeFleet())
     slots.apply(Tally({"m": 3, "n": 1}, 4, {"a": 0, "b": 4}))
     assert (slots.in_flight("m"), slots.total(), woken) == (3, 4, [])
     slots.apply(Tally({"m": 1, "n": 1}, 2, {"a": 0, "b": 2}))
-    assert (slots.in_flight("m"), slots.total(), woken) == (1, 2, [1])
+    assert (slots.in_flight("m"), slots.total(), woken) == (1, 2, [0.0])
     assert slots.proxies == {"a": 0, "b": 2}
 
 
@@ -246,3 +252,80 @@ async def test_a_slot_the_store_did_not_confirm_is_held_only_within_the_share() 
     assert slots.try_acquire("m", 4, 100) and await slots.confirm("m")
     assert slots.try_acquire("m", 4, 100) and await slots.confirm("m")
     assert not slots.fits("m", 4, 100) and not slots.try_acquire("m", 4, 100)  # half of 4
+
+
+async def test_a_race_lost_does_not_count_as_service_so_the_loser_keeps_its_place_in_line() -> None:
+    """A conversation whose slot another proxy took first was not served: waiting again, it goes before
+    one that came after it (counted as served, it went behind every conversation served less)."""
+    fleet = FakeFleet()
+    pool = ChaosPool(default_config())
+    slots = SharedSlots("b", on_freed=pool.wake, waiting=pool.first_in_line)
+    slots.connected(fleet)
+    pool.use_slots(slots)
+    for i in range(7):  # all the heavy tier's slots but one, held here
+        assert await pool.admit(Ticket("heavy", session=f"held{i}"), timeout=0) is not None
+    caps = {"glm-4.7": 3, "glm-4.6": 3, "glm-4.5-x": 2}
+    free = next(model for model, cap in caps.items() if slots.in_flight(model) < cap)
+    fleet.leases[free].add("a#1")  # another proxy took the last one; not yet heard of here
+    first = asyncio.ensure_future(pool.admit(Ticket("heavy", session="first"), timeout=5))
+    while pool.waiting() == 0:  # it lost the slot to the other proxy, then waits
+        await asyncio.sleep(0)
+    assert pool.lost_races == 1
+    second = asyncio.ensure_future(pool.admit(Ticket("heavy", session="second"), timeout=5))
+    while pool.waiting() < 2:
+        await asyncio.sleep(0)
+    fleet.leases[free].discard("a#1")
+    slots.heard(Notice(fleet.seq + 1, "-", "a", free))
+    selection = await asyncio.wait_for(first, 1)
+    assert selection is not None and selection.model == free and not second.done()
+    second.cancel()
+    await asyncio.gather(second, return_exceptions=True)
+
+
+def test_among_first_waiters_served_as_much_the_one_waiting_longest_is_owed_the_slot() -> None:
+    now = [100.0]
+    line = (2, 1, 0.5)  # the first here was admitted once lately and has waited 0.5 s
+    slots = SharedSlots("a", waiting=lambda: line, clock=lambda: now[0])
+    slots.connected(FakeFleet())
+    slots.heard(Notice(1, "=", "b", "", waiting=1, level=1, waited=0.2))
+    assert slots.owed_to() is None and slots.hold_back() == 0.0  # this proxy's came first
+    slots.heard(Notice(2, "=", "c", "", waiting=3, level=1, waited=0.9))
+    now[0] += 0.1  # the figures heard age as they would have there
+    line = (2, 1, 0.6)
+    assert slots.owed_to() == "c" and slots.hold_back() == HOLD_BACK
+    slots.heard(Notice(3, "=", "b", "", waiting=1, level=0, waited=0.0))
+    assert slots.owed_to() == "b"  # served less: first, however long the others waited
+    line = (0, 0, 0.0)
+    assert slots.owed_to() == "b" and slots.hold_back() == 0.0  # nobody here to hold back
+
+
+async def test_a_slot_given_back_is_owed_to_one_proxy_whose_waiters_try_at_once_the_others_later() -> None:
+    """One notice names the proxy the slot is owed to: only its waiters try at once; the others' wait
+    `HOLD_BACK` (it may not fit that proxy's waiters) instead of all racing for it."""
+    fleet = FakeFleet()
+    line = (0, 0, 0.0)
+    a = SharedSlots("a", waiting=lambda: line)
+    woken: dict[str, list[float]] = {"b": [], "c": []}
+    b = SharedSlots("b", on_freed=woken["b"].append)
+    c = SharedSlots("c", on_freed=woken["c"].append)
+    for slots in (a, b, c):
+        slots.connected(fleet)
+    assert a.try_acquire("m", 1, 10) and await a.confirm("m")
+    a.heard(Notice(fleet.seq + 1, "=", "b", "", waiting=2, level=0, waited=0.3))
+    a.heard(Notice(fleet.seq + 2, "=", "c", "", waiting=5, level=0, waited=0.1))
+    assert a.release("m") and fleet.owed == ["b"]  # b's first has waited longest
+    for slots in (b, c):
+        slots.heard(Notice(fleet.seq, "-", "a", "m", to="b"))
+    assert woken == {"b": [0.0], "c": [HOLD_BACK]}
+    line = (1, 0, 2.0)  # now this proxy's first came before both
+    assert a.try_acquire("m", 1, 10) and await a.confirm("m")
+    assert a.release("m") and fleet.owed == ["b", "a"]  # kept here: the others would lose the race
+    b.heard(Notice(fleet.seq, "-", "a", "m", to="a"))
+    assert woken["b"] == [0.0, HOLD_BACK]
+    line = (0, 0, 0.0)
+    a.heard(Notice(0, "=", "b"))
+    a.heard(Notice(0, "=", "c"))  # nobody waits anywhere
+    assert a.try_acquire("m", 1, 10) and await a.confirm("m")
+    assert a.release("m") and fleet.owed == ["b", "a", ""]  # anyone may take it at once
+    b.heard(Notice(fleet.seq, "-", "a", "m"))
+    assert woken["b"] == [0.0, HOLD_BACK, 0.0]

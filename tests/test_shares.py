@@ -19,6 +19,19 @@ def test_levels_count_admissions_per_conversation() -> None:
     assert len(shares) == 2
 
 
+def test_an_admission_taken_back_no_longer_counts() -> None:
+    shares = ServiceShares(FakeClock())
+    shares.served("a")
+    shares.served("a")
+    shares.unserved("a")
+    shares.unserved("never")  # nothing counted: nothing to take back
+    shares.unserved(None)
+    assert (shares.level("a"), shares.level("never"), len(shares)) == (1, 0, 1)
+    shares.unserved("a")
+    shares.unserved("a")
+    assert shares.level("a") == 0  # never below none
+
+
 def test_counts_halve_with_each_half_life() -> None:
     clock = FakeClock()
     shares = ServiceShares(clock, half_life=60.0)

@@ -192,9 +192,12 @@ class ChaosPool:
         self._limits_changed()
         return taken
 
-    def wake(self) -> None:
-        """Capacity may have been freed elsewhere (another proxy of the fleet): serve the waiters."""
-        if len(self._queue):
+    def wake(self, delay: float = 0.0) -> None:
+        """Capacity may have been freed elsewhere (another proxy of the fleet): serve the waiters, now or
+        after `delay` seconds (the slot was owed to another proxy first)."""
+        if delay > 0:
+            self._wake_later(delay)
+        elif len(self._queue):
             self._queue.dispatch()
 
     def reconfigure(self, config: ModelRouting) -> None:
@@ -472,6 +475,8 @@ class ChaosPool:
             # Another proxy took it first: the mirror knows now; pick again or wait (keeping our place).
             self.lost_races += 1
             self.admitted -= 1
+            if ticket.counts:
+                self._shares.unserved(ticket.session)  # not served: it keeps its place in line
             self.release_selection(selection)
 
     async def _admit(self, ticket: Ticket, since: float | None, timeout: float | None) -> Selection | None:
@@ -639,10 +644,14 @@ class ChaosPool:
     def waiting(self) -> int:
         return len(self._queue)
 
-    def first_in_line(self) -> tuple[int, int]:
-        """(requests waiting, the level of the first in line: its conversation's admissions lately)."""
+    def first_in_line(self) -> tuple[int, int, float]:
+        """(requests waiting, the level of the first in line: its conversation's admissions lately, and
+        seconds it has waited: since it first came, a failover's included)."""
         first = self._queue.first()
-        return (len(self._queue), first.order[0]) if first is not None else (0, 0)
+        if first is None:
+            return (0, 0, 0.0)
+        level, since = first.order
+        return (len(self._queue), level, max(self._clock() - since, 0.0))
 
     def _follow_limits(self) -> None:
         """Let learned limits drift, and rebuild what derives from them when they changed."""

@@ -3,7 +3,7 @@
 An adapter (redis-py's asyncio client) under `SharedSlots`. Keys, with `prefix` (default `chaos:`):
 `slots:{model}` and `account` are sorted sets of lease ids scored by their expiry (ms, Redis's own
 clock), `fleet` scores each proxy id by when it was last seen, `seq` numbers the changes; every lease taken
-or given back is published on `freed` (a `Notice`: `seq op proxy model waiting level`).
+or given back is published on `freed` (a `Notice`: `seq op proxy model waiting level waited_ms to`).
 Every call has a timeout; when one fails the proxy serves alone (see `SharedSlots`), reconnects with
 backoff and jitter, then writes its leases again.
 """
@@ -135,19 +135,29 @@ def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+NOBODY_NAMED: Final = "-"  # `to` on the channel when a notice names no proxy (no proxy id is "-")
+
+
 def notice_tail(notice: Notice) -> str:
     """A notice as the channel carries it, after its change number and op (the scripts add those)."""
-    return f"{notice.proxy} {notice.model} {notice.waiting} {notice.level}"
+    waited = round(notice.waited * 1000)
+    return (
+        f"{notice.proxy} {notice.model} {notice.waiting} {notice.level} {waited} {notice.to or NOBODY_NAMED}"
+    )
 
 
 def parse_notice(text: str) -> Notice | None:
-    """`seq op proxy [model waiting level]` from the channel; None for anything else."""
+    """`seq op proxy [model waiting level [waited_ms to]]` from the channel (the short form from a proxy of
+    an earlier version); None for anything else."""
     parts = text.split(" ")
     try:
         if len(parts) == 3:
             return Notice(int(parts[0]), parts[1], parts[2])
-        seq, op, proxy, model, waiting, level = parts
-        return Notice(int(seq), op, proxy, model, int(waiting), int(level))
+        if len(parts) == 6:
+            parts += ["0", NOBODY_NAMED]
+        seq, op, proxy, model, waiting, level, waited, to = parts
+        to = "" if to == NOBODY_NAMED else to
+        return Notice(int(seq), op, proxy, model, int(waiting), int(level), int(waited) / 1000, to)
     except ValueError:
         return None
 
@@ -255,17 +265,17 @@ class RedisFleet:
         self.confirms += 1
         return Verdict(bool(taken), int(in_flight), int(total), int(seq))
 
-    def release(self, model: str, lease: str) -> None:
+    def release(self, model: str, lease: str, to: str = "") -> None:
         if self._up or self._rejoining:
-            self._spawn(self._give_back(model, lease))
+            self._spawn(self._give_back(model, lease, to))
 
-    async def _give_back(self, model: str, lease: str) -> None:
+    async def _give_back(self, model: str, lease: str, to: str) -> None:
         connection = self._connection
         try:
             async with asyncio.timeout(self.timeout):
                 await self._release(
                     keys=(self.key(model), self._account, self._seq),
-                    args=(lease, self._channel, notice_tail(self.slots.notice("-", model))),
+                    args=(lease, self._channel, notice_tail(self.slots.notice("-", model, to))),
                 )
         except (RedisError, OSError, TimeoutError) as exc:
             self._lose(exc, connection)  # the lease ends with its TTL

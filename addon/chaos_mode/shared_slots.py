@@ -8,9 +8,11 @@ model are interchangeable, so `release(model)` gives back any of this proxy's le
 Every lease taken or given back is also announced to the fleet (a `Notice`, numbered by the store), so
 each mirror follows the others' slots as they change rather than at the next tally, and races lost to a
 stale mirror stay rare. A notice carries how many wait at its sender and the place in line of the first
-of them (its conversation's recent admissions, see `shares`): a slot freed here goes first to another
-proxy whose first waiter was served less (`hold_back`), so the fleet serves conversations in about the
-order one proxy would.
+of them (its conversation's recent admissions, see `shares`, then how long it has waited): a slot freed
+here goes to the proxy whose first waiter comes first in one queue of the fleet's (`owed_to`), so the
+fleet serves conversations in about the order one proxy would. The notice of a slot given back names
+that proxy: it tries at once, the others only after `HOLD_BACK` (when it could not use the slot), so one
+proxy takes a freed slot instead of every proxy racing for it.
 
 When the fleet's store is unreachable the proxy serves on its own slots alone, with `share` of each
 limit, until the store is back (for `forget_after` seconds, the lease TTL, it also still counts the other
@@ -28,8 +30,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 FALLBACK_SHARE = 0.5  # of each limit, when Redis went away before any other proxy was seen
-HOLD_BACK = 0.02  # seconds a freed slot is left to the other proxies' waiters before this proxy's take it
-NOBODY = (0, 0)  # (waiting, level of the first in line) when nobody waits
+HOLD_BACK = 0.02  # seconds a freed slot is left to the proxy it is owed to before the others try
+NOBODY = (0, 0, 0.0)  # (waiting, level of the first in line, seconds it waited) when nobody waits
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,10 +57,11 @@ class Verdict:
 @dataclass(frozen=True, slots=True)
 class Notice:
     """What another proxy told the fleet: a lease of `model` taken (`+`) or given back (`-`), that a
-    request began to wait (`=`), or that it left with all its slots (`*`). `waiting` and `level`: how many
-    wait there and the place in line of the first (its conversation's admissions lately). `seq` numbers
-    the changes of the store's counts, so a notice already counted by a tally or a verdict read after it
-    is not counted twice."""
+    request began to wait (`=`), or that it left with all its slots (`*`). `waiting`, `level` and
+    `waited`: how many wait there, the place in line of the first (its conversation's admissions lately)
+    and how long it has waited (seconds). `to`: the proxy a slot given back is owed to ("" for none named:
+    anyone may take it at once). `seq` numbers the changes of the store's counts, so a notice already
+    counted by a tally or a verdict read after it is not counted twice."""
 
     seq: int
     op: str
@@ -66,6 +69,8 @@ class Notice:
     model: str = ""
     waiting: int = 0
     level: int = 0
+    waited: float = 0.0
+    to: str = ""
 
 
 class Fleet(Protocol):
@@ -73,8 +78,9 @@ class Fleet(Protocol):
 
     async def confirm(self, model: str, lease: str, cap: int, account_cap: int) -> Verdict | None: ...
 
-    def release(self, model: str, lease: str) -> None:
-        """Give the lease back (in the background; its TTL ends it if the store cannot be reached)."""
+    def release(self, model: str, lease: str, to: str = "") -> None:
+        """Give the lease back (in the background; its TTL ends it if the store cannot be reached); its
+        notice names the proxy the slot is owed to (`to`, "" for none)."""
         ...
 
     def announce(self) -> None:
@@ -92,16 +98,16 @@ class SharedSlots:
         proxy_id: str,
         *,
         share: float | None = None,
-        on_freed: Callable[[], None] = lambda: None,
-        waiting: Callable[[], tuple[int, int]] = lambda: NOBODY,
+        on_freed: Callable[[float], None] = lambda delay: None,
+        waiting: Callable[[], tuple[int, int, float]] = lambda: NOBODY,
         clock: Callable[[], float] = time.monotonic,
         forget_after: float = 10.0,
     ) -> None:
         self.proxy_id = proxy_id
         self.fleet: Fleet | None = None  # None: not connected yet, this proxy serves alone
         self.configured_share = share  # None: 1 / the number of proxies last seen
-        self.on_freed = on_freed  # the fleet freed capacity: the pool's waiters may use it
-        self.waiting = waiting  # (requests waiting here, level of the first in line): the pool's queue
+        self.on_freed = on_freed  # the fleet freed capacity: the pool's waiters may use it (after a delay)
+        self.waiting = waiting  # (requests waiting here, the first's level, its wait): the pool's queue
         self.clock = clock
         self.forget_after = forget_after  # seconds alone before the others' slots as last seen are forgotten
         self._forget_at: float | None = None
@@ -120,7 +126,8 @@ class SharedSlots:
         self._proxies: dict[str, int] = {}
         self._seqs: dict[str, int] = {}  # per model, the last change of the store the mirror counts
         self._total_seq = 0
-        self._peers: dict[str, tuple[int, int]] = {}  # other proxy -> (waiting, level) it last announced
+        # other proxy -> (waiting, level, since: when its first began to wait, on this clock), last heard
+        self._peers: dict[str, tuple[int, int, float]] = {}
         self.held_back = 0  # freed slots left to the other proxies' waiters
         self.lost = 0  # times the shared store went away
 
@@ -193,7 +200,7 @@ class SharedSlots:
             lease = leases.pop()
             if self.fleet is not None and self._sent_to_store():  # else it ends with its TTL
                 self._releasing[model] = self._releasing.get(model, 0) + 1
-                self.fleet.release(model, lease)
+                self.fleet.release(model, lease, self._freed_for())
         return True
 
     def given_back(self, model: str) -> None:
@@ -289,7 +296,7 @@ class SharedSlots:
         if notice.op == "*":
             self._peers.pop(notice.proxy, None)
             return
-        self._peers[notice.proxy] = (notice.waiting, notice.level)
+        self._peers[notice.proxy] = (notice.waiting, notice.level, self.clock() - notice.waited)
         step = {"+": 1, "-": -1}.get(notice.op)
         if step is None:
             return
@@ -300,23 +307,42 @@ class SharedSlots:
         if notice.seq > self._total_seq:
             self._total_seq = notice.seq
             self._set_others_total(max(self._others_total + step, 0))
-        if step < 0:
-            self.on_freed()
+        if step < 0:  # owed to another proxy: this one's waiters try only if that one could not use it
+            self.on_freed(HOLD_BACK if notice.to not in ("", self.proxy_id) else 0.0)
+
+    def owed_to(self) -> str | None:
+        """The other proxy a slot freed here is owed to: the one whose first waiter would come first in
+        one queue of the fleet's (served least lately, then waiting longest), when it comes before this
+        proxy's first; None when this proxy's waiters come first or nobody is known to wait elsewhere."""
+        if self._alone_share is not None:
+            return None
+        best: tuple[int, float, str] | None = None
+        for proxy, (waiting, level, since) in self._peers.items():
+            if waiting and (best is None or (level, since) < best[:2]):
+                best = (level, since, proxy)
+        if best is None:
+            return None
+        waiting, level, waited = self.waiting()
+        if waiting and (level, self.clock() - waited) <= best[:2]:
+            return None
+        return best[2]
+
+    def _freed_for(self) -> str:
+        """The proxy a slot given back here is owed to, as its notice names it: another (`owed_to`), this
+        one when its own waiters come first (the others would only lose the race to them), else none."""
+        owed = self.owed_to()
+        if owed is not None:
+            return owed
+        return self.proxy_id if self._alone_share is None and self.waiting()[0] else ""
 
     def hold_back(self) -> float:
-        """Seconds to leave a slot just freed here to the other proxies' waiters (0: this proxy's waiters
-        take it now): another proxy whose first waiter was served less lately than this one's goes first,
-        as in one proxy's queue. After the delay this proxy's waiters may take what is still free (the
-        other's may not fit the model, or its notice was stale)."""
-        if self._alone_share is not None or not self._peers:
+        """Seconds to leave a slot just freed here to the proxy it is owed to (`owed_to`) before this
+        proxy's waiters may take what is still free (that proxy's waiters may not fit the model, or its
+        notice was stale); 0: this proxy's waiters take it now."""
+        if not self.waiting()[0] or self.owed_to() is None:
             return 0.0
-        waiting, level = self.waiting()
-        if not waiting:
-            return 0.0
-        if any(others and others_level < level for others, others_level in self._peers.values()):
-            self.held_back += 1
-            return HOLD_BACK
-        return 0.0
+        self.held_back += 1
+        return HOLD_BACK
 
     def apply(self, tally: Tally) -> None:
         """The fleet's full counts (read on every renewal): rebuild the mirror, but for what notices
@@ -333,17 +359,17 @@ class SharedSlots:
         self._proxies = dict(tally.proxies)
         self._peers = {proxy: seen for proxy, seen in self._peers.items() if proxy in tally.proxies}
         if freed:
-            self.on_freed()
+            self.on_freed(0.0)
 
     def queued(self) -> None:
         """A request began to wait here: the other proxies should know (see `hold_back`)."""
         if self.fleet is not None and self._alone_share is None:
             self.fleet.announce()
 
-    def notice(self, op: str, model: str = "") -> Notice:
+    def notice(self, op: str, model: str = "", to: str = "") -> Notice:
         """This proxy's notice of `op` on `model` (`seq` is the store's to give)."""
-        waiting, level = self.waiting()
-        return Notice(0, op, self.proxy_id, model, waiting, level)
+        waiting, level, waited = self.waiting()
+        return Notice(0, op, self.proxy_id, model, waiting, level, waited, to)
 
     def connected(self, fleet: Fleet) -> None:
         """The store answers (again): use it. The caller writes `leases()` and applies a tally."""
@@ -376,7 +402,7 @@ class SharedSlots:
         self._releasing.clear()  # the releases under way fail: their leases end with their TTL
         self._seqs.clear()  # Redis may come back empty: its change numbers start again
         self._total_seq = 0
-        self.on_freed()
+        self.on_freed(0.0)
         return share
 
     def _forget_others(self) -> None:
@@ -387,7 +413,7 @@ class SharedSlots:
         self._others_total = 0
         self._counts = dict(self._own)
         self._total = sum(self._own.values())
-        self.on_freed()
+        self.on_freed(0.0)
 
 
 def _part(limit: int, share: float) -> int:

@@ -48,6 +48,15 @@ class ServiceShares:
         while len(self._served) > self._max:
             self._served.popitem(last=False)
 
+    def unserved(self, key: str | None) -> None:
+        """An admission counted by `served` was taken back: the slot was lost to another proxy of the
+        fleet, so the conversation was not served and keeps its place in line."""
+        entry = self._served.get(key) if key is not None else None
+        if key is None or entry is None:
+            return
+        now = self._clock()
+        self._served[key] = (max(self._decayed(entry, now) - 1.0, 0.0), now)
+
     def level(self, key: str | None) -> int:
         """The conversation's place in line: its recent admissions, rounded (fewer goes first). With no
         key, the average conversation's."""

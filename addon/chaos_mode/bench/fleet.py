@@ -158,6 +158,9 @@ async def measure(
     figures["shared"] = redis_url is not None
     figures["lostRaces"] = sum(f["lostRaces"] for f in fleets if f)
     figures["heldBack"] = sum(f["heldBack"] for f in fleets if f)
+    # Redis calls slower than their timeout (a starved machine): the proxy served alone on its share for
+    # a while, when the others' slots are counted as last seen and an upstream 429 can happen.
+    figures["outages"] = sum(f["outages"] for f in fleets if f)
     return figures
 
 
@@ -434,6 +437,7 @@ def summary(counts: Sequence[int], rounds: Sequence[Sequence[dict[str, Any]]]) -
             "vsOneProxy": round(statistics.median(ratios), 3),
             "vsOneProxyRounds": ratios,
             "lostRaces": sum(runs[i]["lostRaces"] for runs in rounds),
+            "outages": sum(runs[i].get("outages", 0) for runs in rounds),
             "upstream429": sum(runs[i]["upstream429"] for runs in rounds),
             "overCaps": [runs[i]["overCaps"] for runs in rounds if runs[i]["overCaps"]],
         }
