@@ -132,10 +132,11 @@ class ChaosPool:
         self._sticky = StickyMap(config.sticky.ttl_seconds, config.sticky.max_entries, clock)
         self._shares = ServiceShares(clock)
         self._queue: AdmissionQueue[Ticket, Selection] = AdmissionQueue(
-            attempt=self._attempt,
+            attempt=lambda ticket: self._attempt(ticket, probes=False),
             release=self.release_selection,
             group=lambda ticket: (ticket.tier, ticket.attempted),
             clock=clock,
+            attempt_last=self._attempt,  # a probe goes to the waiter that would wait longest anyway
         )
         self._timer: asyncio.TimerHandle | None = None
         self._wake_timer: asyncio.TimerHandle | None = None
@@ -237,8 +238,9 @@ class ChaosPool:
         choice = self._select(ticket)[0]
         return None if choice is None else Selection(choice[0], choice[1], probe=choice[2])
 
-    def _select(self, ticket: Ticket) -> tuple[Choice | None, bool]:
-        """(choice, moved): moved when a sticky conversation had to leave its model."""
+    def _select(self, ticket: Ticket, probes: bool = True) -> tuple[Choice | None, bool]:
+        """(choice, moved): moved when a sticky conversation had to leave its model. `probes`: whether
+        the request may go above a learned limit when nothing within them is free."""
         self._follow_limits()
         slots = self._slots
         if self._cooldowns.account_pause() is not None:
@@ -251,14 +253,14 @@ class ChaosPool:
             eligible = [e for e in eligible if e.name not in attempted and e.name not in blocked]
         above = self._probes_on.get
         if slots.total() >= self._account_cap + above(ACCOUNT, 0):
-            return self._beyond_limits(ticket, eligible, account_full=True), False
+            return self._beyond_limits(ticket, eligible, account_full=True, probes=probes), False
         if self._probes_on:
             candidates = [e for e in eligible if held(e.name, 0) < e.capacity + above(e.name, 0)]
         else:
             candidates = [e for e in eligible if held(e.name, 0) < e.capacity]
         in_flight = [held(e.name, 0) for e in candidates]
         if not candidates:
-            return self._beyond_limits(ticket, eligible, account_full=False), False
+            return self._beyond_limits(ticket, eligible, account_full=False, probes=probes), False
 
         moved = False
         stuck: str | None = None
@@ -296,13 +298,13 @@ class ChaosPool:
         return (chosen.name, reason, None), moved
 
     def _beyond_limits(
-        self, ticket: Ticket, eligible: list[ModelEntry], *, account_full: bool
+        self, ticket: Ticket, eligible: list[ModelEntry], *, account_full: bool, probes: bool = True
     ) -> Choice | None:
         """Nothing eligible is free within the limits, so the request would wait. A probe one above a
         learned limit when one is due; else, when nothing at all is in flight, a trial on the cooling
         model that ends first; else None."""
         limits, held = self._limits, self._slots.counts().get
-        if limits.enabled:
+        if limits.enabled and probes:
             affordable = self._affordable(ticket, eligible)
             if account_full:
                 above = self._probes_on.get
@@ -419,8 +421,8 @@ class ChaosPool:
         """Select and take the slot in one step, queue or not; None when nothing eligible is free."""
         return self._attempt(ticket)
 
-    def _attempt(self, ticket: Ticket) -> Selection | None:
-        choice, moved = self._select(ticket)
+    def _attempt(self, ticket: Ticket, probes: bool = True) -> Selection | None:
+        choice, moved = self._select(ticket, probes)
         if choice is None:
             return None
         model, reason, probe = choice
