@@ -254,6 +254,17 @@ def test_a_probe_goes_to_the_last_in_line() -> None:
     asyncio.run(scenario())
 
 
+def test_a_ticket_that_may_not_probe_gets_only_a_slot_within_the_limits() -> None:
+    rig = Rig()
+    rig.fill()
+    assert rig.pool.try_acquire(Ticket("heavy", may_probe=False)) is None  # a probe is due, but not for it
+    rig.pool.release("h")
+    regular = rig.pool.try_acquire(Ticket("heavy", may_probe=False))
+    assert regular is not None and regular.probe is None
+    for _ in range(2):
+        rig.pool.release("h")
+
+
 # -- a property test against a simulated truth -----------------------------------------------------------
 
 CATALOG = {

@@ -79,6 +79,7 @@ class Ticket:
     sticky_key: str | None = None
     session: str | None = None  # the conversation: its place in the queue (`shares`), never the model
     counts: bool = True  # admitting it counts toward its conversation's share (a failover's does not)
+    may_probe: bool = True  # False: only a slot within the limits (one to replace an unanswered probe)
 
 
 # (model, reason, probe): what `_select` found, before a slot is taken
@@ -134,7 +135,7 @@ class ChaosPool:
         self._queue: AdmissionQueue[Ticket, Selection] = AdmissionQueue(
             attempt=lambda ticket: self._attempt(ticket, probes=False),
             release=self.release_selection,
-            group=lambda ticket: (ticket.tier, ticket.attempted),
+            group=lambda ticket: (ticket.tier, ticket.attempted, ticket.may_probe),
             clock=clock,
             attempt_last=self._attempt,  # a probe goes to the waiter that would wait longest anyway
         )
@@ -422,7 +423,7 @@ class ChaosPool:
         return self._attempt(ticket)
 
     def _attempt(self, ticket: Ticket, probes: bool = True) -> Selection | None:
-        choice, moved = self._select(ticket, probes)
+        choice, moved = self._select(ticket, probes and ticket.may_probe)
         if choice is None:
             return None
         model, reason, probe = choice
