@@ -352,46 +352,6 @@ async def test_a_group_that_found_nothing_is_not_tried_again_in_the_same_pass() 
     assert queue.oldest_wait() == 0.0
 
 
-async def test_what_attempt_last_hands_out_goes_to_the_last_in_line() -> None:
-    clock = FakeClock()
-    extra = {"slots": 0, "probes": 0}
-    tried: list[str] = []
-
-    def attempt(ticket: str) -> str | None:
-        if extra["slots"]:
-            extra["slots"] -= 1
-            return "slot"
-        return None
-
-    def attempt_last(ticket: str) -> str | None:
-        tried.append(ticket)
-        if extra["probes"]:
-            extra["probes"] -= 1
-            return "probe"
-        return None
-
-    queue: AdmissionQueue[str, str] = AdmissionQueue(
-        attempt=attempt,
-        release=lambda slot: None,
-        group=lambda t: t[0],
-        clock=clock,
-        attempt_last=attempt_last,
-    )
-    tasks = [asyncio.create_task(queue.wait(t, timeout=10)) for t in ("a1", "b1", "a2", "a3")]
-    await settle()
-    tried.clear()
-    extra.update(slots=1, probes=1)
-    assert queue.dispatch() == 2
-    await settle()
-    # a1 took the slot in order; the probe went to a3, the last in line, then a2 and b1 found nothing.
-    assert [t.result() if t.done() else None for t in tasks] == ["slot", None, None, "probe"]
-    assert tried == ["a3", "a2", "b1"]
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    assert len(queue) == 0
-
-
 async def serve_all(pool: ChaosPool, tasks: list[asyncio.Task[Selection | None]], model: str) -> list[int]:
     """Release `model` once per waiter and return the order (indices of `tasks`) they were served in."""
     order = []

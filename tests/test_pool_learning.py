@@ -223,37 +223,6 @@ def test_a_probe_that_becomes_due_wakes_a_waiter() -> None:
     asyncio.run(scenario())
 
 
-def test_a_probe_goes_to_the_last_in_line() -> None:
-    """A refused probe costs its request z.ai's seconds: the request that would wait longest anyway pays."""
-
-    async def scenario() -> None:
-        clock = FakeClock()
-        pool = ChaosPool(routing({"h": {"tier": "HEAVY", "maxConcurrency": 2}}), clock=clock)
-        pool.try_acquire(Ticket("heavy"))
-        second = pool.try_acquire(Ticket("heavy"))
-        assert second is not None
-        tasks = []
-        for session in ("first", "second", "last"):  # the limit never ran full cleanly: all three wait
-            tasks.append(asyncio.create_task(pool.admit(Ticket("heavy", session=session))))
-            await asyncio.sleep(0)
-            clock.advance(1.0)
-        pool.report_success(second)  # 2 of 2 answered cleanly: a probe may go above the limit now
-        pool.release("h")
-        for _ in range(5):
-            await asyncio.sleep(0)
-        first, middle, last = tasks
-        assert first.done() and last.done() and not middle.done()
-        assert first.result() is not None and first.result().probe is None  # the freed slot, in order
-        assert last.result() is not None and last.result().probe == "model"
-        middle.cancel()
-        await asyncio.gather(middle, return_exceptions=True)
-        for selection in (second, first.result(), last.result()):
-            pool.release_selection(selection)
-        assert pool.in_flight() == 0 and pool.waiting() == 0
-
-    asyncio.run(scenario())
-
-
 def test_a_ticket_that_may_not_probe_gets_only_a_slot_within_the_limits() -> None:
     rig = Rig()
     rig.fill()

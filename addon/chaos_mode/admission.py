@@ -27,9 +27,6 @@ class AdmissionQueue[K, T]:
     waiter that cannot use what is free is passed over, so a heavy request waiting for a heavy model
     never blocks a light one that has room. `group(ticket)` names waiters that want the same thing:
     once one of a group found nothing, the rest of that group are not tried again in that pass.
-    Then, when `attempt_last` is given, a second pass offers it to the waiters that are left, the last
-    in line first: what it hands out (a probe above a limit, which may cost its request seconds) goes to
-    the request that would wait longest anyway.
     A waiter that times out or is cancelled never keeps a slot.
     """
 
@@ -39,10 +36,8 @@ class AdmissionQueue[K, T]:
         release: Callable[[T], None],
         group: Callable[[K], object],
         clock: Callable[[], float],
-        attempt_last: Callable[[K], T | None] | None = None,
     ) -> None:
         self._attempt = attempt
-        self._attempt_last = attempt_last
         self._release = release
         self._group = group
         self._clock = clock
@@ -106,23 +101,16 @@ class AdmissionQueue[K, T]:
             self._waiters = dict(ordered)
 
     def dispatch(self) -> int:
-        """Serve every waiter that can be served now, in order (then `attempt_last`, last in line first);
-        returns how many were served."""
-        served = self._pass(self._attempt, list(self._waiters.items()))
-        if self._attempt_last is not None and self._waiters:
-            served += self._pass(self._attempt_last, list(reversed(self._waiters.items())))
-        return served
-
-    def _pass(self, attempt: Callable[[K], T | None], waiters: list[tuple[int, Waiter[K, T]]]) -> int:
+        """Serve every waiter that can be served now, oldest first; returns how many were served."""
         served = 0
         failed: set[object] = set()
-        for key, waiter in waiters:
+        for key, waiter in list(self._waiters.items()):
             if waiter.future.done():
                 continue
             group = self._group(waiter.ticket)
             if group in failed:
                 continue
-            result = attempt(waiter.ticket)
+            result = self._attempt(waiter.ticket)
             if result is None:
                 failed.add(group)
                 continue

@@ -133,11 +133,10 @@ class ChaosPool:
         self._sticky = StickyMap(config.sticky.ttl_seconds, config.sticky.max_entries, clock)
         self._shares = ServiceShares(clock)
         self._queue: AdmissionQueue[Ticket, Selection] = AdmissionQueue(
-            attempt=lambda ticket: self._attempt(ticket, probes=False),
+            attempt=self._attempt,
             release=self.release_selection,
             group=lambda ticket: (ticket.tier, ticket.attempted, ticket.may_probe),
             clock=clock,
-            attempt_last=self._attempt,  # a probe goes to the waiter that would wait longest anyway
         )
         self._timer: asyncio.TimerHandle | None = None
         self._wake_timer: asyncio.TimerHandle | None = None
@@ -239,9 +238,8 @@ class ChaosPool:
         choice = self._select(ticket)[0]
         return None if choice is None else Selection(choice[0], choice[1], probe=choice[2])
 
-    def _select(self, ticket: Ticket, probes: bool = True) -> tuple[Choice | None, bool]:
-        """(choice, moved): moved when a sticky conversation had to leave its model. `probes`: whether
-        the request may go above a learned limit when nothing within them is free."""
+    def _select(self, ticket: Ticket) -> tuple[Choice | None, bool]:
+        """(choice, moved): moved when a sticky conversation had to leave its model."""
         self._follow_limits()
         slots = self._slots
         if self._cooldowns.account_pause() is not None:
@@ -254,14 +252,14 @@ class ChaosPool:
             eligible = [e for e in eligible if e.name not in attempted and e.name not in blocked]
         above = self._probes_on.get
         if slots.total() >= self._account_cap + above(ACCOUNT, 0):
-            return self._beyond_limits(ticket, eligible, account_full=True, probes=probes), False
+            return self._beyond_limits(ticket, eligible, account_full=True), False
         if self._probes_on:
             candidates = [e for e in eligible if held(e.name, 0) < e.capacity + above(e.name, 0)]
         else:
             candidates = [e for e in eligible if held(e.name, 0) < e.capacity]
         in_flight = [held(e.name, 0) for e in candidates]
         if not candidates:
-            return self._beyond_limits(ticket, eligible, account_full=False, probes=probes), False
+            return self._beyond_limits(ticket, eligible, account_full=False), False
 
         moved = False
         stuck: str | None = None
@@ -299,13 +297,13 @@ class ChaosPool:
         return (chosen.name, reason, None), moved
 
     def _beyond_limits(
-        self, ticket: Ticket, eligible: list[ModelEntry], *, account_full: bool, probes: bool = True
+        self, ticket: Ticket, eligible: list[ModelEntry], *, account_full: bool
     ) -> Choice | None:
         """Nothing eligible is free within the limits, so the request would wait. A probe one above a
         learned limit when one is due; else, when nothing at all is in flight, a trial on the cooling
         model that ends first; else None."""
         limits, held = self._limits, self._slots.counts().get
-        if limits.enabled and probes:
+        if limits.enabled and ticket.may_probe:
             affordable = self._affordable(ticket, eligible)
             if account_full:
                 above = self._probes_on.get
@@ -422,8 +420,8 @@ class ChaosPool:
         """Select and take the slot in one step, queue or not; None when nothing eligible is free."""
         return self._attempt(ticket)
 
-    def _attempt(self, ticket: Ticket, probes: bool = True) -> Selection | None:
-        choice, moved = self._select(ticket, probes and ticket.may_probe)
+    def _attempt(self, ticket: Ticket) -> Selection | None:
+        choice, moved = self._select(ticket)
         if choice is None:
             return None
         model, reason, probe = choice
