@@ -182,6 +182,19 @@ class LearnedLimits:
         if entry is not None:
             entry.probe_since = self._clock()
 
+    def probe_given_up(self, kind: Probe, model: str) -> None:
+        """A probe z.ai had not answered when a slot within the limits came for its request was abandoned.
+        Accepted streams get their head at once, so it was most likely refused: its limit stays, but the
+        next probe waits as after a 1302 (the wait doubling, limits found right taking turns)."""
+        entry = self._account if kind == "account" else self._models.get(model)
+        if entry is None or not self._enabled:
+            return
+        now = self._clock()
+        entry.probe_since = None
+        entry.refusals += 1
+        entry.failed_at = now
+        entry.held_back = True
+
     def succeeded(self, model: str, in_flight: int, total: int, probe: Probe | None) -> None:
         """A clean answer to a request sent with `in_flight` on its model and `total` on the account
         (itself included)."""

@@ -386,6 +386,14 @@ class ChaosPool:
         else:
             del self._probes_on[key]
 
+    def give_up_probe(self, selection: Selection) -> None:
+        """The probe `selection` was sent with is abandoned unanswered (its request took a slot within the
+        limits instead): it rides above its limit no more, and the next probe there waits as after a 1302.
+        Idempotent; a no-op for a regular slot."""
+        if selection.probe is not None and selection.probe_id in self._probes:
+            self._limits.probe_given_up(selection.probe, selection.model)
+        self.probe_done(selection)
+
     def release(self, model: str) -> bool:
         """Give a slot of `model` back and serve waiters; False (clamped at zero) if none was held."""
         if not self._slots.release(model):

@@ -176,6 +176,8 @@ class RoutedRequest:
         neither a refusal nor a clean answer (it tested nothing), its place given back once."""
         if self.attempts:
             self.attempts[-1].refusal = "probe given up"
+        if self.slot is not None:
+            self.pool.give_up_probe(self.slot)
         self.release_slot()
 
     # -- the end --------------------------------------------------------------------------------------------
