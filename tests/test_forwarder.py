@@ -283,6 +283,10 @@ async def test_answers_on_a_kept_alive_connection_are_not_held_back(
 
 
 ONE_HEAVY = {"chaosMode": {"enabled": True}, "models": {"h": {"tier": "HEAVY", "maxConcurrency": 1}}}
+TWO_HEAVY = {
+    "chaosMode": {"enabled": True},
+    "models": {"h1": {"tier": "HEAVY", "maxConcurrency": 1}, "h2": {"tier": "HEAVY", "maxConcurrency": 1}},
+}
 
 
 async def test_an_unanswered_probe_is_given_up_for_a_slot_within_the_limits(
@@ -301,31 +305,40 @@ async def test_an_unanswered_probe_is_given_up_for_a_slot_within_the_limits(
             return
         await sse_answer(2, raw, reader, writer)
 
-    rig = await make_rig(refuse_slowly, routing=ONE_HEAVY, patience=0.0)
-    occupant = rig.pool.try_acquire(Ticket("heavy"))
-    assert occupant is not None
-    rig.pool.report_success(occupant)  # 1 of 1 answered cleanly: the next request may probe
+    rig = await make_rig(refuse_slowly, routing=TWO_HEAVY, patience=0.0)
+    occupants = [rig.pool.try_acquire(Ticket("heavy")) for _ in range(2)]
+    for occupant in occupants:
+        assert occupant is not None
+        rig.pool.report_success(occupant)  # 1 of 1 answered cleanly on each: the next request may probe
     request = rig.routed()
     probe = request.slot
-    assert probe is not None and probe.probe == "model"
+    assert probe is not None and probe.probe == "model" and probe.model == "h1"
     async with asyncio.timeout(WAIT):
         sending = asyncio.ensure_future(rig.send(request))
         while not rig.upstream.requests:
             await asyncio.sleep(0.01)
         assert not sending.done()
-        rig.pool.release_selection(occupant)  # a slot within the limit frees: the probe is given up for it
+        other = next(o for o in occupants if o is not None and o.model == "h2")
+        rig.pool.release_selection(other)  # a slot within the limits frees: the probe is given up for it
         response = await sending
         await probe_closed.wait()
     assert response.status_code == 200 and response.text.count("event: ping") == 3
-    assert len(rig.upstream.requests) == 2 and request.tried == ["h", "h"]
+    assert len(rig.upstream.requests) == 2 and request.tried == ["h1", "h2"]
     assert request.slot is not None and request.slot.probe is None
     assert [a.refusal for a in request.attempts] == ["probe given up", None]
+    given_up = rig.stats.recent_failovers[-1]
+    assert rig.stats.failovers == 1 and (given_up["from"], given_up["to"], given_up["reason"]) == (
+        "h1",
+        "h2",
+        "probe given up",
+    )
     # Neither a refusal nor a clean answer: the limit stays, nothing counted against the model.
-    assert rig.pool.limits.limit("h") == 1 and dict(rig.stats.upstream_errors) == {}
+    assert rig.pool.limits.limit("h1") == 1 and dict(rig.stats.upstream_errors) == {}
     request.finish("ok")
-    assert rig.pool.in_flight() == 0
+    assert rig.pool.in_flight() == 1  # the occupant of h1
     assert rig.pool.try_acquire(Ticket("heavy", may_probe=False)) is not None  # no probe left counted
-    rig.pool.release("h")
+    rig.pool.release("h2")
+    rig.pool.release("h1")
 
 
 async def test_a_probe_answered_first_keeps_its_slot_and_raises_the_limit(

@@ -230,10 +230,11 @@ async def _hedge(
         return await sending
     sending.cancel()
     await asyncio.wait({sending})  # the upstream connection is closed (see UpstreamClients._exchange)
+    probed = request.model or ""
     request.give_up_probe()
     if not request.hold(granted):  # the request ended meanwhile: the slot went back
         return None
-    request.stats.failover(granted.model, granted.model, "probe given up")
+    request.stats.failover(probed, granted.model, "probe given up")
     return granted
 
 
