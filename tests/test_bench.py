@@ -515,15 +515,3 @@ def test_short_failover_ttft_run(tmp_path: Path) -> None:
     assert all(80 <= ms < 2000 for ms in doc["failoverTtftMs"])
     assert doc["addedMs"] == pytest.approx(doc["hopMs"] + doc["refusalMs"], abs=0.02)
     assert "added beyond z.ai's no" in result.stdout
-
-
-def test_the_virtual_model_gives_up_refused_probes_and_ends_sooner() -> None:
-    from chaos_mode.bench import virtual
-
-    waited = virtual.run("higher", 1, hedge=False)
-    hedged = virtual.run("higher", 1, hedge=True)
-    assert waited.refused > 0 and waited.given_up == 0
-    assert hedged.refused == 0 and hedged.given_up == waited.refused
-    assert hedged.makespan < waited.makespan
-    with pytest.raises(ValueError, match="not modelled"):
-        virtual.run("lower", 1)
