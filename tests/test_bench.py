@@ -540,3 +540,15 @@ def test_the_virtual_time_fleet_serves_every_request_within_the_caps_and_repeats
     assert fleet.over == 0 and alone.over == 0
     assert len(fleet.parts) == 3 and fleet.makespan == max(fleet.parts)
     assert bound <= alone.makespan < 1.5 * bound and bound <= fleet.makespan < 1.5 * bound
+
+
+def test_the_virtual_model_gives_up_refused_probes_and_ends_sooner() -> None:
+    from chaos_mode.bench import virtual
+
+    waited = virtual.run("higher", 1, hedge=False)
+    hedged = virtual.run("higher", 1, hedge=True)
+    assert waited.refused > 0 and waited.given_up == 0
+    assert hedged.refused == 0 and hedged.given_up == waited.refused
+    assert hedged.makespan < waited.makespan
+    with pytest.raises(ValueError, match="not modelled"):
+        virtual.run("lower", 1)

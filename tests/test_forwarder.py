@@ -7,6 +7,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 import pytest
@@ -14,7 +15,8 @@ import pytest
 from chaos_mode.config import parse_config
 from chaos_mode.forwarder import TOKEN_HEADER, Forwarder
 from chaos_mode.message_request import parse_message
-from chaos_mode.pool import ChaosPool
+from chaos_mode.patience import ProbePatience
+from chaos_mode.pool import ChaosPool, Ticket
 from chaos_mode.routed_request import RoutedRequest
 from chaos_mode.stats import Stats
 from chaos_mode.upstream import Destination, UpstreamClients, UpstreamSettings
@@ -111,15 +113,21 @@ async def make_rig(caplog: pytest.LogCaptureFixture) -> AsyncIterator[Callable[.
     caplog.set_level(logging.INFO)
     rigs: list[Rig] = []
 
-    async def factory(script: Script, **settings: float) -> Rig:
+    async def factory(
+        script: Script,
+        routing: dict[str, Any] | None = None,
+        patience: float | None = None,
+        **settings: float,
+    ) -> Rig:
         upstream = Upstream(script)
         upstream.server = await asyncio.start_server(upstream.handle, "127.0.0.1", 0)
-        config = parse_config(
-            {"modelRouting": {"chaosMode": {"enabled": True}, "learning": {"enabled": False}}}
-        )
+        routing = routing or {"chaosMode": {"enabled": True}, "learning": {"enabled": False}}
+        config = parse_config({"modelRouting": routing})
         clock = FakeClock()
         pool = ChaosPool(config, clock=clock, wall_clock=clock)
-        forwarder = Forwarder(UpstreamClients(UpstreamSettings(**settings)), wall_clock=clock)
+        forwarder = Forwarder(
+            UpstreamClients(UpstreamSettings(**settings)), wall_clock=clock, patience=ProbePatience(patience)
+        )
         forwarder.listen()
         rig = Rig(
             forwarder, upstream, pool, Stats(config, clock), httpx.AsyncClient(trust_env=False, timeout=WAIT)
@@ -272,3 +280,86 @@ async def test_answers_on_a_kept_alive_connection_are_not_held_back(
         assert response.status_code == 200
         request.finish("ok")
     assert asyncio.get_running_loop().time() - started < 0.3
+
+
+ONE_HEAVY = {"chaosMode": {"enabled": True}, "models": {"h": {"tier": "HEAVY", "maxConcurrency": 1}}}
+TWO_HEAVY = {
+    "chaosMode": {"enabled": True},
+    "models": {"h1": {"tier": "HEAVY", "maxConcurrency": 1}, "h2": {"tier": "HEAVY", "maxConcurrency": 1}},
+}
+
+
+async def test_an_unanswered_probe_is_given_up_for_a_slot_within_the_limits(
+    make_rig: Callable[..., Awaitable[Rig]],
+) -> None:
+    """z.ai sends an accepted stream's head at once and a 1302 only seconds later: a probe with no head yet
+    when a slot within the limits comes for its request is abandoned, its upstream request closed."""
+    probe_closed = asyncio.Event()
+
+    async def refuse_slowly(
+        n: int, raw: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        if n == 1:
+            await reader.read()  # the probe: no head, as z.ai before its 1302; returns once it is closed
+            probe_closed.set()
+            return
+        await sse_answer(2, raw, reader, writer)
+
+    rig = await make_rig(refuse_slowly, routing=TWO_HEAVY, patience=0.0)
+    occupants = [rig.pool.try_acquire(Ticket("heavy")) for _ in range(2)]
+    for occupant in occupants:
+        assert occupant is not None
+        rig.pool.report_success(occupant)  # 1 of 1 answered cleanly on each: the next request may probe
+    request = rig.routed()
+    probe = request.slot
+    assert probe is not None and probe.probe == "model" and probe.model == "h1"
+    async with asyncio.timeout(WAIT):
+        sending = asyncio.ensure_future(rig.send(request))
+        while not rig.upstream.requests:
+            await asyncio.sleep(0.01)
+        assert not sending.done()
+        other = next(o for o in occupants if o is not None and o.model == "h2")
+        rig.pool.release_selection(other)  # a slot within the limits frees: the probe is given up for it
+        response = await sending
+        await probe_closed.wait()
+    assert response.status_code == 200 and response.text.count("event: ping") == 3
+    assert len(rig.upstream.requests) == 2 and request.tried == ["h1", "h2"]
+    assert request.slot is not None and request.slot.probe is None
+    assert [a.refusal for a in request.attempts] == ["probe given up", None]
+    given_up = rig.stats.recent_failovers[-1]
+    assert rig.stats.failovers == 1 and (given_up["from"], given_up["to"], given_up["reason"]) == (
+        "h1",
+        "h2",
+        "probe given up",
+    )
+    # Neither a refusal nor a clean answer: the limit stays, nothing counted against the model.
+    assert rig.pool.limits.limit("h1") == 1 and dict(rig.stats.upstream_errors) == {}
+    request.finish("ok")
+    assert rig.pool.in_flight() == 1  # the occupant of h1
+    assert rig.pool.try_acquire(Ticket("heavy", may_probe=False)) is not None  # no probe left counted
+    rig.pool.release("h2")
+    rig.pool.release("h1")
+
+
+async def test_a_probe_answered_first_keeps_its_slot_and_raises_the_limit(
+    make_rig: Callable[..., Awaitable[Rig]],
+) -> None:
+    rig = await make_rig(sse_answer_at_once, routing=ONE_HEAVY, patience=0.0)
+    occupant = rig.pool.try_acquire(Ticket("heavy"))
+    assert occupant is not None
+    rig.pool.report_success(occupant)
+    request = rig.routed()
+    assert request.slot is not None and request.slot.probe == "model"
+    async with asyncio.timeout(WAIT):
+        response = await rig.send(request)
+    assert response.status_code == 200 and len(rig.upstream.requests) == 1
+    assert rig.pool.limits.limit("h") == 2 and rig.pool.waiting() == 0
+    request.finish("ok")
+    rig.pool.release_selection(occupant)
+    assert rig.pool.in_flight() == 0
+
+
+async def sse_answer_at_once(
+    n: int, request: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
+    await sse_answer(2, request, reader, writer)

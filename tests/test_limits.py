@@ -173,6 +173,28 @@ def test_a_probe_never_answered_frees_its_turn_after_the_interval(rig: Rig) -> N
     assert rig.limits.can_probe("a")
 
 
+def test_a_probe_given_up_keeps_its_turn_until_its_refusal_would_have_come(rig: Rig) -> None:
+    """Limits found right take turns, one probe out among them: a probe given up after 0.5 s would have
+    been refused at 3 s at the earliest, so the next limit's probe waits until then, not less."""
+    full(rig)
+    full(rig, "b")
+    for model, count in (("a", 4), ("b", 11)):  # both refused once: their probes take turns
+        rig.limits.probe_sent("model", model)
+        rig.limits.refused(model, count, count, "model")
+    rig.advance(5.0)
+    assert rig.limits.can_probe("a") and rig.limits.can_probe("b")
+    rig.limits.probe_sent("model", "a")
+    rig.advance(0.5)
+    rig.limits.probe_given_up("model", "a")
+    assert rig.limits.limit("a") == 3 and not rig.limits.view("a").probing
+    assert not rig.limits.can_probe("a")  # its own next probe waits as after a 1302 (doubled: 10 s)
+    assert not rig.limits.can_probe("b")
+    rig.advance(2.4)
+    assert not rig.limits.can_probe("b")
+    rig.advance(0.1)  # 3 s after "a"'s probe was sent
+    assert rig.limits.can_probe("b")
+
+
 def test_limits_stay_within_zero_and_the_ceiling() -> None:
     rig = Rig(routing({"a": {"tier": "HEAVY", "maxConcurrency": 2, "ceiling": 3}}))
     full(rig)

@@ -223,6 +223,42 @@ def test_a_probe_that_becomes_due_wakes_a_waiter() -> None:
     asyncio.run(scenario())
 
 
+def test_a_ticket_that_may_not_probe_gets_only_a_slot_within_the_limits() -> None:
+    rig = Rig()
+    rig.fill()
+    assert rig.pool.try_acquire(Ticket("heavy", may_probe=False)) is None  # a probe is due, but not for it
+    rig.pool.release("h")
+    regular = rig.pool.try_acquire(Ticket("heavy", may_probe=False))
+    assert regular is not None and regular.probe is None
+    for _ in range(2):
+        rig.pool.release("h")
+
+
+def test_a_probe_given_up_paces_the_next_as_a_refused_one() -> None:
+    """An abandoned probe was most likely refused: no 1302 ever comes for it, but the next probe on that
+    limit waits the interval, then twice that after a second one, as after 1302s."""
+    rig = Rig()
+    rig.fill()
+    probe = rig.take()
+    assert probe.probe == "model"
+    rig.pool.give_up_probe(probe)
+    rig.pool.give_up_probe(probe)  # idempotent
+    rig.pool.release("h")
+    assert served(rig.pool.status())["models"]["h"]["learnedLimit"] == 2  # the limit stays
+    assert rig.pool.try_acquire(Ticket("heavy")) is None
+    rig.clock.advance(10.0)
+    second = rig.take()
+    assert second.probe == "model"
+    rig.pool.give_up_probe(second)
+    rig.pool.release("h")
+    rig.clock.advance(10.0)
+    assert rig.pool.try_acquire(Ticket("heavy")) is None  # given up twice: the next waits twice as long
+    rig.clock.advance(10.0)
+    assert rig.take().probe == "model"
+    for _ in range(3):
+        rig.pool.release("h")
+
+
 # -- a property test against a simulated truth -----------------------------------------------------------
 
 CATALOG = {
@@ -259,8 +295,8 @@ class LearningMachine(RuleBasedStateMachine):
         config = routing(CATALOG, learning={"ceilingFactor": 3})
         self.pool = ChaosPool(config, clock=self.clock, wall_clock=lambda: WALL, rng=random.Random(seed))
 
-    @rule(tier=st.sampled_from(TIERS))
-    def arrive(self, tier: str) -> None:
+    @rule(tier=st.sampled_from(TIERS), give_up=st.booleans())
+    def arrive(self, tier: str, give_up: bool) -> None:
         room = self._room(tier)
         selection = self.pool.try_acquire(Ticket(tier))  # type: ignore[arg-type]
         if selection is None:
@@ -269,7 +305,10 @@ class LearningMachine(RuleBasedStateMachine):
             assert not room, "a probe while a model had room within its limit"
         model = selection.model
         if self.upstream[model] >= self.truth[model] or sum(self.upstream.values()) >= self.account:
-            self.pool.report_error(model, error("1302"), None, selection)
+            if give_up and selection.probe is not None:  # abandoned before z.ai's 1302 came
+                self.pool.give_up_probe(selection)
+            else:
+                self.pool.report_error(model, error("1302"), None, selection)
             self.pool.release(model)
             return
         self.upstream[model] += 1

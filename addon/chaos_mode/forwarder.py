@@ -15,12 +15,13 @@ import logging
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
-from typing import Final
+from dataclasses import dataclass, replace
+from typing import Any, Final
 
 from .dialects import DIALECTS
 from .failover import Answer, reject, settle, unreached
 from .loopback import Incoming, LoopbackServer, Outgoing
+from .patience import ProbePatience
 from .pool import Selection
 from .rejection import Reply
 from .routed_request import RoutedRequest
@@ -74,9 +75,11 @@ class Forwarder:
         *,
         wall_clock: Callable[[], float] = time.time,
         host: str = "127.0.0.1",
+        patience: ProbePatience | None = None,
     ) -> None:
         self.clients = clients
         self._wall_clock = wall_clock
+        self.patience = patience or ProbePatience()
         self._host = host
         self._server = LoopbackServer(self._handle)
         self._pending: dict[str, Pending] = {}
@@ -141,12 +144,15 @@ class Forwarder:
         """Send one attempt; the answer to stream back, or the slot of the next attempt."""
         request.sent = True
         try:
-            response = await self.clients.send(destination, incoming.method, incoming.target, headers, body)
+            sent = await self._send(request, destination, incoming, headers, body)
         except UpstreamRefused as exc:  # a setting to fix (z.ai's certificate), the same for every model
             return _gateway(request, exc)
         except UpstreamFailed as exc:  # refused, dropped, timed out: no verdict on the model
             log.info("chaos-mode: no answer for %s: %s", request.model, exc)
             return self._next(request, await settle(request, unreached(str(exc)), now=self._now()))
+        if not isinstance(sent, UpstreamResponse):  # the probe was given up for a slot within the limits
+            return self._next(request, sent)
+        response = sent
         try:
             if response.status < 400:
                 request.answered()
@@ -168,6 +174,32 @@ class Forwarder:
             return Outgoing(response.status, _pass_headers(response), decoded, reason=response.reason or b"-")
         return self._next(request, verdict)
 
+    async def _send(
+        self,
+        request: RoutedRequest,
+        destination: Destination,
+        incoming: Incoming,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+    ) -> UpstreamResponse | Selection | None:
+        """Send one attempt; its answer with the head read. A probe (an attempt above a learned limit)
+        not answered within `patience` is given up when a slot within the limits comes for its request
+        meanwhile: the next attempt's slot, or None when the request ended while it waited. A refused probe
+        then costs its request no more than the wait it would have had anyway."""
+        started = time.monotonic()
+        send = self.clients.send(destination, incoming.method, incoming.target, headers, body)
+        probe, patience = request.slot, self.patience.seconds()
+        if probe is None or probe.probe is None or patience is None:
+            response = await send
+        else:
+            hedged = await _hedge(request, asyncio.ensure_future(send), patience)
+            if not isinstance(hedged, UpstreamResponse):
+                return hedged
+            response = hedged
+        if response.status < 400:
+            self.patience.head(time.monotonic() - started)
+        return response
+
     def _next(self, request: RoutedRequest, verdict: Selection | Reply | None) -> Outgoing | Selection:
         if verdict is None:  # no verdict to pass on (the request ended while it waited): ours
             verdict = reject(request, None, now=self._now())
@@ -178,6 +210,45 @@ class Forwarder:
 
     def _now(self) -> float:
         return self._wall_clock()
+
+
+async def _hedge(
+    request: RoutedRequest, sending: asyncio.Future[UpstreamResponse], patience: float
+) -> UpstreamResponse | Selection | None:
+    """The probe's answer, or the slot within the limits that came first (the probe given up)."""
+    waiting = asyncio.ensure_future(_slot_within_limits(request, patience))
+    either: set[asyncio.Future[Any]] = {sending, waiting}
+    try:
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        sending.cancel()
+        _drop(request, waiting)
+        raise
+    granted = None if sending.done() or not waiting.done() else waiting.result()
+    if granted is None:  # z.ai answered first (or the queue gave up): the probe's answer decides
+        _drop(request, waiting)
+        return await sending
+    sending.cancel()
+    await asyncio.wait({sending})  # the upstream connection is closed (see UpstreamClients._exchange)
+    probed = request.model or ""
+    request.give_up_probe()
+    if not request.hold(granted):  # the request ended meanwhile: the slot went back
+        return None
+    request.stats.failover(probed, granted.model, "probe given up")
+    return granted
+
+
+async def _slot_within_limits(request: RoutedRequest, patience: float) -> Selection | None:
+    await asyncio.sleep(patience)
+    return await request.pool.admit(replace(request.ticket(), may_probe=False), since=request.arrived)
+
+
+def _drop(request: RoutedRequest, waiting: asyncio.Future[Selection | None]) -> None:
+    """Stop waiting for a slot; one granted meanwhile goes back."""
+    if not waiting.done():
+        waiting.cancel()  # the queue gives back a slot granted as it is cancelled
+    elif not waiting.cancelled() and waiting.exception() is None and (slot := waiting.result()) is not None:
+        request.pool.release_selection(slot)
 
 
 def _gateway(request: RoutedRequest, exc: UpstreamRefused) -> Outgoing:

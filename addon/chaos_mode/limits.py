@@ -28,6 +28,9 @@ STATE_VERSION: Final = 1
 ACCOUNT_ROW: Final = "*account"  # the account's row among the models' in `rows` / `merge`
 TICK_SECONDS: Final = 1.0  # how often drift is looked at
 CUT: Final = 0.75  # a limit z.ai confirmed, then refused at: what is kept of it
+# z.ai takes 3-6 s to answer a 1302: a probe given up before it counts as out for the other limits' turns
+# until its refusal would have come at the earliest, as if it had waited for it.
+REFUSAL_SECONDS: Final = 3.0
 
 
 @dataclass(slots=True)
@@ -46,6 +49,7 @@ class Limit:
     confirmed: bool = False  # a clean answer came at the current value since it was set
     refusals: int = 0  # 1302s blamed on it since the last probe answered cleanly anywhere
     held_back: bool = False  # its last word was a 1302: its probes take turns with the others'
+    turn_until: float = -math.inf  # a probe given up keeps its turn until then (monotonic)
 
     def probe_ready(self, interval: float, backoff_max: float) -> float | None:
         """When (monotonic) a probe above this limit becomes allowed; None: not before new evidence (no
@@ -147,7 +151,9 @@ class LearnedLimits:
             return True
         for other in (*self._models.values(), self._account):
             since = other.probe_since
-            if other is not entry and other.held_back and since is not None and now - since < self._interval:
+            if other is entry or not other.held_back:
+                continue
+            if (since is not None and now - since < self._interval) or other.turn_until > now:
                 return False
         return True
 
@@ -181,6 +187,21 @@ class LearnedLimits:
         entry = self._account if kind == "account" else self._models.get(model)
         if entry is not None:
             entry.probe_since = self._clock()
+
+    def probe_given_up(self, kind: Probe, model: str) -> None:
+        """A probe z.ai had not answered when a slot within the limits came for its request was abandoned.
+        Accepted streams get their head at once, so it was most likely refused: its limit stays, but the
+        next probe waits as after a 1302 (the wait doubling, limits found right taking turns)."""
+        entry = self._account if kind == "account" else self._models.get(model)
+        if entry is None or not self._enabled:
+            return
+        now = self._clock()
+        sent = entry.probe_since if entry.probe_since is not None else now
+        entry.probe_since = None
+        entry.turn_until = sent + REFUSAL_SECONDS
+        entry.refusals += 1
+        entry.failed_at = now
+        entry.held_back = True
 
     def succeeded(self, model: str, in_flight: int, total: int, probe: Probe | None) -> None:
         """A clean answer to a request sent with `in_flight` on its model and `total` on the account
@@ -331,6 +352,7 @@ class LearnedLimits:
             entry.value, entry.reason, entry.changed_at = entry.start, "reset", self._wall_clock()
             entry.changed_mono, entry.failed_at, entry.probe_since = self._clock(), -math.inf, None
             entry.confirmed, entry.refusals, entry.held_back = False, 0, False
+            entry.turn_until = -math.inf
         self._clean_total = (0, 0, -math.inf)
         self._suspect = None
         self.version += 1

@@ -79,6 +79,7 @@ class Ticket:
     sticky_key: str | None = None
     session: str | None = None  # the conversation: its place in the queue (`shares`), never the model
     counts: bool = True  # admitting it counts toward its conversation's share (a failover's does not)
+    may_probe: bool = True  # False: only a slot within the limits (one to replace an unanswered probe)
 
 
 # (model, reason, probe): what `_select` found, before a slot is taken
@@ -134,7 +135,7 @@ class ChaosPool:
         self._queue: AdmissionQueue[Ticket, Selection] = AdmissionQueue(
             attempt=self._attempt,
             release=self.release_selection,
-            group=lambda ticket: (ticket.tier, ticket.attempted),
+            group=lambda ticket: (ticket.tier, ticket.attempted, ticket.may_probe),
             clock=clock,
         )
         self._timer: asyncio.TimerHandle | None = None
@@ -312,7 +313,7 @@ class ChaosPool:
         learned limit when one is due; else, when nothing at all is in flight, a trial on the cooling
         model that ends first; else None."""
         limits, held = self._limits, self._slots.counts().get
-        if limits.enabled:
+        if limits.enabled and ticket.may_probe:
             affordable = self._affordable(ticket, eligible)
             if account_full:
                 above = self._probes_on.get
@@ -394,6 +395,14 @@ class ChaosPool:
             self._probes_on[key] = left
         else:
             del self._probes_on[key]
+
+    def give_up_probe(self, selection: Selection) -> None:
+        """The probe `selection` was sent with is abandoned unanswered (its request took a slot within the
+        limits instead): it rides above its limit no more, and the next probe there waits as after a 1302.
+        Idempotent; a no-op for a regular slot."""
+        if selection.probe is not None and selection.probe_id in self._probes:
+            self._limits.probe_given_up(selection.probe, selection.model)
+        self.probe_done(selection)
 
     def release(self, model: str) -> bool:
         """Give a slot of `model` back and serve waiters; False (clamped at zero) if none was held."""

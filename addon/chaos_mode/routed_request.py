@@ -171,6 +171,15 @@ class RoutedRequest:
                 self.refused = self.refused | {self.attempts[-1].model}
         self.release_slot()
 
+    def give_up_probe(self) -> None:
+        """The current attempt, a probe z.ai has not answered, is abandoned for a slot within the limits:
+        neither a refusal nor a clean answer (it tested nothing), its place given back once."""
+        if self.attempts:
+            self.attempts[-1].refusal = "probe given up"
+        if self.slot is not None:
+            self.pool.give_up_probe(self.slot)
+        self.release_slot()
+
     # -- the end --------------------------------------------------------------------------------------------
 
     def finish(self, outcome: Outcome, *, grace: float = 0.0) -> bool:

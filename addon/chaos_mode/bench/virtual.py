@@ -1,0 +1,171 @@
+"""A virtual-time model of a field preset on the pool's pure core: no proxy, no network, no CPU noise.
+
+The real `ChaosPool` (its queue, probes and learned limits) serves the preset's swarm in virtual time; a
+model of z.ai admits each attempt against the true limits, sends the head of an accepted stream `head`
+seconds after the attempt (the clean answer the pool hears) and a 1302 `reject` seconds after it. The
+forwarder's giving up of an unanswered probe (`forwarder._hedge`) is modelled, not run: after `patience`
+seconds the request waits for a slot within the limits too, and the first of the two wins. Only presets
+without refused models, held slots or scheduled changes are modelled (`higher`).
+
+    python -m chaos_mode.bench.virtual [--seeds 12] [--no-hedge] [--head 0.01]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import random
+import statistics
+from typing import Any
+
+from chaos_mode.config import parse_config
+from chaos_mode.patience import FLOOR_SECONDS
+from chaos_mode.pool import ChaosPool, Selection, Ticket
+from chaos_mode.sim import default_limits
+from chaos_mode.zai_errors import classify_error
+
+from .field import PRESETS, FieldPreset
+from .scenarios import SCENARIOS
+from .workload import Request, make_workload
+
+REFUSAL = json.dumps(
+    {"type": "error", "error": {"type": "rate_limit_error", "code": "1302", "message": "busy"}}
+)
+FOREVER = 1e9
+
+
+class VirtualLoop(asyncio.SelectorEventLoop):
+    """An event loop whose clock jumps to the next timer whenever nothing is ready to run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._now = 0.0
+
+    def time(self) -> float:
+        return self._now
+
+    def _run_once(self) -> None:
+        ready: Any = self._ready  # type: ignore[attr-defined]
+        scheduled: Any = self._scheduled  # type: ignore[attr-defined]
+        if not ready and scheduled:
+            self._now = max(self._now, scheduled[0].when())
+        super()._run_once()  # type: ignore[misc]
+
+
+@dataclasses.dataclass
+class Outcome:
+    makespan: float
+    refused: int = 0  # probes (and other attempts) z.ai refused with a 1302 the pool heard
+    given_up: int = 0  # probes given up for a slot within the limits
+
+
+async def swarm(preset: FieldPreset, seed: int, *, hedge: bool, head: float, reject: float) -> Outcome:
+    loop = asyncio.get_running_loop()
+    if preset.hold or preset.refuse or preset.boost or preset.fault_rates:
+        raise ValueError(f"preset {preset.name} is not modelled (held slots, refusals, changes or faults)")
+    workload = make_workload(preset.spec(seed=seed))
+    truth = {**default_limits(), **preset.limits}
+    account = preset.account_limit
+    config = parse_config({"modelRouting": SCENARIOS["least-loaded"].config()})
+    pool = ChaosPool(config, clock=loop.time, wall_clock=loop.time, rng=random.Random(seed))
+    busy = classify_error(429, REFUSAL, now=0.0)
+    assert busy is not None
+    upstream = dict.fromkeys(truth, 0)
+    outcome = Outcome(0.0)
+
+    def accepted(model: str) -> bool:
+        if upstream[model] < truth[model] and (account is None or sum(upstream.values()) < account):
+            upstream[model] += 1
+            return True
+        return False
+
+    async def slot_within_limits(ticket: Ticket, since: float) -> Selection | None:
+        await asyncio.sleep(FLOOR_SECONDS)
+        return await pool.admit(dataclasses.replace(ticket, may_probe=False), since=since, timeout=FOREVER)
+
+    async def refused(selection: Selection, ticket: Ticket, since: float) -> Selection | None:
+        """The slot that replaces a refused probe, else None once the 1302 came."""
+        if not hedge or selection.probe is None:
+            await asyncio.sleep(reject)
+            return None
+        answer = asyncio.ensure_future(asyncio.sleep(reject))
+        waiting = asyncio.ensure_future(slot_within_limits(ticket, since))
+        await asyncio.wait({answer, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        if waiting.done() and not answer.done():
+            answer.cancel()
+            return waiting.result()
+        if waiting.done():
+            if (late := waiting.result()) is not None:
+                pool.release_selection(late)
+        else:
+            waiting.cancel()
+            await asyncio.gather(waiting, return_exceptions=True)
+        await answer
+        return None
+
+    async def one(agent: int, request: Request) -> None:
+        since = loop.time()
+        ticket = Ticket(request.tier, session=f"agent-{agent}")
+        selection = await pool.admit(ticket, timeout=FOREVER)
+        retry = dataclasses.replace(ticket, counts=False)
+        while selection is not None:
+            await asyncio.sleep(head)
+            if accepted(selection.model):
+                pool.report_success(selection)
+                await asyncio.sleep(max(request.service_seconds - head, 0.0))
+                upstream[selection.model] -= 1
+                pool.release_selection(selection)
+                return
+            instead = await refused(selection, retry, since)
+            if instead is not None:
+                outcome.given_up += 1
+                pool.give_up_probe(selection)
+                pool.release_selection(selection)
+                selection = instead
+                continue
+            outcome.refused += 1
+            pool.report_error(selection.model, busy, None, selection)
+            pool.release_selection(selection)
+            selection = await pool.admit(retry, since=since, timeout=FOREVER)
+
+    async def agent(index: int, requests: tuple[Request, ...]) -> float:
+        for request in requests:
+            await one(index, request)
+        return loop.time()
+
+    ends = await asyncio.gather(*(agent(i, requests) for i, requests in enumerate(workload.agents)))
+    outcome.makespan = max(ends)
+    return outcome
+
+
+def run(preset: str, seed: int, *, hedge: bool = True, head: float = 0.01, reject: float = 3.0) -> Outcome:
+    loop = VirtualLoop()
+    try:
+        return loop.run_until_complete(swarm(PRESETS[preset], seed, hedge=hedge, head=head, reject=reject))
+    finally:
+        loop.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m chaos_mode.bench.virtual", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--preset", default="higher", choices=sorted(PRESETS))
+    parser.add_argument("--seeds", type=int, default=12, help="workload seeds 1..N (the benchmark uses 1)")
+    parser.add_argument("--no-hedge", dest="hedge", action="store_false", help="never give a probe up")
+    parser.add_argument("--head", type=float, default=0.01, help="seconds from an attempt to its head")
+    parser.add_argument("--reject", type=float, default=3.0, help="seconds from an attempt to its 1302")
+    args = parser.parse_args(argv)
+    spans = []
+    for seed in range(1, args.seeds + 1):
+        outcome = run(args.preset, seed, hedge=args.hedge, head=args.head, reject=args.reject)
+        spans.append(outcome.makespan)
+        refusals = f"refused {outcome.refused}, given up {outcome.given_up}"
+        print(f"seed {seed}: makespan {outcome.makespan:.2f} s, {refusals}")
+    print(f"{args.preset}: mean makespan {statistics.fmean(spans):.2f} s over {len(spans)} seeds")
+
+
+if __name__ == "__main__":
+    main()
