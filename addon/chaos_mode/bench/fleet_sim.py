@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import heapq
 import json
 import random
 import statistics
@@ -30,30 +29,11 @@ from chaos_mode.pool import ChaosPool, Ticket
 from chaos_mode.shared_slots import Notice, SharedSlots, Tally, Verdict
 
 from .run import ideal_for
+from .virtual_loop import VirtualLoop
 from .workload import Workload, WorkloadSpec, make_workload
 
 HOP = 0.002  # seconds from the proxy to the upstream, and from the answer's end to the agent's next request
 RENEW = 1.0  # seconds between tallies (a third of bench.fleet's 3 s leases)
-
-
-class VirtualLoop(asyncio.SelectorEventLoop):
-    """An event loop whose clock jumps to the next timer when nothing is ready: no waiting, no CPU noise."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._now = 0.0
-
-    def time(self) -> float:
-        return self._now
-
-    def _run_once(self) -> None:
-        scheduled: list[asyncio.TimerHandle] = self._scheduled  # type: ignore[attr-defined]
-        while scheduled and scheduled[0].cancelled():  # as the loop itself drops them, before jumping
-            self._timer_cancelled_count -= 1  # type: ignore[attr-defined]
-            heapq.heappop(scheduled)
-        if not self._ready and scheduled:  # type: ignore[attr-defined]
-            self._now = max(self._now, scheduled[0].when())
-        super()._run_once()  # type: ignore[misc]
 
 
 @dataclass(frozen=True)

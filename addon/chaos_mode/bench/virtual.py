@@ -18,7 +18,6 @@ import dataclasses
 import json
 import random
 import statistics
-from typing import Any
 
 from chaos_mode.config import parse_config
 from chaos_mode.patience import FLOOR_SECONDS
@@ -28,30 +27,13 @@ from chaos_mode.zai_errors import classify_error
 
 from .field import PRESETS, FieldPreset
 from .scenarios import SCENARIOS
+from .virtual_loop import VirtualLoop
 from .workload import Request, make_workload
 
 REFUSAL = json.dumps(
     {"type": "error", "error": {"type": "rate_limit_error", "code": "1302", "message": "busy"}}
 )
 FOREVER = 1e9
-
-
-class VirtualLoop(asyncio.SelectorEventLoop):
-    """An event loop whose clock jumps to the next timer whenever nothing is ready to run."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._now = 0.0
-
-    def time(self) -> float:
-        return self._now
-
-    def _run_once(self) -> None:
-        ready: Any = self._ready  # type: ignore[attr-defined]
-        scheduled: Any = self._scheduled  # type: ignore[attr-defined]
-        if not ready and scheduled:
-            self._now = max(self._now, scheduled[0].when())
-        super()._run_once()  # type: ignore[misc]
 
 
 @dataclasses.dataclass
