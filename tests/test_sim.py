@@ -782,7 +782,9 @@ async def test_lowering_a_limit_refuses_new_requests_and_keeps_running_ones(
 async def test_a_full_account_and_a_full_model_look_the_same(
     make_sim: MakeSim, http: httpx.AsyncClient
 ) -> None:
-    server = await make_sim(latency_ms=400, account_limit=2)
+    # The first request must still run when the account's is sent, after three round trips and two polls:
+    # 2 s, not 0.4 s (a hiccup of the machine once let it end first, and the account was not full).
+    server = await make_sim(latency_ms=2000, account_limit=2)
     first = asyncio.create_task(post(http, server, "glm-4.7-flash"))
     await wait_for(lambda: _in_flight(http, server, "glm-4.7-flash", 1))
     model_full = await post(http, server, "glm-4.7-flash")
