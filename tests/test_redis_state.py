@@ -147,6 +147,7 @@ async def test_a_slot_freed_goes_to_the_proxy_it_is_owed_to_and_the_others_do_no
     await until(lambda: all(f.up for f in fleets))
     held = [await pools[0].admit(Ticket("heavy"), timeout=1) for _ in range(8)]  # the heavy tier's slots
     try:
+        await until(lambda: all(f.slots.total() == 8 for f in fleets))  # their notices reached p1 and p2
         first = asyncio.ensure_future(pools[1].admit(Ticket("heavy", session="first"), timeout=5))
         await until(lambda: fleets[0].slots.owed_to() == "p1")
         second = asyncio.ensure_future(pools[2].admit(Ticket("heavy", session="second"), timeout=5))
