@@ -162,15 +162,19 @@ class SharedSlots:
     # -- taking and giving back -------------------------------------------------------------------
 
     def fits(self, model: str, cap: int, account_cap: int) -> bool:
-        share = self._alone_share
-        if share is None:
+        if self._alone_share is None:
             return True
-        # alone: this proxy's slots count against its share of each limit
         if self._forget_at is not None and self.clock() >= self._forget_at:
             self._forget_others()
-        return self._own.get(model, 0) < _part(cap, share) and sum(self._own.values()) < _part(
-            account_cap, share
-        )
+        return not self._over_share(model, cap, account_cap, taking=1)
+
+    def _over_share(self, model: str, cap: int, account_cap: int, *, taking: int) -> bool:
+        """Alone, whether this proxy's slots (and `taking` more) go over its share of each limit."""
+        share = self._alone_share
+        if share is None:
+            return False
+        own = self._own.get(model, 0) + taking
+        return own > _part(cap, share) or sum(self._own.values()) + taking > _part(account_cap, share)
 
     def try_acquire(self, model: str, cap: int, account_cap: int) -> bool:
         if not self.fits(model, cap, account_cap):
@@ -245,11 +249,8 @@ class SharedSlots:
         """Hold a slot the store did not confirm, if it is within this proxy's share (it was taken on the
         fleet's mirror, before the store was found gone); else it is refused like a race lost, and the
         request waits for a slot within the share."""
-        share = self._alone_share
         cap, account_cap = self._caps.get(model, (0, 0))
-        if share is not None and (
-            self._own.get(model, 0) > _part(cap, share) or sum(self._own.values()) > _part(account_cap, share)
-        ):
+        if self._over_share(model, cap, account_cap, taking=0):  # this slot is counted already
             self._refused[model] = self._refused.get(model, 0) + 1
             return False
         self._hold(model, lease)
