@@ -12,12 +12,13 @@ ONLY_GLM_4_5_AIR = frozenset({"glm-4.7", "glm-4.6", "glm-4.5-x", "glm-4.5"})
 
 def lower_glm_4_7(pool: ChaosPool, busy: UpstreamError) -> None:
     """z.ai refuses a third request on glm-4.7 (the catalog says 3): its learned limit becomes 2; the
-    second is answered cleanly (2 ran full, so a probe may follow). Two requests stay in flight on it."""
+    other two are answered cleanly (2 ran full, so a probe may follow). Two requests stay in flight on it."""
     sent = [pool.try_acquire(Ticket("heavy", ONLY_GLM_4_7)) for _ in range(3)]
     assert [s.model if s else None for s in sent] == ["glm-4.7"] * 3
-    assert sent[1] is not None and sent[2] is not None
+    assert sent[0] is not None and sent[1] is not None and sent[2] is not None
     pool.report_error("glm-4.7", busy, None, sent[2])
-    pool.release("glm-4.7")
+    pool.release_selection(sent[2])
+    pool.report_success(sent[0])
     pool.report_success(sent[1])
 
 

@@ -399,3 +399,36 @@ def test_restored_values_are_clamped_to_the_ceiling(rig: Rig) -> None:
     }
     assert rig.limits.restore(data) == 1
     assert rig.limits.limit("a") == 12
+
+
+def test_a_1302_sent_above_the_limit_says_nothing_below_it(rig: Rig) -> None:
+    rig.limits.succeeded("a", 3, 3, None)  # ran full at 3: a cut would take it to 2
+    assert rig.limits.refused("a", 4, 4, None) == "model"  # let through beside a probe riding at 4
+    assert rig.limits.limit("a") == 3
+
+
+def test_a_model_that_ran_full_after_the_request_went_out_lost_a_race(rig: Rig) -> None:
+    sent = rig.clock()
+    rig.advance(0.5)
+    rig.limits.succeeded("a", 3, 3, None)  # z.ai served 3 of "a" at once after the request was sent
+    # Refused at 3 of 3 all the same: another request overtook it on the way. Nothing moves.
+    assert rig.limits.refused("a", 3, 3, None, sent) == "race"
+    assert (rig.limits.limit("a"), rig.limits.account()) == (3, None)
+    # Refused before "a" ran full: "a" is blamed (cut by a quarter, it had run full at 3).
+    assert rig.limits.refused("a", 3, 3, None, rig.clock() + 1.0) == "model"
+    assert rig.limits.limit("a") == 2
+
+
+def test_a_model_that_ran_full_since_is_cleared_and_the_account_blamed_above_any_total_served(
+    rig: Rig,
+) -> None:
+    rig.limits.succeeded("b", 10, 12, None)  # the account served 12 at once
+    rig.limits.succeeded("a", 3, 12, None)
+    sent = rig.clock()
+    assert rig.limits.refused("a", 3, 14, None, sent) == "account"  # "a" ran full since: not "a"
+    assert (rig.limits.limit("a"), rig.limits.account()) == (3, 13)
+    rig.advance(1.0)
+    # At its limit with no later evidence for the model: the model, even above any total served (a
+    # wrong model limit costs one model's slots, a wrong account limit all).
+    assert rig.limits.refused("b", 10, 12, None, rig.clock() + 1.0) == "model"
+    assert (rig.limits.limit("b"), rig.limits.account()) == (7, 13)  # cut by a quarter: it ran full

@@ -51,9 +51,10 @@ class Rig:
         return selection
 
     def fill(self, tier: str = "heavy", count: int = 2) -> list[Selection]:
-        """`count` requests, the last answered cleanly: the limit ran full, so a probe may go above it."""
+        """`count` requests, all answered cleanly: the limit ran full, so a probe may go above it."""
         taken = [self.take(tier) for _ in range(count)]
-        self.pool.report_success(taken[-1])
+        for selection in taken:
+            self.pool.report_success(selection)
         return taken
 
 
@@ -80,14 +81,17 @@ def test_with_learning_off_a_1302_cools_the_model_down_as_before() -> None:
 
 def test_a_request_that_would_wait_probes_one_above_the_limit() -> None:
     rig = Rig()
-    rig.take(), rig.take()
+    first, second = rig.take(), rig.take()
     assert (
         rig.pool.try_acquire(Ticket("heavy")) is None
     )  # the catalog's 2 never ran full: nothing to go on yet
     rig.pool.report_success(rig.take("light"))  # another model's answer says nothing about "h"
     assert rig.pool.try_acquire(Ticket("heavy")) is None
+    rig.pool.report_success(second)  # 2 in flight, but only one answered: z.ai may serve just that one
+    assert rig.pool.try_acquire(Ticket("heavy")) is None
     rig.pool.release("l")
-    rig.pool.release("h")
+    rig.pool.release_selection(second)
+    rig.pool.report_success(first)
     rig.pool.report_success(rig.take())  # 2 of 2, answered cleanly
     probe = rig.take()
     assert (probe.model, probe.probe, probe.in_flight) == ("h", "model", 3)
@@ -208,7 +212,8 @@ def test_a_probe_that_becomes_due_wakes_a_waiter() -> None:
     async def scenario() -> None:
         pool = ChaosPool(routing(learning={"probeIntervalSeconds": 0.05}), clock=time.monotonic)
         first, second = pool.try_acquire(Ticket("heavy")), pool.try_acquire(Ticket("heavy"))
-        assert second is not None
+        assert first is not None and second is not None
+        pool.report_success(first)
         pool.report_success(second)
         probe = pool.try_acquire(Ticket("heavy"))
         assert first and second and probe and probe.probe == "model"
@@ -381,3 +386,20 @@ def test_an_abandoned_probe_gives_its_place_back_exactly_once() -> None:
     rig.pool.probe_done(probe)  # idempotent: the owner may end it from several places
     rig.pool.release("h")
     assert rig.pool.try_acquire(Ticket("heavy")) is None  # at the limit: no probe bonus left behind
+
+
+def test_a_probe_answered_before_an_earlier_request_raises_nothing_until_that_one_is_answered() -> None:
+    rig = Rig()
+    rig.fill()
+    rig.pool.release("h")
+    late = rig.take()  # 2 of 2 again; this one is still on its way to z.ai
+    probe = rig.take()
+    assert probe.probe == "model"
+    # The probe overtook `late`: z.ai may serve only 2 of "h" and refuse `late` seconds from now.
+    rig.pool.report_success(probe)
+    assert served(rig.pool.status())["models"]["h"]["learnedLimit"] == 2
+    rig.pool.report_success(late)  # all 3 answered and running: z.ai serves 3 at once
+    status = served(rig.pool.status())["models"]["h"]
+    assert (status["learnedLimit"], status["limitReason"]) == (3, "3 answered at once")
+    for _ in range(3):
+        rig.pool.release("h")

@@ -281,13 +281,15 @@ class PoolMachine(RuleBasedStateMachine):
         status = served(self.pool.status())
         assert status["usedCapacity"] == len(self.held)
         assert sum(m["inFlight"] for m in status["models"].values()) == len(self.held)
+        for model, n in counts.items():  # a slot given back by name awaits no verdict any more
+            assert 0 <= self.pool.unanswered(model) <= n
 
     def teardown(self) -> None:
         if not hasattr(self, "pool"):
             return
         while self.held:
             assert self.pool.release(self.held.pop()) is True
-        assert self.pool.in_flight() == 0
+        assert self.pool.in_flight() == 0 and self.pool.unanswered() == 0
         status = served(self.pool.status())
         assert status["usedCapacity"] == 0
         assert all(m["inFlight"] == 0 for m in status["models"].values())

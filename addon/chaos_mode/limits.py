@@ -21,7 +21,7 @@ from .config import LearningSettings, ModelRouting
 
 Clock = Callable[[], float]
 Probe = Literal["model", "account"]
-Blame = Literal["model", "account"]
+Blame = Literal["model", "account", "race"]
 
 STATE_FORMAT: Final = "chaos-mode learned limits"
 STATE_VERSION: Final = 1
@@ -204,29 +204,31 @@ class LearnedLimits:
         entry.held_back = True
 
     def succeeded(self, model: str, in_flight: int, total: int, probe: Probe | None) -> None:
-        """A clean answer to a request sent with `in_flight` on its model and `total` on the account
-        (itself included)."""
+        """A clean answer, with `in_flight` requests on its model and `total` on the account (itself
+        included) answered cleanly and running: z.ai serves that many at once. Above a limit (a probe, or
+        a request beside one) it raises the limit; at it, it confirms it."""
         if not self._enabled:
             return
         now = self._clock()
         self._note_clean_total(total, now)
         entry = self._models.get(model)
-        if entry is not None and entry.value is not None:
+        if entry is not None:
             if probe == "model":
                 entry.probe_since = None
-                if in_flight > entry.value:
-                    self._set(entry, entry.value + 1, f"probe at {in_flight} answered", now)
-                    self._probe_answered(entry)
-            if in_flight >= entry.value:
-                entry.confirmed_at, entry.confirmed = now, True
-        account = self._account
+            self._served(entry, in_flight, probe == "model", now)
         if probe == "account":
-            account.probe_since = None
-            if account.value is not None and total > account.value:
-                self._set(account, account.value + 1, f"probe at {total} answered", now)
-                self._probe_answered(account)
-        if account.value is not None and total >= account.value:
-            account.confirmed_at, account.confirmed = now, True
+            self._account.probe_since = None
+        self._served(self._account, total, probe == "account", now)
+
+    def _served(self, entry: Limit, count: int, probe: bool, now: float) -> None:
+        if entry.value is None:
+            return
+        if count > entry.value:
+            why = f"probe at {count} answered" if probe else f"{count} answered at once"
+            self._set(entry, count, why, now)
+            self._probe_answered(entry)
+        if count >= entry.value:
+            entry.confirmed_at, entry.confirmed = now, True
 
     def _probe_answered(self, grown: Limit) -> None:
         """A limit went up: z.ai moves its limits for the whole plan at once (off-peak), so every limit
@@ -235,12 +237,17 @@ class LearnedLimits:
         for entry in (*self._models.values(), self._account):
             entry.refusals = 0
 
-    def refused(self, model: str, in_flight: int, total: int, probe: Probe | None) -> Blame:
-        """A concurrency answer (1302) to a request sent with `in_flight` on its model and `total` on the
-        account (itself included): lower the limit it points at; returns which."""
+    def refused(
+        self, model: str, in_flight: int, total: int, probe: Probe | None, sent_at: float = math.inf
+    ) -> Blame:
+        """A concurrency answer (1302) to a request sent at `sent_at` (monotonic; unknown: inf) with
+        `in_flight` on its model and `total` on the account (itself included): lower the limit it points
+        at; returns which ("race": neither, see `_blame`)."""
         now = self._clock()
         entry = self._models.get(model)
-        verdict = self._blame(entry, in_flight, total, probe, now)
+        verdict = self._blame(entry, in_flight, total, probe, now, sent_at)
+        if verdict == "race":
+            return verdict
         blame: Blame = verdict if verdict != "suspect" else "model"
         if verdict == "suspect":
             blame, total = self._second_opinion(model, entry, total, now)
@@ -269,12 +276,15 @@ class LearnedLimits:
           sent before the cut say nothing new.
         - Below a known limit: one step. A 1302 far under what z.ai has been serving is a moment's
           crowding (another client, noise); if it is more, the next ones say so.
+        - Above it (a regular request let through beside a probe riding there): nothing below it.
         """
         value = target.value
         if value is None:
             return max(count - 1, 0)
         if count < value:
             return max(value - 1, 0)
+        if count > value:  # sent above the limit, beside a probe riding there: says nothing below it
+            return value
         if cut and target.confirmed:
             return max(min(count - 1, math.floor(value * CUT)), 0)
         return max(count - 1, 0)
@@ -294,13 +304,24 @@ class LearnedLimits:
         return "account", min(total, first_total)
 
     def _blame(
-        self, entry: Limit | None, in_flight: int, total: int, probe: Probe | None, now: float
+        self,
+        entry: Limit | None,
+        in_flight: int,
+        total: int,
+        probe: Probe | None,
+        now: float,
+        sent_at: float,
     ) -> Blame | Literal["suspect"]:
-        """z.ai says 1302 for a full model and a full account alike. A probe knows what it tested. Else the
-        account is suspected when the model was below its learned limit and the account total was higher
-        than any total answered cleanly in the last probe interval or two (so the account limit never falls
-        below a total z.ai just served), and blamed once a second model confirms it. With no such evidence
-        the model is blamed: a wrong model limit costs one model's slots, a wrong account limit all."""
+        """z.ai says 1302 for a full model and a full account alike. A probe knows what it tested.
+
+        A model that served its whole limit at once cleanly after the request was sent (confirmed since
+        `sent_at`) was not full at a count within that limit: the request lost a race to one sent after
+        it (requests overtake each other on the way) or met the account's limit. The account is blamed
+        when the total was above any z.ai served cleanly lately, else the 1302 was a race: neither limit
+        moves. Otherwise the account is suspected when the model was below its learned limit and the total
+        was above any served cleanly lately (so the account limit never falls below a total z.ai just
+        served), and blamed once a second model confirms it. With no such evidence the model is blamed: a
+        wrong model limit costs one model's slots, a wrong account limit all."""
         if entry is None or entry.value is None:
             return "account"
         if probe == "model" or in_flight > entry.value:
@@ -309,7 +330,10 @@ class LearnedLimits:
         if probe == "account" or (account is not None and total > account):
             return "account"
         clean = self._recent_clean_total(now)
-        if in_flight < entry.value and 0 < clean < total:
+        above_clean = 0 < clean < total
+        if entry.confirmed_at >= sent_at:
+            return "account" if above_clean else "race"
+        if in_flight < entry.value and above_clean:
             return "suspect"
         return "model"
 

@@ -48,7 +48,8 @@ class Selection:
     in_flight: int = field(default=0, compare=False)
     total: int = field(default=0, compare=False)
     probe: Probe | None = field(default=None, compare=False)
-    probe_id: int = field(default=0, compare=False)  # a probe's own number while it is out (0: none)
+    slot_id: int = field(default=0, compare=False)  # the slot's own number while z.ai's verdict is out
+    sent_at: float = field(default=math.inf, compare=False)  # when the slot was taken (monotonic)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +151,13 @@ class ChaosPool:
         # slots within the limit.
         self._probes: dict[int, str] = {}
         self._probes_on: dict[str, int] = {}
-        self._next_probe_id = 1
+        # Slots whose request z.ai has not answered yet: slot id -> model. Requests overtake each other on
+        # the way to z.ai, and a 1302 takes seconds to come back, so what the pool counts in flight is more
+        # than z.ai serves until each request has its verdict: a clean answer is evidence of no more than
+        # the slots answered cleanly and still running.
+        self._unanswered: dict[int, str] = {}
+        self._unanswered_on: dict[str, int] = {}
+        self._next_slot_id = 1
         self.lost_races = 0  # slots taken on the local mirror that another proxy had taken first
         self.reconfigure(config)
 
@@ -375,32 +382,41 @@ class ChaosPool:
             self._limits.probe_sent(probe, model)
         return True
 
-    def _probe_out(self, model: str, probe: Probe) -> int:
-        """Count a probe just sent as riding above its limit; returns its id."""
-        probe_id, self._next_probe_id = self._next_probe_id, self._next_probe_id + 1
-        key = model if probe == "model" else ACCOUNT
-        self._probes[probe_id] = key
-        self._probes_on[key] = self._probes_on.get(key, 0) + 1
-        return probe_id
+    def _slot_out(self, model: str, probe: Probe | None) -> int:
+        """Count a slot just taken as awaiting z.ai's verdict, and a probe as riding above its limit;
+        returns the slot's id."""
+        slot_id, self._next_slot_id = self._next_slot_id, self._next_slot_id + 1
+        self._unanswered[slot_id] = model
+        _count(self._unanswered_on, model, 1)
+        if probe is not None:
+            key = model if probe == "model" else ACCOUNT
+            self._probes[slot_id] = key
+            _count(self._probes_on, key, 1)
+        return slot_id
 
     def probe_done(self, selection: Selection) -> None:
-        """The probe `selection` was sent with is answered, refused or abandoned: its slot counts within
-        the limit again (a clean answer raised the limit to hold it). Idempotent; a no-op for a regular
-        slot."""
-        key = self._probes.pop(selection.probe_id, None)
-        if key is None:
-            return
-        left = self._probes_on[key] - 1
-        if left:
-            self._probes_on[key] = left
-        else:
-            del self._probes_on[key]
+        """z.ai answered, refused or will never answer the request `selection` was sent with: it awaits
+        no verdict any more, and a probe's slot counts within the limit again (a clean answer raised the
+        limit to hold it). Idempotent."""
+        slot_id = selection.slot_id
+        model = self._unanswered.pop(slot_id, None)
+        if model is not None:
+            _count(self._unanswered_on, model, -1)
+        key = self._probes.pop(slot_id, None)
+        if key is not None:
+            _count(self._probes_on, key, -1)
+
+    def _forget_unanswered(self, model: str) -> None:
+        """A slot of `model` went back by name alone (not through `probe_done`): its request awaits no
+        verdict any more, whichever it was; the oldest is forgotten."""
+        slot_id = next(i for i, m in self._unanswered.items() if m == model)
+        self.probe_done(Selection(model, "", slot_id=slot_id))
 
     def give_up_probe(self, selection: Selection) -> None:
         """The probe `selection` was sent with is abandoned unanswered (its request took a slot within the
         limits instead): it rides above its limit no more, and the next probe there waits as after a 1302.
         Idempotent; a no-op for a regular slot."""
-        if selection.probe is not None and selection.probe_id in self._probes:
+        if selection.probe is not None and selection.slot_id in self._probes:
             self._limits.probe_given_up(selection.probe, selection.model)
         self.probe_done(selection)
 
@@ -409,6 +425,8 @@ class ChaosPool:
         if not self._slots.release(model):
             self.spurious_releases += 1
             return False
+        if self._unanswered_on.get(model, 0) > self._slots.in_flight(model):
+            self._forget_unanswered(model)
         if len(self._queue):
             delay = self._slots.hold_back()
             if delay > 0:
@@ -452,8 +470,9 @@ class ChaosPool:
         if ticket.counts:
             self._shares.served(ticket.session)
         slots = self._slots
-        probe_id = self._probe_out(model, probe) if probe is not None else 0
-        return Selection(model, reason, slots.in_flight(model), slots.total(), probe, probe_id)
+        slot_id = self._slot_out(model, probe)
+        now = self._clock()
+        return Selection(model, reason, slots.in_flight(model), slots.total(), probe, slot_id, now)
 
     async def admit(
         self, ticket: Ticket, *, since: float | None = None, timeout: float | None = None
@@ -571,8 +590,10 @@ class ChaosPool:
         """A clean answer from z.ai to the request `selection` sent: confirms (or raises) its limits and
         ends the model's run of busy answers."""
         self.probe_done(selection)
-        self._limits.succeeded(selection.model, selection.in_flight, selection.total, selection.probe)
-        self._cooldowns.succeeded(selection.model)
+        model, slots, unanswered = selection.model, self._slots, self._unanswered_on
+        serving = slots.in_flight(model) - unanswered.get(model, 0)
+        self._limits.succeeded(model, serving, slots.total() - len(self._unanswered), selection.probe)
+        self._cooldowns.succeeded(model)
         if self._limits_version != self._limits.version:
             self._limits_changed()
 
@@ -602,10 +623,10 @@ class ChaosPool:
         match error.action:
             case Action.CONCURRENCY if self._limits.enabled:
                 if selection is not None and selection.in_flight:
-                    in_flight, total = selection.in_flight, selection.total
+                    in_flight, total, sent_at = selection.in_flight, selection.total, selection.sent_at
                 else:
-                    in_flight, total = self._slots.in_flight(model), self._slots.total()
-                self._limits.refused(model, in_flight, total, probe)
+                    in_flight, total, sent_at = self._slots.in_flight(model), self._slots.total(), math.inf
+                self._limits.refused(model, in_flight, total, probe, sent_at)
                 return 0.0
             case Action.CONCURRENCY | Action.COOLDOWN:
                 return self._cooldowns.hit(model, error.reason, retry_after)
@@ -652,6 +673,10 @@ class ChaosPool:
 
     def waiting(self) -> int:
         return len(self._queue)
+
+    def unanswered(self, model: str | None = None) -> int:
+        """Slots (of `model`; all when None) whose request z.ai has not answered yet."""
+        return len(self._unanswered) if model is None else self._unanswered_on.get(model, 0)
 
     def first_in_line(self) -> tuple[int, int, float]:
         """(requests waiting, the level of the first in line: its conversation's admissions lately, and
@@ -764,3 +789,12 @@ def _unusable_reason(config: ModelRouting, name: str, out: str | None, serving: 
 
 def _model_limit(view: LimitView) -> ModelLimit:
     return ModelLimit(view.value, view.ceiling, view.reason, view.changed_at, view.probing)
+
+
+def _count(counts: dict[str, int], key: str, step: int) -> None:
+    """Add `step` to `counts[key]`, the key gone at zero."""
+    left = counts.get(key, 0) + step
+    if left > 0:
+        counts[key] = left
+    else:
+        counts.pop(key, None)

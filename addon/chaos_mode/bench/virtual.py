@@ -1,13 +1,16 @@
 """A virtual-time model of a field preset on the pool's pure core: no proxy, no network, no CPU noise.
 
 The real `ChaosPool` (its queue, probes and learned limits) serves the preset's swarm in virtual time; a
-model of z.ai admits each attempt against the true limits, sends the head of an accepted stream `head`
-seconds after the attempt (the clean answer the pool hears) and a 1302 `reject` seconds after it. The
-forwarder's giving up of an unanswered probe (`forwarder._hedge`) is modelled, not run: after `patience`
-seconds the request waits for a slot within the limits too, and the first of the two wins. Only presets
+model of z.ai admits each attempt against the true limits when it arrives, up to `transit` seconds after the
+pool let it go (drawn at random: attempts overtake each other on the way, as they do through a busy proxy),
+sends the head of an accepted stream `head` seconds later (the clean answer the pool hears) and a 1302
+`reject` seconds after it arrived. The forwarder's leaving of an unanswered attempt (`forwarder._hedge`) is
+modelled, not run: after `patience` seconds the request waits for a slot within the limits too, and the
+first of the two wins (a probe left is given up; a regular attempt left keeps its slot until its 1302,
+which the pool still hears). Only presets
 without refused models, held slots or scheduled changes are modelled (`higher`).
 
-    python -m chaos_mode.bench.virtual [--seeds 12] [--no-hedge] [--head 0.01]
+    python -m chaos_mode.bench.virtual [--seeds 12] [--no-hedge] [--head 0.01] [--transit 0.05]
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from chaos_mode.pool import ChaosPool, Selection, Ticket
 from chaos_mode.sim import default_limits
 from chaos_mode.zai_errors import classify_error
 
-from .field import PRESETS, FieldPreset
+from .field import PRESETS, FieldPreset, field_bound, planned_changes, true_timeline
 from .scenarios import SCENARIOS
 from .virtual_loop import VirtualLoop
 from .workload import Request, make_workload
@@ -39,11 +42,14 @@ FOREVER = 1e9
 @dataclasses.dataclass
 class Outcome:
     makespan: float
+    bound: float = 0.0  # the lower bound from the true limits, as the field benchmark computes it
     refused: int = 0  # probes (and other attempts) z.ai refused with a 1302 the pool heard
-    given_up: int = 0  # probes given up for a slot within the limits
+    given_up: int = 0  # attempts left unanswered for a slot within the limits (probes given up)
 
 
-async def swarm(preset: FieldPreset, seed: int, *, hedge: bool, head: float, reject: float) -> Outcome:
+async def swarm(
+    preset: FieldPreset, seed: int, *, hedge: bool, head: float, reject: float, transit: float
+) -> Outcome:
     loop = asyncio.get_running_loop()
     if preset.hold or preset.refuse or preset.boost or preset.fault_rates:
         raise ValueError(f"preset {preset.name} is not modelled (held slots, refusals, changes or faults)")
@@ -52,10 +58,12 @@ async def swarm(preset: FieldPreset, seed: int, *, hedge: bool, head: float, rej
     account = preset.account_limit
     config = parse_config({"modelRouting": SCENARIOS["least-loaded"].config()})
     pool = ChaosPool(config, clock=loop.time, wall_clock=loop.time, rng=random.Random(seed))
+    on_the_way = random.Random(-seed)
     busy = classify_error(429, REFUSAL, now=0.0)
     assert busy is not None
     upstream = dict.fromkeys(truth, 0)
-    outcome = Outcome(0.0)
+    settings = preset.sim_settings(workload)
+    outcome = Outcome(0.0, field_bound(workload, true_timeline(planned_changes(settings), ())).seconds)
 
     def accepted(model: str) -> bool:
         if upstream[model] < truth[model] and (account is None or sum(upstream.values()) < account):
@@ -67,14 +75,25 @@ async def swarm(preset: FieldPreset, seed: int, *, hedge: bool, head: float, rej
         await asyncio.sleep(FLOOR_SECONDS)
         return await pool.admit(dataclasses.replace(ticket, may_probe=False), since=since, timeout=FOREVER)
 
+    async def verdict_later(selection: Selection, answer: asyncio.Future[None]) -> None:
+        """A regular attempt left unanswered: its 1302 comes when it would have, then its slot goes."""
+        await answer
+        outcome.refused += 1
+        pool.report_error(selection.model, busy, None, selection)
+        pool.release_selection(selection)
+
     async def refused(selection: Selection, ticket: Ticket, since: float) -> Selection | None:
-        """The slot that replaces a refused probe, else None once the 1302 came."""
-        if not hedge or selection.probe is None:
+        """The slot that replaces a refused attempt, else None once the 1302 came. A probe left is given
+        up; a regular attempt left keeps its slot until its 1302, which the pool still hears."""
+        if not hedge:
             await asyncio.sleep(reject)
             return None
         answer = asyncio.ensure_future(asyncio.sleep(reject))
         waiting = asyncio.ensure_future(slot_within_limits(ticket, since))
         await asyncio.wait({answer, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        if waiting.done() and not answer.done() and selection.probe is None:
+            detached.append(asyncio.ensure_future(verdict_later(selection, answer)))
+            return waiting.result()
         if waiting.done() and not answer.done():
             answer.cancel()
             return waiting.result()
@@ -93,8 +112,9 @@ async def swarm(preset: FieldPreset, seed: int, *, hedge: bool, head: float, rej
         selection = await pool.admit(ticket, timeout=FOREVER)
         retry = dataclasses.replace(ticket, counts=False)
         while selection is not None:
-            await asyncio.sleep(head)
+            await asyncio.sleep(on_the_way.uniform(0.0, transit))
             if accepted(selection.model):
+                await asyncio.sleep(head)
                 pool.report_success(selection)
                 await asyncio.sleep(max(request.service_seconds - head, 0.0))
                 upstream[selection.model] -= 1
@@ -103,8 +123,9 @@ async def swarm(preset: FieldPreset, seed: int, *, hedge: bool, head: float, rej
             instead = await refused(selection, retry, since)
             if instead is not None:
                 outcome.given_up += 1
-                pool.give_up_probe(selection)
-                pool.release_selection(selection)
+                if selection.probe is not None:
+                    pool.give_up_probe(selection)
+                    pool.release_selection(selection)
                 selection = instead
                 continue
             outcome.refused += 1
@@ -117,15 +138,26 @@ async def swarm(preset: FieldPreset, seed: int, *, hedge: bool, head: float, rej
             await one(index, request)
         return loop.time()
 
+    detached: list[asyncio.Future[None]] = []
     ends = await asyncio.gather(*(agent(i, requests) for i, requests in enumerate(workload.agents)))
+    await asyncio.gather(*detached)
     outcome.makespan = max(ends)
     return outcome
 
 
-def run(preset: str, seed: int, *, hedge: bool = True, head: float = 0.01, reject: float = 3.0) -> Outcome:
+def run(
+    preset: str,
+    seed: int,
+    *,
+    hedge: bool = True,
+    head: float = 0.01,
+    reject: float = 3.0,
+    transit: float = 0.05,
+) -> Outcome:
     loop = VirtualLoop()
     try:
-        return loop.run_until_complete(swarm(PRESETS[preset], seed, hedge=hedge, head=head, reject=reject))
+        timings = {"head": head, "reject": reject, "transit": transit}
+        return loop.run_until_complete(swarm(PRESETS[preset], seed, hedge=hedge, **timings))
     finally:
         loop.close()
 
@@ -136,17 +168,23 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--preset", default="higher", choices=sorted(PRESETS))
     parser.add_argument("--seeds", type=int, default=12, help="workload seeds 1..N (the benchmark uses 1)")
-    parser.add_argument("--no-hedge", dest="hedge", action="store_false", help="never give a probe up")
-    parser.add_argument("--head", type=float, default=0.01, help="seconds from an attempt to its head")
+    parser.add_argument("--no-hedge", dest="hedge", action="store_false", help="never leave an attempt")
+    parser.add_argument("--head", type=float, default=0.01, help="seconds from z.ai's verdict to the head")
+    parser.add_argument(
+        "--transit", type=float, default=0.05, help="at most this many seconds from the pool to z.ai"
+    )
     parser.add_argument("--reject", type=float, default=3.0, help="seconds from an attempt to its 1302")
     args = parser.parse_args(argv)
-    spans = []
+    spans, ratios = [], []
     for seed in range(1, args.seeds + 1):
-        outcome = run(args.preset, seed, hedge=args.hedge, head=args.head, reject=args.reject)
+        timings = {"head": args.head, "reject": args.reject, "transit": args.transit}
+        outcome = run(args.preset, seed, hedge=args.hedge, **timings)
         spans.append(outcome.makespan)
+        ratios.append(outcome.bound / outcome.makespan)
         refusals = f"refused {outcome.refused}, given up {outcome.given_up}"
-        print(f"seed {seed}: makespan {outcome.makespan:.2f} s, {refusals}")
-    print(f"{args.preset}: mean makespan {statistics.fmean(spans):.2f} s over {len(spans)} seeds")
+        print(f"seed {seed}: makespan {outcome.makespan:.2f} s, {ratios[-1]:.0%} of the bound, {refusals}")
+    mean = f"mean makespan {statistics.fmean(spans):.2f} s, {statistics.fmean(ratios):.1%} of the bound"
+    print(f"{args.preset}: {mean} over {len(spans)} seeds")
 
 
 if __name__ == "__main__":
