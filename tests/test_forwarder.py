@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from chaos_mode import forwarder as forwarder_module
 from chaos_mode.config import parse_config
 from chaos_mode.forwarder import TOKEN_HEADER, Forwarder
 from chaos_mode.message_request import parse_message
@@ -363,3 +364,77 @@ async def sse_answer_at_once(
     n: int, request: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
 ) -> None:
     await sse_answer(2, request, reader, writer)
+
+
+async def test_an_unanswered_attempt_moves_on_and_its_late_1302_still_teaches_the_limits(
+    make_rig: Callable[..., Awaitable[Rig]],
+) -> None:
+    """A regular attempt with no head when a slot within the limits comes is left for that slot; its
+    upstream request stays open and keeps its slot until z.ai's verdict, which lowers the limit as if the
+    request had waited for it."""
+    refuse_now = asyncio.Event()
+
+    async def refuse_when_told(
+        n: int, raw: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        if n == 1:
+            await refuse_now.wait()
+            await answer(writer, 429, REFUSAL.encode(), b"content-type: application/json")
+            return
+        await sse_answer(2, raw, reader, writer)
+
+    rig = await make_rig(refuse_when_told, routing=TWO_HEAVY, patience=0.0)
+    occupant = rig.pool.try_acquire(Ticket("heavy"))
+    assert occupant is not None and occupant.model == "h2"
+    request = rig.routed()
+    first = request.slot
+    assert first is not None and first.probe is None and first.model == "h1"
+    async with asyncio.timeout(WAIT):
+        sending = asyncio.ensure_future(rig.send(request))
+        while not rig.upstream.requests:
+            await asyncio.sleep(0.01)
+        rig.pool.release_selection(occupant)  # a slot within the limits: the request moves on to it
+        response = await sending
+        assert response.status_code == 200 and request.tried == ["h1", "h2"]
+        assert [a.refusal for a in request.attempts] == ["no answer yet", None]
+        assert rig.stats.recent_failovers[-1]["reason"] == "no answer yet"
+        request.finish("ok")
+        assert rig.pool.in_flight("h1") == 1  # the left attempt keeps its slot: z.ai may still count it
+        refuse_now.set()
+        while rig.pool.in_flight("h1"):
+            await asyncio.sleep(0.01)
+    assert rig.pool.limits.view("h1").reason == "1302 at 1 in flight"  # judged as if it had waited
+    assert rig.stats.upstream_errors[("h1", "1302")] == 1
+    assert rig.pool.in_flight() == 0
+
+
+async def test_an_attempt_left_without_a_verdict_gives_its_slot_back_in_bounded_time(
+    make_rig: Callable[..., Awaitable[Rig]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(forwarder_module, "LEFT_VERDICT_SECONDS", 0.2)
+    hung_closed = asyncio.Event()
+
+    async def hang_first(
+        n: int, raw: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        if n == 1:
+            await reader.read()  # never answers; returns once the forwarder closes the connection
+            hung_closed.set()
+            return
+        await sse_answer(2, raw, reader, writer)
+
+    rig = await make_rig(hang_first, routing=TWO_HEAVY, patience=0.0)
+    occupant = rig.pool.try_acquire(Ticket("heavy"))
+    assert occupant is not None
+    request = rig.routed()
+    async with asyncio.timeout(WAIT):
+        sending = asyncio.ensure_future(rig.send(request))
+        while not rig.upstream.requests:
+            await asyncio.sleep(0.01)
+        rig.pool.release_selection(occupant)
+        assert (await sending).status_code == 200
+        request.finish("ok")
+        await hung_closed.wait()
+        while rig.pool.in_flight():
+            await asyncio.sleep(0.01)
+    assert rig.pool.limits.view("h1").reason == "catalog" and dict(rig.stats.upstream_errors) == {}

@@ -44,13 +44,17 @@ def unreached(why: str) -> UpstreamError:
 
 def judge(request: RoutedRequest, error: UpstreamError, headers: Headers, *, now: float) -> None:
     """Feed z.ai's refusal of the current attempt to the pool and the stats."""
-    model = request.model
-    slot = request.slot
-    if model is None or slot is None:
-        return
+    if request.model is not None and request.slot is not None:
+        judge_slot(request, request.slot, error, headers, now=now)
+
+
+def judge_slot(
+    request: RoutedRequest, slot: Selection, error: UpstreamError, headers: Headers, *, now: float
+) -> None:
+    """Feed z.ai's refusal of an attempt that was sent with `slot` to the pool and the stats."""
     retry_after = parse_retry_after(header(headers, "retry-after"), now=now)
-    request.pool.report_error(model, error, retry_after, slot)
-    request.stats.upstream_error(model, error.code, error.status)
+    request.pool.report_error(slot.model, error, retry_after, slot)
+    request.stats.upstream_error(slot.model, error.code, error.status)
     if error.action is Action.FATAL:
         log.error("z.ai refuses every request: %s", error.reason)
 

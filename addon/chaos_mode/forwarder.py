@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from .dialects import DIALECTS
-from .failover import Answer, reject, settle, unreached
+from .failover import Answer, judge_slot, reject, settle, unreached
 from .loopback import Incoming, LoopbackServer, Outgoing
 from .patience import ProbePatience
 from .pool import Selection
@@ -33,12 +33,16 @@ from .upstream import (
     UpstreamResponse,
     decode,
 )
+from .zai_errors import classify_error
 
 log = logging.getLogger("chaos_mode")
 
 TOKEN_HEADER: Final = "x-chaos-forward"  # the flow's one-time token; stripped before anything goes on
 NOT_ROUTED: Final = b"chaos-mode forwarder: not a routed flow\n"
 MAX_ERROR_BODY: Final = 1 << 20  # an error answer larger than this is passed on, not read for a code
+# z.ai refuses within 3-6 s: an attempt left unanswered (its request moved on) and still without a verdict
+# this long after it was left is closed, its slot given back with no verdict (a hung upstream, say).
+LEFT_VERDICT_SECONDS: Final = 8.0
 # Hop-by-hop and framing headers: each hop sets its own. Proxy credentials are mitmproxy's upstream_auth.
 HOP_HEADERS: Final = frozenset(
     {
@@ -83,6 +87,7 @@ class Forwarder:
         self._host = host
         self._server = LoopbackServer(self._handle)
         self._pending: dict[str, Pending] = {}
+        self._left: set[asyncio.Task[None]] = set()  # attempts left behind, awaiting z.ai's verdict
 
     @property
     def address(self) -> tuple[str, int] | None:
@@ -97,6 +102,8 @@ class Forwarder:
         """Stop (synchronous: mitmproxy's `done` hook calls it); requests in flight are cut."""
         self._server.close()
         self._pending.clear()
+        for task in self._left:
+            task.cancel()  # each gives its slot back
         clients = self.clients
         with contextlib.suppress(RuntimeError):  # no loop left: the process is ending anyway
             asyncio.get_running_loop().create_task(clients.aclose())
@@ -182,17 +189,19 @@ class Forwarder:
         headers: list[tuple[bytes, bytes]],
         body: bytes,
     ) -> UpstreamResponse | Selection | None:
-        """Send one attempt; its answer with the head read. A probe (an attempt above a learned limit)
-        not answered within `patience` is given up when a slot within the limits comes for its request
-        meanwhile: the next attempt's slot, or None when the request ended while it waited. A refused probe
-        then costs its request no more than the wait it would have had anyway."""
+        """Send one attempt; its answer with the head read. An attempt not answered within `patience`
+        (z.ai sends an accepted stream's head at once, and takes seconds to refuse) is left when a slot
+        within the limits comes for its request meanwhile: the next attempt's slot, or None when the request
+        ended while it waited. A probe is given up (closed); a regular attempt goes on without its request
+        until z.ai's verdict, which the limits still learn from (`_verdict_later`). A refusal then costs the
+        request no more than the wait it would have had anyway."""
         started = time.monotonic()
         send = self.clients.send(destination, incoming.method, incoming.target, headers, body)
-        probe, patience = request.slot, self.patience.seconds()
-        if probe is None or probe.probe is None or patience is None:
+        patience = self.patience.seconds()
+        if request.slot is None or patience is None:
             response = await send
         else:
-            hedged = await _hedge(request, asyncio.ensure_future(send), patience)
+            hedged = await _hedge(request, asyncio.ensure_future(send), patience, self._leave)
             if not isinstance(hedged, UpstreamResponse):
                 return hedged
             response = hedged
@@ -211,11 +220,52 @@ class Forwarder:
     def _now(self) -> float:
         return self._wall_clock()
 
+    def _leave(
+        self, request: RoutedRequest, slot: Selection, sending: asyncio.Future[UpstreamResponse]
+    ) -> None:
+        task = asyncio.ensure_future(self._verdict_later(request, slot, sending))
+        self._left.add(task)
+        task.add_done_callback(self._left.discard)
+
+    async def _verdict_later(
+        self, request: RoutedRequest, slot: Selection, sending: asyncio.Future[UpstreamResponse]
+    ) -> None:
+        """z.ai's verdict on an attempt its request left: a refusal is judged as if it had waited, an
+        answer accepted after all is closed unread (it confirms what it was sent with); then the slot goes
+        back."""
+        try:
+            try:
+                async with asyncio.timeout(LEFT_VERDICT_SECONDS):
+                    response = await asyncio.shield(sending)
+            except BaseException as exc:
+                sending.cancel()
+                if isinstance(exc, UpstreamFailed | UpstreamRefused | TimeoutError):
+                    return  # no verdict on the model
+                raise
+            try:
+                if response.status < 400:
+                    request.pool.report_success(slot)
+                    return
+                _, decoded, complete = await response.read_body(MAX_ERROR_BODY)
+                body = decode(decoded, response.header(b"content-encoding")) if complete else b""
+                error = classify_error(response.status, body, now=self._now())
+                if error is not None:
+                    headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers]
+                    judge_slot(request, slot, error, headers, now=self._now())
+            finally:
+                response.close()
+        finally:
+            request.pool.release_selection(slot)
+
+
+Leave = Callable[[RoutedRequest, Selection, "asyncio.Future[UpstreamResponse]"], None]
+
 
 async def _hedge(
-    request: RoutedRequest, sending: asyncio.Future[UpstreamResponse], patience: float
+    request: RoutedRequest, sending: asyncio.Future[UpstreamResponse], patience: float, leave: Leave
 ) -> UpstreamResponse | Selection | None:
-    """The probe's answer, or the slot within the limits that came first (the probe given up)."""
+    """The attempt's answer, or the slot within the limits that came first (the attempt left: a probe
+    given up, a regular attempt handed to `leave` with its slot, to await z.ai's verdict)."""
     waiting = asyncio.ensure_future(_slot_within_limits(request, patience))
     either: set[asyncio.Future[Any]] = {sending, waiting}
     try:
@@ -225,16 +275,22 @@ async def _hedge(
         _drop(request, waiting)
         raise
     granted = None if sending.done() or not waiting.done() else waiting.result()
-    if granted is None:  # z.ai answered first (or the queue gave up): the probe's answer decides
+    if granted is None:  # z.ai answered first (or the queue gave up): the attempt's answer decides
         _drop(request, waiting)
         return await sending
-    sending.cancel()
-    await asyncio.wait({sending})  # the upstream connection is closed (see UpstreamClients._exchange)
-    probed = request.model or ""
-    request.give_up_probe()
+    left, why = request.model or "", "probe given up"
+    slot = request.slot
+    if slot is not None and slot.probe is None:
+        why = "no answer yet"
+        leave(request, slot, sending)
+        request.move_on()
+    else:
+        sending.cancel()
+        await asyncio.wait({sending})  # the upstream connection is closed (see UpstreamClients._exchange)
+        request.give_up_probe()
     if not request.hold(granted):  # the request ended meanwhile: the slot went back
         return None
-    request.stats.failover(probed, granted.model, "probe given up")
+    request.stats.failover(left, granted.model, why)
     return granted
 
 

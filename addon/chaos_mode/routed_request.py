@@ -171,6 +171,14 @@ class RoutedRequest:
                 self.refused = self.refused | {self.attempts[-1].model}
         self.release_slot()
 
+    def move_on(self) -> Selection | None:
+        """The current attempt, unanswered, is left for a slot within the limits: its slot goes with it
+        (held until z.ai's verdict on it, which the forwarder still hears) and the request holds none."""
+        if self.attempts:
+            self.attempts[-1].refusal = "no answer yet"
+        slot, self.slot = self.slot, None
+        return slot
+
     def give_up_probe(self) -> None:
         """The current attempt, a probe z.ai has not answered, is abandoned for a slot within the limits:
         neither a refusal nor a clean answer (it tested nothing), its place given back once."""
