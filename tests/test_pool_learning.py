@@ -403,3 +403,21 @@ def test_a_probe_answered_before_an_earlier_request_raises_nothing_until_that_on
     assert (status["learnedLimit"], status["limitReason"]) == (3, "3 answered at once")
     for _ in range(3):
         rig.pool.release("h")
+
+
+def test_a_limit_found_full_wakes_a_waiter_to_probe_without_a_release() -> None:
+    async def scenario() -> None:
+        pool = ChaosPool(routing(), clock=time.monotonic)
+        taken = [pool.try_acquire(Ticket("heavy")) for _ in range(2)]
+        waiter = asyncio.ensure_future(pool.admit(Ticket("heavy"), timeout=2.0))
+        await asyncio.sleep(0)
+        assert not waiter.done()  # 2 of 2 sent, none answered: nothing to go above yet
+        for selection in taken:
+            assert selection is not None
+            pool.report_success(selection)  # 2 of 2 answered and running: the limit ran full cleanly
+        probe = await asyncio.wait_for(waiter, 1.0)  # no slot was released: the answer woke it
+        assert probe is not None and probe.probe == "model"
+        for _ in range(3):
+            pool.release("h")
+
+    asyncio.run(scenario())

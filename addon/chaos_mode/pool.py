@@ -592,10 +592,13 @@ class ChaosPool:
         self.probe_done(selection)
         model, slots, unanswered = selection.model, self._slots, self._unanswered_on
         serving = slots.in_flight(model) - unanswered.get(model, 0)
-        self._limits.succeeded(model, serving, slots.total() - len(self._unanswered), selection.probe)
+        limits = self._limits
+        limits.succeeded(model, serving, slots.total() - len(self._unanswered), selection.probe)
         self._cooldowns.succeeded(model)
-        if self._limits_version != self._limits.version:
+        if self._limits_version != limits.version:
             self._limits_changed()
+        elif len(self._queue) and (limits.can_probe(model) or limits.can_probe_account()):
+            self._queue.dispatch()  # the limit ran full cleanly: a waiter may probe above it now
 
     def report_error(
         self,
