@@ -16,7 +16,7 @@ from chaos_mode import forwarder as forwarder_module
 from chaos_mode.config import parse_config
 from chaos_mode.forwarder import TOKEN_HEADER, Forwarder
 from chaos_mode.message_request import parse_message
-from chaos_mode.patience import ProbePatience
+from chaos_mode.patience import Patience
 from chaos_mode.pool import ChaosPool, Ticket
 from chaos_mode.routed_request import RoutedRequest
 from chaos_mode.stats import Stats
@@ -127,7 +127,7 @@ async def make_rig(caplog: pytest.LogCaptureFixture) -> AsyncIterator[Callable[.
         clock = FakeClock()
         pool = ChaosPool(config, clock=clock, wall_clock=clock)
         forwarder = Forwarder(
-            UpstreamClients(UpstreamSettings(**settings)), wall_clock=clock, patience=ProbePatience(patience)
+            UpstreamClients(UpstreamSettings(**settings)), wall_clock=clock, patience=Patience(patience)
         )
         forwarder.listen()
         rig = Rig(

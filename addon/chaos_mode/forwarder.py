@@ -21,7 +21,7 @@ from typing import Any, Final
 from .dialects import DIALECTS
 from .failover import Answer, judge_slot, reject, settle, unreached
 from .loopback import Incoming, LoopbackServer, Outgoing
-from .patience import ProbePatience
+from .patience import Patience
 from .pool import Selection
 from .rejection import Reply
 from .routed_request import RoutedRequest
@@ -79,11 +79,11 @@ class Forwarder:
         *,
         wall_clock: Callable[[], float] = time.time,
         host: str = "127.0.0.1",
-        patience: ProbePatience | None = None,
+        patience: Patience | None = None,
     ) -> None:
         self.clients = clients
         self._wall_clock = wall_clock
-        self.patience = patience or ProbePatience()
+        self.patience = patience or Patience()
         self._host = host
         self._server = LoopbackServer(self._handle)
         self._pending: dict[str, Pending] = {}

@@ -1,4 +1,4 @@
-"""How long an unanswered probe is worth waiting for: z.ai sends an accepted stream's head at once, and
+"""How long an unanswered attempt is worth waiting for: z.ai sends an accepted stream's head at once, and
 takes seconds to refuse. Pure: the forwarder feeds it the head times of clean answers."""
 
 from __future__ import annotations
@@ -9,15 +9,17 @@ from typing import Final
 FLOOR_SECONDS: Final = 0.25  # never less: a loaded proxy or network alone may take this long
 FACTOR: Final = 2.0  # patience is this times the slowest recent head
 KEEP: Final = 32  # how many recent heads count
-ENOUGH: Final = 8  # no patience (never give a probe up) before this many heads were seen
+ENOUGH: Final = 8  # heads seen before the floor is FLOOR_SECONDS
+EARLY_FLOOR_SECONDS: Final = 1.0  # the floor before that: a margin while z.ai's pace is barely known
 
 
-class ProbePatience:
-    """Seconds from sending a probe after which, with no head yet, a slot within the limits replaces it.
+class Patience:
+    """Seconds from sending an attempt after which, with no head yet, a slot within the limits replaces it.
 
     Twice the slowest of the last `KEEP` clean answers' heads (send to status line), at least
-    `FLOOR_SECONDS`; None (wait for the probe's answer, as before) until `ENOUGH` heads were seen, so a z.ai
-    that sends its head only with the first token is never cut short on a guess.
+    `FLOOR_SECONDS`; before `ENOUGH` heads were seen, at least `EARLY_FLOOR_SECONDS` (the first probes go
+    out after the first few answers, and a refused one would otherwise cost its request z.ai's 3 s); None
+    (wait for the answer) before any head was seen.
     """
 
     def __init__(self, fixed: float | None = None) -> None:
@@ -31,6 +33,7 @@ class ProbePatience:
     def seconds(self) -> float | None:
         if self._fixed is not None:
             return self._fixed
-        if len(self._heads) < ENOUGH:
+        if not self._heads:
             return None
-        return max(FLOOR_SECONDS, FACTOR * max(self._heads))
+        floor = FLOOR_SECONDS if len(self._heads) >= ENOUGH else EARLY_FLOOR_SECONDS
+        return max(floor, FACTOR * max(self._heads))

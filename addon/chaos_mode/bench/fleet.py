@@ -341,7 +341,8 @@ async def _counts_match(client: aioredis.Redis, proxies: Sequence[ProxyProcess])
 
 async def lease_latency(redis_url: str, samples: int = 2000) -> dict[str, float]:
     """Milliseconds for one slot taken on the mirror, confirmed by Redis and released (the release's
-    script awaited too), through the pool as the addon uses it."""
+    script awaited too), through the pool as the addon uses it; side by side (alternating, so both see the
+    same machine), two bare PINGs on a redis-py client: the two round trips no lease can do without."""
     from chaos_mode.config import default_config
     from chaos_mode.pool import ChaosPool, Ticket
     from chaos_mode.redis_state import RedisFleet
@@ -361,20 +362,31 @@ async def lease_latency(redis_url: str, samples: int = 2000) -> dict[str, float]
             while not fleet.up:
                 await asyncio.sleep(0.01)
         times: list[float] = []
+        pings: list[float] = []
         ticket = Ticket("light")
+        bare = aioredis.Redis(host=url.host, port=url.port, db=url.db, password=url.password)
         for i in range(samples + 200):
             started = time.perf_counter()
             selection = await pool.admit(ticket, timeout=1)
             assert selection is not None
             pool.release(selection.model)
             await asyncio.gather(*list(fleet._background))
+            leased = time.perf_counter()
+            await bare.ping()
+            await bare.ping()
             if i >= 200:  # warm-up
-                times.append((time.perf_counter() - started) * 1000)
+                times.append((leased - started) * 1000)
+                pings.append((time.perf_counter() - leased) * 1000)
+        await bare.aclose()
     finally:
         await fleet.close()
-    times.sort()
+    lease, ping = _quantiles(times), _quantiles(pings)
+    return {"samples": samples, **lease, **{f"pingPair{k[0].upper()}{k[1:]}": v for k, v in ping.items()}}
+
+
+def _quantiles(times: list[float]) -> dict[str, float]:
+    times = sorted(times)
     return {
-        "samples": samples,
         "p50Ms": round(statistics.median(times), 3),
         "p99Ms": round(times[int(len(times) * 0.99) - 1], 3),
         "maxMs": round(times[-1], 3),
