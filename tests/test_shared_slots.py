@@ -107,7 +107,19 @@ async def test_a_lease_given_back_but_not_yet_removed_is_not_counted_as_another_
     assert (a.in_flight("m"), a.total()) == (0, 0)  # the lease is ours, on its way back
     a.given_back("m")
     a.apply(stale)
-    assert (a.in_flight("m"), a.total()) == (1, 1)  # answered: one the tally shows is another's
+    assert (a.in_flight("m"), a.total()) == (1, 1)  # given back unanswered: the tally's is another's
+
+
+async def test_a_tally_read_before_a_release_arrived_is_older_than_the_releases_answer() -> None:
+    fleet = FakeFleet()
+    a = connected(fleet, "a")
+    assert a.try_acquire("m", 2, 2) and await a.confirm("m")
+    stale = Tally({"m": 1}, 1, seq=fleet.seq)  # read before the release reached the store...
+    a.release("m")
+    a.given_back("m", Verdict(True, 0, 0, fleet.seq))  # ...answered before that tally came back
+    a.apply(stale)
+    assert (a.in_flight("m"), a.total()) == (0, 0)  # not another proxy's until the next renewal
+    assert a.try_acquire("m", 2, 2) and a.try_acquire("m", 2, 2)
 
 
 def test_a_freed_slot_goes_first_to_another_proxy_whose_first_waiter_was_served_less() -> None:

@@ -63,15 +63,24 @@ return {1, n + 1, total + 1, seq}
 )
 
 # KEYS: the model's leases, the account's, the change number. ARGV: lease, channel, the notice's tail.
-RELEASE: Final = """
+# Returns what CONFIRM does: whether the lease was there, the counts after, the change number.
+RELEASE: Final = (
+    _NOW
+    + """
 local gone = redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
+local seq
 if gone > 0 then
-  local seq = redis.call('INCR', KEYS[3])
+  seq = redis.call('INCR', KEYS[3])
   redis.call('PUBLISH', ARGV[2], seq .. ' - ' .. ARGV[3])
+else
+  seq = tonumber(redis.call('GET', KEYS[3]) or 0)
 end
-return gone
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+return {gone, redis.call('ZCARD', KEYS[1]), redis.call('ZCARD', KEYS[2]), seq}
 """
+)
 
 # KEYS: the account's leases, the fleet, the change number, then every model's leases. ARGV: ttl ms,
 # proxy id, how long a silent proxy counts as alive (ms), XX (renew only the leases still there: one
@@ -271,16 +280,18 @@ class RedisFleet:
 
     async def _give_back(self, model: str, lease: str, to: str) -> None:
         connection = self._connection
+        counts = None
         try:
             async with asyncio.timeout(self.timeout):
-                await self._release(
+                gone, in_flight, total, seq = await self._release(
                     keys=(self.key(model), self._account, self._seq),
                     args=(lease, self._channel, notice_tail(self.slots.notice("-", model, to))),
                 )
+            counts = Verdict(bool(gone), int(in_flight), int(total), int(seq))
         except (RedisError, OSError, TimeoutError) as exc:
             self._lose(exc, connection)  # the lease ends with its TTL
         finally:
-            self.slots.given_back(model)
+            self.slots.given_back(model, counts)
 
     def announce(self) -> None:
         if self._up and not self._announcing:  # one at a time: it reads the figures when it is sent

@@ -207,10 +207,15 @@ class SharedSlots:
                 self.fleet.release(model, lease, self._freed_for())
         return True
 
-    def given_back(self, model: str) -> None:
-        """The store answered a release of `model` (or failed to): its lease no longer counts as ours."""
+    def given_back(self, model: str, counts: Verdict | None = None) -> None:
+        """The store answered a release of `model` (or failed to: `counts` None): its lease no longer
+        counts as ours. `counts`, the store's after the release, are the mirror's from then on: a tally
+        read before the release arrived, applied after this answer, would count the lease as another
+        proxy's until the next renewal."""
         if self._releasing.get(model, 0) > 0:
             self._releasing[model] -= 1
+        if counts is not None:
+            self._seen(model, counts.in_flight, counts.total, counts.seq)
 
     def _mine(self, model: str) -> int:
         """This proxy's leases of `model` the store may still count: held, or given back unanswered."""

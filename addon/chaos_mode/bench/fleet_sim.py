@@ -115,7 +115,8 @@ class StoreFleet:
                 held.discard(lease)
                 store.seq += 1
                 store.publish(self.slots, replace(self.slots.notice("-", model, to), seq=store.seq))
-            store.loop.call_later(store.delays.rtt / 2, self.slots.given_back, model)
+            counts = Verdict(True, len(held), sum(map(len, store.leases.values())), store.seq)
+            store.loop.call_later(store.delays.rtt / 2, self.slots.given_back, model, counts)
 
         store.later(self.link, store.delays.rtt / 2, arrive)
 
