@@ -329,6 +329,8 @@ async def test_a_slot_given_back_is_owed_to_one_proxy_whose_waiters_try_at_once_
     for slots in (b, c):
         slots.heard(Notice(fleet.seq, "-", "a", "m", to="b"))
     assert woken == {"b": [0.0], "c": [HOLD_BACK]}
+    a.heard(Notice(fleet.seq + 3, "+", "b", "m", waiting=1))  # b took it...
+    a.heard(Notice(fleet.seq + 4, "-", "b", "m", waiting=1))  # ...and gave it back
     line = (1, 0, 2.0)  # now this proxy's first came before both
     assert a.try_acquire("m", 1, 10) and await a.confirm("m")
     assert a.release("m") and fleet.owed == ["b", "a"]  # kept here: the others would lose the race
@@ -341,3 +343,25 @@ async def test_a_slot_given_back_is_owed_to_one_proxy_whose_waiters_try_at_once_
     assert a.release("m") and fleet.owed == ["b", "a", ""]  # anyone may take it at once
     b.heard(Notice(fleet.seq, "-", "a", "m"))
     assert woken["b"] == [0.0, HOLD_BACK, 0.0]
+
+
+async def test_a_slot_owed_to_another_proxy_is_left_to_it_until_it_takes_one_or_the_hold_back_ends() -> None:
+    """Whatever wakes this proxy's waiters meanwhile (another slot freed here, a new request), the slot
+    owed to another proxy is not theirs: they would win it on the mirror and the owed proxy lose its race."""
+    fleet = FakeFleet()
+    now = [0.0]
+    a = SharedSlots("a", waiting=lambda: (1, 3, 0.1), clock=lambda: now[0])
+    a.connected(fleet)
+    assert a.try_acquire("m", 2, 10) and await a.confirm("m")
+    assert a.try_acquire("m", 2, 10) and await a.confirm("m")
+    a.heard(Notice(fleet.seq + 1, "=", "b", "", waiting=2, level=0, waited=0.3))  # b's first: served less
+    assert a.release("m") and fleet.owed == ["b"]
+    assert not a.fits("m", 2, 10) and not a.try_acquire("m", 2, 10)  # left to b
+    assert a.fits("other", 2, 10)  # an account slot is left too, but the account has room
+    a.heard(Notice(fleet.seq + 2, "+", "b", "m", waiting=2))  # b took a slot of "m": the one left to it
+    assert a.in_flight("m") == 2 and not a.try_acquire("m", 2, 10)  # full: a's one and b's
+    a.heard(Notice(fleet.seq + 3, "-", "b", "m", waiting=2))
+    assert a.try_acquire("m", 2, 10)  # nothing left to anyone: free for a's waiters
+    assert a.release("m") and fleet.owed[-1] == "b"
+    now[0] += HOLD_BACK  # b did not take it in time (its waiters may not fit "m")
+    assert a.fits("m", 2, 10) and a.try_acquire("m", 2, 10)

@@ -128,6 +128,9 @@ class SharedSlots:
         self._total_seq = 0
         # other proxy -> (waiting, level, since: when its first began to wait, on this clock), last heard
         self._peers: dict[str, tuple[int, int, float]] = {}
+        # Slots freed here and owed to another proxy (`owed_to`): until when each is left to it. This
+        # proxy's waiters do not see them meanwhile, however they are woken (another slot freed here, say).
+        self._promised: dict[str, list[float]] = {}
         self.held_back = 0  # freed slots left to the other proxies' waiters
         self.lost = 0  # times the shared store went away
 
@@ -163,7 +166,7 @@ class SharedSlots:
 
     def fits(self, model: str, cap: int, account_cap: int) -> bool:
         if self._alone_share is None:
-            return True
+            return not self._promised or self._free_here(model, cap, account_cap)
         if self._forget_at is not None and self.clock() >= self._forget_at:
             self._forget_others()
         return not self._over_share(model, cap, account_cap, taking=1)
@@ -175,6 +178,24 @@ class SharedSlots:
             return False
         own = self._own.get(model, 0) + taking
         return own > _part(cap, share) or sum(self._own.values()) + taking > _part(account_cap, share)
+
+    def _free_here(self, model: str, cap: int, account_cap: int) -> bool:
+        """Room for this proxy's waiters: the slots promised to another proxy counted as taken."""
+        promised = self._promises(model)
+        return self._counts.get(model, 0) + promised < cap and self._total + self._promises() < account_cap
+
+    def _promises(self, model: str | None = None) -> int:
+        """Slots of `model` (of every model when None) left to another proxy now."""
+        now, count = self.clock(), 0
+        for name in [model] if model is not None else list(self._promised):
+            until = self._promised.get(name)
+            while until and until[0] <= now:
+                until.pop(0)
+            if until:
+                count += len(until)
+            else:
+                self._promised.pop(name, None)
+        return count
 
     def try_acquire(self, model: str, cap: int, account_cap: int) -> bool:
         if not self.fits(model, cap, account_cap):
@@ -204,7 +225,10 @@ class SharedSlots:
             lease = leases.pop()
             if self.fleet is not None and self._sent_to_store():  # else it ends with its TTL
                 self._releasing[model] = self._releasing.get(model, 0) + 1
-                self.fleet.release(model, lease, self._freed_for())
+                to = self._freed_for()
+                if to not in ("", self.proxy_id):
+                    self._promised.setdefault(model, []).append(self.clock() + HOLD_BACK)
+                self.fleet.release(model, lease, to)
         return True
 
     def given_back(self, model: str, counts: Verdict | None = None) -> None:
@@ -307,6 +331,8 @@ class SharedSlots:
         if step is None:
             return
         model = notice.model
+        if step > 0 and self._promised.get(model):
+            self._promised[model].pop(0)  # another proxy took a slot of it: the one left to it, or as good
         if notice.seq > self._seqs.get(model, 0):
             self._seqs[model] = notice.seq
             self._set_others(model, max(self._others.get(model, 0) + step, 0))
