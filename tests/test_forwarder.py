@@ -81,9 +81,9 @@ class Rig:
     stats: Stats
     client: httpx.AsyncClient
 
-    def routed(self) -> RoutedRequest:
+    def routed(self, body: bytes = BODY) -> RoutedRequest:
         request = RoutedRequest(
-            parse_message(BODY, limit=1 << 20),
+            parse_message(body, limit=1 << 20),
             "heavy",
             pool=self.pool,
             stats=self.stats,
@@ -438,3 +438,38 @@ async def test_an_attempt_left_without_a_verdict_gives_its_slot_back_in_bounded_
         while rig.pool.in_flight():
             await asyncio.sleep(0.01)
     assert rig.pool.limits.view("h1").reason == "catalog" and dict(rig.stats.upstream_errors) == {}
+
+
+async def test_an_answer_in_one_piece_is_waited_for_however_long_it_takes(
+    make_rig: Callable[..., Awaitable[Rig]],
+) -> None:
+    """A request that is not streamed gets its head only when the whole answer is written: no head after
+    the patience says nothing, so it is never left for another slot, and its time to head is not kept."""
+    answer_now = asyncio.Event()
+
+    async def answer_when_told(
+        n: int, raw: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        await answer_now.wait()
+        body = json.dumps(
+            {"type": "message", "content": [], "usage": {"input_tokens": 1, "output_tokens": 1}}
+        )
+        await answer(writer, 200, body.encode(), b"content-type: application/json")
+
+    rig = await make_rig(answer_when_told, routing=TWO_HEAVY, patience=0.0)
+    occupant = rig.pool.try_acquire(Ticket("heavy"))
+    assert occupant is not None
+    whole = json.dumps({"model": "claude-opus-4-5", "max_tokens": 64, "messages": []}).encode()
+    request = rig.routed(whole)
+    async with asyncio.timeout(WAIT):
+        sending = asyncio.ensure_future(rig.send(request))
+        while not rig.upstream.requests:
+            await asyncio.sleep(0.01)
+        rig.pool.release_selection(occupant)  # a slot within the limits: a streamed request would move on
+        await asyncio.sleep(0.2)
+        assert not sending.done() and len(rig.upstream.requests) == 1
+        answer_now.set()
+        response = await sending
+    assert response.status_code == 200 and request.tried == ["h1"] and len(rig.upstream.requests) == 1
+    request.finish("ok")
+    assert rig.pool.in_flight() == 0

@@ -194,10 +194,12 @@ class Forwarder:
         within the limits comes for its request meanwhile: the next attempt's slot, or None when the request
         ended while it waited. A probe is given up (closed); a regular attempt goes on without its request
         until z.ai's verdict, which the limits still learn from (`_verdict_later`). A refusal then costs the
-        request no more than the wait it would have had anyway."""
+        request no more than the wait it would have had anyway. Only a streamed request: an answer in one
+        piece has its head when it is all written, so its time to head says nothing (and is not kept)."""
         started = time.monotonic()
         send = self.clients.send(destination, incoming.method, incoming.target, headers, body)
-        patience = self.patience.seconds()
+        streamed = request.message.stream
+        patience = self.patience.seconds() if streamed else None
         if request.slot is None or patience is None:
             response = await send
         else:
@@ -205,7 +207,7 @@ class Forwarder:
             if not isinstance(hedged, UpstreamResponse):
                 return hedged
             response = hedged
-        if response.status < 400:
+        if response.status < 400 and streamed:
             self.patience.head(time.monotonic() - started)
         return response
 
