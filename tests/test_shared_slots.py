@@ -142,11 +142,17 @@ def test_a_freed_slot_goes_first_to_another_proxy_whose_first_waiter_was_served_
     assert slots.hold_back() == 0.0  # nobody waits here: nothing to hold back from
 
 
-def test_waiting_here_is_announced_while_the_fleet_answers() -> None:
+def test_the_first_to_wait_here_is_announced_while_the_fleet_answers() -> None:
     fleet = FakeFleet()
-    slots = connected(fleet, "a")
+    line = (0, 0, 0.0)
+    slots = SharedSlots("a", waiting=lambda: line)
+    slots.connected(fleet)
     slots.queued()
     assert fleet.announced == 1
+    line = (1, 0, 0.5)
+    slots.queued()  # behind a first: the others' view of the line is the same
+    assert fleet.announced == 1
+    line = (0, 0, 0.0)
     slots.disconnected()
     slots.queued()
     assert fleet.announced == 1

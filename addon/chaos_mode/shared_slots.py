@@ -394,8 +394,10 @@ class SharedSlots:
             self.on_freed(0.0)
 
     def queued(self) -> None:
-        """A request began to wait here: the other proxies should know (see `hold_back`)."""
-        if self.fleet is not None and self._alone_share is None:
+        """A request is about to wait here: when it is the first, the other proxies should know (see
+        `hold_back`). Behind a first, nothing they read changes until a slot moves, and every lease taken
+        or given back here tells them the line as it is then."""
+        if self.fleet is not None and self._alone_share is None and not self.waiting()[0]:
             self.fleet.announce()
 
     def notice(self, op: str, model: str = "", to: str = "") -> Notice:
