@@ -382,8 +382,8 @@ def test_an_abandoned_probe_gives_its_place_back_exactly_once() -> None:
     rig = Rig()
     rig.fill()
     probe = rig.take()
-    rig.pool.probe_done(probe)
-    rig.pool.probe_done(probe)  # idempotent: the owner may end it from several places
+    rig.pool.verdict_done(probe)
+    rig.pool.verdict_done(probe)  # idempotent: the owner may end it from several places
     rig.pool.release("h")
     assert rig.pool.try_acquire(Ticket("heavy")) is None  # at the limit: no probe bonus left behind
 

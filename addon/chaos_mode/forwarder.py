@@ -157,7 +157,7 @@ class Forwarder:
         except UpstreamFailed as exc:  # refused, dropped, timed out: no verdict on the model
             log.info("chaos-mode: no answer for %s: %s", request.model, exc)
             return self._next(request, await settle(request, unreached(str(exc)), now=self._now()))
-        if not isinstance(sent, UpstreamResponse):  # the probe was given up for a slot within the limits
+        if not isinstance(sent, UpstreamResponse):  # the attempt was left for a slot within the limits
             return self._next(request, sent)
         response = sent
         try:

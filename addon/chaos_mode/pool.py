@@ -394,11 +394,13 @@ class ChaosPool:
             _count(self._probes_on, key, 1)
         return slot_id
 
-    def probe_done(self, selection: Selection) -> None:
+    def verdict_done(self, selection: Selection) -> None:
         """z.ai answered, refused or will never answer the request `selection` was sent with: it awaits
         no verdict any more, and a probe's slot counts within the limit again (a clean answer raised the
         limit to hold it). Idempotent."""
-        slot_id = selection.slot_id
+        self._settle(selection.slot_id)
+
+    def _settle(self, slot_id: int) -> None:
         model = self._unanswered.pop(slot_id, None)
         if model is not None:
             _count(self._unanswered_on, model, -1)
@@ -407,10 +409,9 @@ class ChaosPool:
             _count(self._probes_on, key, -1)
 
     def _forget_unanswered(self, model: str) -> None:
-        """A slot of `model` went back by name alone (not through `probe_done`): its request awaits no
+        """A slot of `model` went back by name alone (not through `verdict_done`): its request awaits no
         verdict any more, whichever it was; the oldest is forgotten."""
-        slot_id = next(i for i, m in self._unanswered.items() if m == model)
-        self.probe_done(Selection(model, "", slot_id=slot_id))
+        self._settle(next(i for i, m in self._unanswered.items() if m == model))
 
     def give_up_probe(self, selection: Selection) -> None:
         """The probe `selection` was sent with is abandoned unanswered (its request took a slot within the
@@ -418,7 +419,7 @@ class ChaosPool:
         Idempotent; a no-op for a regular slot."""
         if selection.probe is not None and selection.slot_id in self._probes:
             self._limits.probe_given_up(selection.probe, selection.model)
-        self.probe_done(selection)
+        self.verdict_done(selection)
 
     def release(self, model: str) -> bool:
         """Give a slot of `model` back and serve waiters; False (clamped at zero) if none was held."""
@@ -449,7 +450,7 @@ class ChaosPool:
 
     def release_selection(self, selection: Selection) -> None:
         """Give back a slot granted but never used (its request ended first), a probe's included."""
-        self.probe_done(selection)
+        self.verdict_done(selection)
         self.release(selection.model)
 
     def try_acquire(self, ticket: Ticket) -> Selection | None:
@@ -589,7 +590,7 @@ class ChaosPool:
     def report_success(self, selection: Selection) -> None:
         """A clean answer from z.ai to the request `selection` sent: confirms (or raises) its limits and
         ends the model's run of busy answers."""
-        self.probe_done(selection)
+        self.verdict_done(selection)
         model, slots, unanswered = selection.model, self._slots, self._unanswered_on
         serving = slots.in_flight(model) - unanswered.get(model, 0)
         limits = self._limits
@@ -611,7 +612,7 @@ class ChaosPool:
         (0 when nothing was blocked). `selection`, the slot the request was sent with, tells a 1302 what
         was in flight then; without it, what is in flight now counts."""
         if selection is not None:
-            self.probe_done(selection)
+            self.verdict_done(selection)
         seconds = self._report_error(model, error, retry_after, selection)
         self._limits_changed()
         if len(self._queue):

@@ -147,7 +147,7 @@ class RoutedRequest:
         slot, self.slot = self.slot, None
         if slot is None:
             return
-        self.pool.probe_done(slot)  # a probe left unanswered (the client went) tested nothing
+        self.pool.verdict_done(slot)  # no verdict to wait for any more (a probe left so tested nothing)
         if grace > 0:
             self._later(grace, lambda: self._release_model(slot.model))
         else:
@@ -171,13 +171,12 @@ class RoutedRequest:
                 self.refused = self.refused | {self.attempts[-1].model}
         self.release_slot()
 
-    def move_on(self) -> Selection | None:
+    def move_on(self) -> None:
         """The current attempt, unanswered, is left for a slot within the limits: its slot goes with it
         (held until z.ai's verdict on it, which the forwarder still hears) and the request holds none."""
         if self.attempts:
             self.attempts[-1].refusal = "no answer yet"
-        slot, self.slot = self.slot, None
-        return slot
+        self.slot = None
 
     def give_up_probe(self) -> None:
         """The current attempt, a probe z.ai has not answered, is abandoned for a slot within the limits:
