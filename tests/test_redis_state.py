@@ -87,15 +87,24 @@ async def test_release_removes_the_lease_and_tells_the_other_proxies(
 ) -> None:
     fleet = make_fleet(server.url, "p")
     fleet._up = True
+    await client.zadd("chaos:fleet", {"p": 1, "q": 1})  # live proxies: this one and another
     pubsub = client.pubsub()
-    await pubsub.subscribe("chaos:freed")
+    await pubsub.subscribe("chaos:freed:q", "chaos:freed:p", "chaos:freed")
     await fleet.confirm("glm-4.5", "p#1", 5, 10)
     fleet.release("glm-4.5", "p#1")
     await asyncio.gather(*fleet._background)
     assert await client.zcard("chaos:slots:glm-4.5") == 0 and await client.zcard("chaos:account") == 0
-    messages = [await pubsub.get_message(ignore_subscribe_messages=True, timeout=1) for _ in range(3)]
-    # the first read is the subscription's; then the lease taken and given back, numbered
-    assert [m["data"] for m in messages if m] == [b"1 + p glm-4.5 0 0 0 -", b"2 - p glm-4.5 0 0 0 -"]
+    messages = []
+    for _ in range(6):  # three subscriptions confirmed (read as None), then what was published, if anything
+        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.2)
+        if message is not None:
+            messages.append((message["channel"], message["data"]))
+    # the lease taken and given back, numbered, on the other proxy's own channel only: a proxy does not
+    # read its own notices back, and what every proxy hears (the shared channel) is not for them
+    assert messages == [
+        (b"chaos:freed:q", b"1 + p glm-4.5 0 0 0 -"),
+        (b"chaos:freed:q", b"2 - p glm-4.5 0 0 0 -"),
+    ]
     await pubsub.aclose()
     await fleet.close()
 

@@ -3,7 +3,9 @@
 An adapter (redis-py's asyncio client) under `SharedSlots`. Keys, with `prefix` (default `chaos:`):
 `slots:{model}` and `account` are sorted sets of lease ids scored by their expiry (ms, Redis's own
 clock), `fleet` scores each proxy id by when it was last seen, `seq` numbers the changes; every lease taken
-or given back is published on `freed` (a `Notice`: `seq op proxy model waiting level waited_ms to`).
+or given back is published to each other live proxy on its own channel `freed:{proxy}` (a `Notice`: `seq
+op proxy model waiting level waited_ms to`), so no proxy reads its own back; what every proxy hears (a
+request begins to wait, a proxy leaves) goes on `freed`.
 Every call has a timeout; when one fails the proxy serves alone (see `SharedSlots`), reconnects with
 backoff and jitter, then writes its leases again.
 """
@@ -41,10 +43,24 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 """
 
-# KEYS: the model's leases, the account's, the change number. ARGV: lease, ttl ms, model cap, account cap,
-# channel, the notice's tail. A lease taken is a change: numbered, and announced to the fleet.
+# tell(prefix, me, message): `message` on the own channel (`prefix` .. id) of every proxy of the fleet
+# (KEYS[4]) but this one (`me`).
+_TELL = """
+local function tell(prefix, me, message)
+  for _, proxy in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1)) do
+    if proxy ~= me then
+      redis.call('PUBLISH', prefix .. proxy, message)
+    end
+  end
+end
+"""
+
+# KEYS: the model's leases, the account's, the change number, the fleet. ARGV: lease, ttl ms, model cap,
+# account cap, the proxies' channels' prefix, this proxy, the notice's tail. A lease taken is a change:
+# numbered, and told to the other proxies.
 CONFIRM: Final = (
     _NOW
+    + _TELL
     + """
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
@@ -57,22 +73,24 @@ local expiry = now + tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], expiry, ARGV[1])
 redis.call('ZADD', KEYS[2], expiry, ARGV[1])
 local seq = redis.call('INCR', KEYS[3])
-redis.call('PUBLISH', ARGV[5], seq .. ' + ' .. ARGV[6])
+tell(ARGV[5], ARGV[6], seq .. ' + ' .. ARGV[7])
 return {1, n + 1, total + 1, seq}
 """
 )
 
-# KEYS: the model's leases, the account's, the change number. ARGV: lease, channel, the notice's tail.
-# Returns what CONFIRM does: whether the lease was there, the counts after, the change number.
+# KEYS: the model's leases, the account's, the change number, the fleet. ARGV: lease, the proxies' channels'
+# prefix, this proxy, the notice's tail. Returns what CONFIRM does: whether the lease was there, the counts
+# after, the change number.
 RELEASE: Final = (
     _NOW
+    + _TELL
     + """
 local gone = redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
 local seq
 if gone > 0 then
   seq = redis.call('INCR', KEYS[3])
-  redis.call('PUBLISH', ARGV[2], seq .. ' - ' .. ARGV[3])
+  tell(ARGV[2], ARGV[3], seq .. ' - ' .. ARGV[4])
 else
   seq = tonumber(redis.call('GET', KEYS[3]) or 0)
 end
@@ -193,7 +211,9 @@ class RedisFleet:
         self.prefix = prefix
         self.timeout = timeout
         self._rng = rng or random.Random()
-        self._channel = f"{prefix}freed"
+        self._channel = f"{prefix}freed"  # what every proxy hears: "=" and "*" (and an earlier version's)
+        self._inboxes = f"{prefix}freed:"  # + a proxy id: the leases the others take and give back
+        self._inbox = self._inboxes + slots.proxy_id
         self._account = f"{prefix}account"
         self._fleet = f"{prefix}fleet"
         self._seq = f"{prefix}seq"
@@ -240,6 +260,10 @@ class RedisFleet:
     def key(self, model: str) -> str:
         return f"{self.prefix}slots:{model}"
 
+    def _lease_keys(self, model: str) -> tuple[str, str, str, str]:
+        """The keys CONFIRM and RELEASE touch for a lease of `model`."""
+        return (self.key(model), self._account, self._seq, self._fleet)
+
     @property
     def up(self) -> bool:
         return self._up
@@ -261,13 +285,11 @@ class RedisFleet:
         if not self._up and not self._rejoining:
             return None
         tail = notice_tail(self.slots.notice("+", model))
-        args = (lease, self.lease_ms, cap, min(account_cap, 2**53), self._channel, tail)
+        args = (lease, self.lease_ms, cap, min(account_cap, 2**53), self._inboxes, self.slots.proxy_id, tail)
         connection = self._connection
         try:
             async with asyncio.timeout(self.timeout):
-                taken, in_flight, total, seq = await self._confirm(
-                    keys=(self.key(model), self._account, self._seq), args=args
-                )
+                taken, in_flight, total, seq = await self._confirm(keys=self._lease_keys(model), args=args)
         except (RedisError, OSError, TimeoutError) as exc:
             self._lose(exc, connection)
             return None
@@ -283,9 +305,9 @@ class RedisFleet:
         counts = None
         try:
             async with asyncio.timeout(self.timeout):
+                tail = notice_tail(self.slots.notice("-", model, to))
                 gone, in_flight, total, seq = await self._release(
-                    keys=(self.key(model), self._account, self._seq),
-                    args=(lease, self._channel, notice_tail(self.slots.notice("-", model, to))),
+                    keys=self._lease_keys(model), args=(lease, self._inboxes, self.slots.proxy_id, tail)
                 )
             counts = Verdict(bool(gone), int(in_flight), int(total), int(seq))
         except (RedisError, OSError, TimeoutError) as exc:
@@ -343,7 +365,7 @@ class RedisFleet:
                 pubsub = self._client.pubsub()
                 try:
                     async with asyncio.timeout(self.timeout):
-                        await pubsub.subscribe(self._channel, self._blocks)
+                        await pubsub.subscribe(self._channel, self._inbox, self._blocks)
                     tally = await self.tick(renew_only=False)  # every lease held here, again: reconciled
                     self._connection += 1  # the calls made from here on are this connection's
                     if self.slots.lost:

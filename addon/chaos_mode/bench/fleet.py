@@ -21,7 +21,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Final
 
 import redis.asyncio as aioredis
 
@@ -339,10 +339,14 @@ async def _counts_match(client: aioredis.Redis, proxies: Sequence[ProxyProcess])
     return when if connected and held == sum(f["ownInFlight"] for f in before) == leases else None
 
 
+PEER: Final = "bench-peer"  # the other proxy `lease_latency` tells of every lease
+
+
 async def lease_latency(redis_url: str, samples: int = 2000) -> dict[str, float]:
     """Milliseconds for one slot taken on the mirror, confirmed by Redis and released (the release's
-    script awaited too), through the pool as the addon uses it; side by side (alternating, so both see the
-    same machine), two bare PINGs on a redis-py client: the two round trips no lease can do without."""
+    script awaited too), through the pool as the addon uses it, with another proxy in the fleet (so each
+    script tells it, as in a fleet of two); side by side (alternating, so both see the same machine), two
+    bare PINGs on a redis-py client: the two round trips no lease can do without."""
     from chaos_mode.config import default_config
     from chaos_mode.pool import ChaosPool, Ticket
     from chaos_mode.redis_state import RedisFleet
@@ -365,6 +369,7 @@ async def lease_latency(redis_url: str, samples: int = 2000) -> dict[str, float]
         pings: list[float] = []
         ticket = Ticket("light")
         bare = aioredis.Redis(host=url.host, port=url.port, db=url.db, password=url.password)
+        await bare.zadd("chaos:fleet", {PEER: 2**52})  # seen last in the far future: never reaped
         for i in range(samples + 200):
             started = time.perf_counter()
             selection = await pool.admit(ticket, timeout=1)
@@ -377,6 +382,7 @@ async def lease_latency(redis_url: str, samples: int = 2000) -> dict[str, float]
             if i >= 200:  # warm-up
                 times.append((leased - started) * 1000)
                 pings.append((time.perf_counter() - leased) * 1000)
+        await bare.zrem("chaos:fleet", PEER)
         await bare.aclose()
     finally:
         await fleet.close()
