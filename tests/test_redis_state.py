@@ -19,7 +19,7 @@ from chaos_mode.child import RedisProcess
 from chaos_mode.config import default_config
 from chaos_mode.pool import ChaosPool, Ticket
 from chaos_mode.redis_state import RedisFleet, fleet_status, notice_tail, parse_notice
-from chaos_mode.shared_slots import Notice, SharedSlots
+from chaos_mode.shared_slots import Notice, SharedSlots, Tally
 from chaos_mode.state_url import parse_state_url
 from chaos_mode.zai_errors import classify_error
 from redis_support import redis_process
@@ -382,3 +382,77 @@ async def test_a_call_that_fails_after_an_announce_still_takes_the_proxy_alone(s
         pool.release(selection.model)
     finally:
         await fleet.close()
+
+
+async def restarted_with_one_proxy_late(
+    lease_seconds: float,
+) -> tuple[RedisFleet, RedisFleet, asyncio.Event, RedisProcess, list[RedisProcess]]:
+    """Two proxies on one Redis, one holding a slot; Redis restarted empty, and the other (`late`) kept
+    from reaching it until the event is set. Returns the one back first, the late one, the event, the
+    new Redis, and both Redis processes (to stop)."""
+    first = RedisProcess().start()
+    url = f"redis://127.0.0.1:{first.port}/0"
+    pools = [ChaosPool(CONFIG), ChaosPool(CONFIG)]
+    back, late = (make_fleet(url, f"p{i}", pool=p, lease_seconds=lease_seconds) for i, p in enumerate(pools))
+    for fleet in (back, late):
+        fleet.start()
+    await until(lambda: all(len(f.slots.proxies) == 2 for f in (back, late)))  # each has seen the other
+    assert await pools[1].admit(Ticket("heavy"), timeout=1) is not None
+    gate = asyncio.Event()
+    tick = late._tick
+
+    async def kept_away(**kwargs: object) -> object:
+        if not gate.is_set():
+            raise ConnectionError("kept away")  # redis-py's, for a Redis it cannot reach
+        return await tick(**kwargs)
+
+    late._tick = kept_away  # type: ignore[assignment]
+    await asyncio.to_thread(first.stop)
+    second = await asyncio.to_thread(RedisProcess(port=first.port).start)
+    return back, late, gate, second, [first, second]
+
+
+async def test_a_proxy_back_from_an_outage_counts_on_redis_once_the_others_wrote_their_leases_again() -> None:
+    """Redis came back empty: the proxy back first stays alone (on its share, its slots confirmed by Redis
+    too) while a proxy it knew has not written its leases again, however many renewals that takes, and
+    counts on Redis as soon as that one has: never on a Redis that misses a slot still held."""
+    back, late, gate, second, servers = await restarted_with_one_proxy_late(lease_seconds=3.0)
+    try:
+        await until(lambda: back._rejoining)
+        tallies = 0
+        tick = back.tick
+
+        async def counted(*, renew_only: bool = True) -> Tally:
+            nonlocal tallies
+            tallies += 1
+            return await tick(renew_only=renew_only)
+
+        back.tick = counted  # type: ignore[method-assign]
+        await until(lambda: tallies >= 12)  # over a renewal (1 s) of polls, 0.1 s apart
+        assert not back.up and back.slots.share == 0.5  # still alone, on its share
+        gate.set()
+        await until(lambda: back.up and late.up, 3)
+        check = aioredis.Redis(port=second.port)
+        assert await check.zcard("chaos:account") == 1  # the late proxy's slot, written again
+        await check.aclose()
+        assert back.slots.in_flight(late.slots.leases()[0][0]) == 1  # and counted by the other
+    finally:
+        for fleet in (back, late):
+            await fleet.close()
+        for server in servers:
+            await asyncio.to_thread(server.stop)
+
+
+async def test_a_proxy_back_from_an_outage_waits_one_lease_at_most_for_a_proxy_gone_meanwhile() -> None:
+    back, late, _, _, servers = await restarted_with_one_proxy_late(lease_seconds=1.5)
+    try:
+        await until(lambda: back._rejoining)
+        rejoining = time.monotonic()
+        await until(lambda: back.up, 4)
+        assert time.monotonic() - rejoining >= 1.4  # the lease (1.5 s), less a poll's rounding
+        assert not late.up
+    finally:
+        for fleet in (back, late):
+            await fleet.close()
+        for server in servers:
+            await asyncio.to_thread(server.stop)

@@ -37,6 +37,7 @@ log = logging.getLogger("chaos_mode")
 
 CALL_TIMEOUT: Final = 0.5  # seconds: a Redis slower than this counts as gone (the proxy serves alone)
 BACKOFF: Final = (0.1, 5.0)  # seconds: first and longest wait between reconnection attempts
+REJOIN_POLL: Final = 0.1  # seconds between tallies while back from an outage, waiting for the others
 
 _NOW = """
 local t = redis.call('TIME')
@@ -104,7 +105,8 @@ return {gone, redis.call('ZCARD', KEYS[1]), redis.call('ZCARD', KEYS[2]), seq}
 # proxy id, how long a silent proxy counts as alive (ms), XX (renew only the leases still there: one
 # released meanwhile stays released) or ALL (write them all again: after a reconnection), then (index of
 # the model's key, lease) for each lease held here. Renews this proxy's leases, reaps expired ones, and
-# tallies the fleet.
+# tallies the fleet: the counts, the account's leases, the live proxies with when each was last seen, the
+# change number, and the time (ms, Redis's clock).
 TICK: Final = (
     _NOW
     + """
@@ -127,7 +129,8 @@ for i = 4, #KEYS do
   counts[#counts + 1] = redis.call('ZCARD', KEYS[i])
 end
 local seq = tonumber(redis.call('GET', KEYS[3]) or 0)
-return {counts, redis.call('ZRANGE', KEYS[1], 0, -1), redis.call('ZRANGE', KEYS[2], 0, -1), seq}
+local proxies = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
+return {counts, redis.call('ZRANGE', KEYS[1], 0, -1), proxies, seq, now}
 """
 )
 
@@ -249,7 +252,9 @@ class RedisFleet:
         self._runner: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._up = False
-        self._rejoining = False  # back after an outage, written again, one renewal before counting on it
+        self._rejoining = False  # back after an outage, written again, waiting for the others to be back
+        self._seen: dict[str, int] = {}  # live proxy -> when it was last seen (ms, Redis's clock), last tally
+        self._redis_now = 0  # Redis's clock at the last tally (ms)
         self._told = False  # the outage going on was logged
         self._wake = asyncio.Event()
         self.last_error: str | None = None
@@ -369,14 +374,13 @@ class RedisFleet:
                     tally = await self.tick(renew_only=False)  # every lease held here, again: reconciled
                     self._connection += 1  # the calls made from here on are this connection's
                     if self.slots.lost:
-                        # Back after an outage: Redis may have come back empty. Stay alone one renewal
-                        # more, so the other proxies write their leases again before this one counts on
-                        # what Redis holds; meanwhile its slots are confirmed by Redis too (a proxy back
-                        # earlier counts on it); then write this proxy's again.
+                        # Back after an outage: Redis may have come back empty. Stay alone until the
+                        # other proxies have written their leases again, so that this one never counts
+                        # on a Redis that misses the slots of a proxy still alone; meanwhile its slots are
+                        # confirmed by Redis too (a proxy back earlier counts on it).
                         self._rejoining = True
                         self.slots.rejoining()
-                        await asyncio.sleep(self.tick_seconds)
-                        tally = await self.tick(renew_only=False)
+                        tally = await self._until_the_others_are_back(tally)
                     self._rejoining = False
                     self._up = True
                     self.joined_at = time.time()
@@ -406,6 +410,19 @@ class RedisFleet:
             # At most half a renewal (with jitter, 3/4): reconnected, then alone one renewal more (see
             # above), the counts are right within one lease of Redis's return.
             delay = min(delay * 2, BACKOFF[1], self.tick_seconds / 2)
+
+    async def _until_the_others_are_back(self, tally: Tally) -> Tally:
+        """Back after an outage: tally again, writing this proxy's leases each time, until every proxy
+        alive before the outage has been seen since this one came back (it wrote its leases again, or
+        never lost Redis and renewed them), or for one lease at most (one that died meanwhile never comes,
+        and its leases have ended). Returns the last tally."""
+        since = self._redis_now
+        others = set(self.slots.proxies) - {self.slots.proxy_id}
+        deadline = time.monotonic() + self.lease_ms / 1000
+        while time.monotonic() < deadline and any(self._seen.get(p, -1) < since for p in others):
+            await asyncio.sleep(min(REJOIN_POLL, self.tick_seconds))
+            tally = await self.tick(renew_only=False)
+        return tally
 
     async def _renew(self) -> None:
         while self._up:
@@ -497,10 +514,12 @@ class RedisFleet:
         keys, args = self._lease_args(self.slots.leases(), models)
         mode = "XX" if renew_only else "ALL"
         async with asyncio.timeout(self.timeout):
-            counts, members, proxies, seq = await self._tick(
+            counts, members, proxies, seq, now = await self._tick(
                 keys=keys, args=(self.lease_ms, self.slots.proxy_id, self.lease_ms, mode, *args)
             )
-        held: dict[str, int] = {_text(proxy): 0 for proxy in proxies}
+        self._redis_now = int(now)
+        self._seen = {_text(p): int(float(seen)) for p, seen in zip(proxies[::2], proxies[1::2], strict=True)}
+        held: dict[str, int] = dict.fromkeys(self._seen, 0)
         for member in members:
             owner = _text(member).rpartition("#")[0]
             held[owner] = held.get(owner, 0) + 1
@@ -578,6 +597,7 @@ def fleet_status(fleet: RedisFleet) -> dict[str, Any]:
         "leaseSeconds": fleet.lease_ms / 1000,
         "proxy": slots.proxy_id,
         "ownInFlight": sum(slots.own().values()),
+        "leases": [lease for _, lease in slots.leases()],  # this proxy's, as Redis should hold them
         "heldBack": slots.held_back,
         "blocksHeard": fleet.cooldowns.heard_count if fleet.cooldowns is not None else 0,
         "own": slots.own(),

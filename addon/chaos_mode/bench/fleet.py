@@ -282,7 +282,7 @@ async def restart_redis(
         await asyncio.sleep(down)
         again = await asyncio.to_thread(RedisProcess(port=redis.port).start)
         back, start = time.time(), time.perf_counter()
-        client = aioredis.Redis.from_url(again.url)
+        client = aioredis.Redis.from_url(again.url, decode_responses=True)
         try:
             joined = await _poll(lambda: _all_joined(proxies, back), 3 * spec.lease_ms / 1000 + 5)
             right = await _poll(
@@ -302,8 +302,8 @@ async def restart_redis(
         "downSeconds": down,
         "leaseSeconds": spec.lease_ms / 1000,
         # After the new Redis started: every proxy had written its leases again and counted on it (from the
-        # proxies' own clocks), and a check that Redis's count equalled the slots held (read at an instant
-        # when none was on its way in or out: later under load, and it waits for `joinedSeconds`).
+        # proxies' own clocks), and the leases in Redis were the ones the proxies hold (`_counts_match`,
+        # checked once `joinedSeconds` is known).
         "joinedSeconds": joined,
         "countsRightSeconds": right,
         "requests": figures["requests"],
@@ -326,17 +326,21 @@ async def _all_joined(proxies: Sequence[ProxyProcess], since: float) -> float | 
 
 
 async def _counts_match(client: aioredis.Redis, proxies: Sequence[ProxyProcess]) -> float | None:
-    """When the account's leases in Redis were read equal to the slots the proxies hold, every proxy
-    connected (their statuses read before and after Redis's count, so a slot taken meanwhile does not pass
-    for a match); None when they differ."""
-    before = [(await get_json(p.status_url))["fleet"] for p in proxies]
+    """When the leases in Redis were read to be the ones the proxies hold, every proxy connected; None
+    when not. The proxies' leases are read just before and just after Redis's: a lease held at both reads
+    must be in Redis, and every lease in Redis must be held at one of them (one taken or given back in
+    between is on its way, either is right). Holds under a running swarm; a lease Redis lost, or one it
+    keeps that no proxy holds, fails it until written again or expired."""
+    statuses = [p.status_url for p in proxies]
+    before = [s["fleet"] for s in await asyncio.gather(*(get_json(url) for url in statuses))]
     await client.eval(_REAP, 1, "chaos:account")
-    leases = await client.zcard("chaos:account")
+    in_redis = set(await client.zrange("chaos:account", 0, -1))
     when = time.perf_counter()
-    after = [(await get_json(p.status_url))["fleet"] for p in proxies]
-    held = sum(f["ownInFlight"] for f in after)
-    connected = all(f["connected"] for f in before + after)
-    return when if connected and held == sum(f["ownInFlight"] for f in before) == leases else None
+    after = [s["fleet"] for s in await asyncio.gather(*(get_json(url) for url in statuses))]
+    held_then = {lease for fleet in before for lease in fleet["leases"]}
+    held_now = {lease for fleet in after for lease in fleet["leases"]}
+    connected = all(fleet["connected"] for fleet in before + after)
+    return when if connected and held_then & held_now <= in_redis <= held_then | held_now else None
 
 
 PEER: Final = "bench-peer"  # the other proxy `lease_latency` tells of every lease
