@@ -16,6 +16,10 @@ from chaos_mode.slots import MemorySlots
     [
         ({"chaos_state": "http://h:1/0"}, r"^chaos_state: the scheme must be redis:// or rediss://"),
         ({"chaos_state": "redis://:hunter2@h:x/0"}, r"^chaos_state: not a valid URL"),
+        (
+            {"chaos_state": "rediss://:hunter2@h:1/0?ssl_ca_certs=/nowhere/ca.pem"},
+            r"^chaos_state: ssl_ca_certs: no such file: /nowhere/ca.pem$",
+        ),
         ({"chaos_state_share": "most"}, r"^chaos_state_share: must be auto or a fraction"),
         ({"chaos_state_lease_ms": 10}, r"^chaos_state_lease_ms: at least 300"),
     ],

@@ -9,12 +9,14 @@ import logging
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from certs import make_certs
 from chaos_mode.child import RedisProcess
 from chaos_mode.config import default_config
 from chaos_mode.pool import ChaosPool, Ticket
@@ -22,7 +24,7 @@ from chaos_mode.redis_state import RedisFleet, fleet_status, notice_tail, parse_
 from chaos_mode.shared_slots import Notice, SharedSlots, Tally
 from chaos_mode.state_url import parse_state_url
 from chaos_mode.zai_errors import classify_error
-from redis_support import redis_process
+from redis_support import redis_process, require_redis_server
 
 CONFIG = default_config()
 MODELS = list(CONFIG.models)
@@ -46,7 +48,7 @@ def make_fleet(
 ) -> RedisFleet:
     slots = SharedSlots(
         name,
-        on_freed=pool.wake if pool else lambda: None,
+        on_freed=pool.wake if pool else lambda delay: None,
         waiting=pool.first_in_line if pool else lambda: (0, 0, 0.0),
     )
     if pool is not None:
@@ -456,3 +458,36 @@ async def test_a_proxy_back_from_an_outage_waits_one_lease_at_most_for_a_proxy_g
             await fleet.close()
         for server in servers:
             await asyncio.to_thread(server.stop)
+
+
+async def test_a_fleet_over_tls_trusts_the_ca_its_url_names_and_no_other(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """rediss:// to a redis-server serving TLS only, its certificate signed by a private CA: the URL that
+    names the CA (`?ssl_ca_certs=`) shares slots through it; the same URL without it is refused the
+    connection (the certificate is checked against the system's CAs) and its proxy serves alone, saying why
+    without the password."""
+    require_redis_server()
+    certs = make_certs(tmp_path)
+    with RedisProcess(password="hunter2", tls=(str(certs.cert), str(certs.key))) as server:
+        url = f"rediss://:hunter2@127.0.0.1:{server.port}/0"
+        pool = ChaosPool(CONFIG)
+        trusting = make_fleet(f"{url}?ssl_ca_certs={certs.ca}", "p", pool=pool)
+        doubting = make_fleet(url, "q")
+        for fleet in (trusting, doubting):
+            fleet.start()
+        try:
+            await until(lambda: trusting.up and doubting.last_error is not None)
+            selection = await pool.admit(Ticket("heavy"), timeout=1)
+            assert selection is not None
+            check = aioredis.Redis(port=server.port, password="hunter2", ssl=True, ssl_ca_certs=str(certs.ca))
+            assert await check.zcard("chaos:account") == 1  # the lease went through TLS
+            pool.release(selection.model)
+            await asyncio.gather(*trusting._background)
+            assert await check.zcard("chaos:account") == 0
+            await check.aclose()
+            assert not doubting.up and "CERTIFICATE_VERIFY_FAILED" in (doubting.last_error or "")
+        finally:
+            for fleet in (trusting, doubting):
+                await fleet.close()
+    assert "hunter2" not in caplog.text

@@ -22,6 +22,10 @@ def test_empty_means_in_process_state() -> None:
             StateUrl("rediss", "redis.example", 6380, 1, "u", "s3cret"),
         ),
         ("redis://:p%40ss@[::1]:7000/0", StateUrl("redis", "::1", 7000, 0, None, "p@ss")),
+        (
+            "rediss://h:6380/0?ssl_ca_certs=/etc/ssl/our%20ca.pem",
+            StateUrl("rediss", "h", 6380, 0, ca_certs="/etc/ssl/our ca.pem"),
+        ),
     ],
 )
 def test_urls(text: str, expected: StateUrl) -> None:
@@ -38,7 +42,12 @@ def test_urls(text: str, expected: StateUrl) -> None:
         ("redis://", "no host"),
         ("redis://h:99999/0", "not a valid URL"),
         ("redis://h:6379/zero", "database must be a number"),
-        ("redis://h:6379/0?db=1", "no query"),
+        ("redis://h:6379/0?db=1", "the only query parameter is ssl_ca_certs=PATH .* not 'db'"),
+        ("rediss://h/0?ssl_ca_certs=/a&ssl_ca_certs=/b", "the only query parameter is ssl_ca_certs"),
+        ("rediss://h/0?junk", "the only query parameter is ssl_ca_certs"),
+        ("redis://h/0?ssl_ca_certs=/ca.pem", "ssl_ca_certs needs rediss://"),
+        ("rediss://h/0?ssl_ca_certs=", "ssl_ca_certs: no path"),
+        ("redis://h:6379/0#top", "no fragment"),
         ("redis://:hunter2@h:notaport/0", "not a valid URL"),
     ],
 )
@@ -58,6 +67,8 @@ def test_the_password_may_come_from_the_environment_and_is_never_displayed() -> 
     inline = parse_state_url("redis://user:inline@h/0", {PASSWORD_ENV: "from-env"})
     assert inline is not None and inline.password == "inline"
     assert inline.display == "redis://user:***@h:6379/0"
+    private = parse_state_url("rediss://:pw@h/0?ssl_ca_certs=/ca.pem", {})
+    assert private is not None and private.display == "rediss://:***@h:6379/0?ssl_ca_certs=/ca.pem"
     assert parse_state_url("redis://h/0", {}) == StateUrl("redis", "h", 6379, 0)
 
 

@@ -19,6 +19,7 @@ import socket
 import time
 import weakref
 from collections.abc import Callable
+from pathlib import Path
 from random import Random
 from typing import TYPE_CHECKING, Any, Final
 
@@ -62,7 +63,6 @@ from .zai_errors import UpstreamError
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
-    from pathlib import Path
 
     from .redis_state import RedisFleet
 
@@ -142,9 +142,9 @@ class ChaosMode:
             str,
             "",
             "Where slots are counted. Empty: in this process. redis://[user[:password]@]host:port/db (or "
-            "rediss://): shared with every proxy naming the same Redis, for several proxies on one z.ai "
-            "account. The password may come from the CHAOS_STATE_PASSWORD environment variable instead; "
-            "it is never logged. Read at start-up.",
+            "rediss:// for TLS, with ?ssl_ca_certs=/path/ca.pem for a private CA): shared with every proxy "
+            "naming the same Redis, for several proxies on one z.ai account. The password may come from "
+            "the CHAOS_STATE_PASSWORD environment variable instead; it is never logged. Read at start-up.",
         )
         loader.add_option(
             "chaos_state_share",
@@ -234,6 +234,8 @@ class ChaosMode:
         if self._running:
             raise exceptions.OptionsError("chaos_state: read at start-up only; restart mitmdump to change it")
         if url is not None:
+            if url.ca_certs and not Path(url.ca_certs).is_file():
+                raise exceptions.OptionsError(f"chaos_state: ssl_ca_certs: no such file: {url.ca_certs}")
             self.fleet = self._make_fleet(url, share, lease_ms / 1000)
 
     def _make_fleet(self, url: StateUrl, share: float | None, lease_seconds: float) -> RedisFleet:

@@ -245,23 +245,31 @@ class RedisProcess(ChildProcess):
 
     name = "redis-server"
 
-    def __init__(self, *, port: int | None = None, password: str | None = None, **kwargs: float) -> None:
+    def __init__(
+        self,
+        *,
+        port: int | None = None,
+        password: str | None = None,
+        tls: tuple[str, str] | None = None,
+        **kwargs: float,
+    ) -> None:
         super().__init__(**kwargs)
         self.port = port or free_port()
         self.password = password
+        self.tls = tls  # (certificate, key) PEM files: TLS only on `port` (rediss://)
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"{'rediss' if self.tls else 'redis'}://127.0.0.1:{self.port}/0"
 
     def command(self) -> list[str]:
-        cmd = [
-            shutil.which("redis-server") or "redis-server",
-            "--bind",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-        ]
+        cmd = [shutil.which("redis-server") or "redis-server", "--bind", "127.0.0.1"]
+        if self.tls:
+            cert, key = self.tls
+            cmd += ["--port", "0", "--tls-port", str(self.port), "--tls-auth-clients", "no"]
+            cmd += ["--tls-cert-file", cert, "--tls-key-file", key]
+        else:
+            cmd += ["--port", str(self.port)]
         cmd += ["--save", "", "--appendonly", "no", "--dir", str(self.workdir), "--daemonize", "no"]
         if self.password:
             cmd += ["--requirepass", self.password]

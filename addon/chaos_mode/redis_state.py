@@ -235,6 +235,7 @@ class RedisFleet:
             username=url.username,
             password=url.password,
             ssl=url.tls,
+            ssl_ca_certs=url.ca_certs,
             socket_timeout=timeout,
             socket_connect_timeout=timeout,
             retry=Retry(NoBackoff(), 0),  # no retries inside a call: our own reconnection has the backoff

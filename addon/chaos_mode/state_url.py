@@ -10,9 +10,10 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 SCHEMES: Final = ("redis", "rediss")
+CA_PARAMETER: Final = "ssl_ca_certs"  # rediss://…?ssl_ca_certs=/path/ca.pem: the CA to check the server by
 PASSWORD_ENV: Final = "CHAOS_STATE_PASSWORD"
 DEFAULT_PORT: Final = 6379
 
@@ -27,6 +28,7 @@ class StateUrl:
     db: int
     username: str | None = None
     password: str | None = field(default=None, repr=False)
+    ca_certs: str | None = None  # rediss: a PEM file of the CA(s) to trust instead of the system's
 
     @property
     def tls(self) -> bool:
@@ -39,12 +41,14 @@ class StateUrl:
         if self.username or self.password:
             auth = f"{self.username or ''}{':***' if self.password else ''}@"
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{self.scheme}://{auth}{host}:{self.port}/{self.db}"
+        query = f"?{CA_PARAMETER}={self.ca_certs}" if self.ca_certs else ""
+        return f"{self.scheme}://{auth}{host}:{self.port}/{self.db}{query}"
 
 
 def parse_state_url(text: str, environ: Mapping[str, str] | None = None) -> StateUrl | None:
-    """`redis://[user[:password]@]host[:port][/db]` (or rediss://); empty: None (in-process state).
-    Raises ValueError with a one-line reason that never repeats the password."""
+    """`redis://[user[:password]@]host[:port][/db]`, or rediss:// with an optional `?ssl_ca_certs=PATH`;
+    empty: None (in-process state). Raises ValueError with a one-line reason that never repeats the
+    password."""
     text = text.strip()
     if not text:
         return None
@@ -58,8 +62,9 @@ def parse_state_url(text: str, environ: Mapping[str, str] | None = None) -> Stat
         raise ValueError(f"the scheme must be redis:// or rediss://, not {parts.scheme or 'none'!r}")
     if not parts.hostname:
         raise ValueError("no host (expected redis://host:port/db)")
-    if parts.query or parts.fragment:
-        raise ValueError("no query or fragment allowed (expected redis://host:port/db)")
+    if parts.fragment:
+        raise ValueError("no fragment allowed (expected redis://host:port/db)")
+    ca_certs = _ca_certs(parts.query, parts.scheme)
     db_text = parts.path.lstrip("/")
     if db_text and not (db_text.isdigit() and len(db_text) <= 5):
         raise ValueError(f"the database must be a number, not {db_text[:20]!r}")
@@ -71,7 +76,27 @@ def parse_state_url(text: str, environ: Mapping[str, str] | None = None) -> Stat
         db=int(db_text or 0),
         username=unquote(parts.username) if parts.username else None,
         password=password,
+        ca_certs=ca_certs,
     )
+
+
+def _ca_certs(query: str, scheme: str) -> str | None:
+    """The one query parameter a state URL may have: rediss://…?ssl_ca_certs=PATH."""
+    if not query:
+        return None
+    try:
+        pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=True)
+    except ValueError:
+        pairs = [("", "")]
+    names = sorted({name for name, _ in pairs} - {CA_PARAMETER})
+    if names or len(pairs) != 1:
+        shown = (names[0] if names else query)[:20]
+        raise ValueError(f"the only query parameter is {CA_PARAMETER}=PATH (with rediss://), not {shown!r}")
+    if scheme != "rediss":
+        raise ValueError(f"{CA_PARAMETER} needs rediss:// (TLS)")
+    if not pairs[0][1]:
+        raise ValueError(f"{CA_PARAMETER}: no path")
+    return pairs[0][1]
 
 
 def parse_share(text: str) -> float | None:
