@@ -414,11 +414,12 @@ class RedisFleet:
 
     async def _until_the_others_are_back(self, tally: Tally) -> Tally:
         """Back after an outage: tally again, writing this proxy's leases each time, until every proxy
-        alive before the outage has been seen since this one came back (it wrote its leases again, or
-        never lost Redis and renewed them), or for one lease at most (one that died meanwhile never comes,
-        and its leases have ended). Returns the last tally."""
+        alive before the outage (or still in Redis's fleet: a proxy never seen here, this one having come
+        up during the outage) has been seen since this one came back (it wrote its leases again, or never
+        lost Redis and renewed them), or for one lease at most (one that died meanwhile never comes, and
+        its leases have ended). Returns the last tally."""
         since = self._redis_now
-        others = set(self.slots.proxies) - {self.slots.proxy_id}
+        others = (set(self.slots.proxies) | set(self._seen)) - {self.slots.proxy_id}
         deadline = time.monotonic() + self.lease_ms / 1000
         while time.monotonic() < deadline and any(self._seen.get(p, -1) < since for p in others):
             await asyncio.sleep(min(REJOIN_POLL, self.tick_seconds))
