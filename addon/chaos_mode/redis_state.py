@@ -408,8 +408,9 @@ class RedisFleet:
             except Exception as exc:
                 self._lose(exc)
             await asyncio.sleep(delay * (0.5 + self._rng.random()))
-            # At most half a renewal (with jitter, 3/4): reconnected, then alone one renewal more (see
-            # above), the counts are right within one lease of Redis's return.
+            # At most half a renewal (with jitter, 3/4): every live proxy has written its leases again
+            # within that of Redis's return (then waits for the others, see above): the counts are right
+            # within one lease.
             delay = min(delay * 2, BACKOFF[1], self.tick_seconds / 2)
 
     async def _until_the_others_are_back(self, tally: Tally) -> Tally:
