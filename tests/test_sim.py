@@ -563,7 +563,8 @@ def test_cli_settings() -> None:
     assert settings.limits["glm-4.5-air"] == 5
     assert settings.refuse == ["glm-4.6", "glm-4.5"]
     assert settings.effective_account_limit == 4
-    assert settings.reject_delay_ms == 3000
+    assert settings.reject_delay_ms == 3000 and settings.error_encoding is None
+    assert settings_from_args(["--error-encoding", "zstd"]).error_encoding == "zstd"
     assert settings_from_args([]).effective_account_limit == sum(r[1] for r in DEFAULT_CATALOG.values())
     with pytest.raises(SystemExit):
         settings_from_args(["--limit", "glm-4.7"])
@@ -701,6 +702,7 @@ def test_random_faults_follow_their_rates_and_the_seed() -> None:
         ({"faultRates": {"1302": 1.5}}, "fault_rates.1302"),
         ({"faultRates": {"busy": 0.1}}, "fault_rates.busy"),
         ({"faultRates": {"1302": 0.6, "1305": 0.6}}, "add up to more than 1"),
+        ({"errorEncoding": "lzma"}, "error_encoding: one of gzip, br, zstd"),
     ],
 )
 def test_settings_of_true_limits_are_validated(settings: dict[str, Any], message: str) -> None:

@@ -7,6 +7,7 @@ import gzip
 import zlib
 
 import pytest
+from mitmproxy.net import encoding
 
 from chaos_mode.upstream import ChunkScanner, Destination, UpstreamFailed, _proxy_address, dechunk, decode
 
@@ -68,7 +69,14 @@ def test_upstream_proxy_addresses(url: str, address: tuple[str, int]) -> None:
 
 @pytest.mark.parametrize(
     ("coding", "encode"),
-    [(b"gzip", gzip.compress), (b"deflate", zlib.compress), (None, bytes), (b"identity", bytes)],
+    [
+        (b"gzip", gzip.compress),
+        (b"deflate", zlib.compress),
+        (b"br", lambda body: encoding.encode(body, "br")),
+        (b"zstd", lambda body: encoding.encode(body, "zstd")),
+        (None, bytes),
+        (b"identity", bytes),
+    ],
 )
 def test_refusals_are_decoded_for_their_code(coding: bytes | None, encode: object) -> None:
     body = b'{"error":{"code":"1302"}}'
@@ -77,3 +85,4 @@ def test_refusals_are_decoded_for_their_code(coding: bytes | None, encode: objec
 
 def test_an_undecodable_refusal_is_read_as_it_came() -> None:
     assert decode(b"not gzip", b"gzip") == b"not gzip"
+    assert decode(b"not zstd", b"zstd") == b"not zstd"

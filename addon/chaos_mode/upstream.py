@@ -254,7 +254,8 @@ def dechunk(raw: bytes) -> bytes:
 
 
 def decode(body: bytes, coding: bytes | None) -> bytes:
-    """The body as z.ai meant it (gzip, deflate or br undone, best effort), for reading a business code."""
+    """The body as z.ai meant it (gzip, deflate, br or zstd undone, best effort), for reading a business
+    code."""
     name = (coding or b"").strip().lower()
     try:
         if name in (b"gzip", b"x-gzip"):
@@ -268,9 +269,20 @@ def decode(body: bytes, coding: bytes | None) -> bytes:
             import brotli  # type: ignore[import-untyped]  # mitmproxy's dependency
 
             return bytes(brotli.decompress(body))
+        if name == b"zstd":
+            return _zstd_decompress(body)
     except Exception:
         return body
     return body
+
+
+def _zstd_decompress(body: bytes) -> bytes:
+    try:
+        from compression import zstd  # type: ignore[import-not-found,unused-ignore]  # Python 3.14
+    except ImportError:
+        from backports import zstd  # type: ignore[import-not-found,no-redef,unused-ignore]  # mitmproxy's
+
+    return bytes(zstd.decompress(body))
 
 
 class UpstreamClients:

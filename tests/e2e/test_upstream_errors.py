@@ -70,6 +70,29 @@ async def test_1302_fails_over_to_another_heavy_model(
         assert (await sim.rejections()) == rejections
 
 
+@pytest.mark.parametrize("coding", ["gzip", "br", "zstd"])
+async def test_a_compressed_1302_is_read_for_its_code_and_fails_over(
+    make_sim: MakeSim, make_proxy: MakeProxy, http: httpx.AsyncClient, coding: str
+) -> None:
+    """z.ai's refusal sent compressed (as a front may send JSON): the addon still reads its code, so the
+    request fails over and the model cools down for 1302, not for an unknown 429."""
+    sim = await make_sim(error_encoding=coding)
+    proxy = await make_proxy(upstream=sim.base_url, config=routing())
+    await sim.add_faults({"model": FAULTY, "code": "1302", "count": 1})
+    headers = sim_headers(latency_ms=20, tokens=3, interval_ms=5)
+    async with sdk_client(proxy.url, "sk-test-errors") as client, asyncio.timeout(TEST_TIMEOUT):
+        results = []
+        for _ in range(12):  # until one was sent to the faulty model (ties break randomly)
+            results.append(await sdk_stream(client, OPUS, headers=headers))
+            if (await sim.rejections()).get(FAULTY):
+                break
+        assert (await sim.rejections()) == {FAULTY: {"1302": 1}}
+        assert all(r.status == 200 and r.complete for r in results), results
+        assert results[-1].served in HEAVY - {FAULTY}, results[-1]
+    document = await wait_status_idle(http, proxy)
+    assert document["modelDistribution"][FAULTY]["upstreamErrors"] == {"1302": 1}
+
+
 async def test_1113_takes_the_refused_model_out_of_rotation(
     make_sim: MakeSim, make_proxy: MakeProxy, http: httpx.AsyncClient
 ) -> None:

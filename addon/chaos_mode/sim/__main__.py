@@ -59,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tls-cert", metavar="FILE", help="PEM certificate (chain): serve HTTPS, not HTTP")
     parser.add_argument("--tls-key", metavar="FILE", help="PEM key of --tls-cert (default: in its file)")
     parser.add_argument("--fault-seed", type=int, help="seed of the random faults (default 0)")
+    parser.add_argument(
+        "--error-encoding", choices=("gzip", "br", "zstd"), help="send every error body compressed so"
+    )
     parser.add_argument("--verbose", action="store_true", default=None, help="log one line per request")
     return parser
 
@@ -72,7 +75,8 @@ def settings_from_args(argv: Sequence[str] | None = None) -> SimSettings:
         overrides: dict[str, Any] = {}
         for name in (
             "host", "port", "latency_ms", "token_interval_ms", "output_tokens", "reject_delay_ms",
-            "abort_detect_ms", "retry_after", "account_limit", "fault_seed", "tls_cert", "tls_key", "verbose",
+            "abort_detect_ms", "retry_after", "account_limit", "fault_seed", "tls_cert", "tls_key",
+            "error_encoding", "verbose",
         ):  # fmt: skip
             value = getattr(args, name)
             if value is not None:

@@ -16,6 +16,7 @@ from typing import Any
 import tornado.httpserver
 import tornado.netutil
 import tornado.web
+from mitmproxy.net import encoding
 from tornado.iostream import StreamClosedError
 
 from chaos_mode.sim.errors import MSG_1113, MSG_1211, default_message, error_body, new_request_id
@@ -252,7 +253,12 @@ class _SimHandler(tornado.web.RequestHandler):
     def send_json(self, status: int, document: Any) -> None:
         self.set_status(status)
         self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps(document))
+        body = json.dumps(document).encode()
+        coding = self.sim.settings.error_encoding
+        if status >= 400 and coding is not None:
+            self.set_header("Content-Encoding", coding)
+            body = encoding.encode(body, coding)
+        self.finish(body)
 
     def send_error_body(
         self,

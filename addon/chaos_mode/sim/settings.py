@@ -9,7 +9,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from chaos_mode.catalog import DEFAULT_CATALOG
 from chaos_mode.sim.limits import ScheduledChange, count_value, model_counts
@@ -19,6 +19,9 @@ from chaos_mode.sim.state import BROKEN_ANSWERS
 def default_limits() -> dict[str, int]:
     """Concurrency limit of every model of the built-in catalog."""
     return {name: row[1] for name, row in DEFAULT_CATALOG.items()}
+
+
+ERROR_ENCODINGS: Final = (None, "gzip", "br", "zstd")
 
 
 @dataclass
@@ -44,6 +47,7 @@ class SimSettings:
     # PEM certificate (chain) and key: serve HTTPS instead of HTTP (z.ai's TLS, for the HTTPS tests)
     tls_cert: str | None = None
     tls_key: str | None = None
+    error_encoding: str | None = None  # gzip, br or zstd: every error body sent so (as a front may send it)
     verbose: bool = False
 
     @property
@@ -87,6 +91,8 @@ class SimSettings:
             raise ValueError(f"fault_rates: the rates add up to more than 1: {self.fault_rates!r}")
         if self.tls_key is not None and self.tls_cert is None:
             raise ValueError("tls_key: given without tls_cert")
+        if self.error_encoding not in ERROR_ENCODINGS:
+            raise ValueError(f"error_encoding: one of gzip, br, zstd, got {self.error_encoding!r}")
 
     def to_mapping(self) -> dict[str, Any]:
         """A JSON-ready dict that :meth:`from_mapping` reads back."""
