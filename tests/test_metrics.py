@@ -7,6 +7,7 @@ import json
 import random
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from chaos_mode.message_request import BAD_KINDS
 from chaos_mode.metrics import KNOWN_CODES, METRICS, ChaosMetrics, code_label
 from chaos_mode.pool import ChaosPool, Ticket
 from chaos_mode.stats import OUTCOMES, WAIT_BUCKETS, Stats
+from chaos_mode.status import FleetFigures
 from chaos_mode.zai_errors import UpstreamError, classify_error
 from fakes import FakeClock
 from learned import learn_account_limit, lower_glm_4_7, probe_glm_4_7
@@ -523,3 +525,16 @@ def test_grafana_dashboard_plots_learned_against_catalog_limits() -> None:
     ]
     assert both == ["Learned vs catalog limit by model"]
     assert any("chaos_account_limit" in names for names in plotted.values())
+
+
+def test_fleet_figures_only_with_a_fleet() -> None:
+    alone = Harness()
+    assert alone.value("chaos_fleet_connected") is None and alone.value("chaos_fleet_proxies") is None
+    figures = FleetFigures(connected=True, proxies=3, own_in_flight=2, outages=1, lost_races=7)
+    h = Harness()
+    h.metrics = ChaosMetrics(h.pool, h.stats, lambda: figures)
+    assert h.value("chaos_fleet_connected") == 1
+    assert h.value("chaos_fleet_proxies") == 3 and h.value("chaos_fleet_own_in_flight") == 2
+    assert h.value("chaos_fleet_outages_total") == 1 and h.value("chaos_fleet_lost_races_total") == 7
+    figures = replace(figures, connected=False, proxies=0, outages=2)
+    assert h.value("chaos_fleet_connected") == 0 and h.value("chaos_fleet_outages_total") == 2

@@ -54,7 +54,7 @@ from .routed_request import RoutedRequest
 from .shared_slots import SharedSlots
 from .state_url import StateUrl, parse_share, parse_state_url
 from .stats import Outcome, Stats, chaos_stats
-from .status import served
+from .status import FleetFigures, served
 from .tiers import TierClassifier
 from .upstream import UpstreamClients, UpstreamSettings
 from .waiting import CLIENT_GONE, acquire_while_connected
@@ -95,7 +95,7 @@ class ChaosMode:
         self.pool = ChaosPool(self.config, clock=clock, wall_clock=wall_clock, rng=rng)
         self.stats = Stats(self.config, wall_clock)
         self.classifier = TierClassifier(self.config)
-        self.metrics = ChaosMetrics(self.pool, self.stats)
+        self.metrics = ChaosMetrics(self.pool, self.stats, self._fleet_figures)
         self.web = WebServer(self.chaos_stats, self.metrics.render)
         self.forwarder = Forwarder(UpstreamClients(), wall_clock=wall_clock)
         # The owner of each routed flow (and its face in the flow), gone with the flow.
@@ -583,6 +583,13 @@ class ChaosMode:
 
             stats["fleet"] = {**fleet_status(self.fleet), "lostRaces": self.pool.lost_races}
         return stats
+
+    def _fleet_figures(self) -> FleetFigures | None:
+        if self.fleet is None:
+            return None
+        from .redis_state import fleet_figures
+
+        return fleet_figures(self.fleet, self.pool.lost_races)
 
     @command.command("chaos.status")
     def status(self) -> str:

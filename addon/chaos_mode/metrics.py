@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -19,7 +19,7 @@ from .doors import DOORS
 from .message_request import BAD_KINDS
 from .pool import ChaosPool
 from .stats import OTHER_MODEL, OUTCOMES, WAIT_BUCKETS, Stats
-from .status import ModelStatus, PoolStatus, QueueStatus
+from .status import FleetFigures, ModelStatus, PoolStatus, QueueStatus
 from .zai_errors import KNOWN_CODES
 
 PREFIX: Final = "chaos_"
@@ -186,6 +186,27 @@ METRICS: Final[tuple[MetricSpec, ...]] = (
         (),
         "Releases of a slot that was not held (clamped at zero); should stay 0.",
     ),
+    _spec(
+        "fleet_connected",
+        "gauge",
+        (),
+        "With chaos_state: 1 while Redis answers and slots are counted fleet-wide, 0 while this proxy "
+        "serves alone on its share. No sample without chaos_state.",
+    ),
+    _spec("fleet_proxies", "gauge", (), "With chaos_state: live proxies of the fleet, this one included."),
+    _spec(
+        "fleet_own_in_flight",
+        "gauge",
+        (),
+        "With chaos_state: slots this proxy holds (chaos_in_flight counts the whole fleet's).",
+    ),
+    _spec("fleet_outages_total", "counter", (), "With chaos_state: times Redis went away."),
+    _spec(
+        "fleet_lost_races_total",
+        "counter",
+        (),
+        "With chaos_state: slots taken on this proxy's view that Redis refused (another proxy was first).",
+    ),
 )
 
 _BY_NAME: Final[dict[str, MetricSpec]] = {spec.family.removeprefix(PREFIX): spec for spec in METRICS}
@@ -247,9 +268,12 @@ class PoolCollector(Collector):
     the fixed outcome and kind sets, and the bounded error-code set of `code_label`.
     """
 
-    def __init__(self, pool: ChaosPool, stats: Stats) -> None:
+    def __init__(
+        self, pool: ChaosPool, stats: Stats, fleet: Callable[[], FleetFigures | None] = lambda: None
+    ) -> None:
         self._pool = pool
         self._stats = stats
+        self._fleet_figures = fleet  # None: no chaos_state
 
     def describe(self) -> Iterable[Metric]:
         return []  # names are fixed by METRICS; no collect() at registration time
@@ -271,6 +295,13 @@ class PoolCollector(Collector):
         for kind, value in kinds.items():
             f.counter("bad_requests").add_metric([kind], value)
         f.counter("spurious_releases").add_metric([], float(status.spurious_releases))
+        fleet = self._fleet_figures()
+        if fleet is not None:
+            f.gauge("fleet_connected").add_metric([], 1.0 if fleet.connected else 0.0)
+            f.gauge("fleet_proxies").add_metric([], float(fleet.proxies))
+            f.gauge("fleet_own_in_flight").add_metric([], float(fleet.own_in_flight))
+            f.counter("fleet_outages").add_metric([], float(fleet.outages))
+            f.counter("fleet_lost_races").add_metric([], float(fleet.lost_races))
         return f.in_order()
 
     @staticmethod
@@ -353,11 +384,13 @@ class PoolCollector(Collector):
 class ChaosMetrics:
     """Owns a `CollectorRegistry` (mitmproxy re-imports `-s` scripts: never the global one)."""
 
-    def __init__(self, pool: ChaosPool, stats: Stats) -> None:
+    def __init__(
+        self, pool: ChaosPool, stats: Stats, fleet: Callable[[], FleetFigures | None] = lambda: None
+    ) -> None:
         self.pool = pool
         self.stats = stats
         self.registry = CollectorRegistry(auto_describe=True)
-        self.collector = PoolCollector(pool, stats)
+        self.collector = PoolCollector(pool, stats, fleet)
         self.registry.register(self.collector)
 
     def render(self) -> tuple[bytes, str]:

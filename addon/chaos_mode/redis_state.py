@@ -32,6 +32,7 @@ from .pool import ChaosPool
 from .shared_cooldowns import BlockNotice, SharedCooldowns
 from .shared_slots import Notice, SharedSlots, Tally, Verdict
 from .state_url import StateUrl, redact
+from .status import FleetFigures
 
 log = logging.getLogger("chaos_mode")
 
@@ -584,6 +585,18 @@ def _describe(exc: BaseException) -> str:
         exc = exc.exceptions[0]
     text = str(exc).splitlines()[0] if str(exc) else ""
     return f"{type(exc).__name__}: {text}"[:200] if text else type(exc).__name__
+
+
+def fleet_figures(fleet: RedisFleet, lost_races: int) -> FleetFigures:
+    """This proxy in its fleet, as the metrics read it."""
+    slots = fleet.slots
+    return FleetFigures(
+        connected=fleet.up,
+        proxies=len(slots.proxies) if fleet.up else 0,
+        own_in_flight=sum(slots.own().values()),
+        outages=slots.lost,
+        lost_races=lost_races,
+    )
 
 
 def fleet_status(fleet: RedisFleet) -> dict[str, Any]:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-import pytest
+import asyncio
 
-from chaos_mode.bench.fleet import FleetSpec, kill_one, measure, restart_redis
-from chaos_mode.child import RedisProcess
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from chaos_mode.bench.fleet import FleetSpec, kill_one, measure, restart_redis, start_fleet, stop_fleet
+from chaos_mode.child import ProxyProcess, RedisProcess
 from chaos_mode.sim import SimProcess, SimSettings
 from redis_support import require_redis_server
 
@@ -52,3 +56,39 @@ async def test_redis_stopped_and_restarted_mid_run_fails_no_request_and_the_coun
     # (the check reads each proxy's status), so only "it comes back" is asserted (within 3 TTLs + 5 s).
     assert figures["countsRightSeconds"] is not None
     assert figures["upstream429"] == 0 and figures["overCaps"] == {}
+
+
+async def test_the_fleet_in_each_proxys_metrics() -> None:
+    """Two real proxies on one Redis: each one's /metrics says it is connected and counts two proxies;
+    Redis stopped, each says it serves alone and counts the outage."""
+    require_redis_server()
+    with SimProcess(SHORT_SIM) as sim, RedisProcess() as redis:
+        proxies = await start_fleet(sim, redis.url, 2, SHORT.lease_ms)
+        try:
+            async with httpx.AsyncClient(trust_env=False, timeout=5) as http:
+
+                async def figures(proxy: ProxyProcess) -> dict[str, float]:
+                    text = (await http.get(f"http://127.0.0.1:{proxy.web_port}/metrics")).text
+                    return {
+                        sample.name: sample.value
+                        for family in text_string_to_metric_families(text)
+                        if family.name.startswith("chaos_fleet_")
+                        for sample in family.samples
+                    }
+
+                async with asyncio.timeout(5):  # each counts the other from its next renewal on
+                    while any([(await figures(p))["chaos_fleet_proxies"] < 2 for p in proxies]):
+                        await asyncio.sleep(0.05)
+                for proxy in proxies:
+                    seen = await figures(proxy)
+                    assert seen["chaos_fleet_connected"] == 1 and seen["chaos_fleet_proxies"] == 2, seen
+                    assert seen["chaos_fleet_outages_total"] == 0, seen
+                await asyncio.to_thread(redis.stop)
+                async with asyncio.timeout(5):
+                    while any([(await figures(p))["chaos_fleet_connected"] for p in proxies]):
+                        await asyncio.sleep(0.05)
+                for proxy in proxies:
+                    seen = await figures(proxy)
+                    assert seen["chaos_fleet_outages_total"] == 1 and seen["chaos_fleet_proxies"] == 0, seen
+        finally:
+            await stop_fleet(proxies)
