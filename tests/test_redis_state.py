@@ -20,7 +20,8 @@ from certs import make_certs
 from chaos_mode.child import RedisProcess
 from chaos_mode.config import default_config
 from chaos_mode.pool import ChaosPool, Ticket
-from chaos_mode.redis_state import RedisFleet, fleet_status, notice_tail, parse_notice
+from chaos_mode.redis_protocol import notice_tail, parse_notice
+from chaos_mode.redis_state import RedisFleet, fleet_status
 from chaos_mode.shared_slots import Notice, SharedSlots, Tally
 from chaos_mode.state_url import parse_state_url
 from chaos_mode.zai_errors import classify_error

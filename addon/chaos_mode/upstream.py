@@ -270,19 +270,12 @@ def decode(body: bytes, coding: bytes | None) -> bytes:
 
             return bytes(brotli.decompress(body))
         if name == b"zstd":
-            return _zstd_decompress(body)
+            from .zstd_codec import zstd
+
+            return bytes(zstd.decompress(body))
     except Exception:
         return body
     return body
-
-
-def _zstd_decompress(body: bytes) -> bytes:
-    try:
-        from compression import zstd  # type: ignore[import-not-found,unused-ignore]  # Python 3.14
-    except ImportError:
-        from backports import zstd  # type: ignore[import-not-found,no-redef,unused-ignore]  # mitmproxy's
-
-    return bytes(zstd.decompress(body))
 
 
 class UpstreamClients:

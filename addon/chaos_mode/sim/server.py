@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
 import json
 import logging
 import ssl
@@ -16,7 +17,6 @@ from typing import Any
 import tornado.httpserver
 import tornado.netutil
 import tornado.web
-from mitmproxy.net import encoding
 from tornado.iostream import StreamClosedError
 
 from chaos_mode.sim.errors import MSG_1113, MSG_1211, default_message, error_body, new_request_id
@@ -257,7 +257,7 @@ class _SimHandler(tornado.web.RequestHandler):
         coding = self.sim.settings.error_encoding
         if status >= 400 and coding is not None:
             self.set_header("Content-Encoding", coding)
-            body = encoding.encode(body, coding)
+            body = _compress(body, coding)
         self.finish(body)
 
     def send_error_body(
@@ -292,6 +292,19 @@ class _SimHandler(tornado.web.RequestHandler):
             return json.loads(self.request.body)
         except (UnicodeDecodeError, json.JSONDecodeError):
             raise ValueError("Request body is not valid JSON") from None
+
+
+def _compress(body: bytes, coding: str) -> bytes:
+    """`body` in `coding`: gzip, br or zstd (`SimSettings.error_encoding`)."""
+    if coding == "gzip":
+        return gzip.compress(body)
+    if coding == "br":
+        import brotli  # type: ignore[import-untyped]  # a dependency (mitmproxy's too)
+
+        return bytes(brotli.compress(body))
+    from chaos_mode.zstd_codec import zstd
+
+    return bytes(zstd.compress(body))
 
 
 class NotFoundHandler(_SimHandler):
