@@ -492,3 +492,36 @@ async def test_a_fleet_over_tls_trusts_the_ca_its_url_names_and_no_other(
             for fleet in (trusting, doubting):
                 await fleet.close()
     assert "hunter2" not in caplog.text
+
+
+async def test_a_slot_taken_while_a_proxy_writes_its_leases_again_is_confirmed_by_redis() -> None:
+    """Back from an outage, a proxy's slots are confirmed by Redis from the first write of its leases on:
+    one taken while that write's answer is on its way is in Redis too, where the proxy back first, which
+    counts on Redis once this one was seen, finds it."""
+    back, late, gate, second, servers = await restarted_with_one_proxy_late(lease_seconds=3.0)
+    try:
+        tick = late._tick  # the real script once the gate opens
+        written, answer = asyncio.Event(), asyncio.Event()
+
+        async def slow_answer(**kwargs: object) -> object:
+            result = await tick(**kwargs)
+            written.set()
+            await answer.wait()
+            return result
+
+        late._tick = slow_answer  # type: ignore[assignment]
+        gate.set()
+        await until(written.is_set)  # its leases are in Redis again; it has not read the answer yet
+        assert late.pool is not None
+        selection = await late.pool.admit(Ticket("light"), timeout=1)
+        assert selection is not None
+        check = aioredis.Redis(port=second.port)
+        assert await check.zcard("chaos:account") == 2  # the slot it held, and this one
+        await check.aclose()
+        answer.set()
+        await until(lambda: back.up and late.up, 3)
+    finally:
+        for fleet in (back, late):
+            await fleet.close()
+        for server in servers:
+            await asyncio.to_thread(server.stop)

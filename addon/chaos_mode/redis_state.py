@@ -221,15 +221,17 @@ class RedisFleet:
                 try:
                     async with asyncio.timeout(self.timeout):
                         await pubsub.subscribe(self._channel, self._inbox, self._blocks)
-                    tally = await self.tick(renew_only=False)  # every lease held here, again: reconciled
                     self._connection += 1  # the calls made from here on are this connection's
                     if self.slots.lost:
-                        # Back after an outage: Redis may have come back empty. Stay alone until the
-                        # other proxies have written their leases again, so that this one never counts
-                        # on a Redis that misses the slots of a proxy still alone; meanwhile its slots are
-                        # confirmed by Redis too (a proxy back earlier counts on it).
+                        # Back after an outage: Redis may have come back empty. From the first write of
+                        # this proxy's leases on (a slot taken while it is on its way included), its
+                        # slots are confirmed by Redis too: a proxy back earlier counts on it. It stays
+                        # alone until the other proxies have written theirs, so that it never counts on a
+                        # Redis that misses the slots of a proxy still alone.
                         self._rejoining = True
                         self.slots.rejoining()
+                    tally = await self.tick(renew_only=False)  # every lease held here, again: reconciled
+                    if self.slots.lost:
                         tally = await self._until_the_others_are_back(tally)
                     self._rejoining = False
                     self._up = True
