@@ -197,6 +197,15 @@ async def test_alone_the_others_slots_as_last_seen_still_count_for_one_lease() -
     assert not slots.try_acquire("m", 3, 28)
 
 
+def test_alone_a_proxy_heard_from_since_the_last_tally_takes_its_share_too() -> None:
+    """A proxy that joined less than a renewal ago is in no tally here yet; its notice (it announces
+    itself on joining) is enough: Redis gone, each of the two takes half, not this one all."""
+    slots = connected(FakeFleet())
+    slots.apply(Tally({}, 0, {"a": 0}))  # the last tally: this proxy alone
+    slots.heard(Notice(0, "=", "b"))  # b joined: it said so
+    assert slots.disconnected() == 0.5
+
+
 def test_the_share_before_anything_was_seen_and_a_configured_one() -> None:
     assert SharedSlots("a").share is None  # the first requests wait for the first connection
     assert SharedSlots("a", share=0.25).disconnected() == 0.25

@@ -239,6 +239,7 @@ class RedisFleet:
                     self._started.set()
                     self.slots.connected(self)
                     self.slots.apply(tally)
+                    self.announce()  # here: the others count this proxy before their next tally does
                     if self._told:
                         self._told = False
                         log.info(

@@ -426,7 +426,9 @@ class SharedSlots:
         slots as last seen for `forget_after` seconds more."""
         share = self.configured_share
         if share is None:
-            alive = len(self._proxies)  # this proxy included
+            # This proxy included; a proxy heard from since the last tally counts too (one that joined
+            # less than a renewal ago is in no tally here yet, and will take its share as well).
+            alive = len(set(self._proxies) | set(self._peers))
             share = 1.0 / alive if alive else FALLBACK_SHARE
         self._alone_share = share
         self._rejoining = False
