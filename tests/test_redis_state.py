@@ -525,3 +525,25 @@ async def test_a_slot_taken_while_a_proxy_writes_its_leases_again_is_confirmed_b
             await fleet.close()
         for server in servers:
             await asyncio.to_thread(server.stop)
+
+
+async def test_a_proxy_that_joined_just_before_redis_went_away_counts_in_the_others_share() -> None:
+    """The second proxy joins less than a renewal before Redis goes away: the first one's last tally
+    lists only itself, but the newcomer announced itself, so each serves alone on half, not the first on
+    the whole limit beside the second's half."""
+    first = RedisProcess().start()
+    url = f"redis://127.0.0.1:{first.port}/0"
+    early, late = (make_fleet(url, name, lease_seconds=30.0) for name in ("early", "late"))  # 10 s renewals
+    try:
+        early.start()
+        await until(lambda: early.up)
+        late.start()
+        await until(lambda: late.up)
+        assert set(early.slots.proxies) == {early.slots.proxy_id}  # no renewal since: its tally had one
+        await asyncio.to_thread(first.stop)
+        await until(lambda: early.slots.share is not None and late.slots.share is not None)
+        assert early.slots.share == 0.5 and late.slots.share == 0.5
+    finally:
+        for fleet in (early, late):
+            await fleet.close()
+        first.stop()
