@@ -4,6 +4,7 @@ account, an outage and the reconciliation after it, and an invariant under any s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -133,7 +134,7 @@ async def test_two_pools_share_the_account_and_a_slot_freed_on_one_serves_a_wait
     pools[owner].release(model)
     selection = await asyncio.wait_for(waiter, 2)  # woken by the message, not by the 5 s timeout
     assert selection is not None and selection.model == model
-    status = fleet_status(fleets[1])
+    status = fleet_status(fleets[1], pools[1].lost_races)
     assert status["connected"] and status["ownInFlight"] == 5
     for fleet in fleets:
         await fleet.close()
@@ -229,7 +230,7 @@ async def test_an_outage_serves_alone_says_so_once_and_the_leases_come_back(
             check = aioredis.Redis(port=port, password="hunter2")
             assert await check.zcard("chaos:account") == 5  # written again on reconnection
             await check.aclose()
-            assert fleet_status(fleet)["alive"] == 1
+            assert fleet_status(fleet, pool.lost_races)["alive"] == 1
         finally:
             for selection in held + more:
                 assert selection is not None
@@ -387,40 +388,46 @@ async def test_a_call_that_fails_after_an_announce_still_takes_the_proxy_alone(s
         await fleet.close()
 
 
+@contextlib.asynccontextmanager
 async def restarted_with_one_proxy_late(
     lease_seconds: float,
-) -> tuple[RedisFleet, RedisFleet, asyncio.Event, RedisProcess, list[RedisProcess]]:
+) -> AsyncIterator[tuple[RedisFleet, RedisFleet, asyncio.Event, RedisProcess]]:
     """Two proxies on one Redis, one holding a slot; Redis restarted empty, and the other (`late`) kept
-    from reaching it until the event is set. Returns the one back first, the late one, the event, the
-    new Redis, and both Redis processes (to stop)."""
-    first = RedisProcess().start()
-    url = f"redis://127.0.0.1:{first.port}/0"
+    from reaching it until the event is set. Yields the one back first, the late one, the event and the
+    new Redis; closes both proxies and stops both Redis processes after."""
+    servers = [RedisProcess().start()]
+    url = f"redis://127.0.0.1:{servers[0].port}/0"
     pools = [ChaosPool(CONFIG), ChaosPool(CONFIG)]
     back, late = (make_fleet(url, f"p{i}", pool=p, lease_seconds=lease_seconds) for i, p in enumerate(pools))
-    for fleet in (back, late):
-        fleet.start()
-    await until(lambda: all(len(f.slots.proxies) == 2 for f in (back, late)))  # each has seen the other
-    assert await pools[1].admit(Ticket("heavy"), timeout=1) is not None
-    gate = asyncio.Event()
-    tick = late._tick
+    try:
+        for fleet in (back, late):
+            fleet.start()
+        await until(lambda: all(len(f.slots.proxies) == 2 for f in (back, late)))  # each saw the other
+        assert await pools[1].admit(Ticket("heavy"), timeout=1) is not None
+        gate = asyncio.Event()
+        tick = late._tick
 
-    async def kept_away(**kwargs: object) -> object:
-        if not gate.is_set():
-            raise ConnectionError("kept away")  # redis-py's, for a Redis it cannot reach
-        return await tick(**kwargs)
+        async def kept_away(**kwargs: object) -> object:
+            if not gate.is_set():
+                raise ConnectionError("kept away")  # redis-py's, for a Redis it cannot reach
+            return await tick(**kwargs)
 
-    late._tick = kept_away  # type: ignore[assignment]
-    await asyncio.to_thread(first.stop)
-    second = await asyncio.to_thread(RedisProcess(port=first.port).start)
-    return back, late, gate, second, [first, second]
+        late._tick = kept_away  # type: ignore[assignment]
+        await asyncio.to_thread(servers[0].stop)
+        servers.append(await asyncio.to_thread(RedisProcess(port=servers[0].port).start))
+        yield back, late, gate, servers[1]
+    finally:
+        for fleet in (back, late):
+            await fleet.close()
+        for server in servers:
+            await asyncio.to_thread(server.stop)
 
 
 async def test_a_proxy_back_from_an_outage_counts_on_redis_once_the_others_wrote_their_leases_again() -> None:
     """Redis came back empty: the proxy back first stays alone (on its share, its slots confirmed by Redis
     too) while a proxy it knew has not written its leases again, however many renewals that takes, and
     counts on Redis as soon as that one has: never on a Redis that misses a slot still held."""
-    back, late, gate, second, servers = await restarted_with_one_proxy_late(lease_seconds=3.0)
-    try:
+    async with restarted_with_one_proxy_late(lease_seconds=3.0) as (back, late, gate, second):
         await until(lambda: back._rejoining)
         tallies = 0
         tick = back.tick
@@ -439,26 +446,15 @@ async def test_a_proxy_back_from_an_outage_counts_on_redis_once_the_others_wrote
         assert await check.zcard("chaos:account") == 1  # the late proxy's slot, written again
         await check.aclose()
         assert back.slots.in_flight(late.slots.leases()[0][0]) == 1  # and counted by the other
-    finally:
-        for fleet in (back, late):
-            await fleet.close()
-        for server in servers:
-            await asyncio.to_thread(server.stop)
 
 
 async def test_a_proxy_back_from_an_outage_waits_one_lease_at_most_for_a_proxy_gone_meanwhile() -> None:
-    back, late, _, _, servers = await restarted_with_one_proxy_late(lease_seconds=1.5)
-    try:
+    async with restarted_with_one_proxy_late(lease_seconds=1.5) as (back, late, _, _):
         await until(lambda: back._rejoining)
         rejoining = time.monotonic()
         await until(lambda: back.up, 4)
         assert time.monotonic() - rejoining >= 1.4  # the lease (1.5 s), less a poll's rounding
         assert not late.up
-    finally:
-        for fleet in (back, late):
-            await fleet.close()
-        for server in servers:
-            await asyncio.to_thread(server.stop)
 
 
 async def test_a_fleet_over_tls_trusts_the_ca_its_url_names_and_no_other(
@@ -498,8 +494,7 @@ async def test_a_slot_taken_while_a_proxy_writes_its_leases_again_is_confirmed_b
     """Back from an outage, a proxy's slots are confirmed by Redis from the first write of its leases on:
     one taken while that write's answer is on its way is in Redis too, where the proxy back first, which
     counts on Redis once this one was seen, finds it."""
-    back, late, gate, second, servers = await restarted_with_one_proxy_late(lease_seconds=3.0)
-    try:
+    async with restarted_with_one_proxy_late(lease_seconds=3.0) as (back, late, gate, second):
         tick = late._tick  # the real script once the gate opens
         written, answer = asyncio.Event(), asyncio.Event()
 
@@ -520,11 +515,6 @@ async def test_a_slot_taken_while_a_proxy_writes_its_leases_again_is_confirmed_b
         await check.aclose()
         answer.set()
         await until(lambda: back.up and late.up, 3)
-    finally:
-        for fleet in (back, late):
-            await fleet.close()
-        for server in servers:
-            await asyncio.to_thread(server.stop)
 
 
 async def test_a_proxy_that_joined_just_before_redis_went_away_counts_in_the_others_share() -> None:

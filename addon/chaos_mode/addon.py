@@ -581,7 +581,7 @@ class ChaosMode:
         if self.fleet is not None:
             from .redis_state import fleet_status
 
-            stats["fleet"] = {**fleet_status(self.fleet), "lostRaces": self.pool.lost_races}
+            stats["fleet"] = fleet_status(self.fleet, self.pool.lost_races)
         return stats
 
     def _fleet_figures(self) -> FleetFigures | None:

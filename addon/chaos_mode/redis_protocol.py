@@ -110,8 +110,8 @@ return {counts, redis.call('ZRANGE', KEYS[1], 0, -1), proxies, seq, now}
 )
 
 # KEYS: the account's leases, the fleet, the change number, then the models' leases of ARGV. ARGV: proxy id,
-# channel, then
-# (index of the model's key, lease) for each lease held here. A proxy leaving gives everything back.
+# channel, then (index of the model's key, lease) for each lease held here. A proxy leaving gives
+# everything back.
 LEAVE: Final = """
 redis.call('ZREM', KEYS[2], ARGV[1])
 for i = 3, #ARGV, 2 do

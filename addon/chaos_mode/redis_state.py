@@ -450,26 +450,29 @@ def fleet_figures(fleet: RedisFleet, lost_races: int) -> FleetFigures:
     )
 
 
-def fleet_status(fleet: RedisFleet) -> dict[str, Any]:
-    """The fleet as status pages show it (camelCase): where, whether it answers, who holds what."""
+def fleet_status(fleet: RedisFleet, lost_races: int) -> dict[str, Any]:
+    """The fleet as status pages show it (camelCase): where, whether it answers, who holds what; the
+    figures the metrics read too."""
     slots = fleet.slots
-    proxies = slots.proxies if fleet.up else {}
+    figures = fleet_figures(fleet, lost_races)
+    proxies = slots.proxies if figures.connected else {}
     return {
         "state": fleet.url.display,
-        "connected": fleet.up,
+        "connected": figures.connected,
         "share": slots.share,  # None while Redis answers; else the share of each limit used alone
         "lastError": fleet.last_error,
-        "outages": slots.lost,
+        "outages": figures.outages,
         "joinedAt": fleet.joined_at,  # epoch seconds: when it last began to count on Redis (after an outage)
         "leaseSeconds": fleet.lease_ms / 1000,
         "proxy": slots.proxy_id,
-        "ownInFlight": sum(slots.own().values()),
+        "ownInFlight": figures.own_in_flight,
         "leases": [lease for _, lease in slots.leases()],  # this proxy's, as Redis should hold them
         "heldBack": slots.held_back,
         "blocksHeard": fleet.cooldowns.heard_count if fleet.cooldowns is not None else 0,
         "own": slots.own(),
-        "alive": len(proxies),
+        "alive": figures.proxies,
         "proxies": [
             {"id": proxy, "held": held, "self": proxy == slots.proxy_id} for proxy, held in proxies.items()
         ],
+        "lostRaces": figures.lost_races,
     }

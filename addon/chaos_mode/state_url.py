@@ -86,11 +86,10 @@ def _ca_certs(query: str, scheme: str) -> str | None:
         return None
     try:
         pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=True)
-    except ValueError:
-        pairs = [("", "")]
-    names = sorted({name for name, _ in pairs} - {CA_PARAMETER})
-    if names or len(pairs) != 1:
-        shown = (names[0] if names else query)[:20]
+    except ValueError:  # a field without "="
+        pairs = []
+    if len(pairs) != 1 or pairs[0][0] != CA_PARAMETER:
+        shown = next((name for name, _ in pairs if name != CA_PARAMETER), query)[:20]
         raise ValueError(f"the only query parameter is {CA_PARAMETER}=PATH (with rediss://), not {shown!r}")
     if scheme != "rediss":
         raise ValueError(f"{CA_PARAMETER} needs rediss:// (TLS)")
