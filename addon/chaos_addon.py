@@ -10,9 +10,9 @@ except ImportError:  # a plain checkout: the package sits beside this script
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 try:
-    from chaos_mode.addon import ChaosMode
+    from chaos_mode.mitm.addon import ChaosMode
 except ModuleNotFoundError as exc:  # mitmproxy installed on its own (pipx, brew, the binary)
-    from chaos_mode.dependencies import install_hint, missing_package
+    from chaos_mode.mitm.dependencies import install_hint, missing_package
 
     package = missing_package(exc)
     if package is None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from chaos_mode.message_request import MessageRequest
+from chaos_mode.doors.messages import MessageRequest
 
 Case = tuple[dict[str, Any], str, bytes]  # (the object, its model, its bytes)
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from chaos_mode.pool import ChaosPool, Selection, Ticket
-from chaos_mode.zai_errors import UpstreamError
+from chaos_mode.routing.pool import ChaosPool, Selection, Ticket
+from chaos_mode.zai.errors import UpstreamError
 
 ONLY_GLM_4_7 = frozenset({"glm-4.6", "glm-4.5-x"})  # attempted: only glm-4.7 is left to a heavy request
 ONLY_GLM_4_5 = frozenset({"glm-4.7", "glm-4.6", "glm-4.5-x", "glm-4.5-air"})  # the same for medium

@@ -1,4 +1,4 @@
-"""The mitmproxy adapter (chaos_mode.addon) hook by hook, with mitmproxy's own test helpers."""
+"""The mitmproxy adapter (chaos_mode.mitm.addon) hook by hook, with mitmproxy's own test helpers."""
 
 from __future__ import annotations
 
@@ -23,11 +23,11 @@ from mitmproxy.connection import ConnectionState
 from mitmproxy.net import encoding
 from mitmproxy.test import taddons, tflow, tutils
 
-from chaos_mode import waiting as waiting_module
-from chaos_mode.addon import META, ChaosMode
-from chaos_mode.config import default_config
-from chaos_mode.replies import TRIED_HEADER
-from chaos_mode.status import served
+from chaos_mode.config.schema import default_config
+from chaos_mode.doors.replies import TRIED_HEADER
+from chaos_mode.mitm import waiting as waiting_module
+from chaos_mode.mitm.addon import META, ChaosMode
+from chaos_mode.routing.status import served
 from seed_catalog import FIXED_LIMITS
 
 CATALOG = default_config().models

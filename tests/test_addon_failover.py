@@ -16,11 +16,11 @@ import pytest
 from mitmproxy import http
 from mitmproxy.test import taddons, tflow, tutils
 
-from chaos_mode.addon import META, ChaosMode
-from chaos_mode.config import default_config
-from chaos_mode.replies import TRIED_HEADER
+from chaos_mode.config.schema import default_config
+from chaos_mode.doors.replies import TRIED_HEADER
+from chaos_mode.mitm.addon import META, ChaosMode
+from chaos_mode.routing.status import served
 from chaos_mode.sim import Fault, SimServer, SimSettings
-from chaos_mode.status import served
 from seed_catalog import FIXED_LIMITS
 
 HEAVY = [name for name, spec in default_config().models.items() if spec.tier == "HEAVY"]

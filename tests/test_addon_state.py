@@ -6,9 +6,9 @@ import pytest
 from mitmproxy import exceptions
 from mitmproxy.test import taddons
 
-from chaos_mode.addon import ChaosMode
-from chaos_mode.shared_slots import SharedSlots
-from chaos_mode.slots import MemorySlots
+from chaos_mode.fleet.slots import SharedSlots
+from chaos_mode.mitm.addon import ChaosMode
+from chaos_mode.routing.slots import MemorySlots
 
 
 @pytest.mark.parametrize(

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from chaos_mode.admission import AdmissionQueue
-from chaos_mode.config import ModelRouting, parse_config
-from chaos_mode.pool import ChaosPool, Selection, Ticket
-from chaos_mode.status import served
-from chaos_mode.zai_errors import UpstreamError, classify_error
+from chaos_mode.config.schema import ModelRouting, parse_config
+from chaos_mode.routing.pool import ChaosPool, Selection, Ticket
+from chaos_mode.routing.status import served
+from chaos_mode.routing.wait_queue import AdmissionQueue
+from chaos_mode.zai.errors import UpstreamError, classify_error
 from fakes import FakeClock
 from seed_catalog import FIXED_LIMITS
 

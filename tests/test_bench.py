@@ -33,7 +33,7 @@ from chaos_mode.bench.sampler import read_sample, rebase, stall_figures
 from chaos_mode.bench.scenarios import PINNED, SCENARIOS, parse_scenarios, pinned_models
 from chaos_mode.bench.swarm import RequestRecord, retry_delay
 from chaos_mode.bench.workload import Mix, Request, WorkloadSpec, make_workload, parse_mix
-from chaos_mode.config import default_config
+from chaos_mode.config.schema import default_config
 from seed_catalog import CAPS, HEAVY, MEDIUM
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chaos_mode.chat_request import ChatRequest, parse_chat
-from chaos_mode.config import default_config
-from chaos_mode.message_request import BadRequest, MessageRequest, parse_message
-from chaos_mode.pool import ChaosPool, RequestInfo, Ticket
-from chaos_mode.tiers import TierClassifier
+from chaos_mode.config.schema import default_config
+from chaos_mode.doors.chat import ChatRequest, parse_chat
+from chaos_mode.doors.messages import BadRequest, MessageRequest, parse_message
+from chaos_mode.routing.pool import ChaosPool, RequestInfo, Ticket
+from chaos_mode.routing.tiers import TierClassifier
 from fakes import FakeClock
 from json_bodies import JSON_VALUES, Case, check_exact_rewrite, message_bodies
 

@@ -1,4 +1,4 @@
-"""The OpenAI stream observer (chaos_mode.chat_stream) and usage of whole OpenAI answers."""
+"""The OpenAI stream observer (chaos_mode.doors.chat_stream) and usage of whole OpenAI answers."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from mitmproxy import http
 
-from chaos_mode.chat_stream import ChatStreamObserver
-from chaos_mode.dialects import DIALECTS
-from chaos_mode.flow_bodies import usage_of
-from chaos_mode.sse import message_usage
+from chaos_mode.doors.chat_stream import ChatStreamObserver
+from chaos_mode.doors.messages_stream import message_usage
+from chaos_mode.doors.speech import DIALECTS
+from chaos_mode.mitm.flow_bodies import usage_of
 
 HEAD = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "glm-4.6"}
 

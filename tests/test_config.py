@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from chaos_mode.config import ConfigError, ModelRouting, default_config, parse_config
+from chaos_mode.config.schema import ConfigError, ModelRouting, default_config, parse_config
 
 # The seed's catalog, written out here (not imported) so the built-in table is checked against it.
 SEED_CATALOG: dict[str, tuple[str, int, float, float, bool]] = {

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from chaos_mode.config import ConfigError, default_config
-from chaos_mode.config_file import MAX_BYTES, MAX_VALUES, load_config
+from chaos_mode.config.file import MAX_BYTES, MAX_VALUES, load_config
+from chaos_mode.config.schema import ConfigError, default_config
 
 YAML_TEXT = """\
 modelRouting:

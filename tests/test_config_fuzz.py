@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 from ruamel.yaml import YAML
 
-from chaos_mode.config import ConfigError, ConfigFile, ModelRouting, key_step
-from chaos_mode.config_file import load_config
+from chaos_mode.config.file import load_config
+from chaos_mode.config.schema import ConfigError, ConfigFile, ModelRouting, key_step
 from test_config_file import readme_yaml
 
 HANG_SECONDS = 5  # one load never takes this long; a FIFO-like block or a runaway parse would

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from chaos_mode.config import CooldownSettings
-from chaos_mode.cooldown import Block, Cooldowns
+from chaos_mode.config.schema import CooldownSettings
+from chaos_mode.routing.cooldowns import Block, Cooldowns
 from fakes import FakeClock
 
 SETTINGS = CooldownSettings()  # default 5 s, max 60 s, x2 per recent hit, half-life 30 s, pause 300 s

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from importlib.metadata import requires
 
-from chaos_mode.dependencies import EXTRA_PACKAGES, install_hint, missing_package
+from chaos_mode.mitm.dependencies import EXTRA_PACKAGES, install_hint, missing_package
 
 
 def _names(distribution: str) -> set[str]:

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chaos_mode.config import ModelRouting, default_config, parse_config
-from chaos_mode.doors import route_of
+from chaos_mode.config.schema import ModelRouting, default_config, parse_config
+from chaos_mode.doors.door import route_of
 
 ZAI = ("api.z.ai",)
 

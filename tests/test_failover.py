@@ -6,12 +6,12 @@ from __future__ import annotations
 import asyncio
 import json
 
-from chaos_mode.config import parse_config
-from chaos_mode.failover import Answer, settle
-from chaos_mode.message_request import parse_message
-from chaos_mode.pool import ChaosPool, Selection, Ticket
-from chaos_mode.routed_request import RoutedRequest
-from chaos_mode.stats import Stats
+from chaos_mode.config.schema import parse_config
+from chaos_mode.doors.messages import parse_message
+from chaos_mode.observe.stats import Stats
+from chaos_mode.request.failover import Answer, settle
+from chaos_mode.request.routed import RoutedRequest
+from chaos_mode.routing.pool import ChaosPool, Selection, Ticket
 from fakes import FakeClock
 from seed_catalog import FIXED_LIMITS
 

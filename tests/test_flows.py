@@ -1,4 +1,4 @@
-"""The recorded flows of flows/ (see chaos_mode.sim.record): redacted, replayed offline, replayed live."""
+"""The recorded flows of flows/ (chaos_mode.devtools.record): redacted, replayed offline, replayed live."""
 
 from __future__ import annotations
 
@@ -17,11 +17,9 @@ from mitmproxy import flow as mflow
 from mitmproxy import http, io
 from mitmproxy.test import taddons, tflow, tutils
 
-from chaos_mode.addon import META, ChaosMode
-from chaos_mode.child import ADDON_DIR
-from chaos_mode.config import default_config
-from chaos_mode.sim import SimServer, SimSettings
-from chaos_mode.sim.record import (
+from chaos_mode.config.schema import default_config
+from chaos_mode.devtools.processes import ADDON_DIR
+from chaos_mode.devtools.record import (
     REDACTED,
     SCENARIOS,
     SECRET_REQUEST_HEADERS,
@@ -29,6 +27,8 @@ from chaos_mode.sim.record import (
     proxy_config,
     redact_file,
 )
+from chaos_mode.mitm.addon import META, ChaosMode
+from chaos_mode.sim import SimServer, SimSettings
 
 FLOWS = Path(__file__).resolve().parent.parent / "flows"
 KEY_SHAPE = re.compile(rb"sk-[A-Za-z0-9]{12,}")

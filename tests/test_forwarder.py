@@ -12,15 +12,15 @@ from typing import Any
 import httpx
 import pytest
 
-from chaos_mode import forwarder as forwarder_module
-from chaos_mode.config import parse_config
-from chaos_mode.forwarder import TOKEN_HEADER, Forwarder
-from chaos_mode.message_request import parse_message
-from chaos_mode.patience import Patience
-from chaos_mode.pool import ChaosPool, Ticket
-from chaos_mode.routed_request import RoutedRequest
-from chaos_mode.stats import Stats
-from chaos_mode.upstream import Destination, UpstreamClients, UpstreamSettings
+from chaos_mode.config.schema import parse_config
+from chaos_mode.doors.messages import parse_message
+from chaos_mode.forwarding import forwarder as forwarder_module
+from chaos_mode.forwarding.forwarder import TOKEN_HEADER, Forwarder
+from chaos_mode.forwarding.patience import Patience
+from chaos_mode.forwarding.upstream import Destination, UpstreamClients, UpstreamSettings
+from chaos_mode.observe.stats import Stats
+from chaos_mode.request.routed import RoutedRequest
+from chaos_mode.routing.pool import ChaosPool, Ticket
 from fakes import FakeClock
 
 BODY = json.dumps({"model": "claude-opus-4-5", "max_tokens": 64, "stream": True, "messages": []}).encode()

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from chaos_mode.config import ModelRouting, parse_config
-from chaos_mode.limits import STATE_FORMAT, LearnedLimits
+from chaos_mode.config.schema import ModelRouting, parse_config
+from chaos_mode.learning.limits import STATE_FORMAT, LearnedLimits
 from fakes import FakeClock
 
 WALL = 1_757_000_000.0

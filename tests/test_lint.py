@@ -1,7 +1,9 @@
-"""The code stays ruff- and mypy-clean: run both as part of the test command."""
+"""The code stays ruff- and mypy-clean, and the package's folders import one way: run as part of the test
+command."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -31,18 +33,88 @@ def test_clean(args: tuple[str, ...]) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+PACKAGE = ROOT / "addon" / "chaos_mode"
+# The package's folders, each importing only folders after it: the request's journey from the mitmproxy
+# hook down to what z.ai is. The development tools may import anything; nothing imports them.
+LAYERS = [
+    "mitm",
+    "forwarding",
+    "request",
+    "observe",
+    "fleet",
+    "doors",
+    "routing",
+    "learning",
+    "config",
+    "zai",
+]
+TOOLS = {"sim", "bench", "devtools"}
+MITMPROXY_FOLDERS = {"mitm", "devtools"}  # the adapter, and the flow recorder that writes flow files
+
+
+def _folder(module: str) -> str | None:
+    """The folder of a module of the package (`chaos_mode.routing.pool` -> `routing`)."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "chaos_mode" and len(parts) > 2 else None
+
+
+def _imports(path: Path) -> list[str]:
+    """Every module `path` imports (absolute names; relative imports resolved)."""
+    package = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts[:-1])
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                found.append(".".join([*base, node.module] if node.module else base))
+            elif node.module:
+                found.append(node.module)
+    return found
+
+
+def _modules() -> list[tuple[str, Path]]:
+    return [(path.relative_to(PACKAGE).parts[0], path) for path in sorted(PACKAGE.rglob("*.py"))]
+
+
+def test_every_module_lives_in_a_folder() -> None:
+    """The package's top level holds only its `__init__`: each module belongs to a stage of the journey."""
+    loose = [path.name for path in PACKAGE.glob("*.py") if path.name != "__init__.py"]
+    folders = {path.name for path in PACKAGE.iterdir() if (path / "__init__.py").exists()}
+    assert loose == []
+    assert folders == set(LAYERS) | TOOLS
+
+
+def test_every_folder_says_what_it_holds() -> None:
+    for folder in [*LAYERS, *TOOLS]:
+        init = ast.parse((PACKAGE / folder / "__init__.py").read_text(encoding="utf-8"))
+        doc = ast.get_docstring(init)
+        assert doc and len(doc.splitlines()) <= 3, folder
+
+
+def test_imports_point_down_the_journey() -> None:
+    """A folder imports only folders below it; the runtime never imports the development tools."""
+    offenders = []
+    for folder, path in _modules():
+        if folder in TOOLS or path.parent == PACKAGE:
+            continue
+        for module in _imports(path):
+            target = _folder(module)
+            if target is None or target == folder:
+                continue
+            if target in TOOLS or LAYERS.index(target) < LAYERS.index(folder):
+                offenders.append(f"{path.relative_to(PACKAGE)} imports {module}")
+    assert offenders == []
+
+
 def test_core_does_not_import_mitmproxy() -> None:
-    """Pure core, thin adapter: only the adapter modules (and the flow recorder, a development tool
-    that writes mitmproxy flow files) may import mitmproxy."""
-    package = ROOT / "addon" / "chaos_mode"
-    allowed = {"addon.py", "flow_bodies.py", "flow_view.py", "waiting.py", "sim/record.py"}
+    """Pure core, thin adapter: only the adapter's folder (and the flow recorder, a development tool that
+    writes mitmproxy flow files) imports mitmproxy."""
     offenders = [
-        path.relative_to(package).as_posix()
-        for path in package.rglob("*.py")
-        if path.relative_to(package).as_posix() not in allowed
-        and any(
-            line.lstrip().startswith(("import mitmproxy", "from mitmproxy"))
-            for line in path.read_text(encoding="utf-8").splitlines()
-        )
+        str(path.relative_to(PACKAGE))
+        for folder, path in _modules()
+        if folder not in MITMPROXY_FOLDERS
+        and any(module.split(".")[0] == "mitmproxy" for module in _imports(path))
     ]
     assert offenders == []

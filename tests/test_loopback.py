@@ -7,7 +7,7 @@ import socket
 import struct
 from collections.abc import AsyncIterator
 
-from chaos_mode.loopback import Incoming, LoopbackServer, Outgoing
+from chaos_mode.forwarding.loopback import Incoming, LoopbackServer, Outgoing
 
 WAIT = 5.0
 HUGE = b"x" * (8 << 20)  # more than the socket buffers hold: the server's write waits for the peer

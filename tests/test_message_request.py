@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chaos_mode.message_request import BadRequest, MessageRequest, parse_message
-from chaos_mode.pool import RequestInfo
+from chaos_mode.doors.messages import BadRequest, MessageRequest, parse_message
+from chaos_mode.routing.pool import RequestInfo
 from json_bodies import Case, assert_exact_rewrite, check_exact_rewrite, message_bodies
 
 SECRET = "sk-ant-api03-NeverInAnErrorMessage0123"

@@ -17,19 +17,20 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import chaos_mode
-from chaos_mode.catalog import DEFAULT_CATALOG, REQUEST_TIERS
-from chaos_mode.config import ModelRouting, parse_config
-from chaos_mode.message_request import BAD_KINDS
-from chaos_mode.metrics import KNOWN_CODES, METRICS, ChaosMetrics, code_label
-from chaos_mode.pool import ChaosPool, Ticket
-from chaos_mode.stats import OUTCOMES, WAIT_BUCKETS, Stats
-from chaos_mode.status import FleetFigures
-from chaos_mode.zai_errors import UpstreamError, classify_error
+from chaos_mode.config.schema import ModelRouting, parse_config
+from chaos_mode.doors.messages import BAD_KINDS
+from chaos_mode.observe.metrics import KNOWN_CODES, METRICS, ChaosMetrics, code_label
+from chaos_mode.observe.stats import OUTCOMES, WAIT_BUCKETS, Stats
+from chaos_mode.routing.pool import ChaosPool, Ticket
+from chaos_mode.routing.status import FleetFigures
+from chaos_mode.zai.catalog import DEFAULT_CATALOG, REQUEST_TIERS
+from chaos_mode.zai.errors import UpstreamError, classify_error
 from fakes import FakeClock
 from learned import learn_account_limit, lower_glm_4_7, probe_glm_4_7
 from seed_catalog import FIXED_LIMITS
 
 PACKAGE = Path(chaos_mode.__file__).resolve().parent
+ROOT = Path(__file__).resolve().parents[1]
 CATALOG = list(DEFAULT_CATALOG)
 WALL_START = datetime(2026, 3, 1, 15, 0, 0, tzinfo=UTC).timestamp()
 
@@ -479,7 +480,7 @@ def test_registry_per_instance_and_never_the_global_one() -> None:
 
 
 def test_metrics_reference_documents_exactly_the_exposed_metrics() -> None:
-    text = (PACKAGE / "METRICS.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "METRICS.md").read_text(encoding="utf-8")
     rows = re.findall(r"^\|\s*`(chaos_\w+)`\s*\|\s*(\w+)\s*\|([^|]*)\|", text, re.M)
     documented = {name: (kind, {label.strip(" `") for label in labels.split(",") if label.strip(" `—")})
                   for name, kind, labels in rows}  # fmt: skip
@@ -487,7 +488,7 @@ def test_metrics_reference_documents_exactly_the_exposed_metrics() -> None:
 
 
 def test_grafana_dashboard_plots_only_exposed_metrics() -> None:
-    dashboard = json.loads((PACKAGE / "grafana" / "chaos-mode.json").read_text(encoding="utf-8"))
+    dashboard = json.loads((PACKAGE / "observe" / "grafana" / "chaos-mode.json").read_text(encoding="utf-8"))
     variables = {v["name"]: v for v in dashboard["templating"]["list"]}
     assert variables["datasource"]["type"] == "datasource"
     assert variables["datasource"]["query"] == "prometheus"
@@ -512,7 +513,7 @@ def test_grafana_dashboard_plots_only_exposed_metrics() -> None:
 
 
 def test_grafana_dashboard_plots_learned_against_catalog_limits() -> None:
-    dashboard = json.loads((PACKAGE / "grafana" / "chaos-mode.json").read_text(encoding="utf-8"))
+    dashboard = json.loads((PACKAGE / "observe" / "grafana" / "chaos-mode.json").read_text(encoding="utf-8"))
     plotted = {
         panel["title"]: {name for t in panel["targets"] for name in re.findall(r"\bchaos_\w+", t["expr"])}
         for panel in dashboard["panels"]

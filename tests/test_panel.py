@@ -1,4 +1,4 @@
-"""The text panel of the `chaos.status` command (chaos_mode.panel), rendered from real pool state."""
+"""The text panel of the `chaos.status` command (chaos_mode.observe.panel), rendered from real pool state."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 
-from chaos_mode.config import ModelRouting, parse_config
-from chaos_mode.panel import _bar, render_panel
-from chaos_mode.pool import ChaosPool, Ticket
-from chaos_mode.stats import Stats, chaos_stats
-from chaos_mode.status import served
-from chaos_mode.zai_errors import classify_error
+from chaos_mode.config.schema import ModelRouting, parse_config
+from chaos_mode.observe.panel import _bar, render_panel
+from chaos_mode.observe.stats import Stats, chaos_stats
+from chaos_mode.routing.pool import ChaosPool, Ticket
+from chaos_mode.routing.status import served
+from chaos_mode.zai.errors import classify_error
 from learned import learn_account_limit, lower_glm_4_7, probe_glm_4_7
 from seed_catalog import FIXED_LIMITS
 

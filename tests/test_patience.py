@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chaos_mode.patience import EARLY_FLOOR_SECONDS, ENOUGH, FLOOR_SECONDS, KEEP, Patience
+from chaos_mode.forwarding.patience import EARLY_FLOOR_SECONDS, ENOUGH, FLOOR_SECONDS, KEEP, Patience
 
 
 def test_a_wider_margin_before_enough_heads_were_seen() -> None:

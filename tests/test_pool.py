@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from chaos_mode.catalog import REQUEST_TIERS, TIER_RANK, RequestTier
-from chaos_mode.config import ModelRouting, parse_config
-from chaos_mode.pool import ChaosPool, RequestInfo, Selection, Ticket
-from chaos_mode.status import served
-from chaos_mode.zai_errors import Action, UpstreamError, classify_error
+from chaos_mode.config.schema import ModelRouting, parse_config
+from chaos_mode.routing.pool import ChaosPool, RequestInfo, Selection, Ticket
+from chaos_mode.routing.status import served
+from chaos_mode.zai.catalog import REQUEST_TIERS, TIER_RANK, RequestTier
+from chaos_mode.zai.errors import Action, UpstreamError, classify_error
 from fakes import FakeClock
 from seed_catalog import ALL, CAPS, FIXED_LIMITS, FREE, HEAVY, MEDIUM
 

@@ -14,10 +14,10 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from chaos_mode.config import ModelRouting, parse_config
-from chaos_mode.pool import ChaosPool, Selection, Ticket
-from chaos_mode.status import served
-from chaos_mode.zai_errors import UpstreamError, classify_error
+from chaos_mode.config.schema import ModelRouting, parse_config
+from chaos_mode.routing.pool import ChaosPool, Selection, Ticket
+from chaos_mode.routing.status import served
+from chaos_mode.zai.errors import UpstreamError, classify_error
 from fakes import FakeClock
 
 WALL = datetime(2026, 3, 1, 15, 0, 0, tzinfo=UTC).timestamp()
@@ -170,7 +170,7 @@ def test_a_probe_respects_the_cost_guard() -> None:
     models = {"cheap": {"tier": "HEAVY", "maxConcurrency": 1}, "dear": {"tier": "HEAVY", "maxConcurrency": 1}}
     models["dear"] |= {"inputPrice": 100.0, "outputPrice": 100.0}
     rig = Rig(routing(models, chaosMode={"maxCostPerRequest": 0.01}))
-    from chaos_mode.pool import RequestInfo
+    from chaos_mode.routing.pool import RequestInfo
 
     info = RequestInfo(1000, 100)
     taken = [rig.pool.try_acquire(Ticket("light", request=info)) for _ in range(2)]

@@ -12,12 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from chaos_mode.catalog import TIER_RANK, RequestTier
-from chaos_mode.config import ModelRouting, parse_config
-from chaos_mode.pool import ChaosPool, RequestInfo, Selection, Ticket
-from chaos_mode.status import served
-from chaos_mode.strategies import STRATEGIES, ModelEntry, make_strategy
-from chaos_mode.zai_errors import BEIJING, classify_error
+from chaos_mode.config.schema import ModelRouting, parse_config
+from chaos_mode.routing.pool import ChaosPool, RequestInfo, Selection, Ticket
+from chaos_mode.routing.status import served
+from chaos_mode.routing.strategies import STRATEGIES, ModelEntry, make_strategy
+from chaos_mode.zai.catalog import TIER_RANK, RequestTier
+from chaos_mode.zai.errors import BEIJING, classify_error
 from seed_catalog import FIXED_LIMITS
 
 

@@ -18,14 +18,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from certs import make_certs
-from chaos_mode.child import RedisProcess
-from chaos_mode.config import default_config
-from chaos_mode.pool import ChaosPool, Ticket
-from chaos_mode.redis_protocol import notice_tail, parse_notice
-from chaos_mode.redis_state import RedisFleet, fleet_status
-from chaos_mode.shared_slots import Notice, SharedSlots, Tally
-from chaos_mode.state_url import parse_state_url
-from chaos_mode.zai_errors import classify_error
+from chaos_mode.config.schema import default_config
+from chaos_mode.devtools.processes import RedisProcess
+from chaos_mode.fleet.protocol import notice_tail, parse_notice
+from chaos_mode.fleet.redis_store import RedisFleet, fleet_status
+from chaos_mode.fleet.slots import Notice, SharedSlots, Tally
+from chaos_mode.fleet.state_url import parse_state_url
+from chaos_mode.routing.pool import ChaosPool, Ticket
+from chaos_mode.zai.errors import classify_error
 from redis_support import redis_process, require_redis_server
 
 CONFIG = default_config()
@@ -246,7 +246,7 @@ async def test_an_outage_serves_alone_says_so_once_and_the_leases_come_back(
 
 
 async def test_an_unreachable_redis_at_start_serves_alone_on_the_fallback_share() -> None:
-    from chaos_mode.child import free_port
+    from chaos_mode.devtools.processes import free_port
 
     pool = ChaosPool(CONFIG)
     fleet = make_fleet(f"redis://127.0.0.1:{free_port()}/0", "p", pool=pool)

@@ -1,4 +1,4 @@
-"""Answers the addon makes itself (chaos_mode.replies): 429s in each door's shape with a sane Retry-After."""
+"""Our own answers (chaos_mode.doors.replies): 429s in each door's shape, with a sane Retry-After."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chaos_mode.replies import (
+from chaos_mode.doors.replies import (
     MAX_RETRY_AFTER,
     TRIED_HEADER,
     chat_rate_limit_error,
     rate_limit_error,
     retry_after_seconds,
 )
-from chaos_mode.zai_errors import Action, classify_error
+from chaos_mode.zai.errors import Action, classify_error
 
 
 @pytest.mark.parametrize(

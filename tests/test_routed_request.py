@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chaos_mode.config import parse_config
-from chaos_mode.message_request import parse_message
-from chaos_mode.pool import ChaosPool, Selection
-from chaos_mode.routed_request import RoutedRequest
-from chaos_mode.stats import OUTCOMES, Stats
+from chaos_mode.config.schema import parse_config
+from chaos_mode.doors.messages import parse_message
+from chaos_mode.observe.stats import OUTCOMES, Stats
+from chaos_mode.request.routed import RoutedRequest
+from chaos_mode.routing.pool import ChaosPool, Selection
 from fakes import FakeClock
 
 BODY = json.dumps({"model": "claude-opus-4-5", "max_tokens": 64, "messages": []}).encode()

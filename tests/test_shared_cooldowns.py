@@ -3,10 +3,10 @@ not told again; a learned limit is taken from another proxy only when it changed
 
 from __future__ import annotations
 
-from chaos_mode.config import CooldownSettings
-from chaos_mode.cooldown import Cooldowns
-from chaos_mode.limits import ACCOUNT_ROW
-from chaos_mode.shared_cooldowns import BlockNotice, SharedCooldowns
+from chaos_mode.config.schema import CooldownSettings
+from chaos_mode.fleet.cooldowns import BlockNotice, SharedCooldowns
+from chaos_mode.learning.limits import ACCOUNT_ROW
+from chaos_mode.routing.cooldowns import Cooldowns
 from fakes import FakeClock
 from test_pool_learning import Rig, error
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from chaos_mode.config import default_config
-from chaos_mode.pool import ChaosPool, Ticket
-from chaos_mode.shared_slots import FALLBACK_SHARE, HOLD_BACK, Notice, SharedSlots, Tally, Verdict
+from chaos_mode.config.schema import default_config
+from chaos_mode.fleet.slots import FALLBACK_SHARE, HOLD_BACK, Notice, SharedSlots, Tally, Verdict
+from chaos_mode.routing.pool import ChaosPool, Ticket
 
 
 class FakeFleet:

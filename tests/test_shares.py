@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chaos_mode.shares import ServiceShares
+from chaos_mode.routing.fairness import ServiceShares
 from fakes import FakeClock
 
 

@@ -21,10 +21,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from certs import make_certs
-from chaos_mode.catalog import DEFAULT_CATALOG
 from chaos_mode.sim import Fault, SimProcess, SimServer, SimSettings, SimState, sim_subprocess
 from chaos_mode.sim.__main__ import settings_from_args
 from chaos_mode.sim.limits import LimitChange, ScheduledChange
+from chaos_mode.zai.catalog import DEFAULT_CATALOG
 
 FAST: dict[str, Any] = {
     "latency_ms": 20,

@@ -12,10 +12,10 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from chaos_mode.chat_stream import ChatStreamObserver
+from chaos_mode.doors.chat_stream import ChatStreamObserver
 from chaos_mode.sim import Fault, SimServer
 from chaos_mode.sim.server import token_text
-from chaos_mode.zai_errors import Action, classify_error
+from chaos_mode.zai.errors import Action, classify_error
 from test_sim import http, make_sim, no_logged_trouble, post, sim, stats, wait_for
 
 __all__ = ["http", "make_sim", "no_logged_trouble", "sim"]  # fixtures shared with test_sim

@@ -1,4 +1,4 @@
-"""The SSE observer (chaos_mode.sse): usage, model, stop and errors from network reads of any shape."""
+"""The SSE observer (chaos_mode.doors.messages_stream): usage, model, stop and errors from any reads."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chaos_mode.sse import SseObserver, message_usage
+from chaos_mode.doors.messages_stream import SseObserver, message_usage
 
 
 def event(name: str, data: dict[str, Any], *, sep: str = "\n") -> bytes:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chaos_mode.state_url import PASSWORD_ENV, StateUrl, parse_share, parse_state_url, redact
+from chaos_mode.fleet.state_url import PASSWORD_ENV, StateUrl, parse_share, parse_state_url, redact
 
 
 def test_empty_means_in_process_state() -> None:

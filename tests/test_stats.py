@@ -1,4 +1,4 @@
-"""Request outcomes, tokens, spend, failovers and the queue histogram (chaos_mode.stats)."""
+"""Request outcomes, tokens, spend, failovers and the queue histogram (chaos_mode.observe.stats)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from chaos_mode.config import default_config, parse_config
-from chaos_mode.pool import ChaosPool, Ticket
-from chaos_mode.stats import OTHER_MODEL, OUTCOMES, WAIT_BUCKETS, Stats, chaos_stats
-from chaos_mode.status import served
+from chaos_mode.config.schema import default_config, parse_config
+from chaos_mode.observe.stats import OTHER_MODEL, OUTCOMES, WAIT_BUCKETS, Stats, chaos_stats
+from chaos_mode.routing.pool import ChaosPool, Ticket
+from chaos_mode.routing.status import served
 
 CONFIG = default_config()
 CATALOG = set(CONFIG.models)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from chaos_mode.config import default_config
-from chaos_mode.pool import ChaosPool, Ticket
-from chaos_mode.status import ModelLimit, ModelStatus, camel, served
+from chaos_mode.config.schema import default_config
+from chaos_mode.routing.pool import ChaosPool, Ticket
+from chaos_mode.routing.status import ModelLimit, ModelStatus, camel, served
 
 
 def test_camel() -> None:

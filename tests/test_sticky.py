@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chaos_mode.sticky import StickyMap
+from chaos_mode.routing.sticky import StickyMap
 from fakes import FakeClock
 
 

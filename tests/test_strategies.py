@@ -8,8 +8,8 @@ from typing import get_args
 
 import pytest
 
-from chaos_mode.config import StrategyName
-from chaos_mode.strategies import (
+from chaos_mode.config.schema import StrategyName
+from chaos_mode.routing.strategies import (
     STRATEGIES,
     LeastLoaded,
     ModelEntry,

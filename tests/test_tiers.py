@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from chaos_mode.config import default_config, parse_config
-from chaos_mode.tiers import TierClassifier
+from chaos_mode.config.schema import default_config, parse_config
+from chaos_mode.routing.tiers import TierClassifier
 
 CLASSIFIER = TierClassifier(default_config())
 

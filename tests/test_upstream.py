@@ -9,7 +9,14 @@ import zlib
 import pytest
 from mitmproxy.net import encoding
 
-from chaos_mode.upstream import ChunkScanner, Destination, UpstreamFailed, _proxy_address, dechunk, decode
+from chaos_mode.forwarding.upstream import (
+    ChunkScanner,
+    Destination,
+    UpstreamFailed,
+    _proxy_address,
+    dechunk,
+    decode,
+)
 
 BODY = b"5\r\nhello\r\n1;ext=1\r\n \r\n6\r\nworld!\r\n0\r\nx-trailer: 1\r\n\r\n"
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from certs import TestCerts, make_certs
-from chaos_mode.upstream import (
+from chaos_mode.forwarding.upstream import (
     Destination,
     UpstreamClients,
     UpstreamFailed,

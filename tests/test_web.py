@@ -14,12 +14,12 @@ from typing import Any
 import httpx
 import pytest
 
-from chaos_mode.config import parse_config
-from chaos_mode.metrics import ChaosMetrics
-from chaos_mode.pool import ChaosPool
-from chaos_mode.stats import Stats, chaos_stats
-from chaos_mode.status import served
-from chaos_mode.web import WebServer, dashboard_page, parse_listen
+from chaos_mode.config.schema import parse_config
+from chaos_mode.observe.metrics import ChaosMetrics
+from chaos_mode.observe.stats import Stats, chaos_stats
+from chaos_mode.observe.web import WebServer, dashboard_page, parse_listen
+from chaos_mode.routing.pool import ChaosPool
+from chaos_mode.routing.status import served
 
 SEED_KEYS = {
     "enabled",

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from chaos_mode.zai_errors import (
+from chaos_mode.zai.errors import (
     Action,
     UpstreamError,
     classify_error,

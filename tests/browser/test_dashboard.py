@@ -20,9 +20,9 @@ from typing import Any
 import httpx
 import pytest
 
-from chaos_mode.catalog import DEFAULT_CATALOG
-from chaos_mode.child import ProxyProcess, RedisProcess
+from chaos_mode.devtools.processes import ProxyProcess, RedisProcess
 from chaos_mode.sim import SimProcess, SimSettings, default_limits
+from chaos_mode.zai.catalog import DEFAULT_CATALOG
 from redis_support import require_redis_server
 
 pytestmark = pytest.mark.e2e
@@ -40,7 +40,7 @@ CHROMIUM_ARGS = [
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 SCREENSHOT = ARTIFACTS / "dashboard.png"
 SCREENSHOT_DOWN = ARTIFACTS / "dashboard-down.png"
-README_SCREENSHOT = Path(__file__).resolve().parents[2] / "addon" / "chaos_mode" / "static" / "dashboard.png"
+README_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "dashboard.png"
 TEST_BUDGET = 150.0  # seconds for the whole test, processes included
 WAIT_MS = 10_000  # one expectation on the page
 

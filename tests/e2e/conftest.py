@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from certs import TestCerts, make_certs
-from chaos_mode.child import ProxyProcess
+from chaos_mode.devtools.processes import ProxyProcess
 from chaos_mode.sim import SimProcess, SimSettings
 
 from .support import Sim, routing

@@ -18,7 +18,7 @@ from anthropic.types import MessageParam
 from mitmproxy import http as mhttp
 from mitmproxy import io
 
-from chaos_mode.child import ProxyProcess
+from chaos_mode.devtools.processes import ProxyProcess
 from chaos_mode.sim import SimProcess
 from chaos_mode.sim.server import token_text
 

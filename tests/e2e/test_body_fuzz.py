@@ -21,8 +21,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from chaos_mode.catalog import DEFAULT_CATALOG
-from chaos_mode.child import ProxyProcess
+from chaos_mode.devtools.processes import ProxyProcess
+from chaos_mode.zai.catalog import DEFAULT_CATALOG
 
 from .support import HAIKU, OPUS, SONNET, routing
 

@@ -13,7 +13,7 @@ import anthropic
 import httpx
 import pytest
 
-from chaos_mode.child import ProxyProcess
+from chaos_mode.devtools.processes import ProxyProcess
 from chaos_mode.sim import SimProcess
 
 from .conftest import MakeProxy

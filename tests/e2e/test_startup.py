@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos_mode.child import ProxyProcess
+from chaos_mode.devtools.processes import ProxyProcess
 
 pytestmark = pytest.mark.e2e
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from chaos_mode.forwarder import TOKEN_HEADER
+from chaos_mode.forwarding.forwarder import TOKEN_HEADER
 
 from .conftest import MakeProxy, MakeSim
 from .support import (

@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from certs import TestCerts
-from chaos_mode.child import ProxyProcess
-from chaos_mode.forwarder import TOKEN_HEADER
+from chaos_mode.devtools.processes import ProxyProcess
+from chaos_mode.forwarding.forwarder import TOKEN_HEADER
 
 from .conftest import MakeProxy
 from .support import (

@@ -13,16 +13,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .field import parse_presets
-from .field_plot import render_field_svg
-from .field_report import render_field
-from .field_run import FieldOptions, run_field
-from .overhead import OverheadOptions
-from .plot import render_svg
-from .report import render
-from .run import BenchOptions, agent_models, run_benchmark, stop_on_sigterm
-from .scenarios import KNOWN, SCENARIOS, parse_scenarios
-from .workload import WorkloadSpec, parse_mix
+from chaos_mode.bench.field import parse_presets
+from chaos_mode.bench.field_plot import render_field_svg
+from chaos_mode.bench.field_report import render_field
+from chaos_mode.bench.field_run import FieldOptions, run_field
+from chaos_mode.bench.overhead import OverheadOptions
+from chaos_mode.bench.plot import render_svg
+from chaos_mode.bench.report import render
+from chaos_mode.bench.run import BenchOptions, agent_models, run_benchmark, stop_on_sigterm
+from chaos_mode.bench.scenarios import KNOWN, SCENARIOS, parse_scenarios
+from chaos_mode.bench.workload import WorkloadSpec, parse_mix
 
 # name: (full run, --quick); an option given on the command line wins over both.
 _SPEC = WorkloadSpec()

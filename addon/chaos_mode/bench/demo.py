@@ -16,14 +16,9 @@ import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TextIO
 
-import httpx
-
-from chaos_mode.child import ProxyProcess
-from chaos_mode.sim import SimProcess
-
-from .figures import add_speedups
-from .report import scenario_table, share_table, workload_line
-from .run import (
+from chaos_mode.bench.figures import add_speedups
+from chaos_mode.bench.report import scenario_table, share_table, workload_line
+from chaos_mode.bench.run import (
     BenchOptions,
     Ideal,
     ideal_for,
@@ -33,9 +28,12 @@ from .run import (
     stop_on_sigterm,
     workload_doc,
 )
-from .scenarios import SCENARIOS, Scenario
-from .swarm import SwarmProgress
-from .workload import Workload, WorkloadSpec, make_workload, parse_mix
+from chaos_mode.bench.scenarios import SCENARIOS, Scenario
+from chaos_mode.bench.swarm import SwarmProgress
+from chaos_mode.bench.workload import Workload, WorkloadSpec, make_workload, parse_mix
+from chaos_mode.devtools.client import httpx
+from chaos_mode.devtools.processes import ProxyProcess
+from chaos_mode.sim import SimProcess
 
 Poll = Callable[[], Awaitable[Mapping[str, tuple[int, int]]]]  # model -> (in flight, capacity)
 

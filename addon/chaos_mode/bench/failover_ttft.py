@@ -25,12 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from chaos_mode.child import ProxyProcess
+from chaos_mode.bench.overhead import ADDON_MODEL, PLAIN_MODEL, ZERO_LATENCY, first_token, small_body
+from chaos_mode.devtools.client import httpx
+from chaos_mode.devtools.processes import ProxyProcess
 from chaos_mode.sim import SimProcess, SimSettings, default_limits
-
-from .overhead import ADDON_MODEL, PLAIN_MODEL, ZERO_LATENCY, first_token, small_body
 
 STREAM_TOKENS = 5
 BATCH = 5  # failed-over requests per addon process (the sonnet tier has six models)

@@ -8,13 +8,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from chaos_mode.catalog import RequestTier
-from chaos_mode.config import parse_config
+from chaos_mode.bench.ideal import Capacity, LowerBound, slots_by_tier, timed_lower_bound
+from chaos_mode.bench.scenarios import SCENARIOS, Scenario, parse_names
+from chaos_mode.bench.workload import Workload, WorkloadSpec
+from chaos_mode.config.schema import parse_config
 from chaos_mode.sim import LimitChange, ScheduledChange, SimSettings, SimState, default_limits
-
-from .ideal import Capacity, LowerBound, slots_by_tier, timed_lower_bound
-from .scenarios import SCENARIOS, Scenario, parse_names
-from .workload import Workload, WorkloadSpec
+from chaos_mode.zai.catalog import RequestTier
 
 # The proxy in every preset: chaos mode, least-loaded, on the built-in catalog (whose limits are guesses).
 PROXY: Final[Scenario] = SCENARIOS["least-loaded"]

@@ -7,8 +7,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .plot import COLOURS, SPARE, svg_text
-from .report import MODEL_ORDER
+from chaos_mode.bench.plot import COLOURS, SPARE, svg_text
+from chaos_mode.bench.report import MODEL_ORDER
 
 PANEL_W, PANEL_H, GAP = 112, 92, 14  # one panel's plot area and the space between panels
 LEFT, TOP, ROW_H = 36, 70, 150  # the first panel's x, the first row's y, one preset's height

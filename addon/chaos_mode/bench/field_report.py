@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .report import check_lines, fmt_num, fmt_pair, share_table, table_rows
+from chaos_mode.bench.report import check_lines, fmt_num, fmt_pair, share_table, table_rows
 
 
 def field_table(presets: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -10,14 +10,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from chaos_mode.bench.field import PRESETS, PROXY, FieldPreset, field_bound, planned_changes, true_timeline
+from chaos_mode.bench.figures import summarize
+from chaos_mode.bench.run import Log, bound_doc, document_head, run_through, start_proxy, workload_doc
+from chaos_mode.bench.sampler import rebase, sampling, stall_figures
+from chaos_mode.bench.swarm import SwarmProgress
+from chaos_mode.bench.workload import make_workload
 from chaos_mode.sim import SimProcess
-
-from .field import PRESETS, PROXY, FieldPreset, field_bound, planned_changes, true_timeline
-from .figures import summarize
-from .run import Log, bound_doc, document_head, run_through, start_proxy, workload_doc
-from .sampler import rebase, sampling, stall_figures
-from .swarm import SwarmProgress
-from .workload import make_workload
 
 
 @dataclass(frozen=True)

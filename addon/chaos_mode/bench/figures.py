@@ -7,8 +7,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .ideal import LowerBound
-from .swarm import RequestRecord
+from chaos_mode.bench.ideal import LowerBound
+from chaos_mode.bench.swarm import RequestRecord
 
 
 def percentile(values: Iterable[float], q: float) -> float | None:

@@ -25,14 +25,13 @@ from typing import Any, Final
 
 import redis.asyncio as aioredis
 
-from chaos_mode.child import ProxyProcess, RedisProcess
+from chaos_mode.bench.figures import sim_rejected
+from chaos_mode.bench.run import get_json, ideal_for, reset_sim
+from chaos_mode.bench.scenarios import SCENARIOS
+from chaos_mode.bench.swarm import RequestRecord, SwarmOptions, run_swarm
+from chaos_mode.bench.workload import Workload, WorkloadSpec, make_workload
+from chaos_mode.devtools.processes import ProxyProcess, RedisProcess
 from chaos_mode.sim import SimProcess, SimSettings
-
-from .figures import sim_rejected
-from .run import get_json, ideal_for, reset_sim
-from .scenarios import SCENARIOS
-from .swarm import RequestRecord, SwarmOptions, run_swarm
-from .workload import Workload, WorkloadSpec, make_workload
 
 SCENARIO = SCENARIOS["least-loaded"]
 LEASE_MS = 3000
@@ -351,11 +350,11 @@ async def lease_latency(redis_url: str, samples: int = 2000) -> dict[str, float]
     script awaited too), through the pool as the addon uses it, with another proxy in the fleet (so each
     script tells it, as in a fleet of two); side by side (alternating, so both see the same machine), two
     bare PINGs on a redis-py client: the two round trips no lease can do without."""
-    from chaos_mode.config import default_config
-    from chaos_mode.pool import ChaosPool, Ticket
-    from chaos_mode.redis_state import RedisFleet
-    from chaos_mode.shared_slots import SharedSlots
-    from chaos_mode.state_url import parse_state_url
+    from chaos_mode.config.schema import default_config
+    from chaos_mode.fleet.redis_store import RedisFleet
+    from chaos_mode.fleet.slots import SharedSlots
+    from chaos_mode.fleet.state_url import parse_state_url
+    from chaos_mode.routing.pool import ChaosPool, Ticket
 
     config = default_config()
     pool = ChaosPool(config)

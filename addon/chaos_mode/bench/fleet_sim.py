@@ -24,13 +24,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from chaos_mode.config import ModelRouting
-from chaos_mode.pool import ChaosPool, Ticket
-from chaos_mode.shared_slots import Notice, SharedSlots, Tally, Verdict
-
-from .run import ideal_for
-from .virtual_loop import VirtualLoop
-from .workload import Workload, WorkloadSpec, make_workload
+from chaos_mode.bench.run import ideal_for
+from chaos_mode.bench.virtual_loop import VirtualLoop
+from chaos_mode.bench.workload import Workload, WorkloadSpec, make_workload
+from chaos_mode.config.schema import ModelRouting
+from chaos_mode.fleet.slots import Notice, SharedSlots, Tally, Verdict
+from chaos_mode.routing.pool import ChaosPool, Ticket
 
 HOP = 0.002  # seconds from the proxy to the upstream, and from the answer's end to the agent's next request
 RENEW = 1.0  # seconds between tallies (a third of bench.fleet's 3 s leases)

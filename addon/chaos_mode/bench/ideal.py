@@ -24,8 +24,8 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from chaos_mode.catalog import REQUEST_TIERS, RequestTier
-from chaos_mode.config import ModelRouting
+from chaos_mode.config.schema import ModelRouting
+from chaos_mode.zai.catalog import REQUEST_TIERS, RequestTier
 
 FORMULA = (
     "LB = max( max over tier sets T: sum_{t in T} W_t / S(T) , max over agents: sum of the agent's service "

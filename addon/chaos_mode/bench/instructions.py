@@ -37,15 +37,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from chaos_mode.child import ProxyProcess
+from chaos_mode.bench.overhead import ADDON_MODEL, PLAIN_MODEL, ZERO_LATENCY, small_body
+from chaos_mode.bench.run import stop_on_sigterm
+from chaos_mode.bench.scenarios import SCENARIOS
+from chaos_mode.bench.swarm import MESSAGES_PATH
+from chaos_mode.devtools.client import httpx
+from chaos_mode.devtools.processes import ProxyProcess
 from chaos_mode.sim import SimProcess, SimSettings, default_limits
-
-from .overhead import ADDON_MODEL, PLAIN_MODEL, ZERO_LATENCY, small_body
-from .run import stop_on_sigterm
-from .scenarios import SCENARIOS
-from .swarm import MESSAGES_PATH
 
 WARMUP = 20
 CONCURRENCY = 8

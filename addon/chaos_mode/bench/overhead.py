@@ -22,12 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from chaos_mode.child import ProxyProcess
-
-from .figures import percentile
-from .swarm import DELTA, MESSAGES_PATH
+from chaos_mode.bench.figures import percentile
+from chaos_mode.bench.swarm import DELTA, MESSAGES_PATH
+from chaos_mode.devtools.client import httpx
+from chaos_mode.devtools.processes import ProxyProcess
 
 # The addon routes Claude's name; plain mitmdump must send a model the simulator knows.
 ADDON_MODEL = "claude-sonnet-4-5"

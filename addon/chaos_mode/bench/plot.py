@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from xml.sax.saxutils import escape
 
-from .report import models_of
+from chaos_mode.bench.report import models_of
 
 WIDTH, HEIGHT = 980, 430
 TOP, BOTTOM = 50, 330  # plot area, in y

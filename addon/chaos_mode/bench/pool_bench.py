@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..catalog import MODEL_TIERS
-from ..config import ModelRouting, parse_config
-from ..pool import ChaosPool, RequestInfo, Ticket
-from ..strategies import STRATEGIES
+from chaos_mode.config.schema import ModelRouting, parse_config
+from chaos_mode.routing.pool import ChaosPool, RequestInfo, Ticket
+from chaos_mode.routing.strategies import STRATEGIES
+from chaos_mode.zai.catalog import MODEL_TIERS
 
 REQUEST = RequestInfo(input_tokens=20_000, max_output_tokens=4_096)
 MAX_COST = 0.05  # $ per request: filters part of each catalog for REQUEST

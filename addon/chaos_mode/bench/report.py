@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from chaos_mode.catalog import DEFAULT_CATALOG
+from chaos_mode.zai.catalog import DEFAULT_CATALOG
 
 MODEL_ORDER = tuple(DEFAULT_CATALOG)
 

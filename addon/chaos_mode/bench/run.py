@@ -14,14 +14,8 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import httpx
-
-from chaos_mode.child import ProxyProcess
-from chaos_mode.config import parse_config
-from chaos_mode.sim import SimProcess, SimSettings, default_limits
-
-from .figures import add_speedups, summarize
-from .ideal import (
+from chaos_mode.bench.figures import add_speedups, summarize
+from chaos_mode.bench.ideal import (
     FORMULA,
     LowerBound,
     clairvoyant_makespan,
@@ -30,10 +24,14 @@ from .ideal import (
     makespan_lower_bound,
     slots_by_tier,
 )
-from .overhead import OverheadOptions, measure_overhead
-from .scenarios import SCENARIOS, Scenario, pinned_models
-from .swarm import RequestRecord, SwarmOptions, SwarmProgress, run_swarm
-from .workload import ZAI_DEFAULT_MODELS, Workload, WorkloadSpec, make_workload
+from chaos_mode.bench.overhead import OverheadOptions, measure_overhead
+from chaos_mode.bench.scenarios import SCENARIOS, Scenario, pinned_models
+from chaos_mode.bench.swarm import RequestRecord, SwarmOptions, SwarmProgress, run_swarm
+from chaos_mode.bench.workload import ZAI_DEFAULT_MODELS, Workload, WorkloadSpec, make_workload
+from chaos_mode.config.schema import parse_config
+from chaos_mode.devtools.client import httpx
+from chaos_mode.devtools.processes import ProxyProcess
+from chaos_mode.sim import SimProcess, SimSettings, default_limits
 
 Log = Callable[[str], None]
 

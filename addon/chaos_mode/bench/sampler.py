@@ -9,7 +9,7 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
-import httpx
+from chaos_mode.devtools.client import httpx
 
 
 def read_sample(status: Mapping[str, Any], t: float) -> dict[str, Any]:

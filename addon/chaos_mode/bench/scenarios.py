@@ -6,10 +6,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from chaos_mode.catalog import RequestTier
-from chaos_mode.config import StrategyName
-
-from .workload import CLAUDE_MODELS, ZAI_DEFAULT_MODELS
+from chaos_mode.bench.workload import CLAUDE_MODELS, ZAI_DEFAULT_MODELS
+from chaos_mode.config.schema import StrategyName
+from chaos_mode.zai.catalog import RequestTier
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,12 +21,10 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Final
 
-import httpx
-
-from chaos_mode.child import ProxyProcess, free_port
+from chaos_mode.bench.soak_client import CLIENT_FAULTS, OUTCOMES, plan_request, send
+from chaos_mode.devtools.client import httpx
+from chaos_mode.devtools.processes import ProxyProcess, free_port
 from chaos_mode.sim import SimProcess, SimSettings
-
-from .soak_client import CLIENT_FAULTS, OUTCOMES, plan_request, send
 
 REFUSED: Final = ("glm-4.5-x", "glm-4.7-flashx")
 # Shares of the fault budget: what the client does, and what the simulator does at random.

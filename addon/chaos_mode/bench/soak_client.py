@@ -8,9 +8,8 @@ import random
 from dataclasses import dataclass
 from typing import Final, Literal
 
-import httpx
-
-from .workload import CLAUDE_MODELS
+from chaos_mode.bench.workload import CLAUDE_MODELS
+from chaos_mode.devtools.client import httpx
 
 Behaviour = Literal["normal", "abort-queued", "abort-mid-stream"]
 CLIENT_FAULTS: Final[tuple[Behaviour, ...]] = ("abort-queued", "abort-mid-stream")

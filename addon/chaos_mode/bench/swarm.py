@@ -14,11 +14,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-import httpx
-
-from chaos_mode.catalog import RequestTier
-
-from .workload import OPENAI_MODELS, Request, Workload
+from chaos_mode.bench.workload import OPENAI_MODELS, Request, Workload
+from chaos_mode.devtools.client import httpx
+from chaos_mode.zai.catalog import RequestTier
 
 MESSAGES_PATH = "/api/anthropic/v1/messages"
 CHAT_PATH = "/api/coding/paas/v4/chat/completions"  # the Coding Plan's OpenAI door

@@ -22,16 +22,15 @@ import json
 import random
 import statistics
 
-from chaos_mode.config import parse_config
-from chaos_mode.patience import FLOOR_SECONDS
-from chaos_mode.pool import ChaosPool, Selection, Ticket
+from chaos_mode.bench.field import PRESETS, FieldPreset, field_bound, planned_changes, true_timeline
+from chaos_mode.bench.scenarios import SCENARIOS
+from chaos_mode.bench.virtual_loop import VirtualLoop
+from chaos_mode.bench.workload import Request, make_workload
+from chaos_mode.config.schema import parse_config
+from chaos_mode.forwarding.patience import FLOOR_SECONDS
+from chaos_mode.routing.pool import ChaosPool, Selection, Ticket
 from chaos_mode.sim import default_limits
-from chaos_mode.zai_errors import classify_error
-
-from .field import PRESETS, FieldPreset, field_bound, planned_changes, true_timeline
-from .scenarios import SCENARIOS
-from .virtual_loop import VirtualLoop
-from .workload import Request, make_workload
+from chaos_mode.zai.errors import classify_error
 
 REFUSAL = json.dumps(
     {"type": "error", "error": {"type": "rate_limit_error", "code": "1302", "message": "busy"}}

@@ -9,7 +9,7 @@ import random
 from dataclasses import dataclass
 from typing import Final
 
-from chaos_mode.catalog import REQUEST_TIERS, RequestTier
+from chaos_mode.zai.catalog import REQUEST_TIERS, RequestTier
 
 # What Claude Code sends for each tier, and what users map each tier to on z.ai today.
 CLAUDE_MODELS: Final[dict[RequestTier, str]] = {

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-from chaos_mode.child import ChildProcess
+from chaos_mode.devtools.processes import ChildProcess
 from chaos_mode.sim.settings import SimSettings
 
 _READY = re.compile(r"^chaos-sim listening on (https?://\S+)$", re.M)

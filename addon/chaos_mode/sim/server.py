@@ -302,7 +302,7 @@ def _compress(body: bytes, coding: str) -> bytes:
         import brotli  # type: ignore[import-untyped]  # a dependency (mitmproxy's too)
 
         return bytes(brotli.compress(body))
-    from chaos_mode.zstd_codec import zstd
+    from chaos_mode.zai.zstd import zstd
 
     return bytes(zstd.compress(body))
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from chaos_mode.catalog import DEFAULT_CATALOG
 from chaos_mode.sim.limits import ScheduledChange, count_value, model_counts
 from chaos_mode.sim.state import BROKEN_ANSWERS
+from chaos_mode.zai.catalog import DEFAULT_CATALOG
 
 
 def default_limits() -> dict[str, int]:

@@ -1,0 +1,345 @@
+"""The forwarder: mitmproxy sends each routed request here (loopback), and it goes on to z.ai from here.
+
+Because the forwarder, not mitmproxy, talks to z.ai, a refused attempt (1302, 1113, 1305...) is answered by
+another attempt on another model before any byte reached the client, and the attempt that succeeds streams
+to mitmproxy, which streams it to the client. A request is taken only with the one-time token the addon
+gave its flow (the forwarder is no open relay); the token header never leaves the process. Pure asyncio:
+it knows the routed request, never mitmproxy's flow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, replace
+from typing import Any, Final
+
+from chaos_mode.doors.speech import DIALECTS
+from chaos_mode.forwarding.loopback import Incoming, LoopbackServer, Outgoing
+from chaos_mode.forwarding.patience import Patience
+from chaos_mode.forwarding.upstream import (
+    Destination,
+    UpstreamClients,
+    UpstreamFailed,
+    UpstreamRefused,
+    UpstreamResponse,
+    decode,
+)
+from chaos_mode.request.failover import Answer, judge_slot, reject, settle, unreached
+from chaos_mode.request.rejection import Reply
+from chaos_mode.request.routed import RoutedRequest
+from chaos_mode.routing.pool import Selection
+from chaos_mode.zai.errors import classify_error
+
+log = logging.getLogger("chaos_mode")
+
+TOKEN_HEADER: Final = "x-chaos-forward"  # the flow's one-time token; stripped before anything goes on
+NOT_ROUTED: Final = b"chaos-mode forwarder: not a routed flow\n"
+MAX_ERROR_BODY: Final = 1 << 20  # an error answer larger than this is passed on, not read for a code
+# z.ai refuses within 3-6 s: an attempt left unanswered (its request moved on) and still without a verdict
+# this long after it was left is closed, its slot given back with no verdict (a hung upstream, say).
+LEFT_VERDICT_SECONDS: Final = 8.0
+# Hop-by-hop and framing headers: each hop sets its own. Proxy credentials are mitmproxy's upstream_auth.
+HOP_HEADERS: Final = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authorization",
+        "proxy-authenticate",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "expect",
+        "host",
+        "content-length",
+        TOKEN_HEADER,
+    }
+)
+_HOP_BYTES: Final = frozenset(name.encode() for name in HOP_HEADERS)
+
+
+@dataclass(slots=True)
+class Pending:
+    request: RoutedRequest
+    destination: Destination
+
+
+class Forwarder:
+    """`forwarder.listen()`; `token = forwarder.expect(request, destination)` for each routed flow."""
+
+    def __init__(
+        self,
+        clients: UpstreamClients,
+        *,
+        wall_clock: Callable[[], float] = time.time,
+        host: str = "127.0.0.1",
+        patience: Patience | None = None,
+    ) -> None:
+        self.clients = clients
+        self._wall_clock = wall_clock
+        self.patience = patience or Patience()
+        self._host = host
+        self._server = LoopbackServer(self._handle)
+        self._pending: dict[str, Pending] = {}
+        self._left: set[asyncio.Task[None]] = set()  # attempts left behind, awaiting z.ai's verdict
+
+    @property
+    def address(self) -> tuple[str, int] | None:
+        """Where it listens; None when it does not (routed flows then go to z.ai directly)."""
+        return self._server.address
+
+    def listen(self) -> tuple[str, int]:
+        """Listen on a free loopback port (synchronous: mitmproxy's `running` hook calls it)."""
+        return self._server.listen(self._host, 0)
+
+    def close(self) -> None:
+        """Stop (synchronous: mitmproxy's `done` hook calls it); requests in flight are cut."""
+        self._server.close()
+        self._pending.clear()
+        for task in self._left:
+            task.cancel()  # each gives its slot back
+        clients = self.clients
+        with contextlib.suppress(RuntimeError):  # no loop left: the process is ending anyway
+            asyncio.get_running_loop().create_task(clients.aclose())
+
+    def expect(self, request: RoutedRequest, destination: Destination) -> str:
+        """Register a routed request; its flow carries the returned token in TOKEN_HEADER."""
+        token = secrets.token_hex(16)
+        self._pending[token] = Pending(request, destination)
+        return token
+
+    def forget(self, token: str) -> None:
+        """The flow ended before it reached the forwarder."""
+        self._pending.pop(token, None)
+
+    async def _handle(self, incoming: Incoming) -> Outgoing:
+        token = incoming.header(TOKEN_HEADER.encode())
+        pending = self._pending.pop(token.decode("ascii", "replace"), None) if token else None
+        if pending is None:
+            return Outgoing(403, [(b"content-type", b"text/plain")], NOT_ROUTED)
+        request = pending.request
+        request.view.received()
+        if request.finished:
+            return Outgoing(502, [], b"")
+        # The Host header goes first, as mitmproxy sent it (z.ai's name, not the loopback address).
+        host = incoming.header(b"host")
+        headers = [(b"host", host)] if host else []
+        headers += [(k, v) for k, v in incoming.headers if k.lower() not in _HOP_BYTES]
+        body = incoming.body  # the first attempt goes out as mitmproxy sent it (other addons included)
+        destination = pending.destination
+        while True:
+            outcome = await self._attempt(request, destination, incoming, headers, body)
+            if isinstance(outcome, Outgoing):
+                return outcome
+            body = request.body_for(outcome.model)
+            request.view.attempt(body)
+
+    async def _attempt(
+        self,
+        request: RoutedRequest,
+        destination: Destination,
+        incoming: Incoming,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+    ) -> Outgoing | Selection:
+        """Send one attempt; the answer to stream back, or the slot of the next attempt."""
+        request.sent = True
+        try:
+            sent = await self._send(request, destination, incoming, headers, body)
+        except UpstreamRefused as exc:  # a setting to fix (z.ai's certificate), the same for every model
+            return _gateway(request, exc)
+        except UpstreamFailed as exc:  # refused, dropped, timed out: no verdict on the model
+            log.info("chaos-mode: no answer for %s: %s", request.model, exc)
+            return self._next(request, await settle(request, unreached(str(exc)), now=self._now()))
+        if not isinstance(sent, UpstreamResponse):  # the attempt was left for a slot within the limits
+            return self._next(request, sent)
+        response = sent
+        try:
+            if response.status < 400:
+                request.answered()
+                return _streamed(response)
+            raw, decoded, complete = await response.read_body(MAX_ERROR_BODY)
+        except BaseException:
+            response.close()
+            raise
+        if not complete:  # too large to be one of z.ai's refusals: it goes on as it is
+            return _streamed(response, raw)
+        response.close()
+        answer_headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers]
+        verdict = await settle(
+            request,
+            Answer(response.status, answer_headers, decode(decoded, response.header(b"content-encoding"))),
+            now=self._now(),
+        )
+        if verdict is None:  # z.ai's own answer goes to the client
+            return Outgoing(response.status, _pass_headers(response), decoded, reason=response.reason or b"-")
+        return self._next(request, verdict)
+
+    async def _send(
+        self,
+        request: RoutedRequest,
+        destination: Destination,
+        incoming: Incoming,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+    ) -> UpstreamResponse | Selection | None:
+        """Send one attempt; its answer with the head read. An attempt not answered within `patience`
+        (z.ai sends an accepted stream's head at once, and takes seconds to refuse) is left when a slot
+        within the limits comes for its request meanwhile: the next attempt's slot, or None when the request
+        ended while it waited. A probe is given up (closed); a regular attempt goes on without its request
+        until z.ai's verdict, which the limits still learn from (`_verdict_later`). A refusal then costs the
+        request no more than the wait it would have had anyway. Only a streamed request: an answer in one
+        piece has its head when it is all written, so its time to head says nothing (and is not kept)."""
+        started = time.monotonic()
+        send = self.clients.send(destination, incoming.method, incoming.target, headers, body)
+        streamed = request.message.stream
+        patience = self.patience.seconds() if streamed else None
+        if request.slot is None or patience is None:
+            response = await send
+        else:
+            hedged = await _hedge(request, asyncio.ensure_future(send), patience, self._leave)
+            if not isinstance(hedged, UpstreamResponse):
+                return hedged
+            response = hedged
+        if response.status < 400 and streamed:
+            self.patience.head(time.monotonic() - started)
+        return response
+
+    def _next(self, request: RoutedRequest, verdict: Selection | Reply | None) -> Outgoing | Selection:
+        if verdict is None:  # no verdict to pass on (the request ended while it waited): ours
+            verdict = reject(request, None, now=self._now())
+        if isinstance(verdict, Reply):
+            headers = [(k.encode(), v.encode()) for k, v in verdict.headers]
+            return Outgoing(verdict.status, headers, verdict.body)
+        return verdict
+
+    def _now(self) -> float:
+        return self._wall_clock()
+
+    def _leave(
+        self, request: RoutedRequest, slot: Selection, sending: asyncio.Future[UpstreamResponse]
+    ) -> None:
+        task = asyncio.ensure_future(self._verdict_later(request, slot, sending))
+        self._left.add(task)
+        task.add_done_callback(self._left.discard)
+
+    async def _verdict_later(
+        self, request: RoutedRequest, slot: Selection, sending: asyncio.Future[UpstreamResponse]
+    ) -> None:
+        """z.ai's verdict on an attempt its request left: a refusal is judged as if it had waited, an
+        answer accepted after all is closed unread (it confirms what it was sent with); then the slot goes
+        back."""
+        try:
+            try:
+                async with asyncio.timeout(LEFT_VERDICT_SECONDS):
+                    response = await asyncio.shield(sending)
+            except BaseException as exc:
+                sending.cancel()
+                if isinstance(exc, UpstreamFailed | UpstreamRefused | TimeoutError):
+                    return  # no verdict on the model
+                raise
+            try:
+                if response.status < 400:
+                    request.pool.report_success(slot)
+                    return
+                _, decoded, complete = await response.read_body(MAX_ERROR_BODY)
+                body = decode(decoded, response.header(b"content-encoding")) if complete else b""
+                error = classify_error(response.status, body, now=self._now())
+                if error is not None:
+                    headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers]
+                    judge_slot(request, slot, error, headers, now=self._now())
+            finally:
+                response.close()
+        finally:
+            request.pool.release_selection(slot)
+
+
+Leave = Callable[[RoutedRequest, Selection, "asyncio.Future[UpstreamResponse]"], None]
+
+
+async def _hedge(
+    request: RoutedRequest, sending: asyncio.Future[UpstreamResponse], patience: float, leave: Leave
+) -> UpstreamResponse | Selection | None:
+    """The attempt's answer, or the slot within the limits that came first (the attempt left: a probe
+    given up, a regular attempt handed to `leave` with its slot, to await z.ai's verdict)."""
+    waiting = asyncio.ensure_future(_slot_within_limits(request, patience))
+    either: set[asyncio.Future[Any]] = {sending, waiting}
+    try:
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        sending.cancel()
+        _drop(request, waiting)
+        raise
+    granted = None if sending.done() or not waiting.done() else waiting.result()
+    if granted is None:  # z.ai answered first (or the queue gave up): the attempt's answer decides
+        _drop(request, waiting)
+        return await sending
+    left, why = request.model or "", "probe given up"
+    slot = request.slot
+    if slot is not None and slot.probe is None:
+        why = "no answer yet"
+        leave(request, slot, sending)
+        request.move_on()
+    else:
+        sending.cancel()
+        await asyncio.wait({sending})  # the upstream connection is closed (see UpstreamClients._exchange)
+        request.give_up_probe()
+    if not request.hold(granted):  # the request ended meanwhile: the slot went back
+        return None
+    request.stats.failover(left, granted.model, why)
+    return granted
+
+
+async def _slot_within_limits(request: RoutedRequest, patience: float) -> Selection | None:
+    await asyncio.sleep(patience)
+    return await request.pool.admit(replace(request.ticket(), may_probe=False), since=request.arrived)
+
+
+def _drop(request: RoutedRequest, waiting: asyncio.Future[Selection | None]) -> None:
+    """Stop waiting for a slot; one granted meanwhile goes back."""
+    if not waiting.done():
+        waiting.cancel()  # the queue gives back a slot granted as it is cancelled
+    elif not waiting.cancelled() and waiting.exception() is None and (slot := waiting.result()) is not None:
+        request.pool.release_selection(slot)
+
+
+def _gateway(request: RoutedRequest, exc: UpstreamRefused) -> Outgoing:
+    """Our 502: no other model would fare better, so no failover (mitmproxy itself would answer 502)."""
+    log.warning("chaos-mode: %s (see ssl_verify_upstream_trusted_ca, ssl_insecure, upstream_auth)", exc)
+    body, headers = DIALECTS[request.message.door].gateway_error(f"z.ai not reached: {exc}")
+    return Outgoing(502, [(k.encode(), v.encode()) for k, v in headers.items()], body)
+
+
+def _streamed(response: UpstreamResponse, first: bytes = b"") -> Outgoing:
+    """z.ai's answer, its bytes relayed as they arrive with their own framing; closing it closes the
+    upstream stream (or keeps the connection when the answer was read to its end)."""
+    return Outgoing(
+        response.status,
+        _pass_headers(response),
+        _relay(response, first),
+        reason=response.reason or b"-",
+        length=response.length,
+        chunked=response.chunked,
+        closing=[response.close],
+    )
+
+
+async def _relay(response: UpstreamResponse, first: bytes) -> AsyncIterator[bytes]:
+    if first:
+        yield first
+    try:
+        async for chunk in response.chunks():
+            yield chunk
+    except UpstreamFailed as exc:
+        # z.ai broke the stream: break ours the same way (mitmproxy reports the flow's error).
+        raise ConnectionAbortedError(f"upstream stream broke: {exc}") from None
+
+
+def _pass_headers(response: UpstreamResponse) -> list[tuple[bytes, bytes]]:
+    return [(k, v) for k, v in response.headers if k.lower() not in _HOP_BYTES]

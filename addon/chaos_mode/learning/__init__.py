@@ -1,0 +1,1 @@
+"""Learned concurrency limits: the estimator, and the file that keeps them across restarts."""

@@ -1,0 +1,1 @@
+"""The mitmproxy adapter: the addon and its flow helpers, the only modules that import mitmproxy."""

@@ -1,0 +1,632 @@
+"""The mitmproxy adapter: options, hooks and commands around the pure ChaosPool.
+
+With flow_view.py, flow_bodies.py and waiting.py, the only modules of the package proper that import
+mitmproxy (the flow recorder, a development tool, does too). Each routed flow has one owner, a
+`RoutedRequest` (its slot, attempts and outcome), found by the flow in a weak map; a plain-values mirror of
+it sits in `flow.metadata["chaos"]`, so saved flows keep it. The request hook admits the request and points
+the flow at the forwarder, which sends it to z.ai (failing over while no byte reached the client);
+`response` and `error` end it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import os
+import secrets
+import socket
+import time
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+from random import Random
+from typing import TYPE_CHECKING, Any, Final
+
+from mitmproxy import command, ctx, exceptions, http
+from mitmproxy.connection import ConnectionState
+from mitmproxy.proxy.mode_specs import ProxyMode
+
+from chaos_mode.config.file import load_config
+from chaos_mode.config.schema import ConfigError, ModelRouting, default_config
+from chaos_mode.doors.door import route_of
+from chaos_mode.doors.messages import BadRequest
+from chaos_mode.doors.replies import TRIED_HEADER
+from chaos_mode.doors.speech import DIALECTS, Dialect
+from chaos_mode.fleet.slots import SharedSlots
+from chaos_mode.fleet.state_url import StateUrl, parse_share, parse_state_url
+from chaos_mode.forwarding.forwarder import Forwarder
+from chaos_mode.forwarding.upstream import UpstreamClients, UpstreamSettings
+from chaos_mode.learning.file import read_state, state_path, write_state
+from chaos_mode.mitm.flow_bodies import (
+    SESSION,
+    body_encoder,
+    is_event_stream,
+    read_message,
+    request_headers,
+    set_body,
+    usage_of,
+)
+from chaos_mode.mitm.flow_view import META, FlowView
+from chaos_mode.mitm.waiting import CLIENT_GONE, acquire_while_connected
+from chaos_mode.observe.metrics import ChaosMetrics
+from chaos_mode.observe.panel import render_panel
+from chaos_mode.observe.stats import Outcome, Stats, chaos_stats
+from chaos_mode.observe.web import WebServer, exposed_hosts, parse_listen
+from chaos_mode.request.failover import Answer, reject, settle, unreached
+from chaos_mode.request.rejection import Reply
+from chaos_mode.request.routed import RoutedRequest
+from chaos_mode.routing.pool import ChaosPool, Selection
+from chaos_mode.routing.status import FleetFigures, served
+from chaos_mode.routing.tiers import TierClassifier
+from chaos_mode.zai.errors import UpstreamError
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
+    from chaos_mode.fleet.redis_store import RedisFleet
+
+log = logging.getLogger("chaos_mode")
+
+UPSTREAM_OPTIONS: Final = frozenset(
+    {"ssl_insecure", "ssl_verify_upstream_trusted_ca", "ssl_verify_upstream_trusted_confdir", "upstream_auth"}
+)
+CLIENT_DISCONNECTED: Final = "Client disconnected."  # mitmproxy's flow.error.msg when the client left
+ENABLED_CHOICES: Final = ("auto", "true", "false")
+SAVE_DELAY: Final = 1.0  # seconds: learned limits that change in a burst are written once
+STATE_OPTIONS: Final = frozenset({"chaos_state", "chaos_state_share", "chaos_state_lease_ms"})
+MIN_LEASE_MS: Final = 300
+
+
+class ChaosMode:
+    """Route every request to z.ai's two doors (Anthropic messages, OpenAI chat completions) onto the best
+    GLM model with a free slot, from one pool."""
+
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        rng: Random | None = None,
+    ) -> None:
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self.config: ModelRouting = default_config()
+        self.pool = ChaosPool(self.config, clock=clock, wall_clock=wall_clock, rng=rng)
+        self.stats = Stats(self.config, wall_clock)
+        self.classifier = TierClassifier(self.config)
+        self.metrics = ChaosMetrics(self.pool, self.stats, self._fleet_figures)
+        self.web = WebServer(self.chaos_stats, self.metrics.render)
+        self.forwarder = Forwarder(UpstreamClients(), wall_clock=wall_clock)
+        # The owner of each routed flow (and its face in the flow), gone with the flow.
+        self._requests: weakref.WeakKeyDictionary[http.HTTPFlow, RoutedRequest] = weakref.WeakKeyDictionary()
+        self._views: weakref.WeakKeyDictionary[http.HTTPFlow, FlowView] = weakref.WeakKeyDictionary()
+        self._listen: tuple[str, int] | None = None
+        self._running = False
+        self._loaded = False  # configure() has run once (the script's load)
+        self._warned: set[str] = set()
+        self._limits_path: Path | None = None
+        self._saved_version = -1  # the learned limits' version last written (or read)
+        self._save_timer: asyncio.TimerHandle | None = None
+        self.fleet: RedisFleet | None = None  # chaos_state: the Redis shared with the other proxies
+
+    # -- options ----------------------------------------------------------------------------------
+
+    def load(self, loader: Any) -> None:
+        loader.add_option(
+            "chaos_config",
+            str,
+            "",
+            "Path to a YAML or JSON file with a modelRouting block (the catalog, chaosMode, queue, "
+            "cooldown...). Empty: the built-in z.ai catalog. Changing it reloads without dropping "
+            "in-flight counts.",
+        )
+        loader.add_option(
+            "chaos_enabled",
+            str,
+            "auto",
+            "Turn chaos mode on or off, overriding chaosMode.enabled of the config; auto: the config "
+            "decides (off by default).",
+            choices=list(ENABLED_CHOICES),
+        )
+        loader.add_option(
+            "chaos_limits_file",
+            str,
+            "",
+            "Where learned concurrency limits are kept across restarts (JSON, written atomically). Empty: "
+            "chaos-mode-limits.json in mitmproxy's confdir; off: nowhere. A corrupt or foreign file is "
+            "ignored with one warning.",
+        )
+        loader.add_option(
+            "chaos_state",
+            str,
+            "",
+            "Where slots are counted. Empty: in this process. redis://[user[:password]@]host:port/db (or "
+            "rediss:// for TLS, with ?ssl_ca_certs=/path/ca.pem for a private CA): shared with every proxy "
+            "naming the same Redis, for several proxies on one z.ai account. The password may come from "
+            "the CHAOS_STATE_PASSWORD environment variable instead; it is never logged. Read at start-up.",
+        )
+        loader.add_option(
+            "chaos_state_share",
+            str,
+            "auto",
+            "While the chaos_state Redis cannot be reached, the share of each limit this proxy uses on its "
+            "own: a fraction like 0.5, or auto (1 / the number of proxies last seen, 0.5 if none was).",
+        )
+        loader.add_option(
+            "chaos_state_lease_ms",
+            int,
+            10_000,
+            "With chaos_state: how long a slot's lease lives unless renewed (renewed every third of it "
+            "while the request runs). A proxy that dies gives its slots back within this time.",
+        )
+        loader.add_option(
+            "chaos_web",
+            str,
+            "127.0.0.1:9464",
+            "Listen address (HOST:PORT) of the chaos-mode server: the dashboard (/), /api/status, "
+            "/api/events and Prometheus /metrics. Empty: off.",
+        )
+
+    def configure(self, updated: set[str]) -> None:
+        first, self._loaded = not self._loaded, True
+        try:
+            self._configure(updated)
+        except exceptions.OptionsError as exc:
+            if not first:
+                raise  # mitmproxy rolls the option back; the config in force stays
+            # Loading the script: mitmproxy would print our traceback. Say it plainly instead; an error
+            # logged at start-up makes mitmdump exit, and meanwhile chaos mode keeps its safe defaults.
+            log.error("chaos-mode: %s", exc)
+
+    def _configure(self, updated: set[str]) -> None:
+        enabled = ctx.options.chaos_enabled
+        if "chaos_enabled" in updated and enabled not in ENABLED_CHOICES:
+            # mitmproxy 12 does not enforce `choices` for --set: without this, "on" would mean off.
+            raise exceptions.OptionsError(
+                f"chaos_enabled: must be one of {', '.join(ENABLED_CHOICES)}, not {enabled[:40]!r}"
+            )
+        if "chaos_config" in updated or "chaos_enabled" in updated:
+            try:
+                config = self._read_config(ctx.options.chaos_config, ctx.options.chaos_enabled)
+            except ConfigError as exc:
+                raise exceptions.OptionsError(f"chaos_config: {exc}") from None
+            self._apply(config)
+        if "chaos_limits_file" in updated or "confdir" in updated:
+            self._limits_path = state_path(ctx.options.chaos_limits_file, ctx.options.confdir)
+            self._restore_limits()
+        if updated & STATE_OPTIONS:
+            self._configure_state()
+        if "chaos_web" in updated:
+            try:
+                self._listen = parse_listen(ctx.options.chaos_web)
+            except ValueError as exc:
+                raise exceptions.OptionsError(f"chaos_web: {exc}") from None
+            if self._running:
+                self._start_web()
+        if updated & UPSTREAM_OPTIONS:
+            self.forwarder.clients.reconfigure(
+                UpstreamSettings(
+                    insecure=bool(ctx.options.ssl_insecure),
+                    ca_file=ctx.options.ssl_verify_upstream_trusted_ca or None,
+                    ca_path=ctx.options.ssl_verify_upstream_trusted_confdir or None,
+                    proxy_auth=ctx.options.upstream_auth or None,
+                    read_timeout=self.forwarder.clients.settings.read_timeout,
+                )
+            )
+
+    def _configure_state(self) -> None:
+        """Parse the chaos_state options once; the Redis store is built here and started in running()."""
+        try:
+            url = parse_state_url(ctx.options.chaos_state)
+        except ValueError as exc:
+            raise exceptions.OptionsError(f"chaos_state: {exc}") from None
+        try:
+            share = parse_share(ctx.options.chaos_state_share)
+        except ValueError as exc:
+            raise exceptions.OptionsError(f"chaos_state_share: {exc}") from None
+        lease_ms = ctx.options.chaos_state_lease_ms
+        if lease_ms < MIN_LEASE_MS:
+            raise exceptions.OptionsError(f"chaos_state_lease_ms: at least {MIN_LEASE_MS}, not {lease_ms}")
+        current = self.fleet
+        if current is None and url is None:
+            return
+        if self._running:
+            raise exceptions.OptionsError("chaos_state: read at start-up only; restart mitmdump to change it")
+        if url is not None:
+            if url.ca_certs and not Path(url.ca_certs).is_file():
+                raise exceptions.OptionsError(f"chaos_state: ssl_ca_certs: no such file: {url.ca_certs}")
+            self.fleet = self._make_fleet(url, share, lease_ms / 1000)
+
+    def _make_fleet(self, url: StateUrl, share: float | None, lease_seconds: float) -> RedisFleet:
+        try:
+            from chaos_mode.fleet.redis_store import RedisFleet
+        except ModuleNotFoundError as exc:
+            raise exceptions.OptionsError(
+                f"chaos_state: needs the Python package redis ({exc.name} is missing): "
+                "pip install 'chaos-mode[redis]' where mitmproxy runs"
+            ) from None
+        slots = SharedSlots(
+            _proxy_id(), share=share, on_freed=self.pool.wake, waiting=self.pool.first_in_line
+        )
+        self.pool.use_slots(slots)
+        return RedisFleet(
+            url, slots, models=lambda: list(self.config.models), lease_seconds=lease_seconds, pool=self.pool
+        )
+
+    @staticmethod
+    def _read_config(path: str, enabled: str) -> ModelRouting:
+        config = load_config(path) if path else default_config()
+        if enabled != "auto":
+            chaos = config.chaos_mode.model_copy(update={"enabled": enabled == "true"})
+            config = config.model_copy(update={"chaos_mode": chaos})
+        return config
+
+    def _apply(self, config: ModelRouting) -> None:
+        self.config = config
+        self.pool.reconfigure(config)
+        self.stats.reconfigure(config)
+        self.classifier = TierClassifier(config)
+        chaos = config.chaos_mode
+        log.info(
+            "chaos mode %s: %s over %d models%s, %d slots%s",
+            "on" if chaos.enabled else "off",
+            chaos.strategy,
+            len(config.models),
+            " (the config's models replace the built-in catalog)" if config.replaces_catalog else "",
+            config.total_capacity,
+            " to start with (limits learned from z.ai's answers)" if config.learning.enabled else " (fixed)",
+        )
+
+    # -- learned limits across restarts -------------------------------------------------------------
+
+    def _restore_limits(self) -> None:
+        path = self._limits_path
+        if path is None:
+            return
+        try:
+            data = read_state(path)
+            restored = 0 if data is None else self.pool.limits.restore(data)
+        except ValueError as exc:
+            log.warning("chaos-mode: learned limits not restored, starting from the catalog: %s", exc)
+            return
+        self._saved_version = self.pool.limits.version
+        if restored:
+            self.pool.reconfigure(self.config)  # re-derive what selection reads from the restored limits
+            self._saved_version = self.pool.limits.version
+            log.info("chaos-mode: %d learned limits restored from %s", restored, path)
+
+    def _limits_touched(self) -> None:
+        """Write the learned limits soon after they change (once for a burst of changes)."""
+        if self.pool.limits.version == self._saved_version or self._save_timer is not None:
+            return
+        if self._limits_path is None:
+            return
+        self._save_timer = asyncio.get_running_loop().call_later(SAVE_DELAY, self._save_limits)
+
+    def _save_limits(self) -> None:
+        self._save_timer = None
+        path = self._limits_path
+        if path is None or self.pool.limits.version == self._saved_version:
+            return
+        version = self.pool.limits.version
+        try:
+            write_state(path, self.pool.limits.dump())
+        except (OSError, ValueError) as exc:
+            self._warn_once("limits-file", f"learned limits could not be written to {path}: {exc}")
+            return
+        self._saved_version = version
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def running(self) -> None:
+        self._running = True
+        self._warn_if_exposed()
+        self._start_web()
+        try:
+            host, port = self.forwarder.listen()
+        except OSError as exc:
+            log.error("chaos-mode: the forwarder could not listen (%s); failovers will answer 429", exc)
+        else:
+            log.debug("chaos-mode: forwarder on %s:%d", host, port)
+        if self.fleet is not None:
+            self.fleet.start()
+            log.info(
+                "chaos-mode: slots shared through %s as proxy %s (leases of %g s)",
+                self.fleet.url.display,
+                self.fleet.slots.proxy_id,
+                self.fleet.lease_ms / 1000,
+            )
+        # What is alive now (mitmproxy's and our modules, classes, the config) lives as long as the
+        # process: out of the collector's way, every collection no longer walks it (callgrind: about 2% of
+        # mitmdump's instructions per request). `done()` gives it back, so a script reload leaks nothing.
+        gc.freeze()
+
+    def done(self) -> Awaitable[None] | None:
+        """Stop; with shared slots, the awaitable (mitmproxy awaits it) gives this proxy's leases back."""
+        self._running = False
+        if self._save_timer is not None:
+            self._save_timer.cancel()
+        self._save_limits()
+        self.web.stop()
+        self.forwarder.close()
+        gc.unfreeze()
+        return self.fleet.close() if self.fleet is not None else None
+
+    def _warn_if_exposed(self) -> None:
+        """One warning line when the proxy listens beyond loopback (mitmproxy's default: every interface)."""
+        try:
+            modes = [ProxyMode.parse(spec) for spec in ctx.options.mode]
+        except ValueError:
+            return  # mitmproxy refuses the mode itself
+        hosts = [mode.listen_host(ctx.options.listen_host) for mode in modes if mode.type_name != "local"]
+        self.stats.exposed_listen = exposed = exposed_hosts(hosts)
+        if exposed:
+            log.warning(
+                "chaos-mode: the proxy listens on %s, not only loopback: anyone who can reach this machine "
+                "can send requests through it; add --listen-host 127.0.0.1 unless that is meant",
+                ", ".join(exposed),
+            )
+
+    def _start_web(self) -> None:
+        self.web.stop()
+        if self._listen is None:
+            return
+        try:
+            host, port = self.web.start(*self._listen)
+        except OSError as exc:
+            # The proxy goes on without its dashboard: routing matters more than the page.
+            host, port = self._listen
+            shown = f"[{host}]" if ":" in host else host
+            log.warning(
+                "chaos-mode: dashboard not started, cannot listen on %s:%d (%s); the proxy runs without it. "
+                "Choose another address with --set chaos_web=%s:%d, or --set chaos_web= for none",
+                shown,
+                port,
+                exc.strerror or exc,
+                shown,
+                port + 1 if port < 65535 else port - 1,
+            )
+            return
+        log.info("chaos-mode dashboard on http://%s:%d/ (Prometheus: /metrics)", host, port)
+
+    # -- hooks ------------------------------------------------------------------------------------
+
+    def _dialect_of(self, request: http.Request) -> Dialect | None:
+        """The door a request comes through, if it is one chaos mode routes (count_tokens holds no slot)."""
+        route = route_of(request.method, (request.host, request.pretty_host), request.path, self.config)
+        return None if route is None or route == "count_tokens" else DIALECTS[route]
+
+    async def request(self, flow: http.HTTPFlow) -> None:
+        if flow.response or flow.error or not flow.live:
+            return
+        dialect = self._dialect_of(flow.request)
+        if dialect is None:
+            return
+        try:
+            await self._route(flow, dialect)
+        except Exception:
+            # Never crash the proxy: the flow goes on as it is; a slot taken is released when it ends.
+            log.exception("chaos-mode: internal error while routing a request; it goes on unrouted")
+
+    async def _route(self, flow: http.HTTPFlow, dialect: Dialect) -> None:
+        request = flow.request
+        limit = self.config.streams.max_body_bytes
+        headers = request_headers(request)
+        try:
+            message = read_message(request, headers, limit=limit, parse=dialect.parse)
+        except BadRequest as exc:
+            self._pass_bad(flow, exc)
+            return
+        tier, known = self.classifier.lookup(message.model)
+        if not known:
+            self._warn_once("unknown-model", f"unknown model names are routed as {tier} requests")
+        chaos = self.config.chaos_mode
+        header = headers.get(SESSION)
+        session = (header.decode("utf-8", "replace").strip() if header else "") or None
+        view = FlowView(flow)
+        routed = RoutedRequest(
+            message,
+            tier,
+            pool=self.pool,
+            stats=self.stats,
+            later=_call_later,
+            routed=chaos.enabled,
+            sticky_key=message.sticky_key(session) if chaos.enabled and chaos.sticky_conversations else None,
+            session=session,
+            encode=body_encoder(headers),
+            view=view,
+        )
+        self._requests[flow] = routed
+        self._views[flow] = view
+        if not chaos.enabled:
+            view.changed(routed)
+            return
+        started = routed.arrived = self._clock()
+        ticket = routed.ticket()
+        # The common case, a free slot and nobody waiting, takes no coroutine.
+        selection = self.pool.admit_now(ticket) or await acquire_while_connected(self.pool, flow, ticket)
+        routed.waited = self._clock() - started
+        self.stats.queue_wait(tier, routed.waited)
+        if selection is CLIENT_GONE:
+            routed.finish("aborted")
+            if flow.killable:
+                flow.kill()
+            return
+        if selection is None:
+            flow.response = _response(reject(routed, None, now=self._wall_clock()))
+            view.changed(routed)
+            return
+        assert isinstance(selection, Selection)
+        routed.hold(selection)
+        set_body(request, message.with_model(selection.model), headers)
+        if (address := self.forwarder.address) is not None:
+            view.point_at(self.forwarder, routed, address)
+        view.changed(routed)
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        routed = self._requests.get(flow)
+        response = flow.response
+        if routed is None or response is None:
+            return
+        self._views[flow].restore()
+        routed.sent = True
+        if response.status_code != 200:
+            return
+        routed.answered()  # the forwarder has done it already; on the direct path, here
+        if not is_event_stream(response):
+            return
+        observer = DIALECTS[routed.message.door].observer()
+        view = self._views[flow]
+
+        def observe(chunk: bytes) -> bytes:
+            if observer.feed(chunk):  # a few events per answer: its start, usage, end
+                routed.usage = (observer.input_tokens, observer.output_tokens)
+                routed.stopped = observer.stopped
+                view.changed(routed)
+            return chunk
+
+        response.stream = observe
+
+    async def response(self, flow: http.HTTPFlow) -> None:
+        routed = self._requests.get(flow)
+        if routed is None or flow.response is None or routed.finished:
+            return
+        view = self._views[flow]
+        try:
+            view.restore()
+            answer = flow.response
+            refused = answer.status_code >= 400 and not answer.stream
+            if refused and routed.slot is not None and not view.forwarded:
+                await self._judge_direct(flow, routed)  # no forwarder: z.ai's refusal is judged here
+            self._record(flow, routed)
+        except Exception:
+            log.exception("chaos-mode: internal error while finishing a response")
+        finally:
+            routed.finish("error")  # a no-op once `_record` finished it; never leaves a slot held
+            self._limits_touched()
+
+    async def _judge_direct(self, flow: http.HTTPFlow, routed: RoutedRequest) -> None:
+        """z.ai's refusal when the flow went to z.ai directly (no forwarder): counted, our 429 instead of
+        a failover (mitmproxy cannot send the request again)."""
+        response = flow.response
+        assert response is not None
+        now = self._wall_clock()
+        headers = [(k, v) for k, v in response.headers.items(multi=True)]
+        answer: Answer | UpstreamError
+        if response.headers.get("server", "").startswith("mitmproxy"):
+            answer = unreached(f"HTTP {response.status_code} from the proxy")
+        else:
+            answer = Answer(response.status_code, headers, response.get_content(strict=False) or b"")
+        verdict = await settle(routed, answer, now=now, retry=False)
+        if isinstance(verdict, Reply):
+            flow.response = _response(verdict)
+        self._views[flow].changed(routed)
+
+    def _record(self, flow: http.HTTPFlow, routed: RoutedRequest) -> None:
+        response = flow.response
+        assert response is not None
+        model = routed.model
+        if model and response.status_code == 200:
+            usage = routed.usage
+            if usage is None and not response.stream:
+                whole = usage_of(response, DIALECTS[routed.message.door].observer)
+                usage = (whole[0], whole[1]) if whole else None
+            if usage:
+                routed.usage = usage
+                self.stats.usage(model, usage[0], usage[1])
+        if not routed.routed:
+            outcome: Outcome = "passthrough"
+        elif routed.rejected:
+            outcome = "rejected"
+        else:
+            outcome = "ok" if response.status_code < 400 else "error"
+        routed.finish(outcome)
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        routed = self._requests.get(flow)
+        if routed is None:
+            return
+        view = self._views[flow]
+        view.restore()
+        if view.token is not None and not view.forwarded:
+            self.forwarder.forget(view.token)
+        # The client went away (aborted), or the upstream broke the flow under a waiting client (error).
+        client_left = flow.client_conn.state is ConnectionState.CLOSED or (
+            flow.error is not None and flow.error.msg in (CLIENT_DISCONNECTED, flow.error.KILLED_MESSAGE)
+        )
+        # A stream the client left may still be counted upstream for a moment: release after a grace.
+        grace = self.config.streams.abort_grace_seconds if client_left else 0.0
+        routed.finish("aborted" if client_left else "error", grace=grace)
+        self._limits_touched()
+
+    # -- bad input ---------------------------------------------------------------------------------
+
+    def _pass_bad(self, flow: http.HTTPFlow, exc: BadRequest) -> None:
+        self.stats.bad_requests[exc.kind] += 1
+        flow.comment = f"chaos-mode: passed through untouched ({exc})"
+        self._warn_once(exc.kind, f"a request passed through untouched: {exc}")
+
+    def _warn_once(self, kind: str, message: str) -> None:
+        if kind in self._warned:
+            return
+        self._warned.add(kind)
+        log.warning("chaos-mode: %s (later ones are counted in /api/status, not logged)", message)
+
+    # -- status and commands ------------------------------------------------------------------------
+
+    def chaos_stats(self) -> dict[str, Any]:
+        stats = chaos_stats(served(self.pool.status()), self.stats)
+        stats["fleet"] = None
+        if self.fleet is not None:
+            from chaos_mode.fleet.redis_store import fleet_status
+
+            stats["fleet"] = fleet_status(self.fleet, self.pool.lost_races)
+        return stats
+
+    def _fleet_figures(self) -> FleetFigures | None:
+        if self.fleet is None:
+            return None
+        from chaos_mode.fleet.redis_store import fleet_figures
+
+        return fleet_figures(self.fleet, self.pool.lost_races)
+
+    @command.command("chaos.status")
+    def status(self) -> str:
+        """The Chaos Mode panel: strategy, utilization, learning, the account limit; each model's in-flight,
+        limit in force (catalog→learned, why, probing) and cooldown."""
+        return render_panel(self.chaos_stats())
+
+    @command.command("chaos.limits.reset")
+    def reset_limits(self) -> None:
+        """Forget every learned concurrency limit: back to the catalog's values (and the saved file too)."""
+        self.pool.reset_limits()
+        self._saved_version = -1
+        self._save_limits()
+        log.info("chaos-mode: learned limits reset to the catalog's values")
+
+    @command.command("chaos.reload")
+    def reload(self) -> None:
+        """Read the chaos_config file again; a bad file keeps the config in force and says why."""
+        try:
+            config = self._read_config(ctx.options.chaos_config, ctx.options.chaos_enabled)
+        except ConfigError as exc:
+            log.error("chaos-mode: config not reloaded, the old one stays in force: %s", exc)
+            return
+        self._apply(config)
+
+
+def _proxy_id() -> str:
+    """This proxy among the fleet's: host, process and a random tag (a restarted process is a new one)."""
+    return f"{socket.gethostname()[:40]}:{os.getpid()}:{secrets.token_hex(2)}"
+
+
+def _call_later(delay: float, callback: Callable[[], None]) -> None:
+    asyncio.get_running_loop().call_later(delay, callback)
+
+
+def _response(reply: Reply) -> http.Response:
+    return http.Response.make(reply.status, reply.body, [(k.encode(), v.encode()) for k, v in reply.headers])
+
+
+__all__ = ["META", "TRIED_HEADER", "ChaosMode", "UpstreamError"]

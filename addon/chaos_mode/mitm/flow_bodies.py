@@ -1,0 +1,165 @@
+"""Headers and bodies of mitmproxy messages, read and written on the hot path without extra passes.
+
+An adapter module (it knows mitmproxy's `Message`): every routed request reads several of its headers
+and rewrites its body; `Headers.get` would walk the headers once per name, and `Message.content` would
+read the content-encoding and content-length headers again.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+import zlib
+from collections.abc import Callable
+from typing import Final
+
+from mitmproxy import http
+from mitmproxy.net import encoding
+
+from chaos_mode.doors.messages import STICKY_HEADER, BadRequest, MessageRequest, parse_message
+from chaos_mode.doors.messages_stream import SseObserver, StreamObserver, message_usage
+from chaos_mode.doors.speech import Parse
+
+CONTENT_ENCODING: Final = b"content-encoding"
+TRANSFER_ENCODING: Final = b"transfer-encoding"
+CONTENT_LENGTH: Final = b"content-length"
+CONTENT_TYPE: Final = b"content-type"
+EVENT_STREAM: Final = b"text/event-stream"
+SESSION: Final = STICKY_HEADER.encode()
+_REQUEST_HEADERS: Final = frozenset({CONTENT_ENCODING, TRANSFER_ENCODING, SESSION})
+_RESPONSE_HEADERS: Final = frozenset({CONTENT_ENCODING, CONTENT_TYPE})
+
+
+def find_headers(message: http.Message, names: frozenset[bytes]) -> dict[bytes, bytes]:
+    """The first value of each header in `names` (lower-case), in one pass over the headers.
+
+    The hot path reads several headers of one message; `Headers.get` would walk them once per name.
+    """
+    found: dict[bytes, bytes] = {}
+    for name, value in message.headers.fields:
+        key = name.lower()
+        if key in names and key not in found:
+            found[key] = value
+    return found
+
+
+def decoded_body(message: http.Message, headers: dict[bytes, bytes]) -> bytes:
+    """The decoded body (as `get_content(strict=False)`); no copy when it has no content-encoding."""
+    if headers.get(CONTENT_ENCODING):
+        return message.get_content(strict=False) or b""
+    return message.raw_content or b""
+
+
+def _inflate(raw: bytes, wbits: int) -> bytes:
+    """zlib's `decompress`, but refusing a truncated stream or bytes after its end."""
+    inflater = zlib.decompressobj(wbits)
+    body = inflater.decompress(raw) + inflater.flush()
+    if not inflater.eof or inflater.unused_data:
+        raise ValueError("truncated, or data after the end")
+    return body
+
+
+def _deflate_decode(raw: bytes) -> bytes:
+    try:
+        return _inflate(raw, zlib.MAX_WBITS)
+    except (ValueError, zlib.error):
+        return _inflate(raw, -zlib.MAX_WBITS)  # raw deflate with no zlib header, as mitmproxy accepts
+
+
+def _mitmproxy_decode(coding: str) -> Callable[[bytes], bytes]:
+    def decode(raw: bytes) -> bytes:
+        body = encoding.decode(raw, coding)
+        assert isinstance(body, bytes)
+        return body
+
+    return decode
+
+
+# Strict decoders: a body must decode completely (mitmproxy's own gzip decoder returns what it could read
+# of a truncated stream). Encoding again is mitmproxy's, as `Message.content = ...` does.
+_DECODERS: Final[dict[str, Callable[[bytes], bytes]]] = {
+    "gzip": gzip.decompress,
+    "deflate": _deflate_decode,
+    "br": _mitmproxy_decode("br"),
+    "zstd": _mitmproxy_decode("zstd"),
+}
+_TOKEN: Final = re.compile(r"[a-z0-9._+-]{1,24}")
+
+
+def _coding(headers: dict[bytes, bytes]) -> str | None:
+    """The request's content-encoding when the addon can decode it and encode it again exactly
+    (None: identity); `BadRequest` for anything else (`utf-8`, `x-foo`, a list of codings)."""
+    value = headers.get(CONTENT_ENCODING, b"").decode("latin-1").strip().lower()
+    if value in ("", "identity"):
+        return None
+    if value in _DECODERS:
+        return value
+    named = repr(value) if _TOKEN.fullmatch(value) else "of an unexpected form"
+    raise BadRequest("bad-encoding", f"content-encoding {named} is not one of gzip, deflate, br, zstd")
+
+
+def read_message(
+    request: http.Request, headers: dict[bytes, bytes], *, limit: int, parse: Parse = parse_message
+) -> MessageRequest:
+    """The request's body parsed for routing (by its door's `parse`), decoded as its content-encoding says;
+    `BadRequest` when it must pass untouched (too large, an encoding that is unknown or does not decode,
+    not routable)."""
+    raw = request.raw_content
+    if raw is None or len(raw) > limit:
+        size = "a streamed" if raw is None else f"{len(raw)} bytes"
+        raise BadRequest("too-large", f"body of {size} is over the {limit}-byte limit")
+    coding = _coding(headers)
+    if coding is None:
+        return parse(raw, limit=limit)
+    try:
+        content = _DECODERS[coding](raw)
+    except (ValueError, EOFError, zlib.error, gzip.BadGzipFile):
+        raise BadRequest("bad-encoding", f"body does not decode as its content-encoding {coding}") from None
+    return parse(content, limit=limit)
+
+
+def body_encoder(headers: dict[bytes, bytes]) -> Callable[[bytes], bytes]:
+    """How a body read by `read_message` is encoded again: with the request's own content-encoding."""
+    coding = _coding(headers)
+    if coding is None:
+        return bytes
+    return lambda body: encoding.encode(body, coding)
+
+
+def set_body(message: http.Message, body: bytes, headers: dict[bytes, bytes]) -> None:
+    """Set a body read by `read_message`, encoded again with its content-encoding; the content-length
+    follows (the other headers are not read again)."""
+    raw = body_encoder(headers)(body)
+    message.raw_content = raw
+    if TRANSFER_ENCODING in headers:
+        return
+    fields = message.headers.fields
+    at = [i for i, (name, _) in enumerate(fields) if name.lower() == CONTENT_LENGTH]
+    if len(at) == 1:  # the usual case: its value replaced in place, the other headers untouched
+        i = at[0]
+        message.headers.fields = (*fields[:i], (fields[i][0], str(len(raw)).encode()), *fields[i + 1 :])
+    else:
+        message.headers["content-length"] = str(len(raw))
+
+
+def request_headers(request: http.Request) -> dict[bytes, bytes]:
+    """The headers routing needs: content-encoding, transfer-encoding and the session id."""
+    return find_headers(request, _REQUEST_HEADERS)
+
+
+def is_event_stream(response: http.Response) -> bool:
+    return EVENT_STREAM in find_headers(response, _RESPONSE_HEADERS).get(CONTENT_TYPE, b"")
+
+
+def usage_of(
+    response: http.Response, observer_of: Callable[[], StreamObserver] = SseObserver
+) -> list[int] | None:
+    """[input_tokens, output_tokens] of an answer that arrived whole (JSON, or SSE read at once by the
+    door's observer)."""
+    headers = find_headers(response, _RESPONSE_HEADERS)
+    content = decoded_body(response, headers)
+    if EVENT_STREAM in headers.get(CONTENT_TYPE, b""):
+        observer = observer_of()
+        observer.feed(content + b"\n\n")
+        return [observer.input_tokens, observer.output_tokens]
+    return message_usage(content)

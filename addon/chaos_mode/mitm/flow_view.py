@@ -1,0 +1,111 @@
+"""What mitmproxy's flow shows of a routed request: an adapter (it writes mitmproxy's flow).
+
+A flow sent to the forwarder is pointed at loopback only for mitmproxy's connection; as soon as the forwarder
+has the request, the flow shows z.ai's URL again (mitmweb, saved flows), without the forwarder's token, and
+its body is the one the last attempt sent. Its comment and a plain-values mirror of the routed request
+(`flow.metadata["chaos"]`) follow each change.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Final
+
+from mitmproxy import connection, http
+
+from chaos_mode.forwarding.forwarder import TOKEN_HEADER, Forwarder
+from chaos_mode.forwarding.upstream import Destination
+from chaos_mode.request.routed import RoutedRequest
+
+META: Final = "chaos"
+
+
+class FlowView:
+    """The routed request's face in mitmproxy: one per routed flow.
+
+    It holds its flow weakly: the addon keeps views (and routed requests, which hold their view) in weak maps
+    keyed by the flow, and a value that held its key would keep every flow alive forever."""
+
+    __slots__ = ("_flow", "_original", "forwarded", "token")
+
+    def __init__(self, flow: http.HTTPFlow) -> None:
+        self._flow = weakref.ref(flow)
+        self.token: str | None = None  # while the flow is pointed at the forwarder
+        self.forwarded = False  # the forwarder took the request (it, not mitmproxy, talks to z.ai)
+        self._original: tuple[bytes, str, int] | None = None
+
+    @property
+    def flow(self) -> http.HTTPFlow:
+        flow = self._flow()
+        if flow is None:  # mitmproxy keeps a flow alive while anything of it runs
+            raise ReferenceError("the flow is gone")
+        return flow
+
+    def point_at(self, forwarder: Forwarder, request: RoutedRequest, address: tuple[str, int]) -> None:
+        """Send the flow to the forwarder instead of z.ai (mitmproxy connects to loopback)."""
+        flow, data = self.flow, self.flow.request.data
+        via = flow.server_conn.via
+        proxy = f"{via[0]}://{_authority(*via[1])}" if via is not None else None
+        destination = Destination(data.scheme.decode(), data.host, data.port, proxy)
+        self.token = forwarder.expect(request, destination)
+        flow.request.headers[TOKEN_HEADER] = self.token
+        self._original = (data.scheme, data.host, data.port)
+        # `data`, not the properties: those would rewrite the Host header (z.ai's name must stay in it).
+        data.scheme, data.host, data.port = b"http", address[0], address[1]
+        if via is not None:
+            # `--mode upstream:`: mitmproxy would reach loopback through the upstream proxy; the forwarder
+            # goes through it instead. A new connection object, not the shared one: its `via` stays.
+            flow.server_conn = connection.Server(address=address)
+
+    def restore(self) -> None:
+        """Show the real destination again; the token goes (it was only for the forwarder)."""
+        if self._original is not None:
+            data = self.flow.request.data
+            data.scheme, data.host, data.port = self._original
+            self._original = None
+        if self.token is not None:
+            self.flow.request.headers.pop(TOKEN_HEADER, None)
+
+    # -- RequestView --------------------------------------------------------------------------------------
+
+    def received(self) -> None:
+        self.forwarded = True
+        self.restore()
+
+    def attempt(self, body: bytes) -> None:
+        request = self.flow.request
+        request.raw_content = body
+        if "content-length" in request.headers:
+            request.headers["content-length"] = str(len(body))
+
+    def changed(self, request: RoutedRequest) -> None:
+        flow = self.flow
+        flow.metadata[META] = request.mirror()
+        comment, mark = describe(request)
+        if comment:
+            flow.comment = comment
+        if mark:
+            flow.marked = mark
+
+
+def describe(request: RoutedRequest) -> tuple[str, str]:
+    """(comment, mark) of a routed request, as mitmweb lists it."""
+    original = request.original_model
+    if request.rejected is not None:
+        return f"{original} → 429 from chaos-mode · {request.rejected}", ":no_entry:"
+    attempts = request.attempts
+    if not attempts:
+        return "", ""
+    last = attempts[-1]
+    comment = f"{original} → {last.model} · "
+    refused = [f"{a.model} ({a.refusal})" for a in attempts[:-1] if a.refusal]
+    if refused:
+        comment += f"failover from {', '.join(refused)} · "
+    comment += last.selection.reason
+    if request.waited >= 0.05:
+        comment += f" · waited {request.waited:.1f} s"
+    return comment, ":warning:" if refused or last.refusal else ""
+
+
+def _authority(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

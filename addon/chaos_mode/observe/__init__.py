@@ -1,0 +1,2 @@
+"""What is seen of the pool: request stats, Prometheus metrics, the web server and dashboard, the text
+panel."""

@@ -1,0 +1,60 @@
+"""Our own 429, for a request no eligible model could take, in the format of the door it came through.
+
+It says why (from the pool), when to retry (the account pause, else the next cooldown to end, lengthened
+by z.ai's own Retry-After when z.ai answered first), and keeps z.ai's rate-limit headers beside ours.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from chaos_mode.doors.door import Door
+from chaos_mode.doors.speech import DIALECTS
+from chaos_mode.routing.pool import ChaosPool, Ticket
+from chaos_mode.zai.catalog import RequestTier
+from chaos_mode.zai.errors import parse_retry_after
+
+UPSTREAM_RETRY_HEADER: Final = "x-upstream-retry-after"  # z.ai's Retry-After, kept on our own 429
+DEFAULT_RETRY_SECONDS: Final = 5.0  # when nothing is cooling down: the queue timed out
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """An answer the addon makes itself."""
+
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes
+
+
+def rate_limited(
+    pool: ChaosPool,
+    tier: RequestTier,
+    tried: list[str],
+    upstream: Sequence[tuple[str, str]] | None,
+    now: float,
+    last_error: str | None = None,
+    door: Door = "anthropic",
+) -> tuple[Reply, str]:
+    """(our 429, why) for a request of `tier` that tried `tried`; `upstream`: z.ai's headers, if any;
+    `last_error`: why the last attempt failed, if one was made; `door`: whose format the 429 speaks."""
+    why = pool.unavailable(Ticket(tier, frozenset(tried)))
+    if last_error is not None:
+        why = f"{len(tried)} model(s) tried, the last: {last_error}" + (f"; {why}" if why else "")
+    elif why is None:
+        why = f"no {tier}-tier model had a free slot within the queue timeout"
+    pause = pool.cooldowns.account_pause()
+    retry = pause[0] if pause else (pool.cooldowns.next_expiry() or DEFAULT_RETRY_SECONDS)
+    upstream = upstream or ()
+    upstream_retry = next((v for k, v in upstream if k.lower() == "retry-after"), None)
+    if upstream_retry is not None:
+        # z.ai's own value is kept (verbatim, beside ours) and may lengthen ours, up to 60 s.
+        retry = max(retry, parse_retry_after(upstream_retry, now=now) or 0.0)
+    body, ours = DIALECTS[door].rate_limit_error(why, retry_after=retry, tried=tried)
+    headers = list(ours.items())
+    headers += [(k, v) for k, v in upstream if k.lower().startswith("anthropic-ratelimit-")]
+    if upstream_retry is not None:
+        headers.append((UPSTREAM_RETRY_HEADER, upstream_retry))
+    return Reply(429, headers, body), why

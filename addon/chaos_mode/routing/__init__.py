@@ -1,0 +1,2 @@
+"""The pool: eligibility, strategies, tiers, sticky conversations, the fair wait queue, slots, cooldowns,
+its status."""

@@ -1,0 +1,804 @@
+"""ChaosPool: which model serves a request — eligibility, strategy, slots, cooldowns, queue, stickiness."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from chaos_mode.config.schema import ModelRouting
+from chaos_mode.learning.limits import LearnedLimits, LimitView, Probe
+from chaos_mode.routing.cooldowns import Cooldowns, CooldownState
+from chaos_mode.routing.fairness import ServiceShares
+from chaos_mode.routing.slots import MemorySlots, SlotStore
+from chaos_mode.routing.status import (
+    AccountPause,
+    AccountStatus,
+    LearningStatus,
+    ModelLimit,
+    ModelStatus,
+    OutCapacity,
+    PoolStatus,
+    QueueStatus,
+    StickyStatus,
+)
+from chaos_mode.routing.sticky import StickyMap
+from chaos_mode.routing.strategies import ModelEntry, Strategy, make_strategy
+from chaos_mode.routing.wait_queue import AdmissionQueue
+from chaos_mode.zai.catalog import REQUEST_TIERS, RequestTier
+from chaos_mode.zai.errors import Action, UpstreamError
+
+NO_ATTEMPTS: frozenset[str] = frozenset()
+ACCOUNT = "\x00account"  # the key of account probes among the models' (no model is named so)
+NO_ACCOUNT_CAP = sys.maxsize  # no account limit known: only the models' own limits count
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """The model chosen for a request, and why; once a slot is taken, what was in flight with it (this
+    request included) and whether it went above a learned limit (a probe)."""
+
+    model: str
+    reason: str
+    in_flight: int = field(default=0, compare=False)
+    total: int = field(default=0, compare=False)
+    probe: Probe | None = field(default=None, compare=False)
+    slot_id: int = field(default=0, compare=False)  # the slot's own number while z.ai's verdict is out
+    sent_at: float = field(default=math.inf, compare=False)  # when the slot was taken (monotonic)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestInfo:
+    """What the cost guard knows of a request: estimated input tokens and the output budget."""
+
+    input_tokens: int
+    max_output_tokens: int
+
+    @classmethod
+    def estimate(cls, body_size: int, max_tokens: object) -> RequestInfo:
+        """About four bytes of JSON per input token; `max_tokens` bounds the output."""
+        budget = max_tokens if isinstance(max_tokens, int) and max_tokens > 0 else 4096
+        return cls(input_tokens=max(body_size, 0) // 4, max_output_tokens=budget)
+
+    def cost(self, entry: ModelEntry) -> float:
+        """Estimated $ for this request on `entry`."""
+        return (self.input_tokens * entry.input_price + self.max_output_tokens * entry.output_price) / 1e6
+
+
+@dataclass(frozen=True, slots=True)
+class Ticket:
+    """One request's claim on the pool: what it may use."""
+
+    tier: RequestTier
+    attempted: frozenset[str] = NO_ATTEMPTS
+    request: RequestInfo | None = None
+    sticky_key: str | None = None
+    session: str | None = None  # the conversation: its place in the queue (`shares`), never the model
+    counts: bool = True  # admitting it counts toward its conversation's share (a failover's does not)
+    may_probe: bool = True  # False: only a slot within the limits (one to replace an unanswered probe)
+
+
+# (model, reason, probe): what `_select` found, before a slot is taken
+Choice = tuple[str, str, Probe | None]
+
+
+def _entries(config: ModelRouting, limits: LearnedLimits) -> dict[str, ModelEntry]:
+    learned = limits.enabled
+    return {
+        name: ModelEntry(
+            name=name,
+            index=index,
+            capacity=limits.limit(name) if learned else spec.max_concurrency,
+            base_cost=spec.input_price + spec.output_price,
+            input_price=spec.input_price,
+            output_price=spec.output_price,
+        )
+        for index, (name, spec) in enumerate(config.models.items())
+    }
+
+
+class ChaosPool:
+    """The whole GLM catalog as one pool of concurrency slots.
+
+    State lives behind two small interfaces, `SlotStore` (in-flight counts) and `CooldownState`,
+    so a backend shared by several proxies can replace the in-memory ones without touching the policy.
+
+    Every request is a `Ticket` (its tier, the models it tried, its size, its conversation).
+    `select_model(ticket)` only looks; `try_acquire(ticket)` selects and takes the slot in one step (no
+    await in between); `admit_now(ticket)` does so only when nobody waits, and `await admit(ticket)`
+    also queues fairly when nothing eligible is free. Every slot taken is given back with `release`
+    exactly once (`acquire(model)`/`release(model)` are the seed's slot-level calls).
+    """
+
+    def __init__(
+        self,
+        config: ModelRouting,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
+        slots: SlotStore | None = None,
+        cooldowns: CooldownState | None = None,
+    ) -> None:
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._rng = rng or random.Random()
+        self._slots: SlotStore = slots or MemorySlots()
+        self._cooldowns: CooldownState = cooldowns or Cooldowns(config.cooldown, clock)
+        self._limits = LearnedLimits(config, clock=clock, wall_clock=wall_clock)
+        self._sticky = StickyMap(config.sticky.ttl_seconds, config.sticky.max_entries, clock)
+        self._shares = ServiceShares(clock)
+        self._queue: AdmissionQueue[Ticket, Selection] = AdmissionQueue(
+            attempt=self._attempt,
+            release=self.release_selection,
+            group=lambda ticket: (ticket.tier, ticket.attempted, ticket.may_probe),
+            clock=clock,
+        )
+        self._timer: asyncio.TimerHandle | None = None
+        self._wake_timer: asyncio.TimerHandle | None = None
+        self.dispatched: dict[str, int] = {}
+        self.admitted = 0  # requests that got a slot through admit / admit_now
+        self.rejected = 0  # requests admit answered None
+        self.total_wait = 0.0  # seconds waited, over admitted requests
+        self.spurious_releases = 0
+        # Probes out and unanswered: probe id -> the model probed (ACCOUNT for the account). A probe rides
+        # above the limit it tests: until z.ai answers it (in seconds, for a 1302), it takes none of the
+        # slots within the limit.
+        self._probes: dict[int, str] = {}
+        self._probes_on: dict[str, int] = {}
+        # Slots whose request z.ai has not answered yet: slot id -> model. Requests overtake each other on
+        # the way to z.ai, and a 1302 takes seconds to come back, so what the pool counts in flight is more
+        # than z.ai serves until each request has its verdict: a clean answer is evidence of no more than
+        # the slots answered cleanly and still running.
+        self._unanswered: dict[int, str] = {}
+        self._unanswered_on: dict[str, int] = {}
+        self._next_slot_id = 1
+        self.lost_races = 0  # slots taken on the local mirror that another proxy had taken first
+        self.reconfigure(config)
+
+    # -- configuration ----------------------------------------------------------------------------
+
+    @property
+    def config(self) -> ModelRouting:
+        return self._config
+
+    @property
+    def cooldowns(self) -> CooldownState:
+        return self._cooldowns
+
+    @property
+    def limits(self) -> LearnedLimits:
+        return self._limits
+
+    @property
+    def slots(self) -> SlotStore:
+        return self._slots
+
+    def use_slots(self, slots: SlotStore) -> None:
+        """Count slots in `slots` from now on (a store shared with other proxies). Only at start-up, while
+        nothing is held: a held slot must be released where it was taken."""
+        self._slots = slots
+
+    def use_cooldowns(self, cooldowns: CooldownState) -> None:
+        """Keep cooldowns in `cooldowns` from now on (one shared with other proxies), at start-up."""
+        self._cooldowns = cooldowns
+
+    def blocks_changed(self) -> None:
+        """Another proxy blocked or restored a model: a restored one may serve the waiters."""
+        if len(self._queue):
+            self._queue.dispatch()
+            self._arm_timer()
+
+    def adopt_limits(self, rows: Mapping[str, Any]) -> int:
+        """Take the limits other proxies learned, where newer than ours (see `LearnedLimits.merge`)."""
+        taken = self._limits.merge(rows)
+        self._limits_changed()
+        return taken
+
+    def wake(self, delay: float = 0.0) -> None:
+        """Capacity may have been freed elsewhere (another proxy of the fleet): serve the waiters, now or
+        after `delay` seconds (the slot was owed to another proxy first)."""
+        if delay > 0:
+            self._wake_later(delay)
+        elif len(self._queue):
+            self._queue.dispatch()
+
+    def reconfigure(self, config: ModelRouting) -> None:
+        """Apply a new config; in-flight counts, cooldowns and sticky entries are kept."""
+        self._config = config
+        self._strategy: Strategy = make_strategy(config.chaos_mode.strategy, self._rng)
+        self._limits.reconfigure(config)
+        self._derive()
+        self._max_cost = config.chaos_mode.max_cost_per_request
+        self._sticky_on = config.chaos_mode.sticky_conversations
+        self._cooldowns.reconfigure(config.cooldown)
+        self._sticky.reconfigure(config.sticky.ttl_seconds, config.sticky.max_entries)
+        self._queue.dispatch()  # capacity may have grown
+
+    def _derive(self) -> None:
+        """What selection reads of the limits, rebuilt whenever a learned limit changes."""
+        config, limits = self._config, self._limits
+        self._entries = _entries(config, limits)
+        self._eligible: dict[RequestTier, list[ModelEntry]] = {
+            tier: [self._entries[name] for name in config.eligible_models(tier)] for tier in REQUEST_TIERS
+        }
+        if limits.enabled:
+            account = limits.account()
+            self._account_cap = NO_ACCOUNT_CAP if account is None else account
+        else:
+            self._account_cap = config.total_capacity
+        self._limits_version = limits.version
+
+    def _limits_changed(self) -> None:
+        """Follow the learned limits; waiters may use what a raised limit gives."""
+        if self._limits_version != self._limits.version:
+            self._derive()
+            if len(self._queue):
+                self._queue.dispatch()
+
+    # -- selection --------------------------------------------------------------------------------
+
+    def select_model(self, ticket: Ticket) -> Selection | None:
+        """The best eligible model with a free slot for the ticket, without taking it; None = backpressure."""
+        choice = self._select(ticket)[0]
+        return None if choice is None else Selection(choice[0], choice[1], probe=choice[2])
+
+    def _select(self, ticket: Ticket) -> tuple[Choice | None, bool]:
+        """(choice, moved): moved when a sticky conversation had to leave its model."""
+        self._follow_limits()
+        slots = self._slots
+        if self._cooldowns.account_pause() is not None:
+            return None, False
+        blocked = self._cooldowns.blocked()
+        attempted = ticket.attempted
+        held = slots.counts().get
+        eligible = self._eligible[ticket.tier]
+        if attempted or blocked:
+            eligible = [e for e in eligible if e.name not in attempted and e.name not in blocked]
+        above = self._probes_on.get
+        if slots.total() >= self._account_cap + above(ACCOUNT, 0):
+            return self._beyond_limits(ticket, eligible, account_full=True), False
+        if self._probes_on:
+            candidates = [e for e in eligible if held(e.name, 0) < e.capacity + above(e.name, 0)]
+        else:
+            candidates = [e for e in eligible if held(e.name, 0) < e.capacity]
+        if not candidates:
+            return self._beyond_limits(ticket, eligible, account_full=False), False
+        if slots.confirms:  # a fleet's: while its store is gone, this proxy uses its share of each limit
+            account_cap = self._account_cap + above(ACCOUNT, 0)
+            candidates = [
+                e for e in candidates if slots.fits(e.name, e.capacity + above(e.name, 0), account_cap)
+            ]
+            if not candidates:
+                return None, False
+        in_flight = [held(e.name, 0) for e in candidates]
+
+        moved = False
+        stuck: str | None = None
+        if self._sticky_on and ticket.sticky_key is not None:
+            stuck = self._sticky.get(ticket.sticky_key)
+            if stuck is not None:
+                for entry in candidates:
+                    if entry.name == stuck:
+                        return (stuck, "sticky", None), False
+                moved = True
+
+        request = ticket.request
+        if request is None:
+            costs = [entry.base_cost for entry in candidates]
+        else:  # RequestInfo.cost, inlined: this runs for every candidate of every request
+            tokens_in, tokens_out = request.input_tokens, request.max_output_tokens
+            costs = [(tokens_in * e.input_price + tokens_out * e.output_price) / 1e6 for e in candidates]
+        reason = self._strategy.name
+        if self._max_cost is not None and request is not None:
+            keep = [i for i, cost in enumerate(costs) if cost <= self._max_cost]
+            if not keep:
+                # Nothing fits: the cheapest eligible, the strategy choosing among equally cheap ones.
+                cheapest = min(costs)
+                keep = [i for i, cost in enumerate(costs) if cost == cheapest]
+                reason = f"cost guard: none under ${self._max_cost:g}, cheapest eligible"
+            elif len(keep) < len(candidates):
+                reason += " (cost guard)"
+            if len(keep) < len(candidates):
+                candidates = [candidates[i] for i in keep]
+                in_flight = [in_flight[i] for i in keep]
+                costs = [costs[i] for i in keep]
+        chosen = candidates[self._strategy.pick(candidates, in_flight, costs)]
+        if moved:
+            reason += f" (sticky moved from {stuck})"
+        return (chosen.name, reason, None), moved
+
+    def _beyond_limits(
+        self, ticket: Ticket, eligible: list[ModelEntry], *, account_full: bool
+    ) -> Choice | None:
+        """Nothing eligible is free within the limits, so the request would wait. A probe one above a
+        learned limit when one is due; else, when nothing at all is in flight, a trial on the cooling
+        model that ends first; else None."""
+        limits, held = self._limits, self._slots.counts().get
+        if limits.enabled and ticket.may_probe:
+            affordable = self._affordable(ticket, eligible)
+            if account_full:
+                above = self._probes_on.get
+                room = [e for e in affordable if held(e.name, 0) < e.capacity + above(e.name, 0)]
+                if room and limits.can_probe_account():
+                    chosen = room[
+                        self._strategy.pick(room, [held(e.name, 0) for e in room], self._costs(ticket, room))
+                    ]
+                    return chosen.name, f"probing the account limit ({self._account_cap}+1)", "account"
+            else:
+                due = [e for e in affordable if limits.can_probe(e.name)]
+                if due:
+                    costs = self._costs(ticket, due)
+                    chosen = min(zip(costs, (e.index for e in due), due, strict=True))[2]
+                    return chosen.name, f"probing {chosen.name}'s limit ({chosen.capacity}+1)", "model"
+        if not self._config.cooldown.trial_when_idle or self._slots.total():
+            return None
+        cooling = []
+        for entry in self._eligible[ticket.tier]:
+            block = self._cooldowns.block(entry.name)
+            if entry.name not in ticket.attempted and entry.capacity and block and block.kind == "cooldown":
+                cooling.append((self._cooldowns.remaining(entry.name), entry.index, entry.name))
+        if not cooling:
+            return None
+        return min(cooling)[2], "trial: nothing in flight, cooldown cut short", None
+
+    def _costs(self, ticket: Ticket, entries: list[ModelEntry]) -> list[float]:
+        request = ticket.request
+        if request is None:
+            return [entry.base_cost for entry in entries]
+        return [request.cost(entry) for entry in entries]
+
+    def _affordable(self, ticket: Ticket, entries: list[ModelEntry]) -> list[ModelEntry]:
+        """The entries the cost guard lets a probe use (a probe never goes over the guard)."""
+        if self._max_cost is None or ticket.request is None:
+            return entries
+        return [
+            e for e, cost in zip(entries, self._costs(ticket, entries), strict=True) if cost <= self._max_cost
+        ]
+
+    # -- slots ------------------------------------------------------------------------------------
+
+    def acquire(self, model: str, probe: Probe | None = None) -> bool:
+        """Take a slot of `model` (the seed's acquire); False if it is full or unknown. A probe may go
+        one above the model's (or the account's) limit."""
+        entry = self._entries.get(model)
+        if entry is None:
+            return False
+        above = self._probes_on.get
+        cap, account_cap = entry.capacity + above(model, 0), self._account_cap + above(ACCOUNT, 0)
+        if probe == "model":
+            cap += 1
+        elif probe == "account":
+            account_cap += 1
+        if not self._slots.try_acquire(model, cap, account_cap):
+            return False
+        self.dispatched[model] = self.dispatched.get(model, 0) + 1
+        if probe is not None:
+            self._limits.probe_sent(probe, model)
+        return True
+
+    def _slot_out(self, model: str, probe: Probe | None) -> int:
+        """Count a slot just taken as awaiting z.ai's verdict, and a probe as riding above its limit;
+        returns the slot's id."""
+        slot_id, self._next_slot_id = self._next_slot_id, self._next_slot_id + 1
+        self._unanswered[slot_id] = model
+        _count(self._unanswered_on, model, 1)
+        if probe is not None:
+            key = model if probe == "model" else ACCOUNT
+            self._probes[slot_id] = key
+            _count(self._probes_on, key, 1)
+        return slot_id
+
+    def verdict_done(self, selection: Selection) -> None:
+        """z.ai answered, refused or will never answer the request `selection` was sent with: it awaits
+        no verdict any more, and a probe's slot counts within the limit again (a clean answer raised the
+        limit to hold it). Idempotent."""
+        self._settle(selection.slot_id)
+
+    def _settle(self, slot_id: int) -> None:
+        model = self._unanswered.pop(slot_id, None)
+        if model is not None:
+            _count(self._unanswered_on, model, -1)
+        key = self._probes.pop(slot_id, None)
+        if key is not None:
+            _count(self._probes_on, key, -1)
+
+    def _forget_unanswered(self, model: str) -> None:
+        """A slot of `model` went back by name alone (not through `verdict_done`): its request awaits no
+        verdict any more, whichever it was; the oldest is forgotten."""
+        self._settle(next(i for i, m in self._unanswered.items() if m == model))
+
+    def give_up_probe(self, selection: Selection) -> None:
+        """The probe `selection` was sent with is abandoned unanswered (its request took a slot within the
+        limits instead): it rides above its limit no more, and the next probe there waits as after a 1302.
+        Idempotent; a no-op for a regular slot."""
+        if selection.probe is not None and selection.slot_id in self._probes:
+            self._limits.probe_given_up(selection.probe, selection.model)
+        self.verdict_done(selection)
+
+    def release(self, model: str) -> bool:
+        """Give a slot of `model` back and serve waiters; False (clamped at zero) if none was held."""
+        if not self._slots.release(model):
+            self.spurious_releases += 1
+            return False
+        if self._unanswered_on.get(model, 0) > self._slots.in_flight(model):
+            self._forget_unanswered(model)
+        if len(self._queue):
+            delay = self._slots.hold_back()
+            if delay > 0:
+                self._wake_later(delay)  # another proxy's waiters first (a shared store's fairness)
+            else:
+                self._queue.dispatch()
+        return True
+
+    def _wake_later(self, delay: float) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop, so nobody can be waiting
+            return
+        if self._wake_timer is None:
+            self._wake_timer = loop.call_later(delay, self._on_wake_timer)
+
+    def _on_wake_timer(self) -> None:
+        self._wake_timer = None
+        self.wake()
+
+    def release_selection(self, selection: Selection) -> None:
+        """Give back a slot granted but never used (its request ended first), a probe's included."""
+        self.verdict_done(selection)
+        self.release(selection.model)
+
+    def try_acquire(self, ticket: Ticket) -> Selection | None:
+        """Select and take the slot in one step, queue or not; None when nothing eligible is free."""
+        return self._attempt(ticket)
+
+    def _attempt(self, ticket: Ticket) -> Selection | None:
+        choice, moved = self._select(ticket)
+        if choice is None:
+            return None
+        model, reason, probe = choice
+        if not self.acquire(model, probe):
+            return None
+        if self._sticky_on and ticket.sticky_key is not None:
+            self._sticky.put(ticket.sticky_key, model)
+            if moved:
+                self._sticky.moves += 1
+        if ticket.counts:
+            self._shares.served(ticket.session)
+        slots = self._slots
+        slot_id = self._slot_out(model, probe)
+        now = self._clock()
+        return Selection(model, reason, slots.in_flight(model), slots.total(), probe, slot_id, now)
+
+    async def admit(
+        self, ticket: Ticket, *, since: float | None = None, timeout: float | None = None
+    ) -> Selection | None:
+        """A slot now, or after a fair wait in the queue; None after the timeout or when waiting is
+        pointless (queue off or full, account paused, no model of the tier usable at all). Waiters go by
+        how much their `session` was served lately (see `shares`), then by `since` (when the request first
+        came: a failover keeps its place; default now). With a shared store, only a slot the fleet
+        confirmed is returned."""
+        if not self._slots.confirms:
+            return await self._admit(ticket, since, timeout)
+        started = self._clock()
+        since = started if since is None else since
+        if timeout is None:
+            timeout = self._config.queue.timeout_seconds
+        while True:
+            selection = await self._admit(ticket, since, max(timeout - (self._clock() - started), 0.0))
+            if selection is None:
+                return None
+            try:
+                confirmed = await self._slots.confirm(selection.model)
+            except BaseException:  # cancelled (the client left) or broken: never keep the slot
+                self.release_selection(selection)
+                raise
+            if confirmed:
+                slots = self._slots
+                return replace(selection, in_flight=slots.in_flight(selection.model), total=slots.total())
+            # Another proxy took it first: the mirror knows now; pick again or wait (keeping our place).
+            self.lost_races += 1
+            self.admitted -= 1
+            if ticket.counts:
+                self._shares.unserved(ticket.session)  # not served: it keeps its place in line
+            self.release_selection(selection)
+
+    async def _admit(self, ticket: Ticket, since: float | None, timeout: float | None) -> Selection | None:
+        selection = self._admit_now(ticket)
+        if selection is not None:
+            return selection
+        started = self._clock()
+        if self._may_wait(ticket):
+            if timeout is None:
+                timeout = self._config.queue.timeout_seconds
+            self._arm_timer()
+            self._slots.queued()
+            selection = await self._queue.wait(ticket, timeout, since, self._shares.level(ticket.session))
+        elif len(self._queue):
+            selection = self._attempt(ticket)  # the queue is full: no place to wait fairly
+        if selection is None:
+            self.rejected += 1
+            return None
+        self.admitted += 1
+        self.total_wait += max(self._clock() - started, 0.0)
+        return selection
+
+    def admit_now(self, ticket: Ticket) -> Selection | None:
+        """The fast path of `admit`, no coroutine needed: a slot at once when nobody waits
+        and one is free, else None (and the caller waits). Somebody waiting means the queue's dispatch
+        must decide, so that older waiters go first. A shared store's slot must be confirmed: `admit`."""
+        if self._slots.confirms:
+            return None
+        return self._admit_now(ticket)
+
+    def _admit_now(self, ticket: Ticket) -> Selection | None:
+        if len(self._queue):
+            return None
+        selection = self._attempt(ticket)
+        if selection is not None:
+            self.admitted += 1
+        return selection
+
+    def _may_wait(self, ticket: Ticket) -> bool:
+        queue = self._config.queue
+        return queue.enabled and len(self._queue) < queue.max_waiting and self.unavailable(ticket) is None
+
+    def unavailable(self, ticket: Ticket) -> str | None:
+        """Why `ticket` cannot be served however long it waits, else None."""
+        pause = self._cooldowns.account_pause()
+        if pause is not None:
+            return f"account paused for {pause[0]:.0f} s: {pause[1]}"
+        for entry in self._eligible[ticket.tier]:
+            if entry.name in ticket.attempted:
+                continue
+            block = self._cooldowns.block(entry.name)
+            if block is None or block.until is not None:
+                return None
+        return f"no usable model left for {ticket.tier} requests"
+
+    def _arm_timer(self) -> None:
+        """Wake the queue when the earliest cooldown ends or the next probe is due: either frees capacity
+        without a release."""
+        delays = [d for d in (self._cooldowns.next_expiry(), self._limits.next_probe()) if d is not None]
+        if not delays:
+            return
+        delay = min(delays)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop, so nobody can be waiting
+            return
+        when = loop.time() + delay + 0.001
+        if self._timer is not None and not self._timer.cancelled() and self._timer.when() <= when:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = loop.call_at(when, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        if len(self._queue):
+            self._queue.dispatch()
+            self._arm_timer()
+
+    # -- feedback from upstream -------------------------------------------------------------------
+
+    def report_success(self, selection: Selection) -> None:
+        """A clean answer from z.ai to the request `selection` sent: confirms (or raises) its limits and
+        ends the model's run of busy answers."""
+        self.verdict_done(selection)
+        model, slots, unanswered = selection.model, self._slots, self._unanswered_on
+        serving = slots.in_flight(model) - unanswered.get(model, 0)
+        limits = self._limits
+        limits.succeeded(model, serving, slots.total() - len(self._unanswered), selection.probe)
+        self._cooldowns.succeeded(model)
+        if self._limits_version != limits.version:
+            self._limits_changed()
+        elif len(self._queue) and (limits.can_probe(model) or limits.can_probe_account()):
+            self._queue.dispatch()  # the limit ran full cleanly: a waiter may probe above it now
+
+    def report_error(
+        self,
+        model: str,
+        error: UpstreamError,
+        retry_after: float | None = None,
+        selection: Selection | None = None,
+    ) -> float:
+        """Feed a z.ai error on `model` back into routing; returns seconds the model/account is out
+        (0 when nothing was blocked). `selection`, the slot the request was sent with, tells a 1302 what
+        was in flight then; without it, what is in flight now counts."""
+        if selection is not None:
+            self.verdict_done(selection)
+        seconds = self._report_error(model, error, retry_after, selection)
+        self._limits_changed()
+        if len(self._queue):
+            self._arm_timer()  # a slot freed while this block lasts must reach the waiters when it ends
+        return seconds
+
+    def _report_error(
+        self, model: str, error: UpstreamError, retry_after: float | None, selection: Selection | None
+    ) -> float:
+        settings = self._config.cooldown
+        probe = selection.probe if selection is not None else None
+        match error.action:
+            case Action.CONCURRENCY if self._limits.enabled:
+                if selection is not None and selection.in_flight:
+                    in_flight, total, sent_at = selection.in_flight, selection.total, selection.sent_at
+                else:
+                    in_flight, total, sent_at = self._slots.in_flight(model), self._slots.total(), math.inf
+                self._limits.refused(model, in_flight, total, probe, sent_at)
+                return 0.0
+            case Action.CONCURRENCY | Action.COOLDOWN:
+                return self._cooldowns.hit(model, error.reason, retry_after)
+            case Action.OUT_OF_ROTATION:
+                self._cooldowns.take_out(model, error.reason)
+                return math.inf
+            case Action.MODEL_DAY:
+                seconds = self._until(error.reset_at, retry_after, settings.account_pause_seconds)
+                self._cooldowns.take_out(model, error.reason, seconds)
+                return seconds
+            case Action.ACCOUNT_PAUSE:
+                fallback = settings.max_seconds if error.code == "1313" else settings.account_pause_seconds
+                seconds = self._until(error.reset_at, retry_after, fallback)
+                self._cooldowns.pause_account(seconds, error.reason)
+                return seconds
+            case _:
+                if probe is not None:
+                    self._limits.probe_sent(probe, model)  # it tested nothing: the next one waits its turn
+                return 0.0
+
+    def _until(self, reset_at: float | None, retry_after: float | None, fallback: float) -> float:
+        """Seconds until a reset z.ai named (capped: a message may name any date), else the fallback."""
+        if reset_at is not None:
+            seconds = max(reset_at - self._wall_clock(), 0.0)
+        else:
+            seconds = retry_after if retry_after is not None else fallback
+        return min(seconds, self._config.cooldown.max_pause_seconds)
+
+    def reset_limits(self) -> None:
+        """Forget every learned limit: back to the catalog's (and the config's) values."""
+        self._limits.reset()
+        self._limits_changed()
+
+    def restore(self, model: str) -> bool:
+        """Put a model back into rotation (after a plan change, say)."""
+        restored = self._cooldowns.restore(model)
+        self._queue.dispatch()
+        return restored
+
+    # -- status -----------------------------------------------------------------------------------
+
+    def in_flight(self, model: str | None = None) -> int:
+        return self._slots.total() if model is None else self._slots.in_flight(model)
+
+    def waiting(self) -> int:
+        return len(self._queue)
+
+    def unanswered(self, model: str | None = None) -> int:
+        """Slots (of `model`; all when None) whose request z.ai has not answered yet."""
+        return len(self._unanswered) if model is None else self._unanswered_on.get(model, 0)
+
+    def first_in_line(self) -> tuple[int, int, float]:
+        """(requests waiting, the level of the first in line: its conversation's admissions lately, and
+        seconds it has waited: since it first came, a failover's included)."""
+        first = self._queue.first()
+        if first is None:
+            return (0, 0, 0.0)
+        level, since = first.order
+        return (len(self._queue), level, max(self._clock() - since, 0.0))
+
+    def _follow_limits(self) -> None:
+        """Let learned limits drift, and rebuild what derives from them when they changed."""
+        self._limits.tick()
+        if self._limits_version != self._limits.version:
+            self._derive()
+
+    def status(self) -> PoolStatus:
+        """The pool's state for status pages, metrics and the dashboard (`status.served` makes it JSON)."""
+        self._follow_limits()
+        models: dict[str, ModelStatus] = {}
+        held = self._slots.snapshot()
+        names: Iterable[str] = list(self._entries) + [m for m in held if m not in self._entries]
+        serving = {entry.name for entries in self._eligible.values() for entry in entries}
+        out_slots = out_in_flight = 0
+        out_models: dict[str, str] = {}
+        for name in names:
+            spec = self._config.models.get(name)
+            block = self._cooldowns.block(name)
+            out = block is not None and block.kind == "out"
+            remaining = self._cooldowns.remaining(name)
+            entry = self._entries.get(name)
+            unusable = _unusable_reason(self._config, name, block.reason if out and block else None, serving)
+            if unusable is not None:
+                out_models[name] = unusable
+                out_slots += entry.capacity if entry else 0
+                out_in_flight += held.get(name, 0)
+            models[name] = ModelStatus(
+                tier=spec.tier if spec else None,
+                dispatched=self.dispatched.get(name, 0),
+                in_flight=held.get(name, 0),
+                capacity=entry.capacity if entry else 0,
+                catalog_limit=spec.max_concurrency if spec else 0,
+                limit=_model_limit(self._limits.view(name)) if spec else None,
+                cooldown_remaining=0.0 if out or math.isinf(remaining) else round(remaining, 3),
+                out_of_rotation=block.reason if out and block else None,
+                cooldown_reason=block.reason if block and not out else None,
+                excluded=name in self._config.chaos_mode.exclude_models,
+                free=bool(spec and spec.free),
+                usable=unusable is None,
+            )
+        pause = self._cooldowns.account_pause()
+        waiting = self._queue.waiting()
+        used = self._slots.total()
+        usable = sum(entry.capacity for name, entry in self._entries.items() if name not in out_models)
+        capacity = min(self._account_cap, usable)
+        learning = self._config.learning
+        account = self._limits.view()
+        return PoolStatus(
+            enabled=self._config.chaos_mode.enabled,
+            strategy=self._config.chaos_mode.strategy,
+            models=models,
+            total_capacity=capacity,
+            account_limit=None if self._account_cap == NO_ACCOUNT_CAP else self._account_cap,
+            account=AccountStatus(
+                account.value,
+                account.start,
+                account.ceiling,
+                account.reason,
+                account.changed_at,
+                account.probing,
+            ),
+            learning=LearningStatus(
+                self._limits.enabled, learning.probe_interval_seconds, learning.drift_seconds
+            ),
+            used_capacity=used,
+            utilization=round((used - out_in_flight) / capacity, 4) if capacity else 0.0,
+            out_capacity=OutCapacity(out_slots, out_in_flight, out_models),
+            account_pause=AccountPause(round(pause[0], 3), pause[1]) if pause else None,
+            queue=QueueStatus(
+                waiting=len(waiting),
+                waiting_by_tier={t: sum(1 for w in waiting if w.ticket.tier == t) for t in REQUEST_TIERS},
+                longest_wait=round(self._queue.oldest_wait(), 3),
+                timeouts=self._queue.timeouts,
+                admitted=self.admitted,
+                rejected=self.rejected,
+                avg_wait_ms=round(1000 * self.total_wait / self.admitted, 1) if self.admitted else 0.0,
+            ),
+            sticky=StickyStatus(self._sticky_on, len(self._sticky), self._sticky.moves),
+            spurious_releases=self.spurious_releases,
+        )
+
+
+def _unusable_reason(config: ModelRouting, name: str, out: str | None, serving: set[str]) -> str | None:
+    """Why no request can use `name` now (its slots are then not usable capacity), else None.
+
+    A cooldown is not counted: it ends within seconds. An account pause stops every model alike."""
+    if out is not None:
+        return out
+    if name not in config.models:
+        return "not in the catalog (dropped by a reload)"
+    if name in serving:
+        return None
+    chaos = config.chaos_mode
+    if name in chaos.exclude_models:
+        return "excluded (chaosMode.excludeModels)"
+    if config.models[name].free and not chaos.include_free_models:
+        return "free models off (chaosMode.includeFreeModels)"
+    return "below every quality floor (chaosMode.qualityFloor)"
+
+
+def _model_limit(view: LimitView) -> ModelLimit:
+    return ModelLimit(view.value, view.ceiling, view.reason, view.changed_at, view.probing)
+
+
+def _count(counts: dict[str, int], key: str, step: int) -> None:
+    """Add `step` to `counts[key]`, the key gone at zero."""
+    left = counts.get(key, 0) + step
+    if left > 0:
+        counts[key] = left
+    else:
+        counts.pop(key, None)

@@ -1,0 +1,1 @@
+"""What z.ai is: its catalog of models, its error codes, its timing."""
