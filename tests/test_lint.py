@@ -118,3 +118,11 @@ def test_core_does_not_import_mitmproxy() -> None:
         and any(module.split(".")[0] == "mitmproxy" for module in _imports(path))
     ]
     assert offenders == []
+
+
+def test_tests_mirror_the_package() -> None:
+    """Unit tests sit in the folder of what they test; end-to-end, browser tests and shared helpers apart."""
+    tests = ROOT / "tests"
+    folders = {p.name for p in tests.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))}
+    assert folders - {"e2e", "browser", "support"} <= set(LAYERS) | TOOLS
+    assert [path.name for path in tests.glob("test_*.py")] == ["test_lint.py"]

@@ -23,7 +23,7 @@ import pytest
 from chaos_mode.devtools.processes import ProxyProcess, RedisProcess
 from chaos_mode.sim import SimProcess, SimSettings, default_limits
 from chaos_mode.zai.catalog import DEFAULT_CATALOG
-from redis_support import require_redis_server
+from support.redis_support import require_redis_server
 
 pytestmark = pytest.mark.e2e
 

@@ -1,0 +1,539 @@
+"""The Redis store of the fleet's slots against a real redis-server: the scripts, two pools sharing one
+account, an outage and the reconciliation after it, and an invariant under any sequence (hypothesis)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from chaos_mode.config.schema import default_config
+from chaos_mode.devtools.processes import RedisProcess
+from chaos_mode.fleet.protocol import notice_tail, parse_notice
+from chaos_mode.fleet.redis_store import RedisFleet, fleet_status
+from chaos_mode.fleet.slots import Notice, SharedSlots, Tally
+from chaos_mode.fleet.state_url import parse_state_url
+from chaos_mode.routing.pool import ChaosPool, Ticket
+from chaos_mode.zai.errors import classify_error
+from support.certs import make_certs
+from support.redis_support import redis_process, require_redis_server
+
+CONFIG = default_config()
+MODELS = list(CONFIG.models)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[RedisProcess]:
+    yield from redis_process()
+
+
+@pytest.fixture
+async def client(server: RedisProcess) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis(port=server.port)
+    await client.flushall()
+    yield client
+    await client.aclose()
+
+
+def make_fleet(
+    url: str, name: str, *, lease_seconds: float = 5.0, pool: ChaosPool | None = None
+) -> RedisFleet:
+    slots = SharedSlots(
+        name,
+        on_freed=pool.wake if pool else lambda delay: None,
+        waiting=pool.first_in_line if pool else lambda: (0, 0, 0.0),
+    )
+    if pool is not None:
+        pool.use_slots(slots)
+    parsed = parse_state_url(url, {})
+    assert parsed is not None
+    return RedisFleet(parsed, slots, models=lambda: MODELS, lease_seconds=lease_seconds, pool=pool)
+
+
+async def until(condition: object, timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():  # type: ignore[operator]
+            await asyncio.sleep(0.01)
+
+
+async def test_the_confirm_script_keeps_both_caps_and_reaps_expired_leases(
+    server: RedisProcess, client: aioredis.Redis
+) -> None:
+    fleet = make_fleet(server.url, "p")
+    fleet._up = True
+    assert await fleet.confirm("glm-4.7", "p#1", 2, 3) is not None
+    assert (await fleet.confirm("glm-4.7", "p#2", 2, 3)).taken  # type: ignore[union-attr]
+    refused = await fleet.confirm("glm-4.7", "p#3", 2, 3)
+    assert refused is not None and (refused.taken, refused.in_flight, refused.total) == (False, 2, 2)
+    assert (await fleet.confirm("glm-4.6", "p#4", 3, 3)).taken  # type: ignore[union-attr]
+    full = await fleet.confirm("glm-4.6", "p#5", 3, 3)
+    assert full is not None and not full.taken and full.total == 3  # the account's cap
+    # a lease whose expiry passed (a dead proxy's) counts no more
+    await client.zadd("chaos:slots:glm-4.7", {"p#1": 0})
+    await client.zadd("chaos:account", {"p#1": 0})
+    again = await fleet.confirm("glm-4.7", "p#6", 2, 3)
+    assert again is not None and again.taken and (again.in_flight, again.total) == (2, 3)
+    await fleet.close()
+
+
+async def test_release_removes_the_lease_and_tells_the_other_proxies(
+    server: RedisProcess, client: aioredis.Redis
+) -> None:
+    fleet = make_fleet(server.url, "p")
+    fleet._up = True
+    await client.zadd("chaos:fleet", {"p": 1, "q": 1})  # live proxies: this one and another
+    pubsub = client.pubsub()
+    await pubsub.subscribe("chaos:freed:q", "chaos:freed:p", "chaos:freed")
+    await fleet.confirm("glm-4.5", "p#1", 5, 10)
+    fleet.release("glm-4.5", "p#1")
+    await asyncio.gather(*fleet._background)
+    assert await client.zcard("chaos:slots:glm-4.5") == 0 and await client.zcard("chaos:account") == 0
+    messages = []
+    for _ in range(6):  # three subscriptions confirmed (read as None), then what was published, if anything
+        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.2)
+        if message is not None:
+            messages.append((message["channel"], message["data"]))
+    # the lease taken and given back, numbered, on the other proxy's own channel only: a proxy does not
+    # read its own notices back, and what every proxy hears (the shared channel) is not for them
+    assert messages == [
+        (b"chaos:freed:q", b"1 + p glm-4.5 0 0 0 -"),
+        (b"chaos:freed:q", b"2 - p glm-4.5 0 0 0 -"),
+    ]
+    await pubsub.aclose()
+    await fleet.close()
+
+
+async def test_two_pools_share_the_account_and_a_slot_freed_on_one_serves_a_waiter_of_the_other(
+    server: RedisProcess, client: aioredis.Redis
+) -> None:
+    pools = [ChaosPool(CONFIG), ChaosPool(CONFIG)]
+    fleets = [make_fleet(server.url, f"p{i}", pool=pool) for i, pool in enumerate(pools)]
+    for fleet in fleets:
+        fleet.start()
+    await until(lambda: all(f.up for f in fleets))
+    held = []
+    for i in range(8):  # the heavy tier's 8 slots, alternating proxies
+        selection = await pools[i % 2].admit(Ticket("heavy"), timeout=1)
+        assert selection is not None
+        held.append((i % 2, selection.model))
+    assert await client.zcard("chaos:account") == 8
+    waiter = asyncio.ensure_future(pools[1].admit(Ticket("heavy"), timeout=5))
+    await asyncio.sleep(0.05)
+    assert not waiter.done()
+    owner, model = next((o, m) for o, m in held if o == 0)
+    pools[owner].release(model)
+    selection = await asyncio.wait_for(waiter, 2)  # woken by the message, not by the 5 s timeout
+    assert selection is not None and selection.model == model
+    status = fleet_status(fleets[1], pools[1].lost_races)
+    assert status["connected"] and status["ownInFlight"] == 5
+    for fleet in fleets:
+        await fleet.close()
+    assert await client.zcard("chaos:account") == 0  # leaving gives every lease back
+
+
+def test_a_notice_goes_through_the_channel_whole_and_one_of_an_earlier_version_is_still_read() -> None:
+    notice = Notice(0, "-", "host:12:ab", "glm-4.5", 3, 2, 0.25, "host:13:cd")
+    assert parse_notice("7 - " + notice_tail(notice)) == replace(notice, seq=7)
+    assert parse_notice("8 + " + notice_tail(Notice(0, "+", "p", "m"))) == Notice(8, "+", "p", "m")
+    assert parse_notice("9 - p m 1 2") == Notice(9, "-", "p", "m", 1, 2)  # no wait, no proxy named
+    assert parse_notice("0 * p") == Notice(0, "*", "p")
+    assert parse_notice("x - p m 1 2") is None and parse_notice("1 - p m 1") is None
+
+
+async def test_a_slot_freed_goes_to_the_proxy_it_is_owed_to_and_the_others_do_not_race_for_it(
+    server: RedisProcess, client: aioredis.Redis
+) -> None:
+    pools = [ChaosPool(CONFIG) for _ in range(3)]
+    fleets = [make_fleet(server.url, f"p{i}", pool=pool) for i, pool in enumerate(pools)]
+    for fleet in fleets:
+        fleet.start()
+    await until(lambda: all(f.up for f in fleets))
+    held = [await pools[0].admit(Ticket("heavy"), timeout=1) for _ in range(8)]  # the heavy tier's slots
+    try:
+        await until(lambda: all(f.slots.total() == 8 for f in fleets))  # their notices reached p1 and p2
+        first = asyncio.ensure_future(pools[1].admit(Ticket("heavy", session="first"), timeout=5))
+        await until(lambda: fleets[0].slots.owed_to() == "p1")
+        second = asyncio.ensure_future(pools[2].admit(Ticket("heavy", session="second"), timeout=5))
+        await until(lambda: pools[2].waiting() == 1 and fleets[1].slots.proxies is not None)
+        await asyncio.sleep(0.05)  # p2's announce reached p0 (p1's first came earlier, at the same level)
+        assert fleets[0].slots.owed_to() == "p1"
+        selection = held.pop()
+        assert selection is not None
+        pools[0].release(selection.model)
+        got = await asyncio.wait_for(first, 2)
+        assert got is not None and not second.done()
+        assert pools[1].lost_races == pools[2].lost_races == 0  # p2 did not try for it at once
+        pools[1].release(got.model)
+        got = await asyncio.wait_for(second, 2)
+        assert got is not None
+        pools[2].release(got.model)
+    finally:
+        for selection in held:
+            if selection is not None:
+                pools[0].release(selection.model)
+        for fleet in fleets:
+            await fleet.close()
+
+
+async def test_a_proxy_that_dies_gives_its_slots_back_within_the_lease(
+    server: RedisProcess, client: aioredis.Redis
+) -> None:
+    pool = ChaosPool(CONFIG)
+    survivor = make_fleet(server.url, "alive", lease_seconds=0.6, pool=pool)
+    survivor.start()
+    await until(lambda: survivor.up)
+    for i in range(3):  # a dead proxy's leases on glm-4.7: never renewed
+        await client.eval(
+            "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000) "
+            "redis.call('ZADD', KEYS[1], now + 600, ARGV[1]) redis.call('ZADD', KEYS[2], now + 600, ARGV[1])",
+            2,
+            "chaos:slots:glm-4.7",
+            "chaos:account",
+            f"dead#{i}",
+        )
+    survivor._wake.set()
+    await until(lambda: pool.in_flight("glm-4.7") == 3, 2)
+    await until(lambda: pool.in_flight("glm-4.7") == 0, 2)  # within the lease (0.6 s) and a tick
+    await survivor.close()
+
+
+async def test_an_outage_serves_alone_says_so_once_and_the_leases_come_back(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, "chaos_mode")
+    first = RedisProcess(password="hunter2").start()
+    port = first.port
+    pool = ChaosPool(CONFIG)
+    fleet = make_fleet(f"redis://:hunter2@127.0.0.1:{port}/0", "p", lease_seconds=0.9, pool=pool)
+    fleet.start()
+    try:
+        await until(lambda: fleet.up)
+        held = [await pool.admit(Ticket("medium"), timeout=1) for _ in range(3)]
+        assert all(held)
+        await asyncio.to_thread(first.stop)
+        more = [await pool.admit(Ticket("medium"), timeout=1) for _ in range(2)]  # no request fails
+        assert all(more) and not fleet.up and fleet.slots.share == 1.0  # it was alone in the fleet
+        await asyncio.sleep(0.5)  # a few reconnection attempts: still one warning
+        second = RedisProcess(port=port, password="hunter2").start()
+        try:
+            await until(lambda: fleet.up, 10)
+            check = aioredis.Redis(port=port, password="hunter2")
+            assert await check.zcard("chaos:account") == 5  # written again on reconnection
+            await check.aclose()
+            assert fleet_status(fleet, pool.lost_races)["alive"] == 1
+        finally:
+            for selection in held + more:
+                assert selection is not None
+                pool.release(selection.model)
+            await fleet.close()
+            await asyncio.to_thread(second.stop)
+    finally:
+        first.stop()
+    warnings = [r.getMessage() for r in caplog.records if "unreachable" in r.getMessage()]
+    assert len(warnings) == 1 and "redis://:***@127.0.0.1" in warnings[0]
+    assert any("answers; slots are counted fleet-wide" in r.getMessage() for r in caplog.records)
+    assert "hunter2" not in caplog.text
+
+
+async def test_an_unreachable_redis_at_start_serves_alone_on_the_fallback_share() -> None:
+    from chaos_mode.devtools.processes import free_port
+
+    pool = ChaosPool(CONFIG)
+    fleet = make_fleet(f"redis://127.0.0.1:{free_port()}/0", "p", pool=pool)
+    fleet.start()
+    selection = await pool.admit(Ticket("heavy"), timeout=1)
+    assert selection is not None
+    await until(lambda: fleet.slots.share == 0.5)
+    pool.release(selection.model)
+    async with asyncio.timeout(1.0):  # alone, no admission waits for a connection (0.5 s each, before)
+        for _ in range(5):
+            more = await pool.admit(Ticket("light"), timeout=1)
+            assert more is not None
+            pool.release(more.model)
+    await fleet.close()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.integers(0, 2), st.sampled_from(["heavy", "medium", "light"]), st.booleans())))
+async def test_leases_never_exceed_the_caps_and_come_back_to_zero(
+    server: RedisProcess, steps: list[tuple[int, str, bool]]
+) -> None:
+    client = aioredis.Redis(port=server.port)
+    await client.flushall()
+    pools = [ChaosPool(CONFIG) for _ in range(3)]
+    fleets = [make_fleet(server.url, f"p{i}", pool=pool) for i, pool in enumerate(pools)]
+    for fleet in fleets:
+        fleet.start()
+    await until(lambda: all(f.up for f in fleets))
+    held: list[tuple[int, str]] = []
+    for proxy, tier, release in steps:
+        if release and held:
+            owner, model = held.pop(proxy % len(held))
+            pools[owner].release(model)
+        else:
+            selection = await pools[proxy].admit(Ticket(tier), timeout=0)  # type: ignore[arg-type]
+            if selection is not None:
+                held.append((proxy, selection.model))
+        for model, spec in CONFIG.models.items():
+            assert await client.zcard(f"chaos:slots:{model}") <= spec.max_concurrency
+        assert await client.zcard("chaos:account") <= CONFIG.total_capacity
+    for owner, model in held:
+        pools[owner].release(model)
+    for fleet in fleets:
+        await asyncio.gather(*fleet._background)
+    assert await client.zcard("chaos:account") == 0
+    assert all(pool.spurious_releases == 0 and pool.waiting() == 0 for pool in pools)
+    for fleet in fleets:
+        await fleet.close()
+    await client.aclose()
+
+
+def zai_error(code: str):  # type: ignore[no-untyped-def]
+    body = json.dumps({"type": "error", "error": {"code": code, "message": f"error {code}"}})
+    error = classify_error(429, body, now=time.time())
+    assert error is not None
+    return error
+
+
+async def two_pools(
+    server: RedisProcess, lease_seconds: float = 0.6
+) -> tuple[list[ChaosPool], list[RedisFleet]]:
+    pools = [ChaosPool(CONFIG), ChaosPool(CONFIG)]
+    fleets = [
+        make_fleet(server.url, f"p{i}", pool=pool, lease_seconds=lease_seconds)
+        for i, pool in enumerate(pools)
+    ]
+    for fleet in fleets:
+        fleet.start()
+    await until(lambda: all(f.up for f in fleets))
+    return pools, fleets
+
+
+async def test_a_1113_on_one_proxy_takes_the_model_out_on_the_other_and_a_restore_puts_it_back(
+    server: RedisProcess, client: aioredis.Redis
+) -> None:
+    (a, b), fleets = await two_pools(server)
+    try:
+        a.report_error("glm-4.7", zai_error("1113"))
+        await until(lambda: "glm-4.7" in b.cooldowns.blocked(), 2)
+        block = b.cooldowns.block("glm-4.7")
+        assert block is not None and block.kind == "out" and "1113" in block.reason
+        a.report_error("glm-4.6", zai_error("1305"), retry_after=20.0)
+        await until(lambda: "glm-4.6" in b.cooldowns.blocked(), 2)
+        assert 15 < b.cooldowns.remaining("glm-4.6") <= 20  # the seconds left travel, not a clock
+        a.restore("glm-4.7")
+        await until(lambda: "glm-4.7" not in b.cooldowns.blocked(), 2)
+        assert "glm-4.7" not in a.cooldowns.blocked() and "glm-4.6" in a.cooldowns.blocked()
+    finally:
+        for fleet in fleets:
+            await fleet.close()
+
+
+async def test_a_learned_limit_lowered_on_one_proxy_is_seen_by_the_other(
+    server: RedisProcess, client: aioredis.Redis
+) -> None:
+    (a, b), fleets = await two_pools(
+        server, lease_seconds=0.3
+    )  # renewals (and the limits' sharing) every 0.1 s
+    try:
+        selection = a.try_acquire(Ticket("heavy"))
+        assert selection is not None
+        model = selection.model
+        a.report_error(model, zai_error("1302"), selection=replace(selection, in_flight=2))  # refused at 2
+        lowered = a.limits.limit(model)
+        assert lowered < CONFIG.models[model].max_concurrency
+        await until(lambda: b.limits.limit(model) == lowered, 2)
+        assert "1302" in b.limits.view(model).reason
+        a.release(model)
+    finally:
+        for fleet in fleets:
+            await fleet.close()
+
+
+async def test_a_call_that_fails_after_an_announce_still_takes_the_proxy_alone(server: RedisProcess) -> None:
+    """A notice sent while a confirm was under way does not make that confirm's failure look like one of
+    an earlier connection: the proxy serves alone on its share, not on Redis it cannot reach."""
+    pool = ChaosPool(CONFIG)
+    fleet = make_fleet(server.url, "p", pool=pool)
+    fleet.start()
+    try:
+        await until(lambda: fleet.up)
+        gate = asyncio.Event()
+
+        async def failing_confirm(**_: object) -> object:
+            await gate.wait()
+            raise ConnectionError("Redis went away")  # as redis-py raises it
+
+        fleet._confirm = failing_confirm  # type: ignore[assignment]  # the one call that fails
+        admitting = asyncio.create_task(pool.admit(Ticket("medium"), timeout=1))
+        await asyncio.sleep(0)
+        fleet.announce()
+        await until(lambda: not fleet._announcing)
+        gate.set()
+        selection = await admitting
+        assert selection is not None  # no request fails
+        assert not fleet.up and fleet.slots.share == 1.0  # alone, on its share: not counted as connected
+        pool.release(selection.model)
+    finally:
+        await fleet.close()
+
+
+@contextlib.asynccontextmanager
+async def restarted_with_one_proxy_late(
+    lease_seconds: float,
+) -> AsyncIterator[tuple[RedisFleet, RedisFleet, asyncio.Event, RedisProcess]]:
+    """Two proxies on one Redis, one holding a slot; Redis restarted empty, and the other (`late`) kept
+    from reaching it until the event is set. Yields the one back first, the late one, the event and the
+    new Redis; closes both proxies and stops both Redis processes after."""
+    servers = [RedisProcess().start()]
+    url = f"redis://127.0.0.1:{servers[0].port}/0"
+    pools = [ChaosPool(CONFIG), ChaosPool(CONFIG)]
+    back, late = (make_fleet(url, f"p{i}", pool=p, lease_seconds=lease_seconds) for i, p in enumerate(pools))
+    try:
+        for fleet in (back, late):
+            fleet.start()
+        await until(lambda: all(len(f.slots.proxies) == 2 for f in (back, late)))  # each saw the other
+        assert await pools[1].admit(Ticket("heavy"), timeout=1) is not None
+        gate = asyncio.Event()
+        tick = late._tick
+
+        async def kept_away(**kwargs: object) -> object:
+            if not gate.is_set():
+                raise ConnectionError("kept away")  # redis-py's, for a Redis it cannot reach
+            return await tick(**kwargs)
+
+        late._tick = kept_away  # type: ignore[assignment]
+        await asyncio.to_thread(servers[0].stop)
+        servers.append(await asyncio.to_thread(RedisProcess(port=servers[0].port).start))
+        yield back, late, gate, servers[1]
+    finally:
+        for fleet in (back, late):
+            await fleet.close()
+        for server in servers:
+            await asyncio.to_thread(server.stop)
+
+
+async def test_a_proxy_back_from_an_outage_counts_on_redis_once_the_others_wrote_their_leases_again() -> None:
+    """Redis came back empty: the proxy back first stays alone (on its share, its slots confirmed by Redis
+    too) while a proxy it knew has not written its leases again, however many renewals that takes, and
+    counts on Redis as soon as that one has: never on a Redis that misses a slot still held."""
+    async with restarted_with_one_proxy_late(lease_seconds=3.0) as (back, late, gate, second):
+        await until(lambda: back._rejoining)
+        tallies = 0
+        tick = back.tick
+
+        async def counted(*, renew_only: bool = True) -> Tally:
+            nonlocal tallies
+            tallies += 1
+            return await tick(renew_only=renew_only)
+
+        back.tick = counted  # type: ignore[method-assign]
+        await until(lambda: tallies >= 12)  # over a renewal (1 s) of polls, 0.1 s apart
+        assert not back.up and back.slots.share == 0.5  # still alone, on its share
+        gate.set()
+        await until(lambda: back.up and late.up, 3)
+        check = aioredis.Redis(port=second.port)
+        assert await check.zcard("chaos:account") == 1  # the late proxy's slot, written again
+        await check.aclose()
+        assert back.slots.in_flight(late.slots.leases()[0][0]) == 1  # and counted by the other
+
+
+async def test_a_proxy_back_from_an_outage_waits_one_lease_at_most_for_a_proxy_gone_meanwhile() -> None:
+    async with restarted_with_one_proxy_late(lease_seconds=1.5) as (back, late, _, _):
+        await until(lambda: back._rejoining)
+        rejoining = time.monotonic()
+        await until(lambda: back.up, 4)
+        assert time.monotonic() - rejoining >= 1.4  # the lease (1.5 s), less a poll's rounding
+        assert not late.up
+
+
+async def test_a_fleet_over_tls_trusts_the_ca_its_url_names_and_no_other(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """rediss:// to a redis-server serving TLS only, its certificate signed by a private CA: the URL that
+    names the CA (`?ssl_ca_certs=`) shares slots through it; the same URL without it is refused the
+    connection (the certificate is checked against the system's CAs) and its proxy serves alone, saying why
+    without the password."""
+    require_redis_server()
+    certs = make_certs(tmp_path)
+    with RedisProcess(password="hunter2", tls=(str(certs.cert), str(certs.key))) as server:
+        url = f"rediss://:hunter2@127.0.0.1:{server.port}/0"
+        pool = ChaosPool(CONFIG)
+        trusting = make_fleet(f"{url}?ssl_ca_certs={certs.ca}", "p", pool=pool)
+        doubting = make_fleet(url, "q")
+        for fleet in (trusting, doubting):
+            fleet.start()
+        try:
+            await until(lambda: trusting.up and doubting.last_error is not None)
+            selection = await pool.admit(Ticket("heavy"), timeout=1)
+            assert selection is not None
+            check = aioredis.Redis(port=server.port, password="hunter2", ssl=True, ssl_ca_certs=str(certs.ca))
+            assert await check.zcard("chaos:account") == 1  # the lease went through TLS
+            pool.release(selection.model)
+            await asyncio.gather(*trusting._background)
+            assert await check.zcard("chaos:account") == 0
+            await check.aclose()
+            assert not doubting.up and "CERTIFICATE_VERIFY_FAILED" in (doubting.last_error or "")
+        finally:
+            for fleet in (trusting, doubting):
+                await fleet.close()
+    assert "hunter2" not in caplog.text
+
+
+async def test_a_slot_taken_while_a_proxy_writes_its_leases_again_is_confirmed_by_redis() -> None:
+    """Back from an outage, a proxy's slots are confirmed by Redis from the first write of its leases on:
+    one taken while that write's answer is on its way is in Redis too, where the proxy back first, which
+    counts on Redis once this one was seen, finds it."""
+    async with restarted_with_one_proxy_late(lease_seconds=3.0) as (back, late, gate, second):
+        tick = late._tick  # the real script once the gate opens
+        written, answer = asyncio.Event(), asyncio.Event()
+
+        async def slow_answer(**kwargs: object) -> object:
+            result = await tick(**kwargs)
+            written.set()
+            await answer.wait()
+            return result
+
+        late._tick = slow_answer  # type: ignore[assignment]
+        gate.set()
+        await until(written.is_set)  # its leases are in Redis again; it has not read the answer yet
+        assert late.pool is not None
+        selection = await late.pool.admit(Ticket("light"), timeout=1)
+        assert selection is not None
+        check = aioredis.Redis(port=second.port)
+        assert await check.zcard("chaos:account") == 2  # the slot it held, and this one
+        await check.aclose()
+        answer.set()
+        await until(lambda: back.up and late.up, 3)
+
+
+async def test_a_proxy_that_joined_just_before_redis_went_away_counts_in_the_others_share() -> None:
+    """The second proxy joins less than a renewal before Redis goes away: the first one's last tally
+    lists only itself, but the newcomer announced itself, so each serves alone on half, not the first on
+    the whole limit beside the second's half."""
+    first = RedisProcess().start()
+    url = f"redis://127.0.0.1:{first.port}/0"
+    early, late = (make_fleet(url, name, lease_seconds=30.0) for name in ("early", "late"))  # 10 s renewals
+    try:
+        early.start()
+        await until(lambda: early.up)
+        late.start()
+        await until(lambda: late.up)
+        assert set(early.slots.proxies) == {early.slots.proxy_id}  # no renewal since: its tally had one
+        await asyncio.to_thread(first.stop)
+        await until(lambda: early.slots.share is not None and late.slots.share is not None)
+        assert early.slots.share == 0.5 and late.slots.share == 0.5
+    finally:
+        for fleet in (early, late):
+            await fleet.close()
+        first.stop()

@@ -1,0 +1,475 @@
+"""The forwarder over real loopback HTTP: a scripted upstream plays z.ai, httpx plays mitmproxy."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+
+from chaos_mode.config.schema import parse_config
+from chaos_mode.doors.messages import parse_message
+from chaos_mode.forwarding import forwarder as forwarder_module
+from chaos_mode.forwarding.forwarder import TOKEN_HEADER, Forwarder
+from chaos_mode.forwarding.patience import Patience
+from chaos_mode.forwarding.upstream import Destination, UpstreamClients, UpstreamSettings
+from chaos_mode.observe.stats import Stats
+from chaos_mode.request.routed import RoutedRequest
+from chaos_mode.routing.pool import ChaosPool, Ticket
+from support.fakes import FakeClock
+
+BODY = json.dumps({"model": "claude-opus-4-5", "max_tokens": 64, "stream": True, "messages": []}).encode()
+REFUSAL = json.dumps(
+    {"type": "error", "error": {"type": "rate_limit_error", "code": "1302", "message": "busy"}}
+)
+WAIT = 5.0
+
+Script = Callable[[int, bytes, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+@dataclass
+class Upstream:
+    """A scripted z.ai on loopback: `script(n, request head and body, reader, writer)` per request."""
+
+    script: Script
+    requests: list[bytes] = field(default_factory=list)
+    closed: asyncio.Event = field(default_factory=asyncio.Event)
+    server: asyncio.Server | None = None
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = next(
+                int(line.split(b":")[1])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length")
+            )
+            request = head + await reader.readexactly(length)
+            self.requests.append(request)
+            await self.script(len(self.requests), request, reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    @property
+    def port(self) -> int:
+        assert self.server is not None
+        return int(self.server.sockets[0].getsockname()[1])
+
+
+async def answer(writer: asyncio.StreamWriter, status: int, body: bytes, *headers: bytes) -> None:
+    head = b"HTTP/1.1 %d X\r\ncontent-length: %d\r\n%s\r\n" % (
+        status,
+        len(body),
+        b"".join(h + b"\r\n" for h in headers),
+    )
+    writer.write(head + body)
+    await writer.drain()
+
+
+@dataclass
+class Rig:
+    forwarder: Forwarder
+    upstream: Upstream
+    pool: ChaosPool
+    stats: Stats
+    client: httpx.AsyncClient
+
+    def routed(self, body: bytes = BODY) -> RoutedRequest:
+        request = RoutedRequest(
+            parse_message(body, limit=1 << 20),
+            "heavy",
+            pool=self.pool,
+            stats=self.stats,
+            later=lambda delay, callback: asyncio.get_running_loop().call_later(delay, callback),
+        )
+        selection = self.pool.admit_now(request.ticket())
+        assert selection is not None and request.hold(selection)
+        return request
+
+    def send(self, request: RoutedRequest, token: str | None = None) -> Awaitable[httpx.Response]:
+        """What mitmproxy does with a flow pointed at the forwarder."""
+        destination = Destination("http", "127.0.0.1", self.upstream.port)
+        token = token if token is not None else self.forwarder.expect(request, destination)
+        host, port = self.forwarder.address or ("", 0)
+        headers = {
+            "host": "api.z.ai",
+            TOKEN_HEADER: token,
+            "x-api-key": "sk-secret",
+            "connection": "keep-alive",
+        }
+        body = request.body_for(request.model or "")
+        url = f"http://{host}:{port}/api/anthropic/v1/messages?beta=true"
+        return self.client.post(url, content=body, headers=headers)
+
+
+@pytest.fixture
+async def make_rig(caplog: pytest.LogCaptureFixture) -> AsyncIterator[Callable[..., Awaitable[Rig]]]:
+    caplog.set_level(logging.INFO)
+    rigs: list[Rig] = []
+
+    async def factory(
+        script: Script,
+        routing: dict[str, Any] | None = None,
+        patience: float | None = None,
+        **settings: float,
+    ) -> Rig:
+        upstream = Upstream(script)
+        upstream.server = await asyncio.start_server(upstream.handle, "127.0.0.1", 0)
+        routing = routing or {"chaosMode": {"enabled": True}, "learning": {"enabled": False}}
+        config = parse_config({"modelRouting": routing})
+        clock = FakeClock()
+        pool = ChaosPool(config, clock=clock, wall_clock=clock)
+        forwarder = Forwarder(
+            UpstreamClients(UpstreamSettings(**settings)), wall_clock=clock, patience=Patience(patience)
+        )
+        forwarder.listen()
+        rig = Rig(
+            forwarder, upstream, pool, Stats(config, clock), httpx.AsyncClient(trust_env=False, timeout=WAIT)
+        )
+        rigs.append(rig)
+        return rig
+
+    yield factory
+    for rig in rigs:
+        await rig.client.aclose()
+        rig.forwarder.close()
+        assert rig.upstream.server is not None
+        rig.upstream.server.close()
+        await asyncio.sleep(0)
+        assert rig.pool.spurious_releases == 0
+    assert "Traceback" not in caplog.text and "internal error" not in caplog.text
+
+
+async def sse_answer(
+    n: int, request: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
+    if n == 1:
+        await answer(writer, 429, REFUSAL.encode(), b"content-type: application/json", b"retry-after: 3")
+        return
+    writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nrequest-id: zai-1\r\n\r\n")
+    for i in range(3):
+        writer.write(b'event: ping\ndata: {"n": %d}\n\n' % i)
+        await writer.drain()
+        await asyncio.sleep(0.01)
+
+
+async def test_a_refused_attempt_is_sent_again_to_another_model_and_streams(
+    make_rig: Callable[..., Awaitable[Rig]],
+) -> None:
+    rig = await make_rig(sse_answer)
+    request = rig.routed()
+    first = request.model
+    async with asyncio.timeout(WAIT):
+        response = await rig.send(request)
+    assert response.status_code == 200 and response.headers["request-id"] == "zai-1"
+    assert response.text.count("event: ping") == 3
+    assert response.headers.get("transfer-encoding") == "chunked"
+    second = request.model
+    assert first != second and request.tried == [first, second]
+    sent = [json.loads(r.split(b"\r\n\r\n", 1)[1])["model"] for r in rig.upstream.requests]
+    assert sent == [first, second]
+    # The private token never went on; the Host header did, and so did the client's own headers.
+    for raw in rig.upstream.requests:
+        head = raw.split(b"\r\n\r\n", 1)[0].lower()
+        assert (
+            TOKEN_HEADER.encode() not in head
+            and b"host: api.z.ai" in head
+            and b"x-api-key: sk-secret" in head
+        )
+    assert rig.stats.failovers == 1
+    request.finish("ok")
+    assert rig.pool.in_flight() == 0
+
+
+async def test_a_request_without_a_known_token_is_not_forwarded(
+    make_rig: Callable[..., Awaitable[Rig]],
+) -> None:
+    rig = await make_rig(sse_answer)
+    request = rig.routed()
+    response = await rig.send(request, token="not-a-token")
+    assert response.status_code == 403
+    assert rig.upstream.requests == []
+    request.finish("error")
+
+
+async def hang_second(
+    n: int, request: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
+    if n == 1:
+        await answer(writer, 429, REFUSAL.encode(), b"content-type: application/json")
+        return
+    await reader.read()  # never answers
+
+
+async def test_a_second_attempt_that_hangs_ends_in_our_429(make_rig: Callable[..., Awaitable[Rig]]) -> None:
+    rig = await make_rig(hang_second, read_timeout=0.3)
+    request = rig.routed()
+    rig.pool.reconfigure(
+        rig.pool.config.model_copy(
+            update={"streams": rig.pool.config.streams.model_copy(update={"max_failovers": 1})}
+        )
+    )
+    async with asyncio.timeout(WAIT):
+        response = await rig.send(request)
+    assert response.status_code == 429
+    payload = response.json()
+    assert (
+        payload["error"]["type"] == "rate_limit_error"
+        and "not reached (no answer: TimeoutError)" in payload["error"]["message"]
+    )
+    assert request.rejected is not None and rig.pool.in_flight() == 0
+    assert sum(n for (_, code), n in rig.stats.upstream_errors.items() if code == "http-502") == 1
+    request.finish("rejected")
+
+
+async def test_when_the_peer_leaves_mid_stream_the_upstream_stream_is_closed_at_once(
+    make_rig: Callable[..., Awaitable[Rig]],
+) -> None:
+    upstream_closed = asyncio.Event()
+
+    async def never_ends(
+        n: int, raw: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\nevent: ping\ndata: {}\n\n")
+        await writer.drain()
+        await reader.read()  # z.ai thinks for a long time; returns when the forwarder closes the stream
+        upstream_closed.set()
+
+    rig = await make_rig(never_ends)
+    request = rig.routed()
+    host, port = rig.forwarder.address or ("", 0)
+    token = rig.forwarder.expect(request, Destination("http", "127.0.0.1", rig.upstream.port))
+    reader, writer = await asyncio.open_connection(host, port)
+    body = request.body_for(request.model or "")
+    writer.write(
+        b"POST /v1/messages HTTP/1.1\r\nhost: api.z.ai\r\n%s: %s\r\ncontent-length: %d\r\n\r\n%s"
+        % (TOKEN_HEADER.encode(), token.encode(), len(body), body)
+    )
+    await writer.drain()
+    async with asyncio.timeout(WAIT):
+        assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
+        assert b"ping" in await reader.readuntil(b"\n\n")
+        writer.close()  # mitmproxy closes its connection when the client leaves
+        await upstream_closed.wait()
+    request.finish("aborted")
+
+
+async def test_answers_on_a_kept_alive_connection_are_not_held_back(
+    make_rig: Callable[..., Awaitable[Rig]],
+) -> None:
+    """Small writes go out at once (TCP_NODELAY): without it, every answer after the first on a connection
+    waited about 40 ms for the peer's delayed ACK."""
+
+    async def ok(n: int, raw: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n")
+        for i in range(3):
+            writer.write(b'event: ping\ndata: {"n": %d}\n\n' % i)
+            await writer.drain()
+
+    rig = await make_rig(ok)
+    started = asyncio.get_running_loop().time()
+    for _ in range(10):
+        request = rig.routed()
+        response = await rig.send(request)
+        assert response.status_code == 200
+        request.finish("ok")
+    assert asyncio.get_running_loop().time() - started < 0.3
+
+
+ONE_HEAVY = {"chaosMode": {"enabled": True}, "models": {"h": {"tier": "HEAVY", "maxConcurrency": 1}}}
+TWO_HEAVY = {
+    "chaosMode": {"enabled": True},
+    "models": {"h1": {"tier": "HEAVY", "maxConcurrency": 1}, "h2": {"tier": "HEAVY", "maxConcurrency": 1}},
+}
+
+
+async def test_an_unanswered_probe_is_given_up_for_a_slot_within_the_limits(
+    make_rig: Callable[..., Awaitable[Rig]],
+) -> None:
+    """z.ai sends an accepted stream's head at once and a 1302 only seconds later: a probe with no head yet
+    when a slot within the limits comes for its request is abandoned, its upstream request closed."""
+    probe_closed = asyncio.Event()
+
+    async def refuse_slowly(
+        n: int, raw: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        if n == 1:
+            await reader.read()  # the probe: no head, as z.ai before its 1302; returns once it is closed
+            probe_closed.set()
+            return
+        await sse_answer(2, raw, reader, writer)
+
+    rig = await make_rig(refuse_slowly, routing=TWO_HEAVY, patience=0.0)
+    occupants = [rig.pool.try_acquire(Ticket("heavy")) for _ in range(2)]
+    for occupant in occupants:
+        assert occupant is not None
+        rig.pool.report_success(occupant)  # 1 of 1 answered cleanly on each: the next request may probe
+    request = rig.routed()
+    probe = request.slot
+    assert probe is not None and probe.probe == "model" and probe.model == "h1"
+    async with asyncio.timeout(WAIT):
+        sending = asyncio.ensure_future(rig.send(request))
+        while not rig.upstream.requests:
+            await asyncio.sleep(0.01)
+        assert not sending.done()
+        other = next(o for o in occupants if o is not None and o.model == "h2")
+        rig.pool.release_selection(other)  # a slot within the limits frees: the probe is given up for it
+        response = await sending
+        await probe_closed.wait()
+    assert response.status_code == 200 and response.text.count("event: ping") == 3
+    assert len(rig.upstream.requests) == 2 and request.tried == ["h1", "h2"]
+    assert request.slot is not None and request.slot.probe is None
+    assert [a.refusal for a in request.attempts] == ["probe given up", None]
+    given_up = rig.stats.recent_failovers[-1]
+    assert rig.stats.failovers == 1 and (given_up["from"], given_up["to"], given_up["reason"]) == (
+        "h1",
+        "h2",
+        "probe given up",
+    )
+    # Neither a refusal nor a clean answer: the limit stays, nothing counted against the model.
+    assert rig.pool.limits.limit("h1") == 1 and dict(rig.stats.upstream_errors) == {}
+    request.finish("ok")
+    assert rig.pool.in_flight() == 1  # the occupant of h1
+    assert rig.pool.try_acquire(Ticket("heavy", may_probe=False)) is not None  # no probe left counted
+    rig.pool.release("h2")
+    rig.pool.release("h1")
+
+
+async def test_a_probe_answered_first_keeps_its_slot_and_raises_the_limit(
+    make_rig: Callable[..., Awaitable[Rig]],
+) -> None:
+    rig = await make_rig(sse_answer_at_once, routing=ONE_HEAVY, patience=0.0)
+    occupant = rig.pool.try_acquire(Ticket("heavy"))
+    assert occupant is not None
+    rig.pool.report_success(occupant)
+    request = rig.routed()
+    assert request.slot is not None and request.slot.probe == "model"
+    async with asyncio.timeout(WAIT):
+        response = await rig.send(request)
+    assert response.status_code == 200 and len(rig.upstream.requests) == 1
+    assert rig.pool.limits.limit("h") == 2 and rig.pool.waiting() == 0
+    request.finish("ok")
+    rig.pool.release_selection(occupant)
+    assert rig.pool.in_flight() == 0
+
+
+async def sse_answer_at_once(
+    n: int, request: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
+    await sse_answer(2, request, reader, writer)
+
+
+async def test_an_unanswered_attempt_moves_on_and_its_late_1302_still_teaches_the_limits(
+    make_rig: Callable[..., Awaitable[Rig]],
+) -> None:
+    """A regular attempt with no head when a slot within the limits comes is left for that slot; its
+    upstream request stays open and keeps its slot until z.ai's verdict, which lowers the limit as if the
+    request had waited for it."""
+    refuse_now = asyncio.Event()
+
+    async def refuse_when_told(
+        n: int, raw: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        if n == 1:
+            await refuse_now.wait()
+            await answer(writer, 429, REFUSAL.encode(), b"content-type: application/json")
+            return
+        await sse_answer(2, raw, reader, writer)
+
+    rig = await make_rig(refuse_when_told, routing=TWO_HEAVY, patience=0.0)
+    occupant = rig.pool.try_acquire(Ticket("heavy"))
+    assert occupant is not None and occupant.model == "h2"
+    request = rig.routed()
+    first = request.slot
+    assert first is not None and first.probe is None and first.model == "h1"
+    async with asyncio.timeout(WAIT):
+        sending = asyncio.ensure_future(rig.send(request))
+        while not rig.upstream.requests:
+            await asyncio.sleep(0.01)
+        rig.pool.release_selection(occupant)  # a slot within the limits: the request moves on to it
+        response = await sending
+        assert response.status_code == 200 and request.tried == ["h1", "h2"]
+        assert [a.refusal for a in request.attempts] == ["no answer yet", None]
+        assert rig.stats.recent_failovers[-1]["reason"] == "no answer yet"
+        request.finish("ok")
+        assert rig.pool.in_flight("h1") == 1  # the left attempt keeps its slot: z.ai may still count it
+        refuse_now.set()
+        while rig.pool.in_flight("h1"):
+            await asyncio.sleep(0.01)
+    assert rig.pool.limits.view("h1").reason == "1302 at 1 in flight"  # judged as if it had waited
+    assert rig.stats.upstream_errors[("h1", "1302")] == 1
+    assert rig.pool.in_flight() == 0
+
+
+async def test_an_attempt_left_without_a_verdict_gives_its_slot_back_in_bounded_time(
+    make_rig: Callable[..., Awaitable[Rig]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(forwarder_module, "LEFT_VERDICT_SECONDS", 0.2)
+    hung_closed = asyncio.Event()
+
+    async def hang_first(
+        n: int, raw: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        if n == 1:
+            await reader.read()  # never answers; returns once the forwarder closes the connection
+            hung_closed.set()
+            return
+        await sse_answer(2, raw, reader, writer)
+
+    rig = await make_rig(hang_first, routing=TWO_HEAVY, patience=0.0)
+    occupant = rig.pool.try_acquire(Ticket("heavy"))
+    assert occupant is not None
+    request = rig.routed()
+    async with asyncio.timeout(WAIT):
+        sending = asyncio.ensure_future(rig.send(request))
+        while not rig.upstream.requests:
+            await asyncio.sleep(0.01)
+        rig.pool.release_selection(occupant)
+        assert (await sending).status_code == 200
+        request.finish("ok")
+        await hung_closed.wait()
+        while rig.pool.in_flight():
+            await asyncio.sleep(0.01)
+    assert rig.pool.limits.view("h1").reason == "catalog" and dict(rig.stats.upstream_errors) == {}
+
+
+async def test_an_answer_in_one_piece_is_waited_for_however_long_it_takes(
+    make_rig: Callable[..., Awaitable[Rig]],
+) -> None:
+    """A request that is not streamed gets its head only when the whole answer is written: no head after
+    the patience says nothing, so it is never left for another slot, and its time to head is not kept."""
+    answer_now = asyncio.Event()
+
+    async def answer_when_told(
+        n: int, raw: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        await answer_now.wait()
+        body = json.dumps(
+            {"type": "message", "content": [], "usage": {"input_tokens": 1, "output_tokens": 1}}
+        )
+        await answer(writer, 200, body.encode(), b"content-type: application/json")
+
+    rig = await make_rig(answer_when_told, routing=TWO_HEAVY, patience=0.0)
+    occupant = rig.pool.try_acquire(Ticket("heavy"))
+    assert occupant is not None
+    whole = json.dumps({"model": "claude-opus-4-5", "max_tokens": 64, "messages": []}).encode()
+    request = rig.routed(whole)
+    async with asyncio.timeout(WAIT):
+        sending = asyncio.ensure_future(rig.send(request))
+        while not rig.upstream.requests:
+            await asyncio.sleep(0.01)
+        rig.pool.release_selection(occupant)  # a slot within the limits: a streamed request would move on
+        await asyncio.sleep(0.2)
+        assert not sending.done() and len(rig.upstream.requests) == 1
+        answer_now.set()
+        response = await sending
+    assert response.status_code == 200 and request.tried == ["h1"] and len(rig.upstream.requests) == 1
+    request.finish("ok")
+    assert rig.pool.in_flight() == 0

@@ -1,0 +1,382 @@
+"""The pool with learned limits: probes only for a request that would wait, no cooldown for a 1302,
+capped reset times, trials when nothing is in flight; and a property test against a simulated truth."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from chaos_mode.routing.pool import ChaosPool, Selection, Ticket
+from chaos_mode.routing.status import served
+from support.fakes import FakeClock
+from support.pool_rig import WALL, Rig, error, routing
+
+
+def test_a_1302_lowers_the_limit_and_starts_no_cooldown() -> None:
+    rig = Rig()
+    first, second = rig.take(), rig.take()
+    assert (first.in_flight, second.in_flight, second.total) == (1, 2, 2)
+    assert rig.pool.report_error("h", error("1302"), 30.0, second) == 0.0
+    assert rig.pool.cooldowns.blocked() == frozenset()
+    status = served(rig.pool.status())["models"]["h"]
+    assert (status["capacity"], status["learnedLimit"], status["catalogLimit"]) == (1, 1, 2)
+    assert status["limitReason"] == "1302 at 2 in flight" and status["cooldownReason"] is None
+    rig.pool.release("h")
+    rig.pool.release("h")
+
+
+def test_with_learning_off_a_1302_cools_the_model_down_as_before() -> None:
+    rig = Rig(routing(learning={"enabled": False}))
+    selection = rig.take()
+    assert rig.pool.report_error("h", error("1302"), None, selection) == 5.0
+    assert rig.pool.cooldowns.blocked() == {"h"}
+    rig.pool.release("h")
+
+
+def test_a_request_that_would_wait_probes_one_above_the_limit() -> None:
+    rig = Rig()
+    first, second = rig.take(), rig.take()
+    assert (
+        rig.pool.try_acquire(Ticket("heavy")) is None
+    )  # the catalog's 2 never ran full: nothing to go on yet
+    rig.pool.report_success(rig.take("light"))  # another model's answer says nothing about "h"
+    assert rig.pool.try_acquire(Ticket("heavy")) is None
+    rig.pool.report_success(second)  # 2 in flight, but only one answered: z.ai may serve just that one
+    assert rig.pool.try_acquire(Ticket("heavy")) is None
+    rig.pool.release("l")
+    rig.pool.release_selection(second)
+    rig.pool.report_success(first)
+    rig.pool.report_success(rig.take())  # 2 of 2, answered cleanly
+    probe = rig.take()
+    assert (probe.model, probe.probe, probe.in_flight) == ("h", "model", 3)
+    assert probe.reason == "probing h's limit (2+1)"
+    assert served(rig.pool.status())["models"]["h"]["probing"] is True
+    assert rig.pool.try_acquire(Ticket("heavy")) is None  # one probe at a time: the next one waits
+    rig.pool.report_success(probe)
+    assert served(rig.pool.status())["models"]["h"]["learnedLimit"] == 3
+    for _ in range(3):
+        rig.pool.release("h")
+
+
+def test_no_probe_while_an_eligible_model_has_room() -> None:
+    rig = Rig()
+    rig.fill()
+    light = [rig.take("light") for _ in range(3)]
+    assert [s.probe for s in light] == [None] * 3  # "l" had room: no reason to go above "h"
+    assert rig.take("light").probe == "model"
+    for model in ("h", "h", "l", "l", "l", "l"):
+        rig.pool.release(model)
+
+
+def test_a_failed_probe_is_not_repeated_within_the_interval() -> None:
+    rig = Rig()
+    rig.fill()
+    probe = rig.take()
+    rig.pool.report_error("h", error("1302"), None, probe)
+    rig.pool.release("h")
+    assert served(rig.pool.status())["models"]["h"]["learnedLimit"] == 2
+    assert rig.pool.try_acquire(Ticket("heavy")) is None
+    rig.clock.advance(9.9)
+    assert rig.pool.try_acquire(Ticket("heavy")) is None
+    rig.clock.advance(0.1)  # the probe interval: 10 s by default
+    second = rig.take()
+    assert second.probe == "model"
+    rig.pool.report_error("h", error("1302"), None, second)
+    rig.pool.release("h")
+    rig.clock.advance(10.0)
+    assert rig.pool.try_acquire(Ticket("heavy")) is None  # refused twice: the next waits twice as long
+    rig.clock.advance(10.0)
+    assert rig.take().probe == "model"
+    for _ in range(3):
+        rig.pool.release("h")
+
+
+def test_an_account_limit_learned_from_1302s_is_probed_too() -> None:
+    three = {name: {"tier": "LIGHT", "maxConcurrency": 3} for name in ("a", "b", "c")}
+    rig = Rig(routing(three, chaosMode={"qualityFloor": {"heavy": "LIGHT", "medium": "LIGHT"}}))
+    held = [rig.take("light") for _ in range(4)]
+    for selection in held:
+        rig.pool.report_success(selection)  # the account served 4 at once
+    # Two models below their limits refuse at 5: the account is full at 4.
+    for _ in range(2):
+        refused = rig.take("light")
+        assert refused.total == 5 and refused.in_flight < 3
+        rig.pool.report_error(refused.model, error("1302"), None, refused)
+        rig.pool.release(refused.model)
+    status = served(rig.pool.status())
+    assert status["accountLimit"] == 4
+    assert [status["models"][m]["learnedLimit"] for m in three] == [3, 3, 3]
+    assert rig.pool.try_acquire(Ticket("light")) is None  # within the probe interval of those answers
+    rig.clock.advance(10.0)
+    assert rig.pool.try_acquire(Ticket("light")) is None  # and not run full at 4 since
+    rig.pool.release(held[0].model)
+    held[0] = rig.take("light")
+    rig.pool.report_success(held[0])
+    probe = rig.take("light")
+    assert (probe.probe, probe.reason) == ("account", "probing the account limit (4+1)")
+    rig.pool.report_success(probe)
+    assert served(rig.pool.status())["accountLimit"] == 5
+    for selection in [*held, probe]:
+        rig.pool.release(selection.model)
+
+
+def test_a_probe_respects_the_cost_guard() -> None:
+    models = {"cheap": {"tier": "HEAVY", "maxConcurrency": 1}, "dear": {"tier": "HEAVY", "maxConcurrency": 1}}
+    models["dear"] |= {"inputPrice": 100.0, "outputPrice": 100.0}
+    rig = Rig(routing(models, chaosMode={"maxCostPerRequest": 0.01}))
+    from chaos_mode.routing.pool import RequestInfo
+
+    info = RequestInfo(1000, 100)
+    taken = [rig.pool.try_acquire(Ticket("light", request=info)) for _ in range(2)]
+    assert taken[0] is not None
+    rig.pool.report_success(taken[0])  # "cheap" ran full
+    taken.append(rig.pool.try_acquire(Ticket("light", request=info)))
+    # Within the limits the guard's fallback (the cheapest eligible) may reach "dear"; a probe never does.
+    assert [(s.model, s.probe) for s in taken if s] == [("cheap", None), ("dear", None), ("cheap", "model")]
+    for model in ("cheap", "dear", "cheap"):
+        rig.pool.release(model)
+
+
+def test_reset_times_from_a_message_are_capped() -> None:
+    rig = Rig()
+    far = error(
+        "1308", "[1308][Usage limit reached for 5 hour. Your limit will reset at 2099-01-01 00:00:00]"
+    )
+    assert rig.pool.report_error("h", far) == 6 * 3600.0
+    pause = served(rig.pool.status())["accountPause"]
+    assert pause["remaining"] == 6 * 3600.0
+
+
+def test_when_nothing_is_in_flight_a_cooling_model_takes_a_trial() -> None:
+    rig = Rig(routing({"h": {"tier": "HEAVY", "maxConcurrency": 2}}))
+    rig.pool.report_error("h", error("1305"))
+    trial = rig.take()
+    assert trial.reason == "trial: nothing in flight, cooldown cut short"
+    assert rig.pool.try_acquire(Ticket("heavy")) is None  # something is in flight now: the cooldown holds
+    rig.pool.release("h")
+
+
+def test_no_trial_for_a_model_out_of_rotation() -> None:
+    rig = Rig(routing({"h": {"tier": "HEAVY", "maxConcurrency": 2}}))
+    rig.pool.report_error("h", error("1113"))
+    assert rig.pool.try_acquire(Ticket("heavy")) is None
+
+
+def test_a_probe_that_becomes_due_wakes_a_waiter() -> None:
+    async def scenario() -> None:
+        pool = ChaosPool(routing(learning={"probeIntervalSeconds": 0.05}), clock=time.monotonic)
+        first, second = pool.try_acquire(Ticket("heavy")), pool.try_acquire(Ticket("heavy"))
+        assert first is not None and second is not None
+        pool.report_success(first)
+        pool.report_success(second)
+        probe = pool.try_acquire(Ticket("heavy"))
+        assert first and second and probe and probe.probe == "model"
+        pool.report_error("h", error("1302"), None, probe)
+        pool.release("h")
+        # The pool stays full (2 of 2) and no slot is released: only the probe timer can serve this.
+        waiter = await asyncio.wait_for(pool.admit(Ticket("heavy"), timeout=2.0), 2.0)
+        assert waiter is not None and waiter.probe == "model"
+        for _ in range(3):
+            pool.release("h")
+
+    asyncio.run(scenario())
+
+
+def test_a_ticket_that_may_not_probe_gets_only_a_slot_within_the_limits() -> None:
+    rig = Rig()
+    rig.fill()
+    assert rig.pool.try_acquire(Ticket("heavy", may_probe=False)) is None  # a probe is due, but not for it
+    rig.pool.release("h")
+    regular = rig.pool.try_acquire(Ticket("heavy", may_probe=False))
+    assert regular is not None and regular.probe is None
+    for _ in range(2):
+        rig.pool.release("h")
+
+
+def test_a_probe_given_up_paces_the_next_as_a_refused_one() -> None:
+    """An abandoned probe was most likely refused: no 1302 ever comes for it, but the next probe on that
+    limit waits the interval, then twice that after a second one, as after 1302s."""
+    rig = Rig()
+    rig.fill()
+    probe = rig.take()
+    assert probe.probe == "model"
+    rig.pool.give_up_probe(probe)
+    rig.pool.give_up_probe(probe)  # idempotent
+    rig.pool.release("h")
+    assert served(rig.pool.status())["models"]["h"]["learnedLimit"] == 2  # the limit stays
+    assert rig.pool.try_acquire(Ticket("heavy")) is None
+    rig.clock.advance(10.0)
+    second = rig.take()
+    assert second.probe == "model"
+    rig.pool.give_up_probe(second)
+    rig.pool.release("h")
+    rig.clock.advance(10.0)
+    assert rig.pool.try_acquire(Ticket("heavy")) is None  # given up twice: the next waits twice as long
+    rig.clock.advance(10.0)
+    assert rig.take().probe == "model"
+    for _ in range(3):
+        rig.pool.release("h")
+
+
+# -- a property test against a simulated truth -----------------------------------------------------------
+
+CATALOG = {
+    "h1": {"tier": "HEAVY", "maxConcurrency": 3},
+    "h2": {"tier": "HEAVY", "maxConcurrency": 2},
+    "m": {"tier": "MEDIUM", "maxConcurrency": 4},
+    "l": {"tier": "LIGHT", "maxConcurrency": 1},
+}
+TIERS = ("heavy", "medium", "light")
+
+
+class LearningMachine(RuleBasedStateMachine):
+    """Requests arrive, z.ai (the truth: each model's true limit, and the account's) says 1302 above it,
+    requests end, time passes. The learned limits must stay in [0, ceiling], a 1302 never cools anything
+    down, a probe goes out only when nothing within the limits could take the request, and what z.ai
+    served never exceeded the truth, per model or in all."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock = FakeClock()
+        self.truth: dict[str, int] = {}
+        self.account = 0
+        self.held: list[Selection] = []
+        self.upstream: dict[str, int] = dict.fromkeys(CATALOG, 0)
+
+    @initialize(
+        truth=st.fixed_dictionaries({m: st.integers(0, 8) for m in CATALOG}),
+        account=st.integers(1, 20),
+        seed=st.integers(0, 9),
+    )
+    def start(self, truth: dict[str, int], account: int, seed: int) -> None:
+        self.truth = truth
+        self.account = account
+        config = routing(CATALOG, learning={"ceilingFactor": 3})
+        self.pool = ChaosPool(config, clock=self.clock, wall_clock=lambda: WALL, rng=random.Random(seed))
+
+    @rule(tier=st.sampled_from(TIERS), give_up=st.booleans())
+    def arrive(self, tier: str, give_up: bool) -> None:
+        room = self._room(tier)
+        selection = self.pool.try_acquire(Ticket(tier))  # type: ignore[arg-type]
+        if selection is None:
+            return
+        if selection.probe is not None:
+            assert not room, "a probe while a model had room within its limit"
+        model = selection.model
+        if self.upstream[model] >= self.truth[model] or sum(self.upstream.values()) >= self.account:
+            if give_up and selection.probe is not None:  # abandoned before z.ai's 1302 came
+                self.pool.give_up_probe(selection)
+            else:
+                self.pool.report_error(model, error("1302"), None, selection)
+            self.pool.release(model)
+            return
+        self.upstream[model] += 1
+        self.pool.report_success(selection)
+        self.held.append(selection)
+
+    def _room(self, tier: str) -> bool:
+        status = served(self.pool.status())["models"]
+        eligible = self.pool.config.eligible_models(tier)  # type: ignore[arg-type]
+        account = served(self.pool.status())["accountLimit"]
+        if account is not None and self.pool.in_flight() >= account:
+            return False
+        return any(status[m]["inFlight"] < status[m]["capacity"] for m in eligible)
+
+    @rule(index=st.integers(0, 100))
+    def finish(self, index: int) -> None:
+        if self.held:
+            selection = self.held.pop(index % len(self.held))
+            self.upstream[selection.model] -= 1
+            self.pool.release(selection.model)
+
+    @rule(seconds=st.sampled_from([0.5, 5.0, 700.0]))
+    def wait(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+
+    @invariant()
+    def limits_stay_in_bounds(self) -> None:
+        if not self.truth:
+            return
+        status = served(self.pool.status())
+        account = status["account"]
+        assert account["limit"] is None or 0 <= account["limit"] <= account["ceiling"]
+        assert account["ceiling"] == 3 * sum(spec["maxConcurrency"] for spec in CATALOG.values())
+        for name, model in status["models"].items():
+            assert 0 <= model["learnedLimit"] <= model["limitCeiling"] == 3 * CATALOG[name]["maxConcurrency"]
+            assert model["cooldownReason"] is None  # only 1302s here: never a cooldown
+            assert self.upstream[name] <= self.truth[name]
+        assert sum(self.upstream.values()) <= self.account
+
+    def teardown(self) -> None:
+        for selection in self.held:
+            self.pool.release(selection.model)
+        if self.truth:
+            assert self.pool.in_flight() == 0
+
+
+TestLearningMachine = LearningMachine.TestCase
+TestLearningMachine.settings = settings(max_examples=60, stateful_step_count=60, deadline=None)
+
+
+def test_a_probe_rides_above_the_limit_and_takes_none_of_its_slots() -> None:
+    """z.ai takes seconds to refuse a probe: meanwhile the model's slots within its limit stay usable."""
+    rig = Rig()
+    held = rig.fill()
+    probe = rig.take()
+    assert probe.probe == "model"
+    rig.pool.release(held[0].model)  # a request within the limit ends while the probe waits for its answer
+    regular = rig.pool.try_acquire(Ticket("heavy"))
+    assert regular is not None and regular.probe is None  # its slot is free again at once
+    rig.pool.report_error("h", error("1302"), None, probe)  # the probe refused: its slot counts no more
+    rig.pool.release("h")
+    assert rig.pool.try_acquire(Ticket("heavy")) is None  # back at the limit, which stays 2
+
+
+def test_an_abandoned_probe_gives_its_place_back_exactly_once() -> None:
+    rig = Rig()
+    rig.fill()
+    probe = rig.take()
+    rig.pool.verdict_done(probe)
+    rig.pool.verdict_done(probe)  # idempotent: the owner may end it from several places
+    rig.pool.release("h")
+    assert rig.pool.try_acquire(Ticket("heavy")) is None  # at the limit: no probe bonus left behind
+
+
+def test_a_probe_answered_before_an_earlier_request_raises_nothing_until_that_one_is_answered() -> None:
+    rig = Rig()
+    rig.fill()
+    rig.pool.release("h")
+    late = rig.take()  # 2 of 2 again; this one is still on its way to z.ai
+    probe = rig.take()
+    assert probe.probe == "model"
+    # The probe overtook `late`: z.ai may serve only 2 of "h" and refuse `late` seconds from now.
+    rig.pool.report_success(probe)
+    assert served(rig.pool.status())["models"]["h"]["learnedLimit"] == 2
+    rig.pool.report_success(late)  # all 3 answered and running: z.ai serves 3 at once
+    status = served(rig.pool.status())["models"]["h"]
+    assert (status["learnedLimit"], status["limitReason"]) == (3, "3 answered at once")
+    for _ in range(3):
+        rig.pool.release("h")
+
+
+def test_a_limit_found_full_wakes_a_waiter_to_probe_without_a_release() -> None:
+    async def scenario() -> None:
+        pool = ChaosPool(routing(), clock=time.monotonic)
+        taken = [pool.try_acquire(Ticket("heavy")) for _ in range(2)]
+        waiter = asyncio.ensure_future(pool.admit(Ticket("heavy"), timeout=2.0))
+        await asyncio.sleep(0)
+        assert not waiter.done()  # 2 of 2 sent, none answered: nothing to go above yet
+        for selection in taken:
+            assert selection is not None
+            pool.report_success(selection)  # 2 of 2 answered and running: the limit ran full cleanly
+        probe = await asyncio.wait_for(waiter, 1.0)  # no slot was released: the answer woke it
+        assert probe is not None and probe.probe == "model"
+        for _ in range(3):
+            pool.release("h")
+
+    asyncio.run(scenario())

@@ -1,0 +1,166 @@
+"""The owner of one routed request: whatever happens to it, in any order, its slots go back exactly once."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chaos_mode.config.schema import parse_config
+from chaos_mode.doors.messages import parse_message
+from chaos_mode.observe.stats import OUTCOMES, Stats
+from chaos_mode.request.routed import RoutedRequest
+from chaos_mode.routing.pool import ChaosPool, Selection
+from support.fakes import FakeClock
+
+BODY = json.dumps({"model": "claude-opus-4-5", "max_tokens": 64, "messages": []}).encode()
+
+
+class Timers:
+    """`call_later` that runs only when told (a grace period passing)."""
+
+    def __init__(self) -> None:
+        self.due: list[Callable[[], None]] = []
+
+    def later(self, delay: float, callback: Callable[[], None]) -> None:
+        self.due.append(callback)
+
+    def run(self) -> None:
+        due, self.due = self.due, []
+        for callback in due:
+            callback()
+
+
+class CountingPool(ChaosPool):
+    """The real pool, counting slots granted and given back."""
+
+    granted = 0
+    returned = 0
+
+    def acquire(self, model: str, probe: object = None) -> bool:
+        ok = super().acquire(model, probe)  # type: ignore[arg-type]
+        self.granted += ok
+        return ok
+
+    def release(self, model: str) -> bool:
+        self.returned += 1
+        return super().release(model)
+
+
+def make(learning: bool = True) -> tuple[RoutedRequest, CountingPool, Stats, Timers]:
+    routing = {"chaosMode": {"enabled": True}, "learning": {"enabled": learning}}
+    config = parse_config({"modelRouting": routing})
+    clock = FakeClock()
+    pool = CountingPool(config, clock=clock, wall_clock=clock)
+    stats = Stats(config, clock)
+    timers = Timers()
+    request = RoutedRequest(
+        parse_message(BODY, limit=1 << 20), "heavy", pool=pool, stats=stats, later=timers.later
+    )
+    return request, pool, stats, timers
+
+
+def grant(request: RoutedRequest) -> Selection | None:
+    return request.pool.admit_now(request.ticket())
+
+
+EVENTS = st.one_of(
+    st.just(("grant",)),  # the pool grants a slot (first attempt, or a failover)
+    st.tuples(st.just("refused"), st.booleans()),  # z.ai refuses the attempt (broken model or busy)
+    st.just(("sent",)),
+    st.just(("answered",)),
+    st.tuples(st.just("release"), st.sampled_from([0.0, 0.5])),
+    st.tuples(st.just("finish"), st.sampled_from(OUTCOMES), st.sampled_from([0.0, 0.5])),
+    st.just(("reject",)),
+    st.just(("timers",)),  # grace periods end
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(EVENTS, max_size=30), st.booleans())
+def test_every_slot_granted_is_given_back_exactly_once(
+    events: list[tuple[object, ...]], learning: bool
+) -> None:
+    request, pool, stats, timers = make(learning)
+    for event in events:
+        match event:
+            case ("grant",):
+                selection = grant(request)
+                if selection is not None:
+                    request.hold(selection)
+            case ("refused", broken):
+                request.refused_by("1302", broken=bool(broken))
+            case ("sent",):
+                request.sent = True
+            case ("answered",):
+                request.answered()
+            case ("release", grace):
+                request.release_slot(float(grace))  # type: ignore[arg-type]
+            case ("finish", outcome, grace):
+                request.finish(outcome, grace=float(grace))  # type: ignore[arg-type]
+            case ("reject",):
+                request.reject("test")
+            case ("timers",):
+                timers.run()
+        # At any moment the pool counts exactly the slot the request holds, plus those in their grace.
+        assert pool.in_flight() == (request.slot is not None) + len(timers.due)
+        assert pool.spurious_releases == 0
+    request.finish("error")  # the flow ends, whatever ended it
+    timers.run()
+    assert pool.in_flight() == 0
+    assert pool.granted == pool.returned
+    assert pool.spurious_releases == 0
+    assert sum(stats.outcomes().values()) == 1  # the outcome is counted once
+    assert request.slot is None
+
+
+def test_a_slot_granted_after_the_request_ended_goes_back_at_once() -> None:
+    request, pool, _, _ = make()
+    request.finish("aborted")
+    selection = grant(request)
+    assert selection is not None
+    assert request.hold(selection) is False
+    assert pool.in_flight() == 0 and request.attempts == []
+
+
+def test_a_second_slot_is_never_held_on_top_of_the_first() -> None:
+    request, pool, _, _ = make()
+    first, second = grant(request), grant(request)
+    assert first is not None and second is not None
+    assert request.hold(first) and not request.hold(second)
+    assert pool.in_flight() == 1 and request.slot is first
+    request.finish("ok")
+
+
+@pytest.mark.parametrize(("sent", "held_during_grace"), [(True, 1), (False, 0)])
+def test_the_abort_grace_applies_only_to_an_attempt_z_ai_has_seen(sent: bool, held_during_grace: int) -> None:
+    request, pool, _, timers = make()
+    selection = grant(request)
+    assert selection is not None and request.hold(selection)
+    request.sent = sent
+    request.finish("aborted", grace=0.5)
+    assert pool.in_flight() == held_during_grace
+    timers.run()
+    assert pool.in_flight() == 0
+
+
+def test_refusals_move_the_ticket_only_for_broken_models() -> None:
+    request, pool, _, _ = make(learning=True)
+    first = grant(request)
+    assert first is not None and request.hold(first)
+    request.refused_by("1302", broken=False)  # busy: it may serve within its learned limit
+    assert request.ticket().attempted == frozenset()
+    second = grant(request)
+    assert second is not None and request.hold(second)
+    request.refused_by("1113", broken=True)
+    assert request.ticket().attempted == {second.model}
+    assert [a.refusal for a in request.attempts] == ["1302", "1113"]
+    assert pool.in_flight() == 0
+    request.finish("rejected")
+    mirror = request.mirror()
+    assert mirror["attempted"] == [first.model, second.model] and mirror["failovers"] == 1
+    assert mirror["held"] is None and mirror["outcome"] == "rejected"
+    json.dumps(mirror)  # plain values: saved flows keep them

@@ -1,0 +1,21 @@
+"""Running the project's command-line tools from the checkout, as a user would."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_module(module: str, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """`python -m module args...` from the checkout, its output kept; never raises on a failure."""
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
