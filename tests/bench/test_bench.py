@@ -32,8 +32,8 @@ from chaos_mode.bench.scenarios import PINNED, SCENARIOS, parse_scenarios, pinne
 from chaos_mode.bench.swarm import RequestRecord, retry_delay
 from chaos_mode.bench.workload import Mix, Request, WorkloadSpec, make_workload, parse_mix
 from chaos_mode.config.schema import default_config
+from support.design_catalog import CAPS, HEAVY, MEDIUM
 from support.run import run_module
-from support.seed_catalog import CAPS, HEAVY, MEDIUM
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -185,7 +185,7 @@ def test_pinned_agents_get_a_slot_each_in_catalog_order() -> None:
     with pytest.raises(ValueError, match="at most 3 agents"):
         pinned_models(capacity, 4)
     assert agent_models(SCENARIOS["least-loaded"], 99) == []
-    assert len(set(agent_models(PINNED, 28))) == 8  # the seed's catalog: every model, every slot
+    assert len(set(agent_models(PINNED, 28))) == 8  # the built-in catalog: every model, every slot
 
 
 def test_the_pinned_scenario_with_more_agents_than_slots_is_refused_before_anything_starts() -> None:

@@ -13,8 +13,8 @@ from chaos_mode.bench.scenarios import KNOWN, MIXED_DOORS, SCENARIOS, parse_scen
 from chaos_mode.bench.swarm import ANTHROPIC_AGENT, OPENAI_AGENT, SwarmOptions, agent_door, run_swarm
 from chaos_mode.bench.workload import CLAUDE_MODELS, OPENAI_MODELS, WorkloadSpec, make_workload
 from chaos_mode.sim import SimServer, SimSettings
+from support.design_catalog import CAPS
 from support.run import run_module
-from support.seed_catalog import CAPS
 
 
 def test_mixed_doors_is_in_all() -> None:

@@ -1,4 +1,4 @@
-"""The modelRouting config: the seed's defaults, camelCase keys, files, and errors that name the key."""
+"""The modelRouting config: the design's defaults, camelCase keys, files, and errors that name the key."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from chaos_mode.config.schema import ConfigError, ModelRouting, default_config, parse_config
 
-# The seed's catalog, written out here (not imported) so the built-in table is checked against it.
+# The Chaos Mode design's catalog, written out (not imported) so the built-in table is checked against it.
 SEED_CATALOG: dict[str, tuple[str, int, float, float, bool]] = {
     "glm-4.7": ("HEAVY", 3, 0.60, 2.20, False),
     "glm-4.6": ("HEAVY", 3, 0.60, 2.20, False),
@@ -271,6 +271,10 @@ def test_a_lowered_floor_admits_lower_tiers() -> None:
         (
             {"models": {" a": {"tier": "HEAVY", "maxConcurrency": 1}}},
             r"modelRouting\.models: model name ' a'",
+        ),
+        (
+            {"models": {"*account": {"tier": "HEAVY", "maxConcurrency": 1}}},
+            r"modelRouting\.models: model name '\*account': .*not starting with '\*'",
         ),
         ({"upstreamHosts": []}, r"modelRouting\.upstreamHosts: must name at least one host"),
         ({"upstreamHosts": [" ", ""]}, r"modelRouting\.upstreamHosts: must name at least one host"),

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from mitmproxy import http
 
 from chaos_mode.doors.chat_stream import ChatStreamObserver
+from chaos_mode.doors.formats import FORMATS
 from chaos_mode.doors.messages_stream import message_usage
-from chaos_mode.doors.speech import DIALECTS
 from chaos_mode.mitm.flow_bodies import usage_of
 
 HEAD = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "glm-4.6"}
@@ -113,10 +113,10 @@ def test_usage_of_a_whole_chat_answer() -> None:
     observer.observe(answer)
     assert (observer.input_tokens, observer.output_tokens, observer.stopped) == (11, 7, True)
     response = http.Response.make(200, content, {"content-type": "application/json"})
-    assert usage_of(response, DIALECTS["openai"].observer) == [11, 7]
+    assert usage_of(response, FORMATS["openai"].observer) == [11, 7]
 
 
 def test_usage_of_a_chat_stream_read_whole() -> None:
     response = http.Response.make(200, stream(), {"content-type": "text/event-stream"})
-    assert usage_of(response, DIALECTS["openai"].observer) == [2048, 377]
+    assert usage_of(response, FORMATS["openai"].observer) == [2048, 377]
     assert usage_of(response) == [0, 0]  # the Anthropic observer sees no Anthropic events in it

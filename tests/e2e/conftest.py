@@ -35,7 +35,7 @@ MakeSim = Callable[..., Awaitable[Sim]]
 
 @pytest.fixture(scope="session")
 def sim_process() -> Iterator[SimProcess]:
-    """The simulator with the seed's limits (glm-4.7 3, glm-4.6 3, glm-4.5-x 2, glm-4.5 10, ...)."""
+    """The simulator at the built-in catalog's limits (glm-4.7 3, glm-4.6 3, glm-4.5-x 2, ...)."""
     with SimProcess(SimSettings(**SIM_SETTINGS)) as process:
         yield process
 

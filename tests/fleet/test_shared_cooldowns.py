@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from chaos_mode.config.schema import CooldownSettings
 from chaos_mode.fleet.cooldowns import BlockNotice, SharedCooldowns
-from chaos_mode.learning.limits import ACCOUNT_ROW
 from chaos_mode.routing.cooldowns import Cooldowns
+from chaos_mode.zai.catalog import ACCOUNT
 from support.fakes import FakeClock
 from support.pool_rig import Rig, error
 
@@ -58,6 +58,6 @@ def test_a_learned_limit_is_taken_from_another_proxy_only_when_newer() -> None:
     here.pool.reset_limits()  # a later change here wins over the older one there
     assert here.pool.adopt_limits(rows) == 0 and here.pool.limits.limit("h") == 2
     assert there.pool.limits.rows(since=rows["h"]["changedAt"]) == {}
-    assert ACCOUNT_ROW not in rows  # no account limit learned yet
+    assert ACCOUNT not in rows  # no account limit learned yet
     there.pool.release(first.model)
     there.pool.release(second.model)

@@ -16,7 +16,7 @@ from chaos_mode.config.schema import parse_config
 from chaos_mode.doors.messages import parse_message
 from chaos_mode.forwarding import forwarder as forwarder_module
 from chaos_mode.forwarding.forwarder import TOKEN_HEADER, Forwarder
-from chaos_mode.forwarding.patience import Patience
+from chaos_mode.forwarding.head_patience import HeadPatience
 from chaos_mode.forwarding.upstream import Destination, UpstreamClients, UpstreamSettings
 from chaos_mode.observe.stats import Stats
 from chaos_mode.request.routed import RoutedRequest
@@ -127,7 +127,7 @@ async def make_rig(caplog: pytest.LogCaptureFixture) -> AsyncIterator[Callable[.
         clock = FakeClock()
         pool = ChaosPool(config, clock=clock, wall_clock=clock)
         forwarder = Forwarder(
-            UpstreamClients(UpstreamSettings(**settings)), wall_clock=clock, patience=Patience(patience)
+            UpstreamClients(UpstreamSettings(**settings)), wall_clock=clock, patience=HeadPatience(patience)
         )
         forwarder.listen()
         rig = Rig(

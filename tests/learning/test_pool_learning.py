@@ -11,8 +11,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from chaos_mode.routing.pool import ChaosPool, Selection, Ticket
-from chaos_mode.routing.status import served
+from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
+from chaos_mode.routing.pool_status import served
 from support.fakes import FakeClock
 from support.pool_rig import WALL, Rig, error, routing
 
@@ -245,7 +245,7 @@ class LearningMachine(RuleBasedStateMachine):
         self.clock = FakeClock()
         self.truth: dict[str, int] = {}
         self.account = 0
-        self.held: list[Selection] = []
+        self.held: list[Slot] = []
         self.upstream: dict[str, int] = dict.fromkeys(CATALOG, 0)
 
     @initialize(

@@ -24,11 +24,11 @@ from mitmproxy.net import encoding
 from mitmproxy.test import taddons, tflow, tutils
 
 from chaos_mode.config.schema import default_config
-from chaos_mode.doors.replies import TRIED_HEADER
-from chaos_mode.mitm import waiting as waiting_module
+from chaos_mode.doors.error_bodies import TRIED_HEADER
+from chaos_mode.mitm import client_watch as waiting_module
 from chaos_mode.mitm.addon import META, ChaosMode
-from chaos_mode.routing.status import served
-from support.seed_catalog import FIXED_LIMITS
+from chaos_mode.routing.pool_status import served
+from support.design_catalog import FIXED_LIMITS
 
 CATALOG = default_config().models
 HEAVY = {name for name, spec in CATALOG.items() if spec.tier == "HEAVY"}

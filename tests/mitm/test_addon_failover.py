@@ -17,11 +17,11 @@ from mitmproxy import http
 from mitmproxy.test import taddons, tflow, tutils
 
 from chaos_mode.config.schema import default_config
-from chaos_mode.doors.replies import TRIED_HEADER
+from chaos_mode.doors.error_bodies import TRIED_HEADER
 from chaos_mode.mitm.addon import META, ChaosMode
-from chaos_mode.routing.status import served
+from chaos_mode.routing.pool_status import served
 from chaos_mode.sim import Fault, SimServer, SimSettings
-from support.seed_catalog import FIXED_LIMITS
+from support.design_catalog import FIXED_LIMITS
 
 HEAVY = [name for name, spec in default_config().models.items() if spec.tier == "HEAVY"]
 FAST: dict[str, Any] = {"latency_ms": 5, "token_interval_ms": 1, "output_tokens": 4, "reject_delay_ms": 0}

@@ -22,12 +22,12 @@ from chaos_mode.doors.messages import BAD_KINDS
 from chaos_mode.observe.metrics import KNOWN_CODES, METRICS, ChaosMetrics, code_label
 from chaos_mode.observe.stats import OUTCOMES, WAIT_BUCKETS, Stats
 from chaos_mode.routing.pool import ChaosPool, Ticket
-from chaos_mode.routing.status import FleetFigures
+from chaos_mode.routing.pool_status import FleetFigures
 from chaos_mode.zai.catalog import DEFAULT_CATALOG, REQUEST_TIERS
 from chaos_mode.zai.errors import UpstreamError, classify_error
+from support.design_catalog import FIXED_LIMITS
 from support.fakes import FakeClock
 from support.learned import learn_account_limit, lower_glm_4_7, probe_glm_4_7
-from support.seed_catalog import FIXED_LIMITS
 
 PACKAGE = Path(chaos_mode.__file__).resolve().parent
 ROOT = Path(__file__).resolve().parents[2]

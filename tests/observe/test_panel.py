@@ -10,10 +10,10 @@ from chaos_mode.config.schema import ModelRouting, parse_config
 from chaos_mode.observe.panel import _bar, render_panel
 from chaos_mode.observe.stats import Stats, chaos_stats
 from chaos_mode.routing.pool import ChaosPool, Ticket
-from chaos_mode.routing.status import served
+from chaos_mode.routing.pool_status import served
 from chaos_mode.zai.errors import classify_error
+from support.design_catalog import FIXED_LIMITS
 from support.learned import learn_account_limit, lower_glm_4_7, probe_glm_4_7
-from support.seed_catalog import FIXED_LIMITS
 
 WALL = 1_757_000_000.0
 

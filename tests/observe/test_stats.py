@@ -9,7 +9,7 @@ import pytest
 from chaos_mode.config.schema import default_config, parse_config
 from chaos_mode.observe.stats import OTHER_MODEL, OUTCOMES, WAIT_BUCKETS, Stats, chaos_stats
 from chaos_mode.routing.pool import ChaosPool, Ticket
-from chaos_mode.routing.status import served
+from chaos_mode.routing.pool_status import served
 
 CONFIG = default_config()
 CATALOG = set(CONFIG.models)

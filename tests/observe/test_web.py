@@ -19,7 +19,7 @@ from chaos_mode.observe.metrics import ChaosMetrics
 from chaos_mode.observe.stats import Stats, chaos_stats
 from chaos_mode.observe.web import WebServer, dashboard_page, parse_listen
 from chaos_mode.routing.pool import ChaosPool
-from chaos_mode.routing.status import served
+from chaos_mode.routing.pool_status import served
 
 SEED_KEYS = {
     "enabled",

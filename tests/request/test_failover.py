@@ -11,9 +11,9 @@ from chaos_mode.doors.messages import parse_message
 from chaos_mode.observe.stats import Stats
 from chaos_mode.request.failover import Answer, settle
 from chaos_mode.request.routed import RoutedRequest
-from chaos_mode.routing.pool import ChaosPool, Selection, Ticket
+from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
+from support.design_catalog import FIXED_LIMITS
 from support.fakes import FakeClock
-from support.seed_catalog import FIXED_LIMITS
 
 BODY = json.dumps({"model": "claude-opus-4-5", "max_tokens": 64, "messages": []}).encode()
 REFUSAL = Answer(429, [], json.dumps({"error": {"code": "1302", "message": "busy"}}).encode())
@@ -27,7 +27,7 @@ class RecordingPool(ChaosPool):
 
     async def admit(
         self, ticket: Ticket, *, since: float | None = None, timeout: float | None = None
-    ) -> Selection | None:
+    ) -> Slot | None:
         self.waits.append((ticket, since))
         return await super().admit(ticket, since=since, timeout=timeout)
 
@@ -72,7 +72,7 @@ async def test_a_failover_keeps_its_first_arrival_and_does_not_count_again() -> 
     assert pool.waiting() == 2
     pool.release(other.model)
     verdict = await asyncio.wait_for(failing_over, 1)
-    assert isinstance(verdict, Selection) and verdict.model == other.model
+    assert isinstance(verdict, Slot) and verdict.model == other.model
     assert not later.done()
     # It waited as its conversation's, from its first arrival, and not counted as a new admission.
     ticket, since = pool.waits[-1]

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from chaos_mode.config.schema import ModelRouting, parse_config
-from chaos_mode.routing.pool import ChaosPool, RequestInfo, Selection, Ticket
-from chaos_mode.routing.status import served
+from chaos_mode.routing.pool import ChaosPool, RequestInfo, Slot, Ticket
+from chaos_mode.routing.pool_status import served
 from chaos_mode.zai.catalog import REQUEST_TIERS, TIER_RANK, RequestTier
 from chaos_mode.zai.errors import Action, UpstreamError, classify_error
+from support.design_catalog import ALL, CAPS, FIXED_LIMITS, FREE, HEAVY, MEDIUM
 from support.fakes import FakeClock
-from support.seed_catalog import ALL, CAPS, FIXED_LIMITS, FREE, HEAVY, MEDIUM
 
 # 23:00 in Beijing on 2026-03-01: the next Beijing midnight is an hour away.
 WALL_START = datetime(2026, 3, 1, 15, 0, 0, tzinfo=UTC).timestamp()
@@ -35,7 +35,7 @@ class Harness:
         self.clock.advance(seconds)
         self.wall.advance(seconds)
 
-    def fill(self, tier: RequestTier, **kwargs: Any) -> list[Selection]:
+    def fill(self, tier: RequestTier, **kwargs: Any) -> list[Slot]:
         """Acquire until the pool says no."""
         taken = []
         while (selection := self.pool.try_acquire(Ticket(tier, **kwargs))) is not None:
@@ -138,7 +138,7 @@ def test_least_loaded_through_the_pool() -> None:
     first = h.pool.try_acquire(Ticket("medium"))
     second = h.pool.try_acquire(Ticket("medium"))
     # All idle: lowest cost wins (glm-4.5-air), then among the 2.80 $ models the larger glm-4.5.
-    assert (first, second) == (Selection("glm-4.5-air", "least-loaded"), Selection("glm-4.5", "least-loaded"))
+    assert (first, second) == (Slot("glm-4.5-air", "least-loaded"), Slot("glm-4.5", "least-loaded"))
     # Every pick has the best free/cap ratio of the moment.
     for _ in range(21):
         models = served(h.pool.status())["models"]
@@ -266,7 +266,7 @@ def test_all_full_is_backpressure() -> None:
         assert h.pool.unavailable(Ticket(tier)) is None  # full is temporary: worth waiting
     assert h.pool.release("glm-4.5")
     assert h.pool.try_acquire(Ticket("heavy")) is None  # the freed slot is below the heavy floor
-    assert h.pool.try_acquire(Ticket("medium")) == Selection("glm-4.5", "least-loaded")
+    assert h.pool.try_acquire(Ticket("medium")) == Slot("glm-4.5", "least-loaded")
 
 
 @pytest.mark.parametrize("cap", [1, 5, 10, 27])
@@ -303,7 +303,7 @@ def test_cost_guard_skips_expensive_models() -> None:
     assert all(s is not None and s.reason == "least-loaded (cost guard)" for s in taken)
     # Only glm-4.5-x is left: nothing fits, so the cheapest eligible model, never a lower tier.
     last = h.pool.try_acquire(Ticket("heavy", request=REQUEST))
-    assert last == Selection("glm-4.5-x", "cost guard: none under $0.02, cheapest eligible")
+    assert last == Slot("glm-4.5-x", "cost guard: none under $0.02, cheapest eligible")
 
 
 def test_cost_guard_without_a_fit_takes_the_cheapest_eligible() -> None:
@@ -376,7 +376,7 @@ def test_out_of_rotation_shows_in_the_status() -> None:
     assert status["cooldownReason"] is None
     assert h.pool.restore("glm-4.5-x") is True
     assert served(h.pool.status())["models"]["glm-4.5-x"]["outOfRotation"] is None
-    assert h.pool.try_acquire(Ticket("heavy")) == Selection("glm-4.5-x", "least-loaded")
+    assert h.pool.try_acquire(Ticket("heavy")) == Slot("glm-4.5-x", "least-loaded")
 
 
 def test_every_model_of_a_tier_out_makes_it_unavailable() -> None:
@@ -488,7 +488,7 @@ def test_a_conversation_keeps_its_model() -> None:
     # Least-loaded alone would now pick the other heavy model; the conversation stays.
     for _ in range(2):
         again = h.pool.try_acquire(Ticket("heavy", sticky_key="conv-1"))
-        assert again == Selection(first.model, "sticky")
+        assert again == Slot(first.model, "sticky")
     other = h.pool.try_acquire(Ticket("heavy", sticky_key="conv-2"))
     assert other is not None and other.model != first.model
     status = served(h.pool.status())["sticky"]
@@ -510,7 +510,7 @@ def test_a_conversation_moves_off_a_cooling_model_and_sticks_to_the_new_one() ->
     assert served(h.pool.status())["sticky"]["moves"] == 1
     h.pool.release(moved.model)
     h.advance(60.0)  # the old model is usable again; the conversation stays where it went
-    assert h.pool.try_acquire(Ticket("heavy", sticky_key="conv")) == Selection(moved.model, "sticky")
+    assert h.pool.try_acquire(Ticket("heavy", sticky_key="conv")) == Slot(moved.model, "sticky")
     assert served(h.pool.status())["sticky"]["moves"] == 1
     h.pool.release(moved.model)
 
@@ -551,11 +551,9 @@ def test_sticky_entries_expire() -> None:
     first = h.pool.try_acquire(Ticket("heavy", sticky_key="conv"))
     assert first is not None
     h.advance(9.0)
-    assert h.pool.try_acquire(Ticket("heavy", sticky_key="conv")) == Selection(
-        first.model, "sticky"
-    )  # refreshed
+    assert h.pool.try_acquire(Ticket("heavy", sticky_key="conv")) == Slot(first.model, "sticky")  # refreshed
     h.advance(9.0)
-    assert h.pool.try_acquire(Ticket("heavy", sticky_key="conv")) == Selection(first.model, "sticky")
+    assert h.pool.try_acquire(Ticket("heavy", sticky_key="conv")) == Slot(first.model, "sticky")
     h.advance(10.0)
     after = h.pool.try_acquire(Ticket("heavy", sticky_key="conv"))
     assert after is not None and after.reason == "least-loaded"
@@ -574,7 +572,7 @@ def test_sticky_entries_are_evicted_least_recent_first() -> None:
         models[key] = selection.model
         h.pool.release(selection.model)
     assert served(h.pool.status())["sticky"]["entries"] == 2
-    assert h.pool.try_acquire(Ticket("light", sticky_key="c")) == Selection(models["c"], "sticky")
+    assert h.pool.try_acquire(Ticket("light", sticky_key="c")) == Slot(models["c"], "sticky")
     a_again = h.pool.try_acquire(Ticket("light", sticky_key="a"))
     assert a_again is not None and a_again.reason != "sticky"
     for model, n in held(h.pool).items():

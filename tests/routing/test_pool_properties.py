@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from chaos_mode.config.schema import ModelRouting, parse_config
-from chaos_mode.routing.pool import ChaosPool, RequestInfo, Selection, Ticket
-from chaos_mode.routing.status import served
+from chaos_mode.routing.pool import ChaosPool, RequestInfo, Slot, Ticket
+from chaos_mode.routing.pool_status import served
 from chaos_mode.routing.strategies import STRATEGIES, ModelEntry, make_strategy
 from chaos_mode.zai.catalog import TIER_RANK, RequestTier
 from chaos_mode.zai.errors import BEIJING, classify_error
-from support.seed_catalog import FIXED_LIMITS
+from support.design_catalog import FIXED_LIMITS
 
 
 class FakeClock:
@@ -138,7 +138,7 @@ class PoolMachine(RuleBasedStateMachine):
             for model in MODELS
         )
 
-    def check_selection(self, selection: Selection, tier: RequestTier, attempted: frozenset[str]) -> None:
+    def check_selection(self, selection: Slot, tier: RequestTier, attempted: frozenset[str]) -> None:
         model = selection.model
         assert eligible(self.config, model, tier), selection
         assert model not in attempted, selection
@@ -199,7 +199,7 @@ class PoolMachine(RuleBasedStateMachine):
 
     @rule(model=st.sampled_from([*MODELS, "not-a-model"]))
     def acquire_by_name(self, model: str) -> None:
-        """The seed's acquire(model): only caps count, not eligibility or cooldowns."""
+        """The Chaos Mode design's acquire(model): only caps count, not eligibility or cooldowns."""
         before = self.counts()
         room = (
             model in self.caps

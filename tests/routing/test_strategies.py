@@ -37,7 +37,7 @@ def costs_of(candidates: list[ModelEntry]) -> list[float]:
     [
         ([3, 10, 5], [1, 2, 4], [1, 1, 1], 1),  # scores 0.67, 0.8, 0.2
         ([3, 10, 5], [0, 9, 0], [9, 1, 1], 2),  # 1.0 vs 1.0: cost decides; 0.1 loses
-        ([10, 5], [0, 0], [2.8, 1.3], 1),  # the seed's glm-4.5 vs glm-4.5-air: lower cost wins
+        ([10, 5], [0, 0], [2.8, 1.3], 1),  # the design's glm-4.5 vs glm-4.5-air: lower cost wins
         ([3, 10, 5], [0, 0, 0], [1, 1, 1], 1),  # same score and cost: higher maxConcurrency
         ([1, 3], [0, 2], [0, 0], 0),  # score beats both cost and capacity
         ([10, 1], [5, 0], [0, 5], 1),  # 0.5 vs 1.0: the expensive free model wins on score

@@ -1,2 +1,2 @@
-"""Helpers the tests share: fake clocks, the seed catalog as the tests state it, JSON bodies, certificates,
-Redis processes."""
+"""Helpers the tests share: fake clocks, the design's catalog as the tests state it, JSON bodies,
+certificates, Redis processes."""

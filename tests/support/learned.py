@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chaos_mode.routing.pool import ChaosPool, Selection, Ticket
+from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
 from chaos_mode.zai.errors import UpstreamError
 
 ONLY_GLM_4_7 = frozenset({"glm-4.6", "glm-4.5-x"})  # attempted: only glm-4.7 is left to a heavy request
@@ -22,7 +22,7 @@ def lower_glm_4_7(pool: ChaosPool, busy: UpstreamError) -> None:
     pool.report_success(sent[1])
 
 
-def probe_glm_4_7(pool: ChaosPool) -> Selection:
+def probe_glm_4_7(pool: ChaosPool) -> Slot:
     """After `lower_glm_4_7` and the probe interval: a heavy request that would wait probes glm-4.7 at 3."""
     probe = pool.try_acquire(Ticket("heavy", ONLY_GLM_4_7))
     assert probe is not None and (probe.model, probe.probe, probe.in_flight) == ("glm-4.7", "model", 3)
@@ -47,4 +47,4 @@ def learn_account_limit(pool: ChaosPool, busy: UpstreamError) -> None:
         pool.report_error(refused.model, busy, None, refused)
     for refused in (second, third):
         pool.release(refused.model)
-    pool.report_success(Selection("glm-4.5-x", "sent before", 1, 3))
+    pool.report_success(Slot("glm-4.5-x", "sent before", 1, 3))

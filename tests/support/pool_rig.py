@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from chaos_mode.config.schema import ModelRouting, parse_config
-from chaos_mode.routing.pool import ChaosPool, Selection, Ticket
+from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
 from chaos_mode.zai.errors import UpstreamError, classify_error
 from support.fakes import FakeClock
 
@@ -37,12 +37,12 @@ class Rig:
             config or routing(), clock=self.clock, wall_clock=self.wall, rng=random.Random(0)
         )
 
-    def take(self, tier: str = "heavy") -> Selection:
+    def take(self, tier: str = "heavy") -> Slot:
         selection = self.pool.try_acquire(Ticket(tier))  # type: ignore[arg-type]
         assert selection is not None
         return selection
 
-    def fill(self, tier: str = "heavy", count: int = 2) -> list[Selection]:
+    def fill(self, tier: str = "heavy", count: int = 2) -> list[Slot]:
         """`count` requests, all answered cleanly: the limit ran full, so a probe may go above it."""
         taken = [self.take(tier) for _ in range(count)]
         for selection in taken:

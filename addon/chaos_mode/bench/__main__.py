@@ -49,7 +49,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m chaos_mode.bench",
         description=(
-            "Start the z.ai simulator (the seed's limits) and, per scenario, a fresh mitmdump; run the same "
+            "Start the z.ai simulator (catalog limits) and, per scenario, a fresh mitmdump; run the same "
             "swarm of streamed Anthropic-Messages requests through each; report makespan, throughput, 429s, "
             "TTFT, queue wait, per-model share and the gap to the ideal makespan bound; then the addon's "
             "overhead against plain mitmdump and the pure core's cost."

@@ -8,7 +8,7 @@
 
 Requests of the tiers in T can only run on the models eligible for T, so they cannot finish faster than
 their work spread perfectly over those slots; an agent's requests are sequential, so its own work is a
-bound too. With the seed's nested quality floors (S_heavy = 8 ⊂ S_heavy∪medium = 23 ⊂ S_all = 28) the
+bound too. With the catalog's nested quality floors (S_heavy = 8 ⊂ S_heavy∪medium = 23 ⊂ S_all = 28) the
 tier terms reduce to max(W_heavy/8, (W_heavy + W_medium)/23, W_all/28).
 
 When the slots change over time (`timed_lower_bound`), the term of T is the smallest t at which the slots
@@ -30,7 +30,7 @@ from chaos_mode.zai.catalog import REQUEST_TIERS, RequestTier
 FORMULA = (
     "LB = max( max over tier sets T: sum_{t in T} W_t / S(T) , max over agents: sum of the agent's service "
     "times ); W_t = sum of (latency + (tokens-1) x interval) over tier t's requests; S(T) = slots of the "
-    "models eligible for T (heavy 8, heavy+medium 23, all 28 on the seed's catalog)"
+    "models eligible for T (heavy 8, heavy+medium 23, all 28 on the built-in catalog)"
 )
 
 

@@ -2,7 +2,7 @@
 
 Time is noisy on a shared machine; the instructions a process executes are not. One simulator answers
 with zero latency; for each side, "plain" (`mitmdump --mode reverse:SIM`, no script) and "addon" (the
-same plus `-s chaos_addon.py`, chaos on with the seed's catalog and `upstreamHosts: [127.0.0.1]`, the
+same plus `-s chaos_addon.py`, chaos on with the built-in catalog and `upstreamHosts: [127.0.0.1]`, the
 status server on a free port as `ProxyProcess` runs it, idle during the run), and for two request
 counts N1 < N2, one run of
 

@@ -139,7 +139,7 @@ def render_svg(doc: Mapping[str, Any]) -> str:
     w = doc["workload"]
     caption = (
         f"{w['requests']} streamed requests ({w['agents']} agents x {w['requestsPerAgent']}, mix "
-        f"opus:sonnet:haiku {w['mix']}), z.ai simulator with the seed's limits; {doc['machine']['cpus']} CPUs"
+        f"opus:sonnet:haiku {w['mix']}), simulator at catalog limits; {doc['machine']['cpus']} CPUs"
     )
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '

@@ -2,7 +2,7 @@
 
 Run `python -m chaos_mode.bench.pool_bench [--repeats N] [--number N] [--json FILE]`. Each case runs
 on a pool already half full (so the strategies see uneven load) with light requests (every model
-eligible: the most candidates), for the seed's 8-model catalog and a synthetic 64-model one, for each
+eligible: the most candidates), for the built-in 8-model catalog and a synthetic 64-model one, for each
 strategy, with and without a `RequestInfo` (with one, the cost guard is on and every cost is computed
 per request).
 """

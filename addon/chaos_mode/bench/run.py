@@ -97,7 +97,7 @@ class Ideal:
 
 
 def ideal_for(workload: Workload) -> Ideal:
-    """LB and the fair-queue reference for chaos mode (the seed's catalog) and for the baseline mapping."""
+    """LB and the fair-queue reference for chaos mode (the built-in catalog) and for the baseline mapping."""
     eligible, capacity, account = slots_by_tier(
         parse_config({"modelRouting": SCENARIOS["least-loaded"].config()})
     )

@@ -27,7 +27,7 @@ class Scenario:
         return dict(CLAUDE_MODELS if self.chaos else ZAI_DEFAULT_MODELS)
 
     def config(self, upstream_host: str = "127.0.0.1") -> dict[str, object]:
-        """The `modelRouting` mapping for the proxy (the seed's catalog, the simulator as upstream)."""
+        """The `modelRouting` mapping for the proxy (the built-in catalog, the simulator as upstream)."""
         return {
             "chaosMode": {
                 "enabled": self.chaos,

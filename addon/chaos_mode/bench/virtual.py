@@ -27,8 +27,8 @@ from chaos_mode.bench.scenarios import SCENARIOS
 from chaos_mode.bench.virtual_loop import VirtualLoop
 from chaos_mode.bench.workload import Request, make_workload
 from chaos_mode.config.schema import parse_config
-from chaos_mode.forwarding.patience import FLOOR_SECONDS
-from chaos_mode.routing.pool import ChaosPool, Selection, Ticket
+from chaos_mode.forwarding.head_patience import FLOOR_SECONDS
+from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
 from chaos_mode.sim import default_limits
 from chaos_mode.zai.errors import classify_error
 
@@ -70,18 +70,18 @@ async def swarm(
             return True
         return False
 
-    async def slot_within_limits(ticket: Ticket, since: float) -> Selection | None:
+    async def slot_within_limits(ticket: Ticket, since: float) -> Slot | None:
         await asyncio.sleep(FLOOR_SECONDS)
         return await pool.admit(dataclasses.replace(ticket, may_probe=False), since=since, timeout=FOREVER)
 
-    async def verdict_later(selection: Selection, answer: asyncio.Future[None]) -> None:
+    async def verdict_later(selection: Slot, answer: asyncio.Future[None]) -> None:
         """A regular attempt left unanswered: its 1302 comes when it would have, then its slot goes."""
         await answer
         outcome.refused += 1
         pool.report_error(selection.model, busy, None, selection)
         pool.release_selection(selection)
 
-    async def refused(selection: Selection, ticket: Ticket, since: float) -> Selection | None:
+    async def refused(selection: Slot, ticket: Ticket, since: float) -> Slot | None:
         """The slot that replaces a refused attempt, else None once the 1302 came. A probe left is given
         up; a regular attempt left keeps its slot until its 1302, which the pool still hears."""
         if not hedge:

@@ -111,7 +111,7 @@ class QualityFloor(_Base):
 
 
 class ChaosModeSettings(_Base):
-    """`modelRouting.chaosMode`: exactly the seed's fields and defaults."""
+    """`modelRouting.chaosMode`: exactly the Chaos Mode design's fields and defaults."""
 
     enabled: bool = False
     quality_floor: QualityFloor = QualityFloor()
@@ -232,7 +232,7 @@ class StreamSettings(_Base):
 
 
 class ModelRouting(_Base):
-    """`modelRouting`: the seed's `chaosMode` plus what the design needs and the seed leaves implicit."""
+    """`modelRouting`: the Chaos Mode design's `chaosMode`, plus what it leaves implicit."""
 
     chaos_mode: ChaosModeSettings = ChaosModeSettings()
     models: dict[str, ModelSpec] = Field(default_factory=_default_models)
@@ -260,9 +260,11 @@ class ModelRouting(_Base):
     def _some_models(cls, value: dict[str, ModelSpec]) -> dict[str, ModelSpec]:
         if not value:
             raise ValueError("the catalog must hold at least one model")
-        bad = [name for name in value if not MODEL_NAME.fullmatch(name)]
+        bad = [name for name in value if not MODEL_NAME.fullmatch(name) or name.startswith("*")]
         if bad:
-            raise ValueError(f"model name {bad[0]!r}: must be 1-128 characters with no spaces")
+            raise ValueError(
+                f"model name {bad[0]!r}: must be 1-128 characters with no spaces, not starting with '*'"
+            )
         return value
 
     @field_validator("upstream_hosts")
@@ -331,13 +333,13 @@ class ModelRouting(_Base):
 
 
 class ConfigFile(_Base):
-    """A config file: a top-level `modelRouting` key, as the seed's `config.modelRouting`."""
+    """A config file: a top-level `modelRouting` key, as in the Chaos Mode design's `config.modelRouting`."""
 
     model_routing: ModelRouting = ModelRouting()
 
 
 def default_config() -> ModelRouting:
-    """The built-in defaults: the seed's catalog, chaos mode off."""
+    """The built-in defaults: the built-in catalog, chaos mode off."""
     return ModelRouting()
 
 

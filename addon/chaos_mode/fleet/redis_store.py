@@ -28,7 +28,7 @@ from chaos_mode.fleet.slots import SharedSlots, Tally, Verdict
 from chaos_mode.fleet.state_url import StateUrl, redact
 from chaos_mode.routing.cooldowns import Cooldowns
 from chaos_mode.routing.pool import ChaosPool
-from chaos_mode.routing.status import FleetFigures
+from chaos_mode.routing.pool_status import FleetFigures
 
 log = logging.getLogger("chaos_mode")
 

@@ -18,9 +18,9 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from chaos_mode.doors.speech import DIALECTS
+from chaos_mode.doors.formats import FORMATS
+from chaos_mode.forwarding.head_patience import HeadPatience
 from chaos_mode.forwarding.loopback import Incoming, LoopbackServer, Outgoing
-from chaos_mode.forwarding.patience import Patience
 from chaos_mode.forwarding.upstream import (
     Destination,
     UpstreamClients,
@@ -30,9 +30,9 @@ from chaos_mode.forwarding.upstream import (
     decode,
 )
 from chaos_mode.request.failover import Answer, judge_slot, reject, settle, unreached
-from chaos_mode.request.rejection import Reply
+from chaos_mode.request.rate_limited import Reply
 from chaos_mode.request.routed import RoutedRequest
-from chaos_mode.routing.pool import Selection
+from chaos_mode.routing.pool import Slot
 from chaos_mode.zai.errors import classify_error
 
 log = logging.getLogger("chaos_mode")
@@ -79,11 +79,11 @@ class Forwarder:
         *,
         wall_clock: Callable[[], float] = time.time,
         host: str = "127.0.0.1",
-        patience: Patience | None = None,
+        patience: HeadPatience | None = None,
     ) -> None:
         self.clients = clients
         self._wall_clock = wall_clock
-        self.patience = patience or Patience()
+        self.patience = patience or HeadPatience()
         self._host = host
         self._server = LoopbackServer(self._handle)
         self._pending: dict[str, Pending] = {}
@@ -147,7 +147,7 @@ class Forwarder:
         incoming: Incoming,
         headers: list[tuple[bytes, bytes]],
         body: bytes,
-    ) -> Outgoing | Selection:
+    ) -> Outgoing | Slot:
         """Send one attempt; the answer to stream back, or the slot of the next attempt."""
         request.sent = True
         try:
@@ -188,7 +188,7 @@ class Forwarder:
         incoming: Incoming,
         headers: list[tuple[bytes, bytes]],
         body: bytes,
-    ) -> UpstreamResponse | Selection | None:
+    ) -> UpstreamResponse | Slot | None:
         """Send one attempt; its answer with the head read. An attempt not answered within `patience`
         (z.ai sends an accepted stream's head at once, and takes seconds to refuse) is left when a slot
         within the limits comes for its request meanwhile: the next attempt's slot, or None when the request
@@ -211,7 +211,7 @@ class Forwarder:
             self.patience.head(time.monotonic() - started)
         return response
 
-    def _next(self, request: RoutedRequest, verdict: Selection | Reply | None) -> Outgoing | Selection:
+    def _next(self, request: RoutedRequest, verdict: Slot | Reply | None) -> Outgoing | Slot:
         if verdict is None:  # no verdict to pass on (the request ended while it waited): ours
             verdict = reject(request, None, now=self._now())
         if isinstance(verdict, Reply):
@@ -222,15 +222,13 @@ class Forwarder:
     def _now(self) -> float:
         return self._wall_clock()
 
-    def _leave(
-        self, request: RoutedRequest, slot: Selection, sending: asyncio.Future[UpstreamResponse]
-    ) -> None:
+    def _leave(self, request: RoutedRequest, slot: Slot, sending: asyncio.Future[UpstreamResponse]) -> None:
         task = asyncio.ensure_future(self._verdict_later(request, slot, sending))
         self._left.add(task)
         task.add_done_callback(self._left.discard)
 
     async def _verdict_later(
-        self, request: RoutedRequest, slot: Selection, sending: asyncio.Future[UpstreamResponse]
+        self, request: RoutedRequest, slot: Slot, sending: asyncio.Future[UpstreamResponse]
     ) -> None:
         """z.ai's verdict on an attempt its request left: a refusal is judged as if it had waited, an
         answer accepted after all is closed unread (it confirms what it was sent with); then the slot goes
@@ -260,12 +258,12 @@ class Forwarder:
             request.pool.release_selection(slot)
 
 
-Leave = Callable[[RoutedRequest, Selection, "asyncio.Future[UpstreamResponse]"], None]
+Leave = Callable[[RoutedRequest, Slot, "asyncio.Future[UpstreamResponse]"], None]
 
 
 async def _hedge(
     request: RoutedRequest, sending: asyncio.Future[UpstreamResponse], patience: float, leave: Leave
-) -> UpstreamResponse | Selection | None:
+) -> UpstreamResponse | Slot | None:
     """The attempt's answer, or the slot within the limits that came first (the attempt left: a probe
     given up, a regular attempt handed to `leave` with its slot, to await z.ai's verdict)."""
     waiting = asyncio.ensure_future(_slot_within_limits(request, patience))
@@ -296,12 +294,12 @@ async def _hedge(
     return granted
 
 
-async def _slot_within_limits(request: RoutedRequest, patience: float) -> Selection | None:
+async def _slot_within_limits(request: RoutedRequest, patience: float) -> Slot | None:
     await asyncio.sleep(patience)
     return await request.pool.admit(replace(request.ticket(), may_probe=False), since=request.arrived)
 
 
-def _drop(request: RoutedRequest, waiting: asyncio.Future[Selection | None]) -> None:
+def _drop(request: RoutedRequest, waiting: asyncio.Future[Slot | None]) -> None:
     """Stop waiting for a slot; one granted meanwhile goes back."""
     if not waiting.done():
         waiting.cancel()  # the queue gives back a slot granted as it is cancelled
@@ -312,7 +310,7 @@ def _drop(request: RoutedRequest, waiting: asyncio.Future[Selection | None]) -> 
 def _gateway(request: RoutedRequest, exc: UpstreamRefused) -> Outgoing:
     """Our 502: no other model would fare better, so no failover (mitmproxy itself would answer 502)."""
     log.warning("chaos-mode: %s (see ssl_verify_upstream_trusted_ca, ssl_insecure, upstream_auth)", exc)
-    body, headers = DIALECTS[request.message.door].gateway_error(f"z.ai not reached: {exc}")
+    body, headers = FORMATS[request.message.door].gateway_error(f"z.ai not reached: {exc}")
     return Outgoing(502, [(k.encode(), v.encode()) for k, v in headers.items()], body)
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from chaos_mode.config.schema import LearningSettings, ModelRouting
+from chaos_mode.zai.catalog import ACCOUNT
 
 Clock = Callable[[], float]
 Probe = Literal["model", "account"]
@@ -25,7 +26,6 @@ Blame = Literal["model", "account", "race"]
 
 STATE_FORMAT: Final = "chaos-mode learned limits"
 STATE_VERSION: Final = 1
-ACCOUNT_ROW: Final = "*account"  # the account's row among the models' in `rows` / `merge`
 TICK_SECONDS: Final = 1.0  # how often drift is looked at
 CUT: Final = 0.75  # a limit z.ai confirmed, then refused at: what is kept of it
 # z.ai takes 3-6 s to answer a 1302: a probe given up before it counts as out for the other limits' turns
@@ -436,11 +436,11 @@ class LearnedLimits:
 
     def rows(self, since: float = -math.inf) -> dict[str, dict[str, Any]]:
         """The limits changed after `since` (wall clock) as `dump` writes them, the account's as
-        `ACCOUNT_ROW`: what a proxy tells the fleet."""
+        `ACCOUNT`: what a proxy tells the fleet."""
         data = self.dump()
         rows: dict[str, dict[str, Any]] = dict(data["models"])
         if data["account"] is not None:
-            rows[ACCOUNT_ROW] = data["account"]
+            rows[ACCOUNT] = data["account"]
         return {name: row for name, row in rows.items() if row["changedAt"] > since}
 
     def merge(self, rows: Mapping[str, Any]) -> int:
@@ -450,7 +450,7 @@ class LearnedLimits:
         if not self._enabled:
             return taken
         for name, row in rows.items():
-            entry = self._account if name == ACCOUNT_ROW else self._models.get(name)
+            entry = self._account if name == ACCOUNT else self._models.get(name)
             if entry is None or not isinstance(row, Mapping):
                 continue
             changed_at = row.get("changedAt")

@@ -29,15 +29,16 @@ from mitmproxy.proxy.mode_specs import ProxyMode
 
 from chaos_mode.config.file import load_config
 from chaos_mode.config.schema import ConfigError, ModelRouting, default_config
-from chaos_mode.doors.door import route_of
+from chaos_mode.doors.door import door_of
+from chaos_mode.doors.error_bodies import TRIED_HEADER
+from chaos_mode.doors.formats import FORMATS, DoorFormat
 from chaos_mode.doors.messages import BadRequest
-from chaos_mode.doors.replies import TRIED_HEADER
-from chaos_mode.doors.speech import DIALECTS, Dialect
 from chaos_mode.fleet.slots import SharedSlots
 from chaos_mode.fleet.state_url import StateUrl, parse_share, parse_state_url
 from chaos_mode.forwarding.forwarder import Forwarder
 from chaos_mode.forwarding.upstream import UpstreamClients, UpstreamSettings
 from chaos_mode.learning.file import read_state, state_path, write_state
+from chaos_mode.mitm.client_watch import CLIENT_GONE, acquire_while_connected
 from chaos_mode.mitm.flow_bodies import (
     SESSION,
     body_encoder,
@@ -48,16 +49,15 @@ from chaos_mode.mitm.flow_bodies import (
     usage_of,
 )
 from chaos_mode.mitm.flow_view import META, FlowView
-from chaos_mode.mitm.waiting import CLIENT_GONE, acquire_while_connected
 from chaos_mode.observe.metrics import ChaosMetrics
 from chaos_mode.observe.panel import render_panel
 from chaos_mode.observe.stats import Outcome, Stats, chaos_stats
 from chaos_mode.observe.web import WebServer, exposed_hosts, parse_listen
 from chaos_mode.request.failover import Answer, reject, settle, unreached
-from chaos_mode.request.rejection import Reply
+from chaos_mode.request.rate_limited import Reply
 from chaos_mode.request.routed import RoutedRequest
-from chaos_mode.routing.pool import ChaosPool, Selection
-from chaos_mode.routing.status import FleetFigures, served
+from chaos_mode.routing.pool import ChaosPool, Slot
+from chaos_mode.routing.pool_status import FleetFigures, served
 from chaos_mode.routing.tiers import TierClassifier
 from chaos_mode.zai.errors import UpstreamError
 
@@ -392,29 +392,29 @@ class ChaosMode:
 
     # -- hooks ------------------------------------------------------------------------------------
 
-    def _dialect_of(self, request: http.Request) -> Dialect | None:
-        """The door a request comes through, if it is one chaos mode routes (count_tokens holds no slot)."""
-        route = route_of(request.method, (request.host, request.pretty_host), request.path, self.config)
-        return None if route is None or route == "count_tokens" else DIALECTS[route]
+    def _door_of(self, request: http.Request) -> DoorFormat | None:
+        """The format of the door a request comes through, if it is one chaos mode routes."""
+        door = door_of(request.method, (request.host, request.pretty_host), request.path, self.config)
+        return None if door is None else FORMATS[door]
 
     async def request(self, flow: http.HTTPFlow) -> None:
         if flow.response or flow.error or not flow.live:
             return
-        dialect = self._dialect_of(flow.request)
-        if dialect is None:
+        door = self._door_of(flow.request)
+        if door is None:
             return
         try:
-            await self._route(flow, dialect)
+            await self._route(flow, door)
         except Exception:
             # Never crash the proxy: the flow goes on as it is; a slot taken is released when it ends.
             log.exception("chaos-mode: internal error while routing a request; it goes on unrouted")
 
-    async def _route(self, flow: http.HTTPFlow, dialect: Dialect) -> None:
+    async def _route(self, flow: http.HTTPFlow, door: DoorFormat) -> None:
         request = flow.request
         limit = self.config.streams.max_body_bytes
         headers = request_headers(request)
         try:
-            message = read_message(request, headers, limit=limit, parse=dialect.parse)
+            message = read_message(request, headers, limit=limit, parse=door.parse)
         except BadRequest as exc:
             self._pass_bad(flow, exc)
             return
@@ -457,7 +457,7 @@ class ChaosMode:
             flow.response = _response(reject(routed, None, now=self._wall_clock()))
             view.changed(routed)
             return
-        assert isinstance(selection, Selection)
+        assert isinstance(selection, Slot)
         routed.hold(selection)
         set_body(request, message.with_model(selection.model), headers)
         if (address := self.forwarder.address) is not None:
@@ -476,7 +476,7 @@ class ChaosMode:
         routed.answered()  # the forwarder has done it already; on the direct path, here
         if not is_event_stream(response):
             return
-        observer = DIALECTS[routed.message.door].observer()
+        observer = FORMATS[routed.message.door].observer()
         view = self._views[flow]
 
         def observe(chunk: bytes) -> bytes:
@@ -530,7 +530,7 @@ class ChaosMode:
         if model and response.status_code == 200:
             usage = routed.usage
             if usage is None and not response.stream:
-                whole = usage_of(response, DIALECTS[routed.message.door].observer)
+                whole = usage_of(response, FORMATS[routed.message.door].observer)
                 usage = (whole[0], whole[1]) if whole else None
             if usage:
                 routed.usage = usage

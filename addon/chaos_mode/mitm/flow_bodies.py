@@ -16,9 +16,9 @@ from typing import Final
 from mitmproxy import http
 from mitmproxy.net import encoding
 
+from chaos_mode.doors.formats import Parse
 from chaos_mode.doors.messages import STICKY_HEADER, BadRequest, MessageRequest, parse_message
 from chaos_mode.doors.messages_stream import SseObserver, StreamObserver, message_usage
-from chaos_mode.doors.speech import Parse
 
 CONTENT_ENCODING: Final = b"content-encoding"
 TRANSFER_ENCODING: Final = b"transfer-encoding"

@@ -1,4 +1,4 @@
-"""The seed's Chaos Mode panel as a text table (the `chaos.status` command)."""
+"""The Chaos Mode panel as a text table (the `chaos.status` command)."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def _out(out: dict[str, Any]) -> str:
 
 
 def render_panel(stats: dict[str, Any]) -> str:
-    """Render `chaos_stats()` output like the seed's dashboard panel."""
+    """Render `chaos_stats()` output like the Chaos Mode design's dashboard panel."""
     out = stats["outCapacity"]
     used, total = stats["usedCapacity"] - out["inFlight"], stats["totalCapacity"]
     percent = round(100 * used / total) if total else 0

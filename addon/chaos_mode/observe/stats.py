@@ -94,8 +94,8 @@ class Stats:
 
 
 def chaos_stats(status: dict[str, Any], stats: Stats) -> dict[str, Any]:
-    """What `/api/status` serves, from the pool's served status (`status.served(pool.status())`): the seed's
-    `chaosStats` keys, plus per-model errors, tokens and spend, the queue and failovers."""
+    """What `/api/status` serves, from the pool's served status (`served(pool.status())`): the Chaos Mode
+    design's `chaosStats` keys, plus per-model errors, tokens and spend, the queue and failovers."""
     errors: dict[str, dict[str, int]] = {}
     for (model, code), n in stats.upstream_errors.items():
         errors.setdefault(model, {})[code] = n

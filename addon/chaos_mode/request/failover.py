@@ -10,9 +10,9 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from chaos_mode.request.rejection import Reply, rate_limited
+from chaos_mode.request.rate_limited import Reply, rate_limited
 from chaos_mode.request.routed import RoutedRequest
-from chaos_mode.routing.pool import Selection
+from chaos_mode.routing.pool import Slot
 from chaos_mode.zai.errors import UNREACHED_REASON, Action, UpstreamError, classify_error, parse_retry_after
 
 log = logging.getLogger("chaos_mode")
@@ -49,7 +49,7 @@ def judge(request: RoutedRequest, error: UpstreamError, headers: Headers, *, now
 
 
 def judge_slot(
-    request: RoutedRequest, slot: Selection, error: UpstreamError, headers: Headers, *, now: float
+    request: RoutedRequest, slot: Slot, error: UpstreamError, headers: Headers, *, now: float
 ) -> None:
     """Feed z.ai's refusal of an attempt that was sent with `slot` to the pool and the stats."""
     retry_after = parse_retry_after(header(headers, "retry-after"), now=now)
@@ -65,7 +65,7 @@ async def settle(
     *,
     now: float,
     retry: bool = True,
-) -> Selection | Reply | None:
+) -> Slot | Reply | None:
     """After z.ai refused (or never answered) the current attempt: a new slot to try again with (the
     refused one given back), our own 429, or None when z.ai's answer goes to the client as it is.
 

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from chaos_mode.doors.messages import MessageRequest
 from chaos_mode.observe.stats import Outcome, Stats
-from chaos_mode.routing.pool import ChaosPool, Selection, Ticket
+from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
 from chaos_mode.zai.catalog import RequestTier
 
 Later = Callable[[float, Callable[[], None]], object]  # call a function after a delay (the loop's call_later)
@@ -49,7 +49,7 @@ class NoView:
 class Attempt:
     """One try on one model: the slot the pool gave, and z.ai's refusal if it refused."""
 
-    selection: Selection
+    selection: Slot
     refusal: str | None = None  # the business code (or reason) z.ai refused this attempt with
 
     @property
@@ -87,7 +87,7 @@ class RoutedRequest:
         self._later = later
         self.attempts: list[Attempt] = []
         self.refused: frozenset[str] = frozenset()  # models that cannot serve it (not just busy)
-        self.slot: Selection | None = None  # the slot held now
+        self.slot: Slot | None = None  # the slot held now
         self.sent = False  # the current attempt went upstream (z.ai counts it until it ends)
         self.waited = 0.0
         self.outcome: Outcome | None = None
@@ -131,7 +131,7 @@ class RoutedRequest:
 
     # -- the slot -----------------------------------------------------------------------------------------
 
-    def hold(self, selection: Selection) -> bool:
+    def hold(self, selection: Slot) -> bool:
         """Own the slot the pool just granted; False (and the slot given back) if the request has ended
         meanwhile or already holds one."""
         if self.finished or self.slot is not None:

@@ -14,9 +14,7 @@ from typing import Any
 from chaos_mode.config.schema import ModelRouting
 from chaos_mode.learning.limits import LearnedLimits, LimitView, Probe
 from chaos_mode.routing.cooldowns import Cooldowns, CooldownState
-from chaos_mode.routing.fairness import ServiceShares
-from chaos_mode.routing.slots import MemorySlots, SlotStore
-from chaos_mode.routing.status import (
+from chaos_mode.routing.pool_status import (
     AccountPause,
     AccountStatus,
     LearningStatus,
@@ -27,19 +25,20 @@ from chaos_mode.routing.status import (
     QueueStatus,
     StickyStatus,
 )
+from chaos_mode.routing.served_lately import ServedLately
+from chaos_mode.routing.slots import MemorySlots, SlotStore
 from chaos_mode.routing.sticky import StickyMap
 from chaos_mode.routing.strategies import ModelEntry, Strategy, make_strategy
-from chaos_mode.routing.wait_queue import AdmissionQueue
-from chaos_mode.zai.catalog import REQUEST_TIERS, RequestTier
+from chaos_mode.routing.wait_queue import WaitQueue
+from chaos_mode.zai.catalog import ACCOUNT, REQUEST_TIERS, RequestTier
 from chaos_mode.zai.errors import Action, UpstreamError
 
 NO_ATTEMPTS: frozenset[str] = frozenset()
-ACCOUNT = "\x00account"  # the key of account probes among the models' (no model is named so)
 NO_ACCOUNT_CAP = sys.maxsize  # no account limit known: only the models' own limits count
 
 
 @dataclass(frozen=True, slots=True)
-class Selection:
+class Slot:
     """The model chosen for a request, and why; once a slot is taken, what was in flight with it (this
     request included) and whether it went above a learned limit (a probe)."""
 
@@ -112,7 +111,7 @@ class ChaosPool:
     `select_model(ticket)` only looks; `try_acquire(ticket)` selects and takes the slot in one step (no
     await in between); `admit_now(ticket)` does so only when nobody waits, and `await admit(ticket)`
     also queues fairly when nothing eligible is free. Every slot taken is given back with `release`
-    exactly once (`acquire(model)`/`release(model)` are the seed's slot-level calls).
+    exactly once (`acquire(model)`/`release(model)` are the slot-level calls).
     """
 
     def __init__(
@@ -132,8 +131,8 @@ class ChaosPool:
         self._cooldowns: CooldownState = cooldowns or Cooldowns(config.cooldown, clock)
         self._limits = LearnedLimits(config, clock=clock, wall_clock=wall_clock)
         self._sticky = StickyMap(config.sticky.ttl_seconds, config.sticky.max_entries, clock)
-        self._shares = ServiceShares(clock)
-        self._queue: AdmissionQueue[Ticket, Selection] = AdmissionQueue(
+        self._shares = ServedLately(clock)
+        self._queue: WaitQueue[Ticket, Slot] = WaitQueue(
             attempt=self._attempt,
             release=self.release_selection,
             group=lambda ticket: (ticket.tier, ticket.attempted, ticket.may_probe),
@@ -243,10 +242,10 @@ class ChaosPool:
 
     # -- selection --------------------------------------------------------------------------------
 
-    def select_model(self, ticket: Ticket) -> Selection | None:
+    def select_model(self, ticket: Ticket) -> Slot | None:
         """The best eligible model with a free slot for the ticket, without taking it; None = backpressure."""
         choice = self._select(ticket)[0]
-        return None if choice is None else Selection(choice[0], choice[1], probe=choice[2])
+        return None if choice is None else Slot(choice[0], choice[1], probe=choice[2])
 
     def _select(self, ticket: Ticket) -> tuple[Choice | None, bool]:
         """(choice, moved): moved when a sticky conversation had to leave its model."""
@@ -364,7 +363,7 @@ class ChaosPool:
     # -- slots ------------------------------------------------------------------------------------
 
     def acquire(self, model: str, probe: Probe | None = None) -> bool:
-        """Take a slot of `model` (the seed's acquire); False if it is full or unknown. A probe may go
+        """Take a slot of `model` ; False if it is full or unknown. A probe may go
         one above the model's (or the account's) limit."""
         entry = self._entries.get(model)
         if entry is None:
@@ -394,7 +393,7 @@ class ChaosPool:
             _count(self._probes_on, key, 1)
         return slot_id
 
-    def verdict_done(self, selection: Selection) -> None:
+    def verdict_done(self, selection: Slot) -> None:
         """z.ai answered, refused or will never answer the request `selection` was sent with: it awaits
         no verdict any more, and a probe's slot counts within the limit again (a clean answer raised the
         limit to hold it). Idempotent."""
@@ -413,7 +412,7 @@ class ChaosPool:
         verdict any more, whichever it was; the oldest is forgotten."""
         self._settle(next(i for i, m in self._unanswered.items() if m == model))
 
-    def give_up_probe(self, selection: Selection) -> None:
+    def give_up_probe(self, selection: Slot) -> None:
         """The probe `selection` was sent with is abandoned unanswered (its request took a slot within the
         limits instead): it rides above its limit no more, and the next probe there waits as after a 1302.
         Idempotent; a no-op for a regular slot."""
@@ -448,16 +447,16 @@ class ChaosPool:
         self._wake_timer = None
         self.wake()
 
-    def release_selection(self, selection: Selection) -> None:
+    def release_selection(self, selection: Slot) -> None:
         """Give back a slot granted but never used (its request ended first), a probe's included."""
         self.verdict_done(selection)
         self.release(selection.model)
 
-    def try_acquire(self, ticket: Ticket) -> Selection | None:
+    def try_acquire(self, ticket: Ticket) -> Slot | None:
         """Select and take the slot in one step, queue or not; None when nothing eligible is free."""
         return self._attempt(ticket)
 
-    def _attempt(self, ticket: Ticket) -> Selection | None:
+    def _attempt(self, ticket: Ticket) -> Slot | None:
         choice, moved = self._select(ticket)
         if choice is None:
             return None
@@ -473,11 +472,11 @@ class ChaosPool:
         slots = self._slots
         slot_id = self._slot_out(model, probe)
         now = self._clock()
-        return Selection(model, reason, slots.in_flight(model), slots.total(), probe, slot_id, now)
+        return Slot(model, reason, slots.in_flight(model), slots.total(), probe, slot_id, now)
 
     async def admit(
         self, ticket: Ticket, *, since: float | None = None, timeout: float | None = None
-    ) -> Selection | None:
+    ) -> Slot | None:
         """A slot now, or after a fair wait in the queue; None after the timeout or when waiting is
         pointless (queue off or full, account paused, no model of the tier usable at all). Waiters go by
         how much their `session` was served lately (see `shares`), then by `since` (when the request first
@@ -508,7 +507,7 @@ class ChaosPool:
                 self._shares.unserved(ticket.session)  # not served: it keeps its place in line
             self.release_selection(selection)
 
-    async def _admit(self, ticket: Ticket, since: float | None, timeout: float | None) -> Selection | None:
+    async def _admit(self, ticket: Ticket, since: float | None, timeout: float | None) -> Slot | None:
         selection = self._admit_now(ticket)
         if selection is not None:
             return selection
@@ -528,7 +527,7 @@ class ChaosPool:
         self.total_wait += max(self._clock() - started, 0.0)
         return selection
 
-    def admit_now(self, ticket: Ticket) -> Selection | None:
+    def admit_now(self, ticket: Ticket) -> Slot | None:
         """The fast path of `admit`, no coroutine needed: a slot at once when nobody waits
         and one is free, else None (and the caller waits). Somebody waiting means the queue's dispatch
         must decide, so that older waiters go first. A shared store's slot must be confirmed: `admit`."""
@@ -536,7 +535,7 @@ class ChaosPool:
             return None
         return self._admit_now(ticket)
 
-    def _admit_now(self, ticket: Ticket) -> Selection | None:
+    def _admit_now(self, ticket: Ticket) -> Slot | None:
         if len(self._queue):
             return None
         selection = self._attempt(ticket)
@@ -587,7 +586,7 @@ class ChaosPool:
 
     # -- feedback from upstream -------------------------------------------------------------------
 
-    def report_success(self, selection: Selection) -> None:
+    def report_success(self, selection: Slot) -> None:
         """A clean answer from z.ai to the request `selection` sent: confirms (or raises) its limits and
         ends the model's run of busy answers."""
         self.verdict_done(selection)
@@ -606,7 +605,7 @@ class ChaosPool:
         model: str,
         error: UpstreamError,
         retry_after: float | None = None,
-        selection: Selection | None = None,
+        selection: Slot | None = None,
     ) -> float:
         """Feed a z.ai error on `model` back into routing; returns seconds the model/account is out
         (0 when nothing was blocked). `selection`, the slot the request was sent with, tells a 1302 what
@@ -620,7 +619,7 @@ class ChaosPool:
         return seconds
 
     def _report_error(
-        self, model: str, error: UpstreamError, retry_after: float | None, selection: Selection | None
+        self, model: str, error: UpstreamError, retry_after: float | None, selection: Slot | None
     ) -> float:
         settings = self._config.cooldown
         probe = selection.probe if selection is not None else None

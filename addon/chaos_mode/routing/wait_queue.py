@@ -13,10 +13,10 @@ class Waiter[K, T]:
     ticket: K
     enqueued_at: float
     future: asyncio.Future[T] = field(repr=False)
-    order: tuple[int, float] = (0, 0.0)  # served by (level, since): see AdmissionQueue
+    order: tuple[int, float] = (0, 0.0)  # served by (level, since): see WaitQueue
 
 
-class AdmissionQueue[K, T]:
+class WaitQueue[K, T]:
     """Waiters holding a ticket `K` (what they may use), each served a `T` (a slot) in fair order.
 
     Lowest `level` first (the caller's notion of who has had least), then first come, first served,

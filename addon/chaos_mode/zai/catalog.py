@@ -1,4 +1,4 @@
-"""The built-in z.ai GLM catalog: the seed's table of tiers, concurrency limits and list prices."""
+"""The built-in z.ai GLM catalog: the Chaos Mode design's tiers, concurrency limits and list prices."""
 
 from __future__ import annotations
 
@@ -25,11 +25,14 @@ DEFAULT_CATALOG: Final[dict[str, tuple[ModelTier, int, float, float, bool]]] = {
     "glm-4.5-flash": ("LIGHT", 1, 0.0, 0.0, True),
 }
 
+# The account (every model's concurrency counted together) where models are named: in learned limits, probes,
+# the fleet's rows. No model may be named so (config refuses a name starting with "*").
+ACCOUNT: Final = "*account"
+
 DEFAULT_UPSTREAM_HOSTS: Final[tuple[str, ...]] = ("api.z.ai", "open.bigmodel.cn")
 
 # The Anthropic door: any path ending so (the base URL a client is given varies), the query string aside.
 MESSAGES_SUFFIX: Final = "/v1/messages"
-COUNT_TOKENS_SUFFIX: Final = "/v1/messages/count_tokens"
 # z.ai's OpenAI-compatible chat completions: the general API and the Coding Plan's.
 DEFAULT_OPENAI_PATHS: Final[tuple[str, ...]] = (
     "/api/paas/v4/chat/completions",

@@ -1,4 +1,4 @@
-"""z.ai error answers -> what the pool should do about them (the code table in DESIGN.md)."""
+"""z.ai error answers -> what the pool should do about them (`_ACTIONS`: its business codes, read)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The seed's catalog as the tests state it, independently of chaos_mode.zai.catalog (a change there
-shows)."""
+"""The Chaos Mode design's catalog as the tests state it, independently of chaos_mode.zai.catalog (a change
+there shows)."""
 
 from __future__ import annotations
 

@@ -1,16 +1,16 @@
-"""ServiceShares: requests admitted per conversation, decaying, bounded; the queue's order comes from it."""
+"""ServedLately: requests admitted per conversation, decaying, bounded; the queue's order comes from it."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chaos_mode.routing.fairness import ServiceShares
+from chaos_mode.routing.served_lately import ServedLately
 from support.fakes import FakeClock
 
 
 def test_levels_count_admissions_per_conversation() -> None:
-    shares = ServiceShares(FakeClock())
+    shares = ServedLately(FakeClock())
     for key in ("a", "a", "a", "b"):
         shares.served(key)
     shares.served(None)  # no conversation: nothing to count
@@ -20,7 +20,7 @@ def test_levels_count_admissions_per_conversation() -> None:
 
 
 def test_an_admission_taken_back_no_longer_counts() -> None:
-    shares = ServiceShares(FakeClock())
+    shares = ServedLately(FakeClock())
     shares.served("a")
     shares.served("a")
     shares.unserved("a")
@@ -34,7 +34,7 @@ def test_an_admission_taken_back_no_longer_counts() -> None:
 
 def test_counts_halve_with_each_half_life() -> None:
     clock = FakeClock()
-    shares = ServiceShares(clock, half_life=60.0)
+    shares = ServedLately(clock, half_life=60.0)
     for _ in range(8):
         shares.served("a")
     clock.advance(60.0)
@@ -46,7 +46,7 @@ def test_counts_halve_with_each_half_life() -> None:
 
 
 def test_only_the_newest_conversations_are_kept() -> None:
-    shares = ServiceShares(FakeClock(), max_entries=2)
+    shares = ServedLately(FakeClock(), max_entries=2)
     for key in "abc":
         shares.served(key)
     shares.served("b")
@@ -56,7 +56,7 @@ def test_only_the_newest_conversations_are_kept() -> None:
 @given(st.lists(st.tuples(st.sampled_from("abc"), st.floats(0, 1000))))
 def test_a_level_never_exceeds_the_admissions_counted(steps: list[tuple[str, float]]) -> None:
     clock = FakeClock()
-    shares = ServiceShares(clock)
+    shares = ServedLately(clock)
     counted = dict.fromkeys("abc", 0)
     for key, later in steps:
         shares.served(key)

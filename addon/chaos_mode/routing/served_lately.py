@@ -20,7 +20,7 @@ HALF_LIFE_SECONDS: Final = 300.0
 MAX_ENTRIES: Final = 10_000
 
 
-class ServiceShares:
+class ServedLately:
     """Requests admitted per conversation key, decaying with `half_life`; bounded in size."""
 
     def __init__(

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from chaos_mode.doors.door import Door
-from chaos_mode.doors.speech import DIALECTS
+from chaos_mode.doors.formats import FORMATS
 from chaos_mode.routing.pool import ChaosPool, Ticket
 from chaos_mode.zai.catalog import RequestTier
 from chaos_mode.zai.errors import parse_retry_after
@@ -52,7 +52,7 @@ def rate_limited(
     if upstream_retry is not None:
         # z.ai's own value is kept (verbatim, beside ours) and may lengthen ours, up to 60 s.
         retry = max(retry, parse_retry_after(upstream_retry, now=now) or 0.0)
-    body, ours = DIALECTS[door].rate_limit_error(why, retry_after=retry, tried=tried)
+    body, ours = FORMATS[door].rate_limit_error(why, retry_after=retry, tried=tried)
     headers = list(ours.items())
     headers += [(k, v) for k, v in upstream if k.lower().startswith("anthropic-ratelimit-")]
     if upstream_retry is not None:

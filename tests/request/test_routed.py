@@ -13,7 +13,7 @@ from chaos_mode.config.schema import parse_config
 from chaos_mode.doors.messages import parse_message
 from chaos_mode.observe.stats import OUTCOMES, Stats
 from chaos_mode.request.routed import RoutedRequest
-from chaos_mode.routing.pool import ChaosPool, Selection
+from chaos_mode.routing.pool import ChaosPool, Slot
 from support.fakes import FakeClock
 
 BODY = json.dumps({"model": "claude-opus-4-5", "max_tokens": 64, "messages": []}).encode()
@@ -63,7 +63,7 @@ def make(learning: bool = True) -> tuple[RoutedRequest, CountingPool, Stats, Tim
     return request, pool, stats, timers
 
 
-def grant(request: RoutedRequest) -> Selection | None:
+def grant(request: RoutedRequest) -> Slot | None:
     return request.pool.admit_now(request.ticket())
 
 

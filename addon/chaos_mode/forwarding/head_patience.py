@@ -13,7 +13,7 @@ ENOUGH: Final = 8  # heads seen before the floor is FLOOR_SECONDS
 EARLY_FLOOR_SECONDS: Final = 1.0  # the floor before that: a margin while z.ai's pace is barely known
 
 
-class Patience:
+class HeadPatience:
     """Seconds from sending an attempt after which, with no head yet, a slot within the limits replaces it.
 
     Twice the slowest of the last `KEEP` clean answers' heads (send to status line), at least

@@ -6,7 +6,7 @@ import json
 
 from chaos_mode.config.schema import default_config
 from chaos_mode.routing.pool import ChaosPool, Ticket
-from chaos_mode.routing.status import ModelLimit, ModelStatus, camel, served
+from chaos_mode.routing.pool_status import ModelLimit, ModelStatus, camel, served
 
 
 def test_camel() -> None:

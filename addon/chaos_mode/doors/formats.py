@@ -1,6 +1,6 @@
 """What each door speaks: how its requests are parsed, its streamed answers read and our own 429 written.
 
-The adapter looks the door up once per request (`doors.route_of`) and then uses only these.
+The adapter looks the door up once per request (`doors.door_of`) and then uses only these.
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from typing import Final, Protocol
 from chaos_mode.doors.chat import parse_chat
 from chaos_mode.doors.chat_stream import ChatStreamObserver
 from chaos_mode.doors.door import Door
-from chaos_mode.doors.messages import MessageRequest, parse_message
-from chaos_mode.doors.messages_stream import SseObserver, StreamObserver
-from chaos_mode.doors.replies import (
+from chaos_mode.doors.error_bodies import (
     chat_gateway_error,
     chat_rate_limit_error,
     gateway_error,
     rate_limit_error,
 )
+from chaos_mode.doors.messages import MessageRequest, parse_message
+from chaos_mode.doors.messages_stream import SseObserver, StreamObserver
 
 
 class Parse(Protocol):
@@ -33,7 +33,7 @@ class RateLimitError(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class Dialect:
+class DoorFormat:
     door: Door
     parse: Parse  # decoded request body -> a request to route (`BadRequest`: pass it untouched)
     observer: Callable[[], StreamObserver]  # a new observer of one streamed answer
@@ -41,7 +41,7 @@ class Dialect:
     gateway_error: Callable[[str], tuple[bytes, dict[str, str]]]  # (body, headers) of our own 502
 
 
-DIALECTS: Final[dict[Door, Dialect]] = {
-    "anthropic": Dialect("anthropic", parse_message, SseObserver, rate_limit_error, gateway_error),
-    "openai": Dialect("openai", parse_chat, ChatStreamObserver, chat_rate_limit_error, chat_gateway_error),
+FORMATS: Final[dict[Door, DoorFormat]] = {
+    "anthropic": DoorFormat("anthropic", parse_message, SseObserver, rate_limit_error, gateway_error),
+    "openai": DoorFormat("openai", parse_chat, ChatStreamObserver, chat_rate_limit_error, chat_gateway_error),
 }

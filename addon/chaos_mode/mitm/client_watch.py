@@ -12,7 +12,7 @@ from typing import Final
 from mitmproxy import http
 from mitmproxy.connection import ConnectionState
 
-from chaos_mode.routing.pool import ChaosPool, Selection, Ticket
+from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
 
 CLIENT_POLL_SECONDS: Final = 0.25  # how often a waiting request checks that its client is still there
 
@@ -30,7 +30,7 @@ def client_alive(flow: http.HTTPFlow) -> bool:
 
 async def acquire_while_connected(
     pool: ChaosPool, flow: http.HTTPFlow, ticket: Ticket, since: float | None = None
-) -> Selection | ClientGone | None:
+) -> Slot | ClientGone | None:
     """A slot for `ticket`, waiting in the queue while the client is still there.
 
     None when the queue gave up (timeout, nothing could ever serve it); CLIENT_GONE when the client left

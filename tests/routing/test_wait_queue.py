@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from chaos_mode.config.schema import ModelRouting, parse_config
-from chaos_mode.routing.pool import ChaosPool, Selection, Ticket
-from chaos_mode.routing.status import served
-from chaos_mode.routing.wait_queue import AdmissionQueue
+from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
+from chaos_mode.routing.pool_status import served
+from chaos_mode.routing.wait_queue import WaitQueue
 from chaos_mode.zai.errors import UpstreamError, classify_error
+from support.design_catalog import FIXED_LIMITS
 from support.fakes import FakeClock
-from support.seed_catalog import FIXED_LIMITS
 
 SOLO = {"solo": {"tier": "HEAVY", "maxConcurrency": 1}}
 HEAVY_AND_LIGHT = {"h": {"tier": "HEAVY", "maxConcurrency": 1}, "l": {"tier": "LIGHT", "maxConcurrency": 1}}
@@ -61,7 +61,7 @@ async def settle() -> None:
 async def test_a_free_slot_is_taken_at_once(make_pool: MakePool) -> None:
     pool = make_pool(routing(SOLO))
     selection = await pool.admit(Ticket("heavy"))
-    assert selection == Selection("solo", "least-loaded")
+    assert selection == Slot("solo", "least-loaded")
     assert pool.in_flight("solo") == 1
     queue = served(pool.status())["queue"]
     assert (queue["admitted"], queue["rejected"], queue["waiting"], queue["avgWaitMs"]) == (1, 0, 0, 0.0)
@@ -89,7 +89,7 @@ async def test_waiters_are_served_in_arrival_order(make_pool: MakePool) -> None:
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
             assert len(done) == 1
             task = done.pop()
-            assert task.result() == Selection("solo", "least-loaded")
+            assert task.result() == Slot("solo", "least-loaded")
             order.append(tasks.index(task))
             assert pool.in_flight("solo") == 1
     assert order == [0, 1, 2]
@@ -101,20 +101,20 @@ async def test_waiters_are_served_in_arrival_order(make_pool: MakePool) -> None:
 
 async def test_no_head_of_line_blocking(make_pool: MakePool) -> None:
     pool = make_pool(routing(HEAVY_AND_LIGHT))
-    assert await pool.admit(Ticket("heavy")) == Selection("h", "least-loaded")
+    assert await pool.admit(Ticket("heavy")) == Slot("h", "least-loaded")
     heavy_waiter = asyncio.create_task(pool.admit(Ticket("heavy")))
     await settle()
     assert pool.waiting() == 1
     light = asyncio.create_task(pool.admit(Ticket("light")))
     await asyncio.sleep(0)  # one step: it never waits for a release
     assert light.done()
-    assert light.result() == Selection("l", "least-loaded")
+    assert light.result() == Slot("l", "least-loaded")
     assert not heavy_waiter.done()
     assert pool.waiting() == 1
     pool.release("l")
     pool.release("h")
     async with asyncio.timeout(1):
-        assert await heavy_waiter == Selection("h", "least-loaded")
+        assert await heavy_waiter == Slot("h", "least-loaded")
     pool.release("h")
 
 
@@ -128,11 +128,11 @@ async def test_a_waiter_passed_over_keeps_its_place(make_pool: MakePool) -> None
     await settle()
     pool.release("l")  # only the light waiter can use it
     await settle()
-    assert light.done() and light.result() == Selection("l", "least-loaded")
+    assert light.done() and light.result() == Slot("l", "least-loaded")
     assert not heavy.done()
     pool.release("h")  # the heavy waiter, oldest, goes first even though the light one could use h
     await settle()
-    assert heavy.done() and heavy.result() == Selection("h", "least-loaded")
+    assert heavy.done() and heavy.result() == Slot("h", "least-loaded")
     pool.release("h")
     pool.release("l")
 
@@ -163,7 +163,7 @@ async def test_a_cancelled_waiter_holds_nothing_and_the_queue_goes_on(make_pool:
     assert pool.in_flight() == 1
     pool.release("solo")
     async with asyncio.timeout(1):
-        assert await second == Selection("solo", "least-loaded")
+        assert await second == Slot("solo", "least-loaded")
     assert pool.in_flight() == 1
     pool.release("solo")
 
@@ -181,7 +181,7 @@ async def test_a_slot_granted_to_a_cancelled_waiter_is_given_back(make_pool: Mak
         await first
     # The slot went back and on to the next waiter.
     async with asyncio.timeout(1):
-        assert await second == Selection("solo", "least-loaded")
+        assert await second == Slot("solo", "least-loaded")
     assert pool.in_flight() == 1
     pool.release("solo")
     assert pool.in_flight() == 0
@@ -190,7 +190,7 @@ async def test_a_slot_granted_to_a_cancelled_waiter_is_given_back(make_pool: Mak
 async def test_a_slot_granted_as_the_timeout_fires_is_given_back() -> None:
     clock = FakeClock()
     released: list[str] = []
-    queue: AdmissionQueue[str, str] = AdmissionQueue(
+    queue: WaitQueue[str, str] = WaitQueue(
         attempt=lambda ticket: None, release=released.append, group=lambda ticket: ticket, clock=clock
     )
     task = asyncio.create_task(queue.wait("t", timeout=0))
@@ -225,11 +225,11 @@ async def test_max_waiting_reached(make_pool: MakePool) -> None:
     # With the queue full, a request that can be served now still is.
     light = asyncio.create_task(pool.admit(Ticket("light")))
     await asyncio.sleep(0)
-    assert light.done() and light.result() == Selection("l", "least-loaded")
+    assert light.done() and light.result() == Slot("l", "least-loaded")
     pool.release("l")
     pool.release("h")
     async with asyncio.timeout(1):
-        assert await waiter == Selection("h", "least-loaded")
+        assert await waiter == Slot("h", "least-loaded")
     pool.release("h")
 
 
@@ -257,7 +257,7 @@ async def test_restore_wakes_a_waiter(make_pool: MakePool) -> None:
     assert not waiter.done()
     pool.restore("l")
     async with asyncio.timeout(1):
-        assert await waiter == Selection("l", "least-loaded")
+        assert await waiter == Slot("l", "least-loaded")
     pool.release("l")
     pool.release("h")
 
@@ -269,7 +269,7 @@ async def test_more_capacity_from_reconfigure_wakes_waiters(make_pool: MakePool)
     await settle()
     pool.reconfigure(routing({"solo": {"tier": "HEAVY", "maxConcurrency": 3}}))
     async with asyncio.timeout(1):
-        assert await asyncio.gather(*waiters) == [Selection("solo", "least-loaded")] * 2
+        assert await asyncio.gather(*waiters) == [Slot("solo", "least-loaded")] * 2
     assert pool.in_flight() == 3
     for _ in range(3):
         pool.release("solo")
@@ -286,7 +286,7 @@ async def test_a_cooldown_ending_wakes_a_waiter(make_pool: MakePool) -> None:
     started = time.monotonic()
     async with asyncio.timeout(1):
         selection = await pool.admit(Ticket("heavy"), timeout=1)
-    assert selection == Selection("solo", "least-loaded")
+    assert selection == Slot("solo", "least-loaded")
     assert time.monotonic() - started >= 0.09
     pool.release("solo")
     pool.release("solo")
@@ -302,7 +302,7 @@ async def test_a_cooldown_reported_while_waiting_wakes_the_waiter_when_it_ends(m
     pool.release("solo")  # freed while cooling: the waiter cannot have it yet
     assert not waiter.done()
     selection = await waiter
-    assert selection == Selection("solo", "least-loaded")  # woken when the 0.1 s cooldown ended
+    assert selection == Slot("solo", "least-loaded")  # woken when the 0.1 s cooldown ended
     pool.release("solo")
 
 
@@ -322,7 +322,7 @@ async def test_a_group_that_found_nothing_is_not_tried_again_in_the_same_pass() 
             return f"slot-{group}"
         return None
 
-    queue: AdmissionQueue[str, str] = AdmissionQueue(
+    queue: WaitQueue[str, str] = WaitQueue(
         attempt=attempt, release=lambda slot: None, group=lambda ticket: ticket[0], clock=clock
     )
     tasks = [asyncio.create_task(queue.wait(t, timeout=10)) for t in ("a1", "a2", "b1", "a3", "b2")]
@@ -352,7 +352,7 @@ async def test_a_group_that_found_nothing_is_not_tried_again_in_the_same_pass() 
     assert queue.oldest_wait() == 0.0
 
 
-async def serve_all(pool: ChaosPool, tasks: list[asyncio.Task[Selection | None]], model: str) -> list[int]:
+async def serve_all(pool: ChaosPool, tasks: list[asyncio.Task[Slot | None]], model: str) -> list[int]:
     """Release `model` once per waiter and return the order (indices of `tasks`) they were served in."""
     order = []
     async with asyncio.timeout(2):

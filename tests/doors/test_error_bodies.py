@@ -1,4 +1,4 @@
-"""Our own answers (chaos_mode.doors.replies): 429s in each door's shape, with a sane Retry-After."""
+"""Our own answers (chaos_mode.doors.error_bodies): 429s in each door's shape, with a sane Retry-After."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chaos_mode.doors.replies import (
+from chaos_mode.doors.error_bodies import (
     MAX_RETRY_AFTER,
     TRIED_HEADER,
     chat_rate_limit_error,
