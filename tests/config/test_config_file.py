@@ -196,7 +196,7 @@ def test_the_readme_configuration_example_is_the_defaults_and_safe_to_copy(tmp_p
 
 def test_the_readme_newer_models_example_says_it_replaces_the_catalog(tmp_path: Path) -> None:
     path = tmp_path / "chaos.yaml"
-    path.write_text(readme_yaml("## Learned limits"), encoding="utf-8")
+    path.write_text(readme_yaml("## Adding models"), encoding="utf-8")
     config = load_config(path)
     assert config.replaces_catalog
     assert "glm-4.5" not in config.models and "glm-5.1" in config.models

@@ -74,15 +74,59 @@ def test_a_bad_config_file_at_start_is_one_line_and_an_exit(
     make(path)
     proxy.extra_args = ["--set", f"chaos_config={path}"]
     output = refuses_to_start(proxy)
-    lines = [line for line in output.splitlines() if "chaos-mode: chaos_config: " in line]
-    assert len(lines) == 1, output
-    assert message in lines[0]
+    # One error, said where it happened and again as the last line (mitmproxy's start-up check repeats it).
+    errors = {
+        line[line.index("chaos-mode:") :]
+        for line in output.splitlines()
+        if "chaos-mode: chaos_config: " in line
+    }
+    assert len(errors) == 1, output
+    assert message in errors.pop()
 
 
 @pytest.mark.parametrize("value", ["maybe", "on", "1"])
 def test_an_unknown_chaos_enabled_value_is_refused_at_start(value: str) -> None:
     output = refuses_to_start(ProxyProcess(extra_args=["--set", f"chaos_enabled={value}"], start_timeout=30))
     assert f"chaos-mode: chaos_enabled: must be one of auto, true, false, not '{value}'" in output
+
+
+def test_the_config_error_is_the_last_thing_printed_before_the_exit() -> None:
+    """mitmproxy brings its servers up while the script loads ("listening at ..."): the error comes last."""
+    output = refuses_to_start(ProxyProcess(config={"chaosMode": {"enabled": "maybe"}}, start_timeout=30))
+    last = [line for line in output.splitlines() if line.strip()][-1]
+    assert "chaos-mode: chaos_config: " in last and "modelRouting.chaosMode.enabled" in last, output
+
+
+def warnings_at_start(proxy: ProxyProcess) -> list[str]:
+    """The warning lines of a proxy that started, once it is up."""
+    with proxy:
+        lines = proxy.output().splitlines()
+    return [line for line in lines if "chaos-mode:" in line]
+
+
+def test_a_misspelt_chaos_option_is_named_with_the_one_meant() -> None:
+    proxy = ProxyProcess(extra_args=["--set", "chaos_enabeld=true"], start_timeout=30)
+    lines = warnings_at_start(proxy)
+    assert any("unknown option chaos_enabeld (did you mean chaos_enabled?)" in line for line in lines), lines
+
+
+def test_reverse_mode_to_a_host_chaos_mode_does_not_route_says_which_key_to_set() -> None:
+    """In front of the simulator with no config: every request would pass untouched, and the log says why."""
+    proxy = ProxyProcess(
+        upstream="http://127.0.0.1:9", config={"chaosMode": {"enabled": True}}, start_timeout=30
+    )
+    lines = warnings_at_start(proxy)
+    assert any(
+        "reverse mode forwards to 127.0.0.1, which is not in modelRouting.upstreamHosts" in line
+        and "add 127.0.0.1 to upstreamHosts" in line
+        for line in lines
+    ), lines
+    routed = ProxyProcess(
+        upstream="http://127.0.0.1:9",
+        config={"chaosMode": {"enabled": True}, "upstreamHosts": ["127.0.0.1"]},
+        start_timeout=30,
+    )
+    assert not any("upstreamHosts" in line for line in warnings_at_start(routed))
 
 
 _HIDE = """\

@@ -23,7 +23,7 @@ from chaos_mode.fleet.protocol import notice_tail, parse_notice
 from chaos_mode.fleet.redis_store import RedisFleet, fleet_status
 from chaos_mode.fleet.slots import Notice, SharedSlots, Tally
 from chaos_mode.fleet.state_url import parse_state_url
-from chaos_mode.routing.pool import ChaosPool, Ticket
+from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
 from chaos_mode.zai.errors import classify_error
 from support.certs import make_certs
 from support.redis_support import redis_process, require_redis_server
@@ -125,15 +125,15 @@ async def test_two_pools_share_the_account_and_a_slot_freed_on_one_serves_a_wait
     for i in range(8):  # the heavy tier's 8 slots, alternating proxies
         selection = await pools[i % 2].admit(Ticket("heavy"), timeout=1)
         assert selection is not None
-        held.append((i % 2, selection.model))
+        held.append((i % 2, selection))
     assert await client.zcard("chaos:account") == 8
     waiter = asyncio.ensure_future(pools[1].admit(Ticket("heavy"), timeout=5))
     await asyncio.sleep(0.05)
     assert not waiter.done()
-    owner, model = next((o, m) for o, m in held if o == 0)
-    pools[owner].release(model)
+    owner, freed = next((o, s) for o, s in held if o == 0)
+    assert pools[owner].release(freed)
     selection = await asyncio.wait_for(waiter, 2)  # woken by the message, not by the 5 s timeout
-    assert selection is not None and selection.model == model
+    assert selection is not None and selection.model == freed.model
     status = fleet_status(fleets[1], pools[1].lost_races)
     assert status["connected"] and status["ownInFlight"] == 5
     for fleet in fleets:
@@ -145,7 +145,7 @@ def test_a_notice_goes_through_the_channel_whole_and_one_of_an_earlier_version_i
     notice = Notice(0, "-", "host:12:ab", "glm-4.5", 3, 2, 0.25, "host:13:cd")
     assert parse_notice("7 - " + notice_tail(notice)) == replace(notice, seq=7)
     assert parse_notice("8 + " + notice_tail(Notice(0, "+", "p", "m"))) == Notice(8, "+", "p", "m")
-    assert parse_notice("9 - p m 1 2") == Notice(9, "-", "p", "m", 1, 2)  # no wait, no proxy named
+    assert parse_notice("9 - p m 1 2") is None  # a short form no version of this protocol sends
     assert parse_notice("0 * p") == Notice(0, "*", "p")
     assert parse_notice("x - p m 1 2") is None and parse_notice("1 - p m 1") is None
 
@@ -162,25 +162,25 @@ async def test_a_slot_freed_goes_to_the_proxy_it_is_owed_to_and_the_others_do_no
     try:
         await until(lambda: all(f.slots.total() == 8 for f in fleets))  # their notices reached p1 and p2
         first = asyncio.ensure_future(pools[1].admit(Ticket("heavy", session="first"), timeout=5))
-        await until(lambda: fleets[0].slots.owed_to() == "p1")
+        await until(lambda: fleets[0].slots.next_in_fleet_line() == "p1")
         second = asyncio.ensure_future(pools[2].admit(Ticket("heavy", session="second"), timeout=5))
         await until(lambda: pools[2].waiting() == 1 and fleets[1].slots.proxies is not None)
         await asyncio.sleep(0.05)  # p2's announce reached p0 (p1's first came earlier, at the same level)
-        assert fleets[0].slots.owed_to() == "p1"
+        assert fleets[0].slots.next_in_fleet_line() == "p1"
         selection = held.pop()
         assert selection is not None
-        pools[0].release(selection.model)
+        pools[0].release(selection)
         got = await asyncio.wait_for(first, 2)
         assert got is not None and not second.done()
         assert pools[1].lost_races == pools[2].lost_races == 0  # p2 did not try for it at once
-        pools[1].release(got.model)
+        pools[1].release(got)
         got = await asyncio.wait_for(second, 2)
         assert got is not None
-        pools[2].release(got.model)
+        pools[2].release(got)
     finally:
         for selection in held:
             if selection is not None:
-                pools[0].release(selection.model)
+                pools[0].release(selection)
         for fleet in fleets:
             await fleet.close()
 
@@ -234,7 +234,7 @@ async def test_an_outage_serves_alone_says_so_once_and_the_leases_come_back(
         finally:
             for selection in held + more:
                 assert selection is not None
-                pool.release(selection.model)
+                pool.release(selection)
             await fleet.close()
             await asyncio.to_thread(second.stop)
     finally:
@@ -254,12 +254,12 @@ async def test_an_unreachable_redis_at_start_serves_alone_on_the_fallback_share(
     selection = await pool.admit(Ticket("heavy"), timeout=1)
     assert selection is not None
     await until(lambda: fleet.slots.share == 0.5)
-    pool.release(selection.model)
+    pool.release(selection)
     async with asyncio.timeout(1.0):  # alone, no admission waits for a connection (0.5 s each, before)
         for _ in range(5):
             more = await pool.admit(Ticket("light"), timeout=1)
             assert more is not None
-            pool.release(more.model)
+            pool.release(more)
     await fleet.close()
 
 
@@ -275,20 +275,20 @@ async def test_leases_never_exceed_the_caps_and_come_back_to_zero(
     for fleet in fleets:
         fleet.start()
     await until(lambda: all(f.up for f in fleets))
-    held: list[tuple[int, str]] = []
+    held: list[tuple[int, Slot]] = []
     for proxy, tier, release in steps:
         if release and held:
-            owner, model = held.pop(proxy % len(held))
-            pools[owner].release(model)
+            owner, slot = held.pop(proxy % len(held))
+            assert pools[owner].release(slot)
         else:
             selection = await pools[proxy].admit(Ticket(tier), timeout=0)  # type: ignore[arg-type]
             if selection is not None:
-                held.append((proxy, selection.model))
+                held.append((proxy, selection))
         for model, spec in CONFIG.models.items():
             assert await client.zcard(f"chaos:slots:{model}") <= spec.max_concurrency
         assert await client.zcard("chaos:account") <= CONFIG.total_capacity
-    for owner, model in held:
-        pools[owner].release(model)
+    for owner, slot in held:
+        assert pools[owner].release(slot)
     for fleet in fleets:
         await asyncio.gather(*fleet._background)
     assert await client.zcard("chaos:account") == 0
@@ -354,7 +354,7 @@ async def test_a_learned_limit_lowered_on_one_proxy_is_seen_by_the_other(
         assert lowered < CONFIG.models[model].max_concurrency
         await until(lambda: b.limits.limit(model) == lowered, 2)
         assert "1302" in b.limits.view(model).reason
-        a.release(model)
+        assert a.release(selection)
     finally:
         for fleet in fleets:
             await fleet.close()
@@ -383,7 +383,7 @@ async def test_a_call_that_fails_after_an_announce_still_takes_the_proxy_alone(s
         selection = await admitting
         assert selection is not None  # no request fails
         assert not fleet.up and fleet.slots.share == 1.0  # alone, on its share: not counted as connected
-        pool.release(selection.model)
+        pool.release(selection)
     finally:
         await fleet.close()
 
@@ -479,7 +479,7 @@ async def test_a_fleet_over_tls_trusts_the_ca_its_url_names_and_no_other(
             assert selection is not None
             check = aioredis.Redis(port=server.port, password="hunter2", ssl=True, ssl_ca_certs=str(certs.ca))
             assert await check.zcard("chaos:account") == 1  # the lease went through TLS
-            pool.release(selection.model)
+            pool.release(selection)
             await asyncio.gather(*trusting._background)
             assert await check.zcard("chaos:account") == 0
             await check.aclose()

@@ -59,5 +59,5 @@ def test_a_learned_limit_is_taken_from_another_proxy_only_when_newer() -> None:
     assert here.pool.adopt_limits(rows) == 0 and here.pool.limits.limit("h") == 2
     assert there.pool.limits.rows(since=rows["h"]["changedAt"]) == {}
     assert ACCOUNT not in rows  # no account limit learned yet
-    there.pool.release(first.model)
-    there.pool.release(second.model)
+    there.pool.release(first)
+    there.pool.release(second)

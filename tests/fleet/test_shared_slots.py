@@ -315,15 +315,15 @@ def test_among_first_waiters_served_as_much_the_one_waiting_longest_is_owed_the_
     slots = SharedSlots("a", waiting=lambda: line, clock=lambda: now[0])
     slots.connected(FakeFleet())
     slots.heard(Notice(1, "=", "b", "", waiting=1, level=1, waited=0.2))
-    assert slots.owed_to() is None and slots.hold_back() == 0.0  # this proxy's came first
+    assert slots.next_in_fleet_line() is None and slots.hold_back() == 0.0  # this proxy's came first
     slots.heard(Notice(2, "=", "c", "", waiting=3, level=1, waited=0.9))
     now[0] += 0.1  # the figures heard age as they would have there
     line = (2, 1, 0.6)
-    assert slots.owed_to() == "c" and slots.hold_back() == HOLD_BACK
+    assert slots.next_in_fleet_line() == "c" and slots.hold_back() == HOLD_BACK
     slots.heard(Notice(3, "=", "b", "", waiting=1, level=0, waited=0.0))
-    assert slots.owed_to() == "b"  # served less: first, however long the others waited
+    assert slots.next_in_fleet_line() == "b"  # served less: first, however long the others waited
     line = (0, 0, 0.0)
-    assert slots.owed_to() == "b" and slots.hold_back() == 0.0  # nobody here to hold back
+    assert slots.next_in_fleet_line() == "b" and slots.hold_back() == 0.0  # nobody here to hold back
 
 
 async def test_a_slot_given_back_is_owed_to_one_proxy_whose_waiters_try_at_once_the_others_later() -> None:

@@ -320,7 +320,7 @@ async def test_an_unanswered_probe_is_given_up_for_a_slot_within_the_limits(
             await asyncio.sleep(0.01)
         assert not sending.done()
         other = next(o for o in occupants if o is not None and o.model == "h2")
-        rig.pool.release_selection(other)  # a slot within the limits frees: the probe is given up for it
+        rig.pool.release(other)  # a slot within the limits frees: the probe is given up for it
         response = await sending
         await probe_closed.wait()
     assert response.status_code == 200 and response.text.count("event: ping") == 3
@@ -337,9 +337,12 @@ async def test_an_unanswered_probe_is_given_up_for_a_slot_within_the_limits(
     assert rig.pool.limits.limit("h1") == 1 and dict(rig.stats.upstream_errors) == {}
     request.finish("ok")
     assert rig.pool.in_flight() == 1  # the occupant of h1
-    assert rig.pool.try_acquire(Ticket("heavy", may_probe=False)) is not None  # no probe left counted
-    rig.pool.release("h2")
-    rig.pool.release("h1")
+    regular = rig.pool.try_acquire(Ticket("heavy", may_probe=False))
+    assert regular is not None  # no probe left counted
+    assert regular.model == "h2" and rig.pool.release(regular)
+    occupant = next(o for o in occupants if o is not None and o.model == "h1")
+    assert rig.pool.release(occupant)
+    assert rig.pool.in_flight() == 0 and rig.pool.spurious_releases == 0
 
 
 async def test_a_probe_answered_first_keeps_its_slot_and_raises_the_limit(
@@ -356,7 +359,7 @@ async def test_a_probe_answered_first_keeps_its_slot_and_raises_the_limit(
     assert response.status_code == 200 and len(rig.upstream.requests) == 1
     assert rig.pool.limits.limit("h") == 2 and rig.pool.waiting() == 0
     request.finish("ok")
-    rig.pool.release_selection(occupant)
+    rig.pool.release(occupant)
     assert rig.pool.in_flight() == 0
 
 
@@ -393,7 +396,7 @@ async def test_an_unanswered_attempt_moves_on_and_its_late_1302_still_teaches_th
         sending = asyncio.ensure_future(rig.send(request))
         while not rig.upstream.requests:
             await asyncio.sleep(0.01)
-        rig.pool.release_selection(occupant)  # a slot within the limits: the request moves on to it
+        rig.pool.release(occupant)  # a slot within the limits: the request moves on to it
         response = await sending
         assert response.status_code == 200 and request.tried == ["h1", "h2"]
         assert [a.refusal for a in request.attempts] == ["no answer yet", None]
@@ -431,7 +434,7 @@ async def test_an_attempt_left_without_a_verdict_gives_its_slot_back_in_bounded_
         sending = asyncio.ensure_future(rig.send(request))
         while not rig.upstream.requests:
             await asyncio.sleep(0.01)
-        rig.pool.release_selection(occupant)
+        rig.pool.release(occupant)
         assert (await sending).status_code == 200
         request.finish("ok")
         await hung_closed.wait()
@@ -465,7 +468,7 @@ async def test_an_answer_in_one_piece_is_waited_for_however_long_it_takes(
         sending = asyncio.ensure_future(rig.send(request))
         while not rig.upstream.requests:
             await asyncio.sleep(0.01)
-        rig.pool.release_selection(occupant)  # a slot within the limits: a streamed request would move on
+        rig.pool.release(occupant)  # a slot within the limits: a streamed request would move on
         await asyncio.sleep(0.2)
         assert not sending.done() and len(rig.upstream.requests) == 1
         answer_now.set()

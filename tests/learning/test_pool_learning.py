@@ -26,8 +26,8 @@ def test_a_1302_lowers_the_limit_and_starts_no_cooldown() -> None:
     status = served(rig.pool.status())["models"]["h"]
     assert (status["capacity"], status["learnedLimit"], status["catalogLimit"]) == (1, 1, 2)
     assert status["limitReason"] == "1302 at 2 in flight" and status["cooldownReason"] is None
-    rig.pool.release("h")
-    rig.pool.release("h")
+    assert rig.pool.release(first)
+    assert rig.pool.release(second)
 
 
 def test_with_learning_off_a_1302_cools_the_model_down_as_before() -> None:
@@ -35,7 +35,7 @@ def test_with_learning_off_a_1302_cools_the_model_down_as_before() -> None:
     selection = rig.take()
     assert rig.pool.report_error("h", error("1302"), None, selection) == 5.0
     assert rig.pool.cooldowns.blocked() == {"h"}
-    rig.pool.release("h")
+    assert rig.pool.release(selection)
 
 
 def test_a_request_that_would_wait_probes_one_above_the_limit() -> None:
@@ -44,14 +44,16 @@ def test_a_request_that_would_wait_probes_one_above_the_limit() -> None:
     assert (
         rig.pool.try_acquire(Ticket("heavy")) is None
     )  # the catalog's 2 never ran full: nothing to go on yet
-    rig.pool.report_success(rig.take("light"))  # another model's answer says nothing about "h"
+    light = rig.take("light")
+    rig.pool.report_success(light)  # another model's answer says nothing about "h"
     assert rig.pool.try_acquire(Ticket("heavy")) is None
     rig.pool.report_success(second)  # 2 in flight, but only one answered: z.ai may serve just that one
     assert rig.pool.try_acquire(Ticket("heavy")) is None
-    rig.pool.release("l")
-    rig.pool.release_selection(second)
+    assert rig.pool.release(light)
+    assert rig.pool.release(second)
     rig.pool.report_success(first)
-    rig.pool.report_success(rig.take())  # 2 of 2, answered cleanly
+    third = rig.take()
+    rig.pool.report_success(third)  # 2 of 2, answered cleanly
     probe = rig.take()
     assert (probe.model, probe.probe, probe.in_flight) == ("h", "model", 3)
     assert probe.reason == "probing h's limit (2+1)"
@@ -59,26 +61,29 @@ def test_a_request_that_would_wait_probes_one_above_the_limit() -> None:
     assert rig.pool.try_acquire(Ticket("heavy")) is None  # one probe at a time: the next one waits
     rig.pool.report_success(probe)
     assert served(rig.pool.status())["models"]["h"]["learnedLimit"] == 3
-    for _ in range(3):
-        rig.pool.release("h")
+    for selection in (first, third, probe):
+        assert rig.pool.release(selection)
+    assert rig.pool.in_flight() == 0
 
 
 def test_no_probe_while_an_eligible_model_has_room() -> None:
     rig = Rig()
-    rig.fill()
+    heavy = rig.fill()
     light = [rig.take("light") for _ in range(3)]
     assert [s.probe for s in light] == [None] * 3  # "l" had room: no reason to go above "h"
-    assert rig.take("light").probe == "model"
-    for model in ("h", "h", "l", "l", "l", "l"):
-        rig.pool.release(model)
+    probe = rig.take("light")
+    assert probe.probe == "model"
+    for selection in (*heavy, *light, probe):
+        assert rig.pool.release(selection)
+    assert rig.pool.in_flight() == 0
 
 
 def test_a_failed_probe_is_not_repeated_within_the_interval() -> None:
     rig = Rig()
-    rig.fill()
+    held = rig.fill()
     probe = rig.take()
     rig.pool.report_error("h", error("1302"), None, probe)
-    rig.pool.release("h")
+    assert rig.pool.release(probe)
     assert served(rig.pool.status())["models"]["h"]["learnedLimit"] == 2
     assert rig.pool.try_acquire(Ticket("heavy")) is None
     rig.clock.advance(9.9)
@@ -87,13 +92,15 @@ def test_a_failed_probe_is_not_repeated_within_the_interval() -> None:
     second = rig.take()
     assert second.probe == "model"
     rig.pool.report_error("h", error("1302"), None, second)
-    rig.pool.release("h")
+    assert rig.pool.release(second)
     rig.clock.advance(10.0)
     assert rig.pool.try_acquire(Ticket("heavy")) is None  # refused twice: the next waits twice as long
     rig.clock.advance(10.0)
-    assert rig.take().probe == "model"
-    for _ in range(3):
-        rig.pool.release("h")
+    third = rig.take()
+    assert third.probe == "model"
+    for selection in (*held, third):
+        assert rig.pool.release(selection)
+    assert rig.pool.in_flight() == 0
 
 
 def test_an_account_limit_learned_from_1302s_is_probed_too() -> None:
@@ -107,14 +114,14 @@ def test_an_account_limit_learned_from_1302s_is_probed_too() -> None:
         refused = rig.take("light")
         assert refused.total == 5 and refused.in_flight < 3
         rig.pool.report_error(refused.model, error("1302"), None, refused)
-        rig.pool.release(refused.model)
+        rig.pool.release(refused)
     status = served(rig.pool.status())
     assert status["accountLimit"] == 4
     assert [status["models"][m]["learnedLimit"] for m in three] == [3, 3, 3]
     assert rig.pool.try_acquire(Ticket("light")) is None  # within the probe interval of those answers
     rig.clock.advance(10.0)
     assert rig.pool.try_acquire(Ticket("light")) is None  # and not run full at 4 since
-    rig.pool.release(held[0].model)
+    rig.pool.release(held[0])
     held[0] = rig.take("light")
     rig.pool.report_success(held[0])
     probe = rig.take("light")
@@ -122,7 +129,7 @@ def test_an_account_limit_learned_from_1302s_is_probed_too() -> None:
     rig.pool.report_success(probe)
     assert served(rig.pool.status())["accountLimit"] == 5
     for selection in [*held, probe]:
-        rig.pool.release(selection.model)
+        rig.pool.release(selection)
 
 
 def test_a_probe_respects_the_cost_guard() -> None:
@@ -138,8 +145,9 @@ def test_a_probe_respects_the_cost_guard() -> None:
     taken.append(rig.pool.try_acquire(Ticket("light", request=info)))
     # Within the limits the guard's fallback (the cheapest eligible) may reach "dear"; a probe never does.
     assert [(s.model, s.probe) for s in taken if s] == [("cheap", None), ("dear", None), ("cheap", "model")]
-    for model in ("cheap", "dear", "cheap"):
-        rig.pool.release(model)
+    for selection in taken:
+        assert selection is not None and rig.pool.release(selection)
+    assert rig.pool.in_flight() == 0
 
 
 def test_reset_times_from_a_message_are_capped() -> None:
@@ -158,7 +166,7 @@ def test_when_nothing_is_in_flight_a_cooling_model_takes_a_trial() -> None:
     trial = rig.take()
     assert trial.reason == "trial: nothing in flight, cooldown cut short"
     assert rig.pool.try_acquire(Ticket("heavy")) is None  # something is in flight now: the cooldown holds
-    rig.pool.release("h")
+    assert rig.pool.release(trial)
 
 
 def test_no_trial_for_a_model_out_of_rotation() -> None:
@@ -177,50 +185,54 @@ def test_a_probe_that_becomes_due_wakes_a_waiter() -> None:
         probe = pool.try_acquire(Ticket("heavy"))
         assert first and second and probe and probe.probe == "model"
         pool.report_error("h", error("1302"), None, probe)
-        pool.release("h")
+        assert pool.release(probe)
         # The pool stays full (2 of 2) and no slot is released: only the probe timer can serve this.
         waiter = await asyncio.wait_for(pool.admit(Ticket("heavy"), timeout=2.0), 2.0)
         assert waiter is not None and waiter.probe == "model"
-        for _ in range(3):
-            pool.release("h")
+        for selection in (first, second, waiter):
+            assert pool.release(selection)
+        assert pool.in_flight() == 0
 
     asyncio.run(scenario())
 
 
 def test_a_ticket_that_may_not_probe_gets_only_a_slot_within_the_limits() -> None:
     rig = Rig()
-    rig.fill()
+    held = rig.fill()
     assert rig.pool.try_acquire(Ticket("heavy", may_probe=False)) is None  # a probe is due, but not for it
-    rig.pool.release("h")
+    assert rig.pool.release(held[0])
     regular = rig.pool.try_acquire(Ticket("heavy", may_probe=False))
     assert regular is not None and regular.probe is None
-    for _ in range(2):
-        rig.pool.release("h")
+    for selection in (held[1], regular):
+        assert rig.pool.release(selection)
+    assert rig.pool.in_flight() == 0
 
 
 def test_a_probe_given_up_paces_the_next_as_a_refused_one() -> None:
     """An abandoned probe was most likely refused: no 1302 ever comes for it, but the next probe on that
     limit waits the interval, then twice that after a second one, as after 1302s."""
     rig = Rig()
-    rig.fill()
+    held = rig.fill()
     probe = rig.take()
     assert probe.probe == "model"
-    rig.pool.give_up_probe(probe)
-    rig.pool.give_up_probe(probe)  # idempotent
-    rig.pool.release("h")
+    rig.pool.report_unanswered(probe, probe_given_up=True)
+    rig.pool.report_unanswered(probe, probe_given_up=True)  # idempotent
+    assert rig.pool.release(probe)
     assert served(rig.pool.status())["models"]["h"]["learnedLimit"] == 2  # the limit stays
     assert rig.pool.try_acquire(Ticket("heavy")) is None
     rig.clock.advance(10.0)
     second = rig.take()
     assert second.probe == "model"
-    rig.pool.give_up_probe(second)
-    rig.pool.release("h")
+    rig.pool.report_unanswered(second, probe_given_up=True)
+    assert rig.pool.release(second)
     rig.clock.advance(10.0)
     assert rig.pool.try_acquire(Ticket("heavy")) is None  # given up twice: the next waits twice as long
     rig.clock.advance(10.0)
-    assert rig.take().probe == "model"
-    for _ in range(3):
-        rig.pool.release("h")
+    third = rig.take()
+    assert third.probe == "model"
+    for selection in (*held, third):
+        assert rig.pool.release(selection)
+    assert rig.pool.in_flight() == 0
 
 
 # -- a property test against a simulated truth -----------------------------------------------------------
@@ -270,10 +282,10 @@ class LearningMachine(RuleBasedStateMachine):
         model = selection.model
         if self.upstream[model] >= self.truth[model] or sum(self.upstream.values()) >= self.account:
             if give_up and selection.probe is not None:  # abandoned before z.ai's 1302 came
-                self.pool.give_up_probe(selection)
+                self.pool.report_unanswered(selection, probe_given_up=True)
             else:
                 self.pool.report_error(model, error("1302"), None, selection)
-            self.pool.release(model)
+            assert self.pool.release(selection)
             return
         self.upstream[model] += 1
         self.pool.report_success(selection)
@@ -292,7 +304,7 @@ class LearningMachine(RuleBasedStateMachine):
         if self.held:
             selection = self.held.pop(index % len(self.held))
             self.upstream[selection.model] -= 1
-            self.pool.release(selection.model)
+            assert self.pool.release(selection)
 
     @rule(seconds=st.sampled_from([0.5, 5.0, 700.0]))
     def wait(self, seconds: float) -> None:
@@ -314,9 +326,9 @@ class LearningMachine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         for selection in self.held:
-            self.pool.release(selection.model)
+            assert self.pool.release(selection)
         if self.truth:
-            assert self.pool.in_flight() == 0
+            assert self.pool.in_flight() == 0 and self.pool.unanswered() == 0
 
 
 TestLearningMachine = LearningMachine.TestCase
@@ -329,28 +341,31 @@ def test_a_probe_rides_above_the_limit_and_takes_none_of_its_slots() -> None:
     held = rig.fill()
     probe = rig.take()
     assert probe.probe == "model"
-    rig.pool.release(held[0].model)  # a request within the limit ends while the probe waits for its answer
+    rig.pool.release(held[0])  # a request within the limit ends while the probe waits for its answer
     regular = rig.pool.try_acquire(Ticket("heavy"))
     assert regular is not None and regular.probe is None  # its slot is free again at once
     rig.pool.report_error("h", error("1302"), None, probe)  # the probe refused: its slot counts no more
-    rig.pool.release("h")
+    assert rig.pool.release(probe)
     assert rig.pool.try_acquire(Ticket("heavy")) is None  # back at the limit, which stays 2
+    for selection in (held[1], regular):
+        assert rig.pool.release(selection)
+    assert rig.pool.in_flight() == 0
 
 
 def test_an_abandoned_probe_gives_its_place_back_exactly_once() -> None:
     rig = Rig()
     rig.fill()
     probe = rig.take()
-    rig.pool.verdict_done(probe)
-    rig.pool.verdict_done(probe)  # idempotent: the owner may end it from several places
-    rig.pool.release("h")
+    rig.pool.report_unanswered(probe)
+    rig.pool.report_unanswered(probe)  # idempotent: the owner may end it from several places
+    assert rig.pool.release(probe)
     assert rig.pool.try_acquire(Ticket("heavy")) is None  # at the limit: no probe bonus left behind
 
 
 def test_a_probe_answered_before_an_earlier_request_raises_nothing_until_that_one_is_answered() -> None:
     rig = Rig()
-    rig.fill()
-    rig.pool.release("h")
+    held = rig.fill()
+    assert rig.pool.release(held[0])
     late = rig.take()  # 2 of 2 again; this one is still on its way to z.ai
     probe = rig.take()
     assert probe.probe == "model"
@@ -360,8 +375,9 @@ def test_a_probe_answered_before_an_earlier_request_raises_nothing_until_that_on
     rig.pool.report_success(late)  # all 3 answered and running: z.ai serves 3 at once
     status = served(rig.pool.status())["models"]["h"]
     assert (status["learnedLimit"], status["limitReason"]) == (3, "3 answered at once")
-    for _ in range(3):
-        rig.pool.release("h")
+    for selection in (held[1], late, probe):
+        assert rig.pool.release(selection)
+    assert rig.pool.in_flight() == 0
 
 
 def test_a_limit_found_full_wakes_a_waiter_to_probe_without_a_release() -> None:
@@ -376,7 +392,8 @@ def test_a_limit_found_full_wakes_a_waiter_to_probe_without_a_release() -> None:
             pool.report_success(selection)  # 2 of 2 answered and running: the limit ran full cleanly
         probe = await asyncio.wait_for(waiter, 1.0)  # no slot was released: the answer woke it
         assert probe is not None and probe.probe == "model"
-        for _ in range(3):
-            pool.release("h")
+        for selection in (*taken, probe):
+            assert selection is not None and pool.release(selection)
+        assert pool.in_flight() == 0
 
     asyncio.run(scenario())

@@ -25,8 +25,8 @@ from mitmproxy.test import taddons, tflow, tutils
 
 from chaos_mode.config.schema import default_config
 from chaos_mode.doors.error_bodies import TRIED_HEADER
-from chaos_mode.mitm import client_watch as waiting_module
 from chaos_mode.mitm.addon import META, ChaosMode
+from chaos_mode.request import routed as routed_module
 from chaos_mode.routing.pool_status import served
 from support.design_catalog import FIXED_LIMITS
 
@@ -669,7 +669,7 @@ async def one_holding_one_waiting(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> tuple[http.HTTPFlow, http.HTTPFlow, asyncio.Task[None]]:
     """The only slot held by a first flow, a second flow waiting for it in the queue."""
-    monkeypatch.setattr(waiting_module, "CLIENT_POLL_SECONDS", 0.01)
+    monkeypatch.setattr(routed_module, "CLIENT_POLL_SECONDS", 0.01)
     env.configure({**TINY, "queue": {"timeoutSeconds": 30}})
     first, second = messages_flow(), messages_flow()
     await env.request(first)

@@ -19,10 +19,10 @@ from prometheus_client.parser import text_string_to_metric_families
 import chaos_mode
 from chaos_mode.config.schema import ModelRouting, parse_config
 from chaos_mode.doors.messages import BAD_KINDS
+from chaos_mode.fleet.figures import FleetFigures
 from chaos_mode.observe.metrics import KNOWN_CODES, METRICS, ChaosMetrics, code_label
 from chaos_mode.observe.stats import OUTCOMES, WAIT_BUCKETS, Stats
-from chaos_mode.routing.pool import ChaosPool, Ticket
-from chaos_mode.routing.pool_status import FleetFigures
+from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
 from chaos_mode.zai.catalog import DEFAULT_CATALOG, REQUEST_TIERS
 from chaos_mode.zai.errors import UpstreamError, classify_error
 from support.design_catalog import FIXED_LIMITS
@@ -125,15 +125,17 @@ def test_in_flight_capacity_and_dispatched_follow_the_pool(h: Harness) -> None:
         assert h.value("chaos_model_capacity", model=name) == capacity
         assert h.value("chaos_model_in_flight", model=name) == 0.0
         assert h.value("chaos_model_dispatched_total", model=name) == 0.0
+    first = h.pool.acquire("glm-4.7")
+    assert first
     assert h.pool.acquire("glm-4.7")
-    assert h.pool.acquire("glm-4.7")
-    assert h.pool.acquire("glm-4.5")
+    other = h.pool.acquire("glm-4.5")
+    assert other
     assert h.value("chaos_model_in_flight", model="glm-4.7") == 2.0
     assert h.value("chaos_model_in_flight", model="glm-4.5") == 1.0
     assert h.value("chaos_in_flight") == 3.0
     assert h.value("chaos_utilization_ratio") == pytest.approx(3 / 28, abs=1e-4)
-    h.pool.release("glm-4.7")
-    h.pool.release("glm-4.5")
+    assert h.pool.release(first)
+    assert h.pool.release(other)
     assert h.value("chaos_model_in_flight", model="glm-4.7") == 1.0
     assert h.value("chaos_model_in_flight", model="glm-4.5") == 0.0
     assert h.value("chaos_in_flight") == 1.0
@@ -142,7 +144,10 @@ def test_in_flight_capacity_and_dispatched_follow_the_pool(h: Harness) -> None:
 
 
 def test_spurious_release_is_counted(h: Harness) -> None:
-    assert not h.pool.release("glm-4.6")
+    slot = h.pool.acquire("glm-4.6")
+    assert slot is not None and h.pool.release(slot)
+    assert h.value("chaos_spurious_releases_total") == 0.0
+    assert not h.pool.release(slot)  # given back already
     assert h.value("chaos_spurious_releases_total") == 1.0
     assert h.value("chaos_model_in_flight", model="glm-4.6") == 0.0
 
@@ -186,9 +191,10 @@ def test_account_pause_seconds(h: Harness) -> None:
 
 
 async def test_queue_length_by_tier_longest_wait_and_timeouts(h: Harness) -> None:
+    held: dict[str, list[Slot]] = {}
     for model in ("glm-4.7", "glm-4.6", "glm-4.5-x"):
-        while h.pool.acquire(model):
-            pass
+        while slot := h.pool.acquire(model):
+            held.setdefault(model, []).append(slot)
     waiters = [asyncio.create_task(h.pool.admit(Ticket("heavy"), timeout=60)) for _ in range(2)]
     await asyncio.sleep(0)  # let them join the queue
     assert h.value("chaos_queue_waiting", tier="heavy") == 2.0
@@ -196,8 +202,8 @@ async def test_queue_length_by_tier_longest_wait_and_timeouts(h: Harness) -> Non
     assert h.value("chaos_queue_waiting", tier="light") == 0.0
     h.advance(1.5)
     assert h.value("chaos_queue_longest_wait_seconds") == pytest.approx(1.5)
-    h.pool.release("glm-4.7")
-    h.pool.release("glm-4.6")
+    assert h.pool.release(held["glm-4.7"].pop())
+    assert h.pool.release(held["glm-4.6"].pop())
     assert [s.model for s in await asyncio.gather(*waiters) if s] == ["glm-4.7", "glm-4.6"]
     assert h.value("chaos_queue_waiting", tier="heavy") == 0.0
     assert h.value("chaos_queue_longest_wait_seconds") == 0.0

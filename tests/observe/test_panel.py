@@ -113,9 +113,15 @@ def learning_pool(clock: Clock, **routing: Any) -> ChaosPool:
     )
 
 
+def cell(text: str, model: str, column: str, after: str) -> str:
+    """The text of a model's row under the header's `column`, up to the header's `after`."""
+    header = text.splitlines()[4]
+    return rows(text)[model][header.index(column) : header.index(after)].strip()
+
+
 def limit_cell(text: str, model: str) -> str:
     """The Limit column of a model's row: between the in-flight/capacity cell and the cooldown."""
-    return rows(text)[model].strip("│ ").split(None, 3)[3].rsplit(None, 1)[0]
+    return cell(text, model, "Limit", "Cooldown")
 
 
 BUSY = classify_error(429, b'{"error":{"code":"1302","message":"busy"}}', now=WALL)
@@ -141,7 +147,9 @@ def test_learned_limits_show_next_to_the_catalog_value_with_probing_marks() -> N
     assert len({len(line) for line in text.splitlines()}) == 1
     clock.now += 10.0
     probe = probe_glm_4_7(pool)
-    assert limit_cell(panel(pool), "glm-4.7") == "3→2 (1302 at 3 in flight) probing"
+    text = panel(pool)
+    assert limit_cell(text, "glm-4.7") == "3→2 (1302 at 3 in flight) probing"
+    assert cell(text, "glm-4.7", "Capacity", "Limit") == "2/2 +1 probe"  # never 3/2: the probe apart
     pool.report_success(probe)
     assert limit_cell(panel(pool), "glm-4.7") == "3"  # the answered probe took it back to the catalog's
 
@@ -187,3 +195,23 @@ def test_a_configured_account_limit_raised_by_a_probe() -> None:
 )
 def test_bars(in_flight: int, capacity: int, bar: str) -> None:
     assert _bar(in_flight, capacity) == bar
+
+
+def test_utilization_never_passes_100_percent_and_a_probe_is_shown_apart() -> None:
+    """Every usable slot held and a probe riding above glm-4.7's limit: 100%, with the probe said apart."""
+    clock = Clock()
+    pool = learning_pool(clock)
+    lower_glm_4_7(pool, BUSY)  # glm-4.7's limit 2, both held
+    clock.now += 10.0
+    models = served(pool.status())["models"]
+    held = [pool.acquire(name) for name, m in models.items() for _ in range(m["capacity"] - m["inFlight"])]
+    assert all(held)
+    probe_glm_4_7(pool)
+    status = served(pool.status())
+    assert (status["inLimits"], status["totalCapacity"], status["aboveLimits"]) == (27, 27, 1)
+    assert status["utilization"] == 1.0
+    glm = status["models"]["glm-4.7"]
+    assert (glm["inFlight"], glm["capacity"], glm["aboveLimit"], glm["probes"]) == (3, 2, 1, 1)
+    text = panel(pool)
+    assert "Utilization: 100% (27/27 usable slots) +1 above the limits" in text
+    assert cell(text, "glm-4.7", "Capacity", "Limit") == "2/2 +1 probe"

@@ -111,12 +111,13 @@ async def test_status_json_has_the_seed_keys(addon: Addon, client: httpx.AsyncCl
 
 
 async def test_metrics_in_prometheus_text_format(addon: Addon, client: httpx.AsyncClient) -> None:
-    assert addon.pool.acquire("glm-4.5")
+    slot = addon.pool.acquire("glm-4.5")
+    assert slot
     response = await client.get("/metrics")
     assert response.status_code == 200
     assert response.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
     assert 'chaos_model_in_flight{model="glm-4.5"} 1.0' in response.text.splitlines()
-    addon.pool.release("glm-4.5")
+    assert addon.pool.release(slot)
     response = await client.get("/metrics")  # read at scrape time
     assert 'chaos_model_in_flight{model="glm-4.5"} 0.0' in response.text.splitlines()
 

@@ -70,7 +70,7 @@ async def test_a_failover_keeps_its_first_arrival_and_does_not_count_again() -> 
     failing_over = asyncio.create_task(settle(first, REFUSAL, now=clock()))
     await asyncio.sleep(0)
     assert pool.waiting() == 2
-    pool.release(other.model)
+    pool.release(other)
     verdict = await asyncio.wait_for(failing_over, 1)
     assert isinstance(verdict, Slot) and verdict.model == other.model
     assert not later.done()
@@ -78,7 +78,8 @@ async def test_a_failover_keeps_its_first_arrival_and_does_not_count_again() -> 
     ticket, since = pool.waits[-1]
     assert (ticket.session, ticket.counts, since) == ("conv", False, first.arrived)
     assert first.mirror()["failovers"] == 1
-    first.finish("ok")
-    assert (await asyncio.wait_for(later, 1)) is not None
-    pool.release(verdict.model)
+    first.finish("ok")  # gives `verdict` back: the request that came at 1 s has it
+    served_later = await asyncio.wait_for(later, 1)
+    assert served_later is not None and pool.release(served_later)
     assert pool.in_flight() == 0 and pool.waiting() == 0
+    assert pool.spurious_releases == 0

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from chaos_mode.config.schema import parse_config
 from chaos_mode.doors.messages import parse_message
+from chaos_mode.learning.limits import Probe
 from chaos_mode.observe.stats import OUTCOMES, Stats
 from chaos_mode.request.routed import RoutedRequest
 from chaos_mode.routing.pool import ChaosPool, Slot
@@ -40,14 +41,14 @@ class CountingPool(ChaosPool):
     granted = 0
     returned = 0
 
-    def acquire(self, model: str, probe: object = None) -> bool:
-        ok = super().acquire(model, probe)  # type: ignore[arg-type]
-        self.granted += ok
-        return ok
+    def _take(self, model: str, reason: str, probe: Probe | None, *, awaits_verdict: bool) -> Slot | None:
+        slot = super()._take(model, reason, probe, awaits_verdict=awaits_verdict)
+        self.granted += slot is not None
+        return slot
 
-    def release(self, model: str) -> bool:
+    def release(self, slot: Slot) -> bool:
         self.returned += 1
-        return super().release(model)
+        return super().release(slot)
 
 
 def make(learning: bool = True) -> tuple[RoutedRequest, CountingPool, Stats, Timers]:

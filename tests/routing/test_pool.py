@@ -78,7 +78,7 @@ def test_quality_floor_matrix(strategy: str, tier: RequestTier, models: list[str
     assert len(taken) == slots
     assert Counter(s.model for s in taken) == {m: CAPS[m] for m in models}
     assert h.pool.in_flight() == slots
-    assert h.pool.select_model(Ticket(tier)) is None
+    assert h.pool.try_acquire(Ticket(tier)) is None
 
 
 def test_a_lowered_floor_lets_heavy_requests_use_medium_models() -> None:
@@ -86,12 +86,19 @@ def test_a_lowered_floor_lets_heavy_requests_use_medium_models() -> None:
     assert Counter(s.model for s in h.fill("heavy")) == {m: CAPS[m] for m in MEDIUM}
 
 
-def test_select_model_only_looks() -> None:
+def test_a_try_acquire_that_finds_nothing_takes_nothing() -> None:
     h = Harness(routing())
-    first = h.pool.select_model(Ticket("heavy"))
+    first = h.pool.try_acquire(Ticket("heavy"))
     assert first is not None and first.model in HEAVY
+    assert h.pool.in_flight() == 1 and h.pool.dispatched == {first.model: 1}
+    assert h.pool.release(first)
     assert h.pool.in_flight() == 0
-    assert h.pool.dispatched == {}
+    taken = h.fill("heavy")
+    before = (h.pool.in_flight(), dict(h.pool.dispatched), served(h.pool.status()))
+    assert h.pool.try_acquire(Ticket("heavy")) is None  # nothing free: no side effect
+    assert (h.pool.in_flight(), dict(h.pool.dispatched), served(h.pool.status())) == before
+    for s in taken:
+        assert h.pool.release(s)
 
 
 def test_full_models_are_skipped() -> None:
@@ -123,11 +130,11 @@ def test_attempted_models_are_skipped() -> None:
     attempted = frozenset({"glm-4.7", "glm-4.6"})
     taken = h.fill("heavy", attempted=attempted)
     assert Counter(s.model for s in taken) == {"glm-4.5-x": 2}
-    assert h.pool.select_model(Ticket("heavy", frozenset(HEAVY))) is None
+    assert h.pool.try_acquire(Ticket("heavy", frozenset(HEAVY))) is None
     assert h.pool.unavailable(Ticket("heavy", frozenset(HEAVY))) == "no usable model left for heavy requests"
     assert h.pool.unavailable(Ticket("medium", frozenset(HEAVY))) is None
     for s in taken:
-        h.pool.release(s.model)
+        h.pool.release(s)
 
 
 # -- strategies through the pool ------------------------------------------------------------------
@@ -156,7 +163,7 @@ def test_least_loaded_spreads_idle_heavy_requests_over_tied_models() -> None:
         selection = h.pool.try_acquire(Ticket("heavy"))
         assert selection is not None
         picks[selection.model] += 1
-        h.pool.release(selection.model)
+        h.pool.release(selection)
     assert picks == {"glm-4.7": 5, "glm-4.6": 5}
 
 
@@ -167,7 +174,7 @@ def test_round_robin_through_the_pool() -> None:
         selection = h.pool.try_acquire(Ticket("light"))
         assert selection is not None and selection.reason == "round-robin"
         picks.append(selection.model)
-        h.pool.release(selection.model)
+        h.pool.release(selection)
     assert picks == ALL + ALL
 
 
@@ -188,7 +195,7 @@ def test_weighted_random_through_the_pool() -> None:
         selection = h.pool.try_acquire(Ticket("light"))
         assert selection is not None
         picks[selection.model] += 1
-        h.pool.release(selection.model)
+        h.pool.release(selection)
     for model in ALL:
         assert picks[model] / draws == pytest.approx(CAPS[model] / 28, abs=0.012)
 
@@ -203,7 +210,7 @@ def test_weighted_random_never_picks_a_full_model() -> None:
         selection = h.pool.try_acquire(Ticket("medium"))
         assert selection is not None
         picks[selection.model] += 1
-        h.pool.release(selection.model)
+        h.pool.release(selection)
     # free: 3, 3, 2, 1, 4 of 13
     assert picks["glm-4.5"] / 2000 == pytest.approx(1 / 13, abs=0.03)
     assert picks["glm-4.5-air"] / 2000 == pytest.approx(4 / 13, abs=0.03)
@@ -211,7 +218,7 @@ def test_weighted_random_never_picks_a_full_model() -> None:
     for _ in range(300):
         selection = h.pool.try_acquire(Ticket("medium"))
         assert selection is not None and selection.model != "glm-4.5"
-        h.pool.release(selection.model)
+        h.pool.release(selection)
 
 
 # -- slots ----------------------------------------------------------------------------------------
@@ -228,7 +235,7 @@ def test_acquire_release_tracking_and_dispatched_counts() -> None:
         assert h.pool.dispatched[model] == n
     assert held(h.pool) == dict(per_model)
     for s in taken:
-        assert s is not None and h.pool.release(s.model)
+        assert s is not None and h.pool.release(s)
     assert h.pool.in_flight() == 0
     assert h.pool.dispatched == dict(per_model)  # dispatched counts requests, not slots held
     assert served(h.pool.status())["usedCapacity"] == 0
@@ -236,35 +243,41 @@ def test_acquire_release_tracking_and_dispatched_counts() -> None:
 
 def test_release_without_a_held_slot_is_clamped() -> None:
     h = Harness(routing())
-    assert h.pool.release("glm-4.7") is False
-    assert h.pool.release("not-a-model") is False
-    assert h.pool.acquire("glm-4.7")
-    assert h.pool.release("glm-4.7") is True
-    assert h.pool.release("glm-4.7") is False
+    assert h.pool.release(Slot("glm-4.7", "never taken here")) is False
+    slot = h.pool.acquire("glm-4.7")
+    assert slot is not None and slot.model == "glm-4.7"
+    assert h.pool.release(slot) is True
+    assert h.pool.release(slot) is False  # already given back
+    assert h.pool.release(slot) is False
     assert h.pool.in_flight("glm-4.7") == 0
     assert h.pool.in_flight() == 0
     status = served(h.pool.status())
     assert status["spuriousReleases"] == 3
     assert status["models"]["glm-4.7"]["inFlight"] == 0
     # A later acquire still counts from zero: the clamp left no debt.
-    assert h.pool.acquire("glm-4.7") and h.pool.in_flight("glm-4.7") == 1
-    h.pool.release("glm-4.7")
+    again = h.pool.acquire("glm-4.7")
+    assert again and h.pool.in_flight("glm-4.7") == 1
+    # A slot given back already gives back nothing else of its model.
+    assert h.pool.release(slot) is False and h.pool.in_flight("glm-4.7") == 1
+    assert served(h.pool.status())["spuriousReleases"] == 4
+    assert h.pool.release(again) is True
 
 
 def test_acquire_of_an_unknown_model_fails() -> None:
     h = Harness(routing())
-    assert h.pool.acquire("gpt-4o") is False
+    assert h.pool.acquire("gpt-4o") is None
     assert h.pool.in_flight() == 0
 
 
 def test_all_full_is_backpressure() -> None:
     h = Harness(routing())
-    assert len(h.fill("light")) == 28
+    taken = h.fill("light")
+    assert len(taken) == 28
     for tier in REQUEST_TIERS:
-        assert h.pool.select_model(Ticket(tier)) is None
         assert h.pool.try_acquire(Ticket(tier)) is None
+        assert h.pool.in_flight() == 28
         assert h.pool.unavailable(Ticket(tier)) is None  # full is temporary: worth waiting
-    assert h.pool.release("glm-4.5")
+    assert h.pool.release(next(s for s in taken if s.model == "glm-4.5"))
     assert h.pool.try_acquire(Ticket("heavy")) is None  # the freed slot is below the heavy floor
     assert h.pool.try_acquire(Ticket("medium")) == Slot("glm-4.5", "least-loaded")
 
@@ -276,7 +289,7 @@ def test_account_cap_is_enforced_below_the_sum(cap: int) -> None:
     assert served(h.pool.status())["totalCapacity"] == cap
     # A direct acquire of a model with room of its own is refused too.
     roomy = next(m for m in ALL if h.pool.in_flight(m) < CAPS[m])
-    assert h.pool.acquire(roomy) is False
+    assert h.pool.acquire(roomy) is None
     assert h.pool.in_flight() == cap
 
 
@@ -316,7 +329,7 @@ def test_cost_guard_without_a_fit_takes_the_cheapest_eligible() -> None:
     light = h.pool.try_acquire(Ticket("light", request=REQUEST))
     assert light is not None and light.model in FREE and light.reason == "least-loaded (cost guard)"
     for s in (heavy, medium, light):
-        h.pool.release(s.model)
+        h.pool.release(s)
 
 
 def test_the_cost_guard_fallback_still_spreads_load_over_equally_cheap_models() -> None:
@@ -326,7 +339,7 @@ def test_the_cost_guard_fallback_still_spreads_load_over_equally_cheap_models() 
     assert Counter(s.model for s in picks if s) == {"glm-4.7": 2, "glm-4.6": 2}
     for s in picks:
         assert s is not None and s.reason.startswith("cost guard")
-        h.pool.release(s.model)
+        h.pool.release(s)
 
 
 def test_cost_guard_needs_a_request() -> None:
@@ -337,8 +350,9 @@ def test_cost_guard_needs_a_request() -> None:
 def test_cost_guard_keeps_the_floor_when_cheaper_models_are_free() -> None:
     h = Harness(chaos(maxCostPerRequest=0.000001, strategy="round-robin"))
     for _ in range(20):
-        selection = h.pool.select_model(Ticket("heavy", request=REQUEST))
+        selection = h.pool.try_acquire(Ticket("heavy", request=REQUEST))
         assert selection is not None and TIER_RANK[h.pool.config.models[selection.model].tier] == 3
+        assert h.pool.release(selection)
 
 
 # -- upstream errors ------------------------------------------------------------------------------
@@ -398,10 +412,11 @@ def test_model_day_lasts_until_the_next_beijing_midnight() -> None:
     assert seconds == 3600.0  # 23:00 -> 00:00 in Beijing
     status = served(h.pool.status())["models"]["glm-4.5"]
     assert status["outOfRotation"] == "daily call limit (1304)"
-    assert "glm-4.5" not in {s.model for s in h.fill("medium")}
-    for model, n in held(h.pool).items():
-        for _ in range(n):
-            h.pool.release(model)
+    taken = h.fill("medium")
+    assert "glm-4.5" not in {s.model for s in taken}
+    for s in taken:
+        assert h.pool.release(s)
+    assert h.pool.in_flight() == 0
     h.advance(3599.0)
     assert served(h.pool.status())["models"]["glm-4.5"]["outOfRotation"] is not None
     h.advance(1.0)
@@ -417,8 +432,8 @@ def test_account_pause_stops_everything_until_the_reset() -> None:
     )
     assert h.pool.report_error("glm-4.7", error) == 7200.0
     for tier in REQUEST_TIERS:
-        assert h.pool.select_model(Ticket(tier)) is None
         assert h.pool.try_acquire(Ticket(tier)) is None
+        assert h.pool.in_flight() == 0
         reason = h.pool.unavailable(Ticket(tier))
         assert reason == "account paused for 7200 s: 5-hour usage limit (1308)"
     assert served(h.pool.status())["accountPause"] == {
@@ -432,7 +447,7 @@ def test_account_pause_stops_everything_until_the_reset() -> None:
     assert h.pool.unavailable(Ticket("light")) is None
     selection = h.pool.try_acquire(Ticket("light"))
     assert selection is not None
-    h.pool.release(selection.model)
+    h.pool.release(selection)
 
 
 @pytest.mark.parametrize(
@@ -449,14 +464,14 @@ def test_account_pause_fallbacks(code: str, retry_after: float | None, seconds: 
     assert h.pool.report_error("glm-4.5", h.error(code), retry_after=retry_after) == seconds
     assert h.pool.try_acquire(Ticket("light")) is None
     h.advance(seconds)
-    assert h.pool.select_model(Ticket("light")) is not None
+    assert h.pool.try_acquire(Ticket("light")) is not None
 
 
 def test_a_reset_time_in_the_past_pauses_nothing() -> None:
     h = Harness(routing())
     error = h.error("1308", "reset at 2026-03-01 00:00:00")
     assert h.pool.report_error("glm-4.5", error) == 0.0
-    assert h.pool.select_model(Ticket("light")) is not None
+    assert h.pool.try_acquire(Ticket("light")) is not None
 
 
 @pytest.mark.parametrize(
@@ -485,17 +500,20 @@ def test_a_conversation_keeps_its_model() -> None:
     h = Harness(sticky_config())
     first = h.pool.try_acquire(Ticket("heavy", sticky_key="conv-1"))
     assert first is not None
+    taken = [first]
     # Least-loaded alone would now pick the other heavy model; the conversation stays.
     for _ in range(2):
         again = h.pool.try_acquire(Ticket("heavy", sticky_key="conv-1"))
         assert again == Slot(first.model, "sticky")
+        taken.append(again)
     other = h.pool.try_acquire(Ticket("heavy", sticky_key="conv-2"))
     assert other is not None and other.model != first.model
+    taken.append(other)
     status = served(h.pool.status())["sticky"]
     assert status == {"enabled": True, "entries": 2, "moves": 0}
-    for model, n in held(h.pool).items():
-        for _ in range(n):
-            h.pool.release(model)
+    for s in taken:
+        assert s is not None and h.pool.release(s)
+    assert h.pool.in_flight() == 0
 
 
 def test_a_conversation_moves_off_a_cooling_model_and_sticks_to_the_new_one() -> None:
@@ -503,47 +521,56 @@ def test_a_conversation_moves_off_a_cooling_model_and_sticks_to_the_new_one() ->
     first = h.pool.try_acquire(Ticket("heavy", sticky_key="conv"))
     assert first is not None
     h.pool.report_error(first.model, h.error("1302"))
-    h.pool.release(first.model)
+    h.pool.release(first)
     moved = h.pool.try_acquire(Ticket("heavy", sticky_key="conv"))
     assert moved is not None and moved.model != first.model
     assert moved.reason == f"least-loaded (sticky moved from {first.model})"
     assert served(h.pool.status())["sticky"]["moves"] == 1
-    h.pool.release(moved.model)
+    assert h.pool.release(moved)
     h.advance(60.0)  # the old model is usable again; the conversation stays where it went
-    assert h.pool.try_acquire(Ticket("heavy", sticky_key="conv")) == Slot(moved.model, "sticky")
+    stayed = h.pool.try_acquire(Ticket("heavy", sticky_key="conv"))
+    assert stayed == Slot(moved.model, "sticky")
     assert served(h.pool.status())["sticky"]["moves"] == 1
-    h.pool.release(moved.model)
+    assert stayed is not None and h.pool.release(stayed)
+    assert h.pool.in_flight() == 0
 
 
 def test_a_conversation_moves_off_a_model_out_of_rotation() -> None:
     h = Harness(sticky_config())
     first = h.pool.try_acquire(Ticket("light", sticky_key="conv"))
     assert first is not None
-    h.pool.release(first.model)
+    h.pool.release(first)
     h.pool.report_error(first.model, h.error("1211"))
     moved = h.pool.try_acquire(Ticket("light", sticky_key="conv"))
     assert moved is not None and moved.model != first.model and "sticky moved" in moved.reason
-    h.pool.release(moved.model)
+    h.pool.release(moved)
 
 
-def test_select_model_does_not_count_a_move() -> None:
+def test_a_move_counts_only_when_a_slot_is_taken() -> None:
     h = Harness(sticky_config())
     first = h.pool.try_acquire(Ticket("heavy", sticky_key="conv"))
     assert first is not None
     h.pool.report_error(first.model, h.error("1302"))
-    assert h.pool.select_model(Ticket("heavy", sticky_key="conv")) is not None
+    others = h.fill("heavy")  # every other heavy model full
+    assert others and first.model not in {s.model for s in others}
+    assert h.pool.try_acquire(Ticket("heavy", sticky_key="conv")) is None  # nothing taken: no move
     assert served(h.pool.status())["sticky"]["moves"] == 0
-    h.pool.release(first.model)
+    assert h.pool.release(others.pop())
+    moved = h.pool.try_acquire(Ticket("heavy", sticky_key="conv"))
+    assert moved is not None and moved.model != first.model
+    assert served(h.pool.status())["sticky"]["moves"] == 1
+    for s in (first, moved, *others):
+        assert h.pool.release(s)
 
 
 def test_sticky_is_off_unless_configured() -> None:
     h = Harness(routing())
-    picks = {s.model for s in (h.pool.try_acquire(Ticket("heavy", sticky_key="conv")) for _ in range(3)) if s}
+    taken = [h.pool.try_acquire(Ticket("heavy", sticky_key="conv")) for _ in range(3)]
+    picks = {s.model for s in taken if s}
     assert len(picks) > 1
     assert served(h.pool.status())["sticky"] == {"enabled": False, "entries": 0, "moves": 0}
-    for model, n in held(h.pool).items():
-        for _ in range(n):
-            h.pool.release(model)
+    for s in taken:
+        assert s is not None and h.pool.release(s)
 
 
 def test_sticky_entries_expire() -> None:
@@ -551,16 +578,17 @@ def test_sticky_entries_expire() -> None:
     first = h.pool.try_acquire(Ticket("heavy", sticky_key="conv"))
     assert first is not None
     h.advance(9.0)
-    assert h.pool.try_acquire(Ticket("heavy", sticky_key="conv")) == Slot(first.model, "sticky")  # refreshed
+    refreshed = h.pool.try_acquire(Ticket("heavy", sticky_key="conv"))
+    assert refreshed == Slot(first.model, "sticky")  # refreshed
     h.advance(9.0)
-    assert h.pool.try_acquire(Ticket("heavy", sticky_key="conv")) == Slot(first.model, "sticky")
+    again = h.pool.try_acquire(Ticket("heavy", sticky_key="conv"))
+    assert again == Slot(first.model, "sticky")
     h.advance(10.0)
     after = h.pool.try_acquire(Ticket("heavy", sticky_key="conv"))
     assert after is not None and after.reason == "least-loaded"
     assert served(h.pool.status())["sticky"]["moves"] == 0  # an expired entry is no move
-    for model, n in held(h.pool).items():
-        for _ in range(n):
-            h.pool.release(model)
+    for s in (first, refreshed, again, after):
+        assert s is not None and h.pool.release(s)
 
 
 def test_sticky_entries_are_evicted_least_recent_first() -> None:
@@ -570,14 +598,14 @@ def test_sticky_entries_are_evicted_least_recent_first() -> None:
         selection = h.pool.try_acquire(Ticket("light", sticky_key=key))
         assert selection is not None
         models[key] = selection.model
-        h.pool.release(selection.model)
+        h.pool.release(selection)
     assert served(h.pool.status())["sticky"]["entries"] == 2
-    assert h.pool.try_acquire(Ticket("light", sticky_key="c")) == Slot(models["c"], "sticky")
+    c_again = h.pool.try_acquire(Ticket("light", sticky_key="c"))
+    assert c_again == Slot(models["c"], "sticky")
     a_again = h.pool.try_acquire(Ticket("light", sticky_key="a"))
     assert a_again is not None and a_again.reason != "sticky"
-    for model, n in held(h.pool).items():
-        for _ in range(n):
-            h.pool.release(model)
+    for s in (c_again, a_again):
+        assert s is not None and h.pool.release(s)
 
 
 # -- reconfigure and status -----------------------------------------------------------------------
@@ -595,21 +623,27 @@ def test_reconfigure_keeps_in_flight_counts_and_cooldowns() -> None:
     selection = h.pool.try_acquire(Ticket("medium"))
     assert selection is None  # glm-4.5 cooling, glm-4.5-air excluded: no medium-grade slot
     for s in taken:
-        assert h.pool.release(s.model)
+        assert h.pool.release(s)
     assert h.pool.in_flight() == 0
 
 
 def test_reconfigure_lowering_caps_below_what_is_held() -> None:
     h = Harness(routing())
-    assert len(h.fill("heavy")) == 8
+    taken = h.fill("heavy")
+    assert len(taken) == 8
     h.pool.reconfigure(routing(accountConcurrency=4))
     assert h.pool.try_acquire(Ticket("light")) is None
-    assert served(h.pool.status())["usedCapacity"] == 8
-    assert served(h.pool.status())["utilization"] == 2.0
+    status = served(h.pool.status())
+    assert (status["usedCapacity"], status["inLimits"], status["aboveLimits"]) == (8, 4, 4)
+    assert status["utilization"] == 1.0  # never above 100%: the 4 held above the new cap are said apart
+
+    def give_back(model: str) -> None:
+        assert h.pool.release(taken.pop(next(i for i, s in enumerate(taken) if s.model == model)))
+
     for model in ["glm-4.7"] * 3 + ["glm-4.6"]:
-        h.pool.release(model)
+        give_back(model)
     assert h.pool.try_acquire(Ticket("light")) is None  # 4 held, cap 4
-    h.pool.release("glm-4.6")
+    give_back("glm-4.6")
     assert h.pool.try_acquire(Ticket("light")) is not None
 
 
@@ -648,7 +682,8 @@ def test_a_model_no_tier_may_use_is_not_usable_capacity(block: dict[str, Any], m
 
 def test_reconfigure_dropping_a_model_that_is_held() -> None:
     h = Harness(routing())
-    assert h.pool.acquire("glm-4.5-x")
+    slot = h.pool.acquire("glm-4.5-x")
+    assert slot is not None
     small = routing(models={"glm-4.7": {"tier": "HEAVY", "maxConcurrency": 3}})
     h.pool.reconfigure(small)
     status = served(h.pool.status())
@@ -656,7 +691,7 @@ def test_reconfigure_dropping_a_model_that_is_held() -> None:
     assert status["models"]["glm-4.5-x"]["capacity"] == 0
     assert status["totalCapacity"] == 3
     assert status["outCapacity"]["models"] == {"glm-4.5-x": "not in the catalog (dropped by a reload)"}
-    assert h.pool.release("glm-4.5-x") is True
+    assert h.pool.release(slot) is True
     assert h.pool.in_flight() == 0
 
 
@@ -666,6 +701,8 @@ STATUS_KEYS = {
     "models",
     "totalCapacity",
     "usedCapacity",
+    "inLimits",
+    "aboveLimits",
     "outCapacity",
     "utilization",
     "accountPause",
@@ -677,6 +714,8 @@ STATUS_KEYS = {
     "learning",
 }
 MODEL_KEYS = {
+    "aboveLimit",
+    "probes",
     "tier",
     "dispatched",
     "inFlight",
@@ -729,6 +768,8 @@ def test_status() -> None:
         "dispatched": 10,
         "inFlight": 10,
         "capacity": 10,
+        "aboveLimit": 0,
+        "probes": 0,
         "cooldownRemaining": 0.0,
         "outOfRotation": None,
         "cooldownReason": None,

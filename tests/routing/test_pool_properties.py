@@ -105,13 +105,14 @@ def eligible(config: ModelRouting, model: str, tier: RequestTier) -> bool:
 
 
 class PoolMachine(RuleBasedStateMachine):
-    """Drives one pool; `held` is the model of every slot the test holds."""
+    """Drives one pool; `held` is every slot the test holds, `given_back` every slot it gave back."""
 
     def __init__(self) -> None:
         super().__init__()
         self.clock = FakeClock(1000.0)
         self.wall = FakeClock(1_780_000_000.0)
-        self.held: list[str] = []
+        self.held: list[Slot] = []
+        self.given_back: list[Slot] = []
         self.over_cap_allowance = 0  # slots held above a cap lowered by reconfigure
 
     @initialize(options=config_options, account_cap=account_caps, seed=st.integers(0, 2**32 - 1))
@@ -173,7 +174,7 @@ class PoolMachine(RuleBasedStateMachine):
         assert total < self.config.total_capacity
         after = self.counts()
         assert after == before | {selection.model: before[selection.model] + 1}
-        self.held.append(selection.model)
+        self.held.append(selection)
 
     @rule(
         tier=st.sampled_from(TIERS),
@@ -181,20 +182,24 @@ class PoolMachine(RuleBasedStateMachine):
         request=requests,
         sticky_key=st.none() | st.sampled_from(["conv-a", "conv-b"]),
     )
-    def select(
+    def take_and_give_back(
         self,
         tier: RequestTier,
         attempted: frozenset[str],
         request: RequestInfo | None,
         sticky_key: str | None,
     ) -> None:
+        """A slot taken and given back at once (a request that ends before it is sent) leaves the counts
+        as they were."""
         before = self.counts()
         expected = self.could_serve(tier, attempted)
-        selection = self.pool.select_model(Ticket(tier, attempted, request=request, sticky_key=sticky_key))
+        selection = self.pool.try_acquire(Ticket(tier, attempted, request=request, sticky_key=sticky_key))
         assert (selection is not None) == expected
         if selection is not None:
             self.check_selection(selection, tier, attempted)
             assert before[selection.model] < self.caps[selection.model]
+            assert self.pool.release(selection) is True
+            self.given_back.append(selection)
         assert self.counts() == before
 
     @rule(model=st.sampled_from([*MODELS, "not-a-model"]))
@@ -206,24 +211,29 @@ class PoolMachine(RuleBasedStateMachine):
             and before[model] < self.caps[model]
             and self.pool.in_flight() < self.config.total_capacity
         )
-        assert self.pool.acquire(model) is room
-        if room:
-            self.held.append(model)
+        slot = self.pool.acquire(model)
+        assert (slot is not None) is room
+        if slot is not None:
+            assert slot.model == model
+            self.held.append(slot)
 
     @rule(index=st.integers(min_value=0))
     def release_held(self, index: int) -> None:
         if not self.held:
             return
-        model = self.held.pop(index % len(self.held))
-        assert self.pool.release(model) is True
+        slot = self.held.pop(index % len(self.held))
+        assert self.pool.release(slot) is True
+        self.given_back.append(slot)
 
-    @rule(model=st.sampled_from([*MODELS, "not-a-model"]))
-    def release_not_held(self, model: str) -> None:
-        if model in self.held:
-            return
+    @rule(index=st.integers(min_value=0), model=st.sampled_from([*MODELS, "not-a-model"]))
+    def release_not_held(self, index: int, model: str) -> None:
+        """A slot given back already, or one never taken here (of any model, known or not), gives back
+        nothing: not even another slot of its model that is held."""
+        candidates = [*self.given_back, Slot(model, "never taken here")]
+        slot = candidates[index % len(candidates)]
         before = self.counts()
         spurious = self.pool.spurious_releases
-        assert self.pool.release(model) is False
+        assert self.pool.release(slot) is False
         assert self.counts() == before
         assert self.pool.spurious_releases == spurious + 1
 
@@ -275,13 +285,13 @@ class PoolMachine(RuleBasedStateMachine):
         counts = self.counts()
         for model, n in counts.items():
             assert 0 <= n <= self.caps[model]
-        assert counts == {model: Counter(self.held)[model] for model in MODELS}
+        assert counts == {model: Counter(s.model for s in self.held)[model] for model in MODELS}
         assert self.pool.in_flight() == len(self.held)
         assert self.pool.in_flight() <= max(self.config.total_capacity, self.over_cap_allowance)
         status = served(self.pool.status())
         assert status["usedCapacity"] == len(self.held)
         assert sum(m["inFlight"] for m in status["models"].values()) == len(self.held)
-        for model, n in counts.items():  # a slot given back by name awaits no verdict any more
+        for model, n in counts.items():  # a slot given back awaits no verdict any more
             assert 0 <= self.pool.unanswered(model) <= n
 
     def teardown(self) -> None:

@@ -14,7 +14,22 @@ def test_camel() -> None:
 
 
 def model(limit: ModelLimit | None) -> ModelStatus:
-    return ModelStatus("heavy", 1, 2, 3, 3, limit, 0.0, None, None, False, False, True)
+    return ModelStatus(
+        tier="heavy",
+        dispatched=1,
+        in_flight=2,
+        capacity=3,
+        above_limit=0,
+        probes=0,
+        catalog_limit=3,
+        limit=limit,
+        cooldown_remaining=0.0,
+        out_of_rotation=None,
+        cooldown_reason=None,
+        excluded=False,
+        free=False,
+        usable=True,
+    )
 
 
 def test_a_flat_field_spreads_into_its_parent_and_is_left_out_when_none() -> None:

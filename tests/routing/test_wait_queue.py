@@ -65,13 +65,14 @@ async def test_a_free_slot_is_taken_at_once(make_pool: MakePool) -> None:
     assert pool.in_flight("solo") == 1
     queue = served(pool.status())["queue"]
     assert (queue["admitted"], queue["rejected"], queue["waiting"], queue["avgWaitMs"]) == (1, 0, 0, 0.0)
-    pool.release("solo")
+    assert selection is not None and pool.release(selection)
 
 
 async def test_waiters_are_served_in_arrival_order(make_pool: MakePool) -> None:
     clock = FakeClock()
     pool = make_pool(routing(SOLO), clock)
-    assert await pool.admit(Ticket("heavy")) is not None
+    holder = await pool.admit(Ticket("heavy"))
+    assert holder is not None
     tasks = []
     for _ in range(3):
         tasks.append(asyncio.create_task(pool.admit(Ticket("heavy"))))
@@ -85,73 +86,83 @@ async def test_waiters_are_served_in_arrival_order(make_pool: MakePool) -> None:
     async with asyncio.timeout(2):
         pending = set(tasks)
         while pending:
-            pool.release("solo")
+            assert pool.release(holder)
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
             assert len(done) == 1
             task = done.pop()
-            assert task.result() == Slot("solo", "least-loaded")
+            served_now = task.result()
+            assert served_now == Slot("solo", "least-loaded")
+            assert served_now is not None
+            holder = served_now
             order.append(tasks.index(task))
             assert pool.in_flight("solo") == 1
     assert order == [0, 1, 2]
     queue = served(pool.status())["queue"]
     assert queue["admitted"] == 4
     assert queue["avgWaitMs"] == 1000 * (3 + 2 + 1) / 4  # waited 3, 2, 1 s on the fake clock; the first 0
-    pool.release("solo")
+    assert pool.release(holder)
 
 
 async def test_no_head_of_line_blocking(make_pool: MakePool) -> None:
     pool = make_pool(routing(HEAVY_AND_LIGHT))
-    assert await pool.admit(Ticket("heavy")) == Slot("h", "least-loaded")
+    heavy = await pool.admit(Ticket("heavy"))
+    assert heavy == Slot("h", "least-loaded")
     heavy_waiter = asyncio.create_task(pool.admit(Ticket("heavy")))
     await settle()
     assert pool.waiting() == 1
     light = asyncio.create_task(pool.admit(Ticket("light")))
     await asyncio.sleep(0)  # one step: it never waits for a release
     assert light.done()
-    assert light.result() == Slot("l", "least-loaded")
+    light_slot = light.result()
+    assert light_slot == Slot("l", "least-loaded")
     assert not heavy_waiter.done()
     assert pool.waiting() == 1
-    pool.release("l")
-    pool.release("h")
+    assert light_slot is not None and pool.release(light_slot)
+    assert heavy is not None and pool.release(heavy)
     async with asyncio.timeout(1):
-        assert await heavy_waiter == Slot("h", "least-loaded")
-    pool.release("h")
+        heavy = await heavy_waiter
+        assert heavy == Slot("h", "least-loaded")
+    assert pool.release(heavy)
 
 
 async def test_a_waiter_passed_over_keeps_its_place(make_pool: MakePool) -> None:
     pool = make_pool(routing(HEAVY_AND_LIGHT))
-    assert pool.try_acquire(Ticket("heavy")) is not None
-    assert pool.try_acquire(Ticket("light")) is not None
+    held_h = pool.try_acquire(Ticket("heavy"))
+    held_l = pool.try_acquire(Ticket("light"))
+    assert held_h is not None and held_l is not None
     heavy = asyncio.create_task(pool.admit(Ticket("heavy")))
     await settle()
     light = asyncio.create_task(pool.admit(Ticket("light")))
     await settle()
-    pool.release("l")  # only the light waiter can use it
+    assert pool.release(held_l)  # only the light waiter can use it
     await settle()
     assert light.done() and light.result() == Slot("l", "least-loaded")
     assert not heavy.done()
-    pool.release("h")  # the heavy waiter, oldest, goes first even though the light one could use h
+    assert pool.release(held_h)  # the heavy waiter, oldest, goes first even though the light one could use h
     await settle()
     assert heavy.done() and heavy.result() == Slot("h", "least-loaded")
-    pool.release("h")
-    pool.release("l")
+    for task in (heavy, light):
+        slot = task.result()
+        assert slot is not None and pool.release(slot)
 
 
 async def test_a_timeout_returns_none_and_holds_nothing(make_pool: MakePool) -> None:
     pool = make_pool(routing(SOLO, queue={"timeoutSeconds": 0.01}))
-    assert await pool.admit(Ticket("heavy")) is not None
+    holder = await pool.admit(Ticket("heavy"))
+    assert holder is not None
     async with asyncio.timeout(2):
         assert await pool.admit(Ticket("heavy")) is None  # the config's timeout
         assert await pool.admit(Ticket("heavy"), timeout=0) is None  # an explicit one
     queue = served(pool.status())["queue"]
     assert (queue["timeouts"], queue["rejected"], queue["admitted"], queue["waiting"]) == (2, 2, 1, 0)
     assert pool.in_flight() == 1
-    pool.release("solo")
+    assert pool.release(holder)
 
 
 async def test_a_cancelled_waiter_holds_nothing_and_the_queue_goes_on(make_pool: MakePool) -> None:
     pool = make_pool(routing(SOLO))
-    assert await pool.admit(Ticket("heavy")) is not None
+    holder = await pool.admit(Ticket("heavy"))
+    assert holder is not None
     first = asyncio.create_task(pool.admit(Ticket("heavy")))
     second = asyncio.create_task(pool.admit(Ticket("heavy")))
     await settle()
@@ -161,30 +172,34 @@ async def test_a_cancelled_waiter_holds_nothing_and_the_queue_goes_on(make_pool:
         await first
     assert pool.waiting() == 1
     assert pool.in_flight() == 1
-    pool.release("solo")
+    assert pool.release(holder)
     async with asyncio.timeout(1):
-        assert await second == Slot("solo", "least-loaded")
+        holder = await second
+        assert holder == Slot("solo", "least-loaded")
     assert pool.in_flight() == 1
-    pool.release("solo")
+    assert pool.release(holder)
 
 
 async def test_a_slot_granted_to_a_cancelled_waiter_is_given_back(make_pool: MakePool) -> None:
     pool = make_pool(routing(SOLO))
-    assert await pool.admit(Ticket("heavy")) is not None
+    holder = await pool.admit(Ticket("heavy"))
+    assert holder is not None
     first = asyncio.create_task(pool.admit(Ticket("heavy")))
     second = asyncio.create_task(pool.admit(Ticket("heavy")))
     await settle()
-    pool.release("solo")  # handed to the first waiter at once...
+    assert pool.release(holder)  # handed to the first waiter at once...
     assert pool.in_flight() == 1
     first.cancel()  # ...which is cancelled before it could run again
     with pytest.raises(asyncio.CancelledError):
         await first
     # The slot went back and on to the next waiter.
     async with asyncio.timeout(1):
-        assert await second == Slot("solo", "least-loaded")
+        holder = await second
+        assert holder == Slot("solo", "least-loaded")
     assert pool.in_flight() == 1
-    pool.release("solo")
+    assert pool.release(holder)
     assert pool.in_flight() == 0
+    assert pool.spurious_releases == 0  # the cancelled waiter's slot went back exactly once
 
 
 async def test_a_slot_granted_as_the_timeout_fires_is_given_back() -> None:
@@ -206,17 +221,19 @@ async def test_a_slot_granted_as_the_timeout_fires_is_given_back() -> None:
 
 async def test_queue_disabled_answers_at_once(make_pool: MakePool) -> None:
     pool = make_pool(routing(SOLO, queue={"enabled": False}))
-    assert await pool.admit(Ticket("heavy")) is not None
+    holder = await pool.admit(Ticket("heavy"))
+    assert holder is not None
     attempt = asyncio.create_task(pool.admit(Ticket("heavy")))
     await asyncio.sleep(0)
     assert attempt.done() and attempt.result() is None
     assert served(pool.status())["queue"]["rejected"] == 1
-    pool.release("solo")
+    assert pool.release(holder)
 
 
 async def test_max_waiting_reached(make_pool: MakePool) -> None:
     pool = make_pool(routing(HEAVY_AND_LIGHT, queue={"maxWaiting": 1}))
-    assert await pool.admit(Ticket("heavy")) is not None
+    heavy = await pool.admit(Ticket("heavy"))
+    assert heavy is not None
     waiter = asyncio.create_task(pool.admit(Ticket("heavy")))
     await settle()
     extra = asyncio.create_task(pool.admit(Ticket("heavy")))
@@ -225,17 +242,20 @@ async def test_max_waiting_reached(make_pool: MakePool) -> None:
     # With the queue full, a request that can be served now still is.
     light = asyncio.create_task(pool.admit(Ticket("light")))
     await asyncio.sleep(0)
-    assert light.done() and light.result() == Slot("l", "least-loaded")
-    pool.release("l")
-    pool.release("h")
+    light_slot = light.result() if light.done() else None
+    assert light_slot == Slot("l", "least-loaded")
+    assert light_slot is not None and pool.release(light_slot)
+    assert pool.release(heavy)
     async with asyncio.timeout(1):
-        assert await waiter == Slot("h", "least-loaded")
-    pool.release("h")
+        heavy = await waiter
+        assert heavy == Slot("h", "least-loaded")
+    assert pool.release(heavy)
 
 
 async def test_nothing_waits_for_what_cannot_come(make_pool: MakePool) -> None:
     pool = make_pool(routing(HEAVY_AND_LIGHT))
-    assert await pool.admit(Ticket("heavy")) is not None
+    heavy = await pool.admit(Ticket("heavy"))
+    assert heavy is not None
     pool.report_error("l", busy("1113"))
     attempt = asyncio.create_task(pool.admit(Ticket("heavy", attempted=frozenset({"h"}))))
     await asyncio.sleep(0)
@@ -245,34 +265,38 @@ async def test_nothing_waits_for_what_cannot_come(make_pool: MakePool) -> None:
     await asyncio.sleep(0)
     assert paused.done() and paused.result() is None
     assert served(pool.status())["queue"]["rejected"] == 2
-    pool.release("h")
+    assert pool.release(heavy)
 
 
 async def test_restore_wakes_a_waiter(make_pool: MakePool) -> None:
     pool = make_pool(routing(HEAVY_AND_LIGHT))
-    assert await pool.admit(Ticket("heavy")) is not None
+    heavy = await pool.admit(Ticket("heavy"))
+    assert heavy is not None
     pool.report_error("l", busy("1311"))
     waiter = asyncio.create_task(pool.admit(Ticket("light")))
     await settle()
     assert not waiter.done()
     pool.restore("l")
     async with asyncio.timeout(1):
-        assert await waiter == Slot("l", "least-loaded")
-    pool.release("l")
-    pool.release("h")
+        light = await waiter
+        assert light == Slot("l", "least-loaded")
+    assert pool.release(light)
+    assert pool.release(heavy)
 
 
 async def test_more_capacity_from_reconfigure_wakes_waiters(make_pool: MakePool) -> None:
     pool = make_pool(routing(SOLO))
-    assert await pool.admit(Ticket("heavy")) is not None
+    first = await pool.admit(Ticket("heavy"))
+    assert first is not None
     waiters = [asyncio.create_task(pool.admit(Ticket("heavy"))) for _ in range(2)]
     await settle()
     pool.reconfigure(routing({"solo": {"tier": "HEAVY", "maxConcurrency": 3}}))
     async with asyncio.timeout(1):
-        assert await asyncio.gather(*waiters) == [Slot("solo", "least-loaded")] * 2
+        woken = await asyncio.gather(*waiters)
+        assert woken == [Slot("solo", "least-loaded")] * 2
     assert pool.in_flight() == 3
-    for _ in range(3):
-        pool.release("solo")
+    for slot in (first, *woken):
+        assert slot is not None and pool.release(slot)
 
 
 COOLING = {"solo": {"tier": "HEAVY", "maxConcurrency": 2}}
@@ -281,29 +305,31 @@ SHORT_COOLDOWN = {"defaultSeconds": 0.1, "maxSeconds": 1, "trialWhenIdle": False
 
 async def test_a_cooldown_ending_wakes_a_waiter(make_pool: MakePool) -> None:
     pool = make_pool(routing(COOLING, cooldown=SHORT_COOLDOWN), time.monotonic)
-    assert await pool.admit(Ticket("heavy")) is not None
+    first = await pool.admit(Ticket("heavy"))
+    assert first is not None
     pool.report_error("solo", busy())  # a free slot, but cooling for 0.1 s
     started = time.monotonic()
     async with asyncio.timeout(1):
         selection = await pool.admit(Ticket("heavy"), timeout=1)
     assert selection == Slot("solo", "least-loaded")
     assert time.monotonic() - started >= 0.09
-    pool.release("solo")
-    pool.release("solo")
+    assert selection is not None and pool.release(selection)
+    assert pool.release(first)
 
 
 async def test_a_cooldown_reported_while_waiting_wakes_the_waiter_when_it_ends(make_pool: MakePool) -> None:
     # The usual order in the addon: a 429 comes back, the pool hears of it, then the slot is released.
     pool = make_pool(routing(SOLO, cooldown=SHORT_COOLDOWN), time.monotonic)
-    assert await pool.admit(Ticket("heavy")) is not None
+    first = await pool.admit(Ticket("heavy"))
+    assert first is not None
     waiter = asyncio.create_task(pool.admit(Ticket("heavy"), timeout=0.4))
     await settle()
     pool.report_error("solo", busy())
-    pool.release("solo")  # freed while cooling: the waiter cannot have it yet
+    assert pool.release(first)  # freed while cooling: the waiter cannot have it yet
     assert not waiter.done()
     selection = await waiter
     assert selection == Slot("solo", "least-loaded")  # woken when the 0.1 s cooldown ended
-    pool.release("solo")
+    assert selection is not None and pool.release(selection)
 
 
 # -- the queue alone ------------------------------------------------------------------------------
@@ -352,24 +378,30 @@ async def test_a_group_that_found_nothing_is_not_tried_again_in_the_same_pass() 
     assert queue.oldest_wait() == 0.0
 
 
-async def serve_all(pool: ChaosPool, tasks: list[asyncio.Task[Slot | None]], model: str) -> list[int]:
-    """Release `model` once per waiter and return the order (indices of `tasks`) they were served in."""
+async def serve_all(pool: ChaosPool, tasks: list[asyncio.Task[Slot | None]], holder: Slot) -> list[int]:
+    """Release the slot held (`holder`, then each waiter's in turn) once per waiter and return the order
+    (indices of `tasks`) they were served in."""
     order = []
     async with asyncio.timeout(2):
         pending = set(tasks)
         while pending:
-            pool.release(model)
+            assert pool.release(holder)
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
             assert len(done) == 1
-            order.append(tasks.index(done.pop()))
-    pool.release(model)
+            task = done.pop()
+            slot = task.result()
+            assert slot is not None
+            holder = slot
+            order.append(tasks.index(task))
+    assert pool.release(holder)
     return order
 
 
 async def test_a_failover_keeps_its_first_arrival_in_the_queue(make_pool: MakePool) -> None:
     clock = FakeClock()
     pool = make_pool(routing(SOLO), clock)
-    assert await pool.admit(Ticket("heavy")) is not None
+    holder = await pool.admit(Ticket("heavy"))
+    assert holder is not None
     start = clock()
     tasks = []
     for _ in range(2):
@@ -380,7 +412,7 @@ async def test_a_failover_keeps_its_first_arrival_in_the_queue(make_pool: MakePo
     tasks.append(asyncio.create_task(pool.admit(Ticket("heavy"), since=start + 0.5)))
     await settle()
     assert served(pool.status())["queue"]["longestWait"] == 2.0
-    assert await serve_all(pool, tasks, "solo") == [0, 2, 1]
+    assert await serve_all(pool, tasks, holder) == [0, 2, 1]
 
 
 async def test_the_conversation_served_least_goes_first(make_pool: MakePool) -> None:
@@ -395,14 +427,14 @@ async def test_the_conversation_served_least_goes_first(make_pool: MakePool) -> 
         clock.advance(1.0)
     # Both of "late" (0 served when they joined) first, then "busy" (1) and the one without a conversation
     # (the average conversation's: 1) in the order they came.
-    assert await serve_all(pool, tasks, "solo") == [2, 3, 0, 1]
+    assert await serve_all(pool, tasks, first) == [2, 3, 0, 1]
 
 
 async def test_a_failover_does_not_count_against_its_conversation(make_pool: MakePool) -> None:
     clock = FakeClock()
     pool = make_pool(routing(SOLO), clock)
-    assert await pool.admit(Ticket("heavy", session="hit")) is not None
-    pool.release("solo")
+    hit = await pool.admit(Ticket("heavy", session="hit"))
+    assert hit is not None and pool.release(hit)
     # "hit"'s request was refused upstream and fails over: taking a slot again does not count twice.
     again = await pool.admit(Ticket("heavy", session="hit", counts=False), since=clock() - 3.0)
     assert again is not None
@@ -411,4 +443,4 @@ async def test_a_failover_does_not_count_against_its_conversation(make_pool: Mak
         tasks.append(asyncio.create_task(pool.admit(Ticket("heavy", session=session))))
         await settle()
         clock.advance(1.0)
-    assert await serve_all(pool, tasks, "solo") == [0, 1]  # both "other" (0) and "hit" (1): by level
+    assert await serve_all(pool, tasks, again) == [0, 1]  # both "other" (0) and "hit" (1): by level

@@ -17,7 +17,7 @@ def lower_glm_4_7(pool: ChaosPool, busy: UpstreamError) -> None:
     assert [s.model if s else None for s in sent] == ["glm-4.7"] * 3
     assert sent[0] is not None and sent[1] is not None and sent[2] is not None
     pool.report_error("glm-4.7", busy, None, sent[2])
-    pool.release_selection(sent[2])
+    pool.release(sent[2])
     pool.report_success(sent[0])
     pool.report_success(sent[1])
 
@@ -36,7 +36,7 @@ def learn_account_limit(pool: ChaosPool, busy: UpstreamError) -> None:
     first = pool.try_acquire(Ticket("medium", ONLY_GLM_4_5))
     assert first is not None and (first.model, first.total) == ("glm-4.5", 1)
     pool.report_success(first)
-    pool.release(first.model)
+    pool.release(first)
     for model in ("glm-4.7", "glm-4.6", "glm-4.5-x"):
         assert pool.acquire(model)
     second = pool.try_acquire(Ticket("medium", ONLY_GLM_4_5))
@@ -46,5 +46,5 @@ def learn_account_limit(pool: ChaosPool, busy: UpstreamError) -> None:
     for refused in (second, third):
         pool.report_error(refused.model, busy, None, refused)
     for refused in (second, third):
-        pool.release(refused.model)
+        pool.release(refused)
     pool.report_success(Slot("glm-4.5-x", "sent before", 1, 3))

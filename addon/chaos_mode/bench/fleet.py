@@ -377,7 +377,7 @@ async def lease_latency(redis_url: str, samples: int = 2000) -> dict[str, float]
             started = time.perf_counter()
             selection = await pool.admit(ticket, timeout=1)
             assert selection is not None
-            pool.release(selection.model)
+            pool.release(selection)
             await asyncio.gather(*list(fleet._background))
             leased = time.perf_counter()
             await bare.ping()

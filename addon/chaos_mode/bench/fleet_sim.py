@@ -171,7 +171,7 @@ async def run_fleet(count: int, shared: bool, workload: Workload, seed: int, del
             selection = await pool.admit(Ticket(request.tier, session=f"agent-{index}"), timeout=3600)
             assert selection is not None
             await asyncio.sleep(HOP + request.service_seconds)
-            pool.release(selection.model)
+            pool.release(selection)
             await asyncio.sleep(HOP)
         ends[index] = loop.time()
 

@@ -72,7 +72,7 @@ def measure(pool: ChaosPool, request: RequestInfo | None, repeats: int, number: 
         selection = try_acquire(Ticket("light", request=request))
         if selection is None:
             raise RuntimeError("the benchmark pool ran out of slots")
-        release(selection.model)
+        release(selection)
 
     timer = timeit.Timer(one)
     timer.timeit(min(number, 1000))  # warm up

@@ -79,7 +79,7 @@ async def swarm(
         await answer
         outcome.refused += 1
         pool.report_error(selection.model, busy, None, selection)
-        pool.release_selection(selection)
+        pool.release(selection)
 
     async def refused(selection: Slot, ticket: Ticket, since: float) -> Slot | None:
         """The slot that replaces a refused attempt, else None once the 1302 came. A probe left is given
@@ -98,7 +98,7 @@ async def swarm(
             return waiting.result()
         if waiting.done():
             if (late := waiting.result()) is not None:
-                pool.release_selection(late)
+                pool.release(late)
         else:
             waiting.cancel()
             await asyncio.gather(waiting, return_exceptions=True)
@@ -117,19 +117,19 @@ async def swarm(
                 pool.report_success(selection)
                 await asyncio.sleep(max(request.service_seconds - head, 0.0))
                 upstream[selection.model] -= 1
-                pool.release_selection(selection)
+                pool.release(selection)
                 return
             instead = await refused(selection, retry, since)
             if instead is not None:
                 outcome.given_up += 1
                 if selection.probe is not None:
-                    pool.give_up_probe(selection)
-                    pool.release_selection(selection)
+                    pool.report_unanswered(selection, probe_given_up=True)
+                    pool.release(selection)
                 selection = instead
                 continue
             outcome.refused += 1
             pool.report_error(selection.model, busy, None, selection)
-            pool.release_selection(selection)
+            pool.release(selection)
             selection = await pool.admit(retry, since=since, timeout=FOREVER)
 
     async def agent(index: int, requests: tuple[Request, ...]) -> float:

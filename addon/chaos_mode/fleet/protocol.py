@@ -148,14 +148,12 @@ def notice_tail(notice: Notice) -> str:
 
 
 def parse_notice(text: str) -> Notice | None:
-    """`seq op proxy [model waiting level [waited_ms to]]` from the channel (the short form from a proxy of
-    an earlier version); None for anything else."""
+    """`seq op proxy [model waiting level waited_ms to]` from the channel (`* proxy`: it left); None for
+    anything else."""
     parts = text.split(" ")
     try:
         if len(parts) == 3:
             return Notice(int(parts[0]), parts[1], parts[2])
-        if len(parts) == 6:
-            parts += ["0", NOBODY_NAMED]
         seq, op, proxy, model, waiting, level, waited, to = parts
         to = "" if to == NOBODY_NAMED else to
         return Notice(int(seq), op, proxy, model, int(waiting), int(level), int(waited) / 1000, to)

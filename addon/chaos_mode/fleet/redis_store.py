@@ -23,12 +23,12 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from chaos_mode.fleet.cooldowns import BlockNotice, SharedCooldowns
+from chaos_mode.fleet.figures import FleetFigures
 from chaos_mode.fleet.protocol import CONFIRM, LEAVE, PUSH_LIMITS, RELEASE, TICK, notice_tail, parse_notice
 from chaos_mode.fleet.slots import SharedSlots, Tally, Verdict
 from chaos_mode.fleet.state_url import StateUrl, redact
 from chaos_mode.routing.cooldowns import Cooldowns
 from chaos_mode.routing.pool import ChaosPool
-from chaos_mode.routing.pool_status import FleetFigures
 
 log = logging.getLogger("chaos_mode")
 
@@ -63,7 +63,7 @@ class RedisFleet:
         self.prefix = prefix
         self.timeout = timeout
         self._rng = rng or random.Random()
-        self._channel = f"{prefix}freed"  # what every proxy hears: "=" and "*" (and an earlier version's)
+        self._channel = f"{prefix}freed"  # what every proxy hears: "=" (a request waits) and "*" (one left)
         self._inboxes = f"{prefix}freed:"  # + a proxy id: the leases the others take and give back
         self._inbox = self._inboxes + slots.proxy_id
         self._account = f"{prefix}account"
@@ -109,7 +109,6 @@ class RedisFleet:
         self._wake = asyncio.Event()
         self.last_error: str | None = None
         self.confirms = 0
-        self.failures = 0
         self.joined_at: float | None = None  # wall clock when this proxy last began to count on Redis
 
     def key(self, model: str) -> str:
@@ -136,7 +135,7 @@ class RedisFleet:
                 async with asyncio.timeout(self.timeout):
                     await self._started.wait()
             if not self._started.is_set():  # the first connection is slower than a call may be: alone
-                self._lose(TimeoutError(f"no connection within {self.timeout:g} s"))
+                self._call_failed(TimeoutError(f"no connection within {self.timeout:g} s"))
         if not self._up and not self._rejoining:
             return None
         tail = notice_tail(self.slots.notice("+", model))
@@ -146,7 +145,7 @@ class RedisFleet:
             async with asyncio.timeout(self.timeout):
                 taken, in_flight, total, seq = await self._confirm(keys=self._lease_keys(model), args=args)
         except (RedisError, OSError, TimeoutError) as exc:
-            self._lose(exc, connection)
+            self._call_failed(exc, connection)
             return None
         self.confirms += 1
         return Verdict(bool(taken), int(in_flight), int(total), int(seq))
@@ -166,7 +165,7 @@ class RedisFleet:
                 )
             counts = Verdict(bool(gone), int(in_flight), int(total), int(seq))
         except (RedisError, OSError, TimeoutError) as exc:
-            self._lose(exc, connection)  # the lease ends with its TTL
+            self._call_failed(exc, connection)  # the lease ends with its TTL
         finally:
             self.slots.given_back(model, counts)
 
@@ -181,7 +180,7 @@ class RedisFleet:
             async with asyncio.timeout(self.timeout):
                 await self._client.publish(self._channel, "0 = " + notice_tail(self.slots.notice("=")))
         except (RedisError, OSError, TimeoutError) as exc:
-            self._lose(exc, connection)
+            self._call_failed(exc, connection)
         finally:
             self._announcing = False
 
@@ -258,7 +257,7 @@ class RedisFleet:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                self._lose(exc)
+                self._call_failed(exc)
             await asyncio.sleep(delay * (0.5 + self._rng.random()))
             # At most half a renewal (with jitter, 3/4): every live proxy has written its leases again
             # within that of Redis's return (then waits for the others, see above): the counts are right
@@ -319,7 +318,7 @@ class RedisFleet:
             async with asyncio.timeout(self.timeout):
                 await self._client.publish(channel, message)
         except (RedisError, OSError, TimeoutError) as exc:
-            self._lose(exc, connection)
+            self._call_failed(exc, connection)
 
     def _heard_block(self, text: str) -> None:
         if self.cooldowns is None or self.pool is None:
@@ -398,10 +397,9 @@ class RedisFleet:
             args += [index[model], lease]
         return keys, args
 
-    def _lose(self, exc: BaseException, connection: int | None = None) -> None:
+    def _call_failed(self, exc: BaseException, connection: int | None = None) -> None:
         """A call failed: serve alone on a share of each limit; said once per outage. A call made on an
         earlier connection (`connection`) that failed after a new one was made changes nothing."""
-        self.failures += 1
         if connection is not None and connection != self._connection:
             return
         self.last_error = redact(_describe(exc), self.url)

@@ -9,10 +9,10 @@ Every lease taken or given back is also announced to the fleet (a `Notice`, numb
 each mirror follows the others' slots as they change rather than at the next tally, and races lost to a
 stale mirror stay rare. A notice carries how many wait at its sender and the place in line of the first
 of them (its conversation's recent admissions, see `shares`, then how long it has waited): a slot freed
-here goes to the proxy whose first waiter comes first in one queue of the fleet's (`owed_to`), so the
-fleet serves conversations in about the order one proxy would. The notice of a slot given back names
-that proxy: it tries at once, the others only after `HOLD_BACK` (when it could not use the slot), so one
-proxy takes a freed slot instead of every proxy racing for it.
+here goes to the proxy whose first waiter comes first in one queue of the fleet's
+(`next_in_fleet_line`), so the fleet serves conversations in about the order one proxy would. The notice of
+a slot given back names that proxy: it tries at once, the others only after `HOLD_BACK` (when it could
+not use the slot), so one proxy takes a freed slot instead of every proxy racing for it.
 
 When the fleet's store is unreachable the proxy serves on its own slots alone, with `share` of each
 limit, until the store is back (for `forget_after` seconds, the lease TTL, it also still counts the other
@@ -128,8 +128,9 @@ class SharedSlots:
         self._total_seq = 0
         # other proxy -> (waiting, level, since: when its first began to wait, on this clock), last heard
         self._peers: dict[str, tuple[int, int, float]] = {}
-        # Slots freed here and owed to another proxy (`owed_to`): until when each is left to it. This
-        # proxy's waiters do not see them meanwhile, however they are woken (another slot freed here, say).
+        # Slots freed here and owed to another proxy (`next_in_fleet_line`): until when each is left to it.
+        # This proxy's waiters do not see them meanwhile, however they are woken (another slot freed here,
+        # say).
         self._promised: dict[str, list[float]] = {}
         self.held_back = 0  # freed slots left to the other proxies' waiters
         self.lost = 0  # times the shared store went away
@@ -342,7 +343,7 @@ class SharedSlots:
         if step < 0:  # owed to another proxy: this one's waiters try only if that one could not use it
             self.on_freed(HOLD_BACK if notice.to not in ("", self.proxy_id) else 0.0)
 
-    def owed_to(self) -> str | None:
+    def next_in_fleet_line(self) -> str | None:
         """The other proxy a slot freed here is owed to: the one whose first waiter would come first in
         one queue of the fleet's (served least lately, then waiting longest), when it comes before this
         proxy's first; None when this proxy's waiters come first or nobody is known to wait elsewhere."""
@@ -360,18 +361,19 @@ class SharedSlots:
         return best[2]
 
     def _freed_for(self) -> str:
-        """The proxy a slot given back here is owed to, as its notice names it: another (`owed_to`), this
-        one when its own waiters come first (the others would only lose the race to them), else none."""
-        owed = self.owed_to()
+        """The proxy a slot given back here is owed to, as its notice names it: another
+        (`next_in_fleet_line`), this one when its own waiters come first (the others would only lose the race
+        to them), else none."""
+        owed = self.next_in_fleet_line()
         if owed is not None:
             return owed
         return self.proxy_id if self._alone_share is None and self.waiting()[0] else ""
 
     def hold_back(self) -> float:
-        """Seconds to leave a slot just freed here to the proxy it is owed to (`owed_to`) before this
-        proxy's waiters may take what is still free (that proxy's waiters may not fit the model, or its
+        """Seconds to leave a slot just freed here to the proxy it is owed to (`next_in_fleet_line`) before
+        this proxy's waiters may take what is still free (that proxy's waiters may not fit the model, or its
         notice was stale); 0: this proxy's waiters take it now."""
-        if not self.waiting()[0] or self.owed_to() is None:
+        if not self.waiting()[0] or self.next_in_fleet_line() is None:
             return 0.0
         self.held_back += 1
         return HOLD_BACK

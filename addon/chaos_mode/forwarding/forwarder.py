@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, replace
-from typing import Any, Final
+from dataclasses import dataclass
+from typing import Final
 
 from chaos_mode.doors.formats import FORMATS
 from chaos_mode.forwarding.head_patience import HeadPatience
@@ -29,20 +30,19 @@ from chaos_mode.forwarding.upstream import (
     UpstreamResponse,
     decode,
 )
-from chaos_mode.request.failover import Answer, judge_slot, reject, settle, unreached
+from chaos_mode.request.failover import Answer, judge, reject, settle, unreached
+from chaos_mode.request.hedging import hedge
 from chaos_mode.request.rate_limited import Reply
 from chaos_mode.request.routed import RoutedRequest
 from chaos_mode.routing.pool import Slot
 from chaos_mode.zai.errors import classify_error
+from chaos_mode.zai.timing import LEFT_VERDICT_SECONDS
 
 log = logging.getLogger("chaos_mode")
 
 TOKEN_HEADER: Final = "x-chaos-forward"  # the flow's one-time token; stripped before anything goes on
 NOT_ROUTED: Final = b"chaos-mode forwarder: not a routed flow\n"
 MAX_ERROR_BODY: Final = 1 << 20  # an error answer larger than this is passed on, not read for a code
-# z.ai refuses within 3-6 s: an attempt left unanswered (its request moved on) and still without a verdict
-# this long after it was left is closed, its slot given back with no verdict (a hung upstream, say).
-LEFT_VERDICT_SECONDS: Final = 8.0
 # Hop-by-hop and framing headers: each hop sets its own. Proxy credentials are mitmproxy's upstream_auth.
 HOP_HEADERS: Final = frozenset(
     {
@@ -189,13 +189,10 @@ class Forwarder:
         headers: list[tuple[bytes, bytes]],
         body: bytes,
     ) -> UpstreamResponse | Slot | None:
-        """Send one attempt; its answer with the head read. An attempt not answered within `patience`
-        (z.ai sends an accepted stream's head at once, and takes seconds to refuse) is left when a slot
-        within the limits comes for its request meanwhile: the next attempt's slot, or None when the request
-        ended while it waited. A probe is given up (closed); a regular attempt goes on without its request
-        until z.ai's verdict, which the limits still learn from (`_verdict_later`). A refusal then costs the
-        request no more than the wait it would have had anyway. Only a streamed request: an answer in one
-        piece has its head when it is all written, so its time to head says nothing (and is not kept)."""
+        """Send one attempt; its answer with the head read, or, when it was left unanswered for a slot
+        within the limits (`hedging`), the next attempt's slot (None: the request ended meanwhile). Only a
+        streamed request is hedged: an answer in one piece has its head when it is all written, so its
+        time to head says nothing (and is not kept)."""
         started = time.monotonic()
         send = self.clients.send(destination, incoming.method, incoming.target, headers, body)
         streamed = request.message.stream
@@ -203,7 +200,8 @@ class Forwarder:
         if request.slot is None or patience is None:
             response = await send
         else:
-            hedged = await _hedge(request, asyncio.ensure_future(send), patience, self._leave)
+            leave = functools.partial(self._leave, request)
+            hedged = await hedge(request, asyncio.ensure_future(send), patience, leave)
             if not isinstance(hedged, UpstreamResponse):
                 return hedged
             response = hedged
@@ -230,9 +228,9 @@ class Forwarder:
     async def _verdict_later(
         self, request: RoutedRequest, slot: Slot, sending: asyncio.Future[UpstreamResponse]
     ) -> None:
-        """z.ai's verdict on an attempt its request left: a refusal is judged as if it had waited, an
-        answer accepted after all is closed unread (it confirms what it was sent with); then the slot goes
-        back."""
+        """z.ai's verdict on an attempt its request left, awaited at most `LEFT_VERDICT_SECONDS`: a refusal
+        is judged as if the request had waited, an answer accepted after all is closed unread (it confirms
+        what it was sent with); then the slot goes back."""
         try:
             try:
                 async with asyncio.timeout(LEFT_VERDICT_SECONDS):
@@ -244,67 +242,18 @@ class Forwarder:
                 raise
             try:
                 if response.status < 400:
-                    request.pool.report_success(slot)
+                    request.answered(slot)
                     return
                 _, decoded, complete = await response.read_body(MAX_ERROR_BODY)
                 body = decode(decoded, response.header(b"content-encoding")) if complete else b""
                 error = classify_error(response.status, body, now=self._now())
                 if error is not None:
                     headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers]
-                    judge_slot(request, slot, error, headers, now=self._now())
+                    judge(request, error, headers, now=self._now(), slot=slot)
             finally:
                 response.close()
         finally:
-            request.pool.release_selection(slot)
-
-
-Leave = Callable[[RoutedRequest, Slot, "asyncio.Future[UpstreamResponse]"], None]
-
-
-async def _hedge(
-    request: RoutedRequest, sending: asyncio.Future[UpstreamResponse], patience: float, leave: Leave
-) -> UpstreamResponse | Slot | None:
-    """The attempt's answer, or the slot within the limits that came first (the attempt left: a probe
-    given up, a regular attempt handed to `leave` with its slot, to await z.ai's verdict)."""
-    waiting = asyncio.ensure_future(_slot_within_limits(request, patience))
-    either: set[asyncio.Future[Any]] = {sending, waiting}
-    try:
-        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-    except BaseException:
-        sending.cancel()
-        _drop(request, waiting)
-        raise
-    granted = None if sending.done() or not waiting.done() else waiting.result()
-    if granted is None:  # z.ai answered first (or the queue gave up): the attempt's answer decides
-        _drop(request, waiting)
-        return await sending
-    left, why = request.model or "", "probe given up"
-    slot = request.slot
-    if slot is not None and slot.probe is None:
-        why = "no answer yet"
-        leave(request, slot, sending)
-        request.move_on()
-    else:
-        sending.cancel()
-        await asyncio.wait({sending})  # the upstream connection is closed (see UpstreamClients._exchange)
-        request.give_up_probe()
-    if not request.hold(granted):  # the request ended meanwhile: the slot went back
-        return None
-    request.stats.failover(left, granted.model, why)
-    return granted
-
-
-async def _slot_within_limits(request: RoutedRequest, patience: float) -> Slot | None:
-    await asyncio.sleep(patience)
-    return await request.pool.admit(replace(request.ticket(), may_probe=False), since=request.arrived)
-
-
-def _drop(request: RoutedRequest, waiting: asyncio.Future[Slot | None]) -> None:
-    """Stop waiting for a slot; one granted meanwhile goes back."""
-    if not waiting.done():
-        waiting.cancel()  # the queue gives back a slot granted as it is cancelled
-    elif not waiting.cancelled() and waiting.exception() is None and (slot := waiting.result()) is not None:
-        request.pool.release_selection(slot)
+            request.release_left(slot)
 
 
 def _gateway(request: RoutedRequest, exc: UpstreamRefused) -> Outgoing:

@@ -19,6 +19,7 @@ from typing import Any, Final, Literal
 
 from chaos_mode.config.schema import LearningSettings, ModelRouting
 from chaos_mode.zai.catalog import ACCOUNT
+from chaos_mode.zai.timing import EARLIEST_REFUSAL_SECONDS
 
 Clock = Callable[[], float]
 Probe = Literal["model", "account"]
@@ -28,9 +29,6 @@ STATE_FORMAT: Final = "chaos-mode learned limits"
 STATE_VERSION: Final = 1
 TICK_SECONDS: Final = 1.0  # how often drift is looked at
 CUT: Final = 0.75  # a limit z.ai confirmed, then refused at: what is kept of it
-# z.ai takes 3-6 s to answer a 1302: a probe given up before it counts as out for the other limits' turns
-# until its refusal would have come at the earliest, as if it had waited for it.
-REFUSAL_SECONDS: Final = 3.0
 
 
 @dataclass(slots=True)
@@ -198,7 +196,7 @@ class LearnedLimits:
         now = self._clock()
         sent = entry.probe_since if entry.probe_since is not None else now
         entry.probe_since = None
-        entry.turn_until = sent + REFUSAL_SECONDS
+        entry.turn_until = sent + EARLIEST_REFUSAL_SECONDS
         entry.refusals += 1
         entry.failed_at = now
         entry.held_back = True

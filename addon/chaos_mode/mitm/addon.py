@@ -33,12 +33,13 @@ from chaos_mode.doors.door import door_of
 from chaos_mode.doors.error_bodies import TRIED_HEADER
 from chaos_mode.doors.formats import FORMATS, DoorFormat
 from chaos_mode.doors.messages import BadRequest
+from chaos_mode.fleet.figures import FleetFigures
 from chaos_mode.fleet.slots import SharedSlots
 from chaos_mode.fleet.state_url import StateUrl, parse_share, parse_state_url
 from chaos_mode.forwarding.forwarder import Forwarder
 from chaos_mode.forwarding.upstream import UpstreamClients, UpstreamSettings
 from chaos_mode.learning.file import read_state, state_path, write_state
-from chaos_mode.mitm.client_watch import CLIENT_GONE, acquire_while_connected
+from chaos_mode.mitm.client_watch import client_alive
 from chaos_mode.mitm.flow_bodies import (
     SESSION,
     body_encoder,
@@ -49,15 +50,21 @@ from chaos_mode.mitm.flow_bodies import (
     usage_of,
 )
 from chaos_mode.mitm.flow_view import META, FlowView
+from chaos_mode.mitm.startup_checks import (
+    exposed_listen,
+    parse_modes,
+    unknown_options,
+    unrouted_reverse_targets,
+)
 from chaos_mode.observe.metrics import ChaosMetrics
 from chaos_mode.observe.panel import render_panel
 from chaos_mode.observe.stats import Outcome, Stats, chaos_stats
-from chaos_mode.observe.web import WebServer, exposed_hosts, parse_listen
+from chaos_mode.observe.web import WebServer, parse_listen
 from chaos_mode.request.failover import Answer, reject, settle, unreached
 from chaos_mode.request.rate_limited import Reply
 from chaos_mode.request.routed import RoutedRequest
-from chaos_mode.routing.pool import ChaosPool, Slot
-from chaos_mode.routing.pool_status import FleetFigures, served
+from chaos_mode.routing.pool import ChaosPool
+from chaos_mode.routing.pool_status import served
 from chaos_mode.routing.tiers import TierClassifier
 from chaos_mode.zai.errors import UpstreamError
 
@@ -75,6 +82,9 @@ CLIENT_DISCONNECTED: Final = "Client disconnected."  # mitmproxy's flow.error.ms
 ENABLED_CHOICES: Final = ("auto", "true", "false")
 SAVE_DELAY: Final = 1.0  # seconds: learned limits that change in a burst are written once
 STATE_OPTIONS: Final = frozenset({"chaos_state", "chaos_state_share", "chaos_state_lease_ms"})
+OPTIONS: Final = frozenset(
+    {"chaos_config", "chaos_enabled", "chaos_limits_file", "chaos_web"} | STATE_OPTIONS
+)
 MIN_LEASE_MS: Final = 300
 
 
@@ -177,7 +187,12 @@ class ChaosMode:
                 raise  # mitmproxy rolls the option back; the config in force stays
             # Loading the script: mitmproxy would print our traceback. Say it plainly instead; an error
             # logged at start-up makes mitmdump exit, and meanwhile chaos mode keeps its safe defaults.
+            # mitmproxy brings its servers up meanwhile ("listening at ..."): its start-up check repeats
+            # the error as the last thing printed before the exit.
             log.error("chaos-mode: %s", exc)
+            errorcheck = ctx.master.addons.get("errorcheck")
+            if errorcheck is not None:
+                errorcheck.repeat_errors_on_stderr = True
 
     def _configure(self, updated: set[str]) -> None:
         enabled = ctx.options.chaos_enabled
@@ -277,6 +292,8 @@ class ChaosMode:
             config.total_capacity,
             " to start with (limits learned from z.ai's answers)" if config.learning.enabled else " (fixed)",
         )
+        if self._running:
+            self._warn_if_unrouted(parse_modes(ctx.options.mode))
 
     # -- learned limits across restarts -------------------------------------------------------------
 
@@ -321,7 +338,7 @@ class ChaosMode:
 
     def running(self) -> None:
         self._running = True
-        self._warn_if_exposed()
+        self._check_startup()
         self._start_web()
         try:
             host, port = self.forwarder.listen()
@@ -353,19 +370,31 @@ class ChaosMode:
         gc.unfreeze()
         return self.fleet.close() if self.fleet is not None else None
 
-    def _warn_if_exposed(self) -> None:
-        """One warning line when the proxy listens beyond loopback (mitmproxy's default: every interface)."""
-        try:
-            modes = [ProxyMode.parse(spec) for spec in ctx.options.mode]
-        except ValueError:
-            return  # mitmproxy refuses the mode itself
-        hosts = [mode.listen_host(ctx.options.listen_host) for mode in modes if mode.type_name != "local"]
-        self.stats.exposed_listen = exposed = exposed_hosts(hosts)
+    def _check_startup(self) -> None:
+        """One warning line for each thing a newcomer gets wrong at start-up (see `startup_checks`)."""
+        modes = parse_modes(ctx.options.mode)
+        self.stats.exposed_listen = exposed = exposed_listen(modes, ctx.options.listen_host)
         if exposed:
             log.warning(
                 "chaos-mode: the proxy listens on %s, not only loopback: anyone who can reach this machine "
                 "can send requests through it; add --listen-host 127.0.0.1 unless that is meant",
                 ", ".join(exposed),
+            )
+        for option in unknown_options(ctx.options.deferred, OPTIONS):
+            log.warning("chaos-mode: unknown option %s: it is ignored", option)
+        self._warn_if_unrouted(modes)
+
+    def _warn_if_unrouted(self, modes: list[ProxyMode]) -> None:
+        """Reverse mode to a host chaos mode does not route: every request would pass untouched."""
+        if not self.config.chaos_mode.enabled:
+            return
+        for host in unrouted_reverse_targets(modes, self.config.upstream_hosts):
+            log.warning(
+                "chaos-mode: reverse mode forwards to %s, which is not in modelRouting.upstreamHosts (%s): "
+                "its requests pass through unrouted; add %s to upstreamHosts in the chaos_config file",
+                host,
+                ", ".join(self.config.upstream_hosts),
+                host,
             )
 
     def _start_web(self) -> None:
@@ -431,6 +460,7 @@ class ChaosMode:
             pool=self.pool,
             stats=self.stats,
             later=_call_later,
+            clock=self._clock,
             routed=chaos.enabled,
             sticky_key=message.sticky_key(session) if chaos.enabled and chaos.sticky_conversations else None,
             session=session,
@@ -442,24 +472,17 @@ class ChaosMode:
         if not chaos.enabled:
             view.changed(routed)
             return
-        started = routed.arrived = self._clock()
-        ticket = routed.ticket()
-        # The common case, a free slot and nobody waiting, takes no coroutine.
-        selection = self.pool.admit_now(ticket) or await acquire_while_connected(self.pool, flow, ticket)
-        routed.waited = self._clock() - started
-        self.stats.queue_wait(tier, routed.waited)
-        if selection is CLIENT_GONE:
+        held = await routed.admit(lambda: client_alive(flow))
+        if held is None:  # the client left while its request waited
             routed.finish("aborted")
             if flow.killable:
                 flow.kill()
             return
-        if selection is None:
+        if not held or routed.slot is None:
             flow.response = _response(reject(routed, None, now=self._wall_clock()))
             view.changed(routed)
             return
-        assert isinstance(selection, Slot)
-        routed.hold(selection)
-        set_body(request, message.with_model(selection.model), headers)
+        set_body(request, message.with_model(routed.slot.model), headers)
         if (address := self.forwarder.address) is not None:
             view.point_at(self.forwarder, routed, address)
         view.changed(routed)
@@ -621,7 +644,7 @@ def _proxy_id() -> str:
     return f"{socket.gethostname()[:40]}:{os.getpid()}:{secrets.token_hex(2)}"
 
 
-def _call_later(delay: float, callback: Callable[[], None]) -> None:
+def _call_later(delay: float, callback: Callable[[], object]) -> None:
     asyncio.get_running_loop().call_later(delay, callback)
 
 

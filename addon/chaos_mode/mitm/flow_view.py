@@ -101,7 +101,7 @@ def describe(request: RoutedRequest) -> tuple[str, str]:
     refused = [f"{a.model} ({a.refusal})" for a in attempts[:-1] if a.refusal]
     if refused:
         comment += f"failover from {', '.join(refused)} · "
-    comment += last.selection.reason
+    comment += last.slot.reason
     if request.waited >= 0.05:
         comment += f" · waited {request.waited:.1f} s"
     return comment, ":warning:" if refused or last.refusal else ""

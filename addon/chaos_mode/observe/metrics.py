@@ -16,9 +16,10 @@ from prometheus_client.registry import Collector
 
 from chaos_mode.doors.door import DOORS
 from chaos_mode.doors.messages import BAD_KINDS
+from chaos_mode.fleet.figures import FleetFigures
 from chaos_mode.observe.stats import OTHER_MODEL, OUTCOMES, WAIT_BUCKETS, Stats
 from chaos_mode.routing.pool import ChaosPool
-from chaos_mode.routing.pool_status import FleetFigures, ModelStatus, PoolStatus, QueueStatus
+from chaos_mode.routing.pool_status import ModelStatus, PoolStatus, QueueStatus
 from chaos_mode.zai.catalog import REQUEST_TIERS
 from chaos_mode.zai.errors import KNOWN_CODES
 

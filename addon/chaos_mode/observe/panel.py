@@ -65,26 +65,40 @@ def _out(out: dict[str, Any]) -> str:
     return f"    Out: {out['slots']} slots{finishing}: {models}"
 
 
+def _slots(model: dict[str, Any]) -> str:
+    """`held/limit`, never above the limit: what is held above it (a probe, or a request sent before the limit
+    fell) is said apart."""
+    capacity, above = model["capacity"], model["aboveLimit"]
+    held = f"{model['inFlight'] - above}/{capacity}"
+    if not above:
+        return held
+    return held + (f" +{above} probe" if model["probes"] >= above else f" +{above}")
+
+
 def render_panel(stats: dict[str, Any]) -> str:
     """Render `chaos_stats()` output like the Chaos Mode design's dashboard panel."""
     out = stats["outCapacity"]
-    used, total = stats["usedCapacity"] - out["inFlight"], stats["totalCapacity"]
+    used, total, above = stats["inLimits"], stats["totalCapacity"], stats["aboveLimits"]
     percent = round(100 * used / total) if total else 0
     state = stats["strategy"] if stats["enabled"] else f"{stats['strategy']} (chaos mode OFF)"
     models = stats["modelDistribution"]
     limits = {name: _limit(model) for name, model in models.items()}
     width = max(len("Limit"), *map(len, limits.values())) + 2
+    slots = {name: _slots(model) for name, model in models.items()}
+    slots_width = max(len("Capacity"), *map(len, slots.values())) + 2
     rows = [
-        f"Strategy: {state}    Utilization: {percent}% ({used}/{total} usable slots){_out(out)}",
+        f"Strategy: {state}    Utilization: {percent}% ({used}/{total} usable slots)"
+        + (f" +{above} above the limits" if above else "")
+        + _out(out),
         _learning(stats),
         "",
-        f"{'Model':<16} {'In-Flight':<11}{'Capacity':<10}{'Limit':<{width}}Cooldown",
+        f"{'Model':<16} {'In-Flight':<11}{'Capacity':<{slots_width}}{'Limit':<{width}}Cooldown",
     ]
     for name, model in models.items():
         capacity = model["capacity"]
         rows.append(
             f"{name:<16} {_bar(model['inFlight'], capacity):<11}"
-            f"{str(model['inFlight']) + '/' + str(capacity):<10}{limits[name]:<{width}}{_cooldown(model)}"
+            f"{slots[name]:<{slots_width}}{limits[name]:<{width}}{_cooldown(model)}"
         )
     queue = stats["queue"]
     rows.append("")

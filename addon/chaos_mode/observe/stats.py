@@ -118,6 +118,8 @@ def chaos_stats(status: dict[str, Any], stats: Stats) -> dict[str, Any]:
         "account": status["account"],
         "learning": status["learning"],
         "usedCapacity": status["usedCapacity"],
+        "inLimits": status["inLimits"],
+        "aboveLimits": status["aboveLimits"],
         "outCapacity": status["outCapacity"],
         "currentUtilization": status["utilization"],
         "avgQueueWait": status["queue"]["avgWaitMs"],

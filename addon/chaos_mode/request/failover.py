@@ -1,7 +1,8 @@
-"""What to do when z.ai refuses an attempt: tell the pool, then fail over to another model or answer 429.
+"""What to do when z.ai refuses an attempt: judge it, then fail over to another model or answer 429.
 
-Pure: it works on the routed request's own parsed message (never parsing the body again) and the pool.
-Failing over is only for an answer no byte of which has reached the client.
+Pure: it works on the routed request (which alone speaks to the pool about its slots) and its own parsed
+message (never parsing the body again). Failing over is only for an answer no byte of which has reached
+the client.
 """
 
 from __future__ import annotations
@@ -42,19 +43,13 @@ def unreached(why: str) -> UpstreamError:
     return UpstreamError(502, None, Action.UNREACHED, f"{UNREACHED_REASON} ({why})")
 
 
-def judge(request: RoutedRequest, error: UpstreamError, headers: Headers, *, now: float) -> None:
-    """Feed z.ai's refusal of the current attempt to the pool and the stats."""
-    if request.model is not None and request.slot is not None:
-        judge_slot(request, request.slot, error, headers, now=now)
-
-
-def judge_slot(
-    request: RoutedRequest, slot: Slot, error: UpstreamError, headers: Headers, *, now: float
+def judge(
+    request: RoutedRequest, error: UpstreamError, headers: Headers, *, now: float, slot: Slot | None = None
 ) -> None:
-    """Feed z.ai's refusal of an attempt that was sent with `slot` to the pool and the stats."""
+    """Feed z.ai's refusal of the attempt sent with `slot` (default: the current one) to the pool and the
+    stats."""
     retry_after = parse_retry_after(header(headers, "retry-after"), now=now)
-    request.pool.report_error(slot.model, error, retry_after, slot)
-    request.stats.upstream_error(slot.model, error.code, error.status)
+    request.judge(error, retry_after, slot)
     if error.action is Action.FATAL:
         log.error("z.ai refuses every request: %s", error.reason)
 
@@ -82,20 +77,15 @@ async def settle(
     judge(request, error, headers, now=now)
     if not error.fails_over:
         return None
-    failed = request.model or ""
     # With learned limits, a full model is not a broken one: within its new limit it may serve.
     busy = error.action is Action.CONCURRENCY and request.pool.limits.enabled
     request.refused_by(error.code or error.reason, broken=not busy)
-    if not retry or request.failovers >= request.pool.config.streams.max_failovers:
+    if not retry or not request.may_fail_over:
         return reject(request, headers, now=now, error=error)
-    selection = await request.pool.admit(request.ticket(), since=request.arrived)
-    if selection is None:
-        request.stats.failover(failed, None, error.reason)
-        return reject(request, headers, now=now, error=error)
-    if not request.hold(selection):  # the request ended while it waited
-        return None
-    request.stats.failover(failed, selection.model, error.reason)
-    return selection
+    slot = await request.fail_over(error.reason)
+    if slot is None:
+        return None if request.finished else reject(request, headers, now=now, error=error)
+    return slot
 
 
 def reject(

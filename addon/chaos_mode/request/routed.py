@@ -1,22 +1,32 @@
 """One routed request from admission to its last byte: the one owner of its slot, attempts and outcome.
 
-Pure: it knows the pool and the stats, never mitmproxy. Whatever ends the request (an answer, a client
-that leaves, an upstream that breaks, an exception, shutdown), `finish` records the outcome once and
-`release_slot` gives the slot back once; a slot granted after the request ended is given back at once.
+Pure: it knows the pool and the stats, never mitmproxy. Everything said to the pool about this request's
+slots goes through here: taking one (`admit`, `fail_over`, `spare_slot`), z.ai's verdict on the attempt it
+was sent with (`answered`, `judge`), and giving it back (`release_slot`, or `finish`, whatever ends the
+request: an answer, a client that leaves, an upstream that breaks, an exception, shutdown). `finish`
+records the outcome once; a slot granted after the request ended is given back at once. An attempt left
+unanswered for a slot within the limits (see `hedging`) takes its slot with it: the verdict that comes
+later is judged on that slot (`judge(..., slot=)`) and it is given back with `release_left`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass, replace
+from typing import Any, Final, Protocol
 
 from chaos_mode.doors.messages import MessageRequest
 from chaos_mode.observe.stats import Outcome, Stats
 from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
 from chaos_mode.zai.catalog import RequestTier
+from chaos_mode.zai.errors import UpstreamError
 
-Later = Callable[[float, Callable[[], None]], object]  # call a function after a delay (the loop's call_later)
+Later = Callable[[float, Callable[[], object]], object]  # call after a delay (the loop's call_later)
+Alive = Callable[[], bool]  # whether the client is still there
+CLIENT_POLL_SECONDS: Final = 0.25  # how often a waiting request checks that its client is still there
 
 
 class RequestView(Protocol):
@@ -49,12 +59,12 @@ class NoView:
 class Attempt:
     """One try on one model: the slot the pool gave, and z.ai's refusal if it refused."""
 
-    selection: Slot
+    slot: Slot
     refusal: str | None = None  # the business code (or reason) z.ai refused this attempt with
 
     @property
     def model(self) -> str:
-        return self.selection.model
+        return self.slot.model
 
 
 class RoutedRequest:
@@ -68,6 +78,7 @@ class RoutedRequest:
         pool: ChaosPool,
         stats: Stats,
         later: Later,
+        clock: Callable[[], float] = time.monotonic,
         routed: bool = True,
         sticky_key: str | None = None,
         session: str | None = None,
@@ -85,6 +96,7 @@ class RoutedRequest:
         self.encode = encode  # decoded body -> the body as sent (the request's content-encoding)
         self.view: RequestView = view or NoView()
         self._later = later
+        self._clock = clock
         self.attempts: list[Attempt] = []
         self.refused: frozenset[str] = frozenset()  # models that cannot serve it (not just busy)
         self.slot: Slot | None = None  # the slot held now
@@ -119,6 +131,11 @@ class RoutedRequest:
     def finished(self) -> bool:
         return self.outcome is not None
 
+    @property
+    def may_fail_over(self) -> bool:
+        """Another attempt is allowed (`streams.maxFailovers`)."""
+        return self.failovers < self.pool.config.streams.max_failovers
+
     def ticket(self) -> Ticket:
         """What the request may use now: its tier, minus the models that refused it. Only the first
         admission counts toward its conversation's share; a failover's does not."""
@@ -129,39 +146,96 @@ class RoutedRequest:
         """The request body as sent to `model`: only the top-level `model` changed, encoded as it came."""
         return self.encode(self.message.with_model(model))
 
-    # -- the slot -----------------------------------------------------------------------------------------
+    # -- taking a slot ------------------------------------------------------------------------------------
 
-    def hold(self, selection: Slot) -> bool:
+    async def admit(self, alive: Alive) -> bool | None:
+        """A slot for the first attempt, waiting fairly while `alive()` says the client is still there:
+        True (held), False (the queue gave up: timeout, or nothing could ever serve it), None (the client
+        left first: no slot is held)."""
+        started = self.arrived = self._clock()
+        ticket = self.ticket()
+        # The common case, a free slot and nobody waiting, takes no coroutine.
+        slot = self.pool.admit_now(ticket)
+        gone = False
+        if slot is None:
+            slot, gone = await _while_alive(self.pool, self.pool.admit(ticket, since=started), alive)
+        self.waited = self._clock() - started
+        self.stats.queue_wait(self.tier, self.waited)
+        if gone:
+            return None
+        return slot is not None and self.hold(slot)
+
+    def hold(self, slot: Slot) -> bool:
         """Own the slot the pool just granted; False (and the slot given back) if the request has ended
         meanwhile or already holds one."""
         if self.finished or self.slot is not None:
-            self.pool.release_selection(selection)
+            self.pool.release(slot)
             return False
-        self.slot = selection
+        self.slot = slot
         self.sent = False
-        self.attempts.append(Attempt(selection))
+        self.attempts.append(Attempt(slot))
         return True
 
-    def release_slot(self, grace: float = 0.0) -> None:
-        """Give the held slot back, exactly once; after `grace` seconds when z.ai may still count it."""
-        slot, self.slot = self.slot, None
+    async def fail_over(self, why: str) -> Slot | None:
+        """After the current attempt was refused (`refused_by`): a slot on another model, held, after a
+        fair wait in line from the request's first arrival; None when no model could take it in time (or
+        the request ended meanwhile: then `finished`)."""
+        failed = self.model or ""
+        slot = await self.pool.admit(self.ticket(), since=self.arrived)
         if slot is None:
+            self.stats.failover(failed, None, why)
+            return None
+        if not self.hold(slot):  # the request ended while it waited
+            return None
+        self.stats.failover(failed, slot.model, why)
+        return slot
+
+    async def spare_slot(self) -> Slot | None:
+        """A slot within the limits (never a probe) for a new attempt beside the current one, not held yet:
+        `switch_to` it, or give it back with `drop`."""
+        return await self.pool.admit(replace(self.ticket(), may_probe=False), since=self.arrived)
+
+    def drop(self, slot: Slot) -> None:
+        """Give back a slot granted (by `spare_slot`) and not used."""
+        self.pool.release(slot)
+
+    def switch_to(self, slot: Slot) -> bool:
+        """Leave the current attempt, unanswered, for `slot` (within the limits): a regular attempt keeps
+        its own slot until z.ai's verdict on it, which the caller awaits (`left`); a probe is given up
+        (it tested nothing; its place back at once). False (`slot` given back) if the request ended."""
+        left = self.slot
+        if self.attempts:
+            self.attempts[-1].refusal = "no answer yet" if left and left.probe is None else "probe given up"
+        if left is not None and left.probe is not None:
+            self.pool.report_unanswered(left, probe_given_up=True)
+            self.release_slot()
+        self.slot = None
+        if not self.hold(slot):
+            return False
+        self.stats.failover(left.model if left else "", slot.model, self.attempts[-2].refusal or "")
+        return True
+
+    # -- z.ai's verdict ---------------------------------------------------------------------------------
+
+    def answered(self, slot: Slot | None = None) -> None:
+        """z.ai answered cleanly the attempt sent with `slot` (default: the current one, once per
+        attempt): what it was sent with held."""
+        if slot is not None:
+            self.pool.report_success(slot)
             return
-        self.pool.verdict_done(slot)  # no verdict to wait for any more (a probe left so tested nothing)
-        if grace > 0:
-            self._later(grace, lambda: self._release_model(slot.model))
-        else:
-            self.pool.release(slot.model)
-
-    def _release_model(self, model: str) -> None:
-        self.pool.release(model)
-
-    def answered(self) -> None:
-        """z.ai answered the current attempt cleanly: what it was sent with held. Once per attempt."""
         if self.slot is None or self._answered == len(self.attempts):
             return
         self._answered = len(self.attempts)
         self.pool.report_success(self.slot)
+
+    def judge(self, error: UpstreamError, retry_after: float | None, slot: Slot | None = None) -> None:
+        """z.ai refused the attempt sent with `slot` (default: the current one): the pool learns from it,
+        the stats count it."""
+        slot = slot or self.slot
+        if slot is None:
+            return
+        self.pool.report_error(slot.model, error, retry_after, slot)
+        self.stats.upstream_error(slot.model, error.code, error.status)
 
     def refused_by(self, refusal: str, *, broken: bool) -> None:
         """z.ai refused the current attempt; `broken`: the model cannot serve this request (not busy)."""
@@ -171,23 +245,23 @@ class RoutedRequest:
                 self.refused = self.refused | {self.attempts[-1].model}
         self.release_slot()
 
-    def move_on(self) -> None:
-        """The current attempt, unanswered, is left for a slot within the limits: its slot goes with it
-        (held until z.ai's verdict on it, which the forwarder still hears) and the request holds none."""
-        if self.attempts:
-            self.attempts[-1].refusal = "no answer yet"
-        self.slot = None
-
-    def give_up_probe(self) -> None:
-        """The current attempt, a probe z.ai has not answered, is abandoned for a slot within the limits:
-        neither a refusal nor a clean answer (it tested nothing), its place given back once."""
-        if self.attempts:
-            self.attempts[-1].refusal = "probe given up"
-        if self.slot is not None:
-            self.pool.give_up_probe(self.slot)
-        self.release_slot()
+    def release_left(self, slot: Slot) -> None:
+        """An attempt left unanswered (`switch_to`) has its verdict, or will have none: its slot goes back."""
+        self.pool.release(slot)
 
     # -- the end --------------------------------------------------------------------------------------------
+
+    def release_slot(self, grace: float = 0.0) -> None:
+        """Give the held slot back, exactly once; after `grace` seconds when z.ai may still count it (its
+        request awaits no verdict from then on: a probe left so tested nothing)."""
+        slot, self.slot = self.slot, None
+        if slot is None:
+            return
+        if grace > 0:
+            self.pool.report_unanswered(slot)
+            self._later(grace, functools.partial(self.pool.release, slot))
+        else:
+            self.pool.release(slot)
 
     def finish(self, outcome: Outcome, *, grace: float = 0.0) -> bool:
         """Record how the request ended and give its slot back; only the first call counts."""
@@ -213,7 +287,7 @@ class RoutedRequest:
             "tier": self.tier,
             "mode": "routed" if self.routed else "off",
             "model": self.model,
-            "reason": self.attempts[-1].selection.reason if self.attempts else None,
+            "reason": self.attempts[-1].slot.reason if self.attempts else None,
             "held": self.slot.model if self.slot is not None else None,
             "attempted": self.tried,
             "refusals": [attempt.refusal for attempt in self.attempts],
@@ -226,3 +300,24 @@ class RoutedRequest:
             "stopped": self.stopped,
             "outcome": self.outcome,
         }
+
+
+async def _while_alive(pool: ChaosPool, admission: Any, alive: Alive) -> tuple[Slot | None, bool]:
+    """(the slot `admission` (the pool's `admit`) grants, whether the client left first). A client that
+    gives up while its request waits keeps no place in line, nor a slot granted just as it left."""
+    task: asyncio.Future[Slot | None] = asyncio.ensure_future(admission)
+    delivered = False
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=CLIENT_POLL_SECONDS)
+            if done:
+                delivered = True
+                return task.result(), False
+            if not alive():
+                return None, True
+    finally:
+        if not delivered:
+            if not task.done():
+                task.cancel()  # the queue gives back a slot granted meanwhile
+            elif not task.cancelled() and (granted := task.result()) is not None:
+                pool.release(granted)

@@ -107,11 +107,13 @@ class ChaosPool:
     State lives behind two small interfaces, `SlotStore` (in-flight counts) and `CooldownState`,
     so a backend shared by several proxies can replace the in-memory ones without touching the policy.
 
-    Every request is a `Ticket` (its tier, the models it tried, its size, its conversation).
-    `select_model(ticket)` only looks; `try_acquire(ticket)` selects and takes the slot in one step (no
-    await in between); `admit_now(ticket)` does so only when nobody waits, and `await admit(ticket)`
-    also queues fairly when nothing eligible is free. Every slot taken is given back with `release`
-    exactly once (`acquire(model)`/`release(model)` are the slot-level calls).
+    Every request is a `Ticket` (its tier, the models it tried, its size, its conversation). A slot is
+    taken by `try_acquire(ticket)` (select and take in one step, no await in between), `admit_now(ticket)`
+    (the same, only when nobody waits), `await admit(ticket)` (which also queues fairly when nothing
+    eligible is free), or `acquire(model)` (one model by name, caps alone). Each is a `Slot`, given back
+    with `release(slot)` exactly once: the one way back (a second release of a slot changes nothing and is
+    counted in `spurious_releases`). Between the two, z.ai's verdict on the request the slot was sent with
+    is reported: `report_success`, `report_error`, or `report_unanswered` when none will come.
     """
 
     def __init__(
@@ -134,7 +136,7 @@ class ChaosPool:
         self._shares = ServedLately(clock)
         self._queue: WaitQueue[Ticket, Slot] = WaitQueue(
             attempt=self._attempt,
-            release=self.release_selection,
+            release=self.release,
             group=lambda ticket: (ticket.tier, ticket.attempted, ticket.may_probe),
             clock=clock,
         )
@@ -156,6 +158,7 @@ class ChaosPool:
         # the slots answered cleanly and still running.
         self._unanswered: dict[int, str] = {}
         self._unanswered_on: dict[str, int] = {}
+        self._held: dict[int, str] = {}  # every slot taken and not given back: slot id -> model
         self._next_slot_id = 1
         self.lost_races = 0  # slots taken on the local mirror that another proxy had taken first
         self.reconfigure(config)
@@ -241,11 +244,6 @@ class ChaosPool:
                 self._queue.dispatch()
 
     # -- selection --------------------------------------------------------------------------------
-
-    def select_model(self, ticket: Ticket) -> Slot | None:
-        """The best eligible model with a free slot for the ticket, without taking it; None = backpressure."""
-        choice = self._select(ticket)[0]
-        return None if choice is None else Slot(choice[0], choice[1], probe=choice[2])
 
     def _select(self, ticket: Ticket) -> tuple[Choice | None, bool]:
         """(choice, moved): moved when a sticky conversation had to leave its model."""
@@ -362,44 +360,42 @@ class ChaosPool:
 
     # -- slots ------------------------------------------------------------------------------------
 
-    def acquire(self, model: str, probe: Probe | None = None) -> bool:
-        """Take a slot of `model` ; False if it is full or unknown. A probe may go
-        one above the model's (or the account's) limit."""
+    def acquire(self, model: str) -> Slot | None:
+        """A slot of `model` by name, whatever its tier or cooldown: only the caps count; None if it is full
+        or unknown. No verdict of z.ai is awaited for it."""
+        return self._take(model, "acquired by name", None, awaits_verdict=False)
+
+    def _take(self, model: str, reason: str, probe: Probe | None, *, awaits_verdict: bool) -> Slot | None:
+        """Take a slot of `model` within its caps (a probe one above its model's or the account's limit)."""
         entry = self._entries.get(model)
         if entry is None:
-            return False
+            return None
         above = self._probes_on.get
         cap, account_cap = entry.capacity + above(model, 0), self._account_cap + above(ACCOUNT, 0)
         if probe == "model":
             cap += 1
         elif probe == "account":
             account_cap += 1
-        if not self._slots.try_acquire(model, cap, account_cap):
-            return False
+        slots = self._slots
+        if not slots.try_acquire(model, cap, account_cap):
+            return None
         self.dispatched[model] = self.dispatched.get(model, 0) + 1
+        slot_id, self._next_slot_id = self._next_slot_id, self._next_slot_id + 1
+        self._held[slot_id] = model
+        if awaits_verdict:
+            self._unanswered[slot_id] = model
+            _count(self._unanswered_on, model, 1)
         if probe is not None:
             self._limits.probe_sent(probe, model)
-        return True
-
-    def _slot_out(self, model: str, probe: Probe | None) -> int:
-        """Count a slot just taken as awaiting z.ai's verdict, and a probe as riding above its limit;
-        returns the slot's id."""
-        slot_id, self._next_slot_id = self._next_slot_id, self._next_slot_id + 1
-        self._unanswered[slot_id] = model
-        _count(self._unanswered_on, model, 1)
-        if probe is not None:
             key = model if probe == "model" else ACCOUNT
             self._probes[slot_id] = key
             _count(self._probes_on, key, 1)
-        return slot_id
+        return Slot(model, reason, slots.in_flight(model), slots.total(), probe, slot_id, self._clock())
 
-    def verdict_done(self, selection: Slot) -> None:
-        """z.ai answered, refused or will never answer the request `selection` was sent with: it awaits
-        no verdict any more, and a probe's slot counts within the limit again (a clean answer raised the
-        limit to hold it). Idempotent."""
-        self._settle(selection.slot_id)
-
-    def _settle(self, slot_id: int) -> None:
+    def _settle(self, slot: Slot) -> None:
+        """`slot`'s request has z.ai's verdict, or will never have one: it awaits nothing any more, and a
+        probe's slot counts within the limit again (a clean answer raised the limit to hold it)."""
+        slot_id = slot.slot_id
         model = self._unanswered.pop(slot_id, None)
         if model is not None:
             _count(self._unanswered_on, model, -1)
@@ -407,26 +403,25 @@ class ChaosPool:
         if key is not None:
             _count(self._probes_on, key, -1)
 
-    def _forget_unanswered(self, model: str) -> None:
-        """A slot of `model` went back by name alone (not through `verdict_done`): its request awaits no
-        verdict any more, whichever it was; the oldest is forgotten."""
-        self._settle(next(i for i, m in self._unanswered.items() if m == model))
+    def report_unanswered(self, slot: Slot, *, probe_given_up: bool = False) -> None:
+        """No verdict will come for `slot`'s request (it ended first, or its attempt was left). A probe given
+        up unanswered (its request took a slot within the limits instead) rides above its limit no more,
+        and the next probe there waits as after a 1302. Idempotent."""
+        if probe_given_up and slot.probe is not None and slot.slot_id in self._probes:
+            self._limits.probe_given_up(slot.probe, slot.model)
+        self._settle(slot)
 
-    def give_up_probe(self, selection: Slot) -> None:
-        """The probe `selection` was sent with is abandoned unanswered (its request took a slot within the
-        limits instead): it rides above its limit no more, and the next probe there waits as after a 1302.
-        Idempotent; a no-op for a regular slot."""
-        if selection.probe is not None and selection.slot_id in self._probes:
-            self._limits.probe_given_up(selection.probe, selection.model)
-        self.verdict_done(selection)
-
-    def release(self, model: str) -> bool:
-        """Give a slot of `model` back and serve waiters; False (clamped at zero) if none was held."""
-        if not self._slots.release(model):
+    def release(self, slot: Slot) -> bool:
+        """Give `slot` back and serve waiters: the one way a slot goes back, exactly once. False (nothing
+        changes, `spurious_releases` counts it) for a slot already given back or never taken here."""
+        model = self._held.pop(slot.slot_id, None)
+        if model is None:
             self.spurious_releases += 1
             return False
-        if self._unanswered_on.get(model, 0) > self._slots.in_flight(model):
-            self._forget_unanswered(model)
+        self._settle(slot)
+        if not self._slots.release(model):  # the store lost it (never here: stores count what they gave)
+            self.spurious_releases += 1
+            return False
         if len(self._queue):
             delay = self._slots.hold_back()
             if delay > 0:
@@ -447,11 +442,6 @@ class ChaosPool:
         self._wake_timer = None
         self.wake()
 
-    def release_selection(self, selection: Slot) -> None:
-        """Give back a slot granted but never used (its request ended first), a probe's included."""
-        self.verdict_done(selection)
-        self.release(selection.model)
-
     def try_acquire(self, ticket: Ticket) -> Slot | None:
         """Select and take the slot in one step, queue or not; None when nothing eligible is free."""
         return self._attempt(ticket)
@@ -461,7 +451,8 @@ class ChaosPool:
         if choice is None:
             return None
         model, reason, probe = choice
-        if not self.acquire(model, probe):
+        slot = self._take(model, reason, probe, awaits_verdict=True)
+        if slot is None:
             return None
         if self._sticky_on and ticket.sticky_key is not None:
             self._sticky.put(ticket.sticky_key, model)
@@ -469,10 +460,7 @@ class ChaosPool:
                 self._sticky.moves += 1
         if ticket.counts:
             self._shares.served(ticket.session)
-        slots = self._slots
-        slot_id = self._slot_out(model, probe)
-        now = self._clock()
-        return Slot(model, reason, slots.in_flight(model), slots.total(), probe, slot_id, now)
+        return slot
 
     async def admit(
         self, ticket: Ticket, *, since: float | None = None, timeout: float | None = None
@@ -495,7 +483,7 @@ class ChaosPool:
             try:
                 confirmed = await self._slots.confirm(selection.model)
             except BaseException:  # cancelled (the client left) or broken: never keep the slot
-                self.release_selection(selection)
+                self.release(selection)
                 raise
             if confirmed:
                 slots = self._slots
@@ -505,7 +493,7 @@ class ChaosPool:
             self.admitted -= 1
             if ticket.counts:
                 self._shares.unserved(ticket.session)  # not served: it keeps its place in line
-            self.release_selection(selection)
+            self.release(selection)
 
     async def _admit(self, ticket: Ticket, since: float | None, timeout: float | None) -> Slot | None:
         selection = self._admit_now(ticket)
@@ -589,7 +577,7 @@ class ChaosPool:
     def report_success(self, selection: Slot) -> None:
         """A clean answer from z.ai to the request `selection` sent: confirms (or raises) its limits and
         ends the model's run of busy answers."""
-        self.verdict_done(selection)
+        self._settle(selection)
         model, slots, unanswered = selection.model, self._slots, self._unanswered_on
         serving = slots.in_flight(model) - unanswered.get(model, 0)
         limits = self._limits
@@ -611,7 +599,7 @@ class ChaosPool:
         (0 when nothing was blocked). `selection`, the slot the request was sent with, tells a 1302 what
         was in flight then; without it, what is in flight now counts."""
         if selection is not None:
-            self.verdict_done(selection)
+            self._settle(selection)
         seconds = self._report_error(model, error, retry_after, selection)
         self._limits_changed()
         if len(self._queue):
@@ -703,7 +691,7 @@ class ChaosPool:
         held = self._slots.snapshot()
         names: Iterable[str] = list(self._entries) + [m for m in held if m not in self._entries]
         serving = {entry.name for entries in self._eligible.values() for entry in entries}
-        out_slots = out_in_flight = 0
+        out_slots = out_in_flight = in_limits = 0
         out_models: dict[str, str] = {}
         for name in names:
             spec = self._config.models.get(name)
@@ -712,15 +700,20 @@ class ChaosPool:
             remaining = self._cooldowns.remaining(name)
             entry = self._entries.get(name)
             unusable = _unusable_reason(self._config, name, block.reason if out and block else None, serving)
+            in_flight, capacity = held.get(name, 0), entry.capacity if entry else 0
             if unusable is not None:
                 out_models[name] = unusable
-                out_slots += entry.capacity if entry else 0
-                out_in_flight += held.get(name, 0)
+                out_slots += capacity
+                out_in_flight += in_flight
+            else:
+                in_limits += min(in_flight, capacity)
             models[name] = ModelStatus(
                 tier=spec.tier if spec else None,
                 dispatched=self.dispatched.get(name, 0),
-                in_flight=held.get(name, 0),
-                capacity=entry.capacity if entry else 0,
+                in_flight=in_flight,
+                capacity=capacity,
+                above_limit=max(in_flight - capacity, 0),
+                probes=self._probes_on.get(name, 0),
                 catalog_limit=spec.max_concurrency if spec else 0,
                 limit=_model_limit(self._limits.view(name)) if spec else None,
                 cooldown_remaining=0.0 if out or math.isinf(remaining) else round(remaining, 3),
@@ -755,7 +748,9 @@ class ChaosPool:
                 self._limits.enabled, learning.probe_interval_seconds, learning.drift_seconds
             ),
             used_capacity=used,
-            utilization=round((used - out_in_flight) / capacity, 4) if capacity else 0.0,
+            in_limits=min(in_limits, capacity),
+            above_limits=used - out_in_flight - min(in_limits, capacity),
+            utilization=round(min(in_limits, capacity) / capacity, 4) if capacity else 0.0,
             out_capacity=OutCapacity(out_slots, out_in_flight, out_models),
             account_pause=AccountPause(round(pause[0], 3), pause[1]) if pause else None,
             queue=QueueStatus(

@@ -15,17 +15,6 @@ FLAT: Final = {"flat": True}
 
 
 @dataclass(frozen=True, slots=True)
-class FleetFigures:
-    """This proxy in the fleet that shares its account through Redis (`chaos_state`)."""
-
-    connected: bool  # Redis answers and slots are counted fleet-wide; False: serving alone on a share
-    proxies: int  # live proxies at the last tally, this one included (0 while alone)
-    own_in_flight: int  # slots this proxy holds (the pool's in-flight counts the fleet's)
-    outages: int  # times Redis went away
-    lost_races: int  # slots taken on the mirror that Redis refused (another proxy took them first)
-
-
-@dataclass(frozen=True, slots=True)
 class ModelLimit:
     """A catalog model's learned limit."""
 
@@ -40,8 +29,10 @@ class ModelLimit:
 class ModelStatus:
     tier: str | None
     dispatched: int
-    in_flight: int
-    capacity: int
+    in_flight: int  # every slot held, above the limit included
+    capacity: int  # the limit in force
+    above_limit: int  # slots held above it: probes riding there, or requests sent before the limit fell
+    probes: int  # probes of its limit out and unanswered
     catalog_limit: int
     limit: ModelLimit | None = field(metadata=FLAT)  # None: not in the catalog (a reload dropped it, busy)
     cooldown_remaining: float
@@ -113,8 +104,10 @@ class PoolStatus:
     account_limit: int | None
     account: AccountStatus
     learning: LearningStatus
-    used_capacity: int
-    utilization: float
+    used_capacity: int  # every slot held
+    in_limits: int  # slots held within the limits of usable models (what utilization counts)
+    above_limits: int  # slots held above the limits (probes, or requests sent before a limit fell)
+    utilization: float  # in_limits / total_capacity: never above 1
     out_capacity: OutCapacity
     account_pause: AccountPause | None
     queue: QueueStatus

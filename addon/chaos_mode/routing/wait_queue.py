@@ -33,7 +33,7 @@ class WaitQueue[K, T]:
     def __init__(
         self,
         attempt: Callable[[K], T | None],
-        release: Callable[[T], None],
+        release: Callable[[T], object],
         group: Callable[[K], object],
         clock: Callable[[], float],
     ) -> None:
