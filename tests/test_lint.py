@@ -4,6 +4,7 @@ command."""
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -126,3 +127,22 @@ def test_tests_mirror_the_package() -> None:
     folders = {p.name for p in tests.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))}
     assert folders - {"e2e", "browser", "support"} <= set(LAYERS) | TOOLS
     assert [path.name for path in tests.glob("test_*.py")] == ["test_lint.py"]
+
+
+def test_the_readme_is_a_manual() -> None:
+    """At most 300 lines, the quick start in its first 30, and every file it links to is there."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    lines = readme.splitlines()
+    assert len(lines) <= 300
+    assert "## Quick start" in lines[:30]
+    links = re.findall(r"\]\(((?:docs|addon)/[^)#\s]+)\)", readme)
+    assert links and [link for link in links if not (ROOT / link).exists()] == []
+
+
+def test_the_docs_link_to_files_that_are_there() -> None:
+    for page in (ROOT / "docs").glob("*.md"):
+        text = page.read_text(encoding="utf-8")
+        missing = [
+            link for link in re.findall(r"\]\(([^)#\s:]+)\)", text) if not (page.parent / link).exists()
+        ]
+        assert missing == [], page.name
