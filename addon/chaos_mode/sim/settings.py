@@ -143,9 +143,7 @@ class SimSettings:
         if self.filter_scope not in FILTER_SCOPES:
             raise ValueError(f"filter_scope: one of {', '.join(FILTER_SCOPES)}, got {self.filter_scope!r}")
         if not isinstance(self.head_with_first_token, bool):
-            raise ValueError(
-                f"head_with_first_token: expected a boolean, got {self.head_with_first_token!r}"
-            )
+            raise ValueError(f"head_with_first_token: expected a boolean, got {self.head_with_first_token!r}")
         self.output_lengths.validate()
 
     def to_mapping(self) -> dict[str, Any]:
