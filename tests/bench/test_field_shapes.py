@@ -240,3 +240,26 @@ def test_short_run_of_the_field_shapes(tmp_path: Path) -> None:
         assert {"learned", "cooled", "convergence", "refusalReasons", "upstreamPer50"} <= set(preset)
     text = render_field(doc)
     assert "filtered: agent 0 (filtered) got HTTP" in text and "filtered-twin" in text
+
+
+# -- the fleet on a field shape -----------------------------------------------------------------------
+
+
+def test_the_fleet_runs_a_field_preset_on_proxies_that_learn() -> None:
+    from chaos_mode.bench.fleet import FleetSpec, summary
+
+    spec = FleetSpec(agents=40, requests=6, field="noisy")
+    workload = spec.workload()
+    assert workload == make_workload(PRESETS["noisy"].spec())
+    settings = spec.sim_settings(workload)
+    assert settings.fault_rates == {"1302": 0.03} and settings.reject_delay_ms == 3000
+    assert spec.bound(workload) == pytest.approx(bound_of("noisy")[2].seconds)
+    assert "learning" not in spec.proxy_config()  # the default: learned limits
+    assert FleetSpec().proxy_config()["learning"] == {"enabled": False}
+    for bad in ("filtered", "nowhere"):
+        with pytest.raises(ValueError, match=bad):
+            FleetSpec(field=bad).preset()
+    runs = {"vsLowerBound": 1.2, "vsOneProxy": 1.0, "lostRaces": 0, "outages": 0, "overCaps": {}}
+    rounds = [[{"vsLowerBound": 1.1, "upstream429": 8}, {**runs, "upstream429": 25}]]
+    table = summary([2], rounds)
+    assert table["1 alone"]["upstream429"] == 8 and table["2"]["upstream429Rounds"] == [25]
