@@ -39,10 +39,10 @@ def test_every_shape_preset_is_a_field_run_of_at_least_40_agents_and_6_requests(
 
 def test_the_soft_preset_is_bound_by_its_clean_levels_not_its_bands() -> None:
     _, settings, bound = bound_of("soft")
-    clean = {**default_limits(), "glm-4.5": 8}
+    clean = {**default_limits(), "glm-4.7": 5, "glm-4.5-air": 7, "glm-4.5": 8}
     assert settings.bands == clean and settings.limits == clean and settings.account_limit == 40
-    assert bound.slots["heavy+medium+light"] == sum(clean.values()) == 26  # the account's 40 does not bind
-    assert bound.slots["heavy"] == 8
+    assert bound.slots["heavy+medium+light"] == sum(clean.values()) == 30  # the account's 40 does not bind
+    assert bound.slots["heavy"] == 10
 
 
 def test_the_queuing_preset_queues_over_limits_under_the_catalog() -> None:
@@ -234,7 +234,7 @@ def test_short_run_of_the_field_shapes(tmp_path: Path) -> None:
     assert filtered["ideal"]["seconds"] == twin["ideal"]["seconds"]  # both without agent 0's work
     assert queuing["truth"]["settings"]["over_limit"] == "queue" and queuing["zaiWaits"]["timedOut"] == 0
     assert "1302" not in queuing["upstreamByCode"]  # z.ai queues: it never refuses for load
-    assert soft["truth"]["settings"]["bands"]["glm-4.5"] == 8 and soft["ideal"]["slots"]["heavy"] == 8
+    assert soft["truth"]["settings"]["bands"]["glm-4.5"] == 8 and soft["ideal"]["slots"]["heavy"] == 10
     for preset in doc["presets"]:
         assert preset["completed"] >= preset["requests"] - 1 and preset["samples"]
         assert {"learned", "cooled", "convergence", "refusalReasons", "upstreamPer50"} <= set(preset)

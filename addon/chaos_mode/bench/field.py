@@ -20,6 +20,8 @@ from chaos_mode.zai.catalog import RequestTier
 PROXY: Final[Scenario] = SCENARIOS["least-loaded"]
 # 1-second streamed requests: 250 ms to the first token, then 25 more every 30 ms (each +-50%).
 FIELD_SPEC: Final = WorkloadSpec(latency_ms=250.0, output_tokens=26, token_interval_ms=30.0)
+# The soft preset's clean levels where they are not the catalog's (each band as wide as its clean level).
+SOFT_CLEAN: Final = {"glm-4.7": 5, "glm-4.5-air": 7, "glm-4.5": 8}
 # The phrase z.ai's content filter refused in the system prompt (NousResearch/hermes-agent #60118, #63534).
 FILTER_PHRASE: Final = "You run on Hermes Agent"
 
@@ -141,13 +143,14 @@ PRESETS: Final[dict[str, FieldPreset]] = {
         ),
         FieldPreset(
             "soft",
-            "soft limits as the measured glm-4.7's (clean to 9, sporadic 429s above): each model clean to "
-            "its catalog limit (glm-4.5 to 8), then a band as wide, refused ever more often; account 40",
+            "soft limits as the measured glm-4.7's (clean to 9, sporadic 429s above): clean to a level, "
+            "then a band as wide, refused ever more often; glm-4.7 clean 5 (catalog 3), glm-4.5-air 7 (5), "
+            "glm-4.5 8 (10, inside its band), the others at the catalog's; account 40",
             agents=40,
             requests=6,
-            limits={"glm-4.5": 8},  # the catalog's 10 lies in its band
+            limits=SOFT_CLEAN,
             account_limit=40,
-            shapes={"bands": {**default_limits(), "glm-4.5": 8}},
+            shapes={"bands": {**default_limits(), **SOFT_CLEAN}},
         ),
         FieldPreset(
             "queuing",
