@@ -263,3 +263,27 @@ def test_the_fleet_runs_a_field_preset_on_proxies_that_learn() -> None:
     rounds = [[{"vsLowerBound": 1.1, "upstream429": 8}, {**runs, "upstream429": 25}]]
     table = summary([2], rounds)
     assert table["1 alone"]["upstream429"] == 8 and table["2"]["upstream429Rounds"] == [25]
+
+
+def test_the_plot_draws_the_top_of_a_soft_band() -> None:
+    from chaos_mode.bench.field_plot import render_field_svg
+
+    def doc(bands: dict[str, int]) -> dict[str, Any]:
+        samples = [
+            {
+                "t": t,
+                "used": 1,
+                "totalCapacity": 4,
+                "accountLimit": None,
+                "waiting": 0,
+                "models": {"glm-4.7": {"inFlight": 1, "learnedLimit": 3, "catalogLimit": 3, "cooldown": 0.0}},
+            }
+            for t in (0, 1)
+        ]
+        truth = {"slots": [{"at": 0.0, "models": {"glm-4.7": 3}, "account": 4}], "settings": {"bands": bands}}
+        preset = {"name": "soft", "description": "d", "makespanSeconds": 1.0, "idealSeconds": 1.0}
+        return {"presets": [{**preset, "samples": samples, "truth": truth}]}
+
+    band_line = 'stroke="#000000" stroke-width="0.8" stroke-dasharray="1 2"'
+    assert render_field_svg(doc({"glm-4.7": 3})).count(band_line) == 1
+    assert render_field_svg(doc({})).count(band_line) == 0

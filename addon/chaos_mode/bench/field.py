@@ -62,7 +62,10 @@ class FieldPreset:
         """The same run without the shape under test (`twin`), named `<name>-twin`; None when it has none."""
         if self.twin is None:
             return None
-        return dataclasses.replace(self, name=f"{self.name}-twin", twin=None, **self.twin)
+        description = f"the {self.name} run without its shape ({', '.join(self.twin)} changed)"
+        return dataclasses.replace(
+            self, name=f"{self.name}-twin", description=description, twin=None, **self.twin
+        )
 
     def sim_settings(self, workload: Workload, **timings: Any) -> SimSettings:
         """The simulator's settings (`timings`: reject_delay_ms, retry_after), the change's schedule
