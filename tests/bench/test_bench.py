@@ -407,7 +407,18 @@ def test_the_changing_preset_doubles_the_limits_for_the_middle_third_of_its_boun
 
 def test_parse_presets() -> None:
     assert [p.name for p in parse_presets("soak,lower")] == ["soak", "lower"]
-    assert [p.name for p in parse_presets("all")] == ["lower", "higher", "changing", "soak"]
+    assert [p.name for p in parse_presets("all")] == [
+        "lower",
+        "higher",
+        "changing",
+        "soak",
+        "noisy",
+        "soft",
+        "queuing",
+        "filtered",
+        "halved",
+        "realistic",
+    ]
     with pytest.raises(ValueError, match="unknown field preset"):
         parse_presets("lower,fastest")
 
@@ -420,17 +431,30 @@ def test_status_samples_with_and_without_learned_limits() -> None:
         "queue": {"waiting": 5},
     }
     sample = read_sample(before, 1.5)
-    assert sample["models"] == {"glm-4.7": {"inFlight": 2, "learnedLimit": None, "catalogLimit": 3}}
+    assert sample["models"] == {
+        "glm-4.7": {"inFlight": 2, "learnedLimit": None, "catalogLimit": 3, "cooldown": 0.0}
+    }
     assert (sample["waiting"], sample["used"], sample["accountLimit"]) == (5, 2, None)
     after = {
         **before,
         "modelDistribution": {
-            "glm-4.7": {"inFlight": 2, "capacity": 2, "learnedLimit": 2, "catalogLimit": 3}
+            "glm-4.7": {
+                "inFlight": 2,
+                "capacity": 2,
+                "learnedLimit": 2,
+                "catalogLimit": 3,
+                "cooldownRemaining": 1.5,
+            }
         },
         "accountLimit": 20,
     }
     sample = read_sample(after, 1.5)
-    assert sample["models"]["glm-4.7"] == {"inFlight": 2, "learnedLimit": 2, "catalogLimit": 3}
+    assert sample["models"]["glm-4.7"] == {
+        "inFlight": 2,
+        "learnedLimit": 2,
+        "catalogLimit": 3,
+        "cooldown": 1.5,
+    }
     assert sample["accountLimit"] == 20
 
 

@@ -23,19 +23,7 @@ from chaos_mode.sim.__main__ import settings_from_args
 from chaos_mode.sim.limits import LimitChange, ScheduledChange
 from chaos_mode.zai.catalog import DEFAULT_CATALOG
 from support.certs import make_certs
-from support.sim_client import FAST, MSGS, TIMEOUT, MakeSim, post, sdk, stats, wait_for
-
-
-def assert_zai_error(response: httpx.Response, status: int, type_: str, code: str | None) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    body: dict[str, Any] = response.json()
-    assert set(body) == {"type", "error", "request_id"}
-    assert body["type"] == "error"
-    assert body["request_id"]
-    assert body["error"]["type"] == type_
-    assert body["error"].get("code") == code
-    assert isinstance(body["error"]["message"], str) and body["error"]["message"]
-    return body
+from support.sim_client import FAST, MSGS, TIMEOUT, MakeSim, assert_zai_error, post, sdk, stats, wait_for
 
 
 def sse_events(text: str) -> list[tuple[str, dict[str, Any]]]:
@@ -190,6 +178,7 @@ async def test_model_limit_rejects_exactly_the_extra_requests(
         "served": limit,
         "rejected": {"1302": 2},
         "limit": limit,
+        "band": 0,
         "hold": 0,
     }
     assert after["requests"] == limit + 2
@@ -217,7 +206,7 @@ async def test_account_limit(make_sim: MakeSim, http: httpx.AsyncClient) -> None
     rejected = next(r for r in responses if r.status_code == 429)
     assert_zai_error(rejected, 429, "rate_limit_error", "1302")
     s = await stats(http, server)
-    assert s["account"] == {"inFlight": 0, "peakInFlight": 2, "limit": 2, "hold": 0, "rejected": 1}
+    assert s["account"] == {"inFlight": 0, "peakInFlight": 2, "limit": 2, "band": 0, "hold": 0, "rejected": 1}
     total_rejected = sum(m["rejected"].get("1302", 0) for m in s["models"].values())
     assert total_rejected == 1
 
@@ -563,7 +552,14 @@ def test_held_slots_count_against_the_model_and_the_account() -> None:
     assert state.try_acquire("b") == "account"  # 2 ours + 2 held = 4
     snap = state.snapshot()
     assert (snap["models"]["a"]["hold"], snap["models"]["b"]["hold"]) == (2, 0)
-    assert snap["account"] == {"inFlight": 2, "peakInFlight": 2, "limit": 4, "hold": 2, "rejected": 0}
+    assert snap["account"] == {
+        "inFlight": 2,
+        "peakInFlight": 2,
+        "limit": 4,
+        "band": 0,
+        "hold": 2,
+        "rejected": 0,
+    }
     # Without an account limit of its own the account allows the sum of the model limits, as they change.
     free = SimState({"a": 1, "b": 1}, None)
     assert free.account_limit == 2

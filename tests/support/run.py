@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,10 +11,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_module(module: str, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    """`python -m module args...` from the checkout, its output kept; never raises on a failure."""
+    """`python -m module args...` from the checkout, its output kept; never raises on a failure. The
+    checkout's package comes first on the child's path (not one installed elsewhere in the environment)."""
+    path = os.pathsep.join(p for p in (str(ROOT / "addon"), os.environ.get("PYTHONPATH")) if p)
     return subprocess.run(
         [sys.executable, "-m", module, *args],
         cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": path},
         capture_output=True,
         text=True,
         timeout=timeout,

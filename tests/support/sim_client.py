@@ -56,3 +56,15 @@ async def wait_for(predicate: Callable[[], Awaitable[bool]], timeout: float = 3.
     async with asyncio.timeout(timeout):
         while not await predicate():
             await asyncio.sleep(0.01)
+
+
+def assert_zai_error(response: httpx.Response, status: int, type_: str, code: str | None) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    body: dict[str, Any] = response.json()
+    assert set(body) == {"type", "error", "request_id"}
+    assert body["type"] == "error"
+    assert body["request_id"]
+    assert body["error"]["type"] == type_
+    assert body["error"].get("code") == code
+    assert isinstance(body["error"]["message"], str) and body["error"]["message"]
+    return body

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from chaos_mode.bench.field import parse_presets
+from chaos_mode.bench.field import PRESETS, parse_presets
 from chaos_mode.bench.field_plot import render_field_svg
 from chaos_mode.bench.field_report import render_field
 from chaos_mode.bench.field_run import FieldOptions, run_field
@@ -87,8 +87,15 @@ def parser() -> argparse.ArgumentParser:
         type=parse_presets,
         metavar="PRESETS",
         help="instead of the scenarios: chaos mode against a simulator whose true limits differ from the "
-        "catalog's, comma-separated presets of lower,higher,changing,soak (or all); each has its own swarm "
+        f"catalog's, comma-separated presets of {','.join(PRESETS)} (or all); each has its own swarm "
         "of 1 s streamed requests, which --agents, --requests and the timing options change",
+    )
+    p.add_argument(
+        "--twins",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="after a field preset that has one (noisy, filtered), its twin: the same run without the shape "
+        "under test, for comparison (default on)",
     )
     p.add_argument(
         "--field-deadline", type=float, default=150.0, help="seconds one field preset may take (default 150)"
@@ -171,6 +178,7 @@ def field_options(args: argparse.Namespace, argv: Sequence[str]) -> FieldOptions
         retry_after=args.retry_after,
         max_attempts=args.max_attempts,
         deadline=args.field_deadline,
+        twins=args.twins,
         command=shlex.join(["python", "-m", "chaos_mode.bench", *argv]),
     )
 

@@ -1,5 +1,6 @@
-"""Field presets: the simulator's true limits unlike the catalog's (lower, higher, changing, with noise),
-and the lower bound on the makespan those true limits allow."""
+"""Field presets: the simulator's true limits unlike the catalog's (lower, higher, changing, with noise) and
+the field's shapes (random refusals, soft bands, queuing, the content filter, halved limits, realistic
+timing), and the lower bound on the makespan that the true (clean) limits allow."""
 
 from __future__ import annotations
 
@@ -12,21 +13,28 @@ from chaos_mode.bench.ideal import Capacity, LowerBound, slots_by_tier, timed_lo
 from chaos_mode.bench.scenarios import SCENARIOS, Scenario, parse_names
 from chaos_mode.bench.workload import Workload, WorkloadSpec
 from chaos_mode.config.schema import parse_config
-from chaos_mode.sim import LimitChange, ScheduledChange, SimSettings, SimState, default_limits
+from chaos_mode.sim import Lengths, LimitChange, ScheduledChange, SimSettings, SimState, default_limits
 from chaos_mode.zai.catalog import RequestTier
 
 # The proxy in every preset: chaos mode, least-loaded, on the built-in catalog (whose limits are guesses).
 PROXY: Final[Scenario] = SCENARIOS["least-loaded"]
 # 1-second streamed requests: 250 ms to the first token, then 25 more every 30 ms (each +-50%).
 FIELD_SPEC: Final = WorkloadSpec(latency_ms=250.0, output_tokens=26, token_interval_ms=30.0)
+# The soft preset's clean levels where they are not the catalog's (each band as wide as its clean level).
+SOFT_CLEAN: Final = {"glm-4.7": 5, "glm-4.5-air": 7, "glm-4.5": 8}
+# The phrase z.ai's content filter refused in the system prompt (NousResearch/hermes-agent #60118, #63534).
+FILTER_PHRASE: Final = "You run on Hermes Agent"
 
 
 @dataclass(frozen=True, slots=True)
 class FieldPreset:
     """True limits for the simulator (the catalog's, changed by `limits`), and the swarm to run on them.
 
-    `boost` is applied for the middle third of the run and taken back after it: from T/3 to 2T/3, where T
-    is the lower bound of the run on that very schedule.
+    `change` is applied for the middle third of the run and taken back after it: from T/3 to 2T/3, where
+    T is the lower bound of the run on that very schedule. `shapes`: more simulator settings (soft bands,
+    queuing, heads with the first token...), `workload`: WorkloadSpec fields (latency, answer lengths).
+    `filtered_agent`: that agent's system prompt trips z.ai's content filter (`FILTER_PHRASE`). `twin`:
+    the fields that make the same run without the shape under test, run after it for comparison.
     """
 
     name: str
@@ -38,34 +46,51 @@ class FieldPreset:
     hold: Mapping[str, int] = field(default_factory=dict)
     refuse: tuple[str, ...] = ()
     fault_rates: Mapping[str, float] = field(default_factory=dict)
-    boost: LimitChange | None = None
+    change: LimitChange | None = None
+    shapes: Mapping[str, Any] = field(default_factory=dict)
+    workload: Mapping[str, Any] = field(default_factory=dict)
+    filtered_agent: int | None = None
+    twin: Mapping[str, Any] | None = None
     sample_seconds: float = 0.25  # how often the proxy's /api/status is read
 
     def spec(self, **overrides: Any) -> WorkloadSpec:
-        """The workload: FIELD_SPEC with this preset's agents and requests, then `overrides`."""
-        fields = {"agents": self.agents, "requests": self.requests, **overrides}
+        """The workload: FIELD_SPEC with this preset's agents, requests and `workload`, then `overrides`."""
+        fields = {"agents": self.agents, "requests": self.requests, **self.workload, **overrides}
         return dataclasses.replace(FIELD_SPEC, **fields)
 
-    def sim_settings(self, workload: Workload, **timings: Any) -> SimSettings:
-        """The simulator's settings (`timings`: reject_delay_ms, retry_after), the boost's schedule
-        included."""
-        spec = workload.spec
-        base = SimSettings(
-            latency_ms=spec.latency_ms,
-            token_interval_ms=spec.token_interval_ms,
-            output_tokens=spec.output_tokens,
-            limits={**default_limits(), **self.limits},
-            account_limit=self.account_limit,
-            hold=dict(self.hold),
-            refuse=list(self.refuse),
-            fault_rates=dict(self.fault_rates),
-            fault_seed=spec.seed,
-            **timings,
+    def twin_preset(self) -> FieldPreset | None:
+        """The same run without the shape under test (`twin`), named `<name>-twin`; None when it has none."""
+        if self.twin is None:
+            return None
+        description = f"the {self.name} run without its shape ({', '.join(self.twin)} changed)"
+        return dataclasses.replace(
+            self, name=f"{self.name}-twin", description=description, twin=None, **self.twin
         )
-        if self.boost is None:
+
+    def sim_settings(self, workload: Workload, **timings: Any) -> SimSettings:
+        """The simulator's settings (`timings`: reject_delay_ms, retry_after), the change's schedule
+        included; ValueError naming a bad setting of `shapes`."""
+        spec = workload.spec
+        base = SimSettings.from_mapping(
+            {
+                "latency_ms": spec.latency_ms,
+                "token_interval_ms": spec.token_interval_ms,
+                "output_tokens": spec.output_tokens,
+                "limits": {**default_limits(), **self.limits},
+                "account_limit": self.account_limit,
+                "hold": dict(self.hold),
+                "refuse": list(self.refuse),
+                "fault_rates": dict(self.fault_rates),
+                "fault_seed": spec.seed,
+                "filter_phrases": [FILTER_PHRASE] if self.filtered_agent is not None else [],
+                **self.shapes,
+                **timings,
+            }
+        )
+        if self.change is None:
             return base
-        period = boosted_period(workload, base, self.boost)
-        return dataclasses.replace(base, schedule=boost_schedule(base, self.boost, period))
+        period = middle_third_period(workload, base, self.change)
+        return dataclasses.replace(base, schedule=middle_third_schedule(base, self.change, period))
 
 
 PRESETS: Final[dict[str, FieldPreset]] = {
@@ -94,9 +119,9 @@ PRESETS: Final[dict[str, FieldPreset]] = {
             "catalog limits with an account limit of 24; every limit doubled (account 48) for the middle "
             "third of the run",
             agents=48,
-            requests=24,  # the boost lasts 12 s: longer than the 10 s a refused limit waits to probe again
+            requests=24,  # the change lasts 12 s: longer than the 10 s a refused limit waits to probe again
             account_limit=24,
-            boost=LimitChange(
+            change=LimitChange(
                 limits={m: 2 * n for m, n in default_limits().items()},
                 account_limit=48,
                 sets_account_limit=True,
@@ -109,6 +134,62 @@ PRESETS: Final[dict[str, FieldPreset]] = {
             requests=20,  # 800 requests; 30 each took 141 s before learned limits (LB 42.5 s)
             fault_rates={"1302": 0.02, "1305": 0.02},
             sample_seconds=0.1,
+        ),
+        # -- the field's shapes (issue 21) ------------------------------------------------------------
+        FieldPreset(
+            "noisy",
+            "catalog limits; 3% of the requests within every limit refused 1302 at random (twin: none)",
+            agents=40,
+            requests=6,
+            fault_rates={"1302": 0.03},
+            twin={"fault_rates": {}},
+        ),
+        FieldPreset(
+            "soft",
+            "soft limits as the measured glm-4.7's (clean to 9, sporadic 429s above): clean to a level, "
+            "then a band as wide, refused ever more often; glm-4.7 clean 5 (catalog 3), glm-4.5-air 7 (5), "
+            "glm-4.5 8 (10, inside its band), the others at the catalog's; account 40",
+            agents=40,
+            requests=6,
+            limits=SOFT_CLEAN,
+            account_limit=40,
+            shapes={"bands": {**default_limits(), **SOFT_CLEAN}},
+        ),
+        FieldPreset(
+            "queuing",
+            "true limits under the catalog (glm-4.7 2, glm-4.6 2, glm-4.5 6, glm-4.5-air 3) and no 1302: "
+            "z.ai holds a request over them, its head unsent, until a slot frees",
+            agents=40,
+            requests=6,
+            limits={"glm-4.7": 2, "glm-4.6": 2, "glm-4.5": 6, "glm-4.5-air": 3},
+            shapes={"over_limit": "queue"},
+        ),
+        FieldPreset(
+            "filtered",
+            "catalog limits; agent 0's system prompt trips z.ai's content filter (1305 from every model, "
+            "HTTP 529); it gives up after its first request (twin: a plain prompt)",
+            agents=40,
+            requests=6,
+            filtered_agent=0,
+            twin={"filtered_agent": None},
+        ),
+        FieldPreset(
+            "halved",
+            "catalog limits, each halved (rounded down, at least 1; glm-4.5 5) for the middle third of the "
+            "run, then restored",
+            agents=40,
+            requests=15,  # the halved third lasts about 9 s
+            change=LimitChange(limits={m: max(1, n // 2) for m, n in default_limits().items()}),
+        ),
+        FieldPreset(
+            "realistic",
+            "heads sent with the first token (0.8 s), 1302s after 3 s, heavy-tailed answers (lognormal, "
+            "sigma 1, mean 26 tokens, cap 130); true limits glm-4.7 2, glm-4.5-air 3, glm-4.5 12",
+            agents=60,  # with 40, one agent's chain of long answers would be the bound, not the slots
+            requests=6,
+            limits={"glm-4.7": 2, "glm-4.5-air": 3, "glm-4.5": 12},
+            shapes={"head_with_first_token": True},
+            workload={"latency_ms": 800.0, "lengths": Lengths("lognormal", sigma=1.0, cap=130)},
         ),
     )
 }
@@ -135,7 +216,7 @@ def true_timeline(
 ) -> list[Capacity]:
     """The slots a client can have over time, from the simulator's `limitChanges`: limit - held per model
     (0 when refused), the account limit - every held slot; times moved `lead` seconds earlier (what had
-    happened by then starts at 0)."""
+    happened by then starts at 0). A soft limit's `limits` is its clean level: its band does not count."""
     timeline: list[Capacity] = []
     for change in changes:
         start = max(0.0, float(change["at"]) - lead)
@@ -162,26 +243,29 @@ def field_bound(workload: Workload, timeline: Sequence[Capacity]) -> LowerBound:
     return timed_lower_bound(workload.work_by_tier(), eligible_by_tier(), timeline, workload.work_by_agent())
 
 
-def boost_schedule(base: SimSettings, boost: LimitChange, period: float) -> list[ScheduledChange]:
-    """`boost` at period/3, and back to `base`'s values for what it changed at 2 period/3."""
+def middle_third_schedule(base: SimSettings, change: LimitChange, period: float) -> list[ScheduledChange]:
+    """`change` at period/3, and back to `base`'s values for what it changed at 2 period/3."""
     back = LimitChange(
-        limits={m: base.limits[m] for m in boost.limits},
-        hold={m: base.hold.get(m, 0) for m in boost.hold},
+        limits={m: base.limits[m] for m in change.limits},
+        hold={m: base.hold.get(m, 0) for m in change.hold},
         account_limit=base.account_limit,
-        sets_account_limit=boost.sets_account_limit,
+        sets_account_limit=change.sets_account_limit,
     )
-    return [ScheduledChange(period / 3, boost), ScheduledChange(2 * period / 3, back)]
+    return [ScheduledChange(period / 3, change), ScheduledChange(2 * period / 3, back)]
 
 
-def boosted_period(workload: Workload, base: SimSettings, boost: LimitChange) -> float:
-    """The T for which the LB with the boost from T/3 to 2T/3 is T itself (by bisection: above that T
-    the LB is below T, under it above)."""
+def middle_third_period(workload: Workload, base: SimSettings, change: LimitChange) -> float:
+    """The T for which the LB with `change` from T/3 to 2T/3 is T itself (by bisection: above that T
+    the LB is below T, under it above; a change that adds slots has it below the LB without the change,
+    one that takes slots away above it)."""
 
     def bound(period: float) -> float:
-        settings = dataclasses.replace(base, schedule=boost_schedule(base, boost, period))
+        settings = dataclasses.replace(base, schedule=middle_third_schedule(base, change, period))
         return field_bound(workload, true_timeline(planned_changes(settings), settings.refuse)).seconds
 
     low, high = 0.0, bound(0.0)
+    while bound(high) > high:  # a change that takes slots away ends later than without it: widen
+        low, high = high, 2 * high
     for _ in range(50):
         middle = (low + high) / 2
         low, high = (middle, high) if bound(middle) > middle else (low, middle)

@@ -75,13 +75,22 @@ def _model_panel(panel: Panel, model: str, preset: Mapping[str, Any], colour: st
         return lambda s: s["models"].get(model, {}).get(key)
 
     true = [(float(c["at"]), float(c["models"].get(model, 0))) for c in preset["truth"]["slots"]]
+    band = _band(preset, model)
     return [
         *panel.frame(model.removeprefix("glm-")),
         panel.area(_steps(_series(samples, of("inFlight")), end), colour),
         panel.line(_steps(_series(samples, of("catalogLimit")), end), CATALOG, dash="4 3"),
+        panel.line(_steps([(t, v + band) for t, v in true], end), TRUE, width=0.8, dash="1 2")
+        if band
+        else "",
         panel.line(_steps(true, end), TRUE),
         panel.line(_steps(_series(samples, of("learnedLimit")), end), colour, width=2.2),
     ]
+
+
+def _band(preset: Mapping[str, Any], model: str) -> int:
+    """The width of the model's soft band in the run (0: a hard limit)."""
+    return int((preset["truth"]["settings"].get("bands") or {}).get(model, 0))
 
 
 def _account_panel(panel: Panel, preset: Mapping[str, Any]) -> list[str]:
@@ -119,7 +128,7 @@ def _row(preset: Mapping[str, Any], y: float) -> list[str]:
         )
     ]
     for index, model in enumerate(models):
-        values = [c["models"].get(model, 0) for c in preset["truth"]["slots"]]
+        values = [c["models"].get(model, 0) + _band(preset, model) for c in preset["truth"]["slots"]]
         for s in samples:
             m = s["models"].get(model, {})
             values += [
@@ -138,6 +147,7 @@ def _row(preset: Mapping[str, Any], y: float) -> list[str]:
 def _legend(y: float) -> list[str]:
     items = [
         (TRUE, "", "true slots (limit - held; 0 refused)"),
+        (TRUE, "1 2", "top of a soft band"),
         (CATALOG, "4 3", "catalog limit (proxy)"),
         ("#b2182b", "", "learned limit (proxy, when reported)"),
         (WAITING, "1 2", "waiting in the proxy (account panel)"),

@@ -11,7 +11,8 @@ from chaos_mode.bench.report import check_lines, fmt_num, fmt_pair, share_table,
 def field_table(presets: Sequence[Mapping[str, Any]]) -> list[str]:
     header = [
         "preset", "requests", "makespan s", "LB s", "LB/makespan", "req/s", "429 client", "429 upstream",
-        "by code", "one-piece", "longest stall s", "stalled", "TTFT p50/p99 ms", "wait p50/p99 ms",
+        "per 50", "by code", "filtered", "zai wait max s", "one-piece", "longest stall s", "stalled",
+        "TTFT p50/p99 ms", "wait p50/p99 ms",
     ]  # fmt: skip
     rows = []
     for p in presets:
@@ -26,7 +27,10 @@ def field_table(presets: Sequence[Mapping[str, Any]]) -> list[str]:
                 fmt_num(p["requestsPerSecond"], ".1f"),
                 str(p["client429"]),
                 str(p["upstream429"]),
+                fmt_num(p.get("upstreamPer50"), ".1f"),
                 " ".join(f"{code}:{n}" for code, n in p["upstreamByCode"].items()) or "-",
+                str(p.get("upstreamFiltered", 0)),
+                _longest_wait(p),
                 str(p["unstreamed"]),
                 f"{stalls['longestStallSeconds']:.2f}",
                 fmt_num(stalls["stalledShare"], ".1%"),
@@ -55,6 +59,67 @@ def bound_line(preset: Mapping[str, Any]) -> str:
     return line
 
 
+def _longest_wait(preset: Mapping[str, Any]) -> str:
+    waits = preset.get("zaiWaits") or {}
+    return f"{waits['maxMs'] / 1000:.2f}" if waits.get("waited") else "-"
+
+
+def shape_lines(preset: Mapping[str, Any]) -> list[str]:
+    """What the preset's shape did: against its twin, the filtered agent, the limits after each change, the
+    learned limits' range, the waits inside z.ai, the refusals by reason."""
+    name, lines = preset["name"], []
+    twin = preset.get("twin")
+    if twin:
+        points = fmt_num(twin["pointsBelowTwin"], "+.1f")
+        lines.append(
+            f"  {name}: {fmt_num(preset['utilization'], '.2f')} of the bound against "
+            f"{fmt_num(twin['efficiency'], '.2f')} for {twin['name']} ({points} points below it); makespan "
+            f"{preset['makespanSeconds']:.2f} s against {twin['makespanSeconds']:.2f} s "
+            f"(x{fmt_num(twin['makespanRatio'], '.3f')})"
+        )
+    filtered = preset.get("filtered")
+    if filtered:
+        answer = filtered["firstAnswer"] or {}
+        cooled = ", ".join(f"{m} {s:.1f} s" for m, s in preset["cooled"].items()) or "none"
+        ended = (
+            "still retrying when the others were done"
+            if filtered["stoppedWithOthers"]
+            else f"gave up after {fmt_num(filtered['gaveUpAfterSeconds'], '.1f')} s"
+        )
+        lines.append(
+            f"  {name}: agent {filtered['agent']} (filtered) got HTTP {answer.get('status', '-')} first: "
+            f"{str(answer.get('body', '-'))[:160]}; {filtered['attempts']} attempts, {ended}; upstream "
+            f"filtered {preset['upstreamFiltered']}; models cooled: {cooled}"
+        )
+    for change in preset.get("convergence", []):
+        late = [m for m, s in change["byModel"].items() if s is None or s > 5]
+        seconds = change["seconds"]
+        when = "never (before the next change)" if seconds is None else f"after {seconds:.2f} s"
+        lines.append(
+            f"  {name}: change at {change['at']:.2f} s: learned limits all within one step of the truth "
+            f"{when}" + (f"; later than 5 s or never: {', '.join(late)}" if late else "")
+        )
+    ranges = {m: r for m, r in preset.get("learned", {}).items() if r["min"] is not None}
+    if ranges:
+        lines.append(
+            f"  {name}: learned limits min-max (last): "
+            + ", ".join(
+                f"{m.removeprefix('glm-')} {r['min']:g}-{r['max']:g} ({r['last']:g})"
+                for m, r in ranges.items()
+            )
+        )
+    waits = preset.get("zaiWaits") or {}
+    if waits.get("waited"):
+        lines.append(
+            f"  {name}: waited inside z.ai: {waits['waited']} requests, max {waits['maxMs'] / 1000:.2f} s, "
+            f"p99 {waits['p99Ms'] / 1000:.2f} s, {waits['over1s']} over 1 s"
+        )
+    if preset.get("refusalReasons"):
+        reasons = ", ".join(f"{k} {v}" for k, v in preset["refusalReasons"].items())
+        lines.append(f"  {name}: upstream refusals by reason: {reasons}")
+    return lines
+
+
 def render_field(doc: Mapping[str, Any]) -> str:
     """The whole field report, ready to print."""
     presets = doc["presets"]
@@ -65,8 +130,12 @@ def render_field(doc: Mapping[str, Any]) -> str:
         "LB = the makespan bound of the TRUE limits (limit - held slots, 0 when refused, the account limit; "
         "changing limits integrated over time);",
         "LB/makespan = efficiency; one-piece = answers that reached the client unstreamed (failed over);",
-        "stall = requests waiting in the proxy while it used no slot (sampled from /api/status).",
+        "stall = requests waiting in the proxy while it used no slot (sampled from /api/status);",
+        "per 50 = upstream refusals per 50 requests; filtered = refused by the content filter (not counted "
+        "as 429s); zai wait = the longest a request waited inside z.ai for its head.",
         *(bound_line(p) for p in presets),
+        "",
+        *(line for p in presets for line in shape_lines(p)),
         "",
         *share_table(presets),
     ]

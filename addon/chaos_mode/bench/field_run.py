@@ -1,22 +1,39 @@
-"""`python -m chaos_mode.bench --field ...`: per preset, a simulator with the field's true limits, a fresh
-mitmdump with chaos mode on the built-in catalog, the swarm, the proxy's status sampled all along; the
-makespan against the lower bound of the true limits."""
+"""`python -m chaos_mode.bench --field ...`: per preset, a simulator with the field's true limits and shapes,
+a fresh mitmdump with chaos mode on the built-in catalog, the swarm, the proxy's status sampled all along;
+the makespan against the lower bound of the true (clean) limits; then the preset's twin, when it has one
+(the same run without the shape under test), and the comparison of the two."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
-from chaos_mode.bench.field import PRESETS, PROXY, FieldPreset, field_bound, planned_changes, true_timeline
+from chaos_mode.bench import field_figures
+from chaos_mode.bench.field import (
+    FILTER_PHRASE,
+    PRESETS,
+    PROXY,
+    FieldPreset,
+    field_bound,
+    planned_changes,
+    true_timeline,
+)
 from chaos_mode.bench.figures import summarize
 from chaos_mode.bench.run import Log, bound_doc, document_head, run_through, start_proxy, workload_doc
 from chaos_mode.bench.sampler import rebase, sampling, stall_figures
-from chaos_mode.bench.swarm import SwarmProgress
-from chaos_mode.bench.workload import make_workload
+from chaos_mode.bench.swarm import FilteredAgent, SwarmProgress
+from chaos_mode.bench.workload import Workload, make_workload
 from chaos_mode.sim import SimProcess
+
+# The simulator's settings a field document keeps as the truth of its run.
+TRUTH_SETTINGS: Final = (
+    "limits", "account_limit", "hold", "refuse", "fault_rates", "schedule", "bands", "account_band",
+    "over_limit", "queue_timeout_ms", "filter_phrases", "head_with_first_token",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -27,21 +44,36 @@ class FieldOptions:
     retry_after: float | None = None
     max_attempts: int = 60
     deadline: float = 150.0  # seconds one preset's swarm may take before it is stopped
+    twins: bool = True  # run each preset's twin after it
     command: str = ""
 
 
-async def run_preset(preset: FieldPreset, options: FieldOptions, log: Log) -> dict[str, Any]:
-    """One preset, start to end; the figures as one JSON-ready dict."""
+def without_agent(workload: Workload, agent: int | None) -> Workload:
+    """The workload with `agent`'s requests taken out (the work a filtered agent never gets served)."""
+    if agent is None:
+        return workload
+    agents = tuple(() if index == agent else requests for index, requests in enumerate(workload.agents))
+    return dataclasses.replace(workload, agents=agents)
+
+
+async def run_preset(
+    preset: FieldPreset, options: FieldOptions, log: Log, others_of: int | None = None
+) -> dict[str, Any]:
+    """One preset, start to end; the figures as one JSON-ready dict. `others_of`: an agent whose requests
+    the makespan and the bound leave out (the filtered agent, in its run and its twin's)."""
+    others_of = preset.filtered_agent if others_of is None else others_of
     workload = make_workload(preset.spec(**options.overrides))
+    served = without_agent(workload, others_of)
     settings = preset.sim_settings(
         workload, reject_delay_ms=options.reject_delay_ms, retry_after=options.retry_after
     )
-    planned = field_bound(workload, true_timeline(planned_changes(settings), settings.refuse))
+    planned = field_bound(served, true_timeline(planned_changes(settings), settings.refuse))
     log(
         f"field {preset.name}: {preset.description}; {workload.size} requests "
         f"({workload.spec.agents} agents x {workload.spec.requests}), LB {planned.seconds:.2f} s "
         f"({planned.binding})"
     )
+    filtered = None if preset.filtered_agent is None else FilteredAgent(preset.filtered_agent, FILTER_PHRASE)
     progress = SwarmProgress()
     async with (
         SimProcess(settings) as sim,
@@ -50,40 +82,59 @@ async def run_preset(preset: FieldPreset, options: FieldOptions, log: Log) -> di
         asyncio.timeout(options.deadline),
     ):
         run = await run_through(
-            PROXY, workload, sim.base_url, proxy, max_attempts=options.max_attempts, progress=progress
+            PROXY,
+            workload,
+            sim.base_url,
+            proxy,
+            max_attempts=options.max_attempts,
+            progress=progress,
+            filtered=filtered,
         )
     timeline = true_timeline(run.sim_stats["limitChanges"], settings.refuse, lead=run.reset_lead)
-    bound = field_bound(workload, timeline)
+    bound = field_bound(served, timeline)
+    others = None if others_of is None else field_figures.makespan_of_others(run.records, others_of)
+    makespan = run.makespan if others is None else others
     summary = summarize(
-        preset.name, preset.description, run.records, run.makespan, run.sim_stats, run.status, bound
+        preset.name, preset.description, run.records, makespan, run.sim_stats, run.status, bound
     )
-    summary["checks"]["noClient429"] = summary["client429"] == 0
+    # The filtered agent's request is refused on purpose: the checks are of the others.
+    others_records = [r for r in run.records if r.agent != others_of]
+    summary["checks"]["noClient429"] = sum(r.client_429 for r in others_records) == 0
+    summary["checks"]["allCompleted"] = all(r.ok for r in others_records)
     by_code: dict[str, int] = {}
     for counters in run.sim_stats["models"].values():
         for code, n in counters["rejected"].items():
             by_code[code] = by_code.get(code, 0) + n
     series = rebase(samples, progress.started)
+    slots = [{"at": round(c.start, 3), "models": dict(c.models), "account": c.account} for c in timeline]
     summary.update(
         workload=workload_doc(workload, options),
         ideal={**bound_doc(bound), "plannedSeconds": round(planned.seconds, 3)},
         upstreamByCode=dict(sorted(by_code.items())),
+        upstreamPer50=field_figures.per_50(summary["upstream429"], workload.size),
+        refusalReasons=run.sim_stats.get("refusalReasons", {}),
+        upstreamFiltered=run.sim_stats.get("filtered", {}).get("requests", 0),
+        zaiWaits=run.sim_stats.get("zaiWaits"),
+        learned=field_figures.learned_ranges(series),
+        limitReasons=_limit_reasons(run.status),
+        cooled=field_figures.cooled_models(series),
+        convergence=field_figures.convergence(series, slots),
         truth={
-            "settings": {
-                k: v
-                for k, v in settings.to_mapping().items()
-                if k in ("limits", "account_limit", "hold", "refuse", "fault_rates", "schedule")
-            },
+            "settings": {k: v for k, v in settings.to_mapping().items() if k in TRUTH_SETTINGS},
             "limitChanges": run.sim_stats["limitChanges"],
             "leadSeconds": round(run.reset_lead, 4),
-            "slots": [
-                {"at": round(c.start, 3), "models": dict(c.models), "account": c.account} for c in timeline
-            ],
+            "slots": slots,
         },
         stalls=stall_figures(series),
         samples=series,
     )
+    if others_of is not None:
+        summary["othersOf"] = others_of
+        summary["swarmMakespanSeconds"] = round(run.makespan, 3)
+    if preset.filtered_agent is not None:
+        summary["filtered"] = field_figures.filtered_agent(run.records, preset.filtered_agent)
     log(
-        f"  makespan {run.makespan:.2f} s = {summary['vsIdeal']:.2f}x LB, "
+        f"  makespan {makespan:.2f} s = {summary['vsIdeal']:.2f}x LB, "
         f"{summary['client429']} client 429s, upstream {summary['upstreamByCode']}, "
         f"{summary['unstreamed']} answers in one piece, "
         f"longest stall {summary['stalls']['longestStallSeconds']:.2f} s"
@@ -91,10 +142,36 @@ async def run_preset(preset: FieldPreset, options: FieldOptions, log: Log) -> di
     return summary
 
 
+def _limit_reasons(status: Any) -> dict[str, str]:
+    """Each model's `limitReason` at the end (why its learned limit is what it is), when the proxy says."""
+    models = (status or {}).get("modelDistribution", {})
+    return {name: m["limitReason"] for name, m in models.items() if m.get("limitReason")}
+
+
+def compare_with_twin(preset: dict[str, Any], twin: dict[str, Any]) -> dict[str, Any]:
+    """The preset against its twin: efficiencies, and how many points the shape cost."""
+    ours, theirs = preset["utilization"], twin["utilization"]
+    return {
+        "name": twin["name"],
+        "makespanSeconds": twin["makespanSeconds"],
+        "efficiency": theirs,
+        "pointsBelowTwin": round(100 * (theirs - ours), 1) if ours is not None and theirs else None,
+        "makespanRatio": round(preset["makespanSeconds"] / twin["makespanSeconds"], 3)
+        if twin["makespanSeconds"]
+        else None,
+    }
+
+
 async def run_field(options: FieldOptions, log: Log = lambda _: None) -> dict[str, Any]:
-    """Every preset of `options`, one after another."""
+    """Every preset of `options`, one after another, each followed by its twin (when it has one)."""
     doc = document_head("chaos-mode field", options.command) | {"presets": []}
     for preset in options.presets:
-        doc["presets"].append(await run_preset(preset, options, log))
+        result = await run_preset(preset, options, log)
+        doc["presets"].append(result)
+        twin = preset.twin_preset() if options.twins else None
+        if twin is not None:
+            twin_result = await run_preset(twin, options, log, others_of=preset.filtered_agent)
+            result["twin"] = compare_with_twin(result, twin_result)
+            doc["presets"].append(twin_result)
     doc["finishedAt"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     return doc

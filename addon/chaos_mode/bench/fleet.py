@@ -2,13 +2,15 @@
 through one Redis, in front of one simulator; efficiency against the lower bound, upstream 429s, peaks.
 
     python -m chaos_mode.bench.fleet [--proxies 1,2,3] [--agents 40] [--requests 4] [--repeat 3]
-                                     [--kill] [--restart-redis] [--json out.json]
+                                     [--field noisy] [--kill] [--restart-redis] [--json out.json]
 
 Each round measures one proxy alone (no Redis) and then each fleet size, one after the other, so the
 ratios compare runs made under the same load of the machine. Also the latency of one lease (confirm +
 release) through a loopback Redis (`lease_latency`); with `--kill`, one proxy of the fleet killed with
 SIGKILL mid-run (`kill_one`); with `--restart-redis`, Redis stopped and started again mid-run
-(`restart_redis`). Needs redis-server (Debian's package) and the `redis` extra.
+(`restart_redis`). With `--field PRESET`, the field benchmark's preset instead (its true limits and shapes,
+its workload, 1302s after 3 s) and proxies that learn limits, as deployed: the upstream 429s of each run
+say whether N proxies probe more than one. Needs redis-server (Debian's package) and the `redis` extra.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any, Final
 
 import redis.asyncio as aioredis
 
+from chaos_mode.bench.field import PRESETS, FieldPreset, field_bound, planned_changes, true_timeline
 from chaos_mode.bench.figures import sim_rejected
 from chaos_mode.bench.run import get_json, ideal_for, reset_sim
 from chaos_mode.bench.scenarios import SCENARIOS
@@ -35,6 +38,7 @@ from chaos_mode.sim import SimProcess, SimSettings
 
 SCENARIO = SCENARIOS["least-loaded"]
 LEASE_MS = 3000
+FIELD_REJECT_DELAY_MS = 3000.0  # as the field benchmark: z.ai takes 3-6 s to answer with a 429
 
 
 @dataclass(frozen=True)
@@ -45,8 +49,44 @@ class FleetSpec:
     output_tokens: int = 8
     token_interval_ms: float = 30.0
     lease_ms: int = LEASE_MS
+    field: str | None = None  # a field preset: its simulator and workload (agents and requests from here)
+
+    def preset(self) -> FieldPreset | None:
+        """The field preset; ValueError for an unknown one or one the fleet cannot run."""
+        if self.field is None:
+            return None
+        if self.field not in PRESETS:
+            raise ValueError(f"unknown field preset {self.field!r}; known: {', '.join(PRESETS)}")
+        preset = PRESETS[self.field]
+        if preset.filtered_agent is not None:
+            raise ValueError(f"field preset {self.field}: a filtered agent is not run by the fleet benchmark")
+        return preset
+
+    def sim_settings(self, workload: Workload) -> SimSettings:
+        preset = self.preset()
+        if preset is not None:
+            return preset.sim_settings(workload, reject_delay_ms=FIELD_REJECT_DELAY_MS)
+        return SimSettings(
+            latency_ms=self.latency_ms,
+            token_interval_ms=self.token_interval_ms,
+            output_tokens=self.output_tokens,
+        )
+
+    def bound(self, workload: Workload) -> float:
+        """The lower bound of the makespan: the catalog's slots, or the field preset's true ones."""
+        if self.field is None:
+            return ideal_for(workload).bound.seconds
+        settings = self.sim_settings(workload)
+        return field_bound(workload, true_timeline(planned_changes(settings), settings.refuse)).seconds
+
+    def proxy_config(self) -> dict[str, Any]:
+        """Fixed limits on the catalog's field; learned ones (the default) on a field preset's."""
+        return proxy_config() if self.field is None else SCENARIO.config()
 
     def workload(self) -> Workload:
+        preset = self.preset()
+        if preset is not None:
+            return make_workload(preset.spec(agents=self.agents, requests=self.requests))
         spec = WorkloadSpec(
             agents=self.agents,
             requests=self.requests,
@@ -62,11 +102,15 @@ def proxy_config() -> dict[str, Any]:
     return {**SCENARIO.config(), "learning": {"enabled": False}}
 
 
-def fleet_proxies(sim_url: str, redis_url: str | None, count: int, lease_ms: int) -> list[ProxyProcess]:
-    """`count` proxies in front of the simulator; with `redis_url`, sharing their slots through it."""
+def fleet_proxies(
+    sim_url: str, redis_url: str | None, count: int, lease_ms: int, config: dict[str, Any] | None = None
+) -> list[ProxyProcess]:
+    """`count` proxies in front of the simulator (on `config`, default `proxy_config()`); with `redis_url`,
+    sharing their slots through it."""
     extra = [] if redis_url is None else ["--set", f"chaos_state={redis_url}"]
     extra += ["--set", f"chaos_state_lease_ms={lease_ms}"] if redis_url else []
-    return [ProxyProcess(upstream=sim_url, config=proxy_config(), extra_args=extra) for _ in range(count)]
+    config = proxy_config() if config is None else config
+    return [ProxyProcess(upstream=sim_url, config=config, extra_args=extra) for _ in range(count)]
 
 
 def split(workload: Workload, parts: int) -> list[Workload]:
@@ -108,6 +152,7 @@ def fleet_figures(
         "failed": sum(1 for r in records if not r.ok),
         "client429": sum(r.client_429 for r in records),
         "upstream429": sim_rejected(sim_stats),
+        "refusalReasons": sim_stats.get("refusalReasons", {}),
         "peaks": {name: m["peakInFlight"] for name, m in models.items()},
         "accountPeak": account["peakInFlight"],
         "overCaps": over,
@@ -115,9 +160,9 @@ def fleet_figures(
 
 
 async def start_fleet(
-    sim: SimProcess, redis_url: str | None, count: int, lease_ms: int
+    sim: SimProcess, redis_url: str | None, count: int, lease_ms: int, config: dict[str, Any] | None = None
 ) -> list[ProxyProcess]:
-    proxies = fleet_proxies(sim.base_url, redis_url, count, lease_ms)
+    proxies = fleet_proxies(sim.base_url, redis_url, count, lease_ms, config)
     try:
         await asyncio.gather(*(asyncio.to_thread(p.start) for p in proxies))
     except BaseException:
@@ -143,7 +188,7 @@ async def measure(
     sim: SimProcess, redis_url: str | None, count: int, workload: Workload, spec: FleetSpec, bound: float
 ) -> dict[str, Any]:
     """One swarm through `count` proxies (sharing through `redis_url`, or alone when None)."""
-    proxies = await start_fleet(sim, redis_url, count, spec.lease_ms)
+    proxies = await start_fleet(sim, redis_url, count, spec.lease_ms, spec.proxy_config())
     try:
         records, makespan, parts = await run_split(proxies, workload)
         sim_stats = await get_json(sim.base_url + "/sim/stats")
@@ -204,7 +249,7 @@ async def kill_one(
     """`count` proxies share the swarm; `after` seconds in (once it holds a lease), the first is killed with
     SIGKILL. Its leases must leave Redis within the lease TTL (plus a renewal, when a survivor reaps them),
     and the survivors' agents must all be served. The killed proxy's own agents are abandoned."""
-    proxies = await start_fleet(sim, redis_url, count, spec.lease_ms)
+    proxies = await start_fleet(sim, redis_url, count, spec.lease_ms, spec.proxy_config())
     client = aioredis.Redis.from_url(redis_url)
     try:
         victim = (await get_json(proxies[0].status_url))["fleet"]["proxy"]
@@ -272,7 +317,7 @@ async def restart_redis(
     """`count` proxies share the swarm; `after` seconds in Redis is stopped, `down` seconds later a new
     (empty) one starts on the same port. No request may fail; once Redis is back the leases in it must
     match the slots the proxies hold within one lease TTL. Returns the figures and the new Redis."""
-    proxies = await start_fleet(sim, redis.url, count, spec.lease_ms)
+    proxies = await start_fleet(sim, redis.url, count, spec.lease_ms, spec.proxy_config())
     again = redis
     try:
         swarms = _swarms(proxies, workload)
@@ -414,12 +459,14 @@ class Plan:
 
 async def run(counts: Sequence[int], spec: FleetSpec, plan: Plan = Plan()) -> dict[str, Any]:
     workload = spec.workload()
-    bound = ideal_for(workload).bound.seconds
-    settings = SimSettings(
-        latency_ms=spec.latency_ms, token_interval_ms=spec.token_interval_ms, output_tokens=spec.output_tokens
-    )
-    results: dict[str, Any] = {"agents": spec.agents, "requests": spec.requests, "lowerBoundSeconds": bound}
-    with SimProcess(settings) as sim, RedisProcess() as redis:
+    bound = spec.bound(workload)
+    results: dict[str, Any] = {
+        "agents": len(workload.agents),
+        "requests": workload.spec.requests,
+        "field": spec.field,
+        "lowerBoundSeconds": bound,
+    }
+    with SimProcess(spec.sim_settings(workload)) as sim, RedisProcess() as redis:
         rounds = []
         for _ in range(plan.repeat):
             alone = await measure(sim, None, 1, workload, spec, bound)
@@ -450,7 +497,13 @@ def summary(counts: Sequence[int], rounds: Sequence[Sequence[dict[str, Any]]]) -
     """Per fleet size, over the rounds: the median of makespan / lower bound and of the ratio to one proxy
     alone in the same round, and every round's ratio."""
     alone = [runs[0]["vsLowerBound"] for runs in rounds]
-    table: dict[str, Any] = {"1 alone": {"vsLowerBound": round(statistics.median(alone), 3)}}
+    table: dict[str, Any] = {
+        "1 alone": {
+            "vsLowerBound": round(statistics.median(alone), 3),
+            "upstream429": sum(runs[0].get("upstream429", 0) for runs in rounds),
+            "upstream429Rounds": [runs[0].get("upstream429", 0) for runs in rounds],
+        }
+    }
     for i, count in enumerate(counts, start=1):
         ratios = [runs[i]["vsOneProxy"] for runs in rounds]
         table[str(count)] = {
@@ -460,6 +513,7 @@ def summary(counts: Sequence[int], rounds: Sequence[Sequence[dict[str, Any]]]) -
             "lostRaces": sum(runs[i]["lostRaces"] for runs in rounds),
             "outages": sum(runs[i].get("outages", 0) for runs in rounds),
             "upstream429": sum(runs[i]["upstream429"] for runs in rounds),
+            "upstream429Rounds": [runs[i]["upstream429"] for runs in rounds],
             "overCaps": [runs[i]["overCaps"] for runs in rounds if runs[i]["overCaps"]],
         }
     return table
@@ -468,8 +522,14 @@ def summary(counts: Sequence[int], rounds: Sequence[Sequence[dict[str, Any]]]) -
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m chaos_mode.bench.fleet", description=__doc__)
     parser.add_argument("--proxies", default="1,2,3", help="fleet sizes to measure (comma-separated)")
-    parser.add_argument("--agents", type=int, default=FleetSpec.agents)
-    parser.add_argument("--requests", type=int, default=FleetSpec.requests)
+    parser.add_argument("--agents", type=int, help=f"default {FleetSpec.agents}, or the field preset's")
+    parser.add_argument("--requests", type=int, help=f"default {FleetSpec.requests}, or the field preset's")
+    parser.add_argument(
+        "--field",
+        metavar="PRESET",
+        help="a preset of the field benchmark (noisy, soft, ...): its true limits, shapes and workload, on "
+        "proxies that learn limits",
+    )
     parser.add_argument(
         "--repeat", type=int, default=1, help="rounds (each: one proxy alone, then every fleet)"
     )
@@ -484,7 +544,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         counts = [int(n) for n in args.proxies.split(",") if n.strip()]
     except ValueError:
         parser.error("--proxies: comma-separated numbers, like 1,2,3")
-    spec = FleetSpec(agents=args.agents, requests=args.requests, lease_ms=args.lease_ms)
+    preset = PRESETS.get(args.field) if args.field else None
+    agents = args.agents or (preset.agents if preset else FleetSpec.agents)
+    requests = args.requests or (preset.requests if preset else FleetSpec.requests)
+    spec = FleetSpec(agents=agents, requests=requests, lease_ms=args.lease_ms, field=args.field)
+    try:
+        spec.preset()
+    except ValueError as exc:
+        parser.error(str(exc))
     plan = Plan(repeat=args.repeat, kill=args.kill, restart_redis=args.restart_redis)
     results = asyncio.run(run(counts, spec, plan))
     text = json.dumps(results, indent=2)

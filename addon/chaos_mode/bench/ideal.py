@@ -13,6 +13,10 @@ tier terms reduce to max(W_heavy/8, (W_heavy + W_medium)/23, W_all/28).
 
 When the slots change over time (`timed_lower_bound`), the term of T is the smallest t at which the slots
 S_T integrated over [0, t] cover W_T; with constant slots that is W_T / S_T again.
+
+In the field benchmark the slots are the true ones (`field.true_timeline`): a soft limit counts with its
+clean level only (the band above it is served by chance, at the price of refusals), a limit z.ai queues
+over counts as the limit, and the work of an agent whose prompt z.ai's filter refuses is left out.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from chaos_mode.bench.ideal import (
 )
 from chaos_mode.bench.overhead import OverheadOptions, measure_overhead
 from chaos_mode.bench.scenarios import SCENARIOS, Scenario, pinned_models
-from chaos_mode.bench.swarm import RequestRecord, SwarmOptions, SwarmProgress, run_swarm
+from chaos_mode.bench.swarm import FilteredAgent, RequestRecord, SwarmOptions, SwarmProgress, run_swarm
 from chaos_mode.bench.workload import ZAI_DEFAULT_MODELS, Workload, WorkloadSpec, make_workload
 from chaos_mode.config.schema import parse_config
 from chaos_mode.devtools.client import httpx
@@ -148,6 +148,7 @@ async def run_through(
     *,
     max_attempts: int = 60,
     progress: SwarmProgress | None = None,
+    filtered: FilteredAgent | None = None,
 ) -> SwarmRun:
     """One swarm through an already started proxy; the simulator is reset first."""
     await reset_sim(sim_url)
@@ -159,6 +160,7 @@ async def run_through(
         openai_every=scenario.openai_every,
         max_attempts=max_attempts,
         seed=workload.spec.seed,
+        filtered=filtered,
     )
     records, makespan = await run_swarm(proxy.url, workload, swarm, progress)
     status = await get_json(proxy.status_url) if proxy.addon else None
@@ -230,6 +232,7 @@ def workload_doc(workload: Workload, options: UpstreamTimings) -> dict[str, Any]
         "latencyMs": spec.latency_ms,
         "outputTokens": spec.output_tokens,
         "tokenIntervalMs": spec.token_interval_ms,
+        "outputLengths": spec.lengths.to_json(),
         "jitter": spec.jitter,
         "seed": spec.seed,
         "rejectDelayMs": options.reject_delay_ms,

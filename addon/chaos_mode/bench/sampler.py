@@ -14,12 +14,14 @@ from chaos_mode.devtools.client import httpx
 
 def read_sample(status: Mapping[str, Any], t: float) -> dict[str, Any]:
     """One sample at `t` seconds. `learnedLimit`, `catalogLimit` (per model) and `accountLimit` come from a
-    pool that learns limits; without them the catalog limit is `capacity` and nothing learned is known."""
+    pool that learns limits; without them the catalog limit is `capacity` and nothing learned is known.
+    `cooldown`: the seconds of cooldown the model has left (0: none)."""
     models = {
         name: {
             "inFlight": int(m.get("inFlight", 0)),
             "learnedLimit": m.get("learnedLimit"),
             "catalogLimit": int(m.get("catalogLimit", m.get("capacity", 0))),
+            "cooldown": float(m.get("cooldownRemaining") or 0.0),
         }
         for name, m in status.get("modelDistribution", {}).items()
     }

@@ -3,6 +3,9 @@
 
 On a 429 an agent waits as Claude Code does (the Anthropic SDK's policy): `Retry-After` when given (at most
 60 s), else exponential back-off 0.5 s × 2^n capped at 8 s, minus up to 25 % jitter; then it sends again.
+
+One agent may be filtered (`FilteredAgent`): its system prompt holds a phrase z.ai's content filter refuses;
+it tries its first request a few times, as a user's client would, and gives up after it fails.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ MESSAGES_PATH = "/api/anthropic/v1/messages"
 CHAT_PATH = "/api/coding/paas/v4/chat/completions"  # the Coding Plan's OpenAI door
 SESSION_HEADER = "x-claude-code-session-id"
 MAX_RETRY_AFTER = 60.0
+ANSWER_KEPT = 600  # characters kept of the first refused answer of each request
 DELTA = b"event: content_block_delta"
 STOP = b"event: message_stop"
 CHAT_DELTA = b'"delta":{"content":'  # a chunk with text (the first chunk's delta opens with the role)
@@ -52,6 +56,17 @@ def parse_retry_after(value: str, now: float) -> float | None:
     return max(0.0, when.timestamp() - now)
 
 
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A refused attempt's answer as the client got it: the status and the start of the body."""
+
+    status: int
+    body: str
+
+    def doc(self) -> dict[str, object]:
+        return {"status": self.status, "body": self.body}
+
+
 @dataclass(slots=True)
 class RequestRecord:
     """What the client saw of one workload request. Times are seconds since the swarm started."""
@@ -73,6 +88,7 @@ class RequestRecord:
     ok: bool = False
     # Streamed (chunked) or in one piece (a Content-Length: how the addon sends a failed-over answer).
     streamed: bool | None = None
+    first_refusal: Answer | None = None  # the first answer that was not a 200
 
     @property
     def ttft(self) -> float | None:
@@ -113,6 +129,16 @@ class SwarmProgress:
 
 
 @dataclass(frozen=True, slots=True)
+class FilteredAgent:
+    """The agent whose system prompt holds `phrase`: it makes at most `attempts` attempts per request and
+    sends no request after one that failed (a user told their prompt was refused stops)."""
+
+    agent: int
+    phrase: str
+    attempts: int = 7  # one and six retries, as the stand-in's client made in issue 21
+
+
+@dataclass(frozen=True, slots=True)
 class SwarmOptions:
     models: Mapping[RequestTier, str]  # tier -> the model name the agents send
     agent_models: Sequence[str] = ()  # when given: agent -> the one model it sends, whatever the tier
@@ -121,30 +147,46 @@ class SwarmOptions:
     max_attempts: int = 60
     seed: int = 1
     timeout: float = 180.0
+    filtered: FilteredAgent | None = None
+
+    def is_filtered(self, agent: int) -> bool:
+        return self.filtered is not None and self.filtered.agent == agent
+
+    def system(self, request: Request) -> str:
+        """The agent's system prompt (the filtered agent's holds the phrase)."""
+        prompt = f"You are coding agent {request.agent} of a swarm."
+        return (
+            f"{prompt} {self.filtered.phrase}."
+            if self.filtered and self.is_filtered(request.agent)
+            else prompt
+        )
+
+    def attempts(self, agent: int) -> int:
+        return self.filtered.attempts if self.filtered and self.is_filtered(agent) else self.max_attempts
 
 
 def _prompt(request: Request) -> str:
     return f"agent {request.agent}, step {request.index}: continue the refactoring of module {request.agent}"
 
 
-def _message_body(request: Request, model: str) -> dict[str, object]:
+def _message_body(request: Request, model: str, system: str) -> dict[str, object]:
     return {
         "model": model,
         "max_tokens": 1024,
         "stream": True,
-        "system": f"You are coding agent {request.agent} of a swarm.",
+        "system": system,
         "messages": [{"role": "user", "content": _prompt(request)}],
     }
 
 
-def _chat_body(request: Request, model: str) -> dict[str, object]:
+def _chat_body(request: Request, model: str, system: str) -> dict[str, object]:
     return {
         "model": model,
         "max_tokens": 1024,
         "stream": True,
         "stream_options": {"include_usage": True},
         "messages": [
-            {"role": "system", "content": f"You are coding agent {request.agent} of a swarm."},
+            {"role": "system", "content": system},
             {"role": "user", "content": _prompt(request)},
         ],
     }
@@ -164,7 +206,7 @@ class AgentDoor:
 
     name: str
     path: str
-    body: Callable[[Request, str], dict[str, object]]
+    body: Callable[[Request, str, str], dict[str, object]]  # (request, model, system prompt)
     headers: Callable[[Request], dict[str, str]]
     first_token: bytes
     end: bytes
@@ -200,7 +242,10 @@ async def _one(
     rng: random.Random,
     start: float,
     progress: SwarmProgress,
+    records: list[RequestRecord],
 ) -> RequestRecord:
+    """One request, tried until served or out of attempts; its record joins `records` at once (so that an
+    agent stopped in the middle leaves what it did)."""
     door = agent_door(request.agent, options)
     if options.agent_models:
         model = options.agent_models[request.agent]
@@ -210,9 +255,11 @@ async def _one(
     record = RequestRecord(
         request.agent, request.index, request.tier, model, sent=clock() - start, door=door.name
     )
-    body, headers = door.body(request, model), {**door.headers(request), **_sim_headers(request)}
-    failures = 0
-    while record.attempts < options.max_attempts:
+    records.append(record)
+    body = door.body(request, model, options.system(request))
+    headers = {**door.headers(request), **_sim_headers(request)}
+    failures, attempts = 0, options.attempts(request.agent)
+    while record.attempts < attempts:
         record.attempts += 1
         sent = clock() - start
         retry_after: str | None = None
@@ -236,7 +283,9 @@ async def _one(
                         return record
                     record.other_errors += 1  # a stream that ended without its end (message_stop, [DONE])
                 else:
-                    await response.aread()
+                    text = (await response.aread()).decode(errors="replace")
+                    if record.first_refusal is None:
+                        record.first_refusal = Answer(response.status_code, text[:ANSWER_KEPT])
                     retry_after = response.headers.get("retry-after")
                     if response.status_code == 429:
                         record.client_429 += 1
@@ -259,17 +308,17 @@ async def _agent(
     options: SwarmOptions,
     start: float,
     progress: SwarmProgress,
-) -> list[RequestRecord]:
+    records: list[RequestRecord],
+) -> None:
     rng = random.Random(f"{options.seed}/{requests[0].agent if requests else 0}")
-    records = []
     for request in requests:
-        record = await _one(client, request, options, rng, start, progress)
-        records.append(record)
+        record = await _one(client, request, options, rng, start, progress, records)
         if record.ok:
             progress.done += 1
         else:
             progress.failed += 1
-    return records
+            if options.is_filtered(request.agent):
+                break  # its user read the error and stopped
 
 
 async def run_swarm(
@@ -279,7 +328,8 @@ async def run_swarm(
     progress: SwarmProgress | None = None,
     on_start: Callable[[], None] | None = None,
 ) -> tuple[list[RequestRecord], float]:
-    """Run every agent at once against `base_url`; returns the records and the makespan in seconds."""
+    """Run every agent at once against `base_url`; returns the records and the makespan in seconds. The
+    filtered agent (if any) is stopped when every other agent is done: the run measures the others."""
     progress = progress if progress is not None else SwarmProgress()
     progress.total = workload.size
     connections = len(workload.agents) + 8
@@ -290,9 +340,16 @@ async def run_swarm(
             on_start()
         start = time.perf_counter()
         progress.started = start
-        results = await asyncio.gather(
-            *(_agent(client, agent, options, start, progress) for agent in workload.agents)
-        )
+        results: list[list[RequestRecord]] = [[] for _ in workload.agents]
+        tasks = [
+            asyncio.ensure_future(_agent(client, agent, options, start, progress, results[index]))
+            for index, agent in enumerate(workload.agents)
+        ]
+        try:
+            await asyncio.gather(*(t for i, t in enumerate(tasks) if not options.is_filtered(i)))
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
         makespan = time.perf_counter() - start
-    records = [record for agent in results for record in agent]
-    return records, makespan
+    return [record for agent in results for record in agent], makespan

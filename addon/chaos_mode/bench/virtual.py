@@ -50,7 +50,14 @@ async def swarm(
     preset: FieldPreset, seed: int, *, hedge: bool, head: float, reject: float, transit: float
 ) -> Outcome:
     loop = asyncio.get_running_loop()
-    if preset.hold or preset.refuse or preset.boost or preset.fault_rates:
+    if (
+        preset.hold
+        or preset.refuse
+        or preset.change
+        or preset.fault_rates
+        or preset.shapes
+        or preset.filtered_agent is not None
+    ):
         raise ValueError(f"preset {preset.name} is not modelled (held slots, refusals, changes or faults)")
     workload = make_workload(preset.spec(seed=seed))
     truth = {**default_limits(), **preset.limits}

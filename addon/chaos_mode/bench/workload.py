@@ -1,4 +1,5 @@
-"""The swarm's workload: N agents × M sequential requests, tiers drawn from a mix with a seeded RNG.
+"""The swarm's workload: N agents × M sequential requests, tiers drawn from a mix with a seeded RNG, answer
+lengths spread evenly around their mean or drawn from a heavy-tailed law (`chaos_mode.sim.lengths`).
 
 The workload is computed once and replayed in every scenario, so all scenarios do the same work.
 """
@@ -6,9 +7,10 @@ The workload is computed once and replayed in every scenario, so all scenarios d
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
+from chaos_mode.sim.lengths import Lengths
 from chaos_mode.zai.catalog import REQUEST_TIERS, RequestTier
 
 # What Claude Code sends for each tier, and what users map each tier to on z.ai today.
@@ -92,6 +94,8 @@ class WorkloadSpec:
     token_interval_ms: float = 30.0
     jitter: float = 0.5  # latency and tokens drawn uniformly in [1 - jitter, 1 + jitter] × the mean
     seed: int = 1
+    # Not fixed: output tokens drawn from this law instead of spread evenly (jitter: the latency only).
+    lengths: Lengths = field(default_factory=Lengths)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,11 +134,17 @@ def make_workload(spec: WorkloadSpec) -> Workload:
         raise ValueError("agents and requests must be >= 1")
     if not 0 <= spec.jitter < 1:
         raise ValueError(f"jitter must be in [0, 1), got {spec.jitter}")
+    spec.lengths.validate()
     rng = random.Random(spec.seed)
     weights = spec.mix.weights()
 
     def spread(mean: float) -> float:
         return mean * rng.uniform(1 - spec.jitter, 1 + spec.jitter)
+
+    def tokens() -> int:
+        if spec.lengths.shape != "fixed":
+            return spec.lengths.draw(spec.output_tokens, rng)
+        return max(1, round(spread(spec.output_tokens))) if spec.output_tokens else 0
 
     agents = []
     for agent in range(spec.agents):
@@ -147,7 +157,7 @@ def make_workload(spec: WorkloadSpec) -> Workload:
                     index=index,
                     tier=tier,
                     latency_ms=round(spread(spec.latency_ms), 1),
-                    output_tokens=max(1, round(spread(spec.output_tokens))) if spec.output_tokens else 0,
+                    output_tokens=tokens(),
                     token_interval_ms=spec.token_interval_ms,
                 )
             )

@@ -1,9 +1,10 @@
-"""A z.ai Anthropic-endpoint simulator (tornado) for end-to-end tests, the benchmark and the demo.
+"""A z.ai simulator (tornado; Anthropic and OpenAI doors) for end-to-end tests, the benchmark and the demo.
 
 Run ``python -m chaos_mode.sim --port 0``; or in-process ``SimServer``; or as a child with ``SimProcess``.
 """
 
 from chaos_mode.sim.errors import error_body
+from chaos_mode.sim.lengths import Lengths
 from chaos_mode.sim.limits import LimitChange, ScheduledChange
 from chaos_mode.sim.process import SimProcess, sim_subprocess
 from chaos_mode.sim.server import SimServer
@@ -12,6 +13,7 @@ from chaos_mode.sim.state import Fault, SimState
 
 __all__ = [
     "Fault",
+    "Lengths",
     "LimitChange",
     "ScheduledChange",
     "SimProcess",

@@ -10,8 +10,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from chaos_mode.sim.bands import BAND_SHAPES
+from chaos_mode.sim.content_filter import FILTER_SCOPES
 from chaos_mode.sim.server import SimServer
-from chaos_mode.sim.settings import SimSettings, parse_limit, parse_rate
+from chaos_mode.sim.settings import OVER_LIMIT, SimSettings, parse_limit, parse_rate
 
 READY_PREFIX = "chaos-sim listening on "
 
@@ -19,7 +21,8 @@ READY_PREFIX = "chaos-sim listening on "
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m chaos_mode.sim",
-        description="Simulate z.ai's Anthropic endpoint (concurrency limits, z.ai error codes, SSE streams).",
+        description="Simulate z.ai's Anthropic and OpenAI endpoints: concurrency limits (hard or soft, "
+        "refusing or queuing), z.ai error codes, the content filter, SSE streams.",
     )
     parser.add_argument("--host", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port to bind; 0 picks a free one (default 0)")
@@ -58,7 +61,51 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--tls-cert", metavar="FILE", help="PEM certificate (chain): serve HTTPS, not HTTP")
     parser.add_argument("--tls-key", metavar="FILE", help="PEM key of --tls-cert (default: in its file)")
-    parser.add_argument("--fault-seed", type=int, help="seed of the random faults (default 0)")
+    parser.add_argument(
+        "--fault-seed", type=int, help="seed of every random draw: faults, bands, lengths (default 0)"
+    )
+    parser.add_argument(
+        "--band",
+        metavar="MODEL=N",
+        action="append",
+        help="soft limit: N levels above the model's limit served only by chance, refused 1302 more often "
+        "the higher (beyond them: over the limit)",
+    )
+    parser.add_argument("--account-band", type=int, help="the same band above the account limit (default 0)")
+    parser.add_argument(
+        "--band-shape", choices=tuple(BAND_SHAPES), help="how refusals rise across a band (default linear)"
+    )
+    parser.add_argument(
+        "--over-limit",
+        choices=OVER_LIMIT,
+        help="refuse (1302 after the reject delay, the default) or queue: the request waits inside z.ai, "
+        "its head not sent, until a slot frees",
+    )
+    parser.add_argument(
+        "--queue-timeout-ms", type=float, help="with --over-limit queue: refuse 1302 after this long a wait"
+    )
+    parser.add_argument(
+        "--filter-phrase",
+        metavar="TEXT",
+        action="append",
+        help="content filter: a request whose system prompt holds TEXT gets 1305 from every model (529 at "
+        "the Anthropic door, 429 at the OpenAI door)",
+    )
+    parser.add_argument(
+        "--filter-scope", choices=FILTER_SCOPES, help="where the filter looks: system (default) or all"
+    )
+    parser.add_argument(
+        "--head-with-first-token",
+        action="store_true",
+        default=None,
+        help="send a stream's response head only with its first token, not at once",
+    )
+    parser.add_argument(
+        "--output-lengths",
+        metavar="SHAPE[:PARAM[:CAP]]",
+        help="output tokens per answer around --output-tokens: fixed (default), lognormal[:SIGMA[:CAP]] or "
+        "pareto[:ALPHA[:CAP]] (seeded; CAP defaults to 20 x the mean)",
+    )
     parser.add_argument(
         "--error-encoding", choices=("gzip", "br", "zstd"), help="send every error body compressed so"
     )
@@ -76,7 +123,8 @@ def settings_from_args(argv: Sequence[str] | None = None) -> SimSettings:
         for name in (
             "host", "port", "latency_ms", "token_interval_ms", "output_tokens", "reject_delay_ms",
             "abort_detect_ms", "retry_after", "account_limit", "fault_seed", "tls_cert", "tls_key",
-            "error_encoding", "verbose",
+            "error_encoding", "verbose", "account_band", "band_shape", "over_limit", "queue_timeout_ms",
+            "filter_scope", "head_with_first_token", "output_lengths",
         ):  # fmt: skip
             value = getattr(args, name)
             if value is not None:
@@ -89,6 +137,10 @@ def settings_from_args(argv: Sequence[str] | None = None) -> SimSettings:
             overrides["limits"] = limits
         if args.hold:
             overrides["hold"] = {**settings.hold, **dict(parse_limit(text) for text in args.hold)}
+        if args.band:
+            overrides["bands"] = {**settings.bands, **dict(parse_limit(text) for text in args.band)}
+        if args.filter_phrase:
+            overrides["filter_phrases"] = [*settings.filter_phrases, *args.filter_phrase]
         if args.fault_rate:
             rates = dict(parse_rate(text) for text in args.fault_rate)
             overrides["fault_rates"] = {**settings.fault_rates, **rates}

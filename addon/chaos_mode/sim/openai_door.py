@@ -53,6 +53,8 @@ class ChatCompletionsHandler(MessagesHandler):
     """`POST /api/paas/v4/chat/completions` (and the Coding Plan's): the Anthropic door's admission, limits
     and faults, answers in OpenAI's format."""
 
+    FILTERED_STATUS = 429  # z.ai's content filter answers 1305 with a 429 at this door
+
     def initialize(self, sim: SimServer) -> None:
         super().initialize(sim)
         self.completion_id = "chatcmpl-" + uuid.uuid4().hex[:24]

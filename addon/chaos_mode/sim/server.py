@@ -1,10 +1,12 @@
-"""A tornado app that plays z.ai's Anthropic endpoint: concurrency limits (changing on request or on a
-schedule), z.ai error bodies, SSE streams; its OpenAI door (`openai_door.py`) shares the account."""
+"""A tornado app that plays z.ai's Anthropic endpoint: concurrency limits (hard or soft, changing on request
+or on a schedule), requests refused or held inside z.ai over them, the content filter, z.ai error bodies,
+SSE streams; its OpenAI door (`openai_door.py`) shares the account."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gzip
 import json
 import logging
@@ -19,10 +21,12 @@ import tornado.netutil
 import tornado.web
 from tornado.iostream import StreamClosedError
 
+from chaos_mode.sim.content_filter import ContentFilter
 from chaos_mode.sim.errors import MSG_1113, MSG_1211, default_message, error_body, new_request_id
 from chaos_mode.sim.limits import LimitChange, ScheduledChange
 from chaos_mode.sim.settings import SimSettings
-from chaos_mode.sim.state import BROKEN_ANSWERS, CUT, HANG, Fault, SimState
+from chaos_mode.sim.stalls import Waiter
+from chaos_mode.sim.state import BROKEN_ANSWERS, CUT, HANG, Admission, Fault, SimState
 
 logger = logging.getLogger("chaos_mode.sim")
 
@@ -49,11 +53,22 @@ class SimServer:
         self.settings = settings if settings is not None else SimSettings()
         self.settings.validate()
         s = self.settings
+        self._clock = clock
         self.state = SimState(
-            s.limits, s.account_limit, s.hold, fault_rates=s.fault_rates, fault_seed=s.fault_seed
+            s.limits,
+            s.account_limit,
+            s.hold,
+            fault_rates=s.fault_rates,
+            fault_seed=s.fault_seed,
+            bands=s.bands,
+            account_band=s.account_band,
+            band_shape=s.band_shape,
+            over_limit=s.over_limit,
+            lengths=s.output_lengths,
+            clock=self._time,
         )
         self.refused = frozenset(self.settings.refuse)
-        self._clock = clock
+        self.content_filter = ContentFilter(tuple(s.filter_phrases), s.filter_scope)
         self._started = 0.0
         self._pending: list[ScheduledChange] = []
         self._timer: asyncio.TimerHandle | None = None
@@ -392,6 +407,8 @@ class _Slot:
 class MessagesHandler(_SimHandler):
     """``POST …/v1/messages``: admission, then a streamed or a whole Anthropic message."""
 
+    FILTERED_STATUS = 529  # z.ai's content filter answers 1305 as `overloaded_error` at this door
+
     def initialize(self, sim: SimServer) -> None:
         super().initialize(sim)
         self.model: str | None = None
@@ -445,6 +462,13 @@ class MessagesHandler(_SimHandler):
             self.send_error_body(400, MSG_1211, code="1211", request_id=request_id)
             return
 
+        if sim.content_filter.trips(payload):  # before any limit: whatever the load, on every model
+            state.count_filtered(model)
+            self.send_error_body(
+                self.FILTERED_STATUS, default_message("1305"), code="1305", request_id=request_id
+            )
+            return
+
         fault = state.take_fault(model)
         broken = fault.code if fault is not None and fault.code in BROKEN_ANSWERS else None
         if fault is not None and broken is None:
@@ -470,22 +494,24 @@ class MessagesHandler(_SimHandler):
             )
             return
 
-        random_code = broken or state.random_fault()  # z.ai refuses a few requests whatever the load
-        if random_code == HANG:
+        admitted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        admission: Admission | None = state.admit(
+            model, broken=broken, wake=functools.partial(_resolve, admitted)
+        )
+        if admission is not None and admission.waiter is not None:
+            admission = await self._wait_inside_zai(admission.waiter, admitted)
+        if admission is None:  # the client left while its request waited inside z.ai
+            return
+        if admission.outcome == "hang":
             state.count_broken(HANG)
             await self._closed.wait()  # no answer at all, until the client leaves or the simulator stops
             return
-        cut = random_code == CUT
-        if cut:
-            random_code = None  # the request is admitted, and its answer breaks off
-        verdict = None if random_code else state.try_acquire(model)
-        if verdict != "ok":
-            code = random_code or "1302"  # the model's limit and the account's look the same on the wire
-            state.count_rejection(model, code)
-            if verdict == "account":
-                state.account_rejected += 1
-            # Like z.ai: the 429 takes a while, and the waiting request holds no slot.
-            if await self._wait(settings.reject_delay_ms / 1000.0):
+        if admission.outcome == "refused":
+            code = admission.code or "1302"  # the model's limit and the account's look the same on the wire
+            # Like z.ai: the 429 takes a while, and the waiting request holds no slot (a request that
+            # waited inside z.ai for its maximum is refused at once).
+            delay = 0.0 if admission.reason == "timeout" else settings.reject_delay_ms / 1000.0
+            if await self._wait(delay):
                 self.send_error_body(
                     429,
                     default_message(code),
@@ -494,6 +520,7 @@ class MessagesHandler(_SimHandler):
                     request_id=request_id,
                 )
             return
+        cut = admission.outcome == "cut"
 
         slot = _Slot(state, model)
         try:
@@ -512,10 +539,32 @@ class MessagesHandler(_SimHandler):
         finally:
             slot.release()
 
+    async def _wait_inside_zai(self, waiter: Waiter, admitted: asyncio.Future[None]) -> Admission | None:
+        """Hold the request inside z.ai (no head sent) until its slot is taken for it, its client leaves
+        (None) or its maximum wait runs out (a refusal)."""
+        state, timeout_ms = self.sim.state, self.sim.settings.queue_timeout_ms
+        closed = asyncio.ensure_future(self._closed.wait())
+        try:
+            await asyncio.wait(
+                (admitted, closed),
+                timeout=None if timeout_ms is None else timeout_ms / 1000.0,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        finally:
+            closed.cancel()
+        if waiter.admitted:  # a slot was taken for it: served (the stream sees a client gone, if it is)
+            return Admission("served")
+        if self._closed.is_set():
+            state.leave(waiter)
+            return None
+        return state.time_out(waiter)
+
     def _timings(self) -> tuple[float, float, int]:
         settings = self.sim.settings
         latency = self._header_number("x-sim-latency-ms", settings.latency_ms)
         interval = self._header_number("x-sim-token-interval-ms", settings.token_interval_ms)
+        if self.request.headers.get("x-sim-output-tokens") is None:
+            return float(latency), float(interval), self.sim.state.output_tokens(settings.output_tokens)
         tokens = self._header_number("x-sim-output-tokens", settings.output_tokens)
         if not float(tokens).is_integer():
             raise ValueError(f"x-sim-output-tokens: expected an integer, got {tokens!r}")
@@ -602,17 +651,21 @@ class MessagesHandler(_SimHandler):
         self.set_status(200)
         self.set_header("Content-Type", "text/event-stream")
         self.set_header("Cache-Control", "no-cache")
-        for event in self.stream_opening(model, input_tokens):
-            if not await self._emit(event):
-                return False
+        opening = self.stream_opening(model, input_tokens)
+        if not self.sim.settings.head_with_first_token:  # the head and the opening events at once
+            for event in opening:
+                if not await self._emit(event):
+                    return False
+            opening = []
         for index in range(tokens):
             if not await self._wait((latency_ms if index == 0 else interval_ms) / 1000.0):
                 return False
-            if not await self._emit(self.stream_token(model, index)):
+            if not await self._emit(b"".join(opening) + self.stream_token(model, index)):
                 return False
+            opening = []
         if tokens == 0 and not await self._wait(latency_ms / 1000.0):
             return False
-        closing = self.stream_closing(model, input_tokens, tokens)
+        closing = b"".join(opening) + self.stream_closing(model, input_tokens, tokens)
         if self._closed.is_set():
             return False
         await self._finish_and_release(slot, closing)
@@ -666,6 +719,11 @@ class MessagesHandler(_SimHandler):
         """A whole, non-streamed answer."""
         content = [{"type": "text", "text": text}]
         return _message(model, input_tokens, output_tokens=tokens, content=content, stop_reason="end_turn")
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _message(

@@ -1,5 +1,7 @@
-"""Settings of the z.ai simulator: timings, model limits, held slots, refused models, a schedule of limit
-changes and random faults; loaded from JSON or the CLI."""
+"""Settings of the z.ai simulator: timings, model limits (hard, or soft with a band), held slots, refused
+models, a schedule of limit changes, random faults, queuing over the limit, the content filter, when heads
+are sent and how long answers are; loaded from JSON or the CLI. `docs/simulator.md` says what each assumes
+of z.ai and where that comes from."""
 
 from __future__ import annotations
 
@@ -11,8 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from chaos_mode.sim.bands import BAND_SHAPES
+from chaos_mode.sim.content_filter import FILTER_SCOPES
+from chaos_mode.sim.lengths import Lengths
 from chaos_mode.sim.limits import ScheduledChange, count_value, model_counts
-from chaos_mode.sim.state import BROKEN_ANSWERS
+from chaos_mode.sim.state import BROKEN_ANSWERS, OverLimit
 from chaos_mode.zai.catalog import DEFAULT_CATALOG
 
 
@@ -22,6 +27,7 @@ def default_limits() -> dict[str, int]:
 
 
 ERROR_ENCODINGS: Final = (None, "gzip", "br", "zstd")
+OVER_LIMIT: Final = ("refuse", "queue")
 
 
 @dataclass
@@ -43,7 +49,25 @@ class SimSettings:
     schedule: list[ScheduledChange] = field(default_factory=list)  # limit changes, seconds after start
     # code -> share of requests refused with it; `cut` and `hang` break the answer instead (sim.state)
     fault_rates: dict[str, float] = field(default_factory=dict)
-    fault_seed: int = 0  # seeds the draw of those random faults
+    fault_seed: int = 0  # seeds every random draw: faults, soft bands, answer lengths (each its own RNG)
+    # Soft limits (sim.bands): per model (and for the account, when it has a limit of its own) a band of
+    # levels above the limit, served only by chance (refused 1302 more often the higher), in `band_shape`.
+    bands: dict[str, int] = field(default_factory=dict)
+    account_band: int = 0
+    band_shape: str = "linear"
+    # Over the limit (above the band): "refuse" with 1302 after reject_delay_ms, or "queue": the request
+    # waits inside z.ai, its head not sent, until a slot frees (sim.stalls); refused 1302 after
+    # queue_timeout_ms of waiting when that is set.
+    over_limit: OverLimit = "refuse"
+    queue_timeout_ms: float | None = None
+    # The content filter (sim.content_filter): a phrase in the system prompt ("all": or in any message)
+    # gets 1305 from every model at once, 529 at the Anthropic door, 429 at the OpenAI door.
+    filter_phrases: list[str] = field(default_factory=list)
+    filter_scope: str = "system"
+    head_with_first_token: bool = False  # a stream's head (and first events) only with its first token
+    # How many output tokens an answer has around `output_tokens` when the request does not say
+    # (x-sim-output-tokens): fixed, or lognormal / pareto, capped (sim.lengths).
+    output_lengths: Lengths = field(default_factory=Lengths)
     # PEM certificate (chain) and key: serve HTTPS instead of HTTP (z.ai's TLS, for the HTTPS tests)
     tls_cert: str | None = None
     tls_key: str | None = None
@@ -89,10 +113,38 @@ class SimSettings:
                 )
         if sum(self.fault_rates.values()) > 1:
             raise ValueError(f"fault_rates: the rates add up to more than 1: {self.fault_rates!r}")
+        self._validate_shapes()
         if self.tls_key is not None and self.tls_cert is None:
             raise ValueError("tls_key: given without tls_cert")
         if self.error_encoding not in ERROR_ENCODINGS:
             raise ValueError(f"error_encoding: one of gzip, br, zstd, got {self.error_encoding!r}")
+
+    def _validate_shapes(self) -> None:
+        for model, width in self.bands.items():
+            if model not in self.limits:
+                raise ValueError(f"bands: unknown model {model!r} (no limit for it)")
+            if width < 0:
+                raise ValueError(f"bands.{model}: must be >= 0, got {width!r}")
+        if count_value("account_band", self.account_band) and self.account_limit is None:
+            raise ValueError(
+                "account_band: only with an account_limit (without one the account has the models' bands)"
+            )
+        if self.band_shape not in BAND_SHAPES:
+            raise ValueError(f"band_shape: one of {', '.join(BAND_SHAPES)}, got {self.band_shape!r}")
+        if self.over_limit not in OVER_LIMIT:
+            raise ValueError(f"over_limit: one of {', '.join(OVER_LIMIT)}, got {self.over_limit!r}")
+        if self.queue_timeout_ms is not None:
+            if self.over_limit != "queue":
+                raise ValueError("queue_timeout_ms: only with over_limit queue (a refused request waits not)")
+            if isinstance(self.queue_timeout_ms, bool) or not self.queue_timeout_ms >= 0:
+                raise ValueError(f"queue_timeout_ms: must be >= 0, got {self.queue_timeout_ms!r}")
+        if any(not isinstance(p, str) or not p for p in self.filter_phrases):
+            raise ValueError(f"filter_phrases: expected non-empty strings, got {self.filter_phrases!r}")
+        if self.filter_scope not in FILTER_SCOPES:
+            raise ValueError(f"filter_scope: one of {', '.join(FILTER_SCOPES)}, got {self.filter_scope!r}")
+        if not isinstance(self.head_with_first_token, bool):
+            raise ValueError(f"head_with_first_token: expected a boolean, got {self.head_with_first_token!r}")
+        self.output_lengths.validate()
 
     def to_mapping(self) -> dict[str, Any]:
         """A JSON-ready dict that :meth:`from_mapping` reads back."""
@@ -116,6 +168,10 @@ class SimSettings:
         settings.refuse = [str(m) for m in settings.refuse]
         settings.schedule = _schedule(settings.schedule)
         settings.fault_rates = _rates(settings.fault_rates)
+        settings.bands = model_counts("bands", settings.bands)
+        settings.output_lengths = Lengths.from_json(settings.output_lengths)
+        if not isinstance(settings.filter_phrases, list):
+            raise ValueError(f"filter_phrases: expected a list of strings, got {settings.filter_phrases!r}")
         settings.validate()
         return settings
 

@@ -1,17 +1,27 @@
-"""The simulator's bookkeeping: per-model and account concurrency slots, slots held by another client,
-limit changes, counters, queued and random faults."""
+"""The simulator's bookkeeping: per-model and account concurrency slots (hard, or soft with a band above the
+limit), slots held by another client, limit changes, counters, queued and random faults, requests held
+inside z.ai over the limit (stalls), and the seeded draws of all that is random."""
 
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from chaos_mode.sim.bands import refusal_probability
 from chaos_mode.sim.errors import default_message
+from chaos_mode.sim.lengths import Lengths
 from chaos_mode.sim.limits import LimitChange
+from chaos_mode.sim.stalls import Stalls, Waiter
 
 Verdict = Literal["ok", "model", "account"]
+OverLimit = Literal["refuse", "queue"]
+# Why a request was refused: over the model's or the account's limit, by chance in a soft band (the
+# model's or the account's), at random within every limit, or after waiting inside z.ai too long.
+Reason = Literal["model", "account", "band", "accountBand", "random", "timeout"]
+Outcome = Literal["served", "cut", "hang", "refused", "queued"]
 
 # Faults that are not z.ai error codes, usable wherever a code is (random rates, queued faults):
 CUT = "cut"  # the answer starts, then the connection closes in the middle of it
@@ -99,8 +109,28 @@ class Fault:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What z.ai does with a request: `served` (a slot taken), `cut` (a slot taken; the answer will break
+    off), `hang` (no slot, no answer), `refused` (with `code`, for `reason`), `queued` (`waiter` waits
+    inside z.ai for a slot)."""
+
+    outcome: Outcome
+    code: str | None = None
+    reason: Reason | None = None
+    waiter: Waiter | None = None
+
+
 class SimState:
-    """Counters and slots. Every method is synchronous: check-and-take cannot interleave on one loop."""
+    """Counters and slots. Every method is synchronous: check-and-take cannot interleave on one loop.
+
+    Admission of a request (`admit`), in order: over the top of its model's limit or of the account's
+    (limit + band) it is queued or refused 1302 (`over_limit`); in a soft band it is refused 1302 by chance
+    (`chaos_mode.sim.bands`); within every limit a random fault may still refuse or break it
+    (`fault_rates`); else it takes a slot. A queued request gets a slot within the limits (not in a band)
+    as soon as one frees, first come first served. Every draw comes from a RNG of its own, seeded from
+    `fault_seed`, so one shape turned on does not change another's draws.
+    """
 
     def __init__(
         self,
@@ -110,8 +140,15 @@ class SimState:
         *,
         fault_rates: Mapping[str, float] | None = None,
         fault_seed: int = 0,
+        bands: Mapping[str, int] | None = None,
+        account_band: int = 0,
+        band_shape: str = "linear",
+        over_limit: OverLimit = "refuse",
+        lengths: Lengths | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``account_limit`` None: the account allows the sum of the model limits, whatever they become."""
+        """``account_limit`` None: the account allows the sum of the model limits, whatever they become.
+        ``clock``: seconds, for how long requests wait inside z.ai."""
         self._initial = (dict(limits), account_limit, dict(hold or {}))
         self.models: dict[str, ModelCounters] = {m: ModelCounters(limit=n) for m, n in limits.items()}
         self.account_cap = account_limit
@@ -122,12 +159,29 @@ class SimState:
         self.aborted = 0
         self.unknown_models: dict[str, int] = {}
         self.broken: dict[str, int] = {}  # answers cut or never given, by BROKEN_ANSWERS kind
+        self.reasons: dict[str, int] = {}  # refusals by Reason
+        self.filtered: dict[str, int] = {}  # requests the content filter refused, by model
         self.faults: list[Fault] = []
         self.fault_rates = dict(fault_rates or {})
+        self.bands = dict(bands or {})
+        self.account_band = account_band
+        self.band_shape = band_shape
+        self.over_limit: OverLimit = over_limit
+        self.lengths = lengths if lengths is not None else Lengths()
+        self.stalls = Stalls()
+        self._clock = clock
         self._seed = fault_seed
-        self._rng = random.Random(fault_seed)
+        self._rng = random.Random()  # random faults
+        self._band_rng = random.Random()
+        self._lengths_rng = random.Random()
+        self._reseed()
         self.limit_changes: list[dict[str, Any]] = []
         self.restore_limits()
+
+    def _reseed(self) -> None:
+        self._rng.seed(self._seed)
+        self._band_rng.seed(f"{self._seed}/bands")
+        self._lengths_rng.seed(f"{self._seed}/lengths")
 
     @property
     def account_limit(self) -> int:
@@ -140,24 +194,125 @@ class SimState:
     def account_held(self) -> int:
         return sum(c.held for c in self.models.values())
 
-    def try_acquire(self, model: str) -> Verdict:
-        """Take a slot of ``model`` and of the account, or say which limit is full."""
+    # -- admission ---------------------------------------------------------------------------------------
+
+    def over(self, model: str) -> Literal["model", "account"] | None:
+        """Which limit a request for ``model`` would go over the top of (limit + band), if any."""
         counters = self.models[model]
-        if counters.in_flight + counters.held >= counters.limit:
+        if counters.in_flight + counters.held >= counters.limit + self.bands.get(model, 0):
             return "model"
-        if self.account_in_flight + self.account_held >= self.account_limit:
+        if self.account_in_flight + self.account_held >= self.account_top:
             return "account"
+        return None
+
+    @property
+    def account_top(self) -> int:
+        """Where the account refuses for sure: its limit and band; with no limit of its own, the models'
+        tops added up (it then refuses nothing the models would not)."""
+        if self.account_cap is None:
+            return sum(c.limit + self.bands.get(m, 0) for m, c in self.models.items())
+        return self.account_cap + self.account_band
+
+    def try_acquire(self, model: str) -> Verdict:
+        """Take a slot of ``model`` and of the account, or say which limit is full (no draw, no queue)."""
+        verdict = self.over(model)
+        if verdict is not None:
+            return verdict
+        self._take(model)
+        return "ok"
+
+    def admit(
+        self, model: str, *, broken: str | None = None, wake: Callable[[], None] | None = None
+    ) -> Admission:
+        """Decide a request for ``model`` (see the class). ``broken``: a queued fault (cut or hang) that
+        stands in for the random draw; ``wake``: called once a queued request got its slot (without it, a
+        request over the limit is refused even when z.ai queues)."""
+        verdict = self.over(model)
+        if verdict is not None:
+            if self.over_limit == "queue" and wake is not None:
+                waiter = Waiter(model, self._clock(), wake)
+                self.stalls.add(waiter)
+                return Admission("queued", waiter=waiter)
+            return self.refuse(model, "1302", verdict)
+        band = self._band_refusal(model)
+        if band is not None:
+            return self.refuse(model, "1302", band)
+        code = broken or self.random_fault()  # z.ai refuses a few requests within every limit
+        if code == HANG:
+            return Admission("hang")
+        if code is not None and code != CUT:
+            return self.refuse(model, code, "random")
+        self._take(model)
+        return Admission("cut" if code == CUT else "served")
+
+    def _band_refusal(self, model: str) -> Literal["band", "accountBand"] | None:
+        counters = self.models[model]
+        concurrency = counters.in_flight + counters.held + 1
+        if self._by_chance(concurrency, counters.limit, self.bands.get(model, 0)):
+            return "band"
+        concurrency = self.account_in_flight + self.account_held + 1
+        if self.account_cap is not None and self._by_chance(concurrency, self.account_cap, self.account_band):
+            return "accountBand"
+        return None
+
+    def _by_chance(self, concurrency: int, limit: int, width: int) -> bool:
+        chance = refusal_probability(concurrency, limit, width, self.band_shape)
+        return chance > 0 and self._band_rng.random() < chance
+
+    def refuse(self, model: str, code: str, reason: Reason) -> Admission:
+        """Count a refusal of a request for ``model`` with ``code``."""
+        self.count_rejection(model, code)
+        self.reasons[reason] = self.reasons.get(reason, 0) + 1
+        if reason == "account":
+            self.account_rejected += 1
+        return Admission("refused", code, reason)
+
+    def time_out(self, waiter: Waiter) -> Admission:
+        """A queued request waited its longest (and got no slot): out of the queue, refused 1302."""
+        self.stalls.leave(waiter, self._clock(), "timeout")
+        return self.refuse(waiter.model, "1302", "timeout")
+
+    def leave(self, waiter: Waiter) -> None:
+        """A queued request's client went away: out of the queue (nothing if it got its slot already)."""
+        self.stalls.leave(waiter, self._clock(), "left")
+
+    def _take(self, model: str) -> None:
+        counters = self.models[model]
         counters.in_flight += 1
         counters.peak = max(counters.peak, counters.in_flight)
         counters.served += 1
         self.account_in_flight += 1
         self.account_peak = max(self.account_peak, self.account_in_flight)
-        return "ok"
+
+    def _fits(self, model: str) -> bool:
+        """Whether a slot of ``model`` within its limit (and the account's), bands left out, is free."""
+        counters = self.models[model]
+        return (
+            counters.in_flight + counters.held < counters.limit
+            and self.account_in_flight + self.account_held < self.account_limit
+        )
+
+    def _serve_waiting(self) -> None:
+        """Give every queued request whose slot is free its slot, in order."""
+        if not self.stalls.waiting:
+            return
+        now = self._clock()
+        for waiter in list(self.stalls.waiting):
+            if self._fits(waiter.model):
+                self._take(waiter.model)
+                self.stalls.admitted(waiter, now)
+
+    def output_tokens(self, mean: float) -> int:
+        """An answer's output tokens, drawn from `lengths` around ``mean``."""
+        return self.lengths.draw(mean, self._lengths_rng)
+
+    # -- limits --------------------------------------------------------------------------------------------
 
     def apply(self, change: LimitChange, at: float) -> None:
         """Change limits, held slots and the account limit at once (``at``: seconds since the start, for
-        ``limitChanges``). Requests in flight keep running; only new ones see the new limits.
-        ValueError, and nothing changed, when the change names a model the simulator does not know."""
+        ``limitChanges``). Requests in flight keep running; only new ones see the new limits (and queued
+        ones that now fit get their slots). ValueError, and nothing changed, when the change names a model
+        the simulator does not know."""
         unknown = sorted(change.models() - set(self.models))
         if unknown:
             raise ValueError(f"unknown model(s) {', '.join(unknown)} (known: {', '.join(self.models)})")
@@ -168,6 +323,7 @@ class SimState:
         if change.sets_account_limit:
             self.account_cap = change.account_limit
         self.limit_changes.append({"at": round(at, 3), **self.limits_doc()})
+        self._serve_waiting()
 
     def restore_limits(self) -> None:
         """Back to the limits the state was made with; ``limitChanges`` restarts from them at 0 s."""
@@ -201,11 +357,16 @@ class SimState:
             raise RuntimeError(f"release of {model} without a slot")
         counters.in_flight -= 1
         self.account_in_flight -= 1
+        self._serve_waiting()
 
     def count_rejection(self, model: str, code: str) -> None:
         counters = self.models.get(model)
         if counters is not None:
             counters.rejected[code] = counters.rejected.get(code, 0) + 1
+
+    def count_filtered(self, model: str) -> None:
+        """A request the content filter refused (counted apart from the refusals for load)."""
+        self.filtered[model] = self.filtered.get(model, 0) + 1
 
     def count_broken(self, kind: str) -> None:
         self.broken[kind] = self.broken.get(kind, 0) + 1
@@ -231,11 +392,11 @@ class SimState:
         return self.account_in_flight
 
     def reset(self) -> None:
-        """Clear faults and counters, restore the first limits; slots in use stay so (peaks restart
-        from them)."""
+        """Clear faults and counters, restore the first limits, draw again from the seeds; slots in use and
+        requests waiting stay so (peaks restart from them)."""
         self.faults.clear()
         self.restore_limits()
-        self._rng.seed(self._seed)
+        self._reseed()
         for counters in self.models.values():
             counters.peak = counters.in_flight
             counters.served = 0
@@ -246,6 +407,9 @@ class SimState:
         self.aborted = 0
         self.unknown_models = {}
         self.broken = {}
+        self.reasons = {}
+        self.filtered = {}
+        self.stalls.clear_counts()
 
     def snapshot(self) -> dict[str, Any]:
         """The ``GET /sim/stats`` document."""
@@ -257,6 +421,7 @@ class SimState:
                     "served": c.served,
                     "rejected": dict(c.rejected),
                     "limit": c.limit,
+                    "band": self.bands.get(name, 0),
                     "hold": c.held,
                 }
                 for name, c in self.models.items()
@@ -265,6 +430,7 @@ class SimState:
                 "inFlight": self.account_in_flight,
                 "peakInFlight": self.account_peak,
                 "limit": self.account_limit,
+                "band": self.account_band,
                 "hold": self.account_held,
                 "rejected": self.account_rejected,
             },
@@ -272,6 +438,9 @@ class SimState:
             "aborted": self.aborted,
             "unknownModels": dict(self.unknown_models),
             "brokenAnswers": dict(self.broken),
+            "refusalReasons": dict(sorted(self.reasons.items())),
+            "filtered": {"requests": sum(self.filtered.values()), "byModel": dict(self.filtered)},
+            "zaiWaits": self.stalls.doc(self._clock()),
             "pendingFaults": [f.to_json() for f in self.faults],
             "faultRates": dict(self.fault_rates),
             "limitChanges": list(self.limit_changes),
