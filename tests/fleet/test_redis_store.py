@@ -349,7 +349,8 @@ async def test_a_learned_limit_lowered_on_one_proxy_is_seen_by_the_other(
         selection = a.try_acquire(Ticket("heavy"))
         assert selection is not None
         model = selection.model
-        a.report_error(model, zai_error("1302"), selection=replace(selection, in_flight=2))  # refused at 2
+        for _ in range(2):  # refused at 2, twice: z.ai never served two of it
+            a.report_error(model, zai_error("1302"), selection=replace(selection, in_flight=2))
         lowered = a.limits.limit(model)
         assert lowered < CONFIG.models[model].max_concurrency
         await until(lambda: b.limits.limit(model) == lowered, 2)

@@ -373,7 +373,7 @@ async def test_an_unanswered_attempt_moves_on_and_its_late_1302_still_teaches_th
     make_rig: Callable[..., Awaitable[Rig]],
 ) -> None:
     """A regular attempt with no head when a slot within the limits comes is left for that slot; its
-    upstream request stays open and keeps its slot until z.ai's verdict, which lowers the limit as if the
+    upstream request stays open and keeps its slot until z.ai's verdict, which the limits hear as if the
     request had waited for it."""
     refuse_now = asyncio.Event()
 
@@ -406,7 +406,8 @@ async def test_an_unanswered_attempt_moves_on_and_its_late_1302_still_teaches_th
         refuse_now.set()
         while rig.pool.in_flight("h1"):
             await asyncio.sleep(0.01)
-    assert rig.pool.limits.view("h1").reason == "1302 at 1 in flight"  # judged as if it had waited
+    evidence = rig.pool.limits.evidence("h1")  # judged as if it had waited: a refusal at 1 in flight
+    assert evidence.refusal_estimate(1, 0.0) > evidence.refusal_estimate(2, 0.0)
     assert rig.stats.upstream_errors[("h1", "1302")] == 1
     assert rig.pool.in_flight() == 0
 

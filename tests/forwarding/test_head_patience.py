@@ -1,10 +1,20 @@
-"""HeadPatience: how long an unanswered attempt is waited for before a slot within the limits replaces it."""
+"""HeadPatience: how long an unanswered attempt is waited for before a slot within the limits replaces it, and
+when its wait is a stall."""
 
 from __future__ import annotations
 
 import pytest
 
-from chaos_mode.forwarding.head_patience import EARLY_FLOOR_SECONDS, ENOUGH, FLOOR_SECONDS, KEEP, HeadPatience
+from chaos_mode.forwarding.head_patience import (
+    EARLY_FLOOR_SECONDS,
+    ENOUGH,
+    FLOOR_SECONDS,
+    KEEP,
+    QUEUE_MEMORY_SECONDS,
+    STALL_FLOOR_SECONDS,
+    HeadPatience,
+)
+from support.fakes import FakeClock
 
 
 def test_a_wider_margin_before_enough_heads_were_seen() -> None:
@@ -17,19 +27,20 @@ def test_a_wider_margin_before_enough_heads_were_seen() -> None:
     assert patience.seconds() == FLOOR_SECONDS
     slow = HeadPatience()
     slow.head(0.8)
-    assert slow.seconds() == pytest.approx(1.6)  # twice the slowest head, early too
+    assert slow.seconds() == pytest.approx(1.6)  # twice the heads' quartile, early too
 
 
 @pytest.mark.parametrize(
     ("heads", "expected"),
     [
         ([0.01] * ENOUGH, FLOOR_SECONDS),  # fast heads: the floor
-        ([0.1] * (ENOUGH - 1) + [1.5], 3.0),  # twice the slowest recent head
-        ([5.0] + [0.1] * KEEP, FLOOR_SECONDS),  # a slow head long ago no longer counts
+        ([0.1] * (ENOUGH - 1) + [0.9], 0.25),  # one slow head among fast ones: the quartile, not the slowest
+        ([0.1] * 4 + [0.9] * 4, 1.8),  # twice the upper quartile of the recent heads
+        ([0.9] + [0.1] * KEEP, FLOOR_SECONDS),  # a slow head long ago no longer counts
         ([-1.0] * ENOUGH, FLOOR_SECONDS),  # a clock step backwards is not a negative head time
     ],
 )
-def test_patience_is_twice_the_slowest_recent_head(heads: list[float], expected: float) -> None:
+def test_patience_is_twice_the_upper_quartile_of_recent_heads(heads: list[float], expected: float) -> None:
     patience = HeadPatience()
     for seconds in heads:
         patience.head(seconds)
@@ -40,3 +51,28 @@ def test_a_fixed_patience_is_kept() -> None:
     patience = HeadPatience(fixed=0.0)
     patience.head(3.0)
     assert patience.seconds() == 0.0
+
+
+def test_a_head_held_past_its_stall_says_z_ai_queues_and_no_attempt_is_left_meanwhile() -> None:
+    clock = FakeClock()
+    patience = HeadPatience(clock=clock)
+    assert patience.stall_after() == 4 * EARLY_FLOOR_SECONDS  # nothing known yet: a wide margin
+    for _ in range(ENOUGH):
+        patience.head(0.01)
+    assert (patience.seconds(), patience.stall_after()) == (FLOOR_SECONDS, STALL_FLOOR_SECONDS)
+    patience.head(2.5)  # held, then served: z.ai queued it
+    assert patience.seconds() is None  # leaving a held request would throw away what z.ai is about to serve
+    assert patience.stall_after() == STALL_FLOOR_SECONDS  # the held head does not stretch the patience
+    clock.advance(QUEUE_MEMORY_SECONDS)
+    assert patience.seconds() == FLOOR_SECONDS
+
+
+def test_a_stall_is_measured_against_z_ai_s_quickest_heads_however_many_it_holds() -> None:
+    patience = HeadPatience()
+    for _ in range(KEEP):
+        patience.head(0.4)  # heads with the first token
+    assert patience.stall_after() == 4 * 0.4
+    held = HeadPatience()
+    for index in range(KEEP):
+        held.head(0.05 if index % 4 == 0 else 0.9)  # three heads in four held (under the stall itself)
+    assert held.stall_after() == STALL_FLOOR_SECONDS

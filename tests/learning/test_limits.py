@@ -1,4 +1,5 @@
-"""LearnedLimits: what a 1302 lowers, what a probe raises, drift, reset, and the state file's data."""
+"""LearnedLimits: whose limit a refusal or a stall is, what a probe raises and how probes are paced, fading,
+reset, the cost of a refusal, and the state file's data."""
 
 from __future__ import annotations
 
@@ -13,8 +14,6 @@ from support.fakes import FakeClock
 
 WALL = 1_757_000_000.0
 TWO = {"a": {"tier": "HEAVY", "maxConcurrency": 3}, "b": {"tier": "LIGHT", "maxConcurrency": 10}}
-
-
 PACING = {"probeIntervalSeconds": 5, "probeBackoffMaxSeconds": 30}  # the pacing these tests assert
 
 
@@ -33,6 +32,11 @@ class Rig:
         self.clock.advance(seconds)
         self.wall.advance(seconds)
 
+    def serve(self, model: str, count: int, total: int | None = None, times: int = 1) -> None:
+        """z.ai answered `count` requests of `model` at once cleanly (`total` on the account)."""
+        for _ in range(times):
+            self.limits.succeeded(model, count, count if total is None else total, None)
+
 
 @pytest.fixture
 def rig() -> Rig:
@@ -46,78 +50,73 @@ def test_the_catalog_is_where_limits_start(rig: Rig) -> None:
     assert (view.start, view.ceiling, view.value, view.reason, view.changed_at) == (3, 12, 3, "catalog", None)
 
 
-def test_a_1302_lowers_the_model_to_what_was_in_flight_less_one(rig: Rig) -> None:
-    assert rig.limits.refused("a", 3, 3, None) == "model"
+def test_a_refusal_at_a_level_z_ai_never_served_is_the_models_and_lowers_it(rig: Rig) -> None:
+    """glm-4.7 takes 2: served at 1 and 2, refused at its third, twice (once is not enough when a refusal
+    costs little: here a slot's time is as long as z.ai's refusal)."""
+    rig.serve("a", 1)
+    rig.serve("a", 2)
+    rig.limits.refused("a", 3, 3, None)
+    assert rig.limits.limit("a") == 3
+    rig.limits.refused("a", 3, 3, None)
     assert rig.limits.limit("a") == 2
+    assert rig.limits.account() is None  # the model's level was never served: nothing on the account
     assert rig.limits.view("a").reason == "1302 at 3 in flight"
     assert rig.limits.view("a").changed_at == WALL
-    rig.limits.refused("a", 3, 3, None)  # a second answer from the same burst: no further drop
+
+
+def test_a_refusal_where_the_model_serves_all_the_time_is_the_accounts(rig: Rig) -> None:
+    """Both models served well within their limits; the account refuses a total no clean answer reached."""
+    rig.serve("b", 5, 12, times=12)
+    rig.serve("a", 2, 12, times=12)
+    rig.limits.refused("b", 5, 14, None)
+    assert (rig.limits.limit("b"), rig.limits.account()) == (10, 12)  # no more than z.ai served at once
+    assert rig.limits.view().reason == "1302 at 14 in flight"
+
+
+def test_an_isolated_refusal_at_a_level_served_cleanly_moves_nothing(rig: Rig) -> None:
+    rig.serve("b", 10, times=12)
+    rig.limits.refused("b", 10, 10, None)
+    assert (rig.limits.limit("b"), rig.limits.account()) == (10, None)
+
+
+def test_a_stall_says_what_a_1302_says(rig: Rig) -> None:
+    rig.serve("a", 1)
+    rig.serve("a", 2)
+    rig.limits.stalled("a", 3, 3, None)
+    rig.limits.stalled("a", 3, 3, None)
     assert rig.limits.limit("a") == 2
-    # Far below the limit: one step each, not straight to 0 (noise, or another client taking a slot)...
-    rig.limits.refused("a", 1, 1, None)
-    assert rig.limits.limit("a") == 1
-    rig.limits.refused("a", 1, 1, None)
-    assert rig.limits.limit("a") == 0  # ...until z.ai has said it often enough: only probes find out more
+    assert rig.limits.view("a").reason == "stall at 3 in flight"
 
 
-def test_a_1302_at_a_limit_that_ran_full_cuts_it_by_a_quarter(rig: Rig) -> None:
-    rig.limits.succeeded("b", 10, 10, None)  # "b" ran full at 10 cleanly: z.ai took 10
-    rig.limits.refused("b", 10, 10, None)  # ...and now refuses at 10: its limits went down
-    assert rig.limits.limit("b") == 7
-    assert rig.limits.view("b").reason == "1302 at 10 in flight, cut"
-    for _ in range(3):
-        rig.limits.refused("b", 10, 10, None)  # answers to requests sent before the cut: nothing new
-    assert rig.limits.limit("b") == 7
-    rig.limits.succeeded("b", 7, 7, None)
-    rig.limits.refused("b", 7, 7, None)  # full at 7 and refused again: another cut
-    assert rig.limits.limit("b") == 5
-    rig.limits.refused("b", 2, 2, None)  # far below: one step
-    assert rig.limits.limit("b") == 4
-
-
-def down_to_zero(rig: Rig, model: str = "a") -> None:
-    """1302s with one request in flight until the limit is 0: another client holds every slot."""
-    for _ in range(rig.limits.limit(model)):
-        rig.limits.refused(model, 1, 1, None)
-    assert rig.limits.limit(model) == 0
-
-
-def full(rig: Rig, model: str = "a") -> None:
-    """A clean answer with `model` at its limit: what makes a probe above it worth trying."""
-    value = rig.limits.limit(model)
-    rig.limits.succeeded(model, value, value, None)
+def test_a_clean_answer_above_a_limit_raises_it_there(rig: Rig) -> None:
+    rig.serve("a", 5)  # requests overtaking each other, or a limit raised by z.ai: 5 served at once
+    assert rig.limits.limit("a") == 5
+    assert rig.limits.view("a").reason == "5 answered at once"
 
 
 def test_no_probe_before_the_limit_ran_full_with_a_clean_answer(rig: Rig) -> None:
     assert not rig.limits.can_probe("a")  # the catalog's 3 is a guess nobody has tried yet
-    rig.limits.succeeded("a", 2, 2, None)
+    rig.serve("a", 2)
     assert not rig.limits.can_probe("a")  # 2 of 3 says nothing about a fourth
-    full(rig)
-    assert rig.limits.can_probe("a")
-    rig.limits.refused("a", 3, 3, None)  # lowered to 2: untried at 2 since
-    rig.advance(5.0)
-    assert not rig.limits.can_probe("a")
-    full(rig)
+    rig.serve("a", 3)
     assert rig.limits.can_probe("a")
 
 
-def test_a_probe_answered_cleanly_raises_the_limit_by_one(rig: Rig) -> None:
-    full(rig)
-    assert rig.limits.can_probe("a")
+def test_a_probe_answered_cleanly_raises_the_limit_and_the_next_may_follow(rig: Rig) -> None:
+    rig.serve("a", 3)
     rig.limits.probe_sent("model", "a")
     assert not rig.limits.can_probe("a")  # one probe at a time
     assert rig.limits.view("a").probing
     rig.limits.succeeded("a", 4, 4, "model")
     assert rig.limits.limit("a") == 4
+    assert rig.limits.view("a").reason == "probe at 4 answered"
     assert rig.limits.can_probe("a")  # a clean probe: the next may go at once (slow start)
-    rig.limits.succeeded("a", 4, 4, None)  # not a probe: confirms, never raises
-    assert rig.limits.limit("a") == 4
 
 
-def test_after_a_failed_probe_the_next_waits_the_probe_interval(rig: Rig) -> None:
-    full(rig)
+def test_after_a_refused_probe_the_next_waits_the_probe_interval(rig: Rig) -> None:
+    rig.serve("a", 3)
     rig.limits.probe_sent("model", "a")
-    assert rig.limits.refused("a", 4, 4, "model") == "model"
+    rig.limits.refused("a", 4, 4, "model")
     assert rig.limits.limit("a") == 3
     assert not rig.limits.can_probe("a")
     assert rig.limits.next_probe() == pytest.approx(5.0)
@@ -129,7 +128,7 @@ def test_after_a_failed_probe_the_next_waits_the_probe_interval(rig: Rig) -> Non
 
 
 def test_each_refused_probe_doubles_the_wait_up_to_the_maximum(rig: Rig) -> None:
-    full(rig)
+    rig.serve("a", 3)
     waits = []
     for _ in range(5):
         rig.limits.probe_sent("model", "a")
@@ -142,42 +141,37 @@ def test_each_refused_probe_doubles_the_wait_up_to_the_maximum(rig: Rig) -> None
     assert waits == pytest.approx([5.0, 10.0, 20.0, 30.0, 30.0])  # doubling, at most 30 s
 
 
-def test_a_probe_answered_anywhere_resets_every_wait(rig: Rig) -> None:
-    full(rig)
-    full(rig, "b")
-    for model, count, then in (("a", 4, 5.0), ("a", 4, 10.0), ("a", 4, 0.0), ("b", 11, 0.0)):
-        rig.limits.probe_sent("model", model)
-        rig.limits.refused(model, count, count, "model")
-        rig.advance(then)
-    # t=15: "a" refused three times (next at 15 + 20 s), "b" once (next at 15 + 5 s)
-    assert rig.limits.next_probe() == pytest.approx(5.0)
+def test_a_probe_answered_resets_the_wait_of_limits_lowered_from_a_level_they_served(rig: Rig) -> None:
+    """z.ai moves its limits plan-wide: a limit that comes back says a lowered one may come back too; a
+    limit that never served more (the catalog right) keeps its wait."""
+    rig.serve("a", 3, times=12)
+    rig.serve("b", 10, times=12)
+    for _ in range(8):  # "a" now refused at 3, most of the time (lowered from a level it served)...
+        rig.limits.refused("a", 3, 3, None)
+    assert rig.limits.limit("a") == 2
+    rig.limits.probe_sent("model", "a")
+    rig.limits.refused("a", 3, 3, "model")  # ...and its probe back up refused: it waits
     rig.limits.probe_sent("model", "b")
-    rig.limits.succeeded("b", 11, 11, "model")  # sent anyway: z.ai has raised its limits
-    assert rig.limits.limit("b") == 11
-    assert rig.limits.next_probe() == pytest.approx(5.0)  # "a" back to the base interval, not 20 s
+    rig.limits.refused("b", 11, 11, "model")  # "b" probed above anything it served: refused, it waits
+    assert not rig.limits.can_probe("a") and not rig.limits.can_probe("b")
     rig.advance(5.0)
-    assert rig.limits.can_probe("a")
-
-
-def test_a_limit_of_zero_needs_no_confirmation_to_probe(rig: Rig) -> None:
-    down_to_zero(rig)
-    assert not rig.limits.can_probe("a")
-    rig.advance(5.0)
-    assert rig.limits.can_probe("a")  # nothing can run at 0: only a probe finds out more
+    rig.limits.probe_sent("model", "b")
+    rig.limits.succeeded("b", 11, 11, "model")  # z.ai raised its limits
+    assert rig.limits.can_probe("a")  # lowered from where it served: its wait is reset
 
 
 def test_a_probe_never_answered_frees_its_turn_after_the_interval(rig: Rig) -> None:
-    full(rig)
+    rig.serve("a", 3)
     rig.limits.probe_sent("model", "a")
     rig.advance(5.0)
     assert rig.limits.can_probe("a")
 
 
 def test_a_probe_given_up_keeps_its_turn_until_its_refusal_would_have_come(rig: Rig) -> None:
-    """Limits found right take turns, one probe out among them: a probe given up after 0.5 s would have
-    been refused at 3 s at the earliest, so the next limit's probe waits until then, not less."""
-    full(rig)
-    full(rig, "b")
+    """Limits whose probe was refused take turns, one probe out among them: a probe given up after 0.5 s
+    would have been refused at 3 s at the earliest, so the next limit's probe waits until then."""
+    rig.serve("a", 3)
+    rig.serve("b", 10)
     for model, count in (("a", 4), ("b", 11)):  # both refused once: their probes take turns
         rig.limits.probe_sent("model", model)
         rig.limits.refused(model, count, count, "model")
@@ -186,8 +180,8 @@ def test_a_probe_given_up_keeps_its_turn_until_its_refusal_would_have_come(rig: 
     rig.limits.probe_sent("model", "a")
     rig.advance(0.5)
     rig.limits.probe_given_up("model", "a")
-    assert rig.limits.limit("a") == 3 and not rig.limits.view("a").probing
-    assert not rig.limits.can_probe("a")  # its own next probe waits as after a 1302 (doubled: 10 s)
+    assert rig.limits.limit("a") == 3 and not rig.limits.view("a").probing  # it told the limit nothing
+    assert not rig.limits.can_probe("a")  # its own next probe waits as after a refusal (doubled)
     assert not rig.limits.can_probe("b")
     rig.advance(2.4)
     assert not rig.limits.can_probe("b")
@@ -195,130 +189,56 @@ def test_a_probe_given_up_keeps_its_turn_until_its_refusal_would_have_come(rig: 
     assert rig.limits.can_probe("b")
 
 
-def test_limits_stay_within_zero_and_the_ceiling() -> None:
-    rig = Rig(routing({"a": {"tier": "HEAVY", "maxConcurrency": 2, "ceiling": 3}}))
-    full(rig)
-    for k in (3, 4):
-        rig.limits.probe_sent("model", "a")
-        rig.limits.succeeded("a", k, k, "model")
-    assert rig.limits.limit("a") == 3
-    assert not rig.limits.can_probe("a")  # at the ceiling: nothing left to probe
-    for _ in range(5):
-        rig.limits.refused("a", 0, 0, None)
-    assert rig.limits.limit("a") == 0
-
-
-def test_the_account_is_blamed_above_any_total_just_served(rig: Rig) -> None:
-    for total in range(1, 9):
-        rig.limits.succeeded("b", total, total, None)  # the account served 8 at once
-    # "a" was below its learned limit (1 of 3) and the account above what it served: perhaps the account,
-    # perhaps another client on "a". "a" is blamed for now...
-    assert rig.limits.refused("a", 1, 9, None) == "model"
-    assert (rig.limits.account(), rig.limits.limit("a")) == (None, 2)
-    # ...until a second model says the same within the probe interval: the account, and "a" is restored.
-    rig.advance(1.0)
-    assert rig.limits.refused("b", 2, 9, None) == "account"
-    assert (rig.limits.account(), rig.limits.limit("a"), rig.limits.limit("b")) == (8, 3, 10)
-    assert rig.limits.view().reason == "1302 at 9 in flight"
-    assert rig.limits.view("a").reason == "1302 was the account's"
-    # At or below a total just served, the model is blamed: the account limit never falls below it.
-    assert rig.limits.refused("b", 5, 8, None) == "model"
-    assert (rig.limits.account(), rig.limits.limit("b")) == (8, 9)  # one step below its 10
-
-
-def test_one_model_refusing_twice_is_that_model(rig: Rig) -> None:
-    rig.limits.succeeded("b", 8, 8, None)
-    rig.limits.refused("a", 2, 9, None)
-    assert rig.limits.refused("a", 1, 9, None) == "model"
-    assert (rig.limits.account(), rig.limits.limit("a")) == (None, 1)
-
-
-def test_a_second_opinion_after_the_interval_is_a_new_suspicion(rig: Rig) -> None:
-    rig.limits.succeeded("b", 8, 8, None)
-    rig.limits.refused("a", 1, 9, None)
-    rig.advance(4.0)
-    rig.limits.succeeded("b", 8, 8, None)  # fresh evidence of 8
-    rig.advance(1.0)
-    assert rig.limits.refused("b", 2, 9, None) == "model"
-    assert rig.limits.account() is None
-
-
-def test_with_no_evidence_the_model_is_blamed_never_the_whole_account(rig: Rig) -> None:
-    assert rig.limits.refused("a", 1, 1, None) == "model"
-    assert rig.limits.account() is None
-
-
-def test_evidence_of_the_account_ages_out(rig: Rig) -> None:
-    rig.limits.succeeded("b", 8, 8, None)
-    rig.advance(10.0)  # two probe intervals: old news
-    assert rig.limits.refused("a", 1, 9, None) == "model"
-
-
-def test_an_account_probe_raises_the_account_limit() -> None:
-    rig = Rig(routing(accountConcurrency=5))
-    assert rig.limits.account() == 5
-    assert not rig.limits.can_probe_account()
-    rig.limits.succeeded("b", 5, 5, None)
+def test_an_account_probe_raises_the_account_limit(rig: Rig) -> None:
+    rig.serve("b", 5, 12, times=12)
+    rig.limits.refused("b", 5, 13, None)
+    assert rig.limits.account() == 12
+    assert not rig.limits.can_probe_account()  # within the probe interval of a refusal above it
+    rig.advance(5.0)
     assert rig.limits.can_probe_account()
     rig.limits.probe_sent("account", "b")
-    rig.limits.succeeded("b", 6, 6, "account")
-    assert rig.limits.account() == 6
-    rig.limits.probe_sent("account", "b")
-    assert rig.limits.refused("b", 7, 7, "account") == "account"
-    assert rig.limits.account() == 6 and rig.limits.limit("b") == 10
-    assert not rig.limits.can_probe_account()
+    rig.limits.succeeded("b", 6, 13, "account")
+    assert rig.limits.account() is None  # served above its refusal: no account limit is known any more
 
 
-def test_an_unconfirmed_limit_drifts_back_toward_the_catalog(rig: Rig) -> None:
-    rig.limits.refused("a", 2, 2, None)  # 2
-    rig.limits.refused("a", 2, 2, None)  # 1
-    rig.limits.probe_sent("model", "b")
-    rig.limits.succeeded("b", 11, 11, "model")  # 11
-    rig.advance(599.0)
-    rig.limits.tick()
-    assert (rig.limits.limit("a"), rig.limits.limit("b")) == (1, 11)
-    rig.advance(1.0)
-    rig.limits.tick()
-    assert (rig.limits.limit("a"), rig.limits.limit("b")) == (2, 10)
-    assert rig.limits.view("a").reason == "drift toward the catalog"
-    for _ in range(3):
-        rig.advance(600.0)
-        rig.limits.tick()
-    assert (rig.limits.limit("a"), rig.limits.limit("b")) == (3, 10)  # and there it stays
+def test_limits_stay_within_zero_and_the_ceiling() -> None:
+    rig = Rig(routing({"a": {"tier": "HEAVY", "maxConcurrency": 2, "ceiling": 3}}))
+    rig.serve("a", 50)
+    assert rig.limits.limit("a") == 3
+    for _ in range(20):
+        rig.limits.refused("a", 1, 1, "model")
+    assert 0 <= rig.limits.limit("a") <= 3
 
 
-def test_a_limit_confirmed_at_full_use_does_not_drift(rig: Rig) -> None:
-    rig.limits.refused("a", 3, 3, None)  # 2
-    for _ in range(5):
-        rig.advance(300.0)
-        rig.limits.succeeded("a", 2, 2, None)  # running at its limit, cleanly
-        rig.limits.tick()
+def test_what_was_learned_fades_back_to_the_catalog(rig: Rig) -> None:
+    rig.serve("a", 1)
+    rig.serve("a", 2)
+    rig.limits.refused("a", 3, 3, None)
+    rig.limits.refused("a", 3, 3, None)
     assert rig.limits.limit("a") == 2
-
-
-def test_a_learned_account_limit_drifts_up_and_is_forgotten_at_the_ceiling(rig: Rig) -> None:
-    rig.limits.succeeded("b", 12, 12, None)
-    rig.limits.refused("a", 1, 13, None)
-    rig.limits.refused("b", 2, 13, None)
-    assert rig.limits.account() == 12
-    rig.advance(600.0)
+    rig.advance(20 * 600.0)  # driftSeconds: the half-life of what was learned
     rig.limits.tick()
-    assert rig.limits.account() == 13
-    for _ in range(60):
-        rig.advance(600.0)
-        rig.limits.tick()
-    assert rig.limits.account() is None
+    assert rig.limits.limit("a") == 3
+    assert rig.limits.view("a").reason == "faded toward the catalog"
+
+
+def test_a_refusals_cost_follows_what_the_pool_saw(rig: Rig) -> None:
+    start = rig.limits.cost
+    for _ in range(50):
+        rig.limits.refusal_took(3.0)
+        rig.limits.served_for(30.0)  # long answers: a refusal costs a tenth of a slot's time
+    assert rig.limits.cost == pytest.approx(0.1, rel=0.05)
+    assert rig.limits.cost < start
 
 
 def test_reset_forgets_everything(rig: Rig) -> None:
-    rig.limits.succeeded("b", 8, 8, None)
-    rig.limits.refused("a", 1, 9, None)
-    rig.limits.refused("b", 3, 3, None)
+    rig.serve("a", 1)
+    rig.limits.refused("a", 2, 2, None)
     version = rig.limits.version
     rig.limits.reset()
     assert (rig.limits.limit("a"), rig.limits.limit("b"), rig.limits.account()) == (3, 10, None)
     assert rig.limits.version > version and not rig.limits.can_probe("a")  # untried again
-    full(rig)
+    rig.serve("a", 3)
     assert rig.limits.can_probe("a")
 
 
@@ -330,8 +250,10 @@ def test_learning_off_learns_nothing() -> None:
 
 
 def test_reconfigure_keeps_what_was_learned_unless_the_catalog_changed(rig: Rig) -> None:
+    rig.serve("a", 1)
+    rig.serve("a", 2)
     rig.limits.refused("a", 3, 3, None)
-    rig.limits.refused("b", 3, 3, None)
+    rig.limits.refused("a", 3, 3, None)
     changed = {**TWO, "b": {"tier": "LIGHT", "maxConcurrency": 7}}
     rig.limits.reconfigure(routing(changed, queue={"timeoutSeconds": 5}))
     assert (rig.limits.limit("a"), rig.limits.limit("b")) == (2, 7)
@@ -340,28 +262,44 @@ def test_reconfigure_keeps_what_was_learned_unless_the_catalog_changed(rig: Rig)
 # -- the state file's data -----------------------------------------------------------------------------
 
 
+def lowered(rig: Rig) -> None:
+    """The model "a" learned at 2 (refused at its third, twice), the account at 8."""
+    rig.serve("a", 1)
+    rig.serve("a", 2)
+    rig.limits.refused("a", 3, 3, None)
+    rig.limits.refused("a", 3, 3, None)
+    rig.serve("b", 5, 8, times=12)
+    rig.limits.refused("b", 5, 9, None)
+
+
 def test_dump_and_restore_round_trip(rig: Rig) -> None:
-    rig.limits.succeeded("b", 8, 8, None)
-    rig.limits.refused("a", 1, 9, None)
-    rig.limits.refused("b", 2, 9, None)  # account 8 ("a" given back its 3)
-    rig.limits.refused("a", 2, 2, None)  # a: 2
-    rig.limits.refused("a", 2, 2, None)  # a: 1
+    lowered(rig)
+    assert (rig.limits.limit("a"), rig.limits.account()) == (2, 8)
     data = rig.limits.dump()
     assert data["format"] == STATE_FORMAT and set(data["models"]) == {"a"}  # only what was learned
     fresh = Rig()
     fresh.wall.now = rig.wall.now + 60.0
     assert fresh.limits.restore(data) == 2
-    assert (fresh.limits.limit("a"), fresh.limits.limit("b"), fresh.limits.account()) == (1, 10, 8)
-    assert fresh.limits.view("a").reason == "1302 at 2 in flight"
+    assert (fresh.limits.limit("a"), fresh.limits.limit("b"), fresh.limits.account()) == (2, 10, 8)
+    assert fresh.limits.view("a").reason == "1302 at 3 in flight"  # as saved
 
 
-def test_a_limit_saved_long_ago_has_drifted_meanwhile(rig: Rig) -> None:
-    down_to_zero(rig)
+def test_a_limit_saved_long_ago_has_faded_meanwhile(rig: Rig) -> None:
+    lowered(rig)
     fresh = Rig()
-    fresh.wall.now = rig.wall.now + 2 * 600.0 + 1.0  # two drift steps later
+    fresh.wall.now = rig.wall.now + 20 * 600.0
     fresh.limits.restore(rig.limits.dump())
-    assert fresh.limits.limit("a") == 2
-    assert fresh.limits.view("a").reason == "restored"
+    assert fresh.limits.limit("a") == 3
+    assert fresh.limits.view("a").reason == "restored, faded since"
+
+
+def test_another_proxys_limits_are_taken_where_they_changed_later(rig: Rig) -> None:
+    other = Rig()
+    other.advance(1.0)
+    lowered(other)
+    assert rig.limits.merge(other.limits.rows()) == 2
+    assert (rig.limits.limit("a"), rig.limits.account()) == (2, 8)
+    assert rig.limits.merge(other.limits.rows()) == 0  # nothing newer
 
 
 @pytest.mark.parametrize(
@@ -399,36 +337,3 @@ def test_restored_values_are_clamped_to_the_ceiling(rig: Rig) -> None:
     }
     assert rig.limits.restore(data) == 1
     assert rig.limits.limit("a") == 12
-
-
-def test_a_1302_sent_above_the_limit_says_nothing_below_it(rig: Rig) -> None:
-    rig.limits.succeeded("a", 3, 3, None)  # ran full at 3: a cut would take it to 2
-    assert rig.limits.refused("a", 4, 4, None) == "model"  # let through beside a probe riding at 4
-    assert rig.limits.limit("a") == 3
-
-
-def test_a_model_that_ran_full_after_the_request_went_out_lost_a_race(rig: Rig) -> None:
-    sent = rig.clock()
-    rig.advance(0.5)
-    rig.limits.succeeded("a", 3, 3, None)  # z.ai served 3 of "a" at once after the request was sent
-    # Refused at 3 of 3 all the same: another request overtook it on the way. Nothing moves.
-    assert rig.limits.refused("a", 3, 3, None, sent) == "race"
-    assert (rig.limits.limit("a"), rig.limits.account()) == (3, None)
-    # Refused before "a" ran full: "a" is blamed (cut by a quarter, it had run full at 3).
-    assert rig.limits.refused("a", 3, 3, None, rig.clock() + 1.0) == "model"
-    assert rig.limits.limit("a") == 2
-
-
-def test_a_model_that_ran_full_since_is_cleared_and_the_account_blamed_above_any_total_served(
-    rig: Rig,
-) -> None:
-    rig.limits.succeeded("b", 10, 12, None)  # the account served 12 at once
-    rig.limits.succeeded("a", 3, 12, None)
-    sent = rig.clock()
-    assert rig.limits.refused("a", 3, 14, None, sent) == "account"  # "a" ran full since: not "a"
-    assert (rig.limits.limit("a"), rig.limits.account()) == (3, 13)
-    rig.advance(1.0)
-    # At its limit with no later evidence for the model: the model, even above any total served (a
-    # wrong model limit costs one model's slots, a wrong account limit all).
-    assert rig.limits.refused("b", 10, 12, None, rig.clock() + 1.0) == "model"
-    assert (rig.limits.limit("b"), rig.limits.account()) == (7, 13)  # cut by a quarter: it ran full

@@ -163,7 +163,7 @@ class Forwarder:
         try:
             if response.status < 400:
                 request.answered()
-                return _streamed(response)
+                return _streamed(response, ended=request.ended)
             raw, decoded, complete = await response.read_body(MAX_ERROR_BODY)
         except BaseException:
             response.close()
@@ -195,19 +195,34 @@ class Forwarder:
         time to head says nothing (and is not kept)."""
         started = time.monotonic()
         send = self.clients.send(destination, incoming.method, incoming.target, headers, body)
-        streamed = request.message.stream
+        streamed, slot = request.message.stream, request.slot
         patience = self.patience.seconds() if streamed else None
-        if request.slot is None or patience is None:
-            response = await send
-        else:
-            leave = functools.partial(self._leave, request)
-            hedged = await hedge(request, asyncio.ensure_future(send), patience, leave)
-            if not isinstance(hedged, UpstreamResponse):
-                return hedged
-            response = hedged
+        # A head held this long is a stall (z.ai queues the request): the pool hears it at once; the
+        # request goes on (z.ai may be serving it). A verdict before then makes it a no-op.
+        stall = None
+        if streamed and slot is not None:
+            stall = asyncio.get_running_loop().call_later(
+                self.patience.stall_after(), self._stalled, request, slot
+            )
+        try:
+            if slot is None or patience is None:
+                response = await send
+            else:
+                leave = functools.partial(self._leave, request)
+                hedged = await hedge(request, asyncio.ensure_future(send), patience, leave)
+                if not isinstance(hedged, UpstreamResponse):
+                    stall = None  # left: its stall still counts, its head or refusal decides
+                    return hedged
+                response = hedged
+        finally:
+            if stall is not None:
+                stall.cancel()
         if response.status < 400 and streamed:
             self.patience.head(time.monotonic() - started)
         return response
+
+    def _stalled(self, request: RoutedRequest, slot: Slot) -> None:
+        request.stalled(slot)
 
     def _next(self, request: RoutedRequest, verdict: Slot | Reply | None) -> Outgoing | Slot:
         if verdict is None:  # no verdict to pass on (the request ended while it waited): ours
@@ -263,13 +278,16 @@ def _gateway(request: RoutedRequest, exc: UpstreamRefused) -> Outgoing:
     return Outgoing(502, [(k.encode(), v.encode()) for k, v in headers.items()], body)
 
 
-def _streamed(response: UpstreamResponse, first: bytes = b"") -> Outgoing:
+def _streamed(
+    response: UpstreamResponse, first: bytes = b"", ended: Callable[[], None] | None = None
+) -> Outgoing:
     """z.ai's answer, its bytes relayed as they arrive with their own framing; closing it closes the
-    upstream stream (or keeps the connection when the answer was read to its end)."""
+    upstream stream (or keeps the connection when the answer was read to its end). `ended`: called when
+    z.ai's last byte came (z.ai serves it no more, however long the client takes to read it)."""
     return Outgoing(
         response.status,
         _pass_headers(response),
-        _relay(response, first),
+        _relay(response, first, ended),
         reason=response.reason or b"-",
         length=response.length,
         chunked=response.chunked,
@@ -277,7 +295,9 @@ def _streamed(response: UpstreamResponse, first: bytes = b"") -> Outgoing:
     )
 
 
-async def _relay(response: UpstreamResponse, first: bytes) -> AsyncIterator[bytes]:
+async def _relay(
+    response: UpstreamResponse, first: bytes, ended: Callable[[], None] | None
+) -> AsyncIterator[bytes]:
     if first:
         yield first
     try:
@@ -286,6 +306,8 @@ async def _relay(response: UpstreamResponse, first: bytes) -> AsyncIterator[byte
     except UpstreamFailed as exc:
         # z.ai broke the stream: break ours the same way (mitmproxy reports the flow's error).
         raise ConnectionAbortedError(f"upstream stream broke: {exc}") from None
+    if ended is not None:
+        ended()
 
 
 def _pass_headers(response: UpstreamResponse) -> list[tuple[bytes, bytes]]:

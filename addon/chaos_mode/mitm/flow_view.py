@@ -102,6 +102,8 @@ def describe(request: RoutedRequest) -> tuple[str, str]:
     if refused:
         comment += f"failover from {', '.join(refused)} · "
     comment += last.slot.reason
+    if last.stalled:
+        comment += " · z.ai held its head (queued), not cancelled"
     if request.waited >= 0.05:
         comment += f" · waited {request.waited:.1f} s"
     return comment, ":warning:" if refused or last.refusal else ""

@@ -61,6 +61,7 @@ class Attempt:
 
     slot: Slot
     refusal: str | None = None  # the business code (or reason) z.ai refused this attempt with
+    stalled: bool = False  # z.ai held its head far longer than its heads take (it queued it)
 
     @property
     def model(self) -> str:
@@ -228,6 +229,22 @@ class RoutedRequest:
         self._answered = len(self.attempts)
         self.pool.report_success(self.slot)
 
+    def stalled(self, slot: Slot) -> None:
+        """z.ai holds the head of the attempt sent with `slot` far longer than its heads take (it queues it):
+        the pool learns a limit was passed; the attempt goes on, and the flow says so."""
+        if not self.pool.report_stall(slot):
+            return  # its verdict came first
+        for attempt in self.attempts:
+            if attempt.slot is slot:
+                attempt.stalled = True
+        self.view.changed(self)
+
+    def ended(self) -> None:
+        """z.ai sent the current attempt's answer to its end: it serves it no more (the slot is given back
+        when the flow ends, the client perhaps still reading)."""
+        if self.slot is not None:
+            self.pool.report_ended(self.slot)
+
     def judge(self, error: UpstreamError, retry_after: float | None, slot: Slot | None = None) -> None:
         """z.ai refused the attempt sent with `slot` (default: the current one): the pool learns from it,
         the stats count it."""
@@ -291,6 +308,7 @@ class RoutedRequest:
             "held": self.slot.model if self.slot is not None else None,
             "attempted": self.tried,
             "refusals": [attempt.refusal for attempt in self.attempts],
+            "stalled": [attempt.model for attempt in self.attempts if attempt.stalled],
             "failovers": self.failovers,
             "waited": round(self.waited, 3),
             "sticky": self.sticky_key,

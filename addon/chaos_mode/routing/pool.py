@@ -48,7 +48,6 @@ class Slot:
     total: int = field(default=0, compare=False)
     probe: Probe | None = field(default=None, compare=False)
     slot_id: int = field(default=0, compare=False)  # the slot's own number while z.ai's verdict is out
-    sent_at: float = field(default=math.inf, compare=False)  # when the slot was taken (monotonic)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +158,11 @@ class ChaosPool:
         self._unanswered: dict[int, str] = {}
         self._unanswered_on: dict[str, int] = {}
         self._held: dict[int, str] = {}  # every slot taken and not given back: slot id -> model
+        self._stalled: set[int] = set()  # unanswered slots whose stall was reported (counted once)
+        self._taken_at: dict[int, float] = {}  # when each held slot was taken: what refusals and answers took
+        self._served: set[int] = set()  # held slots answered cleanly
+        self._ended: dict[int, str] = {}  # held slots whose answer z.ai sent to its end: slot id -> model
+        self._ended_on: dict[str, int] = {}
         self._next_slot_id = 1
         self.lost_races = 0  # slots taken on the local mirror that another proxy had taken first
         self.reconfigure(config)
@@ -382,6 +386,7 @@ class ChaosPool:
         self.dispatched[model] = self.dispatched.get(model, 0) + 1
         slot_id, self._next_slot_id = self._next_slot_id, self._next_slot_id + 1
         self._held[slot_id] = model
+        self._taken_at[slot_id] = self._clock()
         if awaits_verdict:
             self._unanswered[slot_id] = model
             _count(self._unanswered_on, model, 1)
@@ -390,7 +395,7 @@ class ChaosPool:
             key = model if probe == "model" else ACCOUNT
             self._probes[slot_id] = key
             _count(self._probes_on, key, 1)
-        return Slot(model, reason, slots.in_flight(model), slots.total(), probe, slot_id, self._clock())
+        return Slot(model, reason, slots.in_flight(model), slots.total(), probe, slot_id)
 
     def _settle(self, slot: Slot) -> None:
         """`slot`'s request has z.ai's verdict, or will never have one: it awaits nothing any more, and a
@@ -402,6 +407,8 @@ class ChaosPool:
         key = self._probes.pop(slot_id, None)
         if key is not None:
             _count(self._probes_on, key, -1)
+        if slot_id in self._stalled:
+            self._stalled.discard(slot_id)
 
     def report_unanswered(self, slot: Slot, *, probe_given_up: bool = False) -> None:
         """No verdict will come for `slot`'s request (it ended first, or its attempt was left). A probe given
@@ -419,6 +426,13 @@ class ChaosPool:
             self.spurious_releases += 1
             return False
         self._settle(slot)
+        taken_at = self._taken_at.pop(slot.slot_id)
+        ended = self._ended.pop(slot.slot_id, None)
+        if ended is not None:
+            _count(self._ended_on, ended, -1)
+        if slot.slot_id in self._served:
+            self._served.discard(slot.slot_id)
+            self._limits.served_for(self._clock() - taken_at)
         if not self._slots.release(model):  # the store lost it (never here: stores count what they gave)
             self.spurious_releases += 1
             return False
@@ -578,15 +592,47 @@ class ChaosPool:
         """A clean answer from z.ai to the request `selection` sent: confirms (or raises) its limits and
         ends the model's run of busy answers."""
         self._settle(selection)
-        model, slots, unanswered = selection.model, self._slots, self._unanswered_on
-        serving = slots.in_flight(model) - unanswered.get(model, 0)
+        if selection.slot_id in self._held:
+            self._served.add(selection.slot_id)
+        model, serving, total = selection.model, self._serving(selection.model), self._serving()
         limits = self._limits
-        limits.succeeded(model, serving, slots.total() - len(self._unanswered), selection.probe)
+        limits.succeeded(model, serving, total, selection.probe)
         self._cooldowns.succeeded(model)
         if self._limits_version != limits.version:
             self._limits_changed()
         elif len(self._queue) and (limits.can_probe(model) or limits.can_probe_account()):
             self._queue.dispatch()  # the limit ran full cleanly: a waiter may probe above it now
+
+    def _serving(self, model: str | None = None) -> int:
+        """What z.ai serves now, as far as the pool can tell: slots answered cleanly whose answer has not
+        ended (of `model`; the account's when None)."""
+        if model is None:
+            return self._slots.total() - len(self._unanswered) - len(self._ended)
+        return self._slots.in_flight(model) - self._unanswered_on.get(model, 0) - self._ended_on.get(model, 0)
+
+    def report_ended(self, slot: Slot) -> None:
+        """z.ai sent `slot`'s answer to its end: it serves it no more, though the slot is held until the
+        flow ends (a queuing z.ai starts a held request the moment another ends: it must not count)."""
+        if slot.slot_id in self._held and slot.slot_id not in self._ended:
+            self._ended[slot.slot_id] = slot.model
+            _count(self._ended_on, slot.model, 1)
+
+    def report_stall(self, slot: Slot) -> bool:
+        """z.ai holds the head of `slot`'s request far longer than its heads take: a limit passed, as a 1302
+        says. Once per slot; the request goes on (z.ai may serve it), and a 1302 that comes for it later is
+        not counted again. False: its verdict came first."""
+        slot_id = slot.slot_id
+        if slot_id not in self._unanswered or slot_id in self._stalled:
+            return False
+        self._stalled.add(slot_id)
+        if self._limits.enabled:
+            # Held now, z.ai is full with what it serves now: the requests answered and still running (a
+            # stall comes after every accepted head has), this one on top of them.
+            level = min(self._serving(slot.model) + 1, slot.in_flight)
+            account_level = min(self._serving() + 1, slot.total)
+            self._limits.stalled(slot.model, level, account_level, slot.probe)
+            self._limits_changed()
+        return True
 
     def report_error(
         self,
@@ -598,26 +644,38 @@ class ChaosPool:
         """Feed a z.ai error on `model` back into routing; returns seconds the model/account is out
         (0 when nothing was blocked). `selection`, the slot the request was sent with, tells a 1302 what
         was in flight then; without it, what is in flight now counts."""
+        counted = selection is not None and selection.slot_id in self._stalled
         if selection is not None:
             self._settle(selection)
-        seconds = self._report_error(model, error, retry_after, selection)
+        seconds = self._report_error(model, error, retry_after, selection, counted=counted)
         self._limits_changed()
         if len(self._queue):
             self._arm_timer()  # a slot freed while this block lasts must reach the waiters when it ends
         return seconds
 
     def _report_error(
-        self, model: str, error: UpstreamError, retry_after: float | None, selection: Slot | None
+        self,
+        model: str,
+        error: UpstreamError,
+        retry_after: float | None,
+        selection: Slot | None,
+        *,
+        counted: bool,
     ) -> float:
         settings = self._config.cooldown
         probe = selection.probe if selection is not None else None
         match error.action:
             case Action.CONCURRENCY if self._limits.enabled:
+                taken_at = self._taken_at.get(selection.slot_id) if selection is not None else None
+                if taken_at is not None:
+                    self._limits.refusal_took(self._clock() - taken_at)
+                if counted:
+                    return 0.0  # its stall said so already
                 if selection is not None and selection.in_flight:
-                    in_flight, total, sent_at = selection.in_flight, selection.total, selection.sent_at
+                    in_flight, total = selection.in_flight, selection.total
                 else:
-                    in_flight, total, sent_at = self._slots.in_flight(model), self._slots.total(), math.inf
-                self._limits.refused(model, in_flight, total, probe, sent_at)
+                    in_flight, total = self._slots.in_flight(model), self._slots.total()
+                self._limits.refused(model, in_flight, total, probe)
                 return 0.0
             case Action.CONCURRENCY | Action.COOLDOWN:
                 return self._cooldowns.hit(model, error.reason, retry_after)

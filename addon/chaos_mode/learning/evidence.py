@@ -1,0 +1,174 @@
+"""What z.ai said at each level of one limit, and the limit that evidence supports.
+
+The model of z.ai it assumes (the field's shapes, docs/learning.md): z.ai refuses a request that arrives
+with n requests in flight on a limit (a model's, or the account's; the request itself included) with a
+probability p(n) that never falls as n grows. Zero up to a clean level, then rising: at once (a hard
+limit) or through a band (a soft one), and a little at any level (noise: "works again a few seconds
+later"). Holding a request's head instead of refusing it (a z.ai that queues) is a refusal here too.
+
+One estimator, three rules:
+
+1. **Evidence.** Each verdict is an observation at one level: a clean answer at the count z.ai was seen to
+   serve at once (answered cleanly and still running), a refusal at the count that was in flight when its
+   request was sent. A level remembers its last `MEMORY` observations: each new one there weighs 1 and
+   the older ones fade by `1 - 1/MEMORY`, so a level's word is recent whatever the pace of the traffic,
+   and a level nobody sends at keeps its word until a probe tests it again. Every observation also fades
+   with time (half-life `fade_seconds`): what was learned long ago gives way to the catalog's value.
+   Each level also counts one clean answer of prior that never fades (`PRIOR`).
+2. **A level is refused** when using it loses answers. Operating at n (a full pool sends every request
+   at its top level), z.ai answers n·(1 - p(n)) slots' worth while each refusal costs its request `cost`
+   slot-times (z.ai's 3-6 s to refuse, over how long a slot serves): n pays over n - 1 only while p rises
+   there by less than (1/(1 + cost) - p(n - 1)) / n. So a level is refused when its refusal rate rises above
+   the rate of the levels under it (at least `NOISE`) by more than that, the rate taken at the lower bound of
+   Wilson's interval (90%, the prior included): one 1302 at a level nobody was served at is enough (a hard
+   limit is found at its first refusal); noise does not move a limit (it is the same at every level: no
+   rise); a band that rises does (a soft limit, or a limit that fell). Since p never falls as n grows,
+   adjacent levels whose rates do not rise are pooled first (isotonic regression): a rate above the next
+   level's is noise, and equal rates add confidence.
+3. **A level is served** when z.ai answered cleanly at it or above it (its memory holds such an answer),
+   or when it is within the catalog's value. **The limit is the highest served level under the lowest
+   refused one.** Above it, only probes go (the pool's, one at a time, paced: see `limits`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Final
+
+MEMORY: Final = 12  # observations a level remembers (older ones fade by 1 - 1/MEMORY per new one)
+Z: Final = 1.2816  # one-sided 90%: a level is refused when the lower bound of its refusal rate says so
+SERVED_WEIGHT: Final = 0.05  # a clean answer this faded no longer shows a level as served
+PRIOR: Final = 1.0  # a clean answer assumed at every level before any is seen (it never fades)
+# The refusals z.ai sends at any level, whatever the load ("works again a few seconds later"): a level's rate
+# counts as risen only above this, or above the rate of the levels under it when that is higher. A full pool
+# sends at its top level only, so the levels under it rarely show the noise themselves.
+NOISE: Final = 0.05
+
+
+@dataclass(slots=True)
+class Level:
+    """The decayed counts of one level: clean answers and refusals (stalls included)."""
+
+    clean: float = 0.0
+    refused: float = 0.0
+    at: float = 0.0  # when these weights were last brought up to date (monotonic)
+
+
+def refusal_lower_bound(refused: float, total: float) -> float:
+    """Wilson's lower bound (one-sided 90%) of a refusal rate seen as `refused` of `total` observations."""
+    if total <= 0.0:
+        return 0.0
+    share = refused / total
+    z2 = Z * Z
+    centre = share + z2 / (2 * total)
+    spread = Z * math.sqrt(share * (1 - share) / total + z2 / (4 * total * total))
+    return max((centre - spread) / (1 + z2 / total), 0.0)
+
+
+class LevelEvidence:
+    """The evidence of one limit, level by level (1 .. ceiling + 1), and the limit it supports."""
+
+    __slots__ = ("_levels", "ceiling", "fade_seconds", "start")
+
+    def __init__(self, start: int | None, ceiling: int, fade_seconds: float) -> None:
+        self.start = start  # the catalog's (or the config's) value: served without evidence; None: none
+        self.ceiling = ceiling
+        self.fade_seconds = fade_seconds  # the half-life of every observation
+        self._levels = [Level() for _ in range(ceiling + 2)]  # index = level; 0 unused
+
+    def observe(self, level: int, *, refused: bool, now: float, weight: float = 1.0) -> None:
+        """One verdict at `level` (clamped to 1 .. ceiling + 1), `weight` of it (a refusal that may be
+        another limit's counts in part)."""
+        entry = self._levels[min(max(level, 1), self.ceiling + 1)]
+        self._age(entry, now)
+        keep = 1.0 - weight / MEMORY
+        entry.clean *= keep
+        entry.refused *= keep
+        if refused:
+            entry.refused += weight
+        else:
+            entry.clean += weight
+
+    def _age(self, entry: Level, now: float) -> None:
+        if now > entry.at:
+            if entry.clean or entry.refused:
+                factor = 0.5 ** ((now - entry.at) / self.fade_seconds)
+                entry.clean *= factor
+                entry.refused *= factor
+            entry.at = now
+
+    def refusal_estimate(self, level: int, now: float) -> float:
+        """How likely a request sent at `level` is refused, as far as the evidence says: the level's own
+        refusals against the clean answers at it and above (p never falls as n grows, so z.ai serving more
+        says it serves this many), with the level's prior and one refusal of prior (a Beta posterior's mean).
+        It shares a refusal between the limits it may belong to."""
+        level = min(max(level, 1), self.ceiling + 1)
+        entry = self._levels[level]
+        self._age(entry, now)
+        clean = 0.0
+        for above in self._levels[level:]:
+            self._age(above, now)
+            clean += above.clean
+        return (entry.refused + 1.0) / (entry.refused + clean + PRIOR + 1.0)
+
+    def refused_level(self, now: float, cost: float) -> int | None:
+        """The lowest level refused (rule 2), else None. `cost`: a refusal's cost in slot-times (how long z.ai
+        takes to refuse over how long a slot serves)."""
+        blocks: list[list[float]] = []  # [first level, refused, clean]: rates non-decreasing, level order
+        for level in range(1, self.ceiling + 2):
+            entry = self._levels[level]
+            self._age(entry, now)
+            if entry.clean + entry.refused <= 0.0:
+                continue  # no evidence: neither for nor against (the prior is the level's own, below)
+            block = [float(level), entry.refused, entry.clean]
+            # Pool adjacent levels whose rates do not rise (isotonic regression, "pool adjacent
+            # violators"): p never falls as n grows, so a rate above the next level's is noise.
+            while blocks and blocks[-1][1] * (block[1] + block[2]) >= block[1] * (
+                blocks[-1][1] + blocks[-1][2]
+            ):
+                first, refused, clean = blocks.pop()
+                block = [first, refused + block[1], clean + block[2]]
+            blocks.append(block)
+        below_refused = below_clean = 0.0
+        worth = 1.0 / (1.0 + cost)  # the refusal rate at which a slot's answers stop paying for refusals
+        for first, refused, clean in blocks:
+            background = max(below_refused / (below_refused + below_clean + PRIOR), NOISE)
+            rise = refusal_lower_bound(refused, refused + clean + PRIOR) - background
+            if refused and rise > max(worth - background, 0.0) / first:
+                return int(first)
+            below_refused += refused
+            below_clean += clean
+        return None
+
+    def served_level(self, now: float) -> int:
+        """The highest level served (rule 3): a clean answer remembered at it or above, or the catalog's."""
+        top = self.start or 0
+        for level in range(self.ceiling + 1, top, -1):
+            entry = self._levels[level]
+            self._age(entry, now)
+            if entry.clean >= SERVED_WEIGHT:
+                return min(level, self.ceiling)
+        return min(top, self.ceiling)
+
+    def limit(self, now: float, cost: float) -> int | None:
+        """The highest served level under the lowest refused one; None when nothing bounds it (an account
+        with no configured limit, before any refusal). `cost` as for `refused_level`."""
+        refused = self.refused_level(now, cost)
+        served = self.served_level(now)
+        if refused is None:
+            return None if self.start is None else served
+        return min(served, refused - 1)
+
+    def answered_at(self, value: int, now: float) -> bool:
+        """Whether z.ai answered cleanly at `value` or above lately (not only the catalog's word)."""
+        for level in range(max(value, 1), self.ceiling + 2):
+            entry = self._levels[level]
+            self._age(entry, now)
+            if entry.clean >= SERVED_WEIGHT:
+                return True
+        return False
+
+    def forget(self) -> None:
+        """Back to no evidence at all."""
+        self._levels = [Level() for _ in range(self.ceiling + 2)]

@@ -1,0 +1,170 @@
+"""LevelEvidence: one limit's estimator, level by level, against the shapes z.ai takes in the field: a hard
+limit, noise, a soft band, a limit that moves. Pure: time is a number passed in."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chaos_mode.learning.evidence import MEMORY, NOISE, LevelEvidence, refusal_lower_bound
+
+COST = 3.0  # a refusal's cost in slot-times, as on the benchmark (3 s refusals, 1-s requests)
+FADE = 600.0
+
+
+def fill(evidence: LevelEvidence, level: int, count: int, *, refused: bool = False, now: float = 0.0) -> None:
+    for _ in range(count):
+        evidence.observe(level, refused=refused, now=now)
+
+
+def test_wilson_lower_bound() -> None:
+    assert refusal_lower_bound(0.0, 0.0) == 0.0
+    assert refusal_lower_bound(0.0, 10.0) == pytest.approx(0.0)
+    assert refusal_lower_bound(1.0, 2.0) == pytest.approx(0.164, abs=0.001)  # one refusal, one prior
+    assert refusal_lower_bound(1.0, 12.0) < NOISE < refusal_lower_bound(6.0, 12.0)
+
+
+def test_with_no_evidence_the_catalog_is_the_limit_and_the_account_has_none() -> None:
+    assert LevelEvidence(3, 12, FADE).limit(0.0, COST) == 3
+    assert LevelEvidence(None, 40, FADE).limit(0.0, COST) is None
+    assert LevelEvidence(20, 40, FADE).limit(0.0, COST) == 20  # a configured account limit
+
+
+def test_a_hard_limit_under_the_catalog_is_found_at_its_first_refusal() -> None:
+    """glm-4.7 takes 2, not 3: z.ai never served 3 of it, and refuses the third."""
+    evidence = LevelEvidence(3, 12, FADE)
+    fill(evidence, 1, 5)
+    fill(evidence, 2, 5)
+    evidence.observe(3, refused=True, now=1.0)
+    assert evidence.limit(1.0, COST) == 2
+
+
+def test_one_refusal_among_the_clean_answers_of_a_level_moves_nothing() -> None:
+    evidence = LevelEvidence(10, 40, FADE)
+    for level in range(1, 11):
+        fill(evidence, level, MEMORY)
+    evidence.observe(10, refused=True, now=1.0)
+    assert evidence.limit(1.0, COST) == 10
+    evidence.observe(4, refused=True, now=1.0)  # far under the top: its rate, pooled with the levels above
+    assert evidence.limit(1.0, COST) == 10
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    served=st.integers(3, 3 * MEMORY),
+    at=st.integers(1, 11),
+    cost=st.floats(0.05, 20.0),
+)
+def test_an_isolated_refusal_at_a_level_served_cleanly_moves_a_confirmed_limit_at_most_one_step(
+    served: int, at: int, cost: float
+) -> None:
+    """z.ai served every level up to 10 (each `served` times: at least three, its memory full or not), then
+    refuses once."""
+    evidence = LevelEvidence(10, 40, FADE)
+    for level in range(1, 11):
+        fill(evidence, level, served)
+    evidence.observe(at, refused=True, now=1.0)
+    assert evidence.limit(1.0, cost) in (9, 10)
+
+
+def test_noise_a_full_pool_sees_keeps_the_limit_at_the_catalog_nearly_all_the_time() -> None:
+    """A pool that sends at its limit (and probes one above it now and then) under 3% random refusals at
+    every level: the limit spends 85% of the time or more where it was, and comes back when it falls."""
+    for seed in range(20):
+        rng = random.Random(seed)
+        evidence = LevelEvidence(10, 40, FADE)
+        for level in range(1, 11):  # the first burst: every level answered once
+            evidence.observe(level, refused=False, now=0.0)
+        at_catalog = 0
+        for step in range(1, 2001):
+            now = step * 0.05
+            value = evidence.limit(now, COST)
+            assert value is not None
+            at_catalog += value == 10
+            level = value + 1 if rng.random() < 0.1 else value
+            evidence.observe(level, refused=level > 10 or rng.random() < 0.03, now=now)
+        assert at_catalog >= 0.85 * 2000, seed
+
+
+def test_a_band_that_rises_is_refused_where_it_stops_paying() -> None:
+    """Clean to 8, then refused ever more often: 3 in 10 at 9, 6 in 10 at 10."""
+    evidence = LevelEvidence(10, 40, FADE)
+    rng = random.Random(1)
+    for level in range(1, 9):
+        fill(evidence, level, MEMORY)
+    for step in range(400):
+        level = rng.choice((9, 10))
+        evidence.observe(level, refused=rng.random() < (level - 8) * 0.3, now=step * 0.1)
+    assert evidence.limit(40.0, COST) == 8
+
+
+def test_a_limit_that_fell_is_followed_down_and_back_up() -> None:
+    evidence = LevelEvidence(10, 40, FADE)
+    for level in range(1, 11):
+        fill(evidence, level, MEMORY)
+    for _ in range(3):  # z.ai now refuses at 6 and above
+        for level in range(6, 11):
+            evidence.observe(level, refused=True, now=1.0)
+    assert evidence.limit(1.0, COST) == 5
+    for _ in range(MEMORY):  # and then serves 6 again (probes at 6, answered)
+        evidence.observe(6, refused=False, now=2.0)
+    assert evidence.limit(2.0, COST) >= 6
+
+
+def test_what_was_learned_fades_back_to_the_catalog() -> None:
+    evidence = LevelEvidence(3, 12, FADE)
+    fill(evidence, 1, 2)
+    fill(evidence, 2, 2)
+    evidence.observe(3, refused=True, now=0.0)
+    assert evidence.limit(0.0, COST) == 2
+    assert evidence.limit(10 * FADE, COST) == 3
+    climbed = LevelEvidence(3, 12, FADE)
+    fill(climbed, 6, 3)  # z.ai served 6 at once
+    assert climbed.limit(0.0, COST) == 6
+    assert climbed.limit(10 * FADE, COST) == 3
+
+
+def test_a_cheap_refusal_tolerates_more() -> None:
+    """Long answers (a refusal costs a tenth of a slot's time) pay for a refusal rate short ones do not."""
+    evidence = LevelEvidence(10, 40, FADE)
+    for level in range(1, 10):
+        fill(evidence, level, MEMORY)
+    for index in range(MEMORY):
+        evidence.observe(10, refused=index % 4 == 0, now=1.0)
+    assert evidence.limit(1.0, COST) == 9
+    assert evidence.limit(1.0, 0.1) == 10
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    start=st.integers(1, 12),
+    events=st.lists(st.tuples(st.integers(-3, 60), st.booleans(), st.floats(0.0, 1.0)), max_size=80),
+)
+def test_a_limit_never_leaves_zero_and_the_ceiling(start: int, events: list[tuple[int, bool, float]]) -> None:
+    evidence = LevelEvidence(start, 4 * start, FADE)
+    now = 0.0
+    for level, refused, weight in events:
+        now += 1.0
+        evidence.observe(level, refused=refused, now=now, weight=weight)
+        value = evidence.limit(now, COST)
+        assert value is not None and 0 <= value <= evidence.ceiling
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), true=st.integers(2, 12))
+def test_driven_by_a_hard_limit_it_settles_at_the_limit(seed: int, true: int) -> None:
+    """A pool that sends at its limit and probes one above it now and then settles where the answers
+    per second are most: the true limit (above it every request is refused)."""
+    rng = random.Random(seed)
+    evidence = LevelEvidence(6, 24, FADE)
+    now = 0.0
+    for _ in range(600):
+        now += 0.05
+        value = evidence.limit(now, COST)
+        assert value is not None
+        level = value + 1 if rng.random() < 0.1 else rng.randint(max(value - 1, 1), max(value, 1))
+        evidence.observe(level, refused=level > true, now=now)
+    assert evidence.limit(now, COST) == true
