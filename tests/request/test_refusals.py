@@ -146,6 +146,15 @@ def test_refusals_of_the_same_conversation_or_long_ago_are_no_sign_of_load() -> 
     assert memory.whose(Refusal(R, "1305", "a"), pool) is Whose.MODEL
 
 
+def test_refusals_found_the_requests_own_are_no_sign_of_load() -> None:
+    memory, pool, _ = make()
+    memory.refused("a", R)
+    memory.refused("b", OTHER)
+    memory.remember(R, "1305")  # R's refusals were its own, not a's load
+    assert not memory.overloaded("a", "prompt:third", pool)
+    assert memory.overloaded("b", "prompt:third", pool)  # b's refusal of another stays evidence
+
+
 def test_a_refusal_with_no_failover_left_is_the_models() -> None:
     memory, pool, _ = make()
     memory.answered("a")

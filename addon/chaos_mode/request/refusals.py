@@ -23,6 +23,13 @@ cleanly is still running. For a refusal of request R by model M with code C of t
 3. M looks overloaded (within the last `SERVED_LATELY_SECONDS` it served nobody and refused another
    conversation for load or content), or R cannot fail over any more: M's, judged as any refusal (cooled).
 4. Otherwise undecided: M's cooldown is owed, not applied, and R fails over keeping its place in line.
+   A model nobody else was sent to is undecided too: being idle is no sign of load (at a proxy's start
+   nothing has been served yet, and the filter answers before any other request's head).
+
+What it costs when wrong: a truly overloaded model that served others lately is cooled one failover late;
+two models overloaded at once with the same code, while serving others, send z.ai's own answer (retryable,
+as a 529 or 429) to that request instead of another failover, and its conversation's retries get it at once
+until the memory forgets. With nobody else served the two cannot be told apart: the models are cooled.
 
 R's own: z.ai's answer (status, headers, body) goes to the client at once, no failover; nothing is cooled
 and no limit moves (the cooldowns owed for C are dropped); it is counted apart (`requestRefusals`). An owed
@@ -114,7 +121,7 @@ class Refusals:
 
     def refused(self, model: str, conversation: str | None) -> None:
         """z.ai refused a request of `conversation` on `model` just now, for load or content (a code of the
-        kind, or a busy status with none)."""
+        kind, or a busy status with none), and the refusal was not found the request's own."""
         self._refused[model] = (self._clock(), conversation)
 
     def serves(self, model: str, activity: Activity) -> bool:
@@ -145,9 +152,10 @@ class Refusals:
         return True
 
     def remember(self, conversation: str | None, code: str) -> None:
-        """`conversation` is refused for itself with `code`, from now."""
+        """`conversation` is refused for itself with `code`, from now; its refusals are no sign of load."""
         if conversation is None:
             return
+        self._refused = {m: last for m, last in self._refused.items() if last[1] != conversation}
         key = (conversation, code)
         self._remembered.pop(key, None)
         self._remembered[key] = self._clock()

@@ -278,7 +278,8 @@ class RoutedRequest:
         else:
             earlier = [owed.model for owed in self.owed if owed.error.code == code]
             verdict = memory.whose(Refusal(conversation, code, slot.model, earlier, may_fail_over), self.pool)
-        memory.refused(slot.model, conversation)
+        if verdict is not Whose.REQUEST:  # the request's own refusals are no sign of load
+            memory.refused(slot.model, conversation)
         return verdict
 
     def excuse(self, error: UpstreamError, slot: Slot | None = None) -> None:
