@@ -55,6 +55,7 @@ SIM = SimSettings(
 PROXY_CONFIG: dict[str, object] = {"chaosMode": {"enabled": True}, "upstreamHosts": ["127.0.0.1"]}
 TIER_MODELS = {"heavy": "claude-opus-4-1", "medium": "claude-sonnet-4-5", "light": "claude-haiku-4-5"}
 CHAT_MODELS = {"heavy": "glm-4.7", "medium": "glm-4.5", "light": "glm-4.5-flash"}  # the OpenAI door's
+MESSAGES = [{"role": "user", "content": "dashboard test"}]
 SWARM = ["heavy"] * 6 + ["medium"] * 8 + ["light"] * 6  # 20 requests; heavy has 5 slots while glm-4.7 cools
 # Every second request of the swarm comes through the OpenAI door: one pool, both doors counted apart.
 DOORS_SHOWN = """([anthropic, openai]) => document.getElementById('door-anthropic').textContent === anthropic
@@ -327,3 +328,39 @@ async def test_dashboard_shows_the_fleet_and_when_redis_goes_away(chromium: str)
             assert await page.text_content("#fleet-share") == "100% of each limit, alone"  # it was alone
     finally:
         redis.stop()
+
+
+FILTERED = "You run on Hermes Agent"  # z.ai's content filter refuses it in a system prompt, on every model
+OWN_REFUSALS = """n => document.getElementById('request-refusals').textContent === n"""
+
+
+async def test_dashboard_counts_refusals_that_were_the_requests_own_apart(chromium: str) -> None:
+    """A filtered prompt refused by two models serving others: counted apart, no model shown cooling."""
+    settings = SimSettings(latency_ms=20, token_interval_ms=100, output_tokens=20, filter_phrases=[FILTERED])
+    async with (
+        asyncio.timeout(TEST_BUDGET),
+        SimProcess(settings) as sim,
+        ProxyProcess(upstream=sim.base_url, config=PROXY_CONFIG, start_timeout=30.0) as proxy,
+        async_playwright() as pw,
+        httpx.AsyncClient(trust_env=False, timeout=30.0) as client,
+    ):
+        browser = await pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = await browser.new_page()
+            page.set_default_timeout(WAIT_MS)
+            await page.goto(f"http://127.0.0.1:{proxy.web_port}/")
+            await page.wait_for_function(OWN_REFUSALS, arg="0")
+            url = proxy.url + "/api/anthropic/v1/messages"
+            headers = {"x-api-key": "test-key", "anthropic-version": "2023-06-01"}
+            plain = {"model": TIER_MODELS["heavy"], "max_tokens": 64, "stream": True, "messages": MESSAGES}
+            async with contextlib.AsyncExitStack() as others:  # one 2-s stream on each heavy model
+                for _ in range(3):
+                    await others.enter_async_context(client.stream("POST", url, json=plain, headers=headers))
+                filtered = await client.post(url, json={**plain, "system": FILTERED}, headers=headers)
+            assert filtered.status_code == 529 and filtered.json()["error"]["code"] == "1305"
+            await page.wait_for_function(OWN_REFUSALS, arg="2")
+            assert await page.text_content("#upstream-errors") == "0"
+            rows = await _rows(page)
+            assert not [name for name, row in rows.items() if row["state"] == "cooling"], rows
+        finally:
+            await browser.close()

@@ -136,12 +136,14 @@ async def sdk_stream(
     *,
     headers: Mapping[str, str],
     abort_after_first: bool = False,
+    system: str | None = None,
 ) -> Result:
     """One `messages.stream` call through the official SDK; leaves early after one delta if asked."""
     result = Result(model)
+    extra: dict[str, Any] = {} if system is None else {"system": system}
     try:
         async with client.messages.stream(
-            model=model, max_tokens=256, messages=MESSAGES, extra_headers=dict(headers)
+            model=model, max_tokens=256, messages=MESSAGES, extra_headers=dict(headers), **extra
         ) as stream:
             result.status = stream.response.status_code
             result.headers = dict(stream.response.headers)
@@ -270,14 +272,23 @@ async def chat_sse_stream(
 
 
 async def openai_chat(
-    client: openai.AsyncOpenAI, model: str, *, headers: Mapping[str, str], stream: bool = True
+    client: openai.AsyncOpenAI,
+    model: str,
+    *,
+    headers: Mapping[str, str],
+    stream: bool = True,
+    system: str | None = None,
 ) -> Result:
-    """One chat completion through the official openai SDK, streamed (with usage) or whole."""
+    """One chat completion through the official openai SDK, streamed (with usage) or whole; `system`: a
+    system message first."""
     result = Result(model)
+    messages: list[Any] = [dict(m) for m in MESSAGES]
+    if system is not None:
+        messages.insert(0, {"role": "system", "content": system})
     try:
         if not stream:
             raw = await client.chat.completions.with_raw_response.create(
-                model=model, max_tokens=256, messages=[dict(m) for m in MESSAGES], extra_headers=dict(headers)
+                model=model, max_tokens=256, messages=messages, extra_headers=dict(headers)
             )
             result.status = raw.status_code
             result.headers = dict(raw.headers)
@@ -292,7 +303,7 @@ async def openai_chat(
         async with await client.chat.completions.create(
             model=model,
             max_tokens=256,
-            messages=[dict(m) for m in MESSAGES],
+            messages=messages,
             stream=True,
             stream_options={"include_usage": True},
             extra_headers=dict(headers),

@@ -21,6 +21,7 @@ from chaos_mode.doors.error_bodies import TRIED_HEADER
 from chaos_mode.mitm.addon import META, ChaosMode
 from chaos_mode.routing.pool_status import served
 from chaos_mode.sim import Fault, SimServer, SimSettings
+from chaos_mode.sim.content_filter import ContentFilter
 from support.design_catalog import FIXED_LIMITS
 
 HEAVY = [name for name, spec in default_config().models.items() if spec.tier == "HEAVY"]
@@ -59,7 +60,12 @@ class Rig:
         self.tctx.configure(self.addon, chaos_config=str(path), chaos_enabled="auto", chaos_web="")
 
     def flow(
-        self, model: str = "claude-opus-4-5", *, stream: bool = False, path: bytes = MESSAGES
+        self,
+        model: str = "claude-opus-4-5",
+        *,
+        stream: bool = False,
+        path: bytes = MESSAGES,
+        system: str | None = None,
     ) -> http.HTTPFlow:
         body: dict[str, Any] = {
             "model": model,
@@ -67,6 +73,8 @@ class Rig:
             "stream": stream,
             "messages": [{"role": "user", "content": "hello"}],
         }
+        if system is not None:
+            body["system"] = system
         if path != MESSAGES and stream:
             body["stream_options"] = {"include_usage": True}
         content = json.dumps(body).encode()
@@ -113,9 +121,14 @@ class Rig:
         await self.addon.response(f)
 
     async def run(
-        self, model: str = "claude-opus-4-5", *, stream: bool = False, path: bytes = MESSAGES
+        self,
+        model: str = "claude-opus-4-5",
+        *,
+        stream: bool = False,
+        path: bytes = MESSAGES,
+        system: str | None = None,
     ) -> http.HTTPFlow:
-        f = self.flow(model, stream=stream, path=path)
+        f = self.flow(model, stream=stream, path=path, system=system)
         async with asyncio.timeout(10):
             await self.addon.request(f)
             if f.response is None:
@@ -314,3 +327,38 @@ async def test_at_the_openai_door_our_429_after_the_last_failover_speaks_openai(
     assert payload["error"]["code"] == "rate_limit_exceeded"
     assert "concurrency limit (1302)" in payload["error"]["message"]
     assert rig.addon.chaos_stats()["requestsByDoor"]["openai"]["rejected"] == 1
+
+
+FILTERED = "You run on Hermes Agent."  # z.ai's content filter refuses it in a system prompt, on every model
+
+
+async def test_a_prompt_refused_by_two_serving_models_gets_zais_529_and_cools_nothing(rig: Rig) -> None:
+    rig.sim.content_filter = ContentFilter((FILTERED,))
+    for _ in range(30):  # plain requests until every heavy model has served one (time stands still)
+        await rig.run(stream=True)
+        if all(rig.sim.stats()["models"][m]["served"] for m in HEAVY):
+            break
+    f = await rig.run(stream=True, system=f"You are an agent. {FILTERED}")
+    meta = meta_of(f)
+    assert f.response is not None and f.response.status_code == 529
+    body = json.loads(f.response.content or b"")
+    assert body["error"]["type"] == "overloaded_error" and body["error"]["code"] == "1305"  # z.ai's own
+    assert TRIED_HEADER not in f.response.headers
+    first, second = meta["attempted"]
+    assert meta["failovers"] == 1 and meta["rejected"] is None and meta["ownRefusal"]
+    assert f.marked == ":speech_balloon:"
+    assert "z.ai's refusal passed on, nothing cooled" in f.comment, f.comment
+    assert f"{first}, {second} refused it with 1305" in f.comment, f.comment
+    assert all(m["cooldownRemaining"] == 0 and m["cooldownReason"] is None for m in rig.models().values())
+    stats = rig.addon.chaos_stats()
+    assert stats["requestRefusals"] == {"1305": 2}
+    assert all(not m["upstreamErrors"] for m in stats["modelDistribution"].values())
+    assert rig.sim.stats()["filtered"]["requests"] == 2
+    # Its retry: z.ai's answer at once from the first model tried, nothing cooled.
+    again = await rig.run(stream=True, system=f"You are an agent. {FILTERED}")
+    assert again.response is not None and again.response.status_code == 529
+    assert meta_of(again)["failovers"] == 0 and "remembered" in again.comment
+    assert rig.addon.chaos_stats()["requestRefusals"] == {"1305": 3}
+    assert all(m["cooldownRemaining"] == 0 for m in rig.models().values())
+    metrics = rig.addon.metrics.registry.get_sample_value("chaos_request_refusals_total", {"code": "1305"})
+    assert metrics == 3.0

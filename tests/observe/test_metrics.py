@@ -377,6 +377,15 @@ def test_bad_requests_by_kind(h: Harness) -> None:
     assert h.value("chaos_bad_requests_total", kind="not-json") == 2.0
 
 
+def test_request_refusals_by_code(h: Harness) -> None:
+    assert h.value("chaos_request_refusals_total", code="1305") is None  # none yet: no sample
+    h.stats.request_refusal("1305", 529)
+    h.stats.request_refusal("1305", 429)
+    h.stats.request_refusals['1305"} 1\nevil'] += 1  # never a raw label
+    assert h.value("chaos_request_refusals_total", code="1305") == 2.0
+    assert h.value("chaos_request_refusals_total", code="other") == 1.0
+
+
 @pytest.mark.parametrize("kind", BAD_KINDS)
 def test_every_kind_of_bad_request_has_its_own_label(h: Harness, kind: str) -> None:
     h.stats.bad_requests[kind] += 1

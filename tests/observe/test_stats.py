@@ -143,7 +143,19 @@ def test_chaos_stats_has_the_seed_keys_and_per_model_extras() -> None:
     assert (row["tokensIn"], row["tokensOut"], row["upstreamErrors"]) == (10, 20, {"1302": 1})
     assert row["estimatedSpend"] == pytest.approx((10 * 0.6 + 20 * 2.2) / 1e6)
     assert document["badRequests"] == {"not-json": 2}
+    assert document["requestRefusals"] == {}
     json.dumps(document)  # plain JSON all the way down
+
+
+def test_refusals_found_the_requests_own_are_counted_apart_from_the_models() -> None:
+    pool = ChaosPool(parse_config({"modelRouting": {"chaosMode": {"enabled": True}}}))
+    stats = Stats(pool.config)
+    stats.request_refusal("1305", 529)
+    stats.request_refusal("1305", 429)
+    stats.request_refusal("1399", 429)  # a code the table does not know: by its status, never raw
+    document = chaos_stats(served(pool.status()), stats)
+    assert document["requestRefusals"] == {"1305": 2, "http-429": 1}
+    assert all(not row["upstreamErrors"] for row in document["modelDistribution"].values())
 
 
 def test_reconfigure_changes_what_is_a_catalog_label() -> None:

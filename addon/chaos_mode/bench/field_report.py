@@ -86,10 +86,12 @@ def shape_lines(preset: Mapping[str, Any]) -> list[str]:
             if filtered["stoppedWithOthers"]
             else f"gave up after {fmt_num(filtered['gaveUpAfterSeconds'], '.1f')} s"
         )
+        own = (preset.get("proxy") or {}).get("requestRefusals")
         lines.append(
             f"  {name}: agent {filtered['agent']} (filtered) got HTTP {answer.get('status', '-')} first: "
             f"{str(answer.get('body', '-'))[:160]}; {filtered['attempts']} attempts, {ended}; upstream "
             f"filtered {preset['upstreamFiltered']}; models cooled: {cooled}"
+            + (f"; refusals the proxy found the request's own: {own}" if own is not None else "")
         )
     for change in preset.get("convergence", []):
         late = [m for m, s in change["byModel"].items() if s is None or s > 5]

@@ -100,6 +100,7 @@ def summarize(
             "avgQueueWaitMs": proxy_status.get("avgQueueWait"),
             "requests": proxy_status.get("requests"),
             "failovers": failovers,
+            "requestRefusals": proxy_status.get("requestRefusals"),
             "queue": proxy_status.get("queue"),
             "sticky": proxy_status.get("sticky"),
         }

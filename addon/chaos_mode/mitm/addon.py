@@ -62,6 +62,7 @@ from chaos_mode.observe.stats import Outcome, Stats, chaos_stats
 from chaos_mode.observe.web import WebServer, parse_listen
 from chaos_mode.request.failover import Answer, reject, settle, unreached
 from chaos_mode.request.rate_limited import Reply
+from chaos_mode.request.refusals import Refusals
 from chaos_mode.request.routed import RoutedRequest
 from chaos_mode.routing.pool import ChaosPool
 from chaos_mode.routing.pool_status import served
@@ -104,6 +105,7 @@ class ChaosMode:
         self.config: ModelRouting = default_config()
         self.pool = ChaosPool(self.config, clock=clock, wall_clock=wall_clock, rng=rng)
         self.stats = Stats(self.config, wall_clock)
+        self.refusals = Refusals(clock)  # the conversations z.ai refuses for themselves, and who serves
         self.classifier = TierClassifier(self.config)
         self.metrics = ChaosMetrics(self.pool, self.stats, self._fleet_figures)
         self.web = WebServer(self.chaos_stats, self.metrics.render)
@@ -466,6 +468,7 @@ class ChaosMode:
             session=session,
             encode=body_encoder(headers),
             view=view,
+            refusals=self.refusals,
         )
         self._requests[flow] = routed
         self._views[flow] = view

@@ -97,6 +97,12 @@ def describe(request: RoutedRequest) -> tuple[str, str]:
     if not attempts:
         return "", ""
     last = attempts[-1]
+    if request.own_refusal is not None:
+        return (
+            f"{original} → {last.model} · z.ai's refusal passed on, nothing cooled: refused for the request "
+            f"itself ({request.own_refusal})",
+            ":speech_balloon:",
+        )
     comment = f"{original} → {last.model} · "
     refused = [f"{a.model} ({a.refusal})" for a in attempts[:-1] if a.refusal]
     if refused:

@@ -137,6 +137,14 @@ METRICS: Final[tuple[MetricSpec, ...]] = (
         "z.ai refusals routing acted on, by model and business code (http-<status> when none came).",
     ),
     _spec(
+        "request_refusals_total",
+        "counter",
+        ("code",),
+        "z.ai refusals found the request's own (its content, not a model's load: two models refused it "
+        "with the same code while serving others, or its conversation was remembered so), by code; "
+        "passed to the client, nothing cooled, not in upstream_errors.",
+    ),
+    _spec(
         "tokens_total",
         "counter",
         ("model", "direction"),
@@ -358,6 +366,9 @@ class PoolCollector(Collector):
         errors = _fold(((model(m), code_label(c)), float(n)) for (m, c), n in stats.upstream_errors.items())
         for pair, n in sorted(errors.items()):
             f.counter("upstream_errors").add_metric(list(pair), n)
+        own = _fold((code_label(c), float(n)) for c, n in stats.request_refusals.items())
+        for code, n in sorted(own.items()):
+            f.counter("request_refusals").add_metric([code], n)
 
         seen = {*stats.input_tokens, *stats.output_tokens, *stats.spend}
         names = [*names, *sorted(seen - catalog)]  # every catalog model, zeros included

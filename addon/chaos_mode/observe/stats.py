@@ -26,6 +26,7 @@ class Stats:
         self._wall_clock = wall_clock
         self.requests: Counter[tuple[str, str, Outcome, Door]] = Counter()  # (model, tier, outcome, door)
         self.upstream_errors: Counter[tuple[str, str]] = Counter()  # (model, code)
+        self.request_refusals: Counter[str] = Counter()  # z.ai's refusals found the request's own, by code
         self.input_tokens: Counter[str] = Counter()
         self.output_tokens: Counter[str] = Counter()
         self.spend: dict[str, float] = {}  # estimated $
@@ -64,6 +65,10 @@ class Stats:
         label = code if code in KNOWN_CODES else f"http-{status}"  # bounded: never a raw code
         self.upstream_errors[(self.label(model), label)] += 1
 
+    def request_refusal(self, code: str | None, status: int) -> None:
+        """A refusal found the request's own (see `request.refusals`): counted apart from the models'."""
+        self.request_refusals[code if code in KNOWN_CODES else f"http-{status}"] += 1
+
     def failover(self, from_model: str, to_model: str | None, reason: str) -> None:
         self.failovers += 1
         self.recent_failovers.append(
@@ -95,7 +100,8 @@ class Stats:
 
 def chaos_stats(status: dict[str, Any], stats: Stats) -> dict[str, Any]:
     """What `/api/status` serves, from the pool's served status (`served(pool.status())`): the Chaos Mode
-    design's `chaosStats` keys, plus per-model errors, tokens and spend, the queue and failovers."""
+    design's `chaosStats` keys, plus per-model errors, tokens and spend, the queue and failovers, and the
+    refusals found the request's own (`requestRefusals`, by code: not in any model's `upstreamErrors`)."""
     errors: dict[str, dict[str, int]] = {}
     for (model, code), n in stats.upstream_errors.items():
         errors.setdefault(model, {})[code] = n
@@ -129,6 +135,7 @@ def chaos_stats(status: dict[str, Any], stats: Stats) -> dict[str, Any]:
         "requests": stats.outcomes(),
         "requestsByDoor": stats.outcomes_by_door(),
         "badRequests": dict(stats.bad_requests),
+        "requestRefusals": dict(stats.request_refusals),
         "exposedListen": list(stats.exposed_listen),
         "failovers": stats.failovers,
         "recentFailovers": list(stats.recent_failovers),

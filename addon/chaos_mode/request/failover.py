@@ -2,7 +2,8 @@
 
 Pure: it works on the routed request (which alone speaks to the pool about its slots) and its own parsed
 message (never parsing the body again). Failing over is only for an answer no byte of which has reached
-the client.
+the client. A refusal that is the request's own (see `refusals`) is not judged and not failed over: z.ai's
+answer goes to the client; one whose owner is not known yet fails over with its model's cooldown owed.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from chaos_mode.request.rate_limited import Reply, rate_limited
+from chaos_mode.request.refusals import Whose
 from chaos_mode.request.routed import RoutedRequest
 from chaos_mode.routing.pool import Slot
 from chaos_mode.zai.errors import UNREACHED_REASON, Action, UpstreamError, classify_error, parse_retry_after
@@ -47,7 +49,10 @@ def judge(
     request: RoutedRequest, error: UpstreamError, headers: Headers, *, now: float, slot: Slot | None = None
 ) -> None:
     """Feed z.ai's refusal of the attempt sent with `slot` (default: the current one) to the pool and the
-    stats."""
+    stats; one that is the request's own is only counted."""
+    if slot is not None and request.whose(error, may_fail_over=False, slot=slot) is Whose.REQUEST:
+        request.excuse(error, slot)
+        return
     retry_after = parse_retry_after(header(headers, "retry-after"), now=now)
     request.judge(error, retry_after, slot)
     if error.action is Action.FATAL:
@@ -74,7 +79,15 @@ async def settle(
         headers = answer.headers
     if error is None:
         return None
-    judge(request, error, headers, now=now)
+    may_fail_over = retry and error.fails_over and request.may_fail_over
+    match request.whose(error, may_fail_over=may_fail_over):
+        case Whose.REQUEST:  # z.ai's answer goes to the client, nothing cooled
+            request.excuse(error)
+            return None
+        case Whose.UNDECIDED:
+            request.owe(error, parse_retry_after(header(headers, "retry-after"), now=now))
+        case Whose.MODEL:
+            judge(request, error, headers, now=now)
     if not error.fails_over:
         return None
     # With learned limits, a full model is not a broken one: within its new limit it may serve.
@@ -93,6 +106,7 @@ def reject(
 ) -> Reply:
     """Our own 429 for `request`: nothing eligible could take it (in time); `error`: the last refusal."""
     reason = error.reason if error is not None else None
+    request.pay()  # nothing else will serve it: the refusals were their models' (and the 429 says so)
     reply, why = rate_limited(
         request.pool, request.tier, request.tried, upstream, now, reason, door=request.message.door
     )

@@ -2,11 +2,13 @@
 
 Pure: it knows the pool and the stats, never mitmproxy. Everything said to the pool about this request's
 slots goes through here: taking one (`admit`, `fail_over`, `spare_slot`), z.ai's verdict on the attempt it
-was sent with (`answered`, `judge`), and giving it back (`release_slot`, or `finish`, whatever ends the
-request: an answer, a client that leaves, an upstream that breaks, an exception, shutdown). `finish`
-records the outcome once; a slot granted after the request ended is given back at once. An attempt left
-unanswered for a slot within the limits (see `hedging`) takes its slot with it: the verdict that comes
-later is judged on that slot (`judge(..., slot=)`) and it is given back with `release_left`.
+was sent with (`answered`, `judge`; or, for a refusal that may be the request's own (see `refusals`),
+`excuse` and `owe`, with the cooldowns owed applied by `pay`), and giving it back (`release_slot`, or
+`finish`, whatever ends the request: an answer, a client that leaves, an upstream that breaks, an
+exception, shutdown). `finish` records the outcome once; a slot granted after the request ended is given
+back at once. An attempt left unanswered for a slot within the limits (see `hedging`) takes its slot with
+it: the verdict that comes later is judged on that slot (`judge(..., slot=)`) and it is given back with
+`release_left`.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from typing import Any, Final, Protocol
 
 from chaos_mode.doors.messages import MessageRequest
 from chaos_mode.observe.stats import Outcome, Stats
+from chaos_mode.request.refusals import Refusal, Refusals, Whose, of_kind
 from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
 from chaos_mode.zai.catalog import RequestTier
-from chaos_mode.zai.errors import UpstreamError
+from chaos_mode.zai.errors import Action, UpstreamError
 
 Later = Callable[[float, Callable[[], object]], object]  # call after a delay (the loop's call_later)
 Alive = Callable[[], bool]  # whether the client is still there
@@ -68,6 +71,16 @@ class Attempt:
         return self.slot.model
 
 
+@dataclass(frozen=True, slots=True)
+class Owed:
+    """A cooldown a model earned by refusing the request, not applied while whose refusal it was is not
+    known (see `refusals`)."""
+
+    model: str
+    error: UpstreamError
+    retry_after: float | None
+
+
 class RoutedRequest:
     """A request chaos mode routes: its parsed message, tier, ticket, slot, attempts and outcome."""
 
@@ -85,6 +98,7 @@ class RoutedRequest:
         session: str | None = None,
         encode: Callable[[bytes], bytes] = bytes,
         view: RequestView | None = None,
+        refusals: Refusals | None = None,
     ) -> None:
         self.message = message
         self.tier = tier
@@ -96,6 +110,7 @@ class RoutedRequest:
         self.arrived: float | None = None  # first arrival on the pool's clock: a failover keeps its place
         self.encode = encode  # decoded body -> the body as sent (the request's content-encoding)
         self.view: RequestView = view or NoView()
+        self.refusals = refusals if refusals is not None else Refusals(clock)  # the addon shares one
         self._later = later
         self._clock = clock
         self.attempts: list[Attempt] = []
@@ -105,6 +120,8 @@ class RoutedRequest:
         self.waited = 0.0
         self.outcome: Outcome | None = None
         self.rejected: str | None = None  # why we answered with our own 429
+        self.own_refusal: str | None = None  # why z.ai's refusal was found the request's own (see `refusals`)
+        self.owed: list[Owed] = []  # cooldowns owed, applied when the refusal turns out to be the model's
         self.usage: tuple[int, int] | None = None
         self.stopped = False
         self._answered = 0  # attempts whose clean answer was reported to the pool
@@ -136,6 +153,11 @@ class RoutedRequest:
     def may_fail_over(self) -> bool:
         """Another attempt is allowed (`streams.maxFailovers`)."""
         return self.failovers < self.pool.config.streams.max_failovers
+
+    @functools.cached_property
+    def conversation(self) -> str | None:
+        """The request's conversation as the refusals' memory knows it: its head hashed (see `refusals`)."""
+        return self.message.sticky_key(None)
 
     def ticket(self) -> Ticket:
         """What the request may use now: its tier, minus the models that refused it. Only the first
@@ -222,12 +244,15 @@ class RoutedRequest:
         """z.ai answered cleanly the attempt sent with `slot` (default: the current one, once per
         attempt): what it was sent with held."""
         if slot is not None:
+            self.refusals.answered(slot.model)
             self.pool.report_success(slot)
             return
         if self.slot is None or self._answered == len(self.attempts):
             return
         self._answered = len(self.attempts)
+        self.refusals.answered(self.slot.model)
         self.pool.report_success(self.slot)
+        self.pay()  # another model serves it: the refusals before were their models'
 
     def stalled(self, slot: Slot) -> None:
         """z.ai holds the head of the attempt sent with `slot` far longer than its heads take (it queues it):
@@ -253,6 +278,68 @@ class RoutedRequest:
             return
         self.pool.report_error(slot.model, error, retry_after, slot)
         self.stats.upstream_error(slot.model, error.code, error.status)
+
+    def whose(self, error: UpstreamError, *, may_fail_over: bool, slot: Slot | None = None) -> Whose:
+        """Whose z.ai's refusal of the attempt sent with `slot` (default: the current one) is, by the rule of
+        `refusals`; `may_fail_over`: the request may be sent again. An attempt left behind (`slot` given) is
+        the request's only when its conversation is remembered."""
+        left = slot is not None
+        slot = slot or self.slot
+        if slot is None or error.action is not Action.COOLDOWN:
+            return Whose.MODEL  # capacity, the account, the model's day or rotation: never the request's
+        memory, conversation, code = self.refusals, self.conversation, error.code
+        if code is None or not of_kind(error):
+            verdict = Whose.MODEL
+        elif left:
+            verdict = Whose.REQUEST if memory.remembered(conversation, code) else Whose.MODEL
+        else:
+            earlier = [owed.model for owed in self.owed if owed.error.code == code]
+            verdict = memory.whose(Refusal(conversation, code, slot.model, earlier, may_fail_over), self.pool)
+        if verdict is not Whose.REQUEST:  # the request's own refusals are no sign of load
+            memory.refused(slot.model, conversation)
+        return verdict
+
+    def excuse(self, error: UpstreamError, slot: Slot | None = None) -> None:
+        """z.ai refused the attempt sent with `slot` (default: the current one) for the request itself: the
+        slot has its verdict, which says nothing of the model (nothing cooled, no limit moved), and the
+        cooldowns owed for the same code are dropped; each refusal is counted apart."""
+        left = slot is not None
+        slot = slot or self.slot
+        if slot is None:
+            return
+        self.pool.report_unanswered(slot)
+        self.stats.request_refusal(error.code, error.status)
+        if left:
+            return
+        dropped = [owed for owed in self.owed if owed.error.code == error.code]
+        self.owed = [owed for owed in self.owed if owed.error.code != error.code]
+        for owed in dropped:
+            self.stats.request_refusal(owed.error.code, owed.error.status)
+        models = [owed.model for owed in dropped] + [slot.model]
+        if dropped:
+            why = f"{', '.join(models)} refused it with {error.code} while serving others"
+        else:
+            why = f"{slot.model} refused it with {error.code} again (its conversation is remembered)"
+        self.own_refusal = why
+        if self.attempts:
+            self.attempts[-1].refusal = error.code
+
+    def owe(self, error: UpstreamError, retry_after: float | None) -> None:
+        """z.ai refused the current attempt, and whose refusal it is is not known yet: the slot has its
+        verdict, and the cooldown the model earned is owed until the request is served elsewhere or ends
+        (`pay`), or dropped if the refusal turns out to be the request's own (`excuse`)."""
+        slot = self.slot
+        if slot is None:
+            return
+        self.pool.report_unanswered(slot)
+        self.owed.append(Owed(slot.model, error, retry_after))
+
+    def pay(self) -> None:
+        """The cooldowns owed are applied (late): those refusals were their models' after all."""
+        owed, self.owed = self.owed, []
+        for each in owed:
+            self.pool.report_error(each.model, each.error, each.retry_after)
+            self.stats.upstream_error(each.model, each.error.code, each.error.status)
 
     def refused_by(self, refusal: str, *, broken: bool) -> None:
         """z.ai refused the current attempt; `broken`: the model cannot serve this request (not busy)."""
@@ -286,6 +373,7 @@ class RoutedRequest:
             self.release_slot(grace)  # nothing should be held; if it is, never keep it
             return False
         self.outcome = outcome
+        self.pay()
         self.release_slot(grace if self.sent else 0.0)
         self.stats.request_done(self.model or self.original_model, self.tier, outcome, self.message.door)
         self.view.changed(self)
@@ -314,6 +402,7 @@ class RoutedRequest:
             "sticky": self.sticky_key,
             "session": self.session,
             "rejected": self.rejected,
+            "ownRefusal": self.own_refusal,
             "usage": list(self.usage) if self.usage is not None else None,
             "stopped": self.stopped,
             "outcome": self.outcome,
