@@ -189,8 +189,8 @@ async def test_https_through_an_upstream_proxy_is_a_tunnel_with_the_proxys_crede
 @pytest.mark.parametrize(
     ("answer", "why"),
     [
-        (b"", "IncompleteReadError"),  # the proxy closes instead of answering the CONNECT
-        (b"HTTP/1.1 200 OK\r\nx: " + b"a" * 300_000, "LimitOverrunError"),  # a head with no end
+        (b"", "closed before an answer"),  # the proxy closes instead of answering the CONNECT
+        (b"HTTP/1.1 200 OK\r\nx: " + b"a" * 300_000, "Receive buffer too long"),  # a head with no end
         (b"HTTP/1.1 407 Proxy Authentication Required\r\n\r\n", "refused the tunnel: HTTP 407"),
     ],
 )
