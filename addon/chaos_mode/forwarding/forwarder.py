@@ -311,7 +311,11 @@ def _drop(request: RoutedRequest, waiting: asyncio.Future[Selection | None]) -> 
 
 def _gateway(request: RoutedRequest, exc: UpstreamRefused) -> Outgoing:
     """Our 502: no other model would fare better, so no failover (mitmproxy itself would answer 502)."""
-    log.warning("chaos-mode: %s (see ssl_verify_upstream_trusted_ca, ssl_insecure, upstream_auth)", exc)
+    log.warning(
+        "chaos-mode: %s (see ssl_verify_upstream_trusted_ca, ssl_insecure, upstream_auth, client_certs, "
+        "tls_version_server_min/max, ciphers_server)",
+        exc,
+    )
     body, headers = DIALECTS[request.message.door].gateway_error(f"z.ai not reached: {exc}")
     return Outgoing(502, [(k.encode(), v.encode()) for k, v in headers.items()], body)
 

@@ -1,9 +1,9 @@
 """The forwarder's way to z.ai: a small HTTP/1.1 client on asyncio streams, with a keep-alive pool.
 
-mitmproxy checks z.ai's certificate against certifi's bundle, or against `ssl_verify_upstream_trusted_ca`
-/ `ssl_verify_upstream_trusted_confdir` when set, and not at all with `ssl_insecure`; the same settings
-make the same check here. A flow that came through `--mode upstream:` goes out through that proxy
-(CONNECT for https, an absolute URL for http).
+mitmproxy's options for its own TLS to z.ai make the same TLS here: the certificate check (certifi's bundle,
+or `ssl_verify_upstream_trusted_ca` / `ssl_verify_upstream_trusted_confdir`, none with `ssl_insecure`),
+`client_certs`, `tls_version_server_min` / `tls_version_server_max` and `ciphers_server`. A flow that came
+through `--mode upstream:` goes out through that proxy (CONNECT for https, an absolute URL for http).
 Answers are read as h11 reads them (`framing`); an answer's body is relayed as its bytes come, framing
 included, read only as far as needed to know where it ends, so the connection can serve again.
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import os
 import select
 import ssl
 import zlib
@@ -33,6 +34,17 @@ CONNECT_TIMEOUT: Final = 30.0  # seconds to reach z.ai (or the upstream proxy)
 READ_TIMEOUT: Final = 600.0  # seconds without a byte from z.ai before an attempt counts as failed
 IDLE_PER_ORIGIN: Final = 64  # kept-alive connections per way out; more are closed when they come back
 READ_SIZE: Final = 65536
+# mitmproxy's names of TLS versions (its `tls_version_server_*` options); UNBOUNDED: whatever OpenSSL has.
+TLS_VERSIONS: Final[dict[str, ssl.TLSVersion | None]] = {
+    "UNBOUNDED": None,
+    "SSL3": ssl.TLSVersion.SSLv3,
+    "TLS1": ssl.TLSVersion.TLSv1,
+    "TLS1_1": ssl.TLSVersion.TLSv1_1,
+    "TLS1_2": ssl.TLSVersion.TLSv1_2,
+    "TLS1_3": ssl.TLSVersion.TLSv1_3,
+}
+# Below TLS 1.2 OpenSSL's security level must be 0, as mitmproxy sets it when no ciphers are named.
+_INSECURE_MINIMUMS: Final = frozenset({"UNBOUNDED", "SSL3", "TLS1", "TLS1_1"})
 
 
 class UpstreamFailed(Exception):
@@ -42,7 +54,7 @@ class UpstreamFailed(Exception):
 
 class UpstreamRefused(UpstreamFailed):
     """z.ai was not reached for a reason no other model changes, a setting to fix: its certificate failed
-    verification, or the upstream proxy refused its credentials (407)."""
+    verification, the TLS options cannot be used, or the upstream proxy refused its credentials (407)."""
 
 
 class _Unanswered(UpstreamFailed):
@@ -58,6 +70,10 @@ class UpstreamSettings:
     ca_path: str | None = None
     proxy_auth: str | None = None  # user:pass for the upstream proxy (mitmproxy's upstream_auth)
     read_timeout: float = READ_TIMEOUT
+    client_certs: str | None = None  # a PEM file (key and certificate), or a folder of <server name>.pem
+    tls_min: str = "TLS1_2"  # mitmproxy's defaults
+    tls_max: str = "UNBOUNDED"
+    ciphers: str | None = None  # OpenSSL's syntax (TLS 1.2 and below; TLS 1.3's suites stay OpenSSL's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,16 +102,43 @@ class Destination:
         return f"{self.scheme}://{self.authority}{self.path(target).decode('ascii', 'replace')}"
 
 
-def tls_context(settings: UpstreamSettings) -> ssl.SSLContext:
-    """The certificate check mitmproxy would make on z.ai."""
+def tls_context(settings: UpstreamSettings, client_cert: str | None = None) -> ssl.SSLContext:
+    """The TLS mitmproxy would speak to z.ai: its certificate check, versions, ciphers and client
+    certificate. ValueError, or OSError (ssl.SSLError), when the options cannot be used."""
     if settings.insecure:
         context = ssl.create_default_context()
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
-        return context
-    if settings.ca_file is None and settings.ca_path is None:
-        return ssl.create_default_context(cafile=certifi.where())
-    return ssl.create_default_context(cafile=settings.ca_file, capath=settings.ca_path)
+        context.options |= ssl.OP_LEGACY_SERVER_CONNECT  # as mitmproxy does with ssl_insecure
+    elif settings.ca_file is None and settings.ca_path is None:
+        context = ssl.create_default_context(cafile=certifi.where())
+    else:
+        context = ssl.create_default_context(cafile=settings.ca_file, capath=settings.ca_path)
+    try:
+        lowest, highest = TLS_VERSIONS[settings.tls_min], TLS_VERSIONS[settings.tls_max]
+    except KeyError as exc:
+        raise ValueError(f"not a TLS version: {exc.args[0]!r} (one of {', '.join(TLS_VERSIONS)})") from None
+    context.minimum_version = lowest or ssl.TLSVersion.MINIMUM_SUPPORTED
+    context.maximum_version = highest or ssl.TLSVersion.MAXIMUM_SUPPORTED
+    if settings.ciphers:
+        context.set_ciphers(settings.ciphers)
+    elif settings.tls_min in _INSECURE_MINIMUMS:
+        context.set_ciphers("DEFAULT:@SECLEVEL=0")
+    if client_cert is not None:
+        context.load_cert_chain(client_cert)
+    return context
+
+
+def client_cert(settings: UpstreamSettings, server_name: str) -> str | None:
+    """mitmproxy's choice of a client certificate: `client_certs` when it is a file, else
+    `<server name>.pem` in that folder when there is one."""
+    if not settings.client_certs:
+        return None
+    where = os.path.expanduser(settings.client_certs)
+    if os.path.isfile(where):
+        return where
+    named = os.path.join(where, f"{server_name}.pem")
+    return named if os.path.isfile(named) else None
 
 
 class _Reader(asyncio.StreamReader):
@@ -264,7 +307,7 @@ class UpstreamClients:
 
     def __init__(self, settings: UpstreamSettings | None = None) -> None:
         self._settings = settings or UpstreamSettings()
-        self._context: ssl.SSLContext | None = None
+        self._contexts: dict[str | None, ssl.SSLContext] = {}  # by client certificate
         self._idle: dict[Destination, list[Connection]] = {}
 
     @property
@@ -276,7 +319,7 @@ class UpstreamClients:
         if settings == self._settings:
             return
         self._settings = settings
-        self._context = None
+        self._contexts = {}
         self._close_idle()
 
     async def send(
@@ -341,7 +384,7 @@ class UpstreamClients:
         if proxy is not None:
             loop_host, loop_port = proxy
             tls_name = proxy[0] if to.proxy and to.proxy.startswith("https:") else None
-        tls = self._tls() if tls_name is not None else None
+        tls = self._tls(to, tls_name) if tls_name is not None else None
         loop = asyncio.get_running_loop()
         reader = _Reader(limit=MAX_HEAD, loop=loop)
         protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
@@ -374,12 +417,20 @@ class UpstreamClients:
             writer.transport.abort()
             failed = UpstreamRefused if head.status == 407 else UpstreamFailed  # 407: upstream_auth is wrong
             raise failed(f"the upstream proxy refused the tunnel: HTTP {head.status}")
-        await writer.start_tls(self._tls(), server_hostname=to.host)
+        await writer.start_tls(self._tls(to, to.host), server_hostname=to.host)
 
-    def _tls(self) -> ssl.SSLContext:
-        if self._context is None:
-            self._context = tls_context(self._settings)
-        return self._context
+    def _tls(self, to: Destination, server_name: str) -> ssl.SSLContext:
+        """The TLS context for a server name (its client certificate may be its own), made once."""
+        try:
+            cert = client_cert(self._settings, server_name)
+            context = self._contexts.get(cert)
+            if context is None:
+                context = self._contexts[cert] = tls_context(self._settings, cert)
+        except (OSError, ValueError) as exc:
+            raise UpstreamRefused(
+                f"{to.authority} not reached: the TLS options cannot be used: {exc}"
+            ) from None
+        return context
 
     def _proxy_authorization(self) -> bytes | None:
         auth = self._settings.proxy_auth

@@ -69,7 +69,16 @@ if TYPE_CHECKING:
 log = logging.getLogger("chaos_mode")
 
 UPSTREAM_OPTIONS: Final = frozenset(
-    {"ssl_insecure", "ssl_verify_upstream_trusted_ca", "ssl_verify_upstream_trusted_confdir", "upstream_auth"}
+    {
+        "ssl_insecure",
+        "ssl_verify_upstream_trusted_ca",
+        "ssl_verify_upstream_trusted_confdir",
+        "upstream_auth",
+        "client_certs",
+        "tls_version_server_min",
+        "tls_version_server_max",
+        "ciphers_server",
+    }
 )
 CLIENT_DISCONNECTED: Final = "Client disconnected."  # mitmproxy's flow.error.msg when the client left
 ENABLED_CHOICES: Final = ("auto", "true", "false")
@@ -212,6 +221,10 @@ class ChaosMode:
                     ca_path=ctx.options.ssl_verify_upstream_trusted_confdir or None,
                     proxy_auth=ctx.options.upstream_auth or None,
                     read_timeout=self.forwarder.clients.settings.read_timeout,
+                    client_certs=ctx.options.client_certs or None,
+                    tls_min=ctx.options.tls_version_server_min,
+                    tls_max=ctx.options.tls_version_server_max,
+                    ciphers=ctx.options.ciphers_server or None,
                 )
             )
 
