@@ -43,6 +43,9 @@ MAX_ERROR_BODY: Final = 1 << 20  # an error answer larger than this is passed on
 # z.ai refuses within 3-6 s: an attempt left unanswered (its request moved on) and still without a verdict
 # this long after it was left is closed, its slot given back with no verdict (a hung upstream, say).
 LEFT_VERDICT_SECONDS: Final = 8.0
+# A routed body may grow a little past streams.maxBodyBytes on its way here (the model's name rewritten, the
+# body encoded again, other addons): the loopback port's cap leaves it this much room.
+BODY_SLACK: Final = 64 * 1024
 # Hop-by-hop and framing headers: each hop sets its own. Proxy credentials are mitmproxy's upstream_auth.
 HOP_HEADERS: Final = frozenset(
     {
@@ -85,7 +88,7 @@ class Forwarder:
         self._wall_clock = wall_clock
         self.patience = patience or Patience()
         self._host = host
-        self._server = LoopbackServer(self._handle)
+        self._server = LoopbackServer(self._handle, screen=self._screen)
         self._pending: dict[str, Pending] = {}
         self._left: set[asyncio.Task[None]] = set()  # attempts left behind, awaiting z.ai's verdict
 
@@ -108,6 +111,10 @@ class Forwarder:
         with contextlib.suppress(RuntimeError):  # no loop left: the process is ending anyway
             asyncio.get_running_loop().create_task(clients.aclose())
 
+    def limit_body(self, max_body_bytes: int) -> None:
+        """The config's streams.maxBodyBytes: a larger body is refused (413) before the forwarder holds it."""
+        self._server.max_body = max_body_bytes + BODY_SLACK
+
     def expect(self, request: RoutedRequest, destination: Destination) -> str:
         """Register a routed request; its flow carries the returned token in TOKEN_HEADER."""
         token = secrets.token_hex(16)
@@ -115,14 +122,18 @@ class Forwarder:
         return token
 
     def forget(self, token: str) -> None:
-        """The flow ended before it reached the forwarder."""
+        """The flow ended without reaching the forwarder (whatever ended it: an error, an answer set by
+        another addon)."""
         self._pending.pop(token, None)
 
+    def _screen(self, incoming: Incoming) -> Outgoing | None:
+        """A request's head, before its body is read: turned away unless it carries a pending token."""
+        return None if _token(incoming) in self._pending else _not_routed()
+
     async def _handle(self, incoming: Incoming) -> Outgoing:
-        token = incoming.header(TOKEN_HEADER.encode())
-        pending = self._pending.pop(token.decode("ascii", "replace"), None) if token else None
-        if pending is None:
-            return Outgoing(403, [(b"content-type", b"text/plain")], NOT_ROUTED)
+        pending = self._pending.pop(_token(incoming), None)
+        if pending is None:  # forgotten, or taken by another request, while this body was read
+            return _not_routed()
         request = pending.request
         request.view.received()
         if request.finished:
@@ -347,3 +358,11 @@ async def _relay(response: UpstreamResponse, first: bytes) -> AsyncIterator[byte
 
 def _pass_headers(response: UpstreamResponse) -> list[tuple[bytes, bytes]]:
     return [(k, v) for k, v in response.headers if k.lower() not in _HOP_BYTES]
+
+
+def _token(incoming: Incoming) -> str:
+    return (incoming.header(TOKEN_HEADER.encode()) or b"").decode("ascii", "replace")
+
+
+def _not_routed() -> Outgoing:
+    return Outgoing(403, [(b"content-type", b"text/plain")], NOT_ROUTED)

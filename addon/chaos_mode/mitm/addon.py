@@ -280,6 +280,7 @@ class ChaosMode:
         self.pool.reconfigure(config)
         self.stats.reconfigure(config)
         self.classifier = TierClassifier(config)
+        self.forwarder.limit_body(config.streams.max_body_bytes)
         chaos = config.chaos_mode
         log.info(
             "chaos mode %s: %s over %d models%s, %d slots%s",
