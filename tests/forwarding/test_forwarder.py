@@ -93,8 +93,10 @@ class Rig:
         assert selection is not None and request.hold(selection)
         return request
 
-    def send(self, request: RoutedRequest, token: str | None = None) -> Awaitable[httpx.Response]:
-        """What mitmproxy does with a flow pointed at the forwarder."""
+    def send(
+        self, request: RoutedRequest, token: str | None = None, **extra: str
+    ) -> Awaitable[httpx.Response]:
+        """What mitmproxy does with a flow pointed at the forwarder (`extra`: headers, "_" for "-")."""
         destination = Destination("http", "127.0.0.1", self.upstream.port)
         token = token if token is not None else self.forwarder.expect(request, destination)
         host, port = self.forwarder.address or ("", 0)
@@ -103,6 +105,7 @@ class Rig:
             TOKEN_HEADER: token,
             "x-api-key": "sk-secret",
             "connection": "keep-alive",
+            **{name.replace("_", "-"): value for name, value in extra.items()},
         }
         body = request.body_for(request.model or "")
         url = f"http://{host}:{port}/api/anthropic/v1/messages?beta=true"
@@ -540,3 +543,24 @@ async def test_a_malformed_request_is_answered_400_in_one_log_line(
     assert "secret" not in caplog.text and "secret" not in answer.decode("latin-1")
     assert rig.upstream.requests == []
     request.finish("error")
+
+
+async def test_headers_a_connection_header_names_do_not_go_on(
+    make_rig: Callable[..., Awaitable[Rig]],
+) -> None:
+    """RFC 9110 7.6.1: each side drops the headers its peer's Connection header names."""
+
+    async def answer_with_hop_headers(
+        n: int, raw: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        await answer(writer, 200, b"{}", b"connection: x-upstream-hop", b"x-upstream-hop: 1", b"x-kept: 2")
+
+    rig = await make_rig(answer_with_hop_headers)
+    request = rig.routed()
+    response = await rig.send(request, connection="keep-alive, X-Client-Hop", x_client_hop="for-the-proxy")
+    assert response.status_code == 200
+    assert "x-upstream-hop" not in response.headers and response.headers["x-kept"] == "2"
+    (sent,) = rig.upstream.requests
+    head = sent.split(b"\r\n\r\n", 1)[0].lower()
+    assert b"x-client-hop" not in head and b"x-api-key: sk-secret" in head
+    request.finish("ok")

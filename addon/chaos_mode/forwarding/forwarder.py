@@ -46,7 +46,8 @@ LEFT_VERDICT_SECONDS: Final = 8.0
 # A routed body may grow a little past streams.maxBodyBytes on its way here (the model's name rewritten, the
 # body encoded again, other addons): the loopback port's cap leaves it this much room.
 BODY_SLACK: Final = 64 * 1024
-# Hop-by-hop and framing headers: each hop sets its own. Proxy credentials are mitmproxy's upstream_auth.
+# Hop-by-hop and framing headers, which each hop sets for itself; so are the headers a Connection header
+# names (RFC 9110 7.6.1). Proxy credentials are mitmproxy's upstream_auth.
 HOP_HEADERS: Final = frozenset(
     {
         "connection",
@@ -141,7 +142,7 @@ class Forwarder:
         # The Host header goes first, as mitmproxy sent it (z.ai's name, not the loopback address).
         host = incoming.header(b"host")
         headers = [(b"host", host)] if host else []
-        headers += [(k, v) for k, v in incoming.headers if k.lower() not in _HOP_BYTES]
+        headers += _end_to_end(incoming.headers)
         body = incoming.body  # the first attempt goes out as mitmproxy sent it (other addons included)
         destination = pending.destination
         while True:
@@ -357,7 +358,16 @@ async def _relay(response: UpstreamResponse, first: bytes) -> AsyncIterator[byte
 
 
 def _pass_headers(response: UpstreamResponse) -> list[tuple[bytes, bytes]]:
-    return [(k, v) for k, v in response.headers if k.lower() not in _HOP_BYTES]
+    return _end_to_end(response.headers)
+
+
+def _end_to_end(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The headers that go on to the next hop: neither HOP_HEADERS nor one a Connection header names."""
+    hop = _HOP_BYTES
+    for name, value in headers:
+        if name.lower() == b"connection":
+            hop = hop | {token.strip().lower() for token in value.split(b",")}
+    return [(k, v) for k, v in headers if k.lower() not in hop]
 
 
 def _token(incoming: Incoming) -> str:
