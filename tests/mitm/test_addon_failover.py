@@ -18,6 +18,7 @@ from mitmproxy.test import taddons, tflow, tutils
 
 from chaos_mode.config.schema import default_config
 from chaos_mode.doors.replies import TRIED_HEADER
+from chaos_mode.forwarding.forwarder import TOKEN_HEADER
 from chaos_mode.mitm.addon import META, ChaosMode
 from chaos_mode.routing.status import served
 from chaos_mode.sim import Fault, SimServer, SimSettings
@@ -314,3 +315,17 @@ async def test_at_the_openai_door_our_429_after_the_last_failover_speaks_openai(
     assert payload["error"]["code"] == "rate_limit_exceeded"
     assert "concurrency limit (1302)" in payload["error"]["message"]
     assert rig.addon.chaos_stats()["requestsByDoor"]["openai"]["rejected"] == 1
+
+
+async def test_a_flow_another_addon_answers_leaves_no_token_behind(rig: Rig) -> None:
+    """A later addon answers the flow in its request hook: mitmproxy never connects to the forwarder, and the
+    token it was given must not stay good for anyone who sends it."""
+    f = rig.flow()
+    async with asyncio.timeout(10):
+        await rig.addon.request(f)
+        token, url = f.request.headers[TOKEN_HEADER], f.request.url  # the forwarder's address
+        f.response = http.Response.make(200, b"{}", {"content-type": "application/json"})
+        await rig.addon.response(f)
+        answer = await rig.client.post(url, headers={TOKEN_HEADER: token}, content=f.request.raw_content)
+    assert answer.status_code == 403
+    assert sum(model["served"] for model in rig.sim.stats()["models"].values()) == 0

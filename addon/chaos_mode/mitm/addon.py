@@ -504,9 +504,12 @@ class ChaosMode:
 
     async def response(self, flow: http.HTTPFlow) -> None:
         routed = self._requests.get(flow)
-        if routed is None or flow.response is None or routed.finished:
+        if routed is None or flow.response is None:
             return
         view = self._views[flow]
+        self._forget(view)  # answered without the forwarder: by another addon, say
+        if routed.finished:
+            return
         try:
             view.restore()
             answer = flow.response
@@ -563,8 +566,7 @@ class ChaosMode:
             return
         view = self._views[flow]
         view.restore()
-        if view.token is not None and not view.forwarded:
-            self.forwarder.forget(view.token)
+        self._forget(view)
         # The client went away (aborted), or the upstream broke the flow under a waiting client (error).
         client_left = flow.client_conn.state is ConnectionState.CLOSED or (
             flow.error is not None and flow.error.msg in (CLIENT_DISCONNECTED, flow.error.KILLED_MESSAGE)
@@ -573,6 +575,11 @@ class ChaosMode:
         grace = self.config.streams.abort_grace_seconds if client_left else 0.0
         routed.finish("aborted" if client_left else "error", grace=grace)
         self._limits_touched()
+
+    def _forget(self, view: FlowView) -> None:
+        """A flow that ends without the forwarder having taken it leaves no token behind."""
+        if view.token is not None and not view.forwarded:
+            self.forwarder.forget(view.token)
 
     # -- bad input ---------------------------------------------------------------------------------
 
