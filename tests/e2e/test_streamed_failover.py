@@ -130,7 +130,12 @@ async def test_a_client_that_leaves_during_a_failover_frees_everything(
     del held
 
 
-async def test_an_upstream_that_drops_the_second_attempt_fails_over_again(
+# The second attempt goes on the connection the 1302 came on: dropped there before any byte of an answer, it
+# is sent once more on a new connection to the same model; dropped there too, it fails over.
+DROPS_OF_AN_ATTEMPT = 2
+
+
+async def test_a_kept_connection_dropped_as_the_request_came_is_sent_again_not_failed_over(
     make_proxy: MakeProxy, sim: Sim, http: httpx.AsyncClient
 ) -> None:
     proxy = await make_proxy(upstream=sim.base_url, config=routing())
@@ -141,7 +146,23 @@ async def test_an_upstream_that_drops_the_second_attempt_fails_over_again(
             result = await httpx_stream(client, url, OPUS, headers=SLOW)
     assert_streamed(result)
     document = await wait_status_idle(http, proxy)
+    assert document["failovers"] == 1 and document["requests"]["ok"] == 1, document  # the 1302's only
+    assert (await sim.stats())["requests"] == 3
+
+
+async def test_an_upstream_that_drops_the_second_attempt_fails_over_again(
+    make_proxy: MakeProxy, sim: Sim, http: httpx.AsyncClient
+) -> None:
+    proxy = await make_proxy(upstream=sim.base_url, config=routing())
+    await sim.add_faults(fault("1302"), fault("drop", count=DROPS_OF_AN_ATTEMPT))
+    url = proxy.url + "/api/anthropic/v1/messages"
+    async with httpx.AsyncClient(trust_env=False, timeout=CLIENT_TIMEOUT) as client:
+        async with asyncio.timeout(TEST_TIMEOUT):
+            result = await httpx_stream(client, url, OPUS, headers=SLOW)
+    assert_streamed(result)
+    document = await wait_status_idle(http, proxy)
     assert document["failovers"] == 2 and document["requests"]["ok"] == 1, document
+    assert (await sim.stats())["requests"] == 1 + DROPS_OF_AN_ATTEMPT + 1
     assert "Traceback" not in proxy.output()
 
 
@@ -149,7 +170,7 @@ async def test_an_upstream_that_drops_the_last_attempt_ends_in_our_429(
     make_proxy: MakeProxy, sim: Sim, http: httpx.AsyncClient
 ) -> None:
     proxy = await make_proxy(upstream=sim.base_url, config=routing(streams={"maxFailovers": 1}))
-    await sim.add_faults(fault("1302"), fault("drop"))
+    await sim.add_faults(fault("1302"), fault("drop", count=DROPS_OF_AN_ATTEMPT))
     url = proxy.url + "/api/anthropic/v1/messages"
     before = await status(http, proxy)
     async with httpx.AsyncClient(trust_env=False, timeout=CLIENT_TIMEOUT) as client:

@@ -145,6 +145,36 @@ async def test_reverse_mode_without_the_ca_refuses_the_certificate_with_a_clear_
     assert "Traceback" not in output and API_KEY not in output
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "answer", "named"),
+    [
+        # Options it cannot use: a setting to fix, our 502 naming it (mitmproxy alone fails the same way).
+        ("ciphers_server", "NO-SUCH-CIPHER", 502, "TLS options cannot be used: ('No cipher can be selected"),
+        # No version both sides speak: no attempt is answered, our 429 says z.ai was not reached.
+        ("tls_version_server_max", "TLS1_1", 429, "TLS handshake failed"),
+    ],
+)
+async def test_mitmproxys_tls_options_make_the_forwarders_tls(
+    make_proxy: MakeProxy,
+    tls_sim: Sim,
+    test_certs: TestCerts,
+    http: httpx.AsyncClient,
+    option: str,
+    value: str,
+    answer: int,
+    named: str,
+) -> None:
+    """The forwarder speaks the TLS mitmproxy's options ask for (once they were ignored, and these requests
+    were served). Lazy: mitmproxy's own connection to z.ai, made at once by default, would fail first."""
+    extra = [*trusting(test_certs), "--set", f"{option}={value}", "--set", "connection_strategy=lazy"]
+    proxy = await make_proxy(upstream=zai(tls_sim), config=ROUTING, extra_args=extra)
+    result = await raw_stream(proxy.url + "/api/anthropic/v1/messages")
+    assert result.status == answer, result
+    assert named in result.body["error"]["message"], result.body
+    assert (await tls_sim.stats())["requests"] == 0
+    await wait_status_idle(http, proxy)
+
+
 async def test_ssl_insecure_without_the_ca_streams_a_failover(
     make_proxy: MakeProxy, tls_sim: Sim, http: httpx.AsyncClient
 ) -> None:

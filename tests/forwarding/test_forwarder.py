@@ -93,8 +93,10 @@ class Rig:
         assert selection is not None and request.hold(selection)
         return request
 
-    def send(self, request: RoutedRequest, token: str | None = None) -> Awaitable[httpx.Response]:
-        """What mitmproxy does with a flow pointed at the forwarder."""
+    def send(
+        self, request: RoutedRequest, token: str | None = None, **extra: str
+    ) -> Awaitable[httpx.Response]:
+        """What mitmproxy does with a flow pointed at the forwarder (`extra`: headers, "_" for "-")."""
         destination = Destination("http", "127.0.0.1", self.upstream.port)
         token = token if token is not None else self.forwarder.expect(request, destination)
         host, port = self.forwarder.address or ("", 0)
@@ -103,6 +105,7 @@ class Rig:
             TOKEN_HEADER: token,
             "x-api-key": "sk-secret",
             "connection": "keep-alive",
+            **{name.replace("_", "-"): value for name, value in extra.items()},
         }
         body = request.body_for(request.model or "")
         url = f"http://{host}:{port}/api/anthropic/v1/messages?beta=true"
@@ -477,3 +480,91 @@ async def test_an_answer_in_one_piece_is_waited_for_however_long_it_takes(
     assert response.status_code == 200 and request.tried == ["h1"] and len(rig.upstream.requests) == 1
     request.finish("ok")
     assert rig.pool.in_flight() == 0
+
+
+async def raw_exchange(rig: Rig, data: bytes) -> bytes:
+    """Send raw bytes to the forwarder's port; all it answers before it closes the connection."""
+    host, port = rig.forwarder.address or ("", 0)
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        writer.write(data)
+        async with asyncio.timeout(WAIT):
+            return await reader.read()
+    finally:
+        writer.close()
+
+
+async def test_the_token_is_checked_before_the_body_is_read(make_rig: Callable[..., Awaitable[Rig]]) -> None:
+    """300 MiB announced without a token: 403 at once, none of it read (nor held)."""
+    rig = await make_rig(sse_answer)
+    head = b"POST /v1/messages HTTP/1.1\r\nhost: api.z.ai\r\ncontent-length: 314572800\r\n\r\n"
+    answer = await raw_exchange(rig, head + b"{" * 4096)
+    assert answer.startswith(b"HTTP/1.1 403 ") and rig.upstream.requests == []
+
+
+async def test_a_body_over_the_limit_is_refused_before_it_is_read(
+    make_rig: Callable[..., Awaitable[Rig]],
+) -> None:
+    rig = await make_rig(sse_answer)
+    rig.forwarder.limit_body(2048)
+    request = rig.routed()
+    token = rig.forwarder.expect(request, Destination("http", "127.0.0.1", rig.upstream.port))
+    head = b"POST /v1/messages HTTP/1.1\r\nhost: api.z.ai\r\n%s: %s\r\ncontent-length: %d\r\n\r\n" % (
+        TOKEN_HEADER.encode(),
+        token.encode(),
+        2048 + forwarder_module.BODY_SLACK + 1,
+    )
+    answer = await raw_exchange(rig, head)
+    assert answer.startswith(b"HTTP/1.1 413 ") and rig.upstream.requests == []
+    request.finish("error")
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"GARBAGE\r\n\r\n",
+        b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: -5\r\n\r\n",
+        b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\ncontent-length: 6\r\n\r\nhello!",
+        b"POST / HTTP/1.1\r\nhost: x\r\nx-chaos-forward: TOKEN\r\ntransfer-encoding: chunked\r\n\r\n"
+        b"-6\r\nhello!\r\n",
+        b"POST / HTTP/1.1\r\nhost: x\r\ntransfer-encoding: xchunked\r\n\r\n",
+        b"POST / HTTP/1.1\r\nhost: x\r\nx-api-key sk-ant-secret-in-a-bad-line\r\n\r\n",
+        b"POST / HTTP/1.1\r\ncontent-length: 0\r\n\r\n",  # HTTP/1.1 without a Host
+    ],
+)
+async def test_a_malformed_request_is_answered_400_in_one_log_line(
+    make_rig: Callable[..., Awaitable[Rig]], caplog: pytest.LogCaptureFixture, data: bytes
+) -> None:
+    """Any local process can send these: a plain 400, one line in the log (no traceback, no secret)."""
+    rig = await make_rig(sse_answer)
+    request = rig.routed()
+    token = rig.forwarder.expect(request, Destination("http", "127.0.0.1", rig.upstream.port))
+    caplog.clear()
+    answer = await raw_exchange(rig, data.replace(b"TOKEN", token.encode()))  # a body h11 refuses: its token
+    assert answer.startswith(b"HTTP/1.1 400 "), answer
+    lines = [r for r in caplog.records if r.name.startswith("chaos_mode")]
+    assert len(lines) == 1 and lines[0].exc_info is None, caplog.text
+    assert "secret" not in caplog.text and "secret" not in answer.decode("latin-1")
+    assert rig.upstream.requests == []
+    request.finish("error")
+
+
+async def test_headers_a_connection_header_names_do_not_go_on(
+    make_rig: Callable[..., Awaitable[Rig]],
+) -> None:
+    """RFC 9110 7.6.1: each side drops the headers its peer's Connection header names."""
+
+    async def answer_with_hop_headers(
+        n: int, raw: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        await answer(writer, 200, b"{}", b"connection: x-upstream-hop", b"x-upstream-hop: 1", b"x-kept: 2")
+
+    rig = await make_rig(answer_with_hop_headers)
+    request = rig.routed()
+    response = await rig.send(request, connection="keep-alive, X-Client-Hop", x_client_hop="for-the-proxy")
+    assert response.status_code == 200
+    assert "x-upstream-hop" not in response.headers and response.headers["x-kept"] == "2"
+    (sent,) = rig.upstream.requests
+    head = sent.split(b"\r\n\r\n", 1)[0].lower()
+    assert b"x-client-hop" not in head and b"x-api-key: sk-secret" in head
+    request.finish("ok")

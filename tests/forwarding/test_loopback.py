@@ -41,3 +41,79 @@ async def test_a_peer_that_leaves_while_a_write_waits_does_not_cut_the_closing_s
             await closed.wait()
     finally:
         server.close()
+
+
+async def _ok(_: Incoming) -> Outgoing:
+    return Outgoing(200, [], b"ok")
+
+
+async def _closed_within(reader: asyncio.StreamReader, seconds: float) -> bytes:
+    """What the server sends before it closes the connection, which it must do within `seconds`."""
+    async with asyncio.timeout(seconds):
+        return await reader.read()
+
+
+async def test_a_peer_that_begins_no_request_is_let_go() -> None:
+    server = LoopbackServer(_ok, idle_seconds=0.2)
+    host, port = server.listen()
+    try:
+        reader, writer = await asyncio.open_connection(host, port)
+        writer.write(b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n")  # one request, then silence
+        assert (await _closed_within(reader, WAIT)).startswith(b"HTTP/1.1 200")
+        writer.close()
+    finally:
+        server.close()
+
+
+async def test_a_head_sent_slowly_or_a_body_that_stops_is_let_go() -> None:
+    server = LoopbackServer(_ok, head_seconds=0.2, idle_seconds=WAIT * 2)
+    host, port = server.listen()
+    try:
+        body_stops = b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 10\r\n\r\n12345"
+        for partial in (b"POST / HTTP/1.1\r\nhost: x\r\n", body_stops):
+            reader, writer = await asyncio.open_connection(host, port)
+            writer.write(partial)
+            assert await _closed_within(reader, WAIT) == b""
+            writer.close()
+    finally:
+        server.close()
+
+
+async def test_a_request_turned_away_by_the_screen_is_answered_before_its_body_is_read() -> None:
+    handled: list[Incoming] = []
+
+    async def handler(incoming: Incoming) -> Outgoing:
+        handled.append(incoming)
+        return Outgoing(200, [], b"ok")
+
+    def screen(incoming: Incoming) -> Outgoing | None:
+        return None if incoming.header(b"x-pass") else Outgoing(403, [], b"no")
+
+    server = LoopbackServer(handler, screen=screen)
+    host, port = server.listen()
+    try:
+        reader, writer = await asyncio.open_connection(host, port)
+        writer.write(b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 314572800\r\n\r\n" + b"x" * 65536)
+        answer = await _closed_within(reader, WAIT)
+        assert answer.startswith(b"HTTP/1.1 403 ") and answer.endswith(b"no")
+        assert b"connection: close" in answer
+        writer.close()
+        assert handled == []
+    finally:
+        server.close()
+
+
+async def test_two_requests_on_one_connection() -> None:
+    server = LoopbackServer(_ok)
+    host, port = server.listen()
+    try:
+        reader, writer = await asyncio.open_connection(host, port)
+        request = b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}"
+        async with asyncio.timeout(WAIT):
+            for _ in range(2):
+                writer.write(request)
+                head = await reader.readuntil(b"\r\n\r\n")
+                assert head.startswith(b"HTTP/1.1 200") and await reader.readexactly(2) == b"ok"
+        writer.close()
+    finally:
+        server.close()

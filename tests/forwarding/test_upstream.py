@@ -1,5 +1,5 @@
-"""The forwarder's HTTP/1.1 client, its pure parts: chunked framing followed over raw reads, request targets,
-upstream proxy addresses, refusal bodies decoded."""
+"""The forwarder's HTTP/1.1 client, its pure parts: request targets, upstream proxy addresses, refusal bodies
+decoded (the framing of answers has its own tests, against h11)."""
 
 from __future__ import annotations
 
@@ -9,38 +9,7 @@ import zlib
 import pytest
 from mitmproxy.net import encoding
 
-from chaos_mode.forwarding.upstream import (
-    ChunkScanner,
-    Destination,
-    UpstreamFailed,
-    _proxy_address,
-    dechunk,
-    decode,
-)
-
-BODY = b"5\r\nhello\r\n1;ext=1\r\n \r\n6\r\nworld!\r\n0\r\nx-trailer: 1\r\n\r\n"
-
-
-@pytest.mark.parametrize("size", [1, 2, 3, 7, len(BODY)])
-def test_the_end_of_a_chunked_body_is_found_however_the_reads_cut_it(size: int) -> None:
-    scanner = ChunkScanner()
-    reads = [BODY[i : i + size] for i in range(0, len(BODY), size)]
-    for n, data in enumerate(reads):
-        assert not scanner.done, f"done after {n} of {len(reads)} reads"
-        scanner.feed(data)
-    assert scanner.done
-    assert dechunk(BODY) == b"hello world!"
-
-
-def test_a_body_cut_before_its_last_chunk_is_not_done() -> None:
-    scanner = ChunkScanner()
-    scanner.feed(BODY[: BODY.index(b"0\r\n")])
-    assert not scanner.done
-
-
-def test_bad_chunked_framing_is_an_upstream_failure() -> None:
-    with pytest.raises(UpstreamFailed, match="chunked"):
-        ChunkScanner().feed(b"zz\r\n")
+from chaos_mode.forwarding.upstream import Destination, _proxy_address, decode
 
 
 @pytest.mark.parametrize(

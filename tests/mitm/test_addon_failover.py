@@ -18,6 +18,7 @@ from mitmproxy.test import taddons, tflow, tutils
 
 from chaos_mode.config.schema import default_config
 from chaos_mode.doors.error_bodies import TRIED_HEADER
+from chaos_mode.forwarding.forwarder import TOKEN_HEADER
 from chaos_mode.mitm.addon import META, ChaosMode
 from chaos_mode.routing.pool_status import served
 from chaos_mode.sim import Fault, SimServer, SimSettings
@@ -362,3 +363,17 @@ async def test_a_prompt_refused_by_two_serving_models_gets_zais_529_and_cools_no
     assert all(m["cooldownRemaining"] == 0 for m in rig.models().values())
     metrics = rig.addon.metrics.registry.get_sample_value("chaos_request_refusals_total", {"code": "1305"})
     assert metrics == 3.0
+
+
+async def test_a_flow_another_addon_answers_leaves_no_token_behind(rig: Rig) -> None:
+    """A later addon answers the flow in its request hook: mitmproxy never connects to the forwarder, and the
+    token it was given must not stay good for anyone who sends it."""
+    f = rig.flow()
+    async with asyncio.timeout(10):
+        await rig.addon.request(f)
+        token, url = f.request.headers[TOKEN_HEADER], f.request.url  # the forwarder's address
+        f.response = http.Response.make(200, b"{}", {"content-type": "application/json"})
+        await rig.addon.response(f)
+        answer = await rig.client.post(url, headers={TOKEN_HEADER: token}, content=f.request.raw_content)
+    assert answer.status_code == 403
+    assert sum(model["served"] for model in rig.sim.stats()["models"].values()) == 0

@@ -1,7 +1,8 @@
-"""A throwaway certificate authority and a server certificate it signed, for the HTTPS tests.
+"""A throwaway certificate authority, and a server and a client certificate it signed, for the HTTPS tests.
 
-The server certificate names `localhost` and 127.0.0.1 (the simulator binds loopback only); the files live
-in a temporary folder of the caller's choosing. Built with `cryptography` (mitmproxy's dependency).
+The server certificate names `localhost` and 127.0.0.1 (the simulator binds loopback only); the client
+certificate is one PEM file with its key, as mitmproxy's `client_certs` takes it. The files live in a
+temporary folder of the caller's choosing. Built with `cryptography` (mitmproxy's dependency).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 SERVER_NAMES = ("localhost",)
 SERVER_IPS = ("127.0.0.1",)
+CLIENT_NAME = "client.test"
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,7 @@ class TestCerts:
     ca: Path  # the authority's certificate (what ssl_verify_upstream_trusted_ca names)
     cert: Path  # the server's certificate
     key: Path  # the server's key
+    client: Path  # a client certificate and its key, in one file
 
     __test__ = False  # not a test class, whatever pytest thinks of the name
 
@@ -34,7 +37,7 @@ def _name(common: str) -> x509.Name:
 
 
 def make_certs(folder: Path, *, days: int = 2) -> TestCerts:
-    """A CA and a server certificate for localhost / 127.0.0.1 in `folder` (PEM files)."""
+    """A CA, a server certificate for localhost / 127.0.0.1 and a client certificate, in `folder` (PEM)."""
     now = datetime.datetime.now(datetime.UTC)
     start, end = now - datetime.timedelta(hours=1), now + datetime.timedelta(days=days)
     ca_key = ec.generate_private_key(ec.SECP256R1())
@@ -66,33 +69,57 @@ def make_certs(folder: Path, *, days: int = 2) -> TestCerts:
         .add_extension(ca_ski, critical=False)
         .sign(ca_key, hashes.SHA256())
     )
-    key = ec.generate_private_key(ec.SECP256R1())
     names: list[x509.GeneralName] = [x509.DNSName(n) for n in SERVER_NAMES]
     names += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in SERVER_IPS]
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(_name(SERVER_NAMES[0]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(start)
-        .not_valid_after(end)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.SubjectAlternativeName(names), critical=False)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
+    issue = _Issuer(ca_key, ca_name, ca_ski, start, end)
+    key, cert = issue(SERVER_NAMES[0], ExtendedKeyUsageOID.SERVER_AUTH, names)
+    client_key, client = issue(CLIENT_NAME, ExtendedKeyUsageOID.CLIENT_AUTH, [x509.DNSName(CLIENT_NAME)])
     folder.mkdir(parents=True, exist_ok=True)
-    certs = TestCerts(folder / "ca.pem", folder / "server.pem", folder / "server-key.pem")
+    certs = TestCerts(
+        folder / "ca.pem", folder / "server.pem", folder / "server-key.pem", folder / "client.pem"
+    )
     certs.ca.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     certs.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    certs.key.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
+    certs.key.write_bytes(_pem_key(key))
+    certs.client.write_bytes(_pem_key(client_key) + client.public_bytes(serialization.Encoding.PEM))
     return certs
+
+
+@dataclass(frozen=True)
+class _Issuer:
+    """Signs end-entity certificates with the CA's key."""
+
+    key: ec.EllipticCurvePrivateKey
+    name: x509.Name
+    ski: x509.SubjectKeyIdentifier
+    start: datetime.datetime
+    end: datetime.datetime
+
+    def __call__(
+        self, common: str, usage: x509.ObjectIdentifier, names: list[x509.GeneralName]
+    ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+        key = ec.generate_private_key(ec.SECP256R1())
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(_name(common))
+            .issuer_name(self.name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(self.start)
+            .not_valid_after(self.end)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.SubjectAlternativeName(names), critical=False)
+            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+            .add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(self.ski), critical=False
+            )
+            .sign(self.key, hashes.SHA256())
+        )
+        return key, cert
+
+
+def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )

@@ -43,7 +43,11 @@ log = logging.getLogger("chaos_mode")
 TOKEN_HEADER: Final = "x-chaos-forward"  # the flow's one-time token; stripped before anything goes on
 NOT_ROUTED: Final = b"chaos-mode forwarder: not a routed flow\n"
 MAX_ERROR_BODY: Final = 1 << 20  # an error answer larger than this is passed on, not read for a code
-# Hop-by-hop and framing headers: each hop sets its own. Proxy credentials are mitmproxy's upstream_auth.
+# A routed body may grow a little past streams.maxBodyBytes on its way here (the model's name rewritten, the
+# body encoded again, other addons): the loopback port's cap leaves it this much room.
+BODY_SLACK: Final = 64 * 1024
+# Hop-by-hop and framing headers, which each hop sets for itself; so are the headers a Connection header
+# names (RFC 9110 7.6.1). Proxy credentials are mitmproxy's upstream_auth.
 HOP_HEADERS: Final = frozenset(
     {
         "connection",
@@ -85,7 +89,7 @@ class Forwarder:
         self._wall_clock = wall_clock
         self.patience = patience or HeadPatience()
         self._host = host
-        self._server = LoopbackServer(self._handle)
+        self._server = LoopbackServer(self._handle, screen=self._screen)
         self._pending: dict[str, Pending] = {}
         self._left: set[asyncio.Task[None]] = set()  # attempts left behind, awaiting z.ai's verdict
 
@@ -108,6 +112,10 @@ class Forwarder:
         with contextlib.suppress(RuntimeError):  # no loop left: the process is ending anyway
             asyncio.get_running_loop().create_task(clients.aclose())
 
+    def limit_body(self, max_body_bytes: int) -> None:
+        """The config's streams.maxBodyBytes: a larger body is refused (413) before the forwarder holds it."""
+        self._server.max_body = max_body_bytes + BODY_SLACK
+
     def expect(self, request: RoutedRequest, destination: Destination) -> str:
         """Register a routed request; its flow carries the returned token in TOKEN_HEADER."""
         token = secrets.token_hex(16)
@@ -115,14 +123,18 @@ class Forwarder:
         return token
 
     def forget(self, token: str) -> None:
-        """The flow ended before it reached the forwarder."""
+        """The flow ended without reaching the forwarder (whatever ended it: an error, an answer set by
+        another addon)."""
         self._pending.pop(token, None)
 
+    def _screen(self, incoming: Incoming) -> Outgoing | None:
+        """A request's head, before its body is read: turned away unless it carries a pending token."""
+        return None if _token(incoming) in self._pending else _not_routed()
+
     async def _handle(self, incoming: Incoming) -> Outgoing:
-        token = incoming.header(TOKEN_HEADER.encode())
-        pending = self._pending.pop(token.decode("ascii", "replace"), None) if token else None
-        if pending is None:
-            return Outgoing(403, [(b"content-type", b"text/plain")], NOT_ROUTED)
+        pending = self._pending.pop(_token(incoming), None)
+        if pending is None:  # forgotten, or taken by another request, while this body was read
+            return _not_routed()
         request = pending.request
         request.view.received()
         if request.finished:
@@ -130,7 +142,7 @@ class Forwarder:
         # The Host header goes first, as mitmproxy sent it (z.ai's name, not the loopback address).
         host = incoming.header(b"host")
         headers = [(b"host", host)] if host else []
-        headers += [(k, v) for k, v in incoming.headers if k.lower() not in _HOP_BYTES]
+        headers += _end_to_end(incoming.headers)
         body = incoming.body  # the first attempt goes out as mitmproxy sent it (other addons included)
         destination = pending.destination
         while True:
@@ -273,7 +285,11 @@ class Forwarder:
 
 def _gateway(request: RoutedRequest, exc: UpstreamRefused) -> Outgoing:
     """Our 502: no other model would fare better, so no failover (mitmproxy itself would answer 502)."""
-    log.warning("chaos-mode: %s (see ssl_verify_upstream_trusted_ca, ssl_insecure, upstream_auth)", exc)
+    log.warning(
+        "chaos-mode: %s (see ssl_verify_upstream_trusted_ca, ssl_insecure, upstream_auth, client_certs, "
+        "tls_version_server_min/max, ciphers_server)",
+        exc,
+    )
     body, headers = FORMATS[request.message.door].gateway_error(f"z.ai not reached: {exc}")
     return Outgoing(502, [(k.encode(), v.encode()) for k, v in headers.items()], body)
 
@@ -311,4 +327,21 @@ async def _relay(
 
 
 def _pass_headers(response: UpstreamResponse) -> list[tuple[bytes, bytes]]:
-    return [(k, v) for k, v in response.headers if k.lower() not in _HOP_BYTES]
+    return _end_to_end(response.headers)
+
+
+def _end_to_end(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The headers that go on to the next hop: neither HOP_HEADERS nor one a Connection header names."""
+    hop = _HOP_BYTES
+    for name, value in headers:
+        if name.lower() == b"connection":
+            hop = hop | {token.strip().lower() for token in value.split(b",")}
+    return [(k, v) for k, v in headers if k.lower() not in hop]
+
+
+def _token(incoming: Incoming) -> str:
+    return (incoming.header(TOKEN_HEADER.encode()) or b"").decode("ascii", "replace")
+
+
+def _not_routed() -> Outgoing:
+    return Outgoing(403, [(b"content-type", b"text/plain")], NOT_ROUTED)

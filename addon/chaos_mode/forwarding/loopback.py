@@ -1,9 +1,15 @@
 """A small asyncio HTTP/1.1 server on loopback: what mitmproxy connects to for the flows the addon forwards.
 
-It reads one request at a time per connection (mitmproxy never pipelines), hands it to a handler and writes
-the handler's answer, streamed (chunked) when its length is unknown. When the peer goes away while the
-handler runs, the handler is cancelled at once; a body that breaks mid-way breaks the connection, so
-mitmproxy sees the upstream fail as it would have seen z.ai fail. Knows nothing of mitmproxy or z.ai.
+Requests are read by h11's readers (the ones mitmproxy's HTTP/1 layer uses, on h11's receive buffer), one
+at a time per connection (mitmproxy never pipelines). Its head
+first: `screen` sees it before any byte of the body is read, and a request it turns away gets that answer
+and the end of its connection. Then the body, at most `max_body` bytes. A peer that begins no request for
+`idle_seconds`, or takes longer than `head_seconds` for a head (or pauses that long inside a body), is
+closed on; a request h11 refuses, or one too large, is answered (400, 413) in one log line, never a
+traceback, and its connection closed. The handler's answer is written streamed (chunked) when its length is
+unknown. When the peer goes away while the handler runs, the handler is cancelled at once; a body that
+breaks mid-way breaks the connection, so mitmproxy sees the upstream fail as it would have seen z.ai fail.
+Knows nothing of mitmproxy or z.ai.
 """
 
 from __future__ import annotations
@@ -16,16 +22,36 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Final
 
+import h11
+from h11._readers import ChunkedReader, ContentLengthReader
+from h11._readers import maybe_read_from_IDLE_client as read_request_line_and_headers
+from h11._receivebuffer import ReceiveBuffer
+
+from chaos_mode.forwarding.framing import MAX_HEAD, plain
+
 log = logging.getLogger(__name__)
 
 BACKLOG: Final = 1024
-MAX_HEAD: Final = 256 * 1024  # bytes of request line and headers
-MAX_BODY: Final = 1 << 30  # mitmproxy has the body whole; the addon's own limit applies before this
+MAX_BODY: Final = 1 << 30  # the default cap; the forwarder sets the config's
+HEAD_SECONDS: Final = (
+    10.0  # for a whole head, and for any pause inside a body (mitmproxy writes them at once)
+)
+IDLE_SECONDS: Final = 60.0  # with no request begun (mitmproxy opens a new connection when it needs one)
+READ_SIZE: Final = 65536
+LINGER_SECONDS: Final = 1.0  # after a refusal, what the peer still sends is dropped this long, at most
 FRAMING: Final = frozenset({b"content-length", b"transfer-encoding", b"connection", b"keep-alive"})
 
 
 class BadMessage(ValueError):
-    """The peer sent something that is not an HTTP/1.1 request this server reads."""
+    """The peer sent something that is not an HTTP/1.1 request this server reads: answered `status`."""
+
+    def __init__(self, reason: str, status: int = 400) -> None:
+        super().__init__(reason)
+        self.status = status
+
+
+class _Left(Exception):
+    """The peer closed its connection inside a request."""
 
 
 @dataclass(slots=True)
@@ -56,6 +82,7 @@ class Outgoing:
 
 
 Handler = Callable[[Incoming], Awaitable[Outgoing]]
+Screen = Callable[[Incoming], Outgoing | None]  # a request's head (no body yet): an answer turns it away
 
 
 class LoopbackServer:
@@ -63,8 +90,20 @@ class LoopbackServer:
 
     Both are synchronous, as mitmproxy's `running` and `done` hooks must be."""
 
-    def __init__(self, handler: Handler) -> None:
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        screen: Screen | None = None,
+        max_body: int = MAX_BODY,
+        head_seconds: float = HEAD_SECONDS,
+        idle_seconds: float = IDLE_SECONDS,
+    ) -> None:
         self._handler = handler
+        self._screen = screen
+        self.max_body = max_body
+        self.head_seconds = head_seconds
+        self.idle_seconds = idle_seconds
         self._socket: socket.socket | None = None
         self._server: asyncio.Server | None = None
         self._starting: asyncio.Task[None] | None = None
@@ -121,10 +160,14 @@ class LoopbackServer:
         try:
             while carry is not None:
                 carry = await self._exchange(reader, writer, carry)
-        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+        except (ConnectionError, TimeoutError, _Left, asyncio.CancelledError):
             pass
         except BadMessage as exc:
-            log.debug("loopback: bad request: %s", exc)
+            log.info("chaos-mode: the forwarder refused a request on loopback (%d): %s", exc.status, exc)
+            text = f"chaos-mode forwarder: {exc}\n".encode()
+            refusal = Outgoing(exc.status, [(b"content-type", b"text/plain")], text)
+            with contextlib.suppress(ConnectionError, TimeoutError):
+                await self._refuse(refusal, reader, writer)
         except Exception:
             log.exception("chaos-mode: internal error in the loopback server")
         finally:
@@ -136,15 +179,18 @@ class LoopbackServer:
     ) -> bytes | None:
         """Serve one request (`carry`: its first bytes, already read); returns the first bytes of the
         next one, or None when the connection ends."""
-        try:
-            head = carry + await reader.readuntil(b"\r\n\r\n")
-        except asyncio.IncompleteReadError as exc:
-            if exc.partial or carry:
-                raise BadMessage("connection closed inside a request head") from None
+        buffer = ReceiveBuffer()
+        buffer += carry
+        head = await self._head(buffer, reader, begun=bool(carry))
+        if head is None:
             return None
-        except asyncio.LimitOverrunError:
-            raise BadMessage("request head too large") from None
-        incoming = await _read_request(head, reader)
+        incoming = Incoming(head.method, head.target, head.headers.raw_items(), b"")
+        if self._screen is not None and (refusal := self._screen(incoming)) is not None:
+            await self._refuse(refusal, reader, writer)  # the body stays unread: the connection ends
+            return None
+        incoming.body = await self._body(buffer, reader, head)
+        if buffer:
+            raise BadMessage("a request sent before the answer to the one before it")
         handling = asyncio.ensure_future(self._handler(incoming))
         # The peer sends nothing more until it has its answer: a read that ends means it left.
         gone = asyncio.ensure_future(reader.read(1))
@@ -195,59 +241,86 @@ class LoopbackServer:
                 handling.cancel()
             gone.cancel()
 
+    async def _head(
+        self, buffer: ReceiveBuffer, reader: asyncio.StreamReader, begun: bool
+    ) -> h11.Request | None:
+        """The next request's head; None when the peer closed the connection before beginning one."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (self.head_seconds if begun else self.idle_seconds)
+        while (head := _read(read_request_line_and_headers, buffer)) is None:
+            async with asyncio.timeout_at(deadline):
+                data = await reader.read(READ_SIZE)
+            if not data:
+                if begun:
+                    raise _Left
+                return None
+            if not begun:
+                begun, deadline = True, loop.time() + self.head_seconds
+            buffer += data
+        return head
 
-async def _read_request(head: bytes, reader: asyncio.StreamReader) -> Incoming:
-    lines = head[:-4].split(b"\r\n")
+    async def _body(self, buffer: ReceiveBuffer, reader: asyncio.StreamReader, head: h11.Request) -> bytes:
+        """The body h11's framing rules give the request (a Content-Length over the cap refused at once)."""
+        body_reader: ChunkedReader | ContentLengthReader
+        if any(name == b"transfer-encoding" for name, _ in head.headers):  # h11 took nothing but chunked
+            body_reader = ChunkedReader()
+        else:
+            length = next((int(value) for name, value in head.headers if name == b"content-length"), 0)
+            if length > self.max_body:
+                raise BadMessage(f"a body over {self.max_body} bytes", 413)
+            body_reader = ContentLengthReader(length)
+        body = bytearray()
+        while True:
+            event = _read(body_reader, buffer)
+            if isinstance(event, h11.Data):
+                body += event.data
+                if len(body) > self.max_body:
+                    raise BadMessage(f"a body over {self.max_body} bytes", 413)
+            elif isinstance(event, h11.EndOfMessage):
+                return bytes(body)
+            else:
+                async with asyncio.timeout(self.head_seconds):
+                    data = await reader.read(READ_SIZE)
+                if not data:
+                    raise _Left
+                buffer += data
+
+    async def _refuse(
+        self, outgoing: Outgoing, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """Answer and end the connection. What the request still had to send is not kept: for a moment
+        after the answer it is read and dropped, so that the peer gets the answer before the connection's
+        end (a close with bytes unread would reset the connection, and the answer with it)."""
+        assert isinstance(outgoing.body, bytes)
+        head = _head_lines(outgoing)
+        head.append(b"connection: close\r\ncontent-length: %d\r\n\r\n" % len(outgoing.body))
+        writer.write(b"".join(head) + outgoing.body)
+        async with asyncio.timeout(self.head_seconds):
+            await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+        with contextlib.suppress(TimeoutError, ConnectionError):
+            async with asyncio.timeout(LINGER_SECONDS):
+                while await reader.read(READ_SIZE):
+                    pass
+
+
+def _read[Event](read: Callable[[ReceiveBuffer], Event | None], buffer: ReceiveBuffer) -> Event | None:
+    """One of h11's readers on the buffer: its event, None when it needs more bytes; BadMessage (answered 400)
+    for what h11 refuses, and for an incomplete head or chunk line over MAX_HEAD (h11's limit)."""
     try:
-        method, target, version = lines[0].split(b" ", 2)
-    except ValueError:
-        raise BadMessage("bad request line") from None
-    if not version.startswith(b"HTTP/1."):
-        raise BadMessage("not HTTP/1.x")
-    headers: list[tuple[bytes, bytes]] = []
-    for line in lines[1:]:
-        name, sep, value = line.partition(b":")
-        if not sep or not name or name != name.strip():
-            raise BadMessage("bad header line")
-        headers.append((name, value.strip()))
-    incoming = Incoming(method, target, headers, b"")
-    if (incoming.header(b"transfer-encoding") or b"").lower().endswith(b"chunked"):
-        incoming.body = await _read_chunked(reader)
-    else:
-        length = incoming.header(b"content-length")
-        try:
-            size = int(length) if length is not None else 0
-        except ValueError:
-            raise BadMessage("bad content-length") from None
-        if not 0 <= size <= MAX_BODY:
-            raise BadMessage("bad content-length")
-        incoming.body = await reader.readexactly(size) if size else b""
-    return incoming
-
-
-async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
-    body = bytearray()
-    while True:
-        line = await reader.readuntil(b"\r\n")
-        try:
-            size = int(line.split(b";", 1)[0].strip(), 16)
-        except ValueError:
-            raise BadMessage("bad chunk size") from None
-        if size == 0:
-            while (await reader.readuntil(b"\r\n")) != b"\r\n":  # trailers: read and dropped
-                pass
-            return bytes(body)
-        if len(body) + size > MAX_BODY:
-            raise BadMessage("body too large")
-        body += await reader.readexactly(size)
-        await reader.readexactly(2)
+        event = read(buffer)
+    except h11.LocalProtocolError as exc:
+        raise BadMessage(plain(exc)) from None
+    if event is None and len(buffer) > MAX_HEAD:
+        raise BadMessage("Receive buffer too long", 431)
+    return event
 
 
 async def _write(outgoing: Outgoing, writer: asyncio.StreamWriter, gone: asyncio.Future[bytes]) -> bool:
     """Write the answer; False when the connection cannot be used for another request."""
     body = outgoing.body
-    head = [b"HTTP/1.1 %d %s\r\n" % (outgoing.status, outgoing.reason or b"-")]
-    head += [b"%s: %s\r\n" % (k, v) for k, v in outgoing.headers if k.lower() not in FRAMING]
+    head = _head_lines(outgoing)
     if isinstance(body, bytes):
         head.append(b"content-length: %d\r\n\r\n" % len(body))
         writer.write(b"".join(head) + body)
@@ -270,3 +343,10 @@ async def _write(outgoing: Outgoing, writer: asyncio.StreamWriter, gone: asyncio
         writer.write(b"0\r\n\r\n")
     await writer.drain()
     return True
+
+
+def _head_lines(outgoing: Outgoing) -> list[bytes]:
+    """The status line and the answer's own headers (the framing ones are the caller's)."""
+    head = [b"HTTP/1.1 %d %s\r\n" % (outgoing.status, outgoing.reason or b"-")]
+    head += [b"%s: %s\r\n" % (k, v) for k, v in outgoing.headers if k.lower() not in FRAMING]
+    return head

@@ -1,40 +1,64 @@
 """The forwarder's way to z.ai: a small HTTP/1.1 client on asyncio streams, with a keep-alive pool.
 
-mitmproxy checks z.ai's certificate against certifi's bundle, or against `ssl_verify_upstream_trusted_ca`
-/ `ssl_verify_upstream_trusted_confdir` when set, and not at all with `ssl_insecure`; the same settings
-make the same check here. A flow that came through `--mode upstream:` goes out through that proxy
-(CONNECT for https, an absolute URL for http). An answer's body is relayed as its bytes come, framing
-included: it is read only as far as needed to know where it ends, so the connection can serve again.
+mitmproxy's options for its own TLS to z.ai make the same TLS here: the certificate check (certifi's bundle,
+or `ssl_verify_upstream_trusted_ca` / `ssl_verify_upstream_trusted_confdir`, none with `ssl_insecure`),
+`client_certs`, `tls_version_server_min` / `tls_version_server_max` and `ciphers_server`. A flow that came
+through `--mode upstream:` goes out through that proxy (CONNECT for https, an absolute URL for http).
+Answers are read as h11 reads them (`framing`); an answer's body is relayed as its bytes come, framing
+included, read only as far as needed to know where it ends, so the connection can serve again.
+
+The pool's rule: a kept-alive connection takes another request only when nothing came on it since the end of
+its last answer (asyncio goes on reading idle connections: bytes z.ai sent meanwhile would be taken for the
+next answer) and no close or byte waits in the kernel. When z.ai closes a reused connection as the request
+arrives, before any byte of an answer, the request goes once more on a new connection (nothing was received,
+so nothing can be received twice).
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import os
 import select
 import ssl
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, SupportsIndex, cast
 
 import certifi
+
+from chaos_mode.forwarding.framing import MAX_HEAD, BadAnswer, ChunkScanner, Head, HeadParser, dechunk
 
 CONNECT_TIMEOUT: Final = 30.0  # seconds to reach z.ai (or the upstream proxy)
 READ_TIMEOUT: Final = 600.0  # seconds without a byte from z.ai before an attempt counts as failed
 IDLE_PER_ORIGIN: Final = 64  # kept-alive connections per way out; more are closed when they come back
-MAX_HEAD: Final = 256 * 1024
 READ_SIZE: Final = 65536
+# mitmproxy's names of TLS versions (its `tls_version_server_*` options); UNBOUNDED: whatever OpenSSL has.
+TLS_VERSIONS: Final[dict[str, ssl.TLSVersion | None]] = {
+    "UNBOUNDED": None,
+    "SSL3": ssl.TLSVersion.SSLv3,
+    "TLS1": ssl.TLSVersion.TLSv1,
+    "TLS1_1": ssl.TLSVersion.TLSv1_1,
+    "TLS1_2": ssl.TLSVersion.TLSv1_2,
+    "TLS1_3": ssl.TLSVersion.TLSv1_3,
+}
+# Below TLS 1.2 OpenSSL's security level must be 0, as mitmproxy sets it when no ciphers are named.
+_INSECURE_MINIMUMS: Final = frozenset({"UNBOUNDED", "SSL3", "TLS1", "TLS1_1"})
 
 
 class UpstreamFailed(Exception):
     """z.ai (or the upstream proxy) was not reached, broke the connection, stayed silent, or did not speak
-    HTTP/1.1."""
+    HTTP/1.1 as h11 reads it."""
 
 
 class UpstreamRefused(UpstreamFailed):
     """z.ai was not reached for a reason no other model changes, a setting to fix: its certificate failed
-    verification, or the upstream proxy refused its credentials (407)."""
+    verification, the TLS options cannot be used, or the upstream proxy refused its credentials (407)."""
+
+
+class _Unanswered(UpstreamFailed):
+    """The connection closed (or was reset) before any byte of an answer came."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +70,10 @@ class UpstreamSettings:
     ca_path: str | None = None
     proxy_auth: str | None = None  # user:pass for the upstream proxy (mitmproxy's upstream_auth)
     read_timeout: float = READ_TIMEOUT
+    client_certs: str | None = None  # a PEM file (key and certificate), or a folder of <server name>.pem
+    tls_min: str = "TLS1_2"  # mitmproxy's defaults
+    tls_max: str = "UNBOUNDED"
+    ciphers: str | None = None  # OpenSSL's syntax (TLS 1.2 and below; TLS 1.3's suites stay OpenSSL's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,27 +102,74 @@ class Destination:
         return f"{self.scheme}://{self.authority}{self.path(target).decode('ascii', 'replace')}"
 
 
-def tls_context(settings: UpstreamSettings) -> ssl.SSLContext:
-    """The certificate check mitmproxy would make on z.ai."""
+def tls_context(settings: UpstreamSettings, client_cert: str | None = None) -> ssl.SSLContext:
+    """The TLS mitmproxy would speak to z.ai: its certificate check, versions, ciphers and client
+    certificate. ValueError, or OSError (ssl.SSLError), when the options cannot be used."""
     if settings.insecure:
         context = ssl.create_default_context()
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
-        return context
-    if settings.ca_file is None and settings.ca_path is None:
-        return ssl.create_default_context(cafile=certifi.where())
-    return ssl.create_default_context(cafile=settings.ca_file, capath=settings.ca_path)
+        context.options |= ssl.OP_LEGACY_SERVER_CONNECT  # as mitmproxy does with ssl_insecure
+    elif settings.ca_file is None and settings.ca_path is None:
+        context = ssl.create_default_context(cafile=certifi.where())
+    else:
+        context = ssl.create_default_context(cafile=settings.ca_file, capath=settings.ca_path)
+    try:
+        lowest, highest = TLS_VERSIONS[settings.tls_min], TLS_VERSIONS[settings.tls_max]
+    except KeyError as exc:
+        raise ValueError(f"not a TLS version: {exc.args[0]!r} (one of {', '.join(TLS_VERSIONS)})") from None
+    context.minimum_version = lowest or ssl.TLSVersion.MINIMUM_SUPPORTED
+    context.maximum_version = highest or ssl.TLSVersion.MAXIMUM_SUPPORTED
+    if settings.ciphers:
+        context.set_ciphers(settings.ciphers)
+    elif settings.tls_min in _INSECURE_MINIMUMS:
+        context.set_ciphers("DEFAULT:@SECLEVEL=0")
+    if client_cert is not None:
+        context.load_cert_chain(client_cert)
+    return context
 
 
-Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+def client_cert(settings: UpstreamSettings, server_name: str) -> str | None:
+    """mitmproxy's choice of a client certificate: `client_certs` when it is a file, else
+    `<server name>.pem` in that folder when there is one."""
+    if not settings.client_certs:
+        return None
+    where = os.path.expanduser(settings.client_certs)
+    if os.path.isfile(where):
+        return where
+    named = os.path.join(where, f"{server_name}.pem")
+    return named if os.path.isfile(named) else None
+
+
+class _Reader(asyncio.StreamReader):
+    """A StreamReader that counts the bytes it holds unread (`read` is the only way the client takes them;
+    anything else would only keep a connection from being reused): a kept-alive connection with any is
+    never reused."""
+
+    unread = 0
+
+    def feed_data(self, data: Iterable[SupportsIndex]) -> None:
+        self.unread += len(cast(bytes, data))
+        super().feed_data(data)
+
+    async def read(self, n: int = -1) -> bytes:
+        data = await super().read(n)
+        if n >= 0:  # read(-1) takes its bytes through read(limit), counted there
+            self.unread -= len(data)
+        return data
+
+
+Connection = tuple[_Reader, asyncio.StreamWriter]
 
 
 class UpstreamResponse:
-    """z.ai's answer: status and headers read, the body still on the connection."""
+    """z.ai's answer: its head read, its body still (all but its first bytes) on the connection."""
 
     __slots__ = (
         "_clients",
         "_conn",
+        "_failed",
+        "_first",
         "_key",
         "_left",
         "_scan",
@@ -106,36 +181,17 @@ class UpstreamResponse:
     )
 
     def __init__(
-        self,
-        clients: UpstreamClients,
-        key: Destination,
-        conn: Connection | None,
-        status: int,
-        reason: bytes,
-        headers: list[tuple[bytes, bytes]],
+        self, clients: UpstreamClients, key: Destination, conn: Connection | None, head: Head
     ) -> None:
         self._clients, self._conn = clients, conn
-        self._key: Destination | None = key
-        self.status, self.reason, self.headers = status, reason, headers
-        self.length: int | None = None
-        self.chunked = False
-        keep = True
-        for name, value in headers:
-            low = name.lower()
-            if low == b"content-length" and value.strip().isdigit():
-                self.length = int(value)
-            elif low == b"transfer-encoding" and value.lower().rstrip().endswith(b"chunked"):
-                self.chunked = True
-            elif low == b"connection" and b"close" in value.lower():
-                keep = False
-        if self.chunked:
-            self.length = None
-        elif status in (204, 304) or 100 <= status < 200:
-            self.length = 0
-        self._left: int | None = self.length  # body bytes still to come (None: until EOF or the last chunk)
-        self._scan: ChunkScanner | None = ChunkScanner() if self.chunked else None
-        if not keep or (self.length is None and not self.chunked):
-            self._key = None  # never back to the pool
+        self.status, self.reason, self.headers = head.status, head.reason, head.headers
+        framing = head.framing
+        self.length, self.chunked = framing.length, framing.chunked
+        self._key: Destination | None = key if framing.keep_alive else None  # None: never back to the pool
+        self._left: int | None = framing.length  # body bytes still to come (None: chunked, or until EOF)
+        self._scan: ChunkScanner | None = ChunkScanner() if framing.chunked else None
+        self._first = head.rest  # body bytes that came with the head
+        self._failed: UpstreamFailed | None = None  # how the body broke, raised again to any later reader
 
     def header(self, name: bytes) -> bytes | None:
         for key, value in self.headers:
@@ -148,31 +204,57 @@ class UpstreamResponse:
         return self._left == 0 or (self._scan is not None and self._scan.done)
 
     async def chunks(self) -> AsyncIterator[bytes]:
-        """The body's bytes as they come, framing included (chunked stays chunked); UpstreamFailed when the
-        connection breaks or stays silent first."""
+        """The body's bytes as they come, framing included (chunked stays chunked), and nothing after its
+        end; UpstreamFailed when the connection breaks, stays silent or frames the body as h11 would not."""
+        if self._failed is not None:
+            raise self._failed
         if self._conn is None:
             raise UpstreamFailed("the answer was closed")
         reader = self._conn[0]
         timeout = self._clients.settings.read_timeout
-        while not self.done:
-            try:
-                async with asyncio.timeout(timeout):
-                    data = await reader.read(READ_SIZE if self._left is None else min(self._left, READ_SIZE))
-            except (OSError, TimeoutError) as exc:
-                raise UpstreamFailed(f"the answer broke: {type(exc).__name__}") from None
-            if not data:
-                if self._left is None and self._scan is None:
-                    self._left = 0  # the body ran until the connection closed: that is its end
+        try:
+            data, self._first = self._first, b""
+            while True:
+                if data and (data := self._frame(data)):
+                    yield data
+                if self.done:
                     return
-                raise UpstreamFailed("the answer broke: the connection closed before its end")
-            if self._scan is not None:
-                self._scan.feed(data)
-            elif self._left is not None:
-                self._left -= len(data)
-            yield data
+                try:
+                    async with asyncio.timeout(timeout):
+                        data = await reader.read(READ_SIZE)
+                except (OSError, TimeoutError) as exc:
+                    raise UpstreamFailed(f"the answer broke: {type(exc).__name__}") from None
+                if not data:
+                    if self._left is None and self._scan is None:
+                        self._left = 0  # the body ran until the connection closed: that is its end
+                        return
+                    raise UpstreamFailed("the answer broke: the connection closed before its end")
+        except UpstreamFailed as exc:
+            self._failed = exc
+            raise
+
+    def _frame(self, data: bytes) -> bytes:
+        """The part of `data` that belongs to the body; anything after the body's end is dropped, and the
+        connection it came on never serves again."""
+        if self._scan is not None:
+            try:
+                size = self._scan.feed(data)
+            except BadAnswer as exc:
+                raise UpstreamFailed(f"the answer broke: bad chunked framing: {exc}") from None
+        elif self._left is not None:
+            size = min(self._left, len(data))
+            self._left -= size
+        else:
+            return data
+        if size < len(data):
+            self._key = None
+            return data[:size]
+        return data
 
     async def read_body(self, limit: int) -> tuple[bytes, bytes, bool]:
-        """(raw bytes, body with the chunked framing undone, complete) of up to about `limit` bytes."""
+        """(raw bytes, body with the chunked framing undone, complete) of up to about `limit` bytes. Not
+        complete: larger than that (the rest still to come), or cut short (relayed, it breaks again where it
+        broke: never a whole answer made of part of one)."""
         raw = bytearray()
         try:
             async for data in self.chunks():
@@ -180,77 +262,19 @@ class UpstreamResponse:
                 if len(raw) > limit:
                     return bytes(raw), b"", False
         except UpstreamFailed:
-            pass  # a refusal cut short is still read for what it says
+            return bytes(raw), b"", False
         return bytes(raw), dechunk(bytes(raw)) if self.chunked else bytes(raw), True
 
     def close(self) -> None:
-        """Done with the answer: the connection serves again if the answer was read to its end, else it is
-        cut (z.ai stops counting the stream)."""
+        """Done with the answer: the connection serves again if the answer was read to its end (and nothing
+        after it), else it is cut (z.ai stops counting the stream)."""
         conn, self._conn = self._conn, None
         if conn is None:
             return
-        if self.done and self._key is not None and not conn[0].at_eof():
+        if self.done and not self._first and self._key is not None:
             self._clients.give_back(self._key, conn)
         else:
             conn[1].transport.abort()
-
-
-class ChunkScanner:
-    """Follows a chunked body's framing over raw bytes to find its end, without copying the data."""
-
-    __slots__ = ("_line", "_skip", "_trailer", "done")
-
-    def __init__(self) -> None:
-        self._skip = 0  # data (and its CRLF) still to pass over
-        self._line = b""  # a size or trailer line begun in the previous read
-        self._trailer = False
-        self.done = False
-
-    def feed(self, data: bytes) -> None:
-        at, end = 0, len(data)
-        while at < end and not self.done:
-            if self._skip:
-                step = min(self._skip, end - at)
-                self._skip -= step
-                at += step
-                continue
-            eol = data.find(b"\n", at)
-            if eol < 0:
-                self._line += data[at:]
-                if len(self._line) > MAX_HEAD:
-                    raise UpstreamFailed("bad chunked framing")
-                return
-            line, self._line = self._line + data[at:eol], b""
-            at = eol + 1
-            if self._trailer:
-                self.done = line.rstrip(b"\r") == b""
-                continue
-            try:
-                size = int(line.split(b";", 1)[0].strip(), 16)
-            except ValueError:
-                raise UpstreamFailed("bad chunked framing") from None
-            if size == 0:
-                self._trailer = True
-            else:
-                self._skip = size + 2
-
-
-def dechunk(raw: bytes) -> bytes:
-    """The data of a complete (or cut) chunked body."""
-    body = bytearray()
-    at = 0
-    while True:
-        eol = raw.find(b"\n", at)
-        if eol < 0:
-            return bytes(body)
-        try:
-            size = int(raw[at:eol].split(b";", 1)[0].strip(), 16)
-        except ValueError:
-            return bytes(body)
-        if size == 0:
-            return bytes(body)
-        body += raw[eol + 1 : eol + 1 + size]
-        at = eol + 1 + size + 2
 
 
 def decode(body: bytes, coding: bytes | None) -> bytes:
@@ -283,7 +307,7 @@ class UpstreamClients:
 
     def __init__(self, settings: UpstreamSettings | None = None) -> None:
         self._settings = settings or UpstreamSettings()
-        self._context: ssl.SSLContext | None = None
+        self._contexts: dict[str | None, ssl.SSLContext] = {}  # by client certificate
         self._idle: dict[Destination, list[Connection]] = {}
 
     @property
@@ -295,15 +319,16 @@ class UpstreamClients:
         if settings == self._settings:
             return
         self._settings = settings
-        self._context = None
+        self._contexts = {}
         self._close_idle()
 
     async def send(
         self, to: Destination, method: bytes, target: bytes, headers: list[tuple[bytes, bytes]], body: bytes
     ) -> UpstreamResponse:
         """Send one request; the answer with its head read. UpstreamFailed when z.ai was not reached or
-        did not answer (also on a kept-alive connection: the request is never sent twice, and an attempt
-        that got no answer fails over without a verdict on the model)."""
+        did not answer: the request is sent twice only when a kept-alive connection closed before any byte
+        of an answer (module docstring), and an attempt that got no answer fails over without a verdict
+        on the model."""
         through_proxy = to.proxy is not None and to.scheme == "http"
         form = to.url(target).encode() if through_proxy else to.path(target)
         lines = [b"%s %s HTTP/1.1\r\n" % (method, form)]
@@ -317,28 +342,40 @@ class UpstreamClients:
         idle = self._idle.get(to)
         while idle:
             conn = idle.pop()
-            if _idle_and_open(conn):
-                return await self._exchange(to, conn, request)
-            conn[1].transport.abort()  # z.ai closed it while it was idle
-        return await self._exchange(to, await self._connect(to), request)
+            if not _reusable(conn):
+                conn[1].transport.abort()
+                continue
+            try:
+                return await self._exchange(to, conn, method, request)
+            except _Unanswered:
+                break  # z.ai closed it as the request came: once more, on a new connection
+        return await self._exchange(to, await self._connect(to), method, request)
 
-    async def _exchange(self, to: Destination, conn: Connection, request: bytes) -> UpstreamResponse:
+    async def _exchange(
+        self, to: Destination, conn: Connection, method: bytes, request: bytes
+    ) -> UpstreamResponse:
         reader, writer = conn
+        parser = HeadParser(method)
         try:
             writer.write(request)
             async with asyncio.timeout(self._settings.read_timeout):
-                head = await reader.readuntil(b"\r\n\r\n")
-            status, reason, headers = _parse_head(head)
-        except asyncio.IncompleteReadError:
+                head = None
+                while head is None:
+                    head = parser.feed(await reader.read(READ_SIZE))
+        except BadAnswer as exc:
             writer.transport.abort()
-            raise UpstreamFailed("the connection closed before an answer") from None
-        except (OSError, TimeoutError, asyncio.LimitOverrunError) as exc:
+            if not parser.received:
+                raise _Unanswered("the connection closed before an answer") from None
+            raise UpstreamFailed(f"not an HTTP/1.1 answer: {exc}") from None
+        except (OSError, TimeoutError) as exc:
             writer.transport.abort()
+            if not parser.received and isinstance(exc, ConnectionError):
+                raise _Unanswered(f"no answer: {type(exc).__name__}") from None
             raise UpstreamFailed(f"no answer: {type(exc).__name__}") from None
         except BaseException:
             writer.transport.abort()
             raise
-        return UpstreamResponse(self, to, conn, status, reason, headers)
+        return UpstreamResponse(self, to, conn, head)
 
     async def _connect(self, to: Destination) -> Connection:
         loop_host, loop_port = to.host, to.port
@@ -347,22 +384,24 @@ class UpstreamClients:
         if proxy is not None:
             loop_host, loop_port = proxy
             tls_name = proxy[0] if to.proxy and to.proxy.startswith("https:") else None
-        tls = self._tls() if tls_name is not None else None
+        tls = self._tls(to, tls_name) if tls_name is not None else None
+        loop = asyncio.get_running_loop()
+        reader = _Reader(limit=MAX_HEAD, loop=loop)
+        protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT):
-                reader, writer = await asyncio.open_connection(
-                    loop_host, loop_port, ssl=tls, server_hostname=tls_name, limit=MAX_HEAD
+                transport, _ = await loop.create_connection(
+                    lambda: protocol, loop_host, loop_port, ssl=tls, server_hostname=tls_name
                 )
+                writer = asyncio.StreamWriter(transport, protocol, reader, loop)
                 if proxy is not None and to.scheme == "https":
                     await self._tunnel(to, reader, writer)
-        except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
+        except (OSError, TimeoutError, BadAnswer) as exc:
             failed = UpstreamRefused if isinstance(exc, ssl.SSLCertVerificationError) else UpstreamFailed
             raise failed(f"{to.authority} not reached: {_connect_failure(exc)}") from None
         return reader, writer
 
-    async def _tunnel(
-        self, to: Destination, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
+    async def _tunnel(self, to: Destination, reader: _Reader, writer: asyncio.StreamWriter) -> None:
         """CONNECT through the upstream proxy, then TLS to z.ai inside the tunnel."""
         host = f"[{to.host}]" if ":" in to.host else to.host
         where = b"%s:%d" % (host.encode(), to.port)
@@ -370,17 +409,28 @@ class UpstreamClients:
         if (auth := self._proxy_authorization()) is not None:
             lines.append(auth)
         writer.write(b"".join(lines) + b"\r\n")
-        status, _, _ = _parse_head(await reader.readuntil(b"\r\n\r\n"))
-        if status != 200:
+        parser = HeadParser(b"CONNECT")
+        head = None
+        while head is None:
+            head = parser.feed(await reader.read(READ_SIZE))
+        if not 200 <= head.status < 300 or head.rest or reader.unread:
             writer.transport.abort()
-            failed = UpstreamRefused if status == 407 else UpstreamFailed  # 407: upstream_auth is wrong
-            raise failed(f"the upstream proxy refused the tunnel: HTTP {status}")
-        await writer.start_tls(self._tls(), server_hostname=to.host)
+            failed = UpstreamRefused if head.status == 407 else UpstreamFailed  # 407: upstream_auth is wrong
+            raise failed(f"the upstream proxy refused the tunnel: HTTP {head.status}")
+        await writer.start_tls(self._tls(to, to.host), server_hostname=to.host)
 
-    def _tls(self) -> ssl.SSLContext:
-        if self._context is None:
-            self._context = tls_context(self._settings)
-        return self._context
+    def _tls(self, to: Destination, server_name: str) -> ssl.SSLContext:
+        """The TLS context for a server name (its client certificate may be its own), made once."""
+        try:
+            cert = client_cert(self._settings, server_name)
+            context = self._contexts.get(cert)
+            if context is None:
+                context = self._contexts[cert] = tls_context(self._settings, cert)
+        except (OSError, ValueError) as exc:
+            raise UpstreamRefused(
+                f"{to.authority} not reached: the TLS options cannot be used: {exc}"
+            ) from None
+        return context
 
     def _proxy_authorization(self) -> bytes | None:
         auth = self._settings.proxy_auth
@@ -405,20 +455,25 @@ class UpstreamClients:
         self._close_idle()
 
 
-def _idle_and_open(conn: Connection) -> bool:
-    """Whether a kept-alive connection can take a request: nothing has come on it since its last answer
-    (its socket not readable: no close from z.ai on its way, even one the loop has not seen yet)."""
+def _reusable(conn: Connection) -> bool:
+    """Whether a kept-alive connection can take a request (the pool's rule, module docstring)."""
     reader, writer = conn
-    if reader.at_eof() or writer.is_closing():
+    if reader.unread or reader.at_eof() or reader.exception() is not None or writer.is_closing():
         return False
+    return not _waiting_in_kernel(writer)
+
+
+def _waiting_in_kernel(writer: asyncio.StreamWriter) -> bool:
+    """Whether a byte or a close waits on the socket that the loop has not read yet (poll, not select:
+    select fails on descriptors above FD_SETSIZE, 1024, which a busy proxy reaches)."""
     sock = writer.get_extra_info("socket")
-    if sock is None:
-        return True
-    try:
-        readable, _, _ = select.select([sock], [], [], 0)
-    except (OSError, ValueError):
+    if sock is None or not hasattr(
+        select, "poll"
+    ):  # no poll (Windows): the retry on a new connection covers it
         return False
-    return not readable
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN | select.POLLPRI)
+    return bool(poller.poll(0))
 
 
 def _connect_failure(exc: BaseException) -> str:
@@ -427,20 +482,9 @@ def _connect_failure(exc: BaseException) -> str:
         return f"certificate verify failed: {exc.verify_message or exc.reason}"
     if isinstance(exc, ssl.SSLError):
         return f"TLS handshake failed: {exc.reason or type(exc).__name__}"
+    if isinstance(exc, BadAnswer):
+        return f"the upstream proxy's answer: {exc}"
     return type(exc).__name__
-
-
-def _parse_head(head: bytes) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
-    lines = head[:-4].split(b"\r\n")
-    parts = lines[0].split(b" ", 2)
-    if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
-        raise UpstreamFailed("not an HTTP/1.x answer")
-    headers = []
-    for line in lines[1:]:
-        name, sep, value = line.partition(b":")
-        if sep:
-            headers.append((name.strip(), value.strip()))
-    return int(parts[1]), parts[2] if len(parts) > 2 else b"", headers
 
 
 def _proxy_address(url: str) -> tuple[str, int]:

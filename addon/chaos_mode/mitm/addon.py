@@ -77,7 +77,16 @@ if TYPE_CHECKING:
 log = logging.getLogger("chaos_mode")
 
 UPSTREAM_OPTIONS: Final = frozenset(
-    {"ssl_insecure", "ssl_verify_upstream_trusted_ca", "ssl_verify_upstream_trusted_confdir", "upstream_auth"}
+    {
+        "ssl_insecure",
+        "ssl_verify_upstream_trusted_ca",
+        "ssl_verify_upstream_trusted_confdir",
+        "upstream_auth",
+        "client_certs",
+        "tls_version_server_min",
+        "tls_version_server_max",
+        "ciphers_server",
+    }
 )
 CLIENT_DISCONNECTED: Final = "Client disconnected."  # mitmproxy's flow.error.msg when the client left
 ENABLED_CHOICES: Final = ("auto", "true", "false")
@@ -229,6 +238,10 @@ class ChaosMode:
                     ca_path=ctx.options.ssl_verify_upstream_trusted_confdir or None,
                     proxy_auth=ctx.options.upstream_auth or None,
                     read_timeout=self.forwarder.clients.settings.read_timeout,
+                    client_certs=ctx.options.client_certs or None,
+                    tls_min=ctx.options.tls_version_server_min,
+                    tls_max=ctx.options.tls_version_server_max,
+                    ciphers=ctx.options.ciphers_server or None,
                 )
             )
 
@@ -284,6 +297,7 @@ class ChaosMode:
         self.pool.reconfigure(config)
         self.stats.reconfigure(config)
         self.classifier = TierClassifier(config)
+        self.forwarder.limit_body(config.streams.max_body_bytes)
         chaos = config.chaos_mode
         log.info(
             "chaos mode %s: %s over %d models%s, %d slots%s",
@@ -516,9 +530,12 @@ class ChaosMode:
 
     async def response(self, flow: http.HTTPFlow) -> None:
         routed = self._requests.get(flow)
-        if routed is None or flow.response is None or routed.finished:
+        if routed is None or flow.response is None:
             return
         view = self._views[flow]
+        self._forget(view)  # answered without the forwarder: by another addon, say
+        if routed.finished:
+            return
         try:
             view.restore()
             answer = flow.response
@@ -575,8 +592,7 @@ class ChaosMode:
             return
         view = self._views[flow]
         view.restore()
-        if view.token is not None and not view.forwarded:
-            self.forwarder.forget(view.token)
+        self._forget(view)
         # The client went away (aborted), or the upstream broke the flow under a waiting client (error).
         client_left = flow.client_conn.state is ConnectionState.CLOSED or (
             flow.error is not None and flow.error.msg in (CLIENT_DISCONNECTED, flow.error.KILLED_MESSAGE)
@@ -585,6 +601,11 @@ class ChaosMode:
         grace = self.config.streams.abort_grace_seconds if client_left else 0.0
         routed.finish("aborted" if client_left else "error", grace=grace)
         self._limits_touched()
+
+    def _forget(self, view: FlowView) -> None:
+        """A flow that ends without the forwarder having taken it leaves no token behind."""
+        if view.token is not None and not view.forwarded:
+            self.forwarder.forget(view.token)
 
     # -- bad input ---------------------------------------------------------------------------------
 

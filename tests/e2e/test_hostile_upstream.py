@@ -1,0 +1,174 @@
+"""A hostile upstream behind a real mitmdump with the addon: every case answered as h11 frames it, or as
+mitmproxy alone would answer (502 for an answer that breaks, our 429 when no attempt got an answer h11
+reads), never another request's answer, never a stalled proxy, no API key in the log."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import httpx
+import pytest
+
+from chaos_mode.devtools.processes import ProxyProcess
+from support.hostile import BAD_CHUNK_SIZES, HEADER, MODES, STRAY, STRAY_SETTLE, HostileUpstream
+
+from .support import OPUS, poll, routing, status, wait_status_idle
+
+pytestmark = [pytest.mark.e2e]
+
+TIMEOUT = 15.0  # per request: a proxy that stalls fails the test instead of hanging it
+PROMPT = 5.0  # what a healthy proxy needs, at most, for one small answer here
+ANSWERED = [
+    "ok",
+    "ok-chunked",
+    "interim",
+    "folded",
+    "bare-lf",
+    "http10",
+    "connection-close",
+    "idle-bytes",
+    "trailing-bytes",
+    "late-interim",
+    "close-on-reuse",
+]
+BROKEN = [*BAD_CHUNK_SIZES, "cut-short"]  # the answer breaks: mitmproxy answers 502, as without the addon
+UNREAD = ["conflicting-length", "xchunked", "bad-version"]  # no attempt got an answer h11 reads: our 429
+_keys = itertools.count()
+
+
+def test_every_mode_has_an_expected_outcome() -> None:
+    assert sorted(ANSWERED + BROKEN + UNREAD) == sorted(MODES)
+
+
+@pytest.fixture(scope="module")
+def hostile() -> Iterator[HostileUpstream]:
+    with HostileUpstream() as upstream:
+        yield upstream
+
+
+@pytest.fixture(scope="module")
+def proxy(hostile: HostileUpstream) -> Iterator[ProxyProcess]:
+    with ProxyProcess(upstream=hostile.url, config=routing()) as proxy:
+        yield proxy
+
+
+@pytest.fixture
+async def client(proxy: ProxyProcess) -> Iterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=proxy.url, trust_env=False, timeout=TIMEOUT) as client:
+        yield client
+
+
+@dataclass
+class Seen:
+    key: str
+    status: int
+    answer_for: str | None  # whose answer it says it is (None: not an answer the upstream wrote)
+    text: str
+
+
+def new_key(mode: str) -> str:
+    return f"sk-hostile-{mode}-{next(_keys):04d}"
+
+
+async def ask(client: httpx.AsyncClient, mode: str, key: str | None = None) -> Seen:
+    """One request in `mode` (after a mode that sends stray bytes, once they came: see STRAY_SETTLE)."""
+    key = key or new_key(mode)
+    body = {"model": OPUS, "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}
+    headers = {HEADER: mode, "x-api-key": key, "anthropic-version": "2023-06-01"}
+    async with asyncio.timeout(TIMEOUT):
+        response = await client.post("/api/anthropic/v1/messages", json=body, headers=headers)
+    if mode in STRAY:
+        await asyncio.sleep(STRAY_SETTLE)
+    answer_for = None
+    if response.status_code == 200:
+        text = json.loads(response.content)["content"][0]["text"]
+        answer_for = text.removeprefix("answer for ")
+    return Seen(key, response.status_code, answer_for, response.text)
+
+
+@pytest.mark.parametrize("mode", ANSWERED)
+async def test_answers_h11_reads_reach_their_own_client(client: httpx.AsyncClient, mode: str) -> None:
+    for _ in range(2):  # twice: the second may come on the connection the first left
+        seen = await ask(client, mode)
+        assert seen.status == 200 and seen.answer_for == seen.key, seen
+
+
+@pytest.mark.parametrize("mode", BROKEN)
+async def test_an_answer_that_breaks_is_a_502_and_the_proxy_goes_on(
+    client: httpx.AsyncClient, proxy: ProxyProcess, mode: str
+) -> None:
+    """A chunk size h11 refuses (-6 once froze the whole proxy at 100% CPU), or an error answer cut short
+    (it reached the client as a complete 400 of the bytes that came)."""
+    seen = await ask(client, mode)
+    assert seen.status == 502, seen
+    async with asyncio.timeout(PROMPT):  # the proxy still answers at once
+        after = await ask(client, "ok")
+        await status(client, proxy)
+    assert after.answer_for == after.key
+
+
+async def test_a_stalled_stream_never_holds_up_the_others(client: httpx.AsyncClient) -> None:
+    stuck = asyncio.ensure_future(ask(client, "negative-chunk"))
+    async with asyncio.timeout(PROMPT):
+        others = await asyncio.gather(*(ask(client, "ok") for _ in range(4)))
+    assert all(s.answer_for == s.key for s in others), others
+    assert (await stuck).status == 502
+
+
+@pytest.mark.parametrize("mode", UNREAD)
+async def test_a_head_h11_refuses_is_never_read_as_an_answer(
+    client: httpx.AsyncClient, proxy: ProxyProcess, mode: str
+) -> None:
+    seen = await ask(client, mode)
+    assert seen.status == 429 and "not reached" in seen.text, seen
+    assert seen.key not in seen.text
+    await wait_status_idle(client, proxy)
+
+
+async def test_one_client_after_another_each_gets_its_own_answer_across_interim_answers(
+    client: httpx.AsyncClient,
+) -> None:
+    """The 1xx taken for the answer left every later request on that connection one answer behind."""
+    for _ in range(4):
+        seen = await ask(client, "interim")
+        assert seen.answer_for == seen.key, seen
+
+
+async def test_a_kept_connection_closed_as_the_request_came_costs_no_failover(
+    client: httpx.AsyncClient, proxy: ProxyProcess, hostile: HostileUpstream
+) -> None:
+    await ask(client, "ok")  # a kept connection to reuse
+    before = await status(client, proxy)
+    for _ in range(3):
+        seen = await ask(client, "close-on-reuse")
+        assert seen.answer_for == seen.key, seen
+    after = await wait_status_idle(client, proxy)
+    assert after["failovers"] == before["failovers"]
+
+
+async def test_two_clients_never_receive_each_others_answers_whatever_the_upstream_sends(
+    client: httpx.AsyncClient, proxy: ProxyProcess
+) -> None:
+    """Every mode, two clients at once (one after the other where the upstream sends stray bytes later: a
+    request sent before they come cannot be told from their answer, see STRAY_SETTLE), a few rounds: an
+    answer is its own client's or none; and no API key reached the proxy's log."""
+    keys: list[str] = []
+    for _ in range(2):
+        for mode in sorted(MODES):
+            a, b = new_key(mode), new_key(mode)
+            keys += [a, b]
+            if mode in STRAY:
+                pair = [await ask(client, mode, a), await ask(client, mode, b)]
+            else:
+                pair = await asyncio.gather(ask(client, mode, a), ask(client, mode, b))
+            for seen in pair:
+                assert seen.answer_for in (None, seen.key), seen
+                assert (a if seen.key == b else b) not in seen.text, seen
+    document = await poll(lambda: status(client, proxy), lambda d: d["usedCapacity"] == 0, PROMPT)
+    assert document["usedCapacity"] == 0, document
+    output = proxy.output()
+    assert not [key for key in keys if key in output]

@@ -1,0 +1,292 @@
+"""A hostile z.ai on loopback: every way an upstream was found to break HTTP/1.1, one mode each.
+
+Each request picks its mode with the `x-hostile` header (default `ok`), so a test names its case, and any
+mix of cases can share one server (and one mitmdump in front of it). Every answer that is an answer says
+whose it is: a Messages API reply with the text `answer for <x-api-key>`, so a test can tell one client's
+answer from another's whatever went wrong in between. The server runs in its own thread and event loop on
+127.0.0.1: a mitmdump child and an in-process client reach it alike, and it goes on answering while the
+test's loop waits. It reads requests with h11 and writes its answers raw (that is the point).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Final, Self
+
+import h11
+
+HEADER: Final = "x-hostile"
+# Seconds after an answer before `idle-bytes` (`late-interim`) sends its stray bytes. A request sent on that
+# connection before they come gets them for its answer, and no HTTP/1.1 client can tell: tests wait for them
+# (STRAY_SETTLE) before they send on, since the case is bytes that came while the connection was idle.
+IDLE_BYTES_DELAY: Final = 0.05
+STRAY_SETTLE: Final = 4 * IDLE_BYTES_DELAY
+STRAY: Final = frozenset({"idle-bytes", "late-interim"})
+START_TIMEOUT: Final = 5.0
+
+
+def message(key: str, model: str = "glm-4.7") -> bytes:
+    """A whole Messages API reply that says whose answer it is."""
+    return json.dumps(
+        {
+            "id": "msg_hostile",
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": [{"type": "text", "text": f"answer for {key}"}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 1, "output_tokens": 1},
+        }
+    ).encode()
+
+
+def answer(body: bytes, *headers: bytes, status: bytes = b"200 OK", version: bytes = b"HTTP/1.1") -> bytes:
+    """An answer with a Content-Length (`headers`: raw header lines, no CRLF)."""
+    lines = [b"%s %s" % (version, status), b"content-type: application/json", *headers]
+    return b"\r\n".join([*lines, b"content-length: %d" % len(body)]) + b"\r\n\r\n" + body
+
+
+def chunked(body: bytes, size_line: bytes | None = None) -> bytes:
+    """A chunked 200 answer of one chunk, its size line `size_line` when given (a bad one, say)."""
+    size = size_line if size_line is not None else b"%x" % len(body)
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"
+    return head + size + b"\r\n" + body + b"\r\n0\r\n\r\n"
+
+
+@dataclass
+class Turn:
+    """One request on one connection, as a mode sees it."""
+
+    key: str
+    model: str
+    served: int  # requests this connection answered before this one
+    writer: asyncio.StreamWriter
+
+    @property
+    def body(self) -> bytes:
+        return message(self.key, self.model)
+
+    async def send(self, data: bytes) -> None:
+        self.writer.write(data)
+        await self.writer.drain()
+
+
+# What a mode does after writing: go on serving the connection, stop reading it (holding it open until
+# the peer leaves, as an HTTP/1.0 server that is done but has not closed yet), or close it.
+SERVE, HOLD, CLOSE = "serve", "hold", "close"
+Mode = Callable[[Turn], Awaitable[str]]
+MODES: dict[str, Mode] = {}
+
+
+def mode(name: str) -> Callable[[Mode], Mode]:
+    def register(function: Mode) -> Mode:
+        MODES[name] = function
+        return function
+
+    return register
+
+
+def _interim(body: bytes) -> bytes:
+    hints = b"HTTP/1.1 103 Early Hints\r\nlink: </style.css>; rel=preload\r\n\r\n"
+    return b"HTTP/1.1 100 Continue\r\n\r\n" + hints + answer(body)
+
+
+def _bare_lf(body: bytes) -> bytes:
+    head, _, rest = answer(body).partition(b"\r\n\r\n")
+    return head.replace(b"\r\n", b"\n") + b"\n\n" + rest
+
+
+BAD_CHUNK_SIZES: Final = {
+    "negative-chunk": b"-6",
+    "hex-prefix-chunk": b"0x5",
+    "plus-chunk": b"+5",
+    "underscore-chunk": b"5_0",
+}
+# The modes that write once: what they write (from the answer's body), and what they do then.
+ONE_WRITE: Final[dict[str, tuple[Callable[[bytes], bytes], str]]] = {
+    "ok": (answer, SERVE),
+    "ok-chunked": (chunked, SERVE),
+    # 100 Continue and 103 Early Hints before the answer (RFC 9110 15.2: a client must pass over them).
+    "interim": (_interim, SERVE),
+    # An answer and, in the same write, a second one.
+    "trailing-bytes": (lambda body: answer(body) * 2, SERVE),
+    "conflicting-length": (lambda body: answer(body + b" " * 10, b"content-length: %d" % len(body)), SERVE),
+    "xchunked": (lambda body: chunked(body).replace(b": chunked", b": xchunked"), SERVE),
+    "bad-version": (lambda body: answer(body, status=b"0200 OK", version=b"HTTP/1.9"), SERVE),
+    # An HTTP/1.0 answer without keep-alive, and one with Connection: close: the connection serves no other
+    # request (it stays open a while, as a server that has not closed yet).
+    "http10": (lambda body: answer(body, version=b"HTTP/1.0"), HOLD),
+    "connection-close": (lambda body: answer(body, b"connection: close"), HOLD),
+    # The Content-Length folded onto a second line (obsolete line folding: h11 joins the lines).
+    "folded": (lambda body: answer(body).replace(b"content-length: ", b"content-length:\r\n "), SERVE),
+    # A head whose lines end in LF alone.
+    "bare-lf": (_bare_lf, SERVE),
+    # A chunk size h11 refuses, before a chunk of data.
+    **{
+        name: (lambda body, size=size: chunked(b"hello!" + body, size), HOLD)
+        for name, size in BAD_CHUNK_SIZES.items()
+    },
+}
+
+
+def _one_write(write: Callable[[bytes], bytes], then: str) -> Mode:
+    async def one_write(turn: Turn) -> str:
+        await turn.send(write(turn.body))
+        return then
+
+    return one_write
+
+
+for _name, (_write, _then) in ONE_WRITE.items():
+    mode(_name)(_one_write(_write, _then))
+
+
+@mode("idle-bytes")
+async def _idle_bytes(turn: Turn) -> str:
+    """An answer, then, while the connection is idle, another one nobody asked for (the same key's)."""
+    await turn.send(answer(turn.body))
+    await asyncio.sleep(IDLE_BYTES_DELAY)
+    await turn.send(answer(turn.body))
+    return SERVE
+
+
+@mode("late-interim")
+async def _late_interim(turn: Turn) -> str:
+    """An answer, then an interim answer while the connection is idle."""
+    await turn.send(answer(turn.body))
+    await asyncio.sleep(IDLE_BYTES_DELAY)
+    await turn.send(b"HTTP/1.1 100 Continue\r\n\r\n")
+    return SERVE
+
+
+CUT_SHORT_SENT: Final = 30
+
+
+@mode("cut-short")
+async def _cut_short(turn: Turn) -> str:
+    """A 400 that announces 100 bytes, sends 30 and closes."""
+    body = b'{"type":"error","error":{"type":"invalid_request_error","message":"%s"}}' % turn.key.encode()
+    body = body.ljust(100)
+    await turn.send(answer(body, status=b"400 Bad Request")[: -(100 - CUT_SHORT_SENT)])
+    return CLOSE
+
+
+@mode("close-on-reuse")
+async def _close_on_reuse(turn: Turn) -> str:
+    """Answers on a new connection; on one that served before, closes as the request arrives."""
+    if turn.served:
+        return CLOSE
+    await turn.send(answer(turn.body))
+    return SERVE
+
+
+@dataclass
+class Seen:
+    connection: int
+    mode: str
+    key: str
+
+
+@dataclass
+class HostileUpstream:
+    """The server: `with HostileUpstream() as upstream:` ... `upstream.url`; what it saw in `seen`."""
+
+    port: int = 0
+    connections: int = 0
+    seen: list[Seen] = field(default_factory=list)
+    _loop: asyncio.AbstractEventLoop | None = None
+    _thread: threading.Thread | None = None
+    _stop: asyncio.Event | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> Self:
+        listening = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(listening,), name="hostile", daemon=True)
+        self._thread.start()
+        if not listening.wait(START_TIMEOUT):
+            raise RuntimeError("the hostile upstream did not start")
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        if self._thread is not None:
+            self._thread.join(START_TIMEOUT)
+
+    def _run(self, listening: threading.Event) -> None:
+        asyncio.run(self._main(listening))
+
+    async def _main(self, listening: threading.Event) -> None:
+        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+        server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = int(server.sockets[0].getsockname()[1])
+        listening.set()
+        async with server:
+            await self._stop.wait()
+            server.close()
+            for task in asyncio.all_tasks() - {asyncio.current_task()}:
+                task.cancel()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        connection, served, carry = self.connections, 0, b""
+        try:
+            while True:
+                request, carry = await _read_request(reader, carry)
+                if request is None:
+                    return
+                headers = {k.decode(): v.decode("latin-1") for k, v in request.headers}
+                name = headers.get(HEADER, "ok")
+                key = headers.get("x-api-key", "")
+                self.seen.append(Seen(connection, name, key))
+                model = json.loads(request.body or b"{}").get("model", "glm-4.7")
+                then = await MODES[name](Turn(key, model, served, writer))
+                served += 1
+                if then == HOLD:
+                    await reader.read()  # until the peer leaves; nothing more is read as a request
+                if then != SERVE:
+                    return
+        except (ConnectionError, asyncio.CancelledError, h11.ProtocolError):
+            pass
+        finally:
+            writer.transport.abort()
+
+
+@dataclass
+class _Request:
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+
+
+async def _read_request(reader: asyncio.StreamReader, carry: bytes) -> tuple[_Request | None, bytes]:
+    """The next request on the connection (None at its end), and the bytes that came after it."""
+    parser = h11.Connection(h11.SERVER)
+    if carry:
+        parser.receive_data(carry)  # (an empty one would say the connection closed)
+    head: h11.Request | None = None
+    body = bytearray()
+    while True:
+        event = parser.next_event()
+        if event is h11.NEED_DATA:
+            data = await reader.read(65536)
+            if not data:
+                return None, b""
+            parser.receive_data(data)
+        elif isinstance(event, h11.Request):
+            head = event
+        elif isinstance(event, h11.Data):
+            body += event.data
+        elif isinstance(event, h11.EndOfMessage):
+            assert head is not None
+            return _Request(list(head.headers), bytes(body)), parser.trailing_data[0]
