@@ -31,6 +31,7 @@ from typing import Any
 
 from chaos_mode.config.schema import ModelRouting
 from chaos_mode.learning.limits import LearnedLimits, LimitView, Probe
+from chaos_mode.quota.tracker import QuotaTracker
 from chaos_mode.routing.cooldowns import Cooldowns, CooldownState
 from chaos_mode.routing.pool_status import (
     AccountPause,
@@ -50,6 +51,7 @@ from chaos_mode.routing.strategies import ModelEntry, Strategy, make_strategy
 from chaos_mode.routing.wait_queue import WaitQueue
 from chaos_mode.zai.catalog import ACCOUNT, REQUEST_TIERS, RequestTier
 from chaos_mode.zai.errors import Action, UpstreamError
+from chaos_mode.zai.quota import SPENT_CODE
 
 NO_ATTEMPTS: frozenset[str] = frozenset()
 NO_ACCOUNT_CAP = sys.maxsize  # no account limit known: only the models' own limits count
@@ -183,6 +185,8 @@ class ChaosPool:
         self._ended_on: dict[str, int] = {}
         self._next_slot_id = 1
         self.lost_races = 0  # slots taken on the local mirror that another proxy had taken first
+        # The 5-hour quota: every clean answer counts its model's weight, a 1308 says the window is spent.
+        self.quota = QuotaTracker(config.quota_weight, wall_clock)
         self.reconfigure(config)
 
     # -- configuration ----------------------------------------------------------------------------
@@ -247,6 +251,7 @@ class ChaosPool:
         self._sticky_on = config.chaos_mode.sticky_conversations
         self._cooldowns.reconfigure(config.cooldown)
         self._sticky.reconfigure(config.sticky.ttl_seconds, config.sticky.max_entries)
+        self.quota.reweigh(config.quota_weight)
         self._queue.dispatch()  # capacity may have grown
 
     def _derive(self) -> None:
@@ -618,6 +623,7 @@ class ChaosPool:
         if selection.slot_id in self._held:
             self._served.add(selection.slot_id)
         model, serving, total = selection.model, self._serving(selection.model), self._serving()
+        self.quota.answered(model)
         limits = self._limits
         limits.succeeded(model, serving, total, selection.probe)
         self._cooldowns.succeeded(model)
@@ -710,6 +716,8 @@ class ChaosPool:
                 self._cooldowns.take_out(model, error.reason, seconds)
                 return seconds
             case Action.ACCOUNT_PAUSE:
+                if error.code == SPENT_CODE:
+                    self.quota.spent(error.reset_at)
                 fallback = settings.max_seconds if error.code == "1313" else settings.account_pause_seconds
                 seconds = self._until(error.reset_at, retry_after, fallback)
                 self._cooldowns.pause_account(seconds, error.reason)
