@@ -12,27 +12,20 @@ from chaos_mode.quota.tracker import FRESH_SECONDS, QuotaTracker
 from chaos_mode.routing.pool import ChaosPool, Ticket
 from chaos_mode.zai.errors import classify_error
 from chaos_mode.zai.quota import WINDOW_SECONDS
+from support.fakes import FakeClock
 
 T0 = 1_700_000_000.0
 HOUR = 3600.0
 
 
-class Clock:
-    def __init__(self, now: float = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_nothing_known_is_all_null_from_the_estimate() -> None:
-    status = QuotaTracker(lambda _: 1.0, Clock()).status()
+    status = QuotaTracker(lambda _: 1.0, FakeClock(T0)).status()
     assert status["usedPercent"] is None and status["runsOutAt"] is None and status["burnPerHour"] is None
     assert status["source"] == "estimate" and status["error"] is None and status["history"] == []
 
 
 def test_zai_while_fresh_then_the_estimate() -> None:
-    clock = Clock()
+    clock = FakeClock(T0)
     tracker = QuotaTracker(lambda _: 1.0, clock)
     reset = T0 + 4.5 * HOUR  # the window started half an hour ago
     for _ in range(20):
@@ -50,7 +43,7 @@ def test_zai_while_fresh_then_the_estimate() -> None:
 
 
 def test_a_failure_is_shown_until_a_reading_succeeds() -> None:
-    tracker = QuotaTracker(lambda _: 1.0, Clock())
+    tracker = QuotaTracker(lambda _: 1.0, FakeClock(T0))
     tracker.failed("HTTP 500")
     assert tracker.status()["error"] == "HTTP 500"
     tracker.read(QuotaReading(1.0, None))
@@ -58,7 +51,7 @@ def test_a_failure_is_shown_until_a_reading_succeeds() -> None:
 
 
 def test_a_reading_past_its_reset_says_nothing_of_the_next_window() -> None:
-    clock = Clock()
+    clock = FakeClock(T0)
     tracker = QuotaTracker(lambda _: 1.0, clock)
     tracker.read(QuotaReading(90.0, T0 + 60))
     clock.now += 61
@@ -77,7 +70,7 @@ def test_the_pool_counts_answers_by_weight_and_learns_the_scale_from_1308() -> N
             }
         }
     )
-    clock, wall = Clock(0.0), Clock()
+    clock, wall = FakeClock(0.0), FakeClock(T0)
     pool = ChaosPool(config, clock=clock, wall_clock=wall)
     for _ in range(3):
         slot = pool.try_acquire(Ticket("heavy"))
@@ -97,7 +90,7 @@ def test_the_pool_counts_answers_by_weight_and_learns_the_scale_from_1308() -> N
 
 
 def test_weights_follow_a_reload() -> None:
-    pool = ChaosPool(default_config(), wall_clock=Clock())
+    pool = ChaosPool(default_config(), wall_clock=FakeClock(T0))
     pool.quota.answered("glm-4.7")
     config = parse_config(
         {"modelRouting": {"models": {"glm-4.7": {"tier": "HEAVY", "maxConcurrency": 3, "quotaWeight": 2.5}}}}
