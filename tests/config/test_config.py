@@ -341,7 +341,11 @@ def test_an_empty_or_odd_key_is_quoted_in_the_error(block: dict[str, object], wh
 
 def test_the_quota_section_and_weights() -> None:
     config = default_config()
-    assert (config.quota.pace, config.quota.poll_seconds) == (False, 60.0)
+    assert (config.quota.pace, config.quota.poll_seconds, config.quota.window_seconds) == (
+        False,
+        60.0,
+        18000.0,
+    )
     assert config.quota_weight("glm-4.7") == 1.0 and config.quota_weight("not-in-catalog") == 1.0
     paced = routing(
         quota={"pace": True, "pollSeconds": 30},

@@ -31,6 +31,7 @@ from chaos_mode.zai.catalog import (
     ModelTier,
     RequestTier,
 )
+from chaos_mode.zai.quota import WINDOW_SECONDS
 
 StrategyName = Literal["least-loaded", "round-robin", "weighted-random"]
 
@@ -249,6 +250,12 @@ class QuotaSettings(_Base):
     )
     poll_backoff_max_seconds: Float = Field(
         default=900.0, ge=5, le=86_400, description="failed reads wait twice as long each time, up to this"
+    )
+    window_seconds: Float = Field(
+        default=WINDOW_SECONDS,
+        ge=1,
+        le=31 * 86_400,
+        description="the quota's window: z.ai's 5 hours (another length for a simulator's short window)",
     )
 
     @model_validator(mode="after")

@@ -1,11 +1,11 @@
 """The proxy's own count of the 5-hour window, for when z.ai's reading is not to be had.
 
-Each answer z.ai served counts its model's `quotaWeight` (1 by default) in the current window. A window opens
-with the first answer after the last one ended and lasts `WINDOW_SECONDS`, or until the reset a 1308 names.
-The **scale** (the weight a whole window holds) is learned: at a 1308 the window is spent, so what was
-counted then is 100%; a reading from z.ai of at least `CALIBRATE_FROM` percent sets it too (counted / used).
-Until a scale is known the estimate counts but says no percent. It counts only this proxy's traffic: other
-clients of the account (or other proxies of a fleet) make it read low.
+Each answer z.ai served counts its model's `quotaWeight` (1 by default) in the current window. A window
+opens with the first answer after the last one ended and lasts `quota.windowSeconds` (z.ai's 5 hours), or
+until the reset a 1308 names. The **scale** (the weight a whole window holds) is learned: at a 1308 the
+window is spent, so what was counted then is 100%; a reading from z.ai of at least `CALIBRATE_FROM` percent
+sets it too (counted / used). Until a scale is known the estimate counts but says no percent. It counts
+only this proxy's traffic: other clients of the account (or other proxies of a fleet) make it read low.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ MAX_SAMPLES: Final = 4096
 class TrafficEstimate:
     """The weight counted in the current window, by model, and the learned scale."""
 
-    def __init__(self, weight: Callable[[str], float]) -> None:
+    def __init__(self, weight: Callable[[str], float], window_seconds: float = WINDOW_SECONDS) -> None:
         self.weight = weight
+        self.window_seconds = window_seconds
         self.scale: float | None = None
         self.start: float | None = None
         self.end: float | None = None
@@ -38,7 +39,7 @@ class TrafficEstimate:
         """z.ai served a request on `model`: its weight counts in the window."""
         self._roll(now)
         if self.start is None:
-            self.start, self.end = now, now + WINDOW_SECONDS
+            self.start, self.end = now, now + self.window_seconds
         units = self.weight(model)
         self.units += units
         self.by_model[model] = self.by_model.get(model, 0.0) + units
@@ -51,10 +52,11 @@ class TrafficEstimate:
         self._roll(now)
         if self.units > 0:
             self.scale = self.units
+            self._samples.append((now, self.units))  # spent now, not at the last answer
         if reset_at is not None and reset_at > now:
             self.end = reset_at
             if self.start is None:
-                self.start = reset_at - WINDOW_SECONDS
+                self.start = reset_at - self.window_seconds
 
     def calibrate(self, used_percent: float, now: float) -> None:
         """z.ai says `used_percent` of the window is used: the scale follows, when it says enough."""

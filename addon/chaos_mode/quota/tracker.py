@@ -30,14 +30,22 @@ class QuotaTracker:
     ) -> None:
         self._clock = clock
         self.fresh_seconds = fresh_seconds
+        self.window_seconds = WINDOW_SECONDS
         self.estimate = TrafficEstimate(weight)
         self.error: str | None = None  # the last failure of the reading, until a reading succeeds
+        self.reader = "off"  # "on" while a key is configured to read z.ai's quota with
+        self.read_failures = 0
         self.read_at: float | None = None
         self._reading: QuotaReading | None = None
         self._readings: deque[Sample] = deque(maxlen=1024)  # z.ai's, this window's
 
-    def reweigh(self, weight: Callable[[str], float]) -> None:
+    def reconfigure(
+        self, weight: Callable[[str], float], *, poll_seconds: float, window_seconds: float = WINDOW_SECONDS
+    ) -> None:
+        """New weights and window; a reading stays fresh for three polls (at least `FRESH_SECONDS`)."""
         self.estimate.weight = weight
+        self.estimate.window_seconds = self.window_seconds = window_seconds
+        self.fresh_seconds = max(FRESH_SECONDS, 3 * poll_seconds)
 
     # -- fed by the pool and the poller ------------------------------------------------------------
 
@@ -58,6 +66,7 @@ class QuotaTracker:
 
     def failed(self, error: str) -> None:
         self.error = error
+        self.read_failures += 1
 
     # -- read ---------------------------------------------------------------------------------------
 
@@ -73,7 +82,7 @@ class QuotaTracker:
             resets_at = self._reading.resets_at
             if resets_at is not None and now >= resets_at:
                 return [], None, None  # z.ai's window reset since: nothing known of the next one yet
-            start = resets_at - WINDOW_SECONDS if resets_at is not None else None
+            start = resets_at - self.window_seconds if resets_at is not None else None
             return list(self._readings), start, resets_at
         estimate = self.estimate
         return estimate.samples(now), estimate.start, estimate.end
@@ -98,6 +107,7 @@ class QuotaTracker:
             "burnPerHour": None if seen is None else round(seen.burn_per_hour, 2),
             "runsOutAt": None if seen is None or seen.runs_out_at is None else round(seen.runs_out_at),
             "source": self.source,
+            "reader": self.reader,
             "error": self.error,
             "readAt": None if self.read_at is None else round(self.read_at),
             "level": self._reading.level if self._reading is not None else None,

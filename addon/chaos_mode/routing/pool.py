@@ -251,7 +251,10 @@ class ChaosPool:
         self._sticky_on = config.chaos_mode.sticky_conversations
         self._cooldowns.reconfigure(config.cooldown)
         self._sticky.reconfigure(config.sticky.ttl_seconds, config.sticky.max_entries)
-        self.quota.reweigh(config.quota_weight)
+        quota = config.quota
+        self.quota.reconfigure(
+            config.quota_weight, poll_seconds=quota.poll_seconds, window_seconds=quota.window_seconds
+        )
         self._queue.dispatch()  # capacity may have grown
 
     def _derive(self) -> None:
