@@ -18,6 +18,7 @@ from chaos_mode.doors.door import DOORS
 from chaos_mode.doors.messages import BAD_KINDS
 from chaos_mode.fleet.figures import FleetFigures
 from chaos_mode.observe.stats import OTHER_MODEL, OUTCOMES, WAIT_BUCKETS, Stats
+from chaos_mode.quota.tracker import QuotaTracker
 from chaos_mode.routing.pool import ChaosPool
 from chaos_mode.routing.pool_status import ModelStatus, PoolStatus, QueueStatus
 from chaos_mode.zai.catalog import REQUEST_TIERS
@@ -85,6 +86,49 @@ METRICS: Final[tuple[MetricSpec, ...]] = (
         "gauge",
         (),
         "Seconds left of an account-wide pause (z.ai 1308/1310/1313); 0 when none.",
+    ),
+    _spec(
+        "quota_used_ratio",
+        "gauge",
+        (),
+        "Share of the 5-hour quota used, 0 to 1: z.ai's reading (chaos_quota), else the proxy's estimate; "
+        "no sample while neither knows.",
+    ),
+    _spec(
+        "quota_resets_at_seconds",
+        "gauge",
+        (),
+        "Unix time the 5-hour window resets; no sample while not known.",
+    ),
+    _spec(
+        "quota_burn_ratio_per_hour",
+        "gauge",
+        (),
+        "Share of the 5-hour quota used per hour over the last hour (the forecast's burn).",
+    ),
+    _spec(
+        "quota_runs_out_at_seconds",
+        "gauge",
+        (),
+        "Unix time the quota runs out at the current burn, before the reset; 0 when it lasts.",
+    ),
+    _spec(
+        "quota_source_info",
+        "gauge",
+        ("source",),
+        "Always 1; source zai (a fresh reading of z.ai's quota endpoint) or estimate (the proxy's count).",
+    ),
+    _spec(
+        "quota_counted_prompts",
+        "gauge",
+        (),
+        "Prompts (each weighted by its model's quotaWeight) this proxy counted in the current window.",
+    ),
+    _spec(
+        "quota_read_failures_total",
+        "counter",
+        (),
+        "Readings of z.ai's quota endpoint that failed (not reached, 401, 500, an unreadable body).",
     ),
     _spec("model_info", "gauge", ("model", "tier", "free"), "Always 1; the catalog tier of each model."),
     _spec("model_in_flight", "gauge", ("model",), "Requests holding a slot of the model now."),
@@ -294,6 +338,7 @@ class PoolCollector(Collector):
         self._models(f, status.models)
         self._traffic(f, list(status.models))
         self._queue(f, status.queue)
+        self._quota(f, self._pool.quota)
         f.counter("failovers").add_metric([], float(self._stats.failovers))
         f.counter("sticky_moves").add_metric([], float(status.sticky.moves))
         f.gauge("sticky_entries").add_metric([], float(status.sticky.entries))
@@ -379,6 +424,19 @@ class PoolCollector(Collector):
             f.counter("tokens").add_metric([name, "input"], tokens_in[name])
             f.counter("tokens").add_metric([name, "output"], tokens_out[name])
             f.counter("estimated_cost_dollars").add_metric([name], spend[name])
+
+    @staticmethod
+    def _quota(f: _Families, quota: QuotaTracker) -> None:
+        forecast = quota.forecast()
+        if forecast is not None:
+            f.gauge("quota_used_ratio").add_metric([], forecast.used_percent / 100)
+            if forecast.resets_at is not None:
+                f.gauge("quota_resets_at_seconds").add_metric([], forecast.resets_at)
+            f.gauge("quota_burn_ratio_per_hour").add_metric([], forecast.burn_per_hour / 100)
+            f.gauge("quota_runs_out_at_seconds").add_metric([], forecast.runs_out_at or 0.0)
+        f.gauge("quota_source_info").add_metric([quota.source], 1.0)
+        f.gauge("quota_counted_prompts").add_metric([], quota.estimate.units)
+        f.counter("quota_read_failures").add_metric([], float(quota.read_failures))
 
     def _queue(self, f: _Families, queue: QueueStatus) -> None:
         stats = self._stats
