@@ -357,7 +357,7 @@ def test_the_quota_section_and_weights() -> None:
 @pytest.mark.parametrize(
     ("block", "match"),
     [
-        ({"quota": {"pollSeconds": 1}}, r"modelRouting\.quota\.pollSeconds: Input should be greater"),
+        ({"quota": {"pollSeconds": 0.5}}, r"modelRouting\.quota\.pollSeconds: Input should be greater"),
         (
             {"quota": {"pollSeconds": 600, "pollBackoffMaxSeconds": 60}},
             "pollBackoffMaxSeconds: must be at least",

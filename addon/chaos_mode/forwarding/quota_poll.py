@@ -20,7 +20,9 @@ from chaos_mode.zai.quota import QUOTA_PATH
 
 log = logging.getLogger("chaos_mode")
 
-READ_SECONDS: Final = 20.0  # one reading, connection included, before it counts as failed
+READ_SECONDS: Final = (
+    20.0  # one reading, connection included, before it counts as failed (at most the interval)
+)
 MAX_BODY: Final = 256 * 1024
 MASK: Final = "<key>"
 
@@ -67,14 +69,15 @@ class QuotaPoller:
 
     async def _run(self, plan: PollPlan, key: Callable[[], str]) -> None:
         while True:
-            failed = await self.read_once(plan.destination, key())
+            failed = await self.read_once(plan.destination, key(), timeout=min(READ_SECONDS, plan.every))
             self.failures = self.failures + 1 if failed else 0
             await asyncio.sleep(next_delay(plan, self.failures))
 
-    async def read_once(self, to: Destination, key: str) -> bool:
-        """One reading into the tracker; True when it failed (the tracker says why)."""
+    async def read_once(self, to: Destination, key: str, *, timeout: float | None = None) -> bool:
+        """One reading into the tracker, given up after `timeout` seconds (`READ_SECONDS`); True when it
+        failed (the tracker says why)."""
         self.reads += 1
-        status, body, error = await self._fetch(to, key)
+        status, body, error = await self._fetch(to, key, READ_SECONDS if timeout is None else timeout)
         if error is None and status != 200:
             error = f"HTTP {status}" + (": the key was refused" if status in (401, 403) else "")
         if error is None:
@@ -88,17 +91,17 @@ class QuotaPoller:
         self._tracker.failed(_masked(f"quota not read from {to.authority}: {error}", key))
         return True
 
-    async def _fetch(self, to: Destination, key: str) -> tuple[int, bytes, str | None]:
+    async def _fetch(self, to: Destination, key: str, timeout: float) -> tuple[int, bytes, str | None]:
         headers = [(b"authorization", key.encode("latin-1", "replace")), (b"accept", b"application/json")]
         try:
-            async with asyncio.timeout(READ_SECONDS):
+            async with asyncio.timeout(timeout):
                 response = await self._clients.send(to, b"GET", QUOTA_PATH.encode(), headers, b"")
                 try:
                     _, body, complete = await response.read_body(MAX_BODY)
                 finally:
                     response.close()
         except TimeoutError:
-            return 0, b"", f"no answer within {READ_SECONDS:g} s"
+            return 0, b"", f"no answer within {timeout:g} s"
         except (UpstreamFailed, OSError) as exc:
             return 0, b"", str(exc) or type(exc).__name__
         if not complete:
