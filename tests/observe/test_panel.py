@@ -235,6 +235,9 @@ def test_the_quota_line_says_used_reset_burn_and_forecast() -> None:
     assert quota_line(quota_panel({**known, "runsOutAt": WALL + 7200})) == (
         "Quota (estimate): 40.0% used, resets in 3h00m, 30.0%/h, runs out in 2h00m"
     )
+    paced = {**known, "runsOutAt": WALL + 60, "pacing": {"enabled": True, "preferLowerWeight": True,
+             "maxConcurrency": 4, "reason": "", "pacedWaits": 7}}  # fmt: skip
+    assert quota_line(quota_panel(paced)).endswith("runs out in 1m; paced: at most 4 at once (7 paced waits)")
     lasting = {**known, "runsOutAt": None, "source": "zai", "error": "quota not read: HTTP 500"}
     assert quota_line(quota_panel(lasting)) == (
         "Quota (zai): 40.0% used, resets in 3h00m, 30.0%/h, lasts; quota not read: HTTP 500"

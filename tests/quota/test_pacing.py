@@ -63,3 +63,11 @@ def test_the_cap_affords_no_more_than_the_rest_of_the_window(
     allowed = affordable_burn(used, now=NOW, resets_at=NOW + 3 * HOUR)
     # at the same burn per request, the capped concurrency burns at most what is affordable (or one request)
     assert plan.max_concurrency == 1 or plan.max_concurrency * burn / concurrency <= allowed + 1e-9
+
+
+def test_engaged_in_this_window_the_cap_stays_worked_out_once_it_lasts() -> None:
+    """The cap made the quota last: pacing goes on capping at the burn per request, not off and on."""
+    lasting = Forecast(70.0, NOW + 2 * HOUR, 10.0, None)  # 10 %/h with the cap of 2 in force
+    assert pace(lasting, now=NOW, concurrency=2.0, lighter_left=False) is NOT_PACED
+    plan = pace(lasting, now=NOW, concurrency=2.0, lighter_left=False, engaged=True)
+    assert plan.max_concurrency == 2  # (97 - 70) / 2 h = 13.5 %/h affordable at 5 %/h a request

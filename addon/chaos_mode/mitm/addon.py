@@ -676,7 +676,7 @@ class ChaosMode:
 
     def chaos_stats(self) -> dict[str, Any]:
         stats = chaos_stats(served(self.pool.status()), self.stats)
-        stats["quota"] = self.pool.quota.status()
+        stats["quota"] = self.pool.quota_status()
         stats["fleet"] = None
         if self.fleet is not None:
             from chaos_mode.fleet.redis_store import fleet_status

@@ -18,7 +18,6 @@ from chaos_mode.doors.door import DOORS
 from chaos_mode.doors.messages import BAD_KINDS
 from chaos_mode.fleet.figures import FleetFigures
 from chaos_mode.observe.stats import OTHER_MODEL, OUTCOMES, WAIT_BUCKETS, Stats
-from chaos_mode.quota.tracker import QuotaTracker
 from chaos_mode.routing.pool import ChaosPool
 from chaos_mode.routing.pool_status import ModelStatus, PoolStatus, QueueStatus
 from chaos_mode.zai.catalog import REQUEST_TIERS
@@ -123,6 +122,18 @@ METRICS: Final[tuple[MetricSpec, ...]] = (
         "gauge",
         (),
         "Prompts (each weighted by its model's quotaWeight) this proxy counted in the current window.",
+    ),
+    _spec(
+        "quota_paced_max_concurrency",
+        "gauge",
+        (),
+        "With quota.pace: the most requests pacing lets be in flight now; no sample while it caps nothing.",
+    ),
+    _spec(
+        "quota_paced_waits_total",
+        "counter",
+        (),
+        "Requests that waited in the queue because pacing held the concurrency down (quota.pace).",
     ),
     _spec(
         "quota_read_failures_total",
@@ -338,7 +349,7 @@ class PoolCollector(Collector):
         self._models(f, status.models)
         self._traffic(f, list(status.models))
         self._queue(f, status.queue)
-        self._quota(f, self._pool.quota)
+        self._quota(f, self._pool)
         f.counter("failovers").add_metric([], float(self._stats.failovers))
         f.counter("sticky_moves").add_metric([], float(status.sticky.moves))
         f.gauge("sticky_entries").add_metric([], float(status.sticky.entries))
@@ -426,7 +437,8 @@ class PoolCollector(Collector):
             f.counter("estimated_cost_dollars").add_metric([name], spend[name])
 
     @staticmethod
-    def _quota(f: _Families, quota: QuotaTracker) -> None:
+    def _quota(f: _Families, pool: ChaosPool) -> None:
+        quota = pool.quota
         forecast = quota.forecast()
         if forecast is not None:
             f.gauge("quota_used_ratio").add_metric([], forecast.used_percent / 100)
@@ -436,6 +448,10 @@ class PoolCollector(Collector):
             f.gauge("quota_runs_out_at_seconds").add_metric([], forecast.runs_out_at or 0.0)
         f.gauge("quota_source_info").add_metric([quota.source], 1.0)
         f.gauge("quota_counted_prompts").add_metric([], quota.estimate.units)
+        pacing = pool.quota_status()["pacing"] if pool.config.quota.pace else None
+        if pacing is not None and pacing["maxConcurrency"] is not None:
+            f.gauge("quota_paced_max_concurrency").add_metric([], float(pacing["maxConcurrency"]))
+        f.counter("quota_paced_waits").add_metric([], float(pool.paced_waits))
         f.counter("quota_read_failures").add_metric([], float(quota.read_failures))
 
     def _queue(self, f: _Families, queue: QueueStatus) -> None:

@@ -96,6 +96,14 @@ def _quota(quota: dict[str, Any] | None, now: float) -> str | None:
         line += f", {quota['burnPerHour']:.1f}%/h, "
         runs_out = quota["runsOutAt"]
         line += "lasts" if runs_out is None else f"runs out in {_duration(runs_out - now)}"
+    pacing = quota.get("pacing")
+    if pacing and pacing["enabled"]:
+        if pacing["maxConcurrency"] is not None:
+            line += f"; paced: at most {pacing['maxConcurrency']} at once"
+        elif pacing["preferLowerWeight"]:
+            line += "; paced: lighter models first"
+        if pacing["pacedWaits"]:
+            line += f" ({pacing['pacedWaits']} paced waits)"
     if quota["error"]:
         line += f"; {quota['error']}"
     return line

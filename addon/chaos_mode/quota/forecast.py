@@ -1,6 +1,7 @@
 """The forecast of the 5-hour window: used, burn per hour, and when it runs out at the current pace.
 
-One estimator: the **burn** is the rise of the used percent over the last `BURN_HORIZON` (an hour), measured
+One estimator: the **burn** is the rise of the used percent over the last `BURN_HORIZON` (an hour, or a fifth
+of a shorter window), measured
 from the last sample at or before that horizon, or from the window's start (0% used then) when the window is
 younger; the used percent then grows at that burn from the latest sample. The quota **runs out** when that
 line reaches 100%, unless the window resets first (then it lasts: `runs_out_at` None). An hour smooths over
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-BURN_HORIZON: Final = 3600.0  # seconds of history the burn is measured over
+BURN_HORIZON: Final = 3600.0  # seconds of history the burn is measured over (at most a fifth of the window)
 
 Sample = tuple[float, float]  # (unix s, percent used)
 
@@ -59,10 +60,15 @@ def runs_out_at(used: float, burn: float, *, at: float, resets_at: float | None)
 
 
 def forecast(
-    samples: Sequence[Sample], *, now: float, window_start: float | None, resets_at: float | None
+    samples: Sequence[Sample],
+    *,
+    now: float,
+    window_start: float | None,
+    resets_at: float | None,
+    horizon: float = BURN_HORIZON,
 ) -> Forecast:
     """The forecast from this window's samples of the used percent (time order)."""
     at, used = samples[-1] if samples else (now, 0.0)
     used = min(max(used, 0.0), 100.0)
-    burn = burn_per_hour(samples, now=now, window_start=window_start)
+    burn = burn_per_hour(samples, now=now, window_start=window_start, horizon=horizon)
     return Forecast(used, resets_at, burn, runs_out_at(used, burn, at=at, resets_at=resets_at))

@@ -1,10 +1,13 @@
 """The pacing rule: what the pool does when the forecast says the quota runs out before the reset.
 
 In order: (1) prefer models of a lower `quotaWeight` within the request's quality floor, as long as lighter
-models are left to prefer; (2) once none is, admit fewer requests at once: the concurrency in use scaled by
-the burn the rest of the window affords over the burn now (at least one), so that the window ends with
-`TARGET_PERCENT` used rather than a 1308. A quota that lasts is not paced; nor one whose reset is unknown
-beyond step (1).
+models are left to prefer; (2) once none is, admit fewer requests at once: the concurrency scaled by the
+burn the rest of the window affords over the burn now (at least one), so that the window ends with
+`TARGET_PERCENT` used rather than a 1308. The concurrency is the mean in flight over the burn's horizon,
+so a cap in force is not lowered again for the burn it inherited: in force, the cap is what the window
+affords at the burn per request, and it stays worked out so until the window resets (`engaged`), even once
+the forecast says the quota lasts (because of the cap). A quota that lasts and was never paced in this
+window is not paced; nor, beyond step (1), one whose reset is unknown.
 """
 
 from __future__ import annotations
@@ -36,14 +39,18 @@ def affordable_burn(used: float, *, now: float, resets_at: float) -> float:
     return max(TARGET_PERCENT - used, 0.0) / hours
 
 
-def pace(forecast: Forecast | None, *, now: float, concurrency: int, lighter_left: bool) -> PacePlan:
-    """The plan for `forecast`, with `concurrency` requests in flight; `lighter_left`: some request's floor
-    still admits a model lighter than the ones it is served by."""
-    if forecast is None or forecast.runs_out_at is None:
+def pace(
+    forecast: Forecast | None, *, now: float, concurrency: float, lighter_left: bool, engaged: bool = False
+) -> PacePlan:
+    """The plan for `forecast`; `concurrency`: the mean of the requests in flight while the burn was
+    measured; `lighter_left`: some request in flight is served by a model heavier than the lightest its
+    quality floor admits; `engaged`: pacing was in force earlier in this window."""
+    if forecast is None or (forecast.runs_out_at is None and not engaged):
         return NOT_PACED
     if lighter_left or forecast.resets_at is None:
-        return PacePlan(True, None, "the quota runs out before the reset: lighter models first")
+        return PacePlan(True, None, "the quota would run out before the reset: lighter models first")
     allowed = affordable_burn(forecast.used_percent, now=now, resets_at=forecast.resets_at)
     burn = forecast.burn_per_hour
-    cap = concurrency if burn <= 0 else math.floor(max(concurrency, 1) * allowed / burn)
-    return PacePlan(True, max(cap, 1), f"the quota runs out before the reset: at most {max(cap, 1)} at once")
+    cap = math.ceil(concurrency) if burn <= 0 else math.floor(max(concurrency, 1.0) * allowed / burn)
+    cap = max(cap, 1)
+    return PacePlan(True, cap, f"what the window affords until its reset: at most {cap} at once")

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any, Final, Literal
 
 from chaos_mode.quota.estimate import TrafficEstimate
-from chaos_mode.quota.forecast import Forecast, Sample, forecast
+from chaos_mode.quota.forecast import BURN_HORIZON, Forecast, Sample, forecast
 from chaos_mode.quota.reading import QuotaReading
 from chaos_mode.zai.quota import WINDOW_SECONDS
 
@@ -71,6 +71,11 @@ class QuotaTracker:
     # -- read ---------------------------------------------------------------------------------------
 
     @property
+    def horizon(self) -> float:
+        """The burn's horizon: an hour, or a fifth of a shorter window."""
+        return min(BURN_HORIZON, self.window_seconds / 5)
+
+    @property
     def source(self) -> Source:
         fresh = self.read_at is not None and self._clock() - self.read_at <= self.fresh_seconds
         return "zai" if fresh and self._reading is not None else "estimate"
@@ -92,7 +97,9 @@ class QuotaTracker:
         samples, start, resets_at = self._samples()
         if not samples:
             return None
-        return forecast(samples, now=self._clock(), window_start=start, resets_at=resets_at)
+        return forecast(
+            samples, now=self._clock(), window_start=start, resets_at=resets_at, horizon=self.horizon
+        )
 
     def status(self) -> dict[str, Any]:
         """`/api/status`'s `quota`: times in unix seconds, percents of the window."""
