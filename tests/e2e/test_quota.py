@@ -182,3 +182,51 @@ async def test_the_forecast_after_a_tenth_of_the_window_is_within_a_tenth_of_the
     at, runs_out = tenth["readAt"] - window_start, tenth["runsOutAt"] - window_start
     said = f"read at {at:.1f} s: runs out at {runs_out:.1f} s, spent at {spent_at - window_start:.1f} s"
     assert error <= 0.10, said
+
+
+async def _swarm(proxy: ProxyProcess, agents: int, until: float) -> tuple[int, list[int], float]:
+    """`agents` agents, each asking again as soon as it is answered, until `until` (monotonic) or the
+    first refusal: (answers, the statuses that were no 200, the longest a request took)."""
+    answers, refused, longest = 0, [], 0.0
+
+    async def agent(client: httpx.AsyncClient) -> None:
+        nonlocal answers, longest
+        while time.monotonic() < until:
+            started = time.monotonic()
+            response = await ask(client, proxy)
+            longest = max(longest, time.monotonic() - started)
+            if response.status_code != 200:
+                refused.append(response.status_code)
+                return
+            answers += 1
+
+    async with httpx.AsyncClient(trust_env=False, timeout=CLIENT_TIMEOUT) as client:
+        await asyncio.gather(*(agent(client) for _ in range(agents)))
+    return answers, refused, longest
+
+
+async def test_pacing_spreads_the_quota_over_the_window_without_a_1308(
+    make_sim: MakeSim, make_proxy: MakeProxy, http: httpx.AsyncClient
+) -> None:
+    """6 agents that would spend the quota in under half of a 20-s window: unpaced they meet 1308 and stop;
+    paced (quota.pace, with a key) they are served all window long, with no 1308 and no 429. (Paced, the
+    window ends about 97% spent, and the second or two before the first reading goes unpaced.)"""
+    window, prompts, agents = 20.0, 100, 6
+    settings = {"quota": prompts, "quota_window_seconds": window, "quota_key": KEY, "latency_ms": 400}
+    quota = {"pollSeconds": 1, "windowSeconds": window}
+    unpaced_sim = await make_sim(**settings)
+    unpaced = await make_proxy(**keyed_proxy(unpaced_sim, routing(quota=quota)))
+    answered, refused, _ = await _swarm(unpaced, agents, time.monotonic() + window - 2)
+    assert refused and (await unpaced_sim.stats())["quota"]["refused"] >= 1  # 1308 met
+    paced_sim = await make_sim(**settings)
+    paced = await make_proxy(**keyed_proxy(paced_sim, routing(quota={**quota, "pace": True})))
+    await poll(lambda: quota_of(http, paced), lambda q: q["readAt"] is not None, 10.0)
+    paced_answers, paced_refused, longest = await _swarm(paced, agents, time.monotonic() + window - 2)
+    truth = (await paced_sim.stats())["quota"]
+    shown = await quota_of(http, paced)
+    said = f"paced {paced_answers} answers (longest {longest:.1f} s), unpaced {answered}; {shown['pacing']}"
+    print(said, f"; the quota used paced: {truth['used']:g} of {prompts}")  # shown with -s
+    assert paced_refused == [] and truth["refused"] == 0, said
+    assert shown["pacing"]["pacedWaits"] > 0, said
+    assert paced_answers >= 0.75 * answered, said
+    assert longest < 60, said  # the queue's timeout: nobody got its 429
