@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import random
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
@@ -19,13 +20,17 @@ from hypothesis import strategies as st
 
 from chaos_mode.config.schema import default_config
 from chaos_mode.devtools.processes import RedisProcess
-from chaos_mode.fleet.protocol import notice_tail, parse_notice
+from chaos_mode.fleet.protocol import PROBE_MEMORY_MS, notice_tail, parse_notice
 from chaos_mode.fleet.redis_store import RedisFleet, fleet_status
 from chaos_mode.fleet.slots import Notice, SharedSlots, Tally
 from chaos_mode.fleet.state_url import parse_state_url
 from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
+from chaos_mode.routing.slots import ProbeClaim
+from chaos_mode.zai.catalog import ACCOUNT
 from chaos_mode.zai.errors import classify_error
 from support.certs import make_certs
+from support.fakes import FakeClock
+from support.pool_rig import routing
 from support.redis_support import redis_process, require_redis_server
 
 CONFIG = default_config()
@@ -48,16 +53,20 @@ async def client(server: RedisProcess) -> AsyncIterator[aioredis.Redis]:
 def make_fleet(
     url: str, name: str, *, lease_seconds: float = 5.0, pool: ChaosPool | None = None
 ) -> RedisFleet:
-    slots = SharedSlots(
-        name,
-        on_freed=pool.wake if pool else lambda delay: None,
-        waiting=pool.first_in_line if pool else lambda: (0, 0, 0.0),
-    )
+    """A proxy's fleet as the addon makes it (with `pool`, that pool's store)."""
+    slots = SharedSlots(name)
     if pool is not None:
+        slots = SharedSlots(
+            name,
+            on_freed=pool.wake,
+            on_probe_answered=pool.probe_answered_elsewhere,
+            waiting=pool.first_in_line,
+        )
         pool.use_slots(slots)
     parsed = parse_state_url(url, {})
     assert parsed is not None
-    return RedisFleet(parsed, slots, models=lambda: MODELS, lease_seconds=lease_seconds, pool=pool)
+    models = list(pool.config.models) if pool is not None else MODELS
+    return RedisFleet(parsed, slots, models=lambda: models, lease_seconds=lease_seconds, pool=pool)
 
 
 async def until(condition: object, timeout: float = 5.0) -> None:
@@ -84,6 +93,46 @@ async def test_the_confirm_script_keeps_both_caps_and_reaps_expired_leases(
     again = await fleet.confirm("glm-4.7", "p#6", 2, 3)
     assert again is not None and again.taken and (again.in_flight, again.total) == (2, 3)
     await fleet.close()
+
+
+async def test_the_right_to_probe_is_taken_with_the_lease_and_only_its_holder_answers_for_it(
+    server: RedisProcess, client: aioredis.Redis
+) -> None:
+    p, q = make_fleet(server.url, "p"), make_fleet(server.url, "q")
+    p._up = q._up = True
+    await client.zadd("chaos:fleet", {"p": 1, "q": 1})
+    pubsub = client.pubsub()
+    await pubsub.subscribe("chaos:freed")
+    taken = await p.confirm("glm-4.7", "p#1", 4, 10, ProbeClaim("glm-4.7", 10.0, 1))
+    assert taken is not None and taken.taken and taken.refused_probes == 1
+    assert (await right(client, "glm-4.7"))["lease"] == "p#1"
+    held = await q.confirm("glm-4.7", "q#1", 4, 10, ProbeClaim("glm-4.7", 10.0, 0))
+    assert held is not None and not held.taken and 9.0 < held.probe_held <= 10.0
+    assert (held.in_flight, held.refused_probes) == (1, 1)  # nothing taken; the fleet's count told
+    assert await client.zcard("chaos:slots:glm-4.7") == 1
+    again = await p.confirm("glm-4.7", "p#2", 4, 10, ProbeClaim("glm-4.7", 10.0, 1))
+    assert again is not None and again.taken  # its holder's next probe (after its own wait)
+    plain = await q.confirm("glm-4.7", "q#2", 4, 10)
+    assert plain is not None and plain.taken  # a slot within the limit needs no right
+    await q._answer_probe(ProbeClaim("glm-4.7", 0.0, 0), "q#1")  # not q's to free
+    await p._answer_probe(ProbeClaim("glm-4.7", 20.0, 2), "p#1")  # nor p's older lease's
+    assert (await right(client, "glm-4.7"))["lease"] == "p#2"
+    await p._answer_probe(ProbeClaim("glm-4.7", 20.0, 2), "p#2")  # refused: held for the wait
+    held_for = await right(client, "glm-4.7")
+    assert held_for["refused"] == 2 and 19_000 < float(held_for["free_in"]) <= 20_000
+    assert 0 < await client.pttl("chaos:probe:glm-4.7") - 20_000 <= PROBE_MEMORY_MS  # the count outlives it
+    await client.hset("chaos:probe:glm-4.7", "free_at", 0)  # the wait over
+    late = await q.confirm("glm-4.7", "q#3", 4, 10, ProbeClaim("glm-4.7", 10.0, 0))
+    assert late is not None and late.taken and late.refused_probes == 2  # counted as the fleet counts
+    await q._answer_probe(ProbeClaim("glm-4.7", 0.0, 0), "q#3")  # answered cleanly: freed, all told
+    assert await right(client, "glm-4.7") == {}
+    message = None
+    for _ in range(3):  # the subscription's confirmation (read as None), then the notice
+        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.2) or message
+    assert message is not None and parse_notice(message["data"].decode()) == Notice(0, "!", "q", "glm-4.7")
+    await pubsub.aclose()
+    for fleet in (p, q):
+        await fleet.close()
 
 
 async def test_release_removes_the_lease_and_tells_the_other_proxies(
@@ -538,3 +587,173 @@ async def test_a_proxy_that_joined_just_before_redis_went_away_counts_in_the_oth
         for fleet in (early, late):
             await fleet.close()
         first.stop()
+
+
+# -- the right to probe a limit, one for the fleet -----------------------------------------------------
+
+INTERVAL = 10.0  # learning.probeIntervalSeconds, the default
+
+
+@contextlib.asynccontextmanager
+async def probing(
+    server: RedisProcess, count: int = 2
+) -> AsyncIterator[tuple[list[ChaosPool], list[RedisFleet]]]:
+    """`count` pools on fake clocks sharing Redis, "h" (limit 2) served cleanly at its limit on each: a
+    request that would wait probes above it. The two slots of "h" are held (by the first two pools)."""
+    pools = [ChaosPool(routing(), clock=FakeClock(), rng=random.Random(i)) for i in range(count)]
+    fleets = [make_fleet(server.url, f"p{i}", pool=pool) for i, pool in enumerate(pools)]
+    for fleet in fleets:
+        fleet.start()
+    try:
+        await until(lambda: all(f.up for f in fleets))
+        held = [await pools[i % 2].admit(Ticket("heavy"), timeout=1) for i in range(2)]
+        await until(lambda: all(pool.in_flight("h") == 2 for pool in pools))
+        for i, slot in enumerate(held):
+            assert slot is not None
+            pools[i % 2].report_success(slot)
+        for pool in pools[2:]:  # the others saw "h" full too: each its own clean answer at 2
+            pool.limits.succeeded("h", 2, 2, None)
+        assert all(pool.limits.can_probe("h") for pool in pools)
+        yield pools, fleets
+    finally:
+        for fleet in fleets:
+            await fleet.close()
+
+
+async def right(client: aioredis.Redis, limit: str = "h") -> dict[str, float | str]:
+    """The right to probe `limit` as Redis holds it: whose lease, ms until it is free, refused probes."""
+    fields = {k.decode(): v.decode() for k, v in (await client.hgetall(f"chaos:probe:{limit}")).items()}
+    if not fields:
+        return {}
+    seconds, micros = await client.time()
+    now = seconds * 1000 + micros // 1000
+    return {
+        "lease": fields["lease"],
+        "free_in": int(fields["free_at"]) - now,
+        "refused": int(fields["refused"]),
+    }
+
+
+async def test_two_proxies_probing_a_limit_at_once_send_one_probe_and_its_clean_answer_frees_the_other(
+    server: RedisProcess, client: aioredis.Redis
+) -> None:
+    async with probing(server) as ((a, b), fleets):
+        # both pick a probe of "h" on their mirrors before either hears of the other's: Redis gives the
+        # right to one; the other's slot is refused, not as a race lost, and it waits for the right
+        first, second = await asyncio.gather(
+            a.admit(Ticket("heavy"), timeout=0.2), b.admit(Ticket("heavy"), timeout=0.2)
+        )
+        assert (first is None) != (second is None)
+        probe = first or second
+        assert probe is not None and probe.probe == "model"
+        prober, other = (a, b) if first is not None else (b, a)
+        others_fleet = fleets[1] if other is b else fleets[0]
+        assert others_fleet.slots.probes_elsewhere == 1 and other.lost_races == 0
+        assert not other.limits.can_probe("h") and other.limits.next_probe() == pytest.approx(
+            INTERVAL, abs=0.5
+        )
+        held = await right(client)
+        assert str(held["lease"]).startswith(f"p{0 if prober is a else 1}#")
+        assert INTERVAL * 1000 - 1000 < float(held["free_in"]) <= INTERVAL * 1000
+        prober.report_success(probe)  # answered cleanly: the next probe anywhere may follow at once
+        await until(lambda: other.limits.can_probe("h"), 2)
+        assert await right(client) == {}
+        assert prober.release(probe)
+
+
+async def test_a_refused_probe_holds_the_right_for_the_probers_wait_and_the_next_prober_waits_as_one_would(
+    server: RedisProcess, client: aioredis.Redis
+) -> None:
+    async with probing(server) as ((a, b), fleets):
+        probe = await a.admit(Ticket("heavy"), timeout=0.2)
+        assert probe is not None and probe.probe == "model"
+        a.report_error("h", zai_error("1302"), selection=probe)  # refused: a waits the interval
+        assert a.release(probe)
+        await until(lambda: not fleets[0]._background)
+        held = await right(client)
+        assert held["refused"] == 1 and INTERVAL * 1000 - 1000 < float(held["free_in"]) <= INTERVAL * 1000
+        await until(lambda: b.in_flight("h") == 2)  # the probe's slot is back
+        assert await b.admit(Ticket("heavy"), timeout=0.1) is None  # b would probe: the right is a's
+        assert fleets[1].slots.probes_elsewhere == 1
+        wait = b.limits.next_probe()
+        assert wait is not None and INTERVAL - 1.0 < wait <= INTERVAL
+        # the right's wait over (on Redis's clock, and on b's): b probes, counting a's refusal as its own
+        await client.hset("chaos:probe:h", "free_at", 0)
+        b_clock = b._clock
+        assert isinstance(b_clock, FakeClock)
+        b_clock.advance(wait)
+        second = await b.admit(Ticket("heavy"), timeout=0.2)
+        assert second is not None and second.probe == "model"
+        b.report_error("h", zai_error("1302"), selection=second)
+        assert b.limits.probe_wait("model", "h") == (2 * INTERVAL, 2)  # doubled: the fleet's second refusal
+        assert b.release(second)
+        await until(lambda: not fleets[1]._background)
+        held = await right(client)
+        assert str(held["lease"]).startswith("p1#") and held["refused"] == 2
+        assert 2 * INTERVAL * 1000 - 1000 < float(held["free_in"]) <= 2 * INTERVAL * 1000
+
+
+ACTIONS = ["take", "take", "take", "clean", "refuse", "release", "later"]
+STEPS = st.lists(
+    st.tuples(st.integers(0, 2), st.sampled_from(ACTIONS), st.booleans()), min_size=20, max_size=60
+)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(STEPS)
+async def test_the_fleet_probes_each_limit_as_one_proxy_would(
+    server: RedisProcess, steps: list[tuple[int, str, bool]]
+) -> None:
+    """Three proxies taking, answering (cleanly or 1302) and giving back slots in any order, their clocks
+    moving past their own waits: a probe goes only while no other proxy holds the right to probe its
+    limit. A proxy holds it from its probe on until one of its probes there is answered cleanly (a refusal
+    holds it for the prober's wait, an unanswered probe for the interval: longer than an example takes on
+    Redis's clock); the prober itself may probe again after its own wait, as one proxy does."""
+    client = aioredis.Redis(port=server.port)
+    await client.flushall()
+    pools = [ChaosPool(routing(), clock=FakeClock(), rng=random.Random(i)) for i in range(3)]
+    fleets = [make_fleet(server.url, f"p{i}", pool=pool) for i, pool in enumerate(pools)]
+    for fleet in fleets:
+        fleet.start()
+    out: list[tuple[int, Slot]] = []  # slots sent, no verdict yet
+    answered: list[tuple[int, Slot]] = []  # slots with their verdict, still held
+    holder: dict[str, int] = {}  # limit -> the proxy that holds the right to probe it
+    try:
+        await until(lambda: all(f.up for f in fleets))
+        for pool in pools:  # z.ai served both models at their limits: probes are due everywhere
+            pool.limits.succeeded("h", 2, 5, None)
+            pool.limits.succeeded("l", 3, 5, None)
+        for proxy, action, heavy in steps:
+            pool = pools[proxy]
+            if action == "take":
+                slot = await pool.admit(Ticket("heavy" if heavy else "light"), timeout=0)
+                if slot is not None:
+                    out.append((proxy, slot))
+                    if slot.probe is not None:
+                        limit = ACCOUNT if slot.probe == "account" else slot.model
+                        assert holder.setdefault(limit, proxy) == proxy, f"{limit}: p{holder[limit]}'s right"
+            elif action in ("clean", "refuse") and out:
+                owner, slot = out.pop(proxy % len(out))
+                if action == "clean":
+                    pools[owner].report_success(slot)
+                    limit = ACCOUNT if slot.probe == "account" else slot.model
+                    if slot.probe is not None and holder.get(limit) == owner:
+                        del holder[limit]  # freed (once Redis has it: until then, still refused)
+                else:
+                    pools[owner].report_error(slot.model, zai_error("1302"), selection=slot)
+                answered.append((owner, slot))
+            elif action == "release" and answered:
+                owner, slot = answered.pop(proxy % len(answered))
+                assert pools[owner].release(slot)
+            elif action == "later":  # past every wait of this proxy's own (not Redis's)
+                clock = pool._clock
+                assert isinstance(clock, FakeClock)
+                clock.advance(2 * INTERVAL)
+            await asyncio.sleep(0)  # the proxies' notices
+        for owner, slot in out + answered:
+            assert pools[owner].release(slot)
+        assert all(pool.spurious_releases == 0 for pool in pools)
+    finally:
+        for fleet in fleets:
+            await fleet.close()
+        await client.aclose()

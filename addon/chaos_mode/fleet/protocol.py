@@ -3,9 +3,19 @@
 The protocol between proxies, versions included: keys (with a prefix, `chaos:` by default)
 `slots:{model}` and `account` (sorted sets of lease ids scored by expiry, ms on Redis's clock), `fleet`
 (proxy ids scored by when each was last seen), `seq` (the change number), `limits` (a hash of learned
-limits); channels `freed:{proxy id}` (the leases the others take and give back), `freed` (what every
-proxy hears: a request began to wait, a proxy left) and `blocks` (cooldowns and the like, JSON). Pure
-text and parsing; `redis_state` runs it.
+limits), `probe:{model or *account}` (the right to probe that limit, below); channels `freed:{proxy id}`
+(the leases the others take and give back), `freed` (what every proxy hears: a request began to wait, a
+probe was answered cleanly, a proxy left) and `blocks` (cooldowns and the like, JSON). Pure text and
+parsing; `redis_state` runs it.
+
+**The right to probe a limit is one for the fleet.** `probe:{limit}` is a hash: `lease` (the probe's
+lease id, so its proxy's), `free_at` (ms, Redis's clock) and `refused` (the limit's probes refused in a
+row). A probe's slot is confirmed by CONFIRM only with the right: held by another proxy until `free_at`,
+the slot is refused (nothing is taken) and the answer says for how long; taken, `free_at` is the probe's
+interval from now. Its verdict (PROBE_ANSWERED, from the proxy whose lease it holds): answered cleanly,
+the key is deleted and every proxy told (`!`), so the next probe anywhere may follow at once; refused or
+given up, `free_at` is the prober's wait and `refused` its count. The key outlives `free_at` by
+`PROBE_MEMORY_MS`, keeping the count. Proxies of the previous version ignore it and probe on their own.
 """
 
 from __future__ import annotations
@@ -31,9 +41,14 @@ local function tell(prefix, me, message)
 end
 """
 
-# KEYS: the model's leases, the account's, the change number, the fleet. ARGV: lease, ttl ms, model cap,
-# account cap, the proxies' channels' prefix, this proxy, the notice's tail. A lease taken is a change:
-# numbered, and told to the other proxies.
+PROBE_MEMORY_MS: Final = 600_000  # a limit's refused probes are forgotten this long after its right is free
+
+# KEYS: the model's leases, the account's, the change number, the fleet, and for a probe's slot the right to
+# probe its limit. ARGV: lease, ttl ms, model cap, account cap, the proxies' channels' prefix, this proxy,
+# the notice's tail, and for a probe the ms the right is held, the prober's refused probes, the ms it is
+# remembered after. Returns taken (0/1), the counts after, the change number, for a probe the ms another
+# proxy holds the right still (0: not held elsewhere) and the limit's refused probes. A lease taken is a
+# change: numbered, and told to the other proxies.
 CONFIRM: Final = (
     _NOW
     + _TELL
@@ -42,15 +57,49 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 local n = redis.call('ZCARD', KEYS[1])
 local total = redis.call('ZCARD', KEYS[2])
+local refused = 0
+if #KEYS >= 5 then
+  local right = redis.call('HMGET', KEYS[5], 'lease', 'free_at', 'refused')
+  refused = math.max(tonumber(right[3]) or 0, tonumber(ARGV[9]))
+  local free_at = tonumber(right[2]) or 0
+  if free_at > now and string.sub(right[1] or '', 1, #ARGV[6] + 1) ~= ARGV[6] .. '#' then
+    return {0, n, total, tonumber(redis.call('GET', KEYS[3]) or 0), free_at - now, refused}
+  end
+end
 if n >= tonumber(ARGV[3]) or total >= tonumber(ARGV[4]) then
-  return {0, n, total, tonumber(redis.call('GET', KEYS[3]) or 0)}
+  return {0, n, total, tonumber(redis.call('GET', KEYS[3]) or 0), 0, refused}
+end
+if #KEYS >= 5 then
+  redis.call('HSET', KEYS[5], 'lease', ARGV[1], 'free_at', now + tonumber(ARGV[8]), 'refused', refused)
+  redis.call('PEXPIRE', KEYS[5], tonumber(ARGV[8]) + tonumber(ARGV[10]))
 end
 local expiry = now + tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], expiry, ARGV[1])
 redis.call('ZADD', KEYS[2], expiry, ARGV[1])
 local seq = redis.call('INCR', KEYS[3])
 tell(ARGV[5], ARGV[6], seq .. ' + ' .. ARGV[7])
-return {1, n + 1, total + 1, seq}
+return {1, n + 1, total + 1, seq, 0, refused}
+"""
+)
+
+# KEYS: the right to probe a limit. ARGV: the lease it was taken under, the ms it is held from now (0: it is
+# freed), the prober's refused probes, the ms it is remembered after, the channel every proxy hears, the
+# notice's tail. Only the proxy whose lease holds it changes it; returns 1 if it did.
+PROBE_ANSWERED: Final = (
+    _NOW
+    + """
+if redis.call('HGET', KEYS[1], 'lease') ~= ARGV[1] then
+  return 0
+end
+local held = tonumber(ARGV[2])
+if held <= 0 then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[5], '0 ! ' .. ARGV[6])
+else
+  redis.call('HSET', KEYS[1], 'free_at', now + held, 'refused', ARGV[3])
+  redis.call('PEXPIRE', KEYS[1], held + tonumber(ARGV[4]))
+end
+return 1
 """
 )
 

@@ -14,6 +14,12 @@ here goes to the proxy whose first waiter comes first in one queue of the fleet'
 a slot given back names that proxy: it tries at once, the others only after `HOLD_BACK` (when it could
 not use the slot), so one proxy takes a freed slot instead of every proxy racing for it.
 
+A probe's slot also claims the right to probe its limit, fleet-wide, in the same confirmation (one prober
+per limit in the fleet, see `learning.limits`): a slot whose limit's right another proxy holds is refused
+like a race lost, with how long the right stays there; the right taken is this proxy's, under the probe's
+lease id, until its verdict frees it or holds it for the prober's wait (`probe_answered`), and a right
+freed by another proxy's clean answer is heard (`on_probe_answered`).
+
 When the fleet's store is unreachable the proxy serves on its own slots alone, with `share` of each
 limit, until the store is back (for `forget_after` seconds, the lease TTL, it also still counts the other
 proxies' slots as last seen: those they took beyond their share before the outage are still running);
@@ -28,6 +34,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
+
+from chaos_mode.routing.slots import CONFIRMED, Confirmation, ProbeClaim
 
 FALLBACK_SHARE = 0.5  # of each limit, when Redis went away before any other proxy was seen
 HOLD_BACK = 0.02  # seconds a freed slot is left to the proxy it is owed to before the others try
@@ -52,12 +60,15 @@ class Verdict:
     in_flight: int  # the model's leases, this one included when taken
     total: int  # the account's
     seq: int = 0  # the store's change number after it (see `Notice`)
+    probe_held: float = 0.0  # a probe's slot not taken: seconds another proxy holds its limit's right still
+    refused_probes: int = 0  # a probe's limit: its probes refused in a row, as the fleet counts them
 
 
 @dataclass(frozen=True, slots=True)
 class Notice:
     """What another proxy told the fleet: a lease of `model` taken (`+`) or given back (`-`), that a
-    request began to wait (`=`), or that it left with all its slots (`*`). `waiting`, `level` and
+    request began to wait (`=`), that its probe of the limit `model` names (a model, or the account's
+    key) was answered cleanly (`!`), or that it left with all its slots (`*`). `waiting`, `level` and
     `waited`: how many wait there, the place in line of the first (its conversation's admissions lately)
     and how long it has waited (seconds). `to`: the proxy a slot given back is owed to ("" for none named:
     anyone may take it at once). `seq` numbers the changes of the store's counts, so a notice already
@@ -76,7 +87,17 @@ class Notice:
 class Fleet(Protocol):
     """The shared store as `SharedSlots` uses it. None from `confirm`: the store cannot answer now."""
 
-    async def confirm(self, model: str, lease: str, cap: int, account_cap: int) -> Verdict | None: ...
+    async def confirm(
+        self, model: str, lease: str, cap: int, account_cap: int, probe: ProbeClaim | None = None
+    ) -> Verdict | None:
+        """Take the lease within the caps, and with `probe` the right to probe its limit for
+        `probe.seconds` (under the same lease id) unless another proxy holds it."""
+        ...
+
+    def probe_answered(self, claim: ProbeClaim, lease: str) -> None:
+        """The right to probe `claim.limit`, held under `lease`: held `claim.seconds` more from now, or
+        freed (0) and the others told (in the background; it ends with its TTL otherwise)."""
+        ...
 
     def release(self, model: str, lease: str, to: str = "") -> None:
         """Give the lease back (in the background; its TTL ends it if the store cannot be reached); its
@@ -99,6 +120,7 @@ class SharedSlots:
         *,
         share: float | None = None,
         on_freed: Callable[[float], None] = lambda delay: None,
+        on_probe_answered: Callable[[str], None] = lambda limit: None,
         waiting: Callable[[], tuple[int, int, float]] = lambda: NOBODY,
         clock: Callable[[], float] = time.monotonic,
         forget_after: float = 10.0,
@@ -107,6 +129,7 @@ class SharedSlots:
         self.fleet: Fleet | None = None  # None: not connected yet, this proxy serves alone
         self.configured_share = share  # None: 1 / the number of proxies last seen
         self.on_freed = on_freed  # the fleet freed capacity: the pool's waiters may use it (after a delay)
+        self.on_probe_answered = on_probe_answered  # another proxy's probe of a limit was answered cleanly
         self.waiting = waiting  # (requests waiting here, the first's level, its wait): the pool's queue
         self.clock = clock
         self.forget_after = forget_after  # seconds alone before the others' slots as last seen are forgotten
@@ -133,6 +156,8 @@ class SharedSlots:
         # say).
         self._promised: dict[str, list[float]] = {}
         self.held_back = 0  # freed slots left to the other proxies' waiters
+        self._probe_rights: dict[str, str] = {}  # limit -> the lease id its right to probe was taken under
+        self.probes_elsewhere = 0  # probes not sent: another proxy held the right to probe their limit
         self.lost = 0  # times the shared store went away
 
     # -- what the pool reads ----------------------------------------------------------------------
@@ -249,27 +274,39 @@ class SharedSlots:
     def _all_mine(self) -> int:
         return sum(map(len, self._leases.values())) + sum(self._releasing.values())
 
-    async def confirm(self, model: str) -> bool:
+    async def confirm(self, model: str, probe: ProbeClaim | None = None) -> Confirmation:
         lease = f"{self.proxy_id}#{next(self._ids)}"
         fleet = self.fleet
         if fleet is None or not self._sent_to_store():
             self._hold(model, lease)  # written to the store when it is back (or first reached)
-            return True
+            return CONFIRMED  # and a probe goes on this proxy's own pacing
         cap, account_cap = self._caps.get(model, (0, 0))
         try:
-            verdict = await fleet.confirm(model, lease, cap, account_cap)
+            verdict = await fleet.confirm(model, lease, cap, account_cap, probe)
         except BaseException:
-            fleet.release(model, lease)  # cancelled while the store may have taken it
+            fleet.release(model, lease)  # cancelled while the store may have taken it (a right: its TTL)
             self._refused[model] = self._refused.get(model, 0) + 1
             raise
         if verdict is None:  # the store went away meanwhile (the fleet said so): serve on this proxy's share
-            return self._hold_alone(model, lease)
+            return Confirmation(self._hold_alone(model, lease))
         if verdict.taken:
             self._hold(model, lease)
+            if probe is not None:
+                self._probe_rights[probe.limit] = lease
         else:
             self._refused[model] = self._refused.get(model, 0) + 1
+            if verdict.probe_held > 0.0:
+                self.probes_elsewhere += 1
         self._seen(model, verdict.in_flight, verdict.total, verdict.seq)
-        return verdict.taken
+        return Confirmation(verdict.taken, verdict.probe_held, verdict.refused_probes)
+
+    def probe_answered(self, claim: ProbeClaim) -> None:
+        lease = self._probe_rights.get(claim.limit)
+        if lease is None or self.fleet is None or not self._sent_to_store():
+            return  # not taken in the store (it was away): nothing there to free or hold
+        if claim.seconds <= 0.0:
+            del self._probe_rights[claim.limit]
+        self.fleet.probe_answered(claim, lease)
 
     def _sent_to_store(self) -> bool:
         """Whether leases taken and given back now go to the store: with the fleet, or rejoining it."""
@@ -328,6 +365,9 @@ class SharedSlots:
             self._peers.pop(notice.proxy, None)
             return
         self._peers[notice.proxy] = (notice.waiting, notice.level, self.clock() - notice.waited)
+        if notice.op == "!":
+            self.on_probe_answered(notice.model)
+            return
         step = {"+": 1, "-": -1}.get(notice.op)
         if step is None:
             return

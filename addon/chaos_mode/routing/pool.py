@@ -26,7 +26,7 @@ from chaos_mode.routing.pool_status import (
     StickyStatus,
 )
 from chaos_mode.routing.served_lately import ServedLately
-from chaos_mode.routing.slots import MemorySlots, SlotStore
+from chaos_mode.routing.slots import MemorySlots, ProbeClaim, SlotStore
 from chaos_mode.routing.sticky import StickyMap
 from chaos_mode.routing.strategies import ModelEntry, Strategy, make_strategy
 from chaos_mode.routing.wait_queue import WaitQueue
@@ -416,6 +416,7 @@ class ChaosPool:
         and the next probe there waits as after a 1302. Idempotent."""
         if probe_given_up and slot.probe is not None and slot.slot_id in self._probes:
             self._limits.probe_given_up(slot.probe, slot.model)
+            self._probe_judged(slot)
         self._settle(slot)
 
     def release(self, slot: Slot) -> bool:
@@ -494,20 +495,55 @@ class ChaosPool:
             selection = await self._admit(ticket, since, max(timeout - (self._clock() - started), 0.0))
             if selection is None:
                 return None
+            claim = self._claim(selection)
             try:
-                confirmed = await self._slots.confirm(selection.model)
+                confirmed = await self._slots.confirm(selection.model, claim)
             except BaseException:  # cancelled (the client left) or broken: never keep the slot
+                if claim is not None and selection.probe is not None:
+                    self._limits.probe_claimed(selection.probe, selection.model, sent=False)
                 self.release(selection)
                 raise
-            if confirmed:
+            if claim is not None and selection.probe is not None:
+                self._limits.probe_claimed(
+                    selection.probe,
+                    selection.model,
+                    sent=confirmed.taken,
+                    held_elsewhere=confirmed.probe_held,
+                    refused=confirmed.refused_probes,
+                )
+            if confirmed.taken:
                 slots = self._slots
                 return replace(selection, in_flight=slots.in_flight(selection.model), total=slots.total())
-            # Another proxy took it first: the mirror knows now; pick again or wait (keeping our place).
-            self.lost_races += 1
+            # Another proxy took it first (the mirror knows now), or holds the right to probe its limit:
+            # pick again or wait, keeping our place.
+            if not confirmed.probe_held:
+                self.lost_races += 1
             self.admitted -= 1
             if ticket.counts:
                 self._shares.unserved(ticket.session)  # not served: it keeps its place in line
             self.release(selection)
+
+    def _claim(self, slot: Slot) -> ProbeClaim | None:
+        """A probe's claim on the right to probe its limit, as the fleet holds it now (None: no probe)."""
+        if slot.probe is None:
+            return None
+        seconds, refused = self._limits.probe_wait(slot.probe, slot.model)
+        return ProbeClaim(ACCOUNT if slot.probe == "account" else slot.model, seconds, refused)
+
+    def _probe_judged(self, slot: Slot) -> None:
+        """`slot`'s probe has its verdict (or was given up): a fleet holds the right to probe its limit as
+        long as this proxy's next probe there waits now (see `learning.limits`)."""
+        if self._slots.confirms:
+            claim = self._claim(slot)
+            if claim is not None:
+                self._slots.probe_answered(claim)
+
+    def probe_answered_elsewhere(self, limit: str) -> None:
+        """Another proxy's probe of `limit` (a model, or ACCOUNT) was answered cleanly: its next probe may
+        go here at once, as after one answered here."""
+        self._limits.probe_answered_elsewhere("account" if limit == ACCOUNT else "model", limit)
+        if len(self._queue):
+            self._queue.dispatch()
 
     async def _admit(self, ticket: Ticket, since: float | None, timeout: float | None) -> Slot | None:
         selection = self._admit_now(ticket)
@@ -597,6 +633,7 @@ class ChaosPool:
         model, serving, total = selection.model, self._serving(selection.model), self._serving()
         limits = self._limits
         limits.succeeded(model, serving, total, selection.probe)
+        self._probe_judged(selection)
         self._cooldowns.succeeded(model)
         if self._limits_version != limits.version:
             self._limits_changed()
@@ -631,6 +668,7 @@ class ChaosPool:
             level = min(self._serving(slot.model) + 1, slot.in_flight)
             account_level = min(self._serving() + 1, slot.total)
             self._limits.stalled(slot.model, level, account_level, slot.probe)
+            self._probe_judged(slot)
             self._limits_changed()
         return True
 
@@ -676,6 +714,8 @@ class ChaosPool:
                 else:
                     in_flight, total = self._slots.in_flight(model), self._slots.total()
                 self._limits.refused(model, in_flight, total, probe)
+                if selection is not None:
+                    self._probe_judged(selection)
                 return 0.0
             case Action.CONCURRENCY | Action.COOLDOWN:
                 return self._cooldowns.hit(model, error.reason, retry_after)

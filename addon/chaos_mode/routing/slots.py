@@ -3,15 +3,42 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeClaim:
+    """A probe's claim on the right to test its limit, fleet-wide (see `learning.limits`): the limit (a
+    model's name, or `zai.catalog.ACCOUNT`), how long the right is held from now (seconds: the prober's
+    wait before its next probe there; 0 frees it) and the limit's probes refused in a row."""
+
+    limit: str
+    seconds: float
+    refused: int
+
+
+@dataclass(frozen=True, slots=True)
+class Confirmation:
+    """A store's answer to a slot taken here: `taken`, else the slot must be released. For a probe's slot
+    not taken because another proxy holds the right to probe its limit: for how many seconds more
+    (`probe_held`, 0 otherwise); and the limit's probes refused in a row as the fleet counts them."""
+
+    taken: bool
+    probe_held: float = 0.0
+    refused_probes: int = 0
+
+
+CONFIRMED: Final = Confirmation(True)
 
 
 class SlotStore(Protocol):
     """Where in-flight counts live. The pool's policy only talks to this.
 
     A store shared by several proxies (`confirms` True) counts a slot taken here at once, on its local
-    mirror of the fleet's counts, and `confirm` asks the shared store before the slot is used: False means
-    another proxy took it first (the slot is still held here and must be released).
+    mirror of the fleet's counts, and `confirm` asks the shared store before the slot is used: not taken
+    means another proxy took it first, or holds the right to probe the limit a probe's slot claims (the
+    slot is still held here and must be released).
     """
 
     confirms: bool
@@ -34,8 +61,14 @@ class SlotStore(Protocol):
 
     def snapshot(self) -> dict[str, int]: ...
 
-    async def confirm(self, model: str) -> bool:
-        """The fleet agrees to the slot of `model` just taken here (see the class)."""
+    async def confirm(self, model: str, probe: ProbeClaim | None = None) -> Confirmation:
+        """The fleet agrees to the slot of `model` just taken here (see the class), and a probe's slot
+        (`probe`) to the right to probe its limit with it."""
+        ...
+
+    def probe_answered(self, claim: ProbeClaim) -> None:
+        """A probe sent with the right to probe `claim.limit` has its verdict: the right is held
+        `claim.seconds` more (0: freed at once, for the next probe anywhere)."""
         ...
 
     def fits(self, model: str, cap: int, account_cap: int) -> bool:
@@ -92,8 +125,11 @@ class MemorySlots:
     def snapshot(self) -> dict[str, int]:
         return {model: n for model, n in self._counts.items() if n}
 
-    async def confirm(self, model: str) -> bool:
-        return True
+    async def confirm(self, model: str, probe: ProbeClaim | None = None) -> Confirmation:
+        return CONFIRMED
+
+    def probe_answered(self, claim: ProbeClaim) -> None:
+        pass
 
     def fits(self, model: str, cap: int, account_cap: int) -> bool:
         return True
