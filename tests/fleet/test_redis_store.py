@@ -61,6 +61,7 @@ def make_fleet(
             on_freed=pool.wake,
             on_probe_answered=pool.probe_answered_elsewhere,
             waiting=pool.first_in_line,
+            serving=pool.serving_here,
         )
         pool.use_slots(slots)
     parsed = parse_state_url(url, {})
@@ -129,7 +130,9 @@ async def test_the_right_to_probe_is_taken_with_the_lease_and_only_its_holder_an
     message = None
     for _ in range(3):  # the subscription's confirmation (read as None), then the notice
         message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.2) or message
-    assert message is not None and parse_notice(message["data"].decode()) == Notice(0, "!", "q", "glm-4.7")
+    assert message is not None and parse_notice(message["data"].decode()) == Notice(
+        0, "!", "q", "glm-4.7", serving={}
+    )
     await pubsub.aclose()
     for fleet in (p, q):
         await fleet.close()
@@ -155,8 +158,8 @@ async def test_release_removes_the_lease_and_tells_the_other_proxies(
     # the lease taken and given back, numbered, on the other proxy's own channel only: a proxy does not
     # read its own notices back, and what every proxy hears (the shared channel) is not for them
     assert messages == [
-        (b"chaos:freed:q", b"1 + p glm-4.5 0 0 0 -"),
-        (b"chaos:freed:q", b"2 - p glm-4.5 0 0 0 -"),
+        (b"chaos:freed:q", b"1 + p glm-4.5 0 0 0 - -"),
+        (b"chaos:freed:q", b"2 - p glm-4.5 0 0 0 - -"),
     ]
     await pubsub.aclose()
     await fleet.close()
@@ -191,9 +194,14 @@ async def test_two_pools_share_the_account_and_a_slot_freed_on_one_serves_a_wait
 
 
 def test_a_notice_goes_through_the_channel_whole_and_one_of_an_earlier_version_is_still_read() -> None:
-    notice = Notice(0, "-", "host:12:ab", "glm-4.5", 3, 2, 0.25, "host:13:cd")
+    notice = Notice(0, "-", "host:12:ab", "glm-4.5", 3, 2, 0.25, "host:13:cd", {"glm-4.5": 4, "glm-4.7": 1})
     assert parse_notice("7 - " + notice_tail(notice)) == replace(notice, seq=7)
-    assert parse_notice("8 + " + notice_tail(Notice(0, "+", "p", "m"))) == Notice(8, "+", "p", "m")
+    nothing_served = Notice(8, "+", "p", "m", serving={})
+    assert parse_notice("8 + " + notice_tail(Notice(0, "+", "p", "m"))) == nothing_served
+    assert notice_tail(Notice(0, "+", "p", "m", serving={"a b": 1, "c": 2})) == "p m 0 0 0 - c=2"
+    # the previous version's (no serving): read, what it serves not said
+    assert parse_notice("9 - p m 1 2 250 q") == Notice(9, "-", "p", "m", 1, 2, 0.25, "q", None)
+    assert parse_notice("9 - p m 1 2 250 q m=x") is None
     assert parse_notice("9 - p m 1 2") is None  # a short form no version of this protocol sends
     assert parse_notice("0 * p") == Notice(0, "*", "p")
     assert parse_notice("x - p m 1 2") is None and parse_notice("1 - p m 1") is None
@@ -611,7 +619,7 @@ async def probing(
         for i, slot in enumerate(held):
             assert slot is not None
             pools[i % 2].report_success(slot)
-        for pool in pools[2:]:  # the others saw "h" full too: each its own clean answer at 2
+        for pool in pools:  # each proxy saw "h" full, served cleanly (the others' answers once they say so)
             pool.limits.succeeded("h", 2, 2, None)
         assert all(pool.limits.can_probe("h") for pool in pools)
         yield pools, fleets
@@ -757,3 +765,37 @@ async def test_the_fleet_probes_each_limit_as_one_proxy_would(
         for fleet in fleets:
             await fleet.close()
         await client.aclose()
+
+
+async def test_a_clean_answer_counts_the_other_proxies_slots_z_ai_serves_not_those_it_has_not_answered(
+    server: RedisProcess, client: aioredis.Redis
+) -> None:
+    """What z.ai serves at once, fleet-wide: a slot another proxy sent and z.ai has not answered yet (a 1302
+    takes seconds) is no sign that z.ai serves it; once answered, that proxy says so with its next notice."""
+    pools = [ChaosPool(routing(), clock=FakeClock(), rng=random.Random(i)) for i in range(2)]
+    fleets = [make_fleet(server.url, f"p{i}", pool=pool) for i, pool in enumerate(pools)]
+    for fleet in fleets:
+        fleet.start()
+    a, b = pools
+    try:
+        await until(lambda: all(f.up for f in fleets))
+        unanswered = await a.admit(Ticket("heavy"), timeout=1)
+        served = await b.admit(Ticket("heavy"), timeout=1)
+        assert unanswered is not None and served is not None
+        await until(lambda: a.in_flight("h") == b.in_flight("h") == 2)
+        b.report_success(served)  # a's slot has no verdict: z.ai served one of "h" at once, not two
+        assert not b.limits.evidence("h").answered_at(2, 1000.0)
+        light = await b.admit(Ticket("light"), timeout=1)  # b's next notice says z.ai serves its "h"
+        assert light is not None
+        await until(lambda: fleets[0].slots.serving_elsewhere("h") == 1)
+        a.report_success(unanswered)  # now a's answer counts b's: two at once
+        assert a.limits.evidence("h").answered_at(2, 1000.0)
+        again = await a.admit(Ticket("light"), timeout=1)  # and a's next says its "h" is served now
+        assert again is not None
+        await until(lambda: fleets[1].slots.serving_elsewhere("h") == 1)
+        for pool, slot in ((a, unanswered), (b, served), (b, light), (a, again)):
+            assert pool.release(slot)
+        await until(lambda: fleets[0].slots.serving_elsewhere(None) == 0)  # given back: said at once
+    finally:
+        for fleet in fleets:
+            await fleet.close()

@@ -419,3 +419,19 @@ async def test_alone_each_proxy_probes_on_its_own() -> None:
     slots.probe_answered(ProbeClaim("m", 0.0, 0))
     assert fleet.claims == [] and fleet.answers == []  # nothing asked of the store, nothing told
     assert slots.release("m")
+
+
+def test_what_the_others_say_z_ai_serves_of_their_slots_is_counted_within_their_slots() -> None:
+    fleet = FakeFleet()
+    slots = connected(fleet)
+    slots.heard(Notice(1, "+", "b", "m", serving={"m": 1}))
+    slots.heard(Notice(2, "+", "b", "m", serving={"m": 1}))  # its second slot of "m": not answered yet
+    slots.heard(Notice(3, "+", "c", "n", serving={"n": 1, "m": 3}))  # says more than it holds of "m"
+    assert slots.serving_elsewhere("m") == 2 and slots.serving_elsewhere("n") == 1  # at most 2 of "m"
+    assert slots.serving_elsewhere(None) == 3
+    slots.heard(Notice(4, "-", "b", "m", serving={}))  # b gave one back; the other not answered
+    assert slots.serving_elsewhere("m") == 1 and slots.serving_elsewhere(None) == 2
+    slots.heard(Notice(5, "+", "d", "m"))  # a proxy of the previous version says nothing of it
+    assert slots.serving_elsewhere("m") == 2  # c's 3, within the others' 2 slots of "m"
+    slots.heard(Notice(0, "*", "c"))  # c left
+    assert slots.serving_elsewhere("m") == 0 and slots.serving_elsewhere(None) == 0

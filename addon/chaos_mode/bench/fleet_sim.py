@@ -161,7 +161,13 @@ async def run_fleet(count: int, shared: bool, workload: Workload, seed: int, del
     for i in range(count):
         pool = ChaosPool(config, clock=loop.time, rng=random.Random(f"{seed}/{i}"))
         if shared:
-            slots = SharedSlots(f"p{i}", on_freed=pool.wake, waiting=pool.first_in_line, clock=loop.time)
+            slots = SharedSlots(
+                f"p{i}",
+                on_freed=pool.wake,
+                waiting=pool.first_in_line,
+                serving=pool.serving_here,
+                clock=loop.time,
+            )
             pool.use_slots(slots)
             fleet = StoreFleet(store, slots)
             slots.connected(fleet)

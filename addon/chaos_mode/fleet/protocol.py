@@ -16,6 +16,11 @@ interval from now. Its verdict (PROBE_ANSWERED, from the proxy whose lease it ho
 the key is deleted and every proxy told (`!`), so the next probe anywhere may follow at once; refused or
 given up, `free_at` is the prober's wait and `refused` its count. The key outlives `free_at` by
 `PROBE_MEMORY_MS`, keeping the count. Proxies of the previous version ignore it and probe on their own.
+
+**A notice says what z.ai serves of its sender's slots** (`model=n,...`, the slots z.ai answered cleanly
+and still streams): a clean answer elsewhere counts them at once with its own, and not the slots z.ai has
+not answered yet. The previous version's notices (without it) are read, their sender's slots counted as
+not served; it does not read this version's and follows it only at each renewal: upgrade together.
 """
 
 from __future__ import annotations
@@ -191,20 +196,38 @@ NOBODY_NAMED: Final = "-"  # `to` on the channel when a notice names no proxy (n
 def notice_tail(notice: Notice) -> str:
     """A notice as the channel carries it, after its change number and op (the scripts add those)."""
     waited = round(notice.waited * 1000)
+    to = notice.to or NOBODY_NAMED
+    serving = ",".join(f"{model}={n}" for model, n in (notice.serving or {}).items() if _plain(model))
     return (
-        f"{notice.proxy} {notice.model} {notice.waiting} {notice.level} {waited} {notice.to or NOBODY_NAMED}"
+        f"{notice.proxy} {notice.model} {notice.waiting} {notice.level} {waited} {to} "
+        f"{serving or NOBODY_NAMED}"
     )
 
 
 def parse_notice(text: str) -> Notice | None:
-    """`seq op proxy [model waiting level waited_ms to]` from the channel (`* proxy`: it left); None for
-    anything else."""
+    """`seq op proxy [model waiting level waited_ms to serving]` from the channel (`* proxy`: it left;
+    `serving` as `model=n,...`, or `-` for none; a previous version's notice, without it, is read too);
+    None for anything else."""
     parts = text.split(" ")
     try:
         if len(parts) == 3:
             return Notice(int(parts[0]), parts[1], parts[2])
+        serving: dict[str, int] | None = None
+        if len(parts) == 9:
+            serving = {}
+            if parts[8] != NOBODY_NAMED:
+                for pair in parts[8].split(","):
+                    model, _, count = pair.partition("=")
+                    serving[model] = int(count)
+            parts = parts[:8]
         seq, op, proxy, model, waiting, level, waited, to = parts
         to = "" if to == NOBODY_NAMED else to
-        return Notice(int(seq), op, proxy, model, int(waiting), int(level), int(waited) / 1000, to)
+        return Notice(int(seq), op, proxy, model, int(waiting), int(level), int(waited) / 1000, to, serving)
     except ValueError:
         return None
+
+
+def _plain(model: str) -> bool:
+    """Whether a model's name can travel in a notice's `serving` (one that cannot is not said: counted as
+    not served by the others, which only lowers what their clean answers say)."""
+    return bool(model) and not any(c in model for c in " ,=")

@@ -12,13 +12,16 @@ of them (its conversation's recent admissions, see `shares`, then how long it ha
 here goes to the proxy whose first waiter comes first in one queue of the fleet's
 (`next_in_fleet_line`), so the fleet serves conversations in about the order one proxy would. The notice of
 a slot given back names that proxy: it tries at once, the others only after `HOLD_BACK` (when it could
-not use the slot), so one proxy takes a freed slot instead of every proxy racing for it.
+not use the slot), so one proxy takes a freed slot instead of every proxy racing for it. It also says
+which of its sender's slots z.ai answered and still serves (`serving_elsewhere`): what z.ai serves at
+once, as a clean answer counts it (see `learning.limits`), is this proxy's own and those, not every
+slot of the fleet (a slot z.ai has not answered, a 1302 on its way, is none).
 
 A probe's slot also claims the right to probe its limit, fleet-wide, in the same confirmation (one prober
 per limit in the fleet, see `learning.limits`): a slot whose limit's right another proxy holds is refused
-like a race lost, with how long the right stays there; the right taken is this proxy's, under the probe's
-lease id, until its verdict frees it or holds it for the prober's wait (`probe_answered`), and a right
-freed by another proxy's clean answer is heard (`on_probe_answered`).
+like a race lost (not counted as one), with how long the right stays there; the right taken is this
+proxy's, under the probe's lease id, until its verdict frees it or holds it for the prober's wait
+(`probe_answered`), and a right freed by another proxy's clean answer is heard (`on_probe_answered`).
 
 When the fleet's store is unreachable the proxy serves on its own slots alone, with `share` of each
 limit, until the store is back (for `forget_after` seconds, the lease TTL, it also still counts the other
@@ -71,8 +74,10 @@ class Notice:
     key) was answered cleanly (`!`), or that it left with all its slots (`*`). `waiting`, `level` and
     `waited`: how many wait there, the place in line of the first (its conversation's admissions lately)
     and how long it has waited (seconds). `to`: the proxy a slot given back is owed to ("" for none named:
-    anyone may take it at once). `seq` numbers the changes of the store's counts, so a notice already
-    counted by a tally or a verdict read after it is not counted twice."""
+    anyone may take it at once). `serving`: its slots z.ai answered cleanly and still serves, per model
+    (None: not said, by a proxy of an earlier version). `seq` numbers
+    the changes of the store's counts, so a notice already counted by a tally or a verdict read after it
+    is not counted twice."""
 
     seq: int
     op: str
@@ -82,6 +87,7 @@ class Notice:
     level: int = 0
     waited: float = 0.0
     to: str = ""
+    serving: Mapping[str, int] | None = None
 
 
 class Fleet(Protocol):
@@ -122,6 +128,7 @@ class SharedSlots:
         on_freed: Callable[[float], None] = lambda delay: None,
         on_probe_answered: Callable[[str], None] = lambda limit: None,
         waiting: Callable[[], tuple[int, int, float]] = lambda: NOBODY,
+        serving: Callable[[], Mapping[str, int]] = dict,
         clock: Callable[[], float] = time.monotonic,
         forget_after: float = 10.0,
     ) -> None:
@@ -131,6 +138,7 @@ class SharedSlots:
         self.on_freed = on_freed  # the fleet freed capacity: the pool's waiters may use it (after a delay)
         self.on_probe_answered = on_probe_answered  # another proxy's probe of a limit was answered cleanly
         self.waiting = waiting  # (requests waiting here, the first's level, its wait): the pool's queue
+        self.serving = serving  # this proxy's slots z.ai answered and serves, per model: the pool's
         self.clock = clock
         self.forget_after = forget_after  # seconds alone before the others' slots as last seen are forgotten
         self._forget_at: float | None = None
@@ -157,6 +165,8 @@ class SharedSlots:
         self._promised: dict[str, list[float]] = {}
         self.held_back = 0  # freed slots left to the other proxies' waiters
         self._probe_rights: dict[str, str] = {}  # limit -> the lease id its right to probe was taken under
+        # What each other proxy last said z.ai serves of its slots, per model.
+        self._serving_there: dict[str, Mapping[str, int]] = {}
         self.probes_elsewhere = 0  # probes not sent: another proxy held the right to probe their limit
         self.lost = 0  # times the shared store went away
 
@@ -189,6 +199,16 @@ class SharedSlots:
         return self._proxies
 
     # -- taking and giving back -------------------------------------------------------------------
+
+    def serving_elsewhere(self, model: str | None) -> int:
+        """What the other proxies last said z.ai serves of their slots (of `model`; all when None), at most
+        their slots as the mirror counts them. Said with every notice they send, so an answer counts from
+        the next notice of its proxy on (never before), a slot given back at once."""
+        if model is None:
+            said = sum(sum(models.values()) for models in self._serving_there.values())
+            return min(said, self._others_total)
+        said = sum(models.get(model, 0) for models in self._serving_there.values())
+        return min(said, self._others.get(model, 0))
 
     def fits(self, model: str, cap: int, account_cap: int) -> bool:
         if self._alone_share is None:
@@ -362,9 +382,11 @@ class SharedSlots:
         if notice.proxy == self.proxy_id or self._alone_share is not None:
             return
         if notice.op == "*":
-            self._peers.pop(notice.proxy, None)
+            self._forget(notice.proxy)
             return
         self._peers[notice.proxy] = (notice.waiting, notice.level, self.clock() - notice.waited)
+        if notice.serving is not None:
+            self._serving_there[notice.proxy] = notice.serving
         if notice.op == "!":
             self.on_probe_answered(notice.model)
             return
@@ -431,9 +453,16 @@ class SharedSlots:
             freed |= self._set_others_total(max(tally.total - self._all_mine(), 0))
         self._total = sum(self._own.values()) + self._others_total
         self._proxies = dict(tally.proxies)
-        self._peers = {proxy: seen for proxy, seen in self._peers.items() if proxy in tally.proxies}
+        for proxy in set(self._peers) | set(self._serving_there):
+            if proxy not in tally.proxies:
+                self._forget(proxy)
         if freed:
             self.on_freed(0.0)
+
+    def _forget(self, proxy: str) -> None:
+        """What another proxy said: it left, or is gone from the fleet."""
+        self._peers.pop(proxy, None)
+        self._serving_there.pop(proxy, None)
 
     def queued(self) -> None:
         """A request is about to wait here: when it is the first, the other proxies should know (see
@@ -445,7 +474,7 @@ class SharedSlots:
     def notice(self, op: str, model: str = "", to: str = "") -> Notice:
         """This proxy's notice of `op` on `model` (`seq` is the store's to give)."""
         waiting, level, waited = self.waiting()
-        return Notice(0, op, self.proxy_id, model, waiting, level, waited, to)
+        return Notice(0, op, self.proxy_id, model, waiting, level, waited, to, self.serving())
 
     def connected(self, fleet: Fleet) -> None:
         """The store answers (again): use it. The caller writes `leases()` and applies a tally."""
@@ -489,6 +518,7 @@ class SharedSlots:
         self._forget_at = None
         self._others.clear()
         self._others_total = 0
+        self._serving_there.clear()
         self._counts = dict(self._own)
         self._total = sum(self._own.values())
         self.on_freed(0.0)

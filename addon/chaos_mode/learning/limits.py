@@ -28,7 +28,8 @@ the lowest it refuses with confidence. What feeds it, and what the pool may do a
   refused probe, nothing learned; it counts the limit's refused probes in a row as the fleet counted them,
   so its own next refusal waits as long as the fleet's next would. A probe answered cleanly elsewhere
   counts here as one answered here, for pacing (its evidence comes with the limits the fleet shares). The
-  store gone, each proxy probes on its own.
+  store gone, each proxy probes on its own. What z.ai serves at once, in a fleet, counts the other
+  proxies' slots as they say z.ai serves them (`routing.pool`), never one z.ai has not answered yet.
 - **What was learned fades** with a half-life of `driftSeconds`: a limit nobody confirms goes back to the
   catalog's value, and a level refused long ago may be tried again.
 

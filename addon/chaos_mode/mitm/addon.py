@@ -282,6 +282,7 @@ class ChaosMode:
             on_freed=self.pool.wake,
             on_probe_answered=self.pool.probe_answered_elsewhere,
             waiting=self.pool.first_in_line,
+            serving=self.pool.serving_here,
         )
         self.pool.use_slots(slots)
         return RedisFleet(

@@ -158,6 +158,7 @@ class ChaosPool:
         self._unanswered: dict[int, str] = {}
         self._unanswered_on: dict[str, int] = {}
         self._held: dict[int, str] = {}  # every slot taken and not given back: slot id -> model
+        self._held_on: dict[str, int] = {}  # those per model (a shared store counts the fleet's)
         self._stalled: set[int] = set()  # unanswered slots whose stall was reported (counted once)
         self._taken_at: dict[int, float] = {}  # when each held slot was taken: what refusals and answers took
         self._served: set[int] = set()  # held slots answered cleanly
@@ -386,6 +387,7 @@ class ChaosPool:
         self.dispatched[model] = self.dispatched.get(model, 0) + 1
         slot_id, self._next_slot_id = self._next_slot_id, self._next_slot_id + 1
         self._held[slot_id] = model
+        _count(self._held_on, model, 1)
         self._taken_at[slot_id] = self._clock()
         if awaits_verdict:
             self._unanswered[slot_id] = model
@@ -426,6 +428,7 @@ class ChaosPool:
         if model is None:
             self.spurious_releases += 1
             return False
+        _count(self._held_on, model, -1)
         self._settle(slot)
         taken_at = self._taken_at.pop(slot.slot_id)
         ended = self._ended.pop(slot.slot_id, None)
@@ -642,10 +645,25 @@ class ChaosPool:
 
     def _serving(self, model: str | None = None) -> int:
         """What z.ai serves now, as far as the pool can tell: slots answered cleanly whose answer has not
-        ended (of `model`; the account's when None)."""
+        ended (of `model`; the account's when None), this proxy's and those other proxies of a fleet said
+        they had (their slots z.ai has not answered yet are not z.ai's to serve)."""
         if model is None:
-            return self._slots.total() - len(self._unanswered) - len(self._ended)
-        return self._slots.in_flight(model) - self._unanswered_on.get(model, 0) - self._ended_on.get(model, 0)
+            here = len(self._held) - len(self._unanswered) - len(self._ended)
+        else:
+            held, unanswered, ended = self._held_on, self._unanswered_on, self._ended_on
+            here = held.get(model, 0) - unanswered.get(model, 0) - ended.get(model, 0)
+        return here + self._slots.serving_elsewhere(model) if self._slots.confirms else here
+
+    def serving_here(self) -> dict[str, int]:
+        """This proxy's slots z.ai answered cleanly and still serves, per model (none: left out): what it
+        tells the fleet with each notice."""
+        unanswered, ended = self._unanswered_on.get, self._ended_on.get
+        serving = {}
+        for model, held in self._held_on.items():
+            count = held - unanswered(model, 0) - ended(model, 0)
+            if count > 0:
+                serving[model] = count
+        return serving
 
     def report_ended(self, slot: Slot) -> None:
         """z.ai sent `slot`'s answer to its end: it serves it no more, though the slot is held until the

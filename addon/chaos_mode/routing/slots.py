@@ -81,6 +81,11 @@ class SlotStore(Protocol):
         once)."""
         ...
 
+    def serving_elsewhere(self, model: str | None) -> int:
+        """Slots of `model` (all when None) that the other proxies of a fleet said z.ai answered cleanly and
+        still serves, as they last said; asked only when `confirms`."""
+        ...
+
     def queued(self) -> None:
         """A request began to wait for a slot here."""
         ...
@@ -136,6 +141,9 @@ class MemorySlots:
 
     def hold_back(self) -> float:
         return 0.0
+
+    def serving_elsewhere(self, model: str | None) -> int:
+        return 0
 
     def queued(self) -> None:
         pass
