@@ -435,3 +435,11 @@ def test_what_the_others_say_z_ai_serves_of_their_slots_is_counted_within_their_
     assert slots.serving_elsewhere("m") == 2  # c's 3, within the others' 2 slots of "m"
     slots.heard(Notice(0, "*", "c"))  # c left
     assert slots.serving_elsewhere("m") == 0 and slots.serving_elsewhere(None) == 0
+
+
+def test_the_slot_a_lease_is_taken_for_counts_as_served_in_its_notice_unless_it_is_a_probes() -> None:
+    slots = SharedSlots("a", serving=lambda: {"m": 2})
+    assert slots.notice("+", "m").serving == {"m": 3}  # z.ai answers it within ms, or its next notice says
+    assert slots.notice("+", "n").serving == {"m": 2, "n": 1}
+    assert slots.notice("+", "m", probe=True).serving == {"m": 2}  # a probe's answer is not guessed
+    assert slots.notice("-", "m").serving == {"m": 2}

@@ -471,10 +471,17 @@ class SharedSlots:
         if self.fleet is not None and self._alone_share is None and not self.waiting()[0]:
             self.fleet.announce()
 
-    def notice(self, op: str, model: str = "", to: str = "") -> Notice:
-        """This proxy's notice of `op` on `model` (`seq` is the store's to give)."""
+    def notice(self, op: str, model: str = "", to: str = "", *, probe: bool = False) -> Notice:
+        """This proxy's notice of `op` on `model` (`seq` is the store's to give). The slot a lease taken
+        (`+`) is for counts as served in it, unless it is a probe's: z.ai answers a request within ms or
+        refuses it in seconds, and this proxy's next notice says which (counted as not served, each
+        proxy's latest slot would be missing from every clean answer elsewhere, and a limit would seldom
+        look served at its value: never probed back up)."""
         waiting, level, waited = self.waiting()
-        return Notice(0, op, self.proxy_id, model, waiting, level, waited, to, self.serving())
+        serving = self.serving()
+        if op == "+" and model and not probe:
+            serving = {**serving, model: serving.get(model, 0) + 1}
+        return Notice(0, op, self.proxy_id, model, waiting, level, waited, to, serving)
 
     def connected(self, fleet: Fleet) -> None:
         """The store answers (again): use it. The caller writes `leases()` and applies a tally."""

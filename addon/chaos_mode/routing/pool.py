@@ -487,7 +487,7 @@ class ChaosPool:
         pointless (queue off or full, account paused, no model of the tier usable at all). Waiters go by
         how much their `session` was served lately (see `shares`), then by `since` (when the request first
         came: a failover keeps its place; default now). With a shared store, only a slot the fleet
-        confirmed is returned."""
+        confirmed is returned, a probe's only with the right to probe its limit (`learning.limits`)."""
         if not self._slots.confirms:
             return await self._admit(ticket, since, timeout)
         started = self._clock()
