@@ -25,7 +25,7 @@ from chaos_mode.fleet.redis_store import RedisFleet, fleet_status
 from chaos_mode.fleet.slots import Notice, SharedSlots, Tally
 from chaos_mode.fleet.state_url import parse_state_url
 from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
-from chaos_mode.routing.slots import ProbeClaim
+from chaos_mode.routing.slots import ProbeClaim, Seen
 from chaos_mode.zai.catalog import ACCOUNT
 from chaos_mode.zai.errors import classify_error
 from support.certs import make_certs
@@ -60,6 +60,7 @@ def make_fleet(
             name,
             on_freed=pool.wake,
             on_probe_answered=pool.probe_answered_elsewhere,
+            on_seen=pool.seen_elsewhere,
             waiting=pool.first_in_line,
             serving=pool.serving_here,
         )
@@ -158,8 +159,8 @@ async def test_release_removes_the_lease_and_tells_the_other_proxies(
     # the lease taken and given back, numbered, on the other proxy's own channel only: a proxy does not
     # read its own notices back, and what every proxy hears (the shared channel) is not for them
     assert messages == [
-        (b"chaos:freed:q", b"1 + p glm-4.5 0 0 0 - glm-4.5=1"),  # the slot just taken: served, till said
-        (b"chaos:freed:q", b"2 - p glm-4.5 0 0 0 - -"),
+        (b"chaos:freed:q", b"1 + p glm-4.5 0 0 0 - glm-4.5=1 -"),  # the slot just taken: served, till said
+        (b"chaos:freed:q", b"2 - p glm-4.5 0 0 0 - - -"),
     ]
     await pubsub.aclose()
     await fleet.close()
@@ -194,14 +195,19 @@ async def test_two_pools_share_the_account_and_a_slot_freed_on_one_serves_a_wait
 
 
 def test_a_notice_goes_through_the_channel_whole_and_one_of_an_earlier_version_is_still_read() -> None:
-    notice = Notice(0, "-", "host:12:ab", "glm-4.5", 3, 2, 0.25, "host:13:cd", {"glm-4.5": 4, "glm-4.7": 1})
+    seen = (Seen("clean", 4, 20), Seen("stall", 5, 22, "model"), Seen("refused", 9, 28, "account"))
+    notice = Notice(
+        0, "-", "host:12:ab", "glm-4.5", 3, 2, 0.25, "host:13:cd", {"glm-4.5": 4, "glm-4.7": 1}, seen
+    )
+    assert notice_tail(notice).endswith(" glm-4.5=4,glm-4.7=1 c4:20|s5:22m|r9:28a")
     assert parse_notice("7 - " + notice_tail(notice)) == replace(notice, seq=7)
-    nothing_served = Notice(8, "+", "p", "m", serving={})
-    assert parse_notice("8 + " + notice_tail(Notice(0, "+", "p", "m"))) == nothing_served
-    assert notice_tail(Notice(0, "+", "p", "m", serving={"a b": 1, "c": 2})) == "p m 0 0 0 - c=2"
-    # the previous version's (no serving): read, what it serves not said
+    nothing_said = Notice(8, "+", "p", "m", serving={})
+    assert parse_notice("8 + " + notice_tail(Notice(0, "+", "p", "m"))) == nothing_said
+    assert notice_tail(Notice(0, "+", "p", "m", serving={"a b": 1, "c": 2})) == "p m 0 0 0 - c=2 -"
+    # the previous version's (no serving, no verdicts): read, what it serves not said
     assert parse_notice("9 - p m 1 2 250 q") == Notice(9, "-", "p", "m", 1, 2, 0.25, "q", None)
-    assert parse_notice("9 - p m 1 2 250 q m=x") is None
+    assert parse_notice("9 - p m 1 2 250 q m=x -") is None
+    assert parse_notice("9 - p m 1 2 250 q - x4:5") is None
     assert parse_notice("9 - p m 1 2") is None  # a short form no version of this protocol sends
     assert parse_notice("0 * p") == Notice(0, "*", "p")
     assert parse_notice("x - p m 1 2") is None and parse_notice("1 - p m 1") is None
@@ -396,23 +402,50 @@ async def test_a_1113_on_one_proxy_takes_the_model_out_on_the_other_and_a_restor
             await fleet.close()
 
 
-async def test_a_learned_limit_lowered_on_one_proxy_is_seen_by_the_other(
+async def test_the_verdicts_on_a_slot_one_proxy_gives_back_count_on_the_other_as_its_own(
     server: RedisProcess, client: aioredis.Redis
 ) -> None:
-    (a, b), fleets = await two_pools(
-        server, lease_seconds=0.3
-    )  # renewals (and the limits' sharing) every 0.1 s
+    """One body of evidence for the fleet: z.ai's refusals of a's request lower the limit on b too, with
+    the same reason, once a gives its slot back (the refusals travel with that notice); the limit rows
+    another proxy wrote are not taken meanwhile (they would replace b's evidence with a's value)."""
+    (a, b), fleets = await two_pools(server, lease_seconds=0.3)  # renewals every 0.1 s
     try:
-        selection = a.try_acquire(Ticket("heavy"))
+        await until(lambda: all(f._joined_limits for f in fleets))  # each took the fleet's limits on joining
+        selection = await a.admit(Ticket("heavy"), timeout=1)
         assert selection is not None
         model = selection.model
         for _ in range(2):  # refused at 2, twice: z.ai never served two of it
             a.report_error(model, zai_error("1302"), selection=replace(selection, in_flight=2))
         lowered = a.limits.limit(model)
         assert lowered < CONFIG.models[model].max_concurrency
-        await until(lambda: b.limits.limit(model) == lowered, 2)
-        assert "1302" in b.limits.view(model).reason
+        await asyncio.sleep(0.3)  # renewals: a's row is in Redis, b does not take it
+        assert await client.hexists("chaos:limits", model)
+        assert b.limits.limit(model) == CONFIG.models[model].max_concurrency
         assert a.release(selection)
+        await until(lambda: b.limits.limit(model) == lowered, 2)
+        assert b.limits.view(model).reason == a.limits.view(model).reason == "1302 at 2 in flight"
+    finally:
+        for fleet in fleets:
+            await fleet.close()
+
+
+async def test_a_proxy_joining_the_fleet_takes_the_limits_it_learned_so_far(
+    server: RedisProcess, client: aioredis.Redis
+) -> None:
+    (a, _), fleets = await two_pools(server, lease_seconds=0.3)
+    late = ChaosPool(CONFIG)
+    fleets.append(make_fleet(server.url, "late", pool=late, lease_seconds=0.3))
+    try:
+        selection = await a.admit(Ticket("heavy"), timeout=1)
+        assert selection is not None
+        model = selection.model
+        for _ in range(2):
+            a.report_error(model, zai_error("1302"), selection=replace(selection, in_flight=2))
+        assert a.release(selection)
+        await until(lambda: not fleets[0]._background)
+        await asyncio.sleep(0.2)  # a renewal: its row is in Redis
+        fleets[2].start()
+        await until(lambda: late.limits.limit(model) == a.limits.limit(model), 2)  # its first renewal's
     finally:
         for fleet in fleets:
             await fleet.close()
@@ -680,20 +713,22 @@ async def test_a_refused_probe_holds_the_right_for_the_probers_wait_and_the_next
         await until(lambda: not fleets[0]._background)
         held = await right(client)
         assert held["refused"] == 1 and INTERVAL * 1000 - 1000 < float(held["free_in"]) <= INTERVAL * 1000
-        await until(lambda: b.in_flight("h") == 2)  # the probe's slot is back
-        assert await b.admit(Ticket("heavy"), timeout=0.1) is None  # b would probe: the right is a's
-        assert fleets[1].slots.probes_elsewhere == 1
-        wait = b.limits.next_probe()
-        assert wait is not None and INTERVAL - 1.0 < wait <= INTERVAL
-        # the right's wait over (on Redis's clock, and on b's): b probes, counting a's refusal as its own
-        await client.hset("chaos:probe:h", "free_at", 0)
+        # the refusal came to b with a's slot: b waits as a does, counting it as its own refused probe
+        await until(lambda: b.limits.probe_wait("model", "h") == (INTERVAL, 1))
+        assert await b.admit(Ticket("heavy"), timeout=0.1) is None and fleets[1].slots.probes_elsewhere == 0
         b_clock = b._clock
         assert isinstance(b_clock, FakeClock)
+        b_clock.advance(INTERVAL)  # past b's own wait, not a's right (Redis's clock): no probe goes
+        assert await b.admit(Ticket("heavy"), timeout=0.1) is None and fleets[1].slots.probes_elsewhere == 1
+        wait = b.limits.next_probe()
+        assert wait is not None and INTERVAL - 1.0 < wait <= INTERVAL  # what is left of the right's hold
+        # the right's wait over (on Redis's clock, and on b's): b probes, a's refusal counted as its own
+        await client.hset("chaos:probe:h", "free_at", 0)
         b_clock.advance(wait)
         second = await b.admit(Ticket("heavy"), timeout=0.2)
         assert second is not None and second.probe == "model"
         b.report_error("h", zai_error("1302"), selection=second)
-        assert b.limits.probe_wait("model", "h") == (2 * INTERVAL, 2)  # doubled: the fleet's second refusal
+        assert b.limits.probe_wait("model", "h") == (pytest.approx(2 * INTERVAL), 2)  # the fleet's second
         assert b.release(second)
         await until(lambda: not fleets[1]._background)
         held = await right(client)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 from chaos_mode.config.schema import default_config
 from chaos_mode.fleet.slots import FALLBACK_SHARE, HOLD_BACK, Notice, SharedSlots, Tally, Verdict
 from chaos_mode.routing.pool import ChaosPool, Ticket
-from chaos_mode.routing.slots import ProbeClaim
+from chaos_mode.routing.slots import ProbeClaim, Seen
 
 
 class FakeFleet:
@@ -22,6 +23,7 @@ class FakeFleet:
         self.announced = 0
         self.claims: list[tuple[ProbeClaim, str]] = []  # the rights to probe claimed, with their lease
         self.answers: list[tuple[ProbeClaim, str]] = []  # the probes' verdicts told
+        self.seen: list[tuple[Seen, ...]] = []  # per release, z.ai's verdicts on its request
 
     async def confirm(
         self, model: str, lease: str, cap: int, account_cap: int, probe: ProbeClaim | None = None
@@ -41,7 +43,8 @@ class FakeFleet:
     def probe_answered(self, claim: ProbeClaim, lease: str) -> None:
         self.answers.append((claim, lease))
 
-    def release(self, model: str, lease: str, to: str = "") -> None:
+    def release(self, model: str, lease: str, to: str = "", seen: Sequence[Seen] = ()) -> None:
+        self.seen.append(tuple(seen))
         self.leases.get(model, set()).discard(lease)
         self.released.append(lease)
         self.owed.append(to)
@@ -443,3 +446,21 @@ def test_the_slot_a_lease_is_taken_for_counts_as_served_in_its_notice_unless_it_
     assert slots.notice("+", "n").serving == {"m": 2, "n": 1}
     assert slots.notice("+", "m", probe=True).serving == {"m": 2}  # a probe's answer is not guessed
     assert slots.notice("-", "m").serving == {"m": 2}
+
+
+async def test_the_verdicts_on_a_slot_go_with_its_lease_and_the_others_count_them() -> None:
+    fleet = FakeFleet()
+    heard: list[tuple[str, Sequence[Seen]]] = []
+    slots = SharedSlots("a", on_seen=lambda model, seen: heard.append((model, seen)))
+    slots.connected(fleet)
+    slots.apply(fleet.tally())
+    assert slots.try_acquire("m", 2, 10) and (await slots.confirm("m")).taken
+    verdicts = (Seen("stall", 3, 9), Seen("clean", 2, 8))
+    assert slots.release("m", verdicts)
+    assert fleet.seen == [verdicts]
+    slots.heard(Notice(fleet.seq, "-", "b", "m", seen=verdicts))
+    slots.heard(Notice(fleet.seq + 1, "-", "b", "m"))  # nothing to learn from this one
+    assert heard == [("m", verdicts)]
+    slots.disconnected()
+    slots.heard(Notice(fleet.seq + 2, "-", "b", "m", seen=verdicts))  # alone: each learns on its own
+    assert len(heard) == 1

@@ -30,7 +30,7 @@ from chaos_mode.bench.workload import Workload, WorkloadSpec, make_workload
 from chaos_mode.config.schema import ModelRouting
 from chaos_mode.fleet.slots import Notice, SharedSlots, Tally, Verdict
 from chaos_mode.routing.pool import ChaosPool, Ticket
-from chaos_mode.routing.slots import ProbeClaim
+from chaos_mode.routing.slots import ProbeClaim, Seen
 
 HOP = 0.002  # seconds from the proxy to the upstream, and from the answer's end to the agent's next request
 RENEW = 1.0  # seconds between tallies (a third of bench.fleet's 3 s leases)
@@ -112,7 +112,7 @@ class StoreFleet:
     def probe_answered(self, claim: ProbeClaim, lease: str) -> None:
         raise AssertionError("limits are fixed here: no probe")
 
-    def release(self, model: str, lease: str, to: str = "") -> None:
+    def release(self, model: str, lease: str, to: str = "", seen: Sequence[Seen] = ()) -> None:
         store = self.store
 
         def arrive() -> None:

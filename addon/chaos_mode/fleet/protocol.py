@@ -18,16 +18,24 @@ given up, `free_at` is the prober's wait and `refused` its count. The key outliv
 `PROBE_MEMORY_MS`, keeping the count. Proxies of the previous version ignore it and probe on their own.
 
 **A notice says what z.ai serves of its sender's slots** (`model=n,...`, the slots z.ai answered cleanly
-and still streams): a clean answer elsewhere counts them at once with its own, and not the slots z.ai has
-not answered yet. The previous version's notices (without it) are read, their sender's slots counted as
-not served; it does not read this version's and follows it only at each renewal: upgrade together.
+and still streams; the one a lease is taken for counts as served until the sender's next notice, but a
+probe's): a clean answer elsewhere counts them with its own, not the slots z.ai has not answered yet.
+**A lease given back carries z.ai's verdicts on its request** (`c7:20`, `r8:22m`, `s9:26a`: clean,
+refused, stalled, at the levels its proxy counted on the model and the account, a model's or the
+account's probe), which every other proxy counts as its own. The learned limits' hash is read by a proxy
+joining the fleet, and written by all. The previous version's notices (without either) are read, their
+sender's slots counted as not served; it reads none of this version's and follows it only at each
+renewal: upgrade together.
 """
 
 from __future__ import annotations
 
-from typing import Final
+import re
+from typing import Final, Literal
 
 from chaos_mode.fleet.slots import Notice
+from chaos_mode.learning.limits import Probe
+from chaos_mode.routing.slots import Seen
 
 _NOW = """
 local t = redis.call('TIME')
@@ -198,33 +206,60 @@ def notice_tail(notice: Notice) -> str:
     waited = round(notice.waited * 1000)
     to = notice.to or NOBODY_NAMED
     serving = ",".join(f"{model}={n}" for model, n in (notice.serving or {}).items() if _plain(model))
+    seen = "|".join(f"{s.kind[0]}{s.level}:{s.total}{_PROBES.get(s.probe, '')}" for s in notice.seen)
     return (
         f"{notice.proxy} {notice.model} {notice.waiting} {notice.level} {waited} {to} "
-        f"{serving or NOBODY_NAMED}"
+        f"{serving or NOBODY_NAMED} {seen or NOBODY_NAMED}"
     )
 
 
 def parse_notice(text: str) -> Notice | None:
-    """`seq op proxy [model waiting level waited_ms to serving]` from the channel (`* proxy`: it left;
-    `serving` as `model=n,...`, or `-` for none; a previous version's notice, without it, is read too);
-    None for anything else."""
+    """`seq op proxy [model waiting level waited_ms to serving seen]` from the channel (`* proxy`: it left;
+    `serving` as `model=n,...`; `seen` as `c7:20|s8:22m|r3:9a...`: clean, stall, refused at a level on its
+    model and on the account, a model's or the account's probe; `-` for none; a previous version's notice,
+    without the last two, is read too); None for anything else."""
     parts = text.split(" ")
     try:
         if len(parts) == 3:
             return Notice(int(parts[0]), parts[1], parts[2])
         serving: dict[str, int] | None = None
-        if len(parts) == 9:
+        seen: list[Seen] = []
+        if len(parts) == 10:
             serving = {}
             if parts[8] != NOBODY_NAMED:
                 for pair in parts[8].split(","):
                     model, _, count = pair.partition("=")
                     serving[model] = int(count)
+            if parts[9] != NOBODY_NAMED:
+                for item in parts[9].split("|"):
+                    match = _SEEN.fullmatch(item)
+                    if match is None:
+                        raise ValueError(item)
+                    kind, level, total, probe = match.groups()
+                    seen.append(Seen(_KINDS[kind], int(level), int(total), _PROBE_OF.get(probe)))
             parts = parts[:8]
         seq, op, proxy, model, waiting, level, waited, to = parts
         to = "" if to == NOBODY_NAMED else to
-        return Notice(int(seq), op, proxy, model, int(waiting), int(level), int(waited) / 1000, to, serving)
+        return Notice(
+            int(seq),
+            op,
+            proxy,
+            model,
+            int(waiting),
+            int(level),
+            int(waited) / 1000,
+            to,
+            serving,
+            tuple(seen),
+        )
     except ValueError:
         return None
+
+
+_SEEN: Final = re.compile(r"([crs])(\d+):(\d+)([ma]?)")
+_KINDS: Final[dict[str, Literal["clean", "refused", "stall"]]] = {"c": "clean", "r": "refused", "s": "stall"}
+_PROBES: Final[dict[Probe | None, str]] = {"model": "m", "account": "a"}
+_PROBE_OF: Final[dict[str, Probe]] = {"m": "model", "a": "account"}
 
 
 def _plain(model: str) -> bool:

@@ -39,7 +39,7 @@ from chaos_mode.fleet.slots import SharedSlots, Tally, Verdict
 from chaos_mode.fleet.state_url import StateUrl, redact
 from chaos_mode.routing.cooldowns import Cooldowns
 from chaos_mode.routing.pool import ChaosPool
-from chaos_mode.routing.slots import ProbeClaim
+from chaos_mode.routing.slots import ProbeClaim, Seen
 
 log = logging.getLogger("chaos_mode")
 
@@ -85,6 +85,7 @@ class RedisFleet:
         self.pool = pool
         self.cooldowns: SharedCooldowns | None = None
         self._pushed = -math.inf  # the learned limits changed after this (wall clock) are told at renewal
+        self._joined_limits = False  # the fleet's limits were taken since this proxy last (re)joined it
         if pool is not None and isinstance(pool.cooldowns, Cooldowns):
             self.cooldowns = SharedCooldowns(pool.cooldowns, self._tell_block)
             pool.use_cooldowns(self.cooldowns)
@@ -194,16 +195,16 @@ class RedisFleet:
         except (RedisError, OSError, TimeoutError) as exc:
             self._call_failed(exc, connection)  # the right ends with its TTL
 
-    def release(self, model: str, lease: str, to: str = "") -> None:
+    def release(self, model: str, lease: str, to: str = "", seen: Sequence[Seen] = ()) -> None:
         if self._up or self._rejoining:
-            self._spawn(self._give_back(model, lease, to))
+            self._spawn(self._give_back(model, lease, to, seen))
 
-    async def _give_back(self, model: str, lease: str, to: str) -> None:
+    async def _give_back(self, model: str, lease: str, to: str, seen: Sequence[Seen]) -> None:
         connection = self._connection
         counts = None
         try:
             async with asyncio.timeout(self.timeout):
-                tail = notice_tail(self.slots.notice("-", model, to))
+                tail = notice_tail(self.slots.notice("-", model, to, seen=seen))
                 gone, in_flight, total, seq = await self._release(
                     keys=self._lease_keys(model), args=(lease, self._inboxes, self.slots.proxy_id, tail)
                 )
@@ -282,6 +283,7 @@ class RedisFleet:
                     self._started.set()
                     self.slots.connected(self)
                     self.slots.apply(tally)
+                    self._joined_limits = False
                     self.announce()  # here: the others count this proxy before their next tally does
                     if self._told:
                         self._told = False
@@ -389,8 +391,10 @@ class RedisFleet:
         self.pool.blocks_changed()
 
     async def share_limits(self) -> None:
-        """Write the learned limits that changed here since the last time, read everyone's, take the
-        newer ones (the last change of each limit wins)."""
+        """Write the learned limits that changed here since the last time, read everyone's, and, once
+        after joining the fleet (or coming back to it), take the newer ones (the last change of each limit
+        wins): from then on every proxy learns from the fleet's verdicts (the notices' `seen`), and
+        taking another's limit would replace that evidence with the limit's value."""
         if self.pool is None or not self.pool.limits.enabled:
             return
         rows = self.pool.limits.rows(since=self._pushed)
@@ -403,7 +407,9 @@ class RedisFleet:
         for name, row in zip(flat[::2], flat[1::2], strict=True):
             with contextlib.suppress(ValueError):
                 fleet_rows[_text(name)] = json.loads(_text(row))
-        self.pool.adopt_limits(fleet_rows)
+        if not self._joined_limits:
+            self._joined_limits = True
+            self.pool.adopt_limits(fleet_rows)
 
     async def tick(self, *, renew_only: bool = True) -> Tally:
         """Renew this proxy's leases (`renew_only` False: write them again, Redis may have lost them), say

@@ -15,7 +15,9 @@ a slot given back names that proxy: it tries at once, the others only after `HOL
 not use the slot), so one proxy takes a freed slot instead of every proxy racing for it. It also says
 which of its sender's slots z.ai answered and still serves (`serving_elsewhere`): what z.ai serves at
 once, as a clean answer counts it (see `learning.limits`), is this proxy's own and those, not every
-slot of the fleet (a slot z.ai has not answered, a 1302 on its way, is none).
+slot of the fleet (a slot z.ai has not answered, a 1302 on its way, is none). A lease given back also
+carries z.ai's verdicts on its request (`Seen`), which the other proxies count as their own
+(`on_seen`): one body of evidence for the fleet's limits.
 
 A probe's slot also claims the right to probe its limit, fleet-wide, in the same confirmation (one prober
 per limit in the fleet, see `learning.limits`): a slot whose limit's right another proxy holds is refused
@@ -38,7 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from chaos_mode.routing.slots import CONFIRMED, Confirmation, ProbeClaim
+from chaos_mode.routing.slots import CONFIRMED, Confirmation, ProbeClaim, Seen
 
 FALLBACK_SHARE = 0.5  # of each limit, when Redis went away before any other proxy was seen
 HOLD_BACK = 0.02  # seconds a freed slot is left to the proxy it is owed to before the others try
@@ -75,7 +77,8 @@ class Notice:
     `waited`: how many wait there, the place in line of the first (its conversation's admissions lately)
     and how long it has waited (seconds). `to`: the proxy a slot given back is owed to ("" for none named:
     anyone may take it at once). `serving`: its slots z.ai answered cleanly and still serves, per model
-    (None: not said, by a proxy of an earlier version). `seq` numbers
+    (None: not said, by a proxy of an earlier version). `seen`: with a lease given back, what z.ai's
+    verdicts on its request said, for the limits (`learning.limits`). `seq` numbers
     the changes of the store's counts, so a notice already counted by a tally or a verdict read after it
     is not counted twice."""
 
@@ -88,6 +91,7 @@ class Notice:
     waited: float = 0.0
     to: str = ""
     serving: Mapping[str, int] | None = None
+    seen: tuple[Seen, ...] = ()
 
 
 class Fleet(Protocol):
@@ -105,9 +109,10 @@ class Fleet(Protocol):
         freed (0) and the others told (in the background; it ends with its TTL otherwise)."""
         ...
 
-    def release(self, model: str, lease: str, to: str = "") -> None:
+    def release(self, model: str, lease: str, to: str = "", seen: Sequence[Seen] = ()) -> None:
         """Give the lease back (in the background; its TTL ends it if the store cannot be reached); its
-        notice names the proxy the slot is owed to (`to`, "" for none)."""
+        notice names the proxy the slot is owed to (`to`, "" for none) and carries z.ai's verdicts on its
+        request (`seen`)."""
         ...
 
     def announce(self) -> None:
@@ -127,6 +132,7 @@ class SharedSlots:
         share: float | None = None,
         on_freed: Callable[[float], None] = lambda delay: None,
         on_probe_answered: Callable[[str], None] = lambda limit: None,
+        on_seen: Callable[[str, Sequence[Seen]], None] = lambda model, seen: None,
         waiting: Callable[[], tuple[int, int, float]] = lambda: NOBODY,
         serving: Callable[[], Mapping[str, int]] = dict,
         clock: Callable[[], float] = time.monotonic,
@@ -137,6 +143,7 @@ class SharedSlots:
         self.configured_share = share  # None: 1 / the number of proxies last seen
         self.on_freed = on_freed  # the fleet freed capacity: the pool's waiters may use it (after a delay)
         self.on_probe_answered = on_probe_answered  # another proxy's probe of a limit was answered cleanly
+        self.on_seen = on_seen  # z.ai's verdicts on a slot another proxy gave back
         self.waiting = waiting  # (requests waiting here, the first's level, its wait): the pool's queue
         self.serving = serving  # this proxy's slots z.ai answered and serves, per model: the pool's
         self.clock = clock
@@ -255,7 +262,7 @@ class SharedSlots:
         self._total += 1
         return True
 
-    def release(self, model: str) -> bool:
+    def release(self, model: str, seen: Sequence[Seen] = ()) -> bool:
         own = self._own.get(model, 0)
         if own <= 0:
             return False
@@ -274,7 +281,7 @@ class SharedSlots:
                 to = self._freed_for()
                 if to not in ("", self.proxy_id):
                     self._promised.setdefault(model, []).append(self.clock() + HOLD_BACK)
-                self.fleet.release(model, lease, to)
+                self.fleet.release(model, lease, to, seen)
         return True
 
     def given_back(self, model: str, counts: Verdict | None = None) -> None:
@@ -390,6 +397,8 @@ class SharedSlots:
         if notice.op == "!":
             self.on_probe_answered(notice.model)
             return
+        if notice.seen:
+            self.on_seen(notice.model, notice.seen)
         step = {"+": 1, "-": -1}.get(notice.op)
         if step is None:
             return
@@ -471,7 +480,9 @@ class SharedSlots:
         if self.fleet is not None and self._alone_share is None and not self.waiting()[0]:
             self.fleet.announce()
 
-    def notice(self, op: str, model: str = "", to: str = "", *, probe: bool = False) -> Notice:
+    def notice(
+        self, op: str, model: str = "", to: str = "", *, probe: bool = False, seen: Sequence[Seen] = ()
+    ) -> Notice:
         """This proxy's notice of `op` on `model` (`seq` is the store's to give). The slot a lease taken
         (`+`) is for counts as served in it, unless it is a probe's: z.ai answers a request within ms or
         refuses it in seconds, and this proxy's next notice says which (counted as not served, each
@@ -481,7 +492,7 @@ class SharedSlots:
         serving = self.serving()
         if op == "+" and model and not probe:
             serving = {**serving, model: serving.get(model, 0) + 1}
-        return Notice(0, op, self.proxy_id, model, waiting, level, waited, to, serving)
+        return Notice(0, op, self.proxy_id, model, waiting, level, waited, to, serving, tuple(seen))
 
     def connected(self, fleet: Fleet) -> None:
         """The store answers (again): use it. The caller writes `leases()` and applies a tally."""

@@ -20,16 +20,19 @@ the lowest it refuses with confidence. What feeds it, and what the pool may do a
   served it (z.ai moves its limits plan-wide, off-peak); a limit that never served more keeps its wait. A
   probe given up unanswered (its request took a slot within the limits) counts as refused for pacing only:
   it tells the limit nothing.
-- **A fleet probes as one.** Proxies sharing a store (`chaos_state`) share the right to probe each limit:
-  a probe goes only with it, and it is held while the probe is out (at most `probeIntervalSeconds`, as
-  one proxy's next probe waits for an unanswered one), freed at once when the probe is answered cleanly
-  (another proxy's next probe may follow at once, as this proxy's own), and held for the prober's wait
-  when it is refused or given up. A proxy that finds it held sends no probe there until it is free: not a
-  refused probe, nothing learned; it counts the limit's refused probes in a row as the fleet counted them,
-  so its own next refusal waits as long as the fleet's next would. A probe answered cleanly elsewhere
-  counts here as one answered here, for pacing (its evidence comes with the limits the fleet shares). The
-  store gone, each proxy probes on its own. What z.ai serves at once, in a fleet, counts the other
-  proxies' slots as they say z.ai serves them (`routing.pool`), never one z.ai has not answered yet.
+- **A fleet learns and probes as one.** Proxies sharing a store (`chaos_state`) learn from one body of
+  evidence: every verdict a proxy has goes to the others with the slot it gives back, and counts there as
+  theirs (evidence and pacing), at the levels it counted; what z.ai serves at once counts the other
+  proxies' slots as they say z.ai serves them (`routing.pool`), never one z.ai has not answered yet. A
+  limit another proxy learned is taken only on joining the fleet (it replaces the evidence with its
+  value). The right to probe each limit is one for the fleet: a probe goes only with it, and it is held
+  while the probe is out (at most `probeIntervalSeconds`, as one proxy's next probe waits for an
+  unanswered one), freed at once when the probe is answered cleanly (another proxy's next probe may follow
+  at once, as this proxy's own: `probe_answered_elsewhere`), and held for the prober's wait when it is
+  refused or given up. A proxy that finds it held sends no probe there until it is free: not a refused
+  probe, nothing learned; it counts the limit's refused probes in a row as the fleet counted them, so its
+  own next refusal waits as long as the fleet's next would. The store gone, each proxy learns and probes
+  on its own.
 - **What was learned fades** with a half-life of `driftSeconds`: a limit nobody confirms goes back to the
   catalog's value, and a level refused long ago may be tried again.
 

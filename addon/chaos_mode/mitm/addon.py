@@ -281,6 +281,7 @@ class ChaosMode:
             share=share,
             on_freed=self.pool.wake,
             on_probe_answered=self.pool.probe_answered_elsewhere,
+            on_seen=self.pool.seen_elsewhere,
             waiting=self.pool.first_in_line,
             serving=self.pool.serving_here,
         )

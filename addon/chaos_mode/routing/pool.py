@@ -7,9 +7,9 @@ import math
 import random
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 from chaos_mode.config.schema import ModelRouting
 from chaos_mode.learning.limits import LearnedLimits, LimitView, Probe
@@ -26,7 +26,7 @@ from chaos_mode.routing.pool_status import (
     StickyStatus,
 )
 from chaos_mode.routing.served_lately import ServedLately
-from chaos_mode.routing.slots import MemorySlots, ProbeClaim, SlotStore
+from chaos_mode.routing.slots import MemorySlots, ProbeClaim, Seen, SlotStore
 from chaos_mode.routing.sticky import StickyMap
 from chaos_mode.routing.strategies import ModelEntry, Strategy, make_strategy
 from chaos_mode.routing.wait_queue import WaitQueue
@@ -164,6 +164,7 @@ class ChaosPool:
         self._served: set[int] = set()  # held slots answered cleanly
         self._ended: dict[int, str] = {}  # held slots whose answer z.ai sent to its end: slot id -> model
         self._ended_on: dict[str, int] = {}
+        self._seen: dict[int, list[Seen]] = {}  # with a shared store: held slots' verdicts, for the fleet
         self._next_slot_id = 1
         self.lost_races = 0  # slots taken on the local mirror that another proxy had taken first
         self.reconfigure(config)
@@ -437,7 +438,7 @@ class ChaosPool:
         if slot.slot_id in self._served:
             self._served.discard(slot.slot_id)
             self._limits.served_for(self._clock() - taken_at)
-        if not self._slots.release(model):  # the store lost it (never here: stores count what they gave)
+        if not self._slots.release(model, self._seen.pop(slot.slot_id, ())):  # the store lost it (never)
             self.spurious_releases += 1
             return False
         if len(self._queue):
@@ -541,6 +542,24 @@ class ChaosPool:
             if claim is not None:
                 self._slots.probe_answered(claim)
 
+    def _note(self, slot: Slot, kind: Literal["clean", "refused", "stall"], level: int, total: int) -> None:
+        """A verdict on `slot`'s request as the limits took it: told to the fleet when the slot goes back."""
+        if self._slots.confirms and self._limits.enabled and slot.slot_id in self._held:
+            self._seen.setdefault(slot.slot_id, []).append(Seen(kind, level, total, slot.probe))
+
+    def seen_elsewhere(self, model: str, seen: Sequence[Seen]) -> None:
+        """z.ai's verdicts on a slot of `model` another proxy of the fleet gave back: each counts here as
+        if this proxy had it (`learning.limits`), at the levels that proxy counted."""
+        limits = self._limits
+        for verdict in seen:
+            if verdict.kind == "clean":
+                limits.succeeded(model, verdict.level, verdict.total, verdict.probe)
+            elif verdict.kind == "refused":
+                limits.refused(model, verdict.level, verdict.total, verdict.probe)
+            else:
+                limits.stalled(model, verdict.level, verdict.total, verdict.probe)
+        self._limits_changed()
+
     def probe_answered_elsewhere(self, limit: str) -> None:
         """Another proxy's probe of `limit` (a model, or ACCOUNT) was answered cleanly: its next probe may
         go here at once, as after one answered here."""
@@ -636,6 +655,7 @@ class ChaosPool:
         model, serving, total = selection.model, self._serving(selection.model), self._serving()
         limits = self._limits
         limits.succeeded(model, serving, total, selection.probe)
+        self._note(selection, "clean", serving, total)
         self._probe_judged(selection)
         self._cooldowns.succeeded(model)
         if self._limits_version != limits.version:
@@ -686,6 +706,7 @@ class ChaosPool:
             level = min(self._serving(slot.model) + 1, slot.in_flight)
             account_level = min(self._serving() + 1, slot.total)
             self._limits.stalled(slot.model, level, account_level, slot.probe)
+            self._note(slot, "stall", level, account_level)
             self._probe_judged(slot)
             self._limits_changed()
         return True
@@ -733,6 +754,7 @@ class ChaosPool:
                     in_flight, total = self._slots.in_flight(model), self._slots.total()
                 self._limits.refused(model, in_flight, total, probe)
                 if selection is not None:
+                    self._note(selection, "refused", in_flight, total)
                     self._probe_judged(selection)
                 return 0.0
             case Action.CONCURRENCY | Action.COOLDOWN:

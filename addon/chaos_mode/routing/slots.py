@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Final, Literal, Protocol
+
+from chaos_mode.learning.limits import Probe
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +34,18 @@ class Confirmation:
 CONFIRMED: Final = Confirmation(True)
 
 
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """One of z.ai's verdicts on a slot's request, as the pool counted it (`learning.limits`): a clean
+    answer, a refusal (1302) or a stall, at `level` on its model and `total` on the account, and the probe it
+    was (None: none). A fleet's proxies learn from each other's."""
+
+    kind: Literal["clean", "refused", "stall"]
+    level: int
+    total: int
+    probe: Probe | None = None
+
+
 class SlotStore(Protocol):
     """Where in-flight counts live. The pool's policy only talks to this.
 
@@ -55,8 +69,9 @@ class SlotStore(Protocol):
         """Take a slot of `model` if it has fewer than `cap` and the account fewer than `account_cap`."""
         ...
 
-    def release(self, model: str) -> bool:
-        """Give a slot of `model` back; False (and no change) if none was held."""
+    def release(self, model: str, seen: Sequence[Seen] = ()) -> bool:
+        """Give a slot of `model` back, with what z.ai's verdicts on its request said (`seen`, for a
+        fleet's other proxies); False (and no change) if none was held."""
         ...
 
     def snapshot(self) -> dict[str, int]: ...
@@ -119,7 +134,7 @@ class MemorySlots:
         self._total += 1
         return True
 
-    def release(self, model: str) -> bool:
+    def release(self, model: str, seen: Sequence[Seen] = ()) -> bool:
         held = self._counts.get(model, 0)
         if held <= 0:
             return False
