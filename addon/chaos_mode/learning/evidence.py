@@ -69,18 +69,21 @@ def refusal_lower_bound(refused: float, total: float) -> float:
 class LevelEvidence:
     """The evidence of one limit, level by level (1 .. ceiling + 1), and the limit it supports."""
 
-    __slots__ = ("_levels", "ceiling", "fade_seconds", "start")
+    __slots__ = ("_levels", "_top", "ceiling", "fade_seconds", "start")
 
     def __init__(self, start: int | None, ceiling: int, fade_seconds: float) -> None:
         self.start = start  # the catalog's (or the config's) value: served without evidence; None: none
         self.ceiling = ceiling
         self.fade_seconds = fade_seconds  # the half-life of every observation
         self._levels = [Level() for _ in range(ceiling + 2)]  # index = level; 0 unused
+        self._top = 0  # the highest level observed: nothing above it to look at
 
     def observe(self, level: int, *, refused: bool, now: float, weight: float = 1.0) -> None:
         """One verdict at `level` (clamped to 1 .. ceiling + 1), `weight` of it (a refusal that may be
         another limit's counts in part)."""
-        entry = self._levels[min(max(level, 1), self.ceiling + 1)]
+        level = min(max(level, 1), self.ceiling + 1)
+        self._top = max(self._top, level)
+        entry = self._levels[level]
         self._age(entry, now)
         keep = 1.0 - weight / MEMORY
         entry.clean *= keep
@@ -107,7 +110,7 @@ class LevelEvidence:
         entry = self._levels[level]
         self._age(entry, now)
         clean = 0.0
-        for above in self._levels[level:]:
+        for above in self._levels[level : self._top + 1]:
             self._age(above, now)
             clean += above.clean
         return (entry.refused + 1.0) / (entry.refused + clean + PRIOR + 1.0)
@@ -116,7 +119,7 @@ class LevelEvidence:
         """The lowest level refused (rule 2), else None. `cost`: a refusal's cost in slot-times (how long z.ai
         takes to refuse over how long a slot serves)."""
         blocks: list[list[float]] = []  # [first level, refused, clean]: rates non-decreasing, level order
-        for level in range(1, self.ceiling + 2):
+        for level in range(1, self._top + 1):
             entry = self._levels[level]
             self._age(entry, now)
             if entry.clean + entry.refused <= 0.0:
@@ -144,7 +147,7 @@ class LevelEvidence:
     def served_level(self, now: float) -> int:
         """The highest level served (rule 3): a clean answer remembered at it or above, or the catalog's."""
         top = self.start or 0
-        for level in range(self.ceiling + 1, top, -1):
+        for level in range(self._top, top, -1):
             entry = self._levels[level]
             self._age(entry, now)
             if entry.clean >= SERVED_WEIGHT:
@@ -162,7 +165,7 @@ class LevelEvidence:
 
     def answered_at(self, value: int, now: float) -> bool:
         """Whether z.ai answered cleanly at `value` or above lately (not only the catalog's word)."""
-        for level in range(max(value, 1), self.ceiling + 2):
+        for level in range(max(value, 1), self._top + 1):
             entry = self._levels[level]
             self._age(entry, now)
             if entry.clean >= SERVED_WEIGHT:
@@ -172,3 +175,4 @@ class LevelEvidence:
     def forget(self) -> None:
         """Back to no evidence at all."""
         self._levels = [Level() for _ in range(self.ceiling + 2)]
+        self._top = 0

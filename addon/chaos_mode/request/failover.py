@@ -91,7 +91,7 @@ async def settle(
     if not error.fails_over:
         return None
     # With learned limits, a full model is not a broken one: within its new limit it may serve.
-    busy = error.action is Action.CONCURRENCY and request.pool.limits.enabled
+    busy = error.action is Action.CONCURRENCY and request.pool.learns
     request.refused_by(error.code or error.reason, broken=not busy)
     if not retry or not request.may_fail_over:
         return reject(request, headers, now=now, error=error)

@@ -1,4 +1,22 @@
-"""ChaosPool: which model serves a request — eligibility, strategy, slots, cooldowns, queue, stickiness."""
+"""ChaosPool: which model serves a request — eligibility, strategy, slots, cooldowns, queue, stickiness.
+
+How a model is chosen for a request, the rules in the order they apply (`_select`, `_beyond_limits`):
+
+1. **Nothing while the account is paused** (1308/1310/1313: z.ai will refuse everything until its reset).
+2. **Eligible**: the models the request's tier may use (its quality floor), less those it was refused by
+   and those cooling down or out of rotation.
+3. **Within the limits**: a model with fewer in flight than its limit (learned, or the catalog's), the
+   account below its own; a probe out rides above the limit it tests and takes none of its slots. In a
+   fleet whose Redis is away, each model's share of its limit (the proxy serves alone).
+4. **Sticky**: a conversation keeps its model while that model qualifies (a move is counted).
+5. **Cost guard** (`maxCostPerRequest`): only the models under it, else the cheapest eligible; the floor
+   always wins.
+6. **Strategy**: least-loaded, round-robin or weighted-random among what is left.
+7. **Beyond the limits**, for a request that would otherwise wait: a probe one above a limit when one is
+   due (the account's when the account is full, else the cheapest due model), within the cost guard; else,
+   when nothing at all is in flight, a trial on the cooling model whose cooldown ends first
+   (`trialWhenIdle`: the pool never idles behind cooldowns); else it waits in the fair queue.
+"""
 
 from __future__ import annotations
 
@@ -182,6 +200,11 @@ class ChaosPool:
     @property
     def limits(self) -> LearnedLimits:
         return self._limits
+
+    @property
+    def learns(self) -> bool:
+        """Whether limits are learned (a 1302 is then evidence, not a cooldown)."""
+        return self._limits.enabled
 
     @property
     def slots(self) -> SlotStore:
