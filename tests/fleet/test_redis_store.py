@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import random
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
@@ -19,13 +20,17 @@ from hypothesis import strategies as st
 
 from chaos_mode.config.schema import default_config
 from chaos_mode.devtools.processes import RedisProcess
-from chaos_mode.fleet.protocol import notice_tail, parse_notice
+from chaos_mode.fleet.protocol import PROBE_MEMORY_MS, notice_tail, parse_notice
 from chaos_mode.fleet.redis_store import RedisFleet, fleet_status
 from chaos_mode.fleet.slots import Notice, SharedSlots, Tally
 from chaos_mode.fleet.state_url import parse_state_url
 from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
+from chaos_mode.routing.slots import ProbeClaim, Seen
+from chaos_mode.zai.catalog import ACCOUNT
 from chaos_mode.zai.errors import classify_error
 from support.certs import make_certs
+from support.fakes import FakeClock
+from support.pool_rig import routing
 from support.redis_support import redis_process, require_redis_server
 
 CONFIG = default_config()
@@ -48,16 +53,22 @@ async def client(server: RedisProcess) -> AsyncIterator[aioredis.Redis]:
 def make_fleet(
     url: str, name: str, *, lease_seconds: float = 5.0, pool: ChaosPool | None = None
 ) -> RedisFleet:
-    slots = SharedSlots(
-        name,
-        on_freed=pool.wake if pool else lambda delay: None,
-        waiting=pool.first_in_line if pool else lambda: (0, 0, 0.0),
-    )
+    """A proxy's fleet as the addon makes it (with `pool`, that pool's store)."""
+    slots = SharedSlots(name)
     if pool is not None:
+        slots = SharedSlots(
+            name,
+            on_freed=pool.wake,
+            on_probe_answered=pool.probe_answered_elsewhere,
+            on_seen=pool.seen_elsewhere,
+            waiting=pool.first_in_line,
+            serving=pool.serving_here,
+        )
         pool.use_slots(slots)
     parsed = parse_state_url(url, {})
     assert parsed is not None
-    return RedisFleet(parsed, slots, models=lambda: MODELS, lease_seconds=lease_seconds, pool=pool)
+    models = list(pool.config.models) if pool is not None else MODELS
+    return RedisFleet(parsed, slots, models=lambda: models, lease_seconds=lease_seconds, pool=pool)
 
 
 async def until(condition: object, timeout: float = 5.0) -> None:
@@ -86,6 +97,48 @@ async def test_the_confirm_script_keeps_both_caps_and_reaps_expired_leases(
     await fleet.close()
 
 
+async def test_the_right_to_probe_is_taken_with_the_lease_and_only_its_holder_answers_for_it(
+    server: RedisProcess, client: aioredis.Redis
+) -> None:
+    p, q = make_fleet(server.url, "p"), make_fleet(server.url, "q")
+    p._up = q._up = True
+    await client.zadd("chaos:fleet", {"p": 1, "q": 1})
+    pubsub = client.pubsub()
+    await pubsub.subscribe("chaos:freed")
+    taken = await p.confirm("glm-4.7", "p#1", 4, 10, ProbeClaim("glm-4.7", 10.0, 1))
+    assert taken is not None and taken.taken and taken.refused_probes == 1
+    assert (await right(client, "glm-4.7"))["lease"] == "p#1"
+    held = await q.confirm("glm-4.7", "q#1", 4, 10, ProbeClaim("glm-4.7", 10.0, 0))
+    assert held is not None and not held.taken and 9.0 < held.probe_held <= 10.0
+    assert (held.in_flight, held.refused_probes) == (1, 1)  # nothing taken; the fleet's count told
+    assert await client.zcard("chaos:slots:glm-4.7") == 1
+    again = await p.confirm("glm-4.7", "p#2", 4, 10, ProbeClaim("glm-4.7", 10.0, 1))
+    assert again is not None and again.taken  # its holder's next probe (after its own wait)
+    plain = await q.confirm("glm-4.7", "q#2", 4, 10)
+    assert plain is not None and plain.taken  # a slot within the limit needs no right
+    await q._answer_probe(ProbeClaim("glm-4.7", 0.0, 0), "q#1")  # not q's to free
+    await p._answer_probe(ProbeClaim("glm-4.7", 20.0, 2), "p#1")  # nor p's older lease's
+    assert (await right(client, "glm-4.7"))["lease"] == "p#2"
+    await p._answer_probe(ProbeClaim("glm-4.7", 20.0, 2), "p#2")  # refused: held for the wait
+    held_for = await right(client, "glm-4.7")
+    assert held_for["refused"] == 2 and 19_000 < float(held_for["free_in"]) <= 20_000
+    assert 0 < await client.pttl("chaos:probe:glm-4.7") - 20_000 <= PROBE_MEMORY_MS  # the count outlives it
+    await client.hset("chaos:probe:glm-4.7", "free_at", 0)  # the wait over
+    late = await q.confirm("glm-4.7", "q#3", 4, 10, ProbeClaim("glm-4.7", 10.0, 0))
+    assert late is not None and late.taken and late.refused_probes == 2  # counted as the fleet counts
+    await q._answer_probe(ProbeClaim("glm-4.7", 0.0, 0), "q#3")  # answered cleanly: freed, all told
+    assert await right(client, "glm-4.7") == {}
+    message = None
+    for _ in range(3):  # the subscription's confirmation (read as None), then the notice
+        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.2) or message
+    assert message is not None and parse_notice(message["data"].decode()) == Notice(
+        0, "!", "q", "glm-4.7", serving={}
+    )
+    await pubsub.aclose()
+    for fleet in (p, q):
+        await fleet.close()
+
+
 async def test_release_removes_the_lease_and_tells_the_other_proxies(
     server: RedisProcess, client: aioredis.Redis
 ) -> None:
@@ -106,8 +159,8 @@ async def test_release_removes_the_lease_and_tells_the_other_proxies(
     # the lease taken and given back, numbered, on the other proxy's own channel only: a proxy does not
     # read its own notices back, and what every proxy hears (the shared channel) is not for them
     assert messages == [
-        (b"chaos:freed:q", b"1 + p glm-4.5 0 0 0 -"),
-        (b"chaos:freed:q", b"2 - p glm-4.5 0 0 0 -"),
+        (b"chaos:freed:q", b"1 + p glm-4.5 0 0 0 - glm-4.5=1 -"),  # the slot just taken: served, till said
+        (b"chaos:freed:q", b"2 - p glm-4.5 0 0 0 - - -"),
     ]
     await pubsub.aclose()
     await fleet.close()
@@ -142,9 +195,19 @@ async def test_two_pools_share_the_account_and_a_slot_freed_on_one_serves_a_wait
 
 
 def test_a_notice_goes_through_the_channel_whole_and_one_of_an_earlier_version_is_still_read() -> None:
-    notice = Notice(0, "-", "host:12:ab", "glm-4.5", 3, 2, 0.25, "host:13:cd")
+    seen = (Seen("clean", 4, 20), Seen("stall", 5, 22, "model"), Seen("refused", 9, 28, "account"))
+    notice = Notice(
+        0, "-", "host:12:ab", "glm-4.5", 3, 2, 0.25, "host:13:cd", {"glm-4.5": 4, "glm-4.7": 1}, seen
+    )
+    assert notice_tail(notice).endswith(" glm-4.5=4,glm-4.7=1 c4:20|s5:22m|r9:28a")
     assert parse_notice("7 - " + notice_tail(notice)) == replace(notice, seq=7)
-    assert parse_notice("8 + " + notice_tail(Notice(0, "+", "p", "m"))) == Notice(8, "+", "p", "m")
+    nothing_said = Notice(8, "+", "p", "m", serving={})
+    assert parse_notice("8 + " + notice_tail(Notice(0, "+", "p", "m"))) == nothing_said
+    assert notice_tail(Notice(0, "+", "p", "m", serving={"a b": 1, "c": 2})) == "p m 0 0 0 - c=2 -"
+    # the previous version's (no serving, no verdicts): read, what it serves not said
+    assert parse_notice("9 - p m 1 2 250 q") == Notice(9, "-", "p", "m", 1, 2, 0.25, "q", None)
+    assert parse_notice("9 - p m 1 2 250 q m=x -") is None
+    assert parse_notice("9 - p m 1 2 250 q - x4:5") is None
     assert parse_notice("9 - p m 1 2") is None  # a short form no version of this protocol sends
     assert parse_notice("0 * p") == Notice(0, "*", "p")
     assert parse_notice("x - p m 1 2") is None and parse_notice("1 - p m 1") is None
@@ -339,23 +402,50 @@ async def test_a_1113_on_one_proxy_takes_the_model_out_on_the_other_and_a_restor
             await fleet.close()
 
 
-async def test_a_learned_limit_lowered_on_one_proxy_is_seen_by_the_other(
+async def test_the_verdicts_on_a_slot_one_proxy_gives_back_count_on_the_other_as_its_own(
     server: RedisProcess, client: aioredis.Redis
 ) -> None:
-    (a, b), fleets = await two_pools(
-        server, lease_seconds=0.3
-    )  # renewals (and the limits' sharing) every 0.1 s
+    """One body of evidence for the fleet: z.ai's refusals of a's request lower the limit on b too, with
+    the same reason, once a gives its slot back (the refusals travel with that notice); the limit rows
+    another proxy wrote are not taken meanwhile (they would replace b's evidence with a's value)."""
+    (a, b), fleets = await two_pools(server, lease_seconds=0.3)  # renewals every 0.1 s
     try:
-        selection = a.try_acquire(Ticket("heavy"))
+        await until(lambda: all(f._joined_limits for f in fleets))  # each took the fleet's limits on joining
+        selection = await a.admit(Ticket("heavy"), timeout=1)
         assert selection is not None
         model = selection.model
         for _ in range(2):  # refused at 2, twice: z.ai never served two of it
             a.report_error(model, zai_error("1302"), selection=replace(selection, in_flight=2))
         lowered = a.limits.limit(model)
         assert lowered < CONFIG.models[model].max_concurrency
-        await until(lambda: b.limits.limit(model) == lowered, 2)
-        assert "1302" in b.limits.view(model).reason
+        await asyncio.sleep(0.3)  # renewals: a's row is in Redis, b does not take it
+        assert await client.hexists("chaos:limits", model)
+        assert b.limits.limit(model) == CONFIG.models[model].max_concurrency
         assert a.release(selection)
+        await until(lambda: b.limits.limit(model) == lowered, 2)
+        assert b.limits.view(model).reason == a.limits.view(model).reason == "1302 at 2 in flight"
+    finally:
+        for fleet in fleets:
+            await fleet.close()
+
+
+async def test_a_proxy_joining_the_fleet_takes_the_limits_it_learned_so_far(
+    server: RedisProcess, client: aioredis.Redis
+) -> None:
+    (a, _), fleets = await two_pools(server, lease_seconds=0.3)
+    late = ChaosPool(CONFIG)
+    fleets.append(make_fleet(server.url, "late", pool=late, lease_seconds=0.3))
+    try:
+        selection = await a.admit(Ticket("heavy"), timeout=1)
+        assert selection is not None
+        model = selection.model
+        for _ in range(2):
+            a.report_error(model, zai_error("1302"), selection=replace(selection, in_flight=2))
+        assert a.release(selection)
+        await until(lambda: not fleets[0]._background)
+        await asyncio.sleep(0.2)  # a renewal: its row is in Redis
+        fleets[2].start()
+        await until(lambda: late.limits.limit(model) == a.limits.limit(model), 2)  # its first renewal's
     finally:
         for fleet in fleets:
             await fleet.close()
@@ -538,3 +628,210 @@ async def test_a_proxy_that_joined_just_before_redis_went_away_counts_in_the_oth
         for fleet in (early, late):
             await fleet.close()
         first.stop()
+
+
+# -- the right to probe a limit, one for the fleet -----------------------------------------------------
+
+INTERVAL = 10.0  # learning.probeIntervalSeconds, the default
+
+
+@contextlib.asynccontextmanager
+async def probing(
+    server: RedisProcess, count: int = 2
+) -> AsyncIterator[tuple[list[ChaosPool], list[RedisFleet]]]:
+    """`count` pools on fake clocks sharing Redis, "h" (limit 2) served cleanly at its limit on each: a
+    request that would wait probes above it. The two slots of "h" are held (by the first two pools)."""
+    pools = [ChaosPool(routing(), clock=FakeClock(), rng=random.Random(i)) for i in range(count)]
+    fleets = [make_fleet(server.url, f"p{i}", pool=pool) for i, pool in enumerate(pools)]
+    for fleet in fleets:
+        fleet.start()
+    try:
+        await until(lambda: all(f.up for f in fleets))
+        held = [await pools[i % 2].admit(Ticket("heavy"), timeout=1) for i in range(2)]
+        await until(lambda: all(pool.in_flight("h") == 2 for pool in pools))
+        for i, slot in enumerate(held):
+            assert slot is not None
+            pools[i % 2].report_success(slot)
+        for pool in pools:  # each proxy saw "h" full, served cleanly (the others' answers once they say so)
+            pool.limits.succeeded("h", 2, 2, None)
+        assert all(pool.limits.can_probe("h") for pool in pools)
+        yield pools, fleets
+    finally:
+        for fleet in fleets:
+            await fleet.close()
+
+
+async def right(client: aioredis.Redis, limit: str = "h") -> dict[str, float | str]:
+    """The right to probe `limit` as Redis holds it: whose lease, ms until it is free, refused probes."""
+    fields = {k.decode(): v.decode() for k, v in (await client.hgetall(f"chaos:probe:{limit}")).items()}
+    if not fields:
+        return {}
+    seconds, micros = await client.time()
+    now = seconds * 1000 + micros // 1000
+    return {
+        "lease": fields["lease"],
+        "free_in": int(fields["free_at"]) - now,
+        "refused": int(fields["refused"]),
+    }
+
+
+async def test_two_proxies_probing_a_limit_at_once_send_one_probe_and_its_clean_answer_frees_the_other(
+    server: RedisProcess, client: aioredis.Redis
+) -> None:
+    async with probing(server) as ((a, b), fleets):
+        # both pick a probe of "h" on their mirrors before either hears of the other's: Redis gives the
+        # right to one; the other's slot is refused, not as a race lost, and it waits for the right
+        first, second = await asyncio.gather(
+            a.admit(Ticket("heavy"), timeout=0.2), b.admit(Ticket("heavy"), timeout=0.2)
+        )
+        assert (first is None) != (second is None)
+        probe = first or second
+        assert probe is not None and probe.probe == "model"
+        prober, other = (a, b) if first is not None else (b, a)
+        others_fleet = fleets[1] if other is b else fleets[0]
+        assert others_fleet.slots.probes_elsewhere == 1 and other.lost_races == 0
+        assert not other.limits.can_probe("h") and other.limits.next_probe() == pytest.approx(
+            INTERVAL, abs=0.5
+        )
+        held = await right(client)
+        assert str(held["lease"]).startswith(f"p{0 if prober is a else 1}#")
+        assert INTERVAL * 1000 - 1000 < float(held["free_in"]) <= INTERVAL * 1000
+        prober.report_success(probe)  # answered cleanly: the next probe anywhere may follow at once
+        await until(lambda: other.limits.can_probe("h"), 2)
+        assert await right(client) == {}
+        assert prober.release(probe)
+
+
+async def test_a_refused_probe_holds_the_right_for_the_probers_wait_and_the_next_prober_waits_as_one_would(
+    server: RedisProcess, client: aioredis.Redis
+) -> None:
+    async with probing(server) as ((a, b), fleets):
+        probe = await a.admit(Ticket("heavy"), timeout=0.2)
+        assert probe is not None and probe.probe == "model"
+        a.report_error("h", zai_error("1302"), selection=probe)  # refused: a waits the interval
+        assert a.release(probe)
+        await until(lambda: not fleets[0]._background)
+        held = await right(client)
+        assert held["refused"] == 1 and INTERVAL * 1000 - 1000 < float(held["free_in"]) <= INTERVAL * 1000
+        # the refusal came to b with a's slot: b waits as a does, counting it as its own refused probe
+        await until(lambda: b.limits.probe_wait("model", "h") == (INTERVAL, 1))
+        assert await b.admit(Ticket("heavy"), timeout=0.1) is None and fleets[1].slots.probes_elsewhere == 0
+        b_clock = b._clock
+        assert isinstance(b_clock, FakeClock)
+        b_clock.advance(INTERVAL)  # past b's own wait, not a's right (Redis's clock): no probe goes
+        assert await b.admit(Ticket("heavy"), timeout=0.1) is None and fleets[1].slots.probes_elsewhere == 1
+        wait = b.limits.next_probe()
+        assert wait is not None and INTERVAL - 1.0 < wait <= INTERVAL  # what is left of the right's hold
+        # the right's wait over (on Redis's clock, and on b's): b probes, a's refusal counted as its own
+        await client.hset("chaos:probe:h", "free_at", 0)
+        b_clock.advance(wait)
+        second = await b.admit(Ticket("heavy"), timeout=0.2)
+        assert second is not None and second.probe == "model"
+        b.report_error("h", zai_error("1302"), selection=second)
+        assert b.limits.probe_wait("model", "h") == (pytest.approx(2 * INTERVAL), 2)  # the fleet's second
+        assert b.release(second)
+        await until(lambda: not fleets[1]._background)
+        held = await right(client)
+        assert str(held["lease"]).startswith("p1#") and held["refused"] == 2
+        assert 2 * INTERVAL * 1000 - 1000 < float(held["free_in"]) <= 2 * INTERVAL * 1000
+
+
+ACTIONS = ["take", "take", "take", "clean", "refuse", "release", "later"]
+STEPS = st.lists(
+    st.tuples(st.integers(0, 2), st.sampled_from(ACTIONS), st.booleans()), min_size=20, max_size=60
+)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(STEPS)
+async def test_the_fleet_probes_each_limit_as_one_proxy_would(
+    server: RedisProcess, steps: list[tuple[int, str, bool]]
+) -> None:
+    """Three proxies taking, answering (cleanly or 1302) and giving back slots in any order, their clocks
+    moving past their own waits: a probe goes only while no other proxy holds the right to probe its
+    limit. A proxy holds it from its probe on until one of its probes there is answered cleanly (a refusal
+    holds it for the prober's wait, an unanswered probe for the interval: longer than an example takes on
+    Redis's clock); the prober itself may probe again after its own wait, as one proxy does."""
+    client = aioredis.Redis(port=server.port)
+    await client.flushall()
+    pools = [ChaosPool(routing(), clock=FakeClock(), rng=random.Random(i)) for i in range(3)]
+    fleets = [make_fleet(server.url, f"p{i}", pool=pool) for i, pool in enumerate(pools)]
+    for fleet in fleets:
+        fleet.start()
+    out: list[tuple[int, Slot]] = []  # slots sent, no verdict yet
+    answered: list[tuple[int, Slot]] = []  # slots with their verdict, still held
+    holder: dict[str, int] = {}  # limit -> the proxy that holds the right to probe it
+    try:
+        await until(lambda: all(f.up for f in fleets))
+        for pool in pools:  # z.ai served both models at their limits: probes are due everywhere
+            pool.limits.succeeded("h", 2, 5, None)
+            pool.limits.succeeded("l", 3, 5, None)
+        for proxy, action, heavy in steps:
+            pool = pools[proxy]
+            if action == "take":
+                slot = await pool.admit(Ticket("heavy" if heavy else "light"), timeout=0)
+                if slot is not None:
+                    out.append((proxy, slot))
+                    if slot.probe is not None:
+                        limit = ACCOUNT if slot.probe == "account" else slot.model
+                        assert holder.setdefault(limit, proxy) == proxy, f"{limit}: p{holder[limit]}'s right"
+            elif action in ("clean", "refuse") and out:
+                owner, slot = out.pop(proxy % len(out))
+                if action == "clean":
+                    pools[owner].report_success(slot)
+                    limit = ACCOUNT if slot.probe == "account" else slot.model
+                    if slot.probe is not None and holder.get(limit) == owner:
+                        del holder[limit]  # freed (once Redis has it: until then, still refused)
+                else:
+                    pools[owner].report_error(slot.model, zai_error("1302"), selection=slot)
+                answered.append((owner, slot))
+            elif action == "release" and answered:
+                owner, slot = answered.pop(proxy % len(answered))
+                assert pools[owner].release(slot)
+            elif action == "later":  # past every wait of this proxy's own (not Redis's)
+                clock = pool._clock
+                assert isinstance(clock, FakeClock)
+                clock.advance(2 * INTERVAL)
+            await asyncio.sleep(0)  # the proxies' notices
+        for owner, slot in out + answered:
+            assert pools[owner].release(slot)
+        assert all(pool.spurious_releases == 0 for pool in pools)
+    finally:
+        for fleet in fleets:
+            await fleet.close()
+        await client.aclose()
+
+
+async def test_a_clean_answer_counts_the_other_proxies_slots_z_ai_serves_not_those_it_has_not_answered(
+    server: RedisProcess, client: aioredis.Redis
+) -> None:
+    """What z.ai serves at once, fleet-wide: a slot another proxy sent and z.ai has not answered (a 1302
+    takes seconds) is no sign that z.ai serves it. A slot just taken counts as served from its notice on,
+    until its proxy's next notice says otherwise (z.ai answers within ms, or refuses in seconds)."""
+    pools = [ChaosPool(routing(), clock=FakeClock(), rng=random.Random(i)) for i in range(2)]
+    fleets = [make_fleet(server.url, f"p{i}", pool=pool) for i, pool in enumerate(pools)]
+    for fleet in fleets:
+        fleet.start()
+    a, b = pools
+    try:
+        await until(lambda: all(f.up for f in fleets))
+        unanswered = await a.admit(Ticket("heavy"), timeout=1)
+        assert unanswered is not None
+        await until(lambda: fleets[1].slots.serving_elsewhere("h") == 1)  # just taken: served, as said
+        served = await b.admit(Ticket("heavy"), timeout=1)
+        light = await a.admit(Ticket("light"), timeout=1)  # a's next notice: its "h" has no answer yet
+        assert served is not None and light is not None
+        await until(lambda: fleets[1].slots.serving_elsewhere("h") == 0)
+        b.report_success(served)  # z.ai served one of "h" at once, not two
+        assert not b.limits.evidence("h").answered_at(2, 1000.0)
+        more = await b.admit(Ticket("light"), timeout=1)  # b's next notice: its "h" is served
+        assert more is not None
+        await until(lambda: fleets[0].slots.serving_elsewhere("h") == 1)
+        a.report_success(unanswered)  # now a's answer counts b's: two at once
+        assert a.limits.evidence("h").answered_at(2, 1000.0)
+        for pool, slot in ((a, unanswered), (b, served), (a, light), (b, more)):
+            assert pool.release(slot)
+        await until(lambda: fleets[0].slots.serving_elsewhere(None) == 0)  # given back: said at once
+    finally:
+        for fleet in fleets:
+            await fleet.close()

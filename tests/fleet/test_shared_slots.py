@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 from chaos_mode.config.schema import default_config
 from chaos_mode.fleet.slots import FALLBACK_SHARE, HOLD_BACK, Notice, SharedSlots, Tally, Verdict
 from chaos_mode.routing.pool import ChaosPool, Ticket
+from chaos_mode.routing.slots import ProbeClaim, Seen
 
 
 class FakeFleet:
@@ -19,10 +21,17 @@ class FakeFleet:
         self.owed: list[str] = []  # per release, the proxy its notice names ("" for none)
         self.seq = 0
         self.announced = 0
+        self.claims: list[tuple[ProbeClaim, str]] = []  # the rights to probe claimed, with their lease
+        self.answers: list[tuple[ProbeClaim, str]] = []  # the probes' verdicts told
+        self.seen: list[tuple[Seen, ...]] = []  # per release, z.ai's verdicts on its request
 
-    async def confirm(self, model: str, lease: str, cap: int, account_cap: int) -> Verdict | None:
+    async def confirm(
+        self, model: str, lease: str, cap: int, account_cap: int, probe: ProbeClaim | None = None
+    ) -> Verdict | None:
         if self.down:
             return None
+        if probe is not None:
+            self.claims.append((probe, lease))
         held = self.leases.setdefault(model, set())
         total = sum(map(len, self.leases.values()))
         if len(held) >= cap or total >= account_cap:
@@ -31,7 +40,11 @@ class FakeFleet:
         self.seq += 1
         return Verdict(True, len(held), total + 1, self.seq)
 
-    def release(self, model: str, lease: str, to: str = "") -> None:
+    def probe_answered(self, claim: ProbeClaim, lease: str) -> None:
+        self.answers.append((claim, lease))
+
+    def release(self, model: str, lease: str, to: str = "", seen: Sequence[Seen] = ()) -> None:
+        self.seen.append(tuple(seen))
         self.leases.get(model, set()).discard(lease)
         self.released.append(lease)
         self.owed.append(to)
@@ -56,7 +69,7 @@ async def test_a_slot_confirmed_is_a_lease_and_the_release_gives_it_back() -> No
     fleet = FakeFleet()
     slots = connected(fleet)
     assert slots.try_acquire("m", 2, 10)
-    assert await slots.confirm("m")
+    assert (await slots.confirm("m")).taken
     assert slots.leases() == [("m", "a#1")] and fleet.leases["m"] == {"a#1"}
     assert slots.release("m")
     assert fleet.released == ["a#1"] and slots.total() == 0 and not slots.release("m")
@@ -65,28 +78,28 @@ async def test_a_slot_confirmed_is_a_lease_and_the_release_gives_it_back() -> No
 async def test_the_mirror_counts_the_other_proxies_and_a_lost_race_learns_from_the_store() -> None:
     fleet = FakeFleet()
     a, b = connected(fleet, "a"), connected(fleet, "b")
-    assert a.try_acquire("m", 1, 10) and await a.confirm("m")
+    assert a.try_acquire("m", 1, 10) and (await a.confirm("m")).taken
     # b has not heard of it yet: it takes the slot on its mirror, the store refuses
     assert b.try_acquire("m", 1, 10)
-    assert not await b.confirm("m")
+    assert not (await b.confirm("m")).taken
     assert b.release("m") and fleet.released == []  # no lease was given for it: none goes back
     assert b.in_flight("m") == 1 and b.total() == 1  # a's, as the store said
     assert not b.try_acquire("m", 1, 10)
     a.release("m")
     b.heard(Notice(fleet.seq, "-", "a", "m"))  # a's message
-    assert b.in_flight("m") == 0 and b.try_acquire("m", 1, 10) and await b.confirm("m")
+    assert b.in_flight("m") == 0 and b.try_acquire("m", 1, 10) and (await b.confirm("m")).taken
 
 
 async def test_notices_keep_the_mirror_current_and_one_a_tally_already_counted_is_not_counted_again() -> None:
     fleet = FakeFleet()
     a, b = connected(fleet, "a"), connected(fleet, "b")
-    assert a.try_acquire("m", 2, 10) and await a.confirm("m")
+    assert a.try_acquire("m", 2, 10) and (await a.confirm("m")).taken
     b.heard(Notice(fleet.seq, "+", "a", "m"))  # a's lease, announced
     assert (b.in_flight("m"), b.total()) == (1, 1)
     b.apply(fleet.tally())  # the tally read after the notice counts it once
     b.heard(Notice(fleet.seq, "+", "a", "m"))  # the same notice, late: already counted
     assert (b.in_flight("m"), b.total()) == (1, 1)
-    assert a.try_acquire("m", 2, 10) and await a.confirm("m")
+    assert a.try_acquire("m", 2, 10) and (await a.confirm("m")).taken
     b.heard(Notice(fleet.seq, "+", "a", "m"))
     stale = fleet.tally()
     a.release("m")
@@ -100,7 +113,7 @@ async def test_notices_keep_the_mirror_current_and_one_a_tally_already_counted_i
 async def test_a_lease_given_back_but_not_yet_removed_is_not_counted_as_another_proxys() -> None:
     fleet = FakeFleet()
     a = connected(fleet, "a")
-    assert a.try_acquire("m", 2, 2) and await a.confirm("m")
+    assert a.try_acquire("m", 2, 2) and (await a.confirm("m")).taken
     stale = Tally({"m": 1}, 1, seq=fleet.seq)  # read before the release reached the store
     a.release("m")
     a.apply(stale)
@@ -113,7 +126,7 @@ async def test_a_lease_given_back_but_not_yet_removed_is_not_counted_as_another_
 async def test_a_tally_read_before_a_release_arrived_is_older_than_the_releases_answer() -> None:
     fleet = FakeFleet()
     a = connected(fleet, "a")
-    assert a.try_acquire("m", 2, 2) and await a.confirm("m")
+    assert a.try_acquire("m", 2, 2) and (await a.confirm("m")).taken
     stale = Tally({"m": 1}, 1, seq=fleet.seq)  # read before the release reached the store...
     a.release("m")
     a.given_back("m", Verdict(True, 0, 0, fleet.seq))  # ...answered before that tally came back
@@ -175,8 +188,8 @@ async def test_alone_a_proxy_uses_its_share_and_its_leases_are_written_again_whe
     slots.apply(Tally({}, 0, {"a": 0, "b": 0}))
     assert slots.disconnected() == 0.5  # two proxies were alive
     fleet.down = True
-    assert slots.try_acquire("m", 4, 100) and await slots.confirm("m")
-    assert slots.try_acquire("m", 4, 100) and await slots.confirm("m")
+    assert slots.try_acquire("m", 4, 100) and (await slots.confirm("m")).taken
+    assert slots.try_acquire("m", 4, 100) and (await slots.confirm("m")).taken
     assert not slots.try_acquire("m", 4, 100)  # half of 4
     assert len(slots.leases()) == 2  # kept for the store's return
     fleet.down = False
@@ -216,7 +229,7 @@ async def test_a_store_that_stops_answering_during_confirm_still_serves_the_requ
     fleet = FakeFleet()
     slots = connected(fleet)
     fleet.down = True
-    assert slots.try_acquire("m", 1, 1) and await slots.confirm("m")
+    assert slots.try_acquire("m", 1, 1) and (await slots.confirm("m")).taken
     assert slots.leases() == [("m", "a#1")]
 
 
@@ -225,7 +238,7 @@ async def test_a_slot_given_back_while_alone_is_not_counted_as_ours_once_the_sto
     back with the fleet, the other proxies' slots are counted in full."""
     fleet = FakeFleet()
     slots = connected(fleet)
-    assert slots.try_acquire("m", 4, 10) and await slots.confirm("m")
+    assert slots.try_acquire("m", 4, 10) and (await slots.confirm("m")).taken
     fleet.down = True
     slots.disconnected()
     assert slots.release("m")
@@ -249,15 +262,16 @@ async def test_rejoining_a_slot_is_taken_on_the_share_and_confirmed_by_the_store
     fleet.leases["m"].add("b#4")
     slots.rejoining()
     assert slots.try_acquire("m", 4, 10)  # within this proxy's share (half of 4)
-    assert not await slots.confirm("m")  # the store says the model is full: refused, not held
+    assert not (await slots.confirm("m")).taken  # the store says the model is full: refused, not held
     assert slots.release("m") and slots.leases() == []
     fleet.leases["m"] = {"b#1"}  # the other proxy's requests end
     slots.apply(fleet.tally())
-    assert slots.try_acquire("m", 4, 10) and await slots.confirm("m")
+    assert slots.try_acquire("m", 4, 10) and (await slots.confirm("m")).taken
     assert fleet.leases["m"] == {"b#1", "a#2"}  # in the store, where the other proxy counts it
     assert slots.release("m") and fleet.released == ["a#2"]  # given back there too
     slots.rejoining(False)  # gone again: alone on the share, nothing sent
-    assert slots.try_acquire("m", 4, 10) and await slots.confirm("m") and "a#3" not in fleet.leases["m"]
+    assert slots.try_acquire("m", 4, 10) and (await slots.confirm("m")).taken
+    assert "a#3" not in fleet.leases["m"]
 
 
 async def test_a_slot_the_store_did_not_confirm_is_held_only_within_the_share() -> None:
@@ -268,16 +282,18 @@ async def test_a_slot_the_store_did_not_confirm_is_held_only_within_the_share() 
     slots = connected(fleet)
     slots.apply(Tally({}, 0, {"a": 0, "b": 0}))  # two proxies: half each when alone
 
-    async def gone(model: str, lease: str, cap: int, account_cap: int) -> Verdict | None:
+    async def gone(
+        model: str, lease: str, cap: int, account_cap: int, probe: ProbeClaim | None = None
+    ) -> Verdict | None:
         slots.disconnected()  # as RedisFleet does when a call fails
         return None
 
     fleet.confirm = gone  # type: ignore[method-assign]
-    assert slots.try_acquire("one", 1, 100) and not await slots.confirm("one")  # half of 1 is none
+    assert slots.try_acquire("one", 1, 100) and not (await slots.confirm("one")).taken  # half of 1 is none
     assert slots.release("one") and slots.leases() == []
     assert not slots.fits("one", 1, 100) and slots.fits("m", 4, 100)  # alone now: the share applies
-    assert slots.try_acquire("m", 4, 100) and await slots.confirm("m")
-    assert slots.try_acquire("m", 4, 100) and await slots.confirm("m")
+    assert slots.try_acquire("m", 4, 100) and (await slots.confirm("m")).taken
+    assert slots.try_acquire("m", 4, 100) and (await slots.confirm("m")).taken
     assert not slots.fits("m", 4, 100) and not slots.try_acquire("m", 4, 100)  # half of 4
 
 
@@ -337,7 +353,7 @@ async def test_a_slot_given_back_is_owed_to_one_proxy_whose_waiters_try_at_once_
     c = SharedSlots("c", on_freed=woken["c"].append)
     for slots in (a, b, c):
         slots.connected(fleet)
-    assert a.try_acquire("m", 1, 10) and await a.confirm("m")
+    assert a.try_acquire("m", 1, 10) and (await a.confirm("m")).taken
     a.heard(Notice(fleet.seq + 1, "=", "b", "", waiting=2, level=0, waited=0.3))
     a.heard(Notice(fleet.seq + 2, "=", "c", "", waiting=5, level=0, waited=0.1))
     assert a.release("m") and fleet.owed == ["b"]  # b's first has waited longest
@@ -347,14 +363,14 @@ async def test_a_slot_given_back_is_owed_to_one_proxy_whose_waiters_try_at_once_
     a.heard(Notice(fleet.seq + 3, "+", "b", "m", waiting=1))  # b took it...
     a.heard(Notice(fleet.seq + 4, "-", "b", "m", waiting=1))  # ...and gave it back
     line = (1, 0, 2.0)  # now this proxy's first came before both
-    assert a.try_acquire("m", 1, 10) and await a.confirm("m")
+    assert a.try_acquire("m", 1, 10) and (await a.confirm("m")).taken
     assert a.release("m") and fleet.owed == ["b", "a"]  # kept here: the others would lose the race
     b.heard(Notice(fleet.seq, "-", "a", "m", to="a"))
     assert woken["b"] == [0.0, HOLD_BACK]
     line = (0, 0, 0.0)
     a.heard(Notice(0, "=", "b"))
     a.heard(Notice(0, "=", "c"))  # nobody waits anywhere
-    assert a.try_acquire("m", 1, 10) and await a.confirm("m")
+    assert a.try_acquire("m", 1, 10) and (await a.confirm("m")).taken
     assert a.release("m") and fleet.owed == ["b", "a", ""]  # anyone may take it at once
     b.heard(Notice(fleet.seq, "-", "a", "m"))
     assert woken["b"] == [0.0, HOLD_BACK, 0.0]
@@ -367,8 +383,8 @@ async def test_a_slot_owed_to_another_proxy_is_left_to_it_until_it_takes_one_or_
     now = [0.0]
     a = SharedSlots("a", waiting=lambda: (1, 3, 0.1), clock=lambda: now[0])
     a.connected(fleet)
-    assert a.try_acquire("m", 2, 10) and await a.confirm("m")
-    assert a.try_acquire("m", 2, 10) and await a.confirm("m")
+    assert a.try_acquire("m", 2, 10) and (await a.confirm("m")).taken
+    assert a.try_acquire("m", 2, 10) and (await a.confirm("m")).taken
     a.heard(Notice(fleet.seq + 1, "=", "b", "", waiting=2, level=0, waited=0.3))  # b's first: served less
     assert a.release("m") and fleet.owed == ["b"]
     assert not a.fits("m", 2, 10) and not a.try_acquire("m", 2, 10)  # left to b
@@ -380,3 +396,71 @@ async def test_a_slot_owed_to_another_proxy_is_left_to_it_until_it_takes_one_or_
     assert a.release("m") and fleet.owed[-1] == "b"
     now[0] += HOLD_BACK  # b did not take it in time (its waiters may not fit "m")
     assert a.fits("m", 2, 10) and a.try_acquire("m", 2, 10)
+
+
+async def test_a_probes_slot_claims_the_right_to_probe_and_its_verdict_goes_to_the_store() -> None:
+    fleet = FakeFleet()
+    slots = connected(fleet)
+    assert slots.try_acquire("m", 3, 10)
+    claim = ProbeClaim("m", 10.0, 0)
+    assert (await slots.confirm("m", claim)).taken
+    assert fleet.claims == [(claim, "a#1")]  # under the slot's own lease id
+    slots.probe_answered(ProbeClaim("m", 20.0, 1))  # refused: held for the prober's wait
+    slots.probe_answered(ProbeClaim("m", 0.0, 0))  # a stalled probe answered after all: freed
+    slots.probe_answered(ProbeClaim("m", 0.0, 0))  # nothing more of it to tell
+    assert fleet.answers == [(ProbeClaim("m", 20.0, 1), "a#1"), (ProbeClaim("m", 0.0, 0), "a#1")]
+    assert slots.release("m")
+
+
+async def test_alone_each_proxy_probes_on_its_own() -> None:
+    fleet = FakeFleet()
+    slots = connected(fleet)
+    slots.disconnected()
+    assert slots.try_acquire("m", 3, 10)
+    confirmation = await slots.confirm("m", ProbeClaim("m", 10.0, 0))
+    assert confirmation.taken and confirmation.probe_held == 0.0
+    slots.probe_answered(ProbeClaim("m", 0.0, 0))
+    assert fleet.claims == [] and fleet.answers == []  # nothing asked of the store, nothing told
+    assert slots.release("m")
+
+
+def test_what_the_others_say_z_ai_serves_of_their_slots_is_counted_within_their_slots() -> None:
+    fleet = FakeFleet()
+    slots = connected(fleet)
+    slots.heard(Notice(1, "+", "b", "m", serving={"m": 1}))
+    slots.heard(Notice(2, "+", "b", "m", serving={"m": 1}))  # its second slot of "m": not answered yet
+    slots.heard(Notice(3, "+", "c", "n", serving={"n": 1, "m": 3}))  # says more than it holds of "m"
+    assert slots.serving_elsewhere("m") == 2 and slots.serving_elsewhere("n") == 1  # at most 2 of "m"
+    assert slots.serving_elsewhere(None) == 3
+    slots.heard(Notice(4, "-", "b", "m", serving={}))  # b gave one back; the other not answered
+    assert slots.serving_elsewhere("m") == 1 and slots.serving_elsewhere(None) == 2
+    slots.heard(Notice(5, "+", "d", "m"))  # a proxy of the previous version says nothing of it
+    assert slots.serving_elsewhere("m") == 2  # c's 3, within the others' 2 slots of "m"
+    slots.heard(Notice(0, "*", "c"))  # c left
+    assert slots.serving_elsewhere("m") == 0 and slots.serving_elsewhere(None) == 0
+
+
+def test_the_slot_a_lease_is_taken_for_counts_as_served_in_its_notice_unless_it_is_a_probes() -> None:
+    slots = SharedSlots("a", serving=lambda: {"m": 2})
+    assert slots.notice("+", "m").serving == {"m": 3}  # z.ai answers it within ms, or its next notice says
+    assert slots.notice("+", "n").serving == {"m": 2, "n": 1}
+    assert slots.notice("+", "m", probe=True).serving == {"m": 2}  # a probe's answer is not guessed
+    assert slots.notice("-", "m").serving == {"m": 2}
+
+
+async def test_the_verdicts_on_a_slot_go_with_its_lease_and_the_others_count_them() -> None:
+    fleet = FakeFleet()
+    heard: list[tuple[str, Sequence[Seen]]] = []
+    slots = SharedSlots("a", on_seen=lambda model, seen: heard.append((model, seen)))
+    slots.connected(fleet)
+    slots.apply(fleet.tally())
+    assert slots.try_acquire("m", 2, 10) and (await slots.confirm("m")).taken
+    verdicts = (Seen("stall", 3, 9), Seen("clean", 2, 8))
+    assert slots.release("m", verdicts)
+    assert fleet.seen == [verdicts]
+    slots.heard(Notice(fleet.seq, "-", "b", "m", seen=verdicts))
+    slots.heard(Notice(fleet.seq + 1, "-", "b", "m"))  # nothing to learn from this one
+    assert heard == [("m", verdicts)]
+    slots.disconnected()
+    slots.heard(Notice(fleet.seq + 2, "-", "b", "m", seen=verdicts))  # alone: each learns on its own
+    assert len(heard) == 1

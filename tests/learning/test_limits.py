@@ -189,6 +189,61 @@ def test_a_probe_given_up_keeps_its_turn_until_its_refusal_would_have_come(rig: 
     assert rig.limits.can_probe("b")
 
 
+def test_the_wait_a_fleet_is_told_is_the_probers_own(rig: Rig) -> None:
+    """What the right to probe is held for, fleet-wide: the interval while the probe is out (as one proxy's
+    next probe waits for an unanswered one), nothing once it is answered cleanly, the doubled wait after
+    each refusal."""
+    rig.serve("a", 3)
+    assert rig.limits.probe_wait("model", "a") == (0.0, 0)
+    rig.limits.probe_sent("model", "a")
+    assert rig.limits.probe_wait("model", "a") == (5.0, 0)
+    rig.limits.refused("a", 4, 4, "model")
+    assert rig.limits.probe_wait("model", "a") == (5.0, 1)
+    rig.advance(5.0)
+    rig.limits.probe_sent("model", "a")
+    rig.limits.refused("a", 4, 4, "model")
+    assert rig.limits.probe_wait("model", "a") == (10.0, 2)
+    rig.advance(10.0)
+    rig.limits.probe_sent("model", "a")
+    rig.limits.succeeded("a", 4, 4, "model")
+    assert rig.limits.probe_wait("model", "a") == (0.0, 0)
+
+
+def test_a_probe_whose_right_another_proxy_holds_is_no_probe_and_waits_for_the_right(rig: Rig) -> None:
+    rig.serve("a", 3)
+    before = rig.limits.evidence("a").refusal_estimate(4, rig.clock())
+    rig.limits.probe_sent("model", "a")
+    rig.limits.probe_claimed("model", "a", sent=False, held_elsewhere=3.0, refused=2)
+    assert not rig.limits.view("a").probing  # not sent: it tells the limit nothing
+    assert rig.limits.evidence("a").refusal_estimate(4, rig.clock()) == before
+    assert not rig.limits.can_probe("a") and rig.limits.next_probe() == pytest.approx(3.0)
+    rig.advance(3.0)
+    assert rig.limits.can_probe("a")
+    # the fleet counted two refused probes in a row: a refusal here waits as the fleet's third would
+    rig.limits.probe_sent("model", "a")
+    rig.limits.refused("a", 4, 4, "model")
+    assert rig.limits.probe_wait("model", "a") == (20.0, 3)
+
+
+def test_a_probe_whose_slot_another_proxy_took_first_is_no_probe_and_may_go_again(rig: Rig) -> None:
+    rig.serve("a", 3)
+    rig.limits.probe_sent("model", "a")
+    rig.limits.probe_claimed("model", "a", sent=False)
+    assert rig.limits.can_probe("a") and rig.limits.probe_wait("model", "a") == (0.0, 0)
+
+
+def test_a_probe_answered_cleanly_on_another_proxy_frees_the_limits_next_probe_here(rig: Rig) -> None:
+    rig.serve("a", 3)
+    rig.limits.probe_sent("model", "a")
+    rig.limits.refused("a", 4, 4, "model")  # refused here: this proxy waits...
+    rig.advance(5.0)
+    rig.limits.probe_sent("model", "a")
+    rig.limits.probe_claimed("model", "a", sent=False, held_elsewhere=4.0)  # ...then another proxy probes
+    assert not rig.limits.can_probe("a")
+    rig.limits.probe_answered_elsewhere("model", "a")  # and its probe is answered cleanly
+    assert rig.limits.can_probe("a") and rig.limits.probe_wait("model", "a") == (0.0, 0)
+
+
 def test_an_account_probe_raises_the_account_limit(rig: Rig) -> None:
     rig.serve("b", 5, 12, times=12)
     rig.limits.refused("b", 5, 13, None)

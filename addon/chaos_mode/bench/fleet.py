@@ -202,6 +202,8 @@ async def measure(
     figures["shared"] = redis_url is not None
     figures["lostRaces"] = sum(f["lostRaces"] for f in fleets if f)
     figures["heldBack"] = sum(f["heldBack"] for f in fleets if f)
+    # probes not sent: another proxy held the right to probe their limit (learned limits only)
+    figures["probesElsewhere"] = sum(f.get("probesElsewhere", 0) for f in fleets if f)
     # Redis calls slower than their timeout (a starved machine): the proxy served alone on its share for
     # a while, when the others' slots are counted as last seen and an upstream 429 can happen.
     figures["outages"] = sum(f["outages"] for f in fleets if f)
@@ -403,7 +405,7 @@ async def lease_latency(redis_url: str, samples: int = 2000) -> dict[str, float]
 
     config = default_config()
     pool = ChaosPool(config)
-    slots = SharedSlots("bench", on_freed=pool.wake, waiting=pool.first_in_line)
+    slots = SharedSlots("bench", on_freed=pool.wake, waiting=pool.first_in_line, serving=pool.serving_here)
     pool.use_slots(slots)
     url = parse_state_url(redis_url, {})
     assert url is not None
@@ -511,6 +513,7 @@ def summary(counts: Sequence[int], rounds: Sequence[Sequence[dict[str, Any]]]) -
             "vsOneProxy": round(statistics.median(ratios), 3),
             "vsOneProxyRounds": ratios,
             "lostRaces": sum(runs[i]["lostRaces"] for runs in rounds),
+            "probesElsewhere": sum(runs[i].get("probesElsewhere", 0) for runs in rounds),
             "outages": sum(runs[i].get("outages", 0) for runs in rounds),
             "upstream429": sum(runs[i]["upstream429"] for runs in rounds),
             "upstream429Rounds": [runs[i]["upstream429"] for runs in rounds],

@@ -30,6 +30,7 @@ from chaos_mode.bench.workload import Workload, WorkloadSpec, make_workload
 from chaos_mode.config.schema import ModelRouting
 from chaos_mode.fleet.slots import Notice, SharedSlots, Tally, Verdict
 from chaos_mode.routing.pool import ChaosPool, Ticket
+from chaos_mode.routing.slots import ProbeClaim, Seen
 
 HOP = 0.002  # seconds from the proxy to the upstream, and from the answer's end to the agent's next request
 RENEW = 1.0  # seconds between tallies (a third of bench.fleet's 3 s leases)
@@ -97,7 +98,10 @@ class StoreFleet:
     async def _back(self) -> None:
         await asyncio.sleep(self.store.delays.rtt / 2 * (1 + self.store.rng.random()))
 
-    async def confirm(self, model: str, lease: str, cap: int, account_cap: int) -> Verdict | None:
+    async def confirm(
+        self, model: str, lease: str, cap: int, account_cap: int, probe: ProbeClaim | None = None
+    ) -> Verdict | None:
+        assert probe is None, "limits are fixed here: no probe"
         await self._reach()
         verdict = self.store.take(model, lease, cap, account_cap)
         if verdict.taken:
@@ -105,7 +109,10 @@ class StoreFleet:
         await self._back()
         return verdict
 
-    def release(self, model: str, lease: str, to: str = "") -> None:
+    def probe_answered(self, claim: ProbeClaim, lease: str) -> None:
+        raise AssertionError("limits are fixed here: no probe")
+
+    def release(self, model: str, lease: str, to: str = "", seen: Sequence[Seen] = ()) -> None:
         store = self.store
 
         def arrive() -> None:
@@ -154,7 +161,13 @@ async def run_fleet(count: int, shared: bool, workload: Workload, seed: int, del
     for i in range(count):
         pool = ChaosPool(config, clock=loop.time, rng=random.Random(f"{seed}/{i}"))
         if shared:
-            slots = SharedSlots(f"p{i}", on_freed=pool.wake, waiting=pool.first_in_line, clock=loop.time)
+            slots = SharedSlots(
+                f"p{i}",
+                on_freed=pool.wake,
+                waiting=pool.first_in_line,
+                serving=pool.serving_here,
+                clock=loop.time,
+            )
             pool.use_slots(slots)
             fleet = StoreFleet(store, slots)
             slots.connected(fleet)

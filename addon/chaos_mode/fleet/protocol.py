@@ -3,16 +3,39 @@
 The protocol between proxies, versions included: keys (with a prefix, `chaos:` by default)
 `slots:{model}` and `account` (sorted sets of lease ids scored by expiry, ms on Redis's clock), `fleet`
 (proxy ids scored by when each was last seen), `seq` (the change number), `limits` (a hash of learned
-limits); channels `freed:{proxy id}` (the leases the others take and give back), `freed` (what every
-proxy hears: a request began to wait, a proxy left) and `blocks` (cooldowns and the like, JSON). Pure
-text and parsing; `redis_state` runs it.
+limits), `probe:{model or *account}` (the right to probe that limit, below); channels `freed:{proxy id}`
+(the leases the others take and give back), `freed` (what every proxy hears: a request began to wait, a
+probe was answered cleanly, a proxy left) and `blocks` (cooldowns and the like, JSON). Pure text and
+parsing; `redis_state` runs it.
+
+**The right to probe a limit is one for the fleet.** `probe:{limit}` is a hash: `lease` (the probe's
+lease id, so its proxy's), `free_at` (ms, Redis's clock) and `refused` (the limit's probes refused in a
+row). A probe's slot is confirmed by CONFIRM only with the right: held by another proxy until `free_at`,
+the slot is refused (nothing is taken) and the answer says for how long; taken, `free_at` is the probe's
+interval from now. Its verdict (PROBE_ANSWERED, from the proxy whose lease it holds): answered cleanly,
+the key is deleted and every proxy told (`!`), so the next probe anywhere may follow at once; refused or
+given up, `free_at` is the prober's wait and `refused` its count. The key outlives `free_at` by
+`PROBE_MEMORY_MS`, keeping the count. Proxies of the previous version ignore it and probe on their own.
+
+**A notice says what z.ai serves of its sender's slots** (`model=n,...`, the slots z.ai answered cleanly
+and still streams; the one a lease is taken for counts as served until the sender's next notice, but a
+probe's): a clean answer elsewhere counts them with its own, not the slots z.ai has not answered yet.
+**A lease given back carries z.ai's verdicts on its request** (`c7:20`, `r8:22m`, `s9:26a`: clean,
+refused, stalled, at the levels its proxy counted on the model and the account, a model's or the
+account's probe), which every other proxy counts as its own. The learned limits' hash is read by a proxy
+joining the fleet, and written by all. The previous version's notices (without either) are read, their
+sender's slots counted as not served; it reads none of this version's and follows it only at each
+renewal: upgrade together.
 """
 
 from __future__ import annotations
 
-from typing import Final
+import re
+from typing import Final, Literal
 
 from chaos_mode.fleet.slots import Notice
+from chaos_mode.learning.limits import Probe
+from chaos_mode.routing.slots import Seen
 
 _NOW = """
 local t = redis.call('TIME')
@@ -31,9 +54,14 @@ local function tell(prefix, me, message)
 end
 """
 
-# KEYS: the model's leases, the account's, the change number, the fleet. ARGV: lease, ttl ms, model cap,
-# account cap, the proxies' channels' prefix, this proxy, the notice's tail. A lease taken is a change:
-# numbered, and told to the other proxies.
+PROBE_MEMORY_MS: Final = 600_000  # a limit's refused probes are forgotten this long after its right is free
+
+# KEYS: the model's leases, the account's, the change number, the fleet, and for a probe's slot the right to
+# probe its limit. ARGV: lease, ttl ms, model cap, account cap, the proxies' channels' prefix, this proxy,
+# the notice's tail, and for a probe the ms the right is held, the prober's refused probes, the ms it is
+# remembered after. Returns taken (0/1), the counts after, the change number, for a probe the ms another
+# proxy holds the right still (0: not held elsewhere) and the limit's refused probes. A lease taken is a
+# change: numbered, and told to the other proxies.
 CONFIRM: Final = (
     _NOW
     + _TELL
@@ -42,15 +70,49 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 local n = redis.call('ZCARD', KEYS[1])
 local total = redis.call('ZCARD', KEYS[2])
+local refused = 0
+if #KEYS >= 5 then
+  local right = redis.call('HMGET', KEYS[5], 'lease', 'free_at', 'refused')
+  refused = math.max(tonumber(right[3]) or 0, tonumber(ARGV[9]))
+  local free_at = tonumber(right[2]) or 0
+  if free_at > now and string.sub(right[1] or '', 1, #ARGV[6] + 1) ~= ARGV[6] .. '#' then
+    return {0, n, total, tonumber(redis.call('GET', KEYS[3]) or 0), free_at - now, refused}
+  end
+end
 if n >= tonumber(ARGV[3]) or total >= tonumber(ARGV[4]) then
-  return {0, n, total, tonumber(redis.call('GET', KEYS[3]) or 0)}
+  return {0, n, total, tonumber(redis.call('GET', KEYS[3]) or 0), 0, refused}
+end
+if #KEYS >= 5 then
+  redis.call('HSET', KEYS[5], 'lease', ARGV[1], 'free_at', now + tonumber(ARGV[8]), 'refused', refused)
+  redis.call('PEXPIRE', KEYS[5], tonumber(ARGV[8]) + tonumber(ARGV[10]))
 end
 local expiry = now + tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], expiry, ARGV[1])
 redis.call('ZADD', KEYS[2], expiry, ARGV[1])
 local seq = redis.call('INCR', KEYS[3])
 tell(ARGV[5], ARGV[6], seq .. ' + ' .. ARGV[7])
-return {1, n + 1, total + 1, seq}
+return {1, n + 1, total + 1, seq, 0, refused}
+"""
+)
+
+# KEYS: the right to probe a limit. ARGV: the lease it was taken under, the ms it is held from now (0: it is
+# freed), the prober's refused probes, the ms it is remembered after, the channel every proxy hears, the
+# notice's tail. Only the proxy whose lease holds it changes it; returns 1 if it did.
+PROBE_ANSWERED: Final = (
+    _NOW
+    + """
+if redis.call('HGET', KEYS[1], 'lease') ~= ARGV[1] then
+  return 0
+end
+local held = tonumber(ARGV[2])
+if held <= 0 then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[5], '0 ! ' .. ARGV[6])
+else
+  redis.call('HSET', KEYS[1], 'free_at', now + held, 'refused', ARGV[3])
+  redis.call('PEXPIRE', KEYS[1], held + tonumber(ARGV[4]))
+end
+return 1
 """
 )
 
@@ -142,20 +204,65 @@ NOBODY_NAMED: Final = "-"  # `to` on the channel when a notice names no proxy (n
 def notice_tail(notice: Notice) -> str:
     """A notice as the channel carries it, after its change number and op (the scripts add those)."""
     waited = round(notice.waited * 1000)
+    to = notice.to or NOBODY_NAMED
+    serving = ",".join(f"{model}={n}" for model, n in (notice.serving or {}).items() if _plain(model))
+    seen = "|".join(f"{s.kind[0]}{s.level}:{s.total}{_PROBES.get(s.probe, '')}" for s in notice.seen)
     return (
-        f"{notice.proxy} {notice.model} {notice.waiting} {notice.level} {waited} {notice.to or NOBODY_NAMED}"
+        f"{notice.proxy} {notice.model} {notice.waiting} {notice.level} {waited} {to} "
+        f"{serving or NOBODY_NAMED} {seen or NOBODY_NAMED}"
     )
 
 
 def parse_notice(text: str) -> Notice | None:
-    """`seq op proxy [model waiting level waited_ms to]` from the channel (`* proxy`: it left); None for
-    anything else."""
+    """`seq op proxy [model waiting level waited_ms to serving seen]` from the channel (`* proxy`: it left;
+    `serving` as `model=n,...`; `seen` as `c7:20|s8:22m|r3:9a...`: clean, stall, refused at a level on its
+    model and on the account, a model's or the account's probe; `-` for none; a previous version's notice,
+    without the last two, is read too); None for anything else."""
     parts = text.split(" ")
     try:
         if len(parts) == 3:
             return Notice(int(parts[0]), parts[1], parts[2])
+        serving: dict[str, int] | None = None
+        seen: list[Seen] = []
+        if len(parts) == 10:
+            serving = {}
+            if parts[8] != NOBODY_NAMED:
+                for pair in parts[8].split(","):
+                    model, _, count = pair.partition("=")
+                    serving[model] = int(count)
+            if parts[9] != NOBODY_NAMED:
+                for item in parts[9].split("|"):
+                    match = _SEEN.fullmatch(item)
+                    if match is None:
+                        raise ValueError(item)
+                    kind, level, total, probe = match.groups()
+                    seen.append(Seen(_KINDS[kind], int(level), int(total), _PROBE_OF.get(probe)))
+            parts = parts[:8]
         seq, op, proxy, model, waiting, level, waited, to = parts
         to = "" if to == NOBODY_NAMED else to
-        return Notice(int(seq), op, proxy, model, int(waiting), int(level), int(waited) / 1000, to)
+        return Notice(
+            int(seq),
+            op,
+            proxy,
+            model,
+            int(waiting),
+            int(level),
+            int(waited) / 1000,
+            to,
+            serving,
+            tuple(seen),
+        )
     except ValueError:
         return None
+
+
+_SEEN: Final = re.compile(r"([crs])(\d+):(\d+)([ma]?)")
+_KINDS: Final[dict[str, Literal["clean", "refused", "stall"]]] = {"c": "clean", "r": "refused", "s": "stall"}
+_PROBES: Final[dict[Probe | None, str]] = {"model": "m", "account": "a"}
+_PROBE_OF: Final[dict[str, Probe]] = {"m": "model", "a": "account"}
+
+
+def _plain(model: str) -> bool:
+    """Whether a model's name can travel in a notice's `serving` (one that cannot is not said: counted as
+    not served by the others, which only lowers what their clean answers say)."""
+    return bool(model) and not any(c in model for c in " ,=")

@@ -24,11 +24,22 @@ from redis.exceptions import RedisError
 
 from chaos_mode.fleet.cooldowns import BlockNotice, SharedCooldowns
 from chaos_mode.fleet.figures import FleetFigures
-from chaos_mode.fleet.protocol import CONFIRM, LEAVE, PUSH_LIMITS, RELEASE, TICK, notice_tail, parse_notice
+from chaos_mode.fleet.protocol import (
+    CONFIRM,
+    LEAVE,
+    PROBE_ANSWERED,
+    PROBE_MEMORY_MS,
+    PUSH_LIMITS,
+    RELEASE,
+    TICK,
+    notice_tail,
+    parse_notice,
+)
 from chaos_mode.fleet.slots import SharedSlots, Tally, Verdict
 from chaos_mode.fleet.state_url import StateUrl, redact
 from chaos_mode.routing.cooldowns import Cooldowns
 from chaos_mode.routing.pool import ChaosPool
+from chaos_mode.routing.slots import ProbeClaim, Seen
 
 log = logging.getLogger("chaos_mode")
 
@@ -74,6 +85,7 @@ class RedisFleet:
         self.pool = pool
         self.cooldowns: SharedCooldowns | None = None
         self._pushed = -math.inf  # the learned limits changed after this (wall clock) are told at renewal
+        self._joined_limits = False  # the fleet's limits were taken since this proxy last (re)joined it
         if pool is not None and isinstance(pool.cooldowns, Cooldowns):
             self.cooldowns = SharedCooldowns(pool.cooldowns, self._tell_block)
             pool.use_cooldowns(self.cooldowns)
@@ -97,6 +109,7 @@ class RedisFleet:
         self._tick = self._client.register_script(TICK)
         self._leave = self._client.register_script(LEAVE)
         self._push_limits = self._client.register_script(PUSH_LIMITS)
+        self._probe_answered = self._client.register_script(PROBE_ANSWERED)
         self._announcing = False
         self._connection = 0  # bumped on every (re)connection
         self._runner: asyncio.Task[None] | None = None
@@ -114,6 +127,10 @@ class RedisFleet:
     def key(self, model: str) -> str:
         return f"{self.prefix}slots:{model}"
 
+    def probe_key(self, limit: str) -> str:
+        """The right to probe `limit` (a model, or ACCOUNT)."""
+        return f"{self.prefix}probe:{limit}"
+
     def _lease_keys(self, model: str) -> tuple[str, str, str, str]:
         """The keys CONFIRM and RELEASE touch for a lease of `model`."""
         return (self.key(model), self._account, self._seq, self._fleet)
@@ -129,7 +146,9 @@ class RedisFleet:
 
     # -- the Fleet protocol -------------------------------------------------------------------------
 
-    async def confirm(self, model: str, lease: str, cap: int, account_cap: int) -> Verdict | None:
+    async def confirm(
+        self, model: str, lease: str, cap: int, account_cap: int, probe: ProbeClaim | None = None
+    ) -> Verdict | None:
         if not self._up and not self._started.is_set() and self._runner is not None:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.timeout):
@@ -138,28 +157,54 @@ class RedisFleet:
                 self._call_failed(TimeoutError(f"no connection within {self.timeout:g} s"))
         if not self._up and not self._rejoining:
             return None
-        tail = notice_tail(self.slots.notice("+", model))
-        args = (lease, self.lease_ms, cap, min(account_cap, 2**53), self._inboxes, self.slots.proxy_id, tail)
+        tail = notice_tail(self.slots.notice("+", model, probe=probe is not None))
+        keys: tuple[str, ...] = self._lease_keys(model)
+        args: tuple[str | int, ...] = (
+            lease,
+            self.lease_ms,
+            cap,
+            min(account_cap, 2**53),
+            self._inboxes,
+            self.slots.proxy_id,
+            tail,
+        )
+        if probe is not None:
+            keys += (self.probe_key(probe.limit),)
+            args += (_ms(probe.seconds), probe.refused, PROBE_MEMORY_MS)
         connection = self._connection
         try:
             async with asyncio.timeout(self.timeout):
-                taken, in_flight, total, seq = await self._confirm(keys=self._lease_keys(model), args=args)
+                taken, in_flight, total, seq, held_ms, refused = await self._confirm(keys=keys, args=args)
         except (RedisError, OSError, TimeoutError) as exc:
             self._call_failed(exc, connection)
             return None
         self.confirms += 1
-        return Verdict(bool(taken), int(in_flight), int(total), int(seq))
+        return Verdict(bool(taken), int(in_flight), int(total), int(seq), int(held_ms) / 1000, int(refused))
 
-    def release(self, model: str, lease: str, to: str = "") -> None:
+    def probe_answered(self, claim: ProbeClaim, lease: str) -> None:
         if self._up or self._rejoining:
-            self._spawn(self._give_back(model, lease, to))
+            self._spawn(self._answer_probe(claim, lease))
 
-    async def _give_back(self, model: str, lease: str, to: str) -> None:
+    async def _answer_probe(self, claim: ProbeClaim, lease: str) -> None:
+        connection = self._connection
+        tail = notice_tail(self.slots.notice("!", claim.limit))
+        args = (lease, _ms(claim.seconds), claim.refused, PROBE_MEMORY_MS, self._channel, tail)
+        try:
+            async with asyncio.timeout(self.timeout):
+                await self._probe_answered(keys=(self.probe_key(claim.limit),), args=args)
+        except (RedisError, OSError, TimeoutError) as exc:
+            self._call_failed(exc, connection)  # the right ends with its TTL
+
+    def release(self, model: str, lease: str, to: str = "", seen: Sequence[Seen] = ()) -> None:
+        if self._up or self._rejoining:
+            self._spawn(self._give_back(model, lease, to, seen))
+
+    async def _give_back(self, model: str, lease: str, to: str, seen: Sequence[Seen]) -> None:
         connection = self._connection
         counts = None
         try:
             async with asyncio.timeout(self.timeout):
-                tail = notice_tail(self.slots.notice("-", model, to))
+                tail = notice_tail(self.slots.notice("-", model, to, seen=seen))
                 gone, in_flight, total, seq = await self._release(
                     keys=self._lease_keys(model), args=(lease, self._inboxes, self.slots.proxy_id, tail)
                 )
@@ -238,6 +283,7 @@ class RedisFleet:
                     self._started.set()
                     self.slots.connected(self)
                     self.slots.apply(tally)
+                    self._joined_limits = False
                     self.announce()  # here: the others count this proxy before their next tally does
                     if self._told:
                         self._told = False
@@ -345,8 +391,10 @@ class RedisFleet:
         self.pool.blocks_changed()
 
     async def share_limits(self) -> None:
-        """Write the learned limits that changed here since the last time, read everyone's, take the
-        newer ones (the last change of each limit wins)."""
+        """Write the learned limits that changed here since the last time, read everyone's, and, once
+        after joining the fleet (or coming back to it), take the newer ones (the last change of each limit
+        wins): from then on every proxy learns from the fleet's verdicts (the notices' `seen`), and
+        taking another's limit would replace that evidence with the limit's value."""
         if self.pool is None or not self.pool.limits.enabled:
             return
         rows = self.pool.limits.rows(since=self._pushed)
@@ -359,7 +407,9 @@ class RedisFleet:
         for name, row in zip(flat[::2], flat[1::2], strict=True):
             with contextlib.suppress(ValueError):
                 fleet_rows[_text(name)] = json.loads(_text(row))
-        self.pool.adopt_limits(fleet_rows)
+        if not self._joined_limits:
+            self._joined_limits = True
+            self.pool.adopt_limits(fleet_rows)
 
     async def tick(self, *, renew_only: bool = True) -> Tally:
         """Renew this proxy's leases (`renew_only` False: write them again, Redis may have lost them), say
@@ -428,6 +478,11 @@ class RedisFleet:
         task.add_done_callback(self._background.discard)
 
 
+def _ms(seconds: float) -> int:
+    """Seconds as the scripts' whole milliseconds, a positive time at least 1 ms (0 stays 0: freed)."""
+    return max(math.ceil(seconds * 1000), 1) if seconds > 0 else 0
+
+
 def _describe(exc: BaseException) -> str:
     """One line for an error, unwrapping a task group's."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
@@ -466,6 +521,7 @@ def fleet_status(fleet: RedisFleet, lost_races: int) -> dict[str, Any]:
         "ownInFlight": figures.own_in_flight,
         "leases": [lease for _, lease in slots.leases()],  # this proxy's, as Redis should hold them
         "heldBack": slots.held_back,
+        "probesElsewhere": slots.probes_elsewhere,  # probes not sent: another proxy held the right
         "blocksHeard": fleet.cooldowns.heard_count if fleet.cooldowns is not None else 0,
         "own": slots.own(),
         "alive": figures.proxies,

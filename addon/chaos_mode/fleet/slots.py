@@ -12,7 +12,18 @@ of them (its conversation's recent admissions, see `shares`, then how long it ha
 here goes to the proxy whose first waiter comes first in one queue of the fleet's
 (`next_in_fleet_line`), so the fleet serves conversations in about the order one proxy would. The notice of
 a slot given back names that proxy: it tries at once, the others only after `HOLD_BACK` (when it could
-not use the slot), so one proxy takes a freed slot instead of every proxy racing for it.
+not use the slot), so one proxy takes a freed slot instead of every proxy racing for it. It also says
+which of its sender's slots z.ai answered and still serves (`serving_elsewhere`): what z.ai serves at
+once, as a clean answer counts it (see `learning.limits`), is this proxy's own and those, not every
+slot of the fleet (a slot z.ai has not answered, a 1302 on its way, is none). A lease given back also
+carries z.ai's verdicts on its request (`Seen`), which the other proxies count as their own
+(`on_seen`): one body of evidence for the fleet's limits.
+
+A probe's slot also claims the right to probe its limit, fleet-wide, in the same confirmation (one prober
+per limit in the fleet, see `learning.limits`): a slot whose limit's right another proxy holds is refused
+like a race lost (not counted as one), with how long the right stays there; the right taken is this
+proxy's, under the probe's lease id, until its verdict frees it or holds it for the prober's wait
+(`probe_answered`), and a right freed by another proxy's clean answer is heard (`on_probe_answered`).
 
 When the fleet's store is unreachable the proxy serves on its own slots alone, with `share` of each
 limit, until the store is back (for `forget_after` seconds, the lease TTL, it also still counts the other
@@ -28,6 +39,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
+
+from chaos_mode.routing.slots import CONFIRMED, Confirmation, ProbeClaim, Seen
 
 FALLBACK_SHARE = 0.5  # of each limit, when Redis went away before any other proxy was seen
 HOLD_BACK = 0.02  # seconds a freed slot is left to the proxy it is owed to before the others try
@@ -52,16 +65,22 @@ class Verdict:
     in_flight: int  # the model's leases, this one included when taken
     total: int  # the account's
     seq: int = 0  # the store's change number after it (see `Notice`)
+    probe_held: float = 0.0  # a probe's slot not taken: seconds another proxy holds its limit's right still
+    refused_probes: int = 0  # a probe's limit: its probes refused in a row, as the fleet counts them
 
 
 @dataclass(frozen=True, slots=True)
 class Notice:
     """What another proxy told the fleet: a lease of `model` taken (`+`) or given back (`-`), that a
-    request began to wait (`=`), or that it left with all its slots (`*`). `waiting`, `level` and
+    request began to wait (`=`), that its probe of the limit `model` names (a model, or the account's
+    key) was answered cleanly (`!`), or that it left with all its slots (`*`). `waiting`, `level` and
     `waited`: how many wait there, the place in line of the first (its conversation's admissions lately)
     and how long it has waited (seconds). `to`: the proxy a slot given back is owed to ("" for none named:
-    anyone may take it at once). `seq` numbers the changes of the store's counts, so a notice already
-    counted by a tally or a verdict read after it is not counted twice."""
+    anyone may take it at once). `serving`: its slots z.ai answered cleanly and still serves, per model
+    (None: not said, by a proxy of an earlier version). `seen`: with a lease given back, what z.ai's
+    verdicts on its request said, for the limits (`learning.limits`). `seq` numbers
+    the changes of the store's counts, so a notice already counted by a tally or a verdict read after it
+    is not counted twice."""
 
     seq: int
     op: str
@@ -71,16 +90,29 @@ class Notice:
     level: int = 0
     waited: float = 0.0
     to: str = ""
+    serving: Mapping[str, int] | None = None
+    seen: tuple[Seen, ...] = ()
 
 
 class Fleet(Protocol):
     """The shared store as `SharedSlots` uses it. None from `confirm`: the store cannot answer now."""
 
-    async def confirm(self, model: str, lease: str, cap: int, account_cap: int) -> Verdict | None: ...
+    async def confirm(
+        self, model: str, lease: str, cap: int, account_cap: int, probe: ProbeClaim | None = None
+    ) -> Verdict | None:
+        """Take the lease within the caps, and with `probe` the right to probe its limit for
+        `probe.seconds` (under the same lease id) unless another proxy holds it."""
+        ...
 
-    def release(self, model: str, lease: str, to: str = "") -> None:
+    def probe_answered(self, claim: ProbeClaim, lease: str) -> None:
+        """The right to probe `claim.limit`, held under `lease`: held `claim.seconds` more from now, or
+        freed (0) and the others told (in the background; it ends with its TTL otherwise)."""
+        ...
+
+    def release(self, model: str, lease: str, to: str = "", seen: Sequence[Seen] = ()) -> None:
         """Give the lease back (in the background; its TTL ends it if the store cannot be reached); its
-        notice names the proxy the slot is owed to (`to`, "" for none)."""
+        notice names the proxy the slot is owed to (`to`, "" for none) and carries z.ai's verdicts on its
+        request (`seen`)."""
         ...
 
     def announce(self) -> None:
@@ -99,7 +131,10 @@ class SharedSlots:
         *,
         share: float | None = None,
         on_freed: Callable[[float], None] = lambda delay: None,
+        on_probe_answered: Callable[[str], None] = lambda limit: None,
+        on_seen: Callable[[str, Sequence[Seen]], None] = lambda model, seen: None,
         waiting: Callable[[], tuple[int, int, float]] = lambda: NOBODY,
+        serving: Callable[[], Mapping[str, int]] = dict,
         clock: Callable[[], float] = time.monotonic,
         forget_after: float = 10.0,
     ) -> None:
@@ -107,7 +142,10 @@ class SharedSlots:
         self.fleet: Fleet | None = None  # None: not connected yet, this proxy serves alone
         self.configured_share = share  # None: 1 / the number of proxies last seen
         self.on_freed = on_freed  # the fleet freed capacity: the pool's waiters may use it (after a delay)
+        self.on_probe_answered = on_probe_answered  # another proxy's probe of a limit was answered cleanly
+        self.on_seen = on_seen  # z.ai's verdicts on a slot another proxy gave back
         self.waiting = waiting  # (requests waiting here, the first's level, its wait): the pool's queue
+        self.serving = serving  # this proxy's slots z.ai answered and serves, per model: the pool's
         self.clock = clock
         self.forget_after = forget_after  # seconds alone before the others' slots as last seen are forgotten
         self._forget_at: float | None = None
@@ -133,6 +171,10 @@ class SharedSlots:
         # say).
         self._promised: dict[str, list[float]] = {}
         self.held_back = 0  # freed slots left to the other proxies' waiters
+        self._probe_rights: dict[str, str] = {}  # limit -> the lease id its right to probe was taken under
+        # What each other proxy last said z.ai serves of its slots, per model.
+        self._serving_there: dict[str, Mapping[str, int]] = {}
+        self.probes_elsewhere = 0  # probes not sent: another proxy held the right to probe their limit
         self.lost = 0  # times the shared store went away
 
     # -- what the pool reads ----------------------------------------------------------------------
@@ -164,6 +206,16 @@ class SharedSlots:
         return self._proxies
 
     # -- taking and giving back -------------------------------------------------------------------
+
+    def serving_elsewhere(self, model: str | None) -> int:
+        """What the other proxies last said z.ai serves of their slots (of `model`; all when None), at most
+        their slots as the mirror counts them. Said with every notice they send, so an answer counts from
+        the next notice of its proxy on (never before), a slot given back at once."""
+        if model is None:
+            said = sum(sum(models.values()) for models in self._serving_there.values())
+            return min(said, self._others_total)
+        said = sum(models.get(model, 0) for models in self._serving_there.values())
+        return min(said, self._others.get(model, 0))
 
     def fits(self, model: str, cap: int, account_cap: int) -> bool:
         if self._alone_share is None:
@@ -210,7 +262,7 @@ class SharedSlots:
         self._total += 1
         return True
 
-    def release(self, model: str) -> bool:
+    def release(self, model: str, seen: Sequence[Seen] = ()) -> bool:
         own = self._own.get(model, 0)
         if own <= 0:
             return False
@@ -229,7 +281,7 @@ class SharedSlots:
                 to = self._freed_for()
                 if to not in ("", self.proxy_id):
                     self._promised.setdefault(model, []).append(self.clock() + HOLD_BACK)
-                self.fleet.release(model, lease, to)
+                self.fleet.release(model, lease, to, seen)
         return True
 
     def given_back(self, model: str, counts: Verdict | None = None) -> None:
@@ -249,27 +301,39 @@ class SharedSlots:
     def _all_mine(self) -> int:
         return sum(map(len, self._leases.values())) + sum(self._releasing.values())
 
-    async def confirm(self, model: str) -> bool:
+    async def confirm(self, model: str, probe: ProbeClaim | None = None) -> Confirmation:
         lease = f"{self.proxy_id}#{next(self._ids)}"
         fleet = self.fleet
         if fleet is None or not self._sent_to_store():
             self._hold(model, lease)  # written to the store when it is back (or first reached)
-            return True
+            return CONFIRMED  # and a probe goes on this proxy's own pacing
         cap, account_cap = self._caps.get(model, (0, 0))
         try:
-            verdict = await fleet.confirm(model, lease, cap, account_cap)
+            verdict = await fleet.confirm(model, lease, cap, account_cap, probe)
         except BaseException:
-            fleet.release(model, lease)  # cancelled while the store may have taken it
+            fleet.release(model, lease)  # cancelled while the store may have taken it (a right: its TTL)
             self._refused[model] = self._refused.get(model, 0) + 1
             raise
         if verdict is None:  # the store went away meanwhile (the fleet said so): serve on this proxy's share
-            return self._hold_alone(model, lease)
+            return Confirmation(self._hold_alone(model, lease))
         if verdict.taken:
             self._hold(model, lease)
+            if probe is not None:
+                self._probe_rights[probe.limit] = lease
         else:
             self._refused[model] = self._refused.get(model, 0) + 1
+            if verdict.probe_held > 0.0:
+                self.probes_elsewhere += 1
         self._seen(model, verdict.in_flight, verdict.total, verdict.seq)
-        return verdict.taken
+        return Confirmation(verdict.taken, verdict.probe_held, verdict.refused_probes)
+
+    def probe_answered(self, claim: ProbeClaim) -> None:
+        lease = self._probe_rights.get(claim.limit)
+        if lease is None or self.fleet is None or not self._sent_to_store():
+            return  # not taken in the store (it was away): nothing there to free or hold
+        if claim.seconds <= 0.0:
+            del self._probe_rights[claim.limit]
+        self.fleet.probe_answered(claim, lease)
 
     def _sent_to_store(self) -> bool:
         """Whether leases taken and given back now go to the store: with the fleet, or rejoining it."""
@@ -325,9 +389,16 @@ class SharedSlots:
         if notice.proxy == self.proxy_id or self._alone_share is not None:
             return
         if notice.op == "*":
-            self._peers.pop(notice.proxy, None)
+            self._forget(notice.proxy)
             return
         self._peers[notice.proxy] = (notice.waiting, notice.level, self.clock() - notice.waited)
+        if notice.serving is not None:
+            self._serving_there[notice.proxy] = notice.serving
+        if notice.op == "!":
+            self.on_probe_answered(notice.model)
+            return
+        if notice.seen:
+            self.on_seen(notice.model, notice.seen)
         step = {"+": 1, "-": -1}.get(notice.op)
         if step is None:
             return
@@ -391,9 +462,16 @@ class SharedSlots:
             freed |= self._set_others_total(max(tally.total - self._all_mine(), 0))
         self._total = sum(self._own.values()) + self._others_total
         self._proxies = dict(tally.proxies)
-        self._peers = {proxy: seen for proxy, seen in self._peers.items() if proxy in tally.proxies}
+        for proxy in set(self._peers) | set(self._serving_there):
+            if proxy not in tally.proxies:
+                self._forget(proxy)
         if freed:
             self.on_freed(0.0)
+
+    def _forget(self, proxy: str) -> None:
+        """What another proxy said: it left, or is gone from the fleet."""
+        self._peers.pop(proxy, None)
+        self._serving_there.pop(proxy, None)
 
     def queued(self) -> None:
         """A request is about to wait here: when it is the first, the other proxies should know (see
@@ -402,10 +480,19 @@ class SharedSlots:
         if self.fleet is not None and self._alone_share is None and not self.waiting()[0]:
             self.fleet.announce()
 
-    def notice(self, op: str, model: str = "", to: str = "") -> Notice:
-        """This proxy's notice of `op` on `model` (`seq` is the store's to give)."""
+    def notice(
+        self, op: str, model: str = "", to: str = "", *, probe: bool = False, seen: Sequence[Seen] = ()
+    ) -> Notice:
+        """This proxy's notice of `op` on `model` (`seq` is the store's to give). The slot a lease taken
+        (`+`) is for counts as served in it, unless it is a probe's: z.ai answers a request within ms or
+        refuses it in seconds, and this proxy's next notice says which (counted as not served, each
+        proxy's latest slot would be missing from every clean answer elsewhere, and a limit would seldom
+        look served at its value: never probed back up)."""
         waiting, level, waited = self.waiting()
-        return Notice(0, op, self.proxy_id, model, waiting, level, waited, to)
+        serving = self.serving()
+        if op == "+" and model and not probe:
+            serving = {**serving, model: serving.get(model, 0) + 1}
+        return Notice(0, op, self.proxy_id, model, waiting, level, waited, to, serving, tuple(seen))
 
     def connected(self, fleet: Fleet) -> None:
         """The store answers (again): use it. The caller writes `leases()` and applies a tally."""
@@ -449,6 +536,7 @@ class SharedSlots:
         self._forget_at = None
         self._others.clear()
         self._others_total = 0
+        self._serving_there.clear()
         self._counts = dict(self._own)
         self._total = sum(self._own.values())
         self.on_freed(0.0)

@@ -20,6 +20,19 @@ the lowest it refuses with confidence. What feeds it, and what the pool may do a
   served it (z.ai moves its limits plan-wide, off-peak); a limit that never served more keeps its wait. A
   probe given up unanswered (its request took a slot within the limits) counts as refused for pacing only:
   it tells the limit nothing.
+- **A fleet learns and probes as one.** Proxies sharing a store (`chaos_state`) learn from one body of
+  evidence: every verdict a proxy has goes to the others with the slot it gives back, and counts there as
+  theirs (evidence and pacing), at the levels it counted; what z.ai serves at once counts the other
+  proxies' slots as they say z.ai serves them (`routing.pool`), never one z.ai has not answered yet. A
+  limit another proxy learned is taken only on joining the fleet (it replaces the evidence with its
+  value). The right to probe each limit is one for the fleet: a probe goes only with it, and it is held
+  while the probe is out (at most `probeIntervalSeconds`, as one proxy's next probe waits for an
+  unanswered one), freed at once when the probe is answered cleanly (another proxy's next probe may follow
+  at once, as this proxy's own: `probe_answered_elsewhere`), and held for the prober's wait when it is
+  refused or given up. A proxy that finds it held sends no probe there until it is free: not a refused
+  probe, nothing learned; it counts the limit's refused probes in a row as the fleet counted them, so its
+  own next refusal waits as long as the fleet's next would. The store gone, each proxy learns and probes
+  on its own.
 - **What was learned fades** with a half-life of `driftSeconds`: a limit nobody confirms goes back to the
   catalog's value, and a level refused long ago may be tried again.
 
@@ -249,6 +262,42 @@ class LearnedLimits:
         if entry is not None:
             entry.probe_since = self._clock()
 
+    def probe_wait(self, kind: Probe, model: str) -> tuple[float, int]:
+        """(seconds before the limit's next probe may go, its probes refused in a row): how long the fleet
+        holds the right to probe it, told when a probe of it is sent and when it is answered or given up
+        (0: the next probe may follow at once)."""
+        entry = self._account if kind == "account" else self._models.get(model)
+        if entry is None:
+            return 0.0, 0
+        now = self._clock()
+        ready = entry.no_probe_until
+        if entry.probe_since is not None:
+            ready = max(ready, entry.probe_since + self._interval)
+        return max(ready - now, 0.0), entry.refused_probes
+
+    def probe_claimed(
+        self, kind: Probe, model: str, *, sent: bool, held_elsewhere: float = 0.0, refused: int = 0
+    ) -> None:
+        """The fleet's answer to the claim on the right to probe the limit, made with the probe's slot (see
+        the module). `refused`, the limit's probes refused in a row as the fleet counts them, counts here
+        when more. Not `sent` (another proxy took the slot first, or holds the right `held_elsewhere`
+        seconds more): the probe is no probe at all, and none goes here before the right is free."""
+        entry = self._account if kind == "account" else self._models.get(model)
+        if entry is None or not self._enabled:
+            return
+        entry.refused_probes = max(entry.refused_probes, refused)
+        if sent:
+            return
+        entry.probe_since = None
+        if held_elsewhere > 0.0:
+            entry.no_probe_until = max(entry.no_probe_until, self._clock() + held_elsewhere)
+
+    def probe_answered_elsewhere(self, kind: Probe, model: str) -> None:
+        """Another proxy's probe of the limit was answered cleanly: for pacing, as one answered here."""
+        entry = self._account if kind == "account" else self._models.get(model)
+        if entry is not None and self._enabled:
+            self._probe_answered(entry, self._clock())
+
     def probe_given_up(self, kind: Probe, model: str) -> None:
         """A probe z.ai had not answered when a slot within the limits came for its request was abandoned.
         It tells the limit nothing; its next probe waits as after a refusal (it most likely was one), keeping
@@ -271,17 +320,20 @@ class LearnedLimits:
         if probe is not None:
             probed = self._account if probe == "account" else entry or self._account
             probed.probe_since = None
-            probed.refused_probes, probed.no_probe_until = 0, -math.inf
-            # z.ai moves its limits plan-wide: every limit lowered from a level it served may try again now
-            for limit in self._all():
-                value = limit.value
-                if value is not None and value < limit.evidence.served_level(now):
-                    limit.refused_probes, limit.no_probe_until = 0, -math.inf
+            self._probe_answered(probed, now)
         if entry is not None:
             entry.evidence.observe(in_flight, refused=False, now=now)
             self._settle(entry, now, _served_why(in_flight, probe == "model"))
         self._account.evidence.observe(total, refused=False, now=now)
         self._settle(self._account, now, _served_why(total, probe == "account"))
+
+    def _probe_answered(self, probed: Limit, now: float) -> None:
+        probed.refused_probes, probed.no_probe_until = 0, -math.inf
+        # z.ai moves its limits plan-wide: every limit lowered from a level it served may try again now
+        for limit in self._all():
+            value = limit.value
+            if value is not None and value < limit.evidence.served_level(now):
+                limit.refused_probes, limit.no_probe_until = 0, -math.inf
 
     def refused(self, model: str, in_flight: int, total: int, probe: Probe | None) -> None:
         """A concurrency answer (1302) to a request sent with `in_flight` on its model and `total` on the

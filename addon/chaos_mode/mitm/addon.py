@@ -297,7 +297,13 @@ class ChaosMode:
                 "pip install 'chaos-mode[redis]' where mitmproxy runs"
             ) from None
         slots = SharedSlots(
-            _proxy_id(), share=share, on_freed=self.pool.wake, waiting=self.pool.first_in_line
+            _proxy_id(),
+            share=share,
+            on_freed=self.pool.wake,
+            on_probe_answered=self.pool.probe_answered_elsewhere,
+            on_seen=self.pool.seen_elsewhere,
+            waiting=self.pool.first_in_line,
+            serving=self.pool.serving_here,
         )
         self.pool.use_slots(slots)
         return RedisFleet(

@@ -28,9 +28,9 @@ import math
 import random
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 from chaos_mode.config.schema import ModelRouting
 from chaos_mode.learning.limits import LearnedLimits, LimitView, Probe
@@ -50,7 +50,7 @@ from chaos_mode.routing.pool_status import (
     StickyStatus,
 )
 from chaos_mode.routing.served_lately import ServedLately
-from chaos_mode.routing.slots import MemorySlots, SlotStore
+from chaos_mode.routing.slots import MemorySlots, ProbeClaim, Seen, SlotStore
 from chaos_mode.routing.sticky import StickyMap
 from chaos_mode.routing.strategies import ModelEntry, Strategy, make_strategy
 from chaos_mode.routing.wait_queue import WaitQueue
@@ -185,11 +185,13 @@ class ChaosPool:
         self._unanswered: dict[int, str] = {}
         self._unanswered_on: dict[str, int] = {}
         self._held: dict[int, str] = {}  # every slot taken and not given back: slot id -> model
+        self._held_on: dict[str, int] = {}  # those per model (a shared store counts the fleet's)
         self._stalled: set[int] = set()  # unanswered slots whose stall was reported (counted once)
         self._taken_at: dict[int, float] = {}  # when each held slot was taken: what refusals and answers took
         self._served: set[int] = set()  # held slots answered cleanly
         self._ended: dict[int, str] = {}  # held slots whose answer z.ai sent to its end: slot id -> model
         self._ended_on: dict[str, int] = {}
+        self._seen: dict[int, list[Seen]] = {}  # with a shared store: held slots' verdicts, for the fleet
         self._next_slot_id = 1
         self.lost_races = 0  # slots taken on the local mirror that another proxy had taken first
         # The 5-hour quota: every clean answer counts its model's weight, a 1308 says the window is spent.
@@ -491,6 +493,7 @@ class ChaosPool:
         self.dispatched[model] = self.dispatched.get(model, 0) + 1
         slot_id, self._next_slot_id = self._next_slot_id, self._next_slot_id + 1
         self._held[slot_id] = model
+        _count(self._held_on, model, 1)
         self._taken_at[slot_id] = self._clock()
         if self._pace_on:
             self._concurrency.level(slots.total())
@@ -523,6 +526,7 @@ class ChaosPool:
         and the next probe there waits as after a 1302. Idempotent."""
         if probe_given_up and slot.probe is not None and slot.slot_id in self._probes:
             self._limits.probe_given_up(slot.probe, slot.model)
+            self._probe_judged(slot)
         self._settle(slot)
 
     def release(self, slot: Slot) -> bool:
@@ -532,6 +536,7 @@ class ChaosPool:
         if model is None:
             self.spurious_releases += 1
             return False
+        _count(self._held_on, model, -1)
         self._tier_of.pop(slot.slot_id, None)
         self._settle(slot)
         taken_at = self._taken_at.pop(slot.slot_id)
@@ -541,7 +546,7 @@ class ChaosPool:
         if slot.slot_id in self._served:
             self._served.discard(slot.slot_id)
             self._limits.served_for(self._clock() - taken_at)
-        if not self._slots.release(model):  # the store lost it (never here: stores count what they gave)
+        if not self._slots.release(model, self._seen.pop(slot.slot_id, ())):  # the store lost it (never)
             self.spurious_releases += 1
             return False
         if self._pace_on:
@@ -595,7 +600,7 @@ class ChaosPool:
         pointless (queue off or full, account paused, no model of the tier usable at all). Waiters go by
         how much their `session` was served lately (see `shares`), then by `since` (when the request first
         came: a failover keeps its place; default now). With a shared store, only a slot the fleet
-        confirmed is returned."""
+        confirmed is returned, a probe's only with the right to probe its limit (`learning.limits`)."""
         if not self._slots.confirms:
             return await self._admit(ticket, since, timeout)
         started = self._clock()
@@ -606,20 +611,73 @@ class ChaosPool:
             selection = await self._admit(ticket, since, max(timeout - (self._clock() - started), 0.0))
             if selection is None:
                 return None
+            claim = self._claim(selection)
             try:
-                confirmed = await self._slots.confirm(selection.model)
+                confirmed = await self._slots.confirm(selection.model, claim)
             except BaseException:  # cancelled (the client left) or broken: never keep the slot
+                if claim is not None and selection.probe is not None:
+                    self._limits.probe_claimed(selection.probe, selection.model, sent=False)
                 self.release(selection)
                 raise
-            if confirmed:
+            if claim is not None and selection.probe is not None:
+                self._limits.probe_claimed(
+                    selection.probe,
+                    selection.model,
+                    sent=confirmed.taken,
+                    held_elsewhere=confirmed.probe_held,
+                    refused=confirmed.refused_probes,
+                )
+            if confirmed.taken:
                 slots = self._slots
                 return replace(selection, in_flight=slots.in_flight(selection.model), total=slots.total())
-            # Another proxy took it first: the mirror knows now; pick again or wait (keeping our place).
-            self.lost_races += 1
+            # Another proxy took it first (the mirror knows now), or holds the right to probe its limit:
+            # pick again or wait, keeping our place.
+            if not confirmed.probe_held:
+                self.lost_races += 1
             self.admitted -= 1
             if ticket.counts:
                 self._shares.unserved(ticket.session)  # not served: it keeps its place in line
             self.release(selection)
+
+    def _claim(self, slot: Slot) -> ProbeClaim | None:
+        """A probe's claim on the right to probe its limit, as the fleet holds it now (None: no probe)."""
+        if slot.probe is None:
+            return None
+        seconds, refused = self._limits.probe_wait(slot.probe, slot.model)
+        return ProbeClaim(ACCOUNT if slot.probe == "account" else slot.model, seconds, refused)
+
+    def _probe_judged(self, slot: Slot) -> None:
+        """`slot`'s probe has its verdict (or was given up): a fleet holds the right to probe its limit as
+        long as this proxy's next probe there waits now (see `learning.limits`)."""
+        if self._slots.confirms:
+            claim = self._claim(slot)
+            if claim is not None:
+                self._slots.probe_answered(claim)
+
+    def _note(self, slot: Slot, kind: Literal["clean", "refused", "stall"], level: int, total: int) -> None:
+        """A verdict on `slot`'s request as the limits took it: told to the fleet when the slot goes back."""
+        if self._slots.confirms and self._limits.enabled and slot.slot_id in self._held:
+            self._seen.setdefault(slot.slot_id, []).append(Seen(kind, level, total, slot.probe))
+
+    def seen_elsewhere(self, model: str, seen: Sequence[Seen]) -> None:
+        """z.ai's verdicts on a slot of `model` another proxy of the fleet gave back: each counts here as
+        if this proxy had it (`learning.limits`), at the levels that proxy counted."""
+        limits = self._limits
+        for verdict in seen:
+            if verdict.kind == "clean":
+                limits.succeeded(model, verdict.level, verdict.total, verdict.probe)
+            elif verdict.kind == "refused":
+                limits.refused(model, verdict.level, verdict.total, verdict.probe)
+            else:
+                limits.stalled(model, verdict.level, verdict.total, verdict.probe)
+        self._limits_changed()
+
+    def probe_answered_elsewhere(self, limit: str) -> None:
+        """Another proxy's probe of `limit` (a model, or ACCOUNT) was answered cleanly: its next probe may
+        go here at once, as after one answered here."""
+        self._limits.probe_answered_elsewhere("account" if limit == ACCOUNT else "model", limit)
+        if len(self._queue):
+            self._queue.dispatch()
 
     async def _admit(self, ticket: Ticket, since: float | None, timeout: float | None) -> Slot | None:
         selection = self._admit_now(ticket)
@@ -713,6 +771,8 @@ class ChaosPool:
         self.quota.answered(model)
         limits = self._limits
         limits.succeeded(model, serving, total, selection.probe)
+        self._note(selection, "clean", serving, total)
+        self._probe_judged(selection)
         self._cooldowns.succeeded(model)
         if self._limits_version != limits.version:
             self._limits_changed()
@@ -721,10 +781,25 @@ class ChaosPool:
 
     def _serving(self, model: str | None = None) -> int:
         """What z.ai serves now, as far as the pool can tell: slots answered cleanly whose answer has not
-        ended (of `model`; the account's when None)."""
+        ended (of `model`; the account's when None), this proxy's and those other proxies of a fleet said
+        they had (their slots z.ai has not answered yet are not z.ai's to serve)."""
         if model is None:
-            return self._slots.total() - len(self._unanswered) - len(self._ended)
-        return self._slots.in_flight(model) - self._unanswered_on.get(model, 0) - self._ended_on.get(model, 0)
+            here = len(self._held) - len(self._unanswered) - len(self._ended)
+        else:
+            held, unanswered, ended = self._held_on, self._unanswered_on, self._ended_on
+            here = held.get(model, 0) - unanswered.get(model, 0) - ended.get(model, 0)
+        return here + self._slots.serving_elsewhere(model) if self._slots.confirms else here
+
+    def serving_here(self) -> dict[str, int]:
+        """This proxy's slots z.ai answered cleanly and still serves, per model (none: left out): what it
+        tells the fleet with each notice."""
+        unanswered, ended = self._unanswered_on.get, self._ended_on.get
+        serving = {}
+        for model, held in self._held_on.items():
+            count = held - unanswered(model, 0) - ended(model, 0)
+            if count > 0:
+                serving[model] = count
+        return serving
 
     def report_ended(self, slot: Slot) -> None:
         """z.ai sent `slot`'s answer to its end: it serves it no more, though the slot is held until the
@@ -747,6 +822,8 @@ class ChaosPool:
             level = min(self._serving(slot.model) + 1, slot.in_flight)
             account_level = min(self._serving() + 1, slot.total)
             self._limits.stalled(slot.model, level, account_level, slot.probe)
+            self._note(slot, "stall", level, account_level)
+            self._probe_judged(slot)
             self._limits_changed()
         return True
 
@@ -792,6 +869,9 @@ class ChaosPool:
                 else:
                     in_flight, total = self._slots.in_flight(model), self._slots.total()
                 self._limits.refused(model, in_flight, total, probe)
+                if selection is not None:
+                    self._note(selection, "refused", in_flight, total)
+                    self._probe_judged(selection)
                 return 0.0
             case Action.CONCURRENCY | Action.COOLDOWN:
                 return self._cooldowns.hit(model, error.reason, retry_after)

@@ -2,16 +2,57 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final, Literal, Protocol
+
+from chaos_mode.learning.limits import Probe
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeClaim:
+    """A probe's claim on the right to test its limit, fleet-wide (see `learning.limits`): the limit (a
+    model's name, or `zai.catalog.ACCOUNT`), how long the right is held from now (seconds: the prober's
+    wait before its next probe there; 0 frees it) and the limit's probes refused in a row."""
+
+    limit: str
+    seconds: float
+    refused: int
+
+
+@dataclass(frozen=True, slots=True)
+class Confirmation:
+    """A store's answer to a slot taken here: `taken`, else the slot must be released. For a probe's slot
+    not taken because another proxy holds the right to probe its limit: for how many seconds more
+    (`probe_held`, 0 otherwise); and the limit's probes refused in a row as the fleet counts them."""
+
+    taken: bool
+    probe_held: float = 0.0
+    refused_probes: int = 0
+
+
+CONFIRMED: Final = Confirmation(True)
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """One of z.ai's verdicts on a slot's request, as the pool counted it (`learning.limits`): a clean
+    answer, a refusal (1302) or a stall, at `level` on its model and `total` on the account, and the probe it
+    was (None: none). A fleet's proxies learn from each other's."""
+
+    kind: Literal["clean", "refused", "stall"]
+    level: int
+    total: int
+    probe: Probe | None = None
 
 
 class SlotStore(Protocol):
     """Where in-flight counts live. The pool's policy only talks to this.
 
     A store shared by several proxies (`confirms` True) counts a slot taken here at once, on its local
-    mirror of the fleet's counts, and `confirm` asks the shared store before the slot is used: False means
-    another proxy took it first (the slot is still held here and must be released).
+    mirror of the fleet's counts, and `confirm` asks the shared store before the slot is used: not taken
+    means another proxy took it first, or holds the right to probe the limit a probe's slot claims (the
+    slot is still held here and must be released).
     """
 
     confirms: bool
@@ -28,14 +69,21 @@ class SlotStore(Protocol):
         """Take a slot of `model` if it has fewer than `cap` and the account fewer than `account_cap`."""
         ...
 
-    def release(self, model: str) -> bool:
-        """Give a slot of `model` back; False (and no change) if none was held."""
+    def release(self, model: str, seen: Sequence[Seen] = ()) -> bool:
+        """Give a slot of `model` back, with what z.ai's verdicts on its request said (`seen`, for a
+        fleet's other proxies); False (and no change) if none was held."""
         ...
 
     def snapshot(self) -> dict[str, int]: ...
 
-    async def confirm(self, model: str) -> bool:
-        """The fleet agrees to the slot of `model` just taken here (see the class)."""
+    async def confirm(self, model: str, probe: ProbeClaim | None = None) -> Confirmation:
+        """The fleet agrees to the slot of `model` just taken here (see the class), and a probe's slot
+        (`probe`) to the right to probe its limit with it."""
+        ...
+
+    def probe_answered(self, claim: ProbeClaim) -> None:
+        """A probe sent with the right to probe `claim.limit` has its verdict: the right is held
+        `claim.seconds` more (0: freed at once, for the next probe anywhere)."""
         ...
 
     def fits(self, model: str, cap: int, account_cap: int) -> bool:
@@ -46,6 +94,11 @@ class SlotStore(Protocol):
     def hold_back(self) -> float:
         """Seconds to leave a slot just freed to other proxies' waiters before this one's take it (0: at
         once)."""
+        ...
+
+    def serving_elsewhere(self, model: str | None) -> int:
+        """Slots of `model` (all when None) that the other proxies of a fleet said z.ai answered cleanly and
+        still serves, as they last said; asked only when `confirms`."""
         ...
 
     def queued(self) -> None:
@@ -81,7 +134,7 @@ class MemorySlots:
         self._total += 1
         return True
 
-    def release(self, model: str) -> bool:
+    def release(self, model: str, seen: Sequence[Seen] = ()) -> bool:
         held = self._counts.get(model, 0)
         if held <= 0:
             return False
@@ -92,14 +145,20 @@ class MemorySlots:
     def snapshot(self) -> dict[str, int]:
         return {model: n for model, n in self._counts.items() if n}
 
-    async def confirm(self, model: str) -> bool:
-        return True
+    async def confirm(self, model: str, probe: ProbeClaim | None = None) -> Confirmation:
+        return CONFIRMED
+
+    def probe_answered(self, claim: ProbeClaim) -> None:
+        pass
 
     def fits(self, model: str, cap: int, account_cap: int) -> bool:
         return True
 
     def hold_back(self) -> float:
         return 0.0
+
+    def serving_elsewhere(self, model: str | None) -> int:
+        return 0
 
     def queued(self) -> None:
         pass
