@@ -8,8 +8,9 @@ import asyncio
 from typing import Any
 
 from chaos_mode.config.schema import ModelRouting, parse_config
+from chaos_mode.quota.pacer import PACE_EVERY
 from chaos_mode.quota.reading import QuotaReading
-from chaos_mode.routing.pool import PACE_EVERY, ChaosPool, Slot, Ticket
+from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
 from chaos_mode.zai.quota import WINDOW_SECONDS
 from support.fakes import FakeClock
 

@@ -451,7 +451,7 @@ class PoolCollector(Collector):
         pacing = pool.quota_status()["pacing"] if pool.config.quota.pace else None
         if pacing is not None and pacing["maxConcurrency"] is not None:
             f.gauge("quota_paced_max_concurrency").add_metric([], float(pacing["maxConcurrency"]))
-        f.counter("quota_paced_waits").add_metric([], float(pool.paced_waits))
+        f.counter("quota_paced_waits").add_metric([], float(pool.pacer.waits))
         f.counter("quota_read_failures").add_metric([], float(quota.read_failures))
 
     def _queue(self, f: _Families, queue: QueueStatus) -> None:

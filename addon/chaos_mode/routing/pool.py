@@ -5,7 +5,7 @@ How a model is chosen for a request, the rules in the order they apply (`_select
 1. **Nothing while the account is paused** (1308/1310/1313: z.ai will refuse everything until its reset).
 2. **Paced** (`quota.pace`, only while the quota's forecast runs out before its reset; `quota.pacing`):
    nothing once the paced concurrency is in flight (the request waits in the fair queue, counted in
-   `paced_waits`), and among the models free within the limits only the lightest by `quotaWeight`.
+   `pacer.waits`), and among the models free within the limits only the lightest by `quotaWeight`.
 3. **Eligible**: the models the request's tier may use (its quality floor), less those it was refused by
    and those cooling down or out of rotation.
 4. **Within the limits**: a model with fewer in flight than its limit (learned, or the catalog's), the
@@ -34,8 +34,7 @@ from typing import Any, Literal
 
 from chaos_mode.config.schema import ModelRouting
 from chaos_mode.learning.limits import LearnedLimits, LimitView, Probe
-from chaos_mode.quota.concurrency import MeanConcurrency
-from chaos_mode.quota.pacing import NOT_PACED, PacePlan, pace
+from chaos_mode.quota.pacer import Pacer
 from chaos_mode.quota.tracker import QuotaTracker
 from chaos_mode.routing.cooldowns import Cooldowns, CooldownState
 from chaos_mode.routing.pool_status import (
@@ -60,8 +59,6 @@ from chaos_mode.zai.quota import SPENT_CODE
 
 NO_ATTEMPTS: frozenset[str] = frozenset()
 NO_ACCOUNT_CAP = sys.maxsize  # no account limit known: only the models' own limits count
-PACE_EVERY = 1.0  # seconds: the pacing plan is worked out at most this often (the forecast is not cheap)
-PACE_SAME_WINDOW = 2.0  # seconds: two resets this close are one window (z.ai's and a 1308's differ a bit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,14 +193,7 @@ class ChaosPool:
         self.lost_races = 0  # slots taken on the local mirror that another proxy had taken first
         # The 5-hour quota: every clean answer counts its model's weight, a 1308 says the window is spent.
         self.quota = QuotaTracker(config.quota_weight, wall_clock)
-        # Pacing (`quota.pace`): the plan in force, when it was made, the mean in flight it scales, the
-        # tier of each held slot (whether a lighter model is left to prefer), waits it caused.
-        self._pace_plan: PacePlan = NOT_PACED
-        self._paced_at = -math.inf
-        self._paced_window: float | None = None  # the reset of the window pacing was engaged in
-        self._concurrency = MeanConcurrency(clock)
-        self._tier_of: dict[int, RequestTier] = {}
-        self.paced_waits = 0
+        self.pacer = Pacer(self.quota, clock, wall_clock)  # `quota.pace`
         self.reconfigure(config)
 
     # -- configuration ----------------------------------------------------------------------------
@@ -272,16 +262,13 @@ class ChaosPool:
         self.quota.reconfigure(
             config.quota_weight, poll_seconds=quota.poll_seconds, window_seconds=quota.window_seconds
         )
-        self._pace_on = quota.pace
-        self._concurrency.horizon = self.quota.horizon
-        self._paced_at = -math.inf
+        self.pacer.reconfigure(quota.pace, {name: spec.quota_weight for name, spec in config.models.items()})
         self._queue.dispatch()  # capacity may have grown
 
     def _derive(self) -> None:
         """What selection reads of the limits, rebuilt whenever a learned limit changes."""
         config, limits = self._config, self._limits
         self._entries = _entries(config, limits)
-        self._weights = {name: spec.quota_weight for name, spec in config.models.items()}
         self._eligible: dict[RequestTier, list[ModelEntry]] = {
             tier: [self._entries[name] for name in config.eligible_models(tier)] for tier in REQUEST_TIERS
         }
@@ -307,7 +294,7 @@ class ChaosPool:
         slots = self._slots
         if self._cooldowns.account_pause() is not None:
             return None, False
-        plan = self._pacing() if self._pace_on else NOT_PACED
+        plan = self.pacer.plan(self._lighter_left)
         if plan.max_concurrency is not None and slots.total() >= plan.max_concurrency:
             return None, False  # paced: it waits in the fair queue
         blocked = self._cooldowns.blocked()
@@ -333,9 +320,7 @@ class ChaosPool:
             if not candidates:
                 return None, False
         if plan.prefer_lower_weight:  # paced: the lightest models that are free, within the floor
-            weight = self._weights.get
-            lightest = min(weight(e.name, 1.0) for e in candidates)
-            candidates = [e for e in candidates if weight(e.name, 1.0) == lightest]
+            candidates = [candidates[i] for i in self.pacer.lightest([e.name for e in candidates])]
         in_flight = [held(e.name, 0) for e in candidates]
 
         moved = False
@@ -373,53 +358,21 @@ class ChaosPool:
             reason += f" (sticky moved from {stuck})"
         return (chosen.name, reason, None), moved
 
-    def _pacing(self) -> PacePlan:
-        """The pacing plan (`quota.pacing`), worked out again once `PACE_EVERY` has passed."""
-        now = self._clock()
-        if now - self._paced_at >= PACE_EVERY:
-            self._paced_at = now
-            forecast = self.quota.forecast()
-            window = forecast.resets_at if forecast is not None else None
-            engaged = (
-                window is not None
-                and self._paced_window is not None
-                and abs(window - self._paced_window) < PACE_SAME_WINDOW
-            )
-            self._pace_plan = plan = pace(
-                forecast,
-                now=self._wall_clock(),
-                concurrency=self._concurrency.mean(),
-                lighter_left=self._lighter_left(),
-                engaged=engaged,
-            )
-            self._paced_window = window if plan.prefer_lower_weight else None
-        return self._pace_plan
-
-    def _lighter_left(self) -> bool:
-        """Whether a request in flight is served by a model heavier than the lightest its floor admits."""
-        weight = self._weights.get
+    def _lighter_left(self, tiers: Mapping[int, str]) -> bool:
+        """Whether a request in flight is served by a model heavier than the lightest its floor admits
+        (`tiers`: the request tier of each held slot)."""
+        weight = self.pacer.weight
         for slot_id, model in self._held.items():
-            tier = self._tier_of.get(slot_id)
-            if tier is not None and weight(model, 1.0) > min(
-                (weight(e.name, 1.0) for e in self._eligible[tier]), default=1.0
-            ):
+            tier = tiers.get(slot_id)
+            eligible = self._eligible.get(tier) if tier in REQUEST_TIERS else None
+            if eligible and weight(model) > min(weight(e.name) for e in eligible):
                 return True
         return False
 
     def quota_status(self) -> dict[str, Any]:
         """The quota as `/api/status` shows it, with pacing: whether it is on, the plan in force, the waits
         it caused (counted apart from the queue's other waits)."""
-        plan = self._pacing() if self._pace_on else NOT_PACED
-        return {
-            **self.quota.status(),
-            "pacing": {
-                "enabled": self._pace_on,
-                "preferLowerWeight": plan.prefer_lower_weight,
-                "maxConcurrency": plan.max_concurrency,
-                "reason": plan.reason if self._pace_on else "quota.pace is off",
-                "pacedWaits": self.paced_waits,
-            },
-        }
+        return {**self.quota.status(), "pacing": self.pacer.status(self._lighter_left)}
 
     def _beyond_limits(
         self, ticket: Ticket, eligible: list[ModelEntry], *, account_full: bool
@@ -495,8 +448,6 @@ class ChaosPool:
         self._held[slot_id] = model
         _count(self._held_on, model, 1)
         self._taken_at[slot_id] = self._clock()
-        if self._pace_on:
-            self._concurrency.level(slots.total())
         if awaits_verdict:
             self._unanswered[slot_id] = model
             _count(self._unanswered_on, model, 1)
@@ -537,7 +488,6 @@ class ChaosPool:
             self.spurious_releases += 1
             return False
         _count(self._held_on, model, -1)
-        self._tier_of.pop(slot.slot_id, None)
         self._settle(slot)
         taken_at = self._taken_at.pop(slot.slot_id)
         ended = self._ended.pop(slot.slot_id, None)
@@ -549,8 +499,7 @@ class ChaosPool:
         if not self._slots.release(model, self._seen.pop(slot.slot_id, ())):  # the store lost it (never)
             self.spurious_releases += 1
             return False
-        if self._pace_on:
-            self._concurrency.level(self._slots.total())
+        self.pacer.released(slot.slot_id, self._slots.total())
         if len(self._queue):
             delay = self._slots.hold_back()
             if delay > 0:
@@ -583,8 +532,7 @@ class ChaosPool:
         slot = self._take(model, reason, probe, awaits_verdict=True)
         if slot is None:
             return None
-        if self._pace_on:
-            self._tier_of[slot.slot_id] = ticket.tier
+        self.pacer.taken(slot.slot_id, ticket.tier, self._slots.total())
         if self._sticky_on and ticket.sticky_key is not None:
             self._sticky.put(ticket.sticky_key, model)
             if moved:
@@ -687,9 +635,8 @@ class ChaosPool:
         if self._may_wait(ticket):
             if timeout is None:
                 timeout = self._config.queue.timeout_seconds
-            cap = self._pace_plan.max_concurrency if self._pace_on else None
-            if cap is not None and self._slots.total() >= cap:
-                self.paced_waits += 1  # it waits because pacing holds the concurrency down
+            if self.pacer.capped(self._slots.total()):
+                self.pacer.waits += 1  # it waits because pacing holds the concurrency down
             self._arm_timer()
             self._slots.queued()
             selection = await self._queue.wait(ticket, timeout, since, self._shares.level(ticket.session))
