@@ -4,8 +4,10 @@ that runs only with a key, whose failures are shown, not fatal, and never show t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 
 import pytest
 from mitmproxy import exceptions
@@ -58,10 +60,24 @@ async def sim() -> AsyncIterator[SimServer]:
         yield server
 
 
-async def wait_until(condition: object) -> None:
+async def wait_until(condition: Callable[[], bool]) -> None:
     async with asyncio.timeout(5):
-        while not condition():  # type: ignore[operator]
+        while not condition():
             await asyncio.sleep(0.01)
+
+
+@contextlib.contextmanager
+def running_addon(**options: Any) -> Iterator[tuple[ChaosMode, taddons.context]]:
+    """The addon configured with `options` and running (its forwarder, its poller), stopped after."""
+    addon = ChaosMode()
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, chaos_web="", chaos_limits_file="off", chaos_quota="ZAI_QUOTA_KEY", **options)
+        addon.running()
+        try:
+            yield addon, tctx
+        finally:
+            addon.done()
+        assert not addon.quota_poller.running
 
 
 async def test_with_a_key_the_status_shows_zais_figures(
@@ -70,25 +86,12 @@ async def test_with_a_key_the_status_shows_zais_figures(
     caplog.set_level(logging.DEBUG)
     monkeypatch.setenv("ZAI_QUOTA_KEY", KEY)
     sim.quota.charge("glm-4.5")
-    addon = ChaosMode()
-    with taddons.context(addon) as tctx:
-        tctx.configure(
-            addon,
-            chaos_web="",
-            chaos_limits_file="off",
-            chaos_quota="ZAI_QUOTA_KEY",
-            mode=[f"reverse:http://127.0.0.1:{sim.port}"],
-        )
-        addon.running()
-        try:
-            await wait_until(lambda: addon.pool.quota.read_at is not None)
-            quota = addon.chaos_stats()["quota"]
-            assert quota["source"] == "zai" and quota["reader"] == "on" and quota["usedPercent"] == 10.0
-            assert quota["resetsAt"] == round(sim.quota.resets_at()) and quota["error"] is None
-            assert "10.0% used" in addon.status()
-        finally:
-            addon.done()
-        assert not addon.quota_poller.running
+    with running_addon(mode=[f"reverse:http://127.0.0.1:{sim.port}"]) as (addon, _):
+        await wait_until(lambda: addon.pool.quota.read_at is not None)
+        quota = addon.chaos_stats()["quota"]
+        assert quota["source"] == "zai" and quota["reader"] == "on" and quota["usedPercent"] == 10.0
+        assert quota["resetsAt"] == round(sim.quota.resets_at()) and quota["error"] is None
+        assert "10.0% used" in addon.status()
     assert KEY not in caplog.text and "ZAI_QUOTA_KEY" in caplog.text
 
 
@@ -96,38 +99,20 @@ async def test_a_variable_not_set_is_said_and_the_estimate_serves(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.delenv("ZAI_QUOTA_KEY", raising=False)
-    addon = ChaosMode()
-    with taddons.context(addon) as tctx:
-        tctx.configure(addon, chaos_web="", chaos_limits_file="off", chaos_quota="ZAI_QUOTA_KEY")
-        addon.running()
-        try:
-            quota = addon.chaos_stats()["quota"]
-            assert not addon.quota_poller.running
-            assert quota["source"] == "estimate" and quota["reader"] == "off"
-            assert quota["error"] == "chaos_quota: the environment variable it names is not set"
-        finally:
-            addon.done()
+    with running_addon() as (addon, _):
+        quota = addon.chaos_stats()["quota"]
+        assert not addon.quota_poller.running
+        assert quota["source"] == "estimate" and quota["reader"] == "off"
+        assert quota["error"] == "chaos_quota: the environment variable it names is not set"
     assert "names an environment variable that is not set" in caplog.text
 
 
 async def test_a_refused_key_is_shown_not_fatal(sim: SimServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ZAI_QUOTA_KEY", "another-key")
-    addon = ChaosMode()
-    with taddons.context(addon) as tctx:
-        tctx.configure(
-            addon,
-            chaos_web="",
-            chaos_limits_file="off",
-            chaos_quota="ZAI_QUOTA_KEY",
-            mode=[f"reverse:http://127.0.0.1:{sim.port}"],
-        )
-        addon.running()
-        try:
-            await wait_until(lambda: addon.pool.quota.error is not None)
-            quota = addon.chaos_stats()["quota"]
-            assert "HTTP 401: the key was refused" in quota["error"] and quota["usedPercent"] is None
-            assert addon.quota_poller.running  # it tries again, later
-            tctx.configure(addon, chaos_quota="")
-            assert not addon.quota_poller.running and addon.chaos_stats()["quota"]["reader"] == "off"
-        finally:
-            addon.done()
+    with running_addon(mode=[f"reverse:http://127.0.0.1:{sim.port}"]) as (addon, tctx):
+        await wait_until(lambda: addon.pool.quota.error is not None)
+        quota = addon.chaos_stats()["quota"]
+        assert "HTTP 401: the key was refused" in quota["error"] and quota["usedPercent"] is None
+        assert addon.quota_poller.running  # it tries again, later
+        tctx.configure(addon, chaos_quota="")
+        assert not addon.quota_poller.running and addon.chaos_stats()["quota"]["reader"] == "off"
