@@ -45,6 +45,7 @@ LAYERS = [
     "fleet",
     "doors",
     "routing",
+    "quota",
     "learning",
     "config",
     "zai",

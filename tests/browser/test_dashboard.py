@@ -364,3 +364,69 @@ async def test_dashboard_counts_refusals_that_were_the_requests_own_apart(chromi
             assert not [name for name, row in rows.items() if row["state"] == "cooling"], rows
         finally:
             await browser.close()
+
+
+QUOTA_KEY = "0123456789abcdef0123456789abcdef.DashboardQuotaKey"
+QUOTA_READ = """() => document.getElementById('quota-card').dataset.source === 'zai'
+    && document.getElementById('quota-used').textContent === '30.0%'"""
+
+
+async def test_dashboard_shows_the_quota_read_from_zai(chromium: str) -> None:
+    """The quota card: used, the reset's countdown, the burn, the forecast and a chart; the key nowhere."""
+    settings = SimSettings(
+        latency_ms=20,
+        token_interval_ms=5,
+        output_tokens=5,
+        quota=10,
+        quota_key=QUOTA_KEY,
+        quota_window_seconds=600,
+    )
+    config = {**PROXY_CONFIG, "quota": {"windowSeconds": 600}}
+    async with (
+        asyncio.timeout(TEST_BUDGET),
+        SimProcess(settings) as sim,
+        httpx.AsyncClient(trust_env=False, timeout=30.0) as client,
+    ):
+        headers = {"x-api-key": "test-key", "anthropic-version": "2023-06-01"}
+        body = {"model": "glm-4.5", "max_tokens": 16, "messages": MESSAGES}
+        for _ in range(3):  # 30% of the window, before the proxy starts
+            (
+                await client.post(sim.anthropic_base_url + "/v1/messages", json=body, headers=headers)
+            ).raise_for_status()
+        extra = ["--set", "chaos_quota=DASHBOARD_QUOTA_KEY"]
+        async with (
+            ProxyProcess(
+                upstream=sim.base_url,
+                config=config,
+                extra_args=extra,
+                env={"DASHBOARD_QUOTA_KEY": QUOTA_KEY},
+                start_timeout=30.0,
+            ) as proxy,
+            async_playwright() as pw,
+        ):
+            browser = await pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
+            try:
+                page = await browser.new_page()
+                page.set_default_timeout(WAIT_MS)
+                problems: list[str] = []
+                page.on(
+                    "console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None
+                )
+                page.on("pageerror", lambda e: problems.append(str(e)))
+                await page.goto(f"http://127.0.0.1:{proxy.web_port}/")
+                await page.wait_for_function(QUOTA_READ)
+                assert await page.text_content("#quota-source") == "read from z.ai"
+                reset = await page.text_content("#quota-reset") or ""
+                assert re.fullmatch(r"\d+ min", reset), reset
+                assert (await page.text_content("#quota-burn") or "").endswith(" % / h")
+                forecast = await page.text_content("#quota-forecast") or ""
+                assert forecast.startswith(("runs out in ", "lasts until the reset")), forecast
+                assert await page.get_attribute("#quota-chart polyline", "points")
+                assert await page.is_hidden("#quota-error")
+                assert QUOTA_KEY not in await page.content()
+                assert problems == [], problems
+                ARTIFACTS.mkdir(exist_ok=True)
+                await page.locator("#quota-card").screenshot(path=str(ARTIFACTS / "quota-card.png"))
+            finally:
+                await browser.close()
+        assert QUOTA_KEY not in proxy.output()

@@ -337,3 +337,38 @@ def test_an_empty_or_odd_key_is_quoted_in_the_error(block: dict[str, object], wh
     with pytest.raises(ConfigError) as raised:
         parse_config({"modelRouting": block})
     assert str(raised.value) == f"config: {where} are not permitted"
+
+
+def test_the_quota_section_and_weights() -> None:
+    config = default_config()
+    assert (config.quota.pace, config.quota.poll_seconds, config.quota.window_seconds) == (
+        False,
+        60.0,
+        18000.0,
+    )
+    assert config.quota_weight("glm-4.7") == 1.0 and config.quota_weight("not-in-catalog") == 1.0
+    paced = routing(
+        quota={"pace": True, "pollSeconds": 30},
+        models={"glm-5": {"tier": "HEAVY", "maxConcurrency": 2, "quotaWeight": 3}},
+    )
+    assert paced.quota.pace and paced.quota.poll_seconds == 30.0 and paced.quota_weight("glm-5") == 3.0
+
+
+@pytest.mark.parametrize(
+    ("block", "match"),
+    [
+        ({"quota": {"pollSeconds": 0.5}}, r"modelRouting\.quota\.pollSeconds: Input should be greater"),
+        (
+            {"quota": {"pollSeconds": 600, "pollBackoffMaxSeconds": 60}},
+            "pollBackoffMaxSeconds: must be at least",
+        ),
+        ({"quota": {"pace": "maybe"}}, r"modelRouting\.quota\.pace"),
+        (
+            {"models": {"a": {"tier": "HEAVY", "maxConcurrency": 1, "quotaWeight": -1}}},
+            r"modelRouting\.models\.a\.quotaWeight",
+        ),
+    ],
+)
+def test_quota_values_are_refused_naming_the_key(block: dict[str, Any], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        routing(**block)

@@ -131,7 +131,12 @@ def test_any_document_is_a_config_or_one_line_naming_the_key(document: Any, as_j
         assert isinstance(config, ModelRouting)
         json.dumps(config.model_dump(mode="json"), allow_nan=False)  # every value finite, served as JSON
         return
-    assert error.startswith(FILE_LEVEL) or _names_a_key(error, document), error
+    if error.startswith(FILE_LEVEL):
+        return
+    # ruamel's dumper may write a key YAML reads back otherwise (NEL inside quotes is a line break,
+    # folded to a space): the error names the key as the file says it.
+    written = document if as_json else YAML(typ="safe", pure=True).load(content)
+    assert _names_a_key(error, written), error
 
 
 edits = st.lists(

@@ -22,9 +22,10 @@ from chaos_mode.doors.messages import BAD_KINDS
 from chaos_mode.fleet.figures import FleetFigures
 from chaos_mode.observe.metrics import KNOWN_CODES, METRICS, ChaosMetrics, code_label
 from chaos_mode.observe.stats import OUTCOMES, WAIT_BUCKETS, Stats
+from chaos_mode.quota.reading import QuotaReading
 from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
 from chaos_mode.zai.catalog import DEFAULT_CATALOG, REQUEST_TIERS
-from chaos_mode.zai.errors import UpstreamError, classify_error
+from chaos_mode.zai.errors import BEIJING, UpstreamError, classify_error
 from support.design_catalog import FIXED_LIMITS
 from support.fakes import FakeClock
 from support.learned import learn_account_limit, lower_glm_4_7, probe_glm_4_7
@@ -554,3 +555,46 @@ def test_fleet_figures_only_with_a_fleet() -> None:
     assert h.value("chaos_fleet_outages_total") == 1 and h.value("chaos_fleet_lost_races_total") == 7
     figures = replace(figures, connected=False, proxies=0, outages=2)
     assert h.value("chaos_fleet_connected") == 0 and h.value("chaos_fleet_outages_total") == 2
+
+
+# -- the 5-hour quota ------------------------------------------------------------------------------
+
+
+def test_the_quota_gauges_follow_the_estimate(h: Harness) -> None:
+    assert h.value("chaos_quota_used_ratio") is None and h.value("chaos_quota_resets_at_seconds") is None
+    assert h.value("chaos_quota_source_info", source="estimate") == 1.0
+    for _ in range(4):
+        slot = h.pool.try_acquire(Ticket("light"))
+        assert slot is not None
+        h.pool.report_success(slot)
+        h.pool.release(slot)
+        h.advance(60)
+    assert h.value("chaos_quota_counted_prompts") == 4.0
+    assert h.value("chaos_quota_used_ratio") is None  # no scale yet
+    reset = datetime.fromtimestamp(h.wall() + 3600, UTC).astimezone(BEIJING).strftime("%Y-%m-%d %H:%M:%S")
+    h.pool.report_error("glm-4.5", h.error("1308", message=f"[1308][Your limit will reset at {reset}]"))
+    assert h.value("chaos_quota_used_ratio") == 1.0
+    assert h.value("chaos_quota_resets_at_seconds") == pytest.approx(h.wall() + 3600, abs=1)
+    assert h.value("chaos_quota_runs_out_at_seconds") == h.wall()  # spent now
+    assert h.value("chaos_quota_burn_ratio_per_hour") == pytest.approx(1.0 / (4 * 60) * 3600)
+
+
+def test_quota_read_failures_are_counted(h: Harness) -> None:
+    assert h.value("chaos_quota_read_failures_total") == 0.0
+    h.pool.quota.failed("HTTP 500")
+    h.pool.quota.failed("HTTP 500")
+    assert h.value("chaos_quota_read_failures_total") == 2.0
+
+
+def test_the_pacing_metrics() -> None:
+    h = Harness(routing(chaosMode={"enabled": True}, quota={"pace": True}))
+    assert h.value("chaos_quota_paced_max_concurrency") is None
+    assert h.value("chaos_quota_paced_waits_total") == 0.0
+    held = [h.pool.try_acquire(Ticket("light")) for _ in range(6)]
+    h.advance(100)
+    h.pool.quota.read(QuotaReading(60.0, h.wall() + 5 * 3600 - 1.5 * 3600))  # 40%/h, 3.5 h to go
+    h.pool.try_acquire(Ticket("light"))  # the plan is worked out at a selection
+    assert h.value("chaos_quota_paced_max_concurrency") == 1.0  # 6 x 10.6 / 40
+    for slot in held:
+        assert slot is not None
+        h.pool.release(slot)

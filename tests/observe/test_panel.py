@@ -215,3 +215,30 @@ def test_utilization_never_passes_100_percent_and_a_probe_is_shown_apart() -> No
     text = panel(pool)
     assert "Utilization: 100% (27/27 usable slots) +1 above the limits" in text
     assert cell(text, "glm-4.7", "Capacity", "Limit") == "2/2 +1 probe"
+
+
+def quota_panel(quota: dict[str, Any]) -> str:
+    pool = ChaosPool(config(), clock=Clock(), wall_clock=lambda: WALL)
+    stats = chaos_stats(served(pool.status()), Stats(pool.config))
+    return render_panel({**stats, "quota": quota}, WALL)
+
+
+def quota_line(text: str) -> str:
+    return next(line.strip("│ ") for line in text.splitlines() if "Quota" in line)
+
+
+def test_the_quota_line_says_used_reset_burn_and_forecast() -> None:
+    pool = ChaosPool(config(), clock=Clock(), wall_clock=lambda: WALL)
+    quota = pool.quota.status()
+    assert quota_line(quota_panel(quota)).startswith("Quota (estimate): not known yet (0 prompts counted")
+    known = {**quota, "usedPercent": 40.0, "resetsAt": WALL + 3 * 3600, "burnPerHour": 30.0}
+    assert quota_line(quota_panel({**known, "runsOutAt": WALL + 7200})) == (
+        "Quota (estimate): 40.0% used, resets in 3h00m, 30.0%/h, runs out in 2h00m"
+    )
+    paced = {**known, "runsOutAt": WALL + 60, "pacing": {"enabled": True, "preferLowerWeight": True,
+             "maxConcurrency": 4, "reason": "", "pacedWaits": 7}}  # fmt: skip
+    assert quota_line(quota_panel(paced)).endswith("runs out in 1m; paced: at most 4 at once (7 paced waits)")
+    lasting = {**known, "runsOutAt": None, "source": "zai", "error": "quota not read: HTTP 500"}
+    assert quota_line(quota_panel(lasting)) == (
+        "Quota (zai): 40.0% used, resets in 3h00m, 30.0%/h, lasts; quota not read: HTTP 500"
+    )

@@ -31,6 +31,7 @@ from chaos_mode.zai.catalog import (
     ModelTier,
     RequestTier,
 )
+from chaos_mode.zai.quota import WINDOW_SECONDS
 
 StrategyName = Literal["least-loaded", "round-robin", "weighted-random"]
 
@@ -80,6 +81,12 @@ class ModelSpec(_Base):
         ge=1,
         le=100_000,
         description="the most a learned limit may reach; default: see learning",
+    )
+    quota_weight: Float = Field(
+        default=1.0,
+        ge=0,
+        le=100,
+        description="how many prompts of the 5-hour quota one request counts (the GLM-5 family: about 3)",
     )
 
     @model_validator(mode="after")
@@ -231,6 +238,33 @@ class StreamSettings(_Base):
     max_failovers: Int = Field(default=3, ge=0, le=10)
 
 
+class QuotaSettings(_Base):
+    """The Coding Plan's 5-hour quota: read (the `chaos_quota` option), estimated, forecast, paced."""
+
+    pace: bool = Field(
+        default=False,
+        description="when the forecast runs out before the reset: lighter models first, then fewer at once",
+    )
+    poll_seconds: Float = Field(
+        default=60.0, ge=1, le=3600, description="how often z.ai's quota is read (with a chaos_quota key)"
+    )
+    poll_backoff_max_seconds: Float = Field(
+        default=900.0, ge=5, le=86_400, description="failed reads wait twice as long each time, up to this"
+    )
+    window_seconds: Float = Field(
+        default=WINDOW_SECONDS,
+        ge=1,
+        le=31 * 86_400,
+        description="the quota's window: z.ai's 5 hours (another length for a simulator's short window)",
+    )
+
+    @model_validator(mode="after")
+    def _backoff_covers_poll(self) -> QuotaSettings:
+        if self.poll_backoff_max_seconds < self.poll_seconds:
+            raise ValueError("pollBackoffMaxSeconds: must be at least pollSeconds")
+        return self
+
+
 class ModelRouting(_Base):
     """`modelRouting`: the Chaos Mode design's `chaosMode`, plus what it leaves implicit."""
 
@@ -254,6 +288,7 @@ class ModelRouting(_Base):
     sticky: StickySettings = StickySettings()
     streams: StreamSettings = StreamSettings()
     learning: LearningSettings = LearningSettings()
+    quota: QuotaSettings = QuotaSettings()
 
     @field_validator("models")
     @classmethod
@@ -317,6 +352,11 @@ class ModelRouting(_Base):
         if self.account_concurrency is None:
             return catalog_sum
         return min(self.account_concurrency, catalog_sum)
+
+    def quota_weight(self, model: str) -> float:
+        """What one request on `model` counts of the 5-hour quota (1 for a model not in the catalog)."""
+        spec = self.models.get(model)
+        return spec.quota_weight if spec is not None else 1.0
 
     def eligible_models(self, tier: RequestTier) -> list[str]:
         """Models that may serve `tier` by configuration alone (floor, exclusions, free models)."""

@@ -185,9 +185,11 @@ class ProxyProcess(ChildProcess):
         listen_host: str = "127.0.0.1",
         web_port: int | None = None,
         own_ca: bool = False,
+        env: dict[str, str] | None = None,
         **kwargs: float,
     ) -> None:
         super().__init__(**kwargs)
+        self.env = dict(env or {})  # more environment variables for mitmdump (a chaos_quota key, say)
         self.upstream = upstream  # reverse mode to this URL; None: regular proxy mode
         self.config = config
         self.addon = addon
@@ -233,6 +235,9 @@ class ProxyProcess(ChildProcess):
                 path.write_text(json.dumps({"modelRouting": self.config}), encoding="utf-8")
                 cmd += ["--set", f"chaos_config={path}"]
         return cmd + self.extra_args
+
+    def environment(self) -> dict[str, str]:
+        return {**super().environment(), **self.env}
 
     def ready(self) -> bool:
         # The addon's server starts in `running()`, after the proxy listens: one probe tells both.

@@ -37,6 +37,7 @@ from chaos_mode.fleet.figures import FleetFigures
 from chaos_mode.fleet.slots import SharedSlots
 from chaos_mode.fleet.state_url import StateUrl, parse_share, parse_state_url
 from chaos_mode.forwarding.forwarder import Forwarder
+from chaos_mode.forwarding.quota_poll import PollPlan, QuotaPoller
 from chaos_mode.forwarding.upstream import UpstreamClients, UpstreamSettings
 from chaos_mode.learning.file import read_state, state_path, write_state
 from chaos_mode.mitm.client_watch import client_alive
@@ -50,6 +51,7 @@ from chaos_mode.mitm.flow_bodies import (
     usage_of,
 )
 from chaos_mode.mitm.flow_view import META, FlowView
+from chaos_mode.mitm.quota_source import parse_quota_option, quota_destination
 from chaos_mode.mitm.startup_checks import (
     exposed_listen,
     parse_modes,
@@ -93,7 +95,7 @@ ENABLED_CHOICES: Final = ("auto", "true", "false")
 SAVE_DELAY: Final = 1.0  # seconds: learned limits that change in a burst are written once
 STATE_OPTIONS: Final = frozenset({"chaos_state", "chaos_state_share", "chaos_state_lease_ms"})
 OPTIONS: Final = frozenset(
-    {"chaos_config", "chaos_enabled", "chaos_limits_file", "chaos_web"} | STATE_OPTIONS
+    {"chaos_config", "chaos_enabled", "chaos_limits_file", "chaos_quota", "chaos_web"} | STATE_OPTIONS
 )
 MIN_LEASE_MS: Final = 300
 
@@ -119,6 +121,8 @@ class ChaosMode:
         self.metrics = ChaosMetrics(self.pool, self.stats, self._fleet_figures)
         self.web = WebServer(self.chaos_stats, self.metrics.render)
         self.forwarder = Forwarder(UpstreamClients(), wall_clock=wall_clock)
+        self.quota_poller = QuotaPoller(self.forwarder.clients, self.pool.quota)
+        self._quota_env: str | None = None  # chaos_quota: the variable holding the key, never the key
         # The owner of each routed flow (and its face in the flow), gone with the flow.
         self._requests: weakref.WeakKeyDictionary[http.HTTPFlow, RoutedRequest] = weakref.WeakKeyDictionary()
         self._views: weakref.WeakKeyDictionary[http.HTTPFlow, FlowView] = weakref.WeakKeyDictionary()
@@ -182,6 +186,15 @@ class ChaosMode:
             "while the request runs). A proxy that dies gives its slots back within this time.",
         )
         loader.add_option(
+            "chaos_quota",
+            str,
+            "",
+            "The NAME of an environment variable holding a z.ai key used only to read the account's 5-hour "
+            "quota (GET /api/monitor/usage/quota/limit on the host the proxy forwards to), every "
+            "quota.pollSeconds. Empty: off; the quota is then estimated from the proxy's own traffic. The "
+            "key is never logged or shown.",
+        )
+        loader.add_option(
             "chaos_web",
             str,
             "127.0.0.1:9464",
@@ -223,6 +236,13 @@ class ChaosMode:
             self._restore_limits()
         if updated & STATE_OPTIONS:
             self._configure_state()
+        if "chaos_quota" in updated:
+            try:
+                self._quota_env = parse_quota_option(ctx.options.chaos_quota)
+            except ValueError as exc:
+                raise exceptions.OptionsError(f"chaos_quota: {exc}") from None
+            if self._running:
+                self._start_quota()
         if "chaos_web" in updated:
             try:
                 self._listen = parse_listen(ctx.options.chaos_web)
@@ -316,6 +336,7 @@ class ChaosMode:
         )
         if self._running:
             self._warn_if_unrouted(parse_modes(ctx.options.mode))
+            self._start_quota()  # the poll interval, the upstream hosts may have changed
 
     # -- learned limits across restarts -------------------------------------------------------------
 
@@ -362,6 +383,7 @@ class ChaosMode:
         self._running = True
         self._check_startup()
         self._start_web()
+        self._start_quota()
         try:
             host, port = self.forwarder.listen()
         except OSError as exc:
@@ -388,6 +410,7 @@ class ChaosMode:
             self._save_timer.cancel()
         self._save_limits()
         self.web.stop()
+        self.quota_poller.stop()
         self.forwarder.close()
         gc.unfreeze()
         return self.fleet.close() if self.fleet is not None else None
@@ -417,6 +440,35 @@ class ChaosMode:
                 host,
                 ", ".join(self.config.upstream_hosts),
                 host,
+            )
+
+    def _start_quota(self) -> None:
+        """Read z.ai's quota with the key `chaos_quota` names, or stop reading it."""
+        tracker, name = self.pool.quota, self._quota_env
+        was_on = self.quota_poller.running
+        self.quota_poller.stop()
+        tracker.reader = "off"
+        if name is None:
+            return
+        if not os.environ.get(name):
+            # Not the name: a key given by mistake may look like one, and an unset name is no key to read.
+            tracker.failed("chaos_quota: the environment variable it names is not set")
+            log.warning(
+                "chaos-mode: chaos_quota names an environment variable that is not set or empty: the quota "
+                "is estimated from the traffic"
+            )
+            return
+        destination = quota_destination(parse_modes(ctx.options.mode), self.config.upstream_hosts)
+        settings = self.config.quota
+        plan = PollPlan(destination, settings.poll_seconds, settings.poll_backoff_max_seconds)
+        self.quota_poller.start(plan, lambda: os.environ.get(name, ""))
+        tracker.reader = "on"
+        if not was_on:
+            log.info(
+                "chaos-mode: reading the 5-hour quota from %s every %g s (key from %s)",
+                destination.url(b"/"),
+                settings.poll_seconds,
+                name,
             )
 
     def _start_web(self) -> None:
@@ -630,6 +682,7 @@ class ChaosMode:
 
     def chaos_stats(self) -> dict[str, Any]:
         stats = chaos_stats(served(self.pool.status()), self.stats)
+        stats["quota"] = self.pool.quota_status()
         stats["fleet"] = None
         if self.fleet is not None:
             from chaos_mode.fleet.redis_store import fleet_status
@@ -648,7 +701,7 @@ class ChaosMode:
     def status(self) -> str:
         """The Chaos Mode panel: strategy, utilization, learning, the account limit; each model's in-flight,
         limit in force (catalog→learned, why, probing) and cooldown."""
-        return render_panel(self.chaos_stats())
+        return render_panel(self.chaos_stats(), self._wall_clock())
 
     @command.command("chaos.limits.reset")
     def reset_limits(self) -> None:

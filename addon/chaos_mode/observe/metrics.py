@@ -86,6 +86,61 @@ METRICS: Final[tuple[MetricSpec, ...]] = (
         (),
         "Seconds left of an account-wide pause (z.ai 1308/1310/1313); 0 when none.",
     ),
+    _spec(
+        "quota_used_ratio",
+        "gauge",
+        (),
+        "Share of the 5-hour quota used, 0 to 1: z.ai's reading (chaos_quota), else the proxy's estimate; "
+        "no sample while neither knows.",
+    ),
+    _spec(
+        "quota_resets_at_seconds",
+        "gauge",
+        (),
+        "Unix time the 5-hour window resets; no sample while not known.",
+    ),
+    _spec(
+        "quota_burn_ratio_per_hour",
+        "gauge",
+        (),
+        "Share of the 5-hour quota used per hour over the last hour (the forecast's burn).",
+    ),
+    _spec(
+        "quota_runs_out_at_seconds",
+        "gauge",
+        (),
+        "Unix time the quota runs out at the current burn, before the reset; 0 when it lasts.",
+    ),
+    _spec(
+        "quota_source_info",
+        "gauge",
+        ("source",),
+        "Always 1; source zai (a fresh reading of z.ai's quota endpoint) or estimate (the proxy's count).",
+    ),
+    _spec(
+        "quota_counted_prompts",
+        "gauge",
+        (),
+        "Prompts (each weighted by its model's quotaWeight) this proxy counted in the current window.",
+    ),
+    _spec(
+        "quota_paced_max_concurrency",
+        "gauge",
+        (),
+        "With quota.pace: the most requests pacing lets be in flight now; no sample while it caps nothing.",
+    ),
+    _spec(
+        "quota_paced_waits_total",
+        "counter",
+        (),
+        "Requests that waited in the queue because pacing held the concurrency down (quota.pace).",
+    ),
+    _spec(
+        "quota_read_failures_total",
+        "counter",
+        (),
+        "Readings of z.ai's quota endpoint that failed (not reached, 401, 500, an unreadable body).",
+    ),
     _spec("model_info", "gauge", ("model", "tier", "free"), "Always 1; the catalog tier of each model."),
     _spec("model_in_flight", "gauge", ("model",), "Requests holding a slot of the model now."),
     _spec(
@@ -294,6 +349,7 @@ class PoolCollector(Collector):
         self._models(f, status.models)
         self._traffic(f, list(status.models))
         self._queue(f, status.queue)
+        self._quota(f, self._pool)
         f.counter("failovers").add_metric([], float(self._stats.failovers))
         f.counter("sticky_moves").add_metric([], float(status.sticky.moves))
         f.gauge("sticky_entries").add_metric([], float(status.sticky.entries))
@@ -379,6 +435,24 @@ class PoolCollector(Collector):
             f.counter("tokens").add_metric([name, "input"], tokens_in[name])
             f.counter("tokens").add_metric([name, "output"], tokens_out[name])
             f.counter("estimated_cost_dollars").add_metric([name], spend[name])
+
+    @staticmethod
+    def _quota(f: _Families, pool: ChaosPool) -> None:
+        quota = pool.quota
+        forecast = quota.forecast()
+        if forecast is not None:
+            f.gauge("quota_used_ratio").add_metric([], forecast.used_percent / 100)
+            if forecast.resets_at is not None:
+                f.gauge("quota_resets_at_seconds").add_metric([], forecast.resets_at)
+            f.gauge("quota_burn_ratio_per_hour").add_metric([], forecast.burn_per_hour / 100)
+            f.gauge("quota_runs_out_at_seconds").add_metric([], forecast.runs_out_at or 0.0)
+        f.gauge("quota_source_info").add_metric([quota.source], 1.0)
+        f.gauge("quota_counted_prompts").add_metric([], quota.estimate.units)
+        pacing = pool.quota_status()["pacing"] if pool.config.quota.pace else None
+        if pacing is not None and pacing["maxConcurrency"] is not None:
+            f.gauge("quota_paced_max_concurrency").add_metric([], float(pacing["maxConcurrency"]))
+        f.counter("quota_paced_waits").add_metric([], float(pool.pacer.waits))
+        f.counter("quota_read_failures").add_metric([], float(quota.read_failures))
 
     def _queue(self, f: _Families, queue: QueueStatus) -> None:
         stats = self._stats

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 
@@ -75,8 +76,42 @@ def _slots(model: dict[str, Any]) -> str:
     return held + (f" +{above} probe" if model["probes"] >= above else f" +{above}")
 
 
-def render_panel(stats: dict[str, Any]) -> str:
-    """Render `chaos_stats()` output like the Chaos Mode design's dashboard panel."""
+def _duration(seconds: float) -> str:
+    minutes = max(round(seconds / 60), 0)
+    return f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m"
+
+
+def _quota(quota: dict[str, Any] | None, now: float) -> str | None:
+    """The 5-hour quota in one line: used, the reset, the burn and the forecast; what failed."""
+    if quota is None:
+        return None
+    line = f"Quota ({quota['source']}): "
+    if quota["usedPercent"] is None:
+        counted = quota["estimate"]["units"]
+        line += f"not known yet ({counted:g} prompts counted; the scale comes with a 1308 or a reading)"
+    else:
+        line += f"{quota['usedPercent']:.1f}% used"
+        if quota["resetsAt"] is not None:
+            line += f", resets in {_duration(quota['resetsAt'] - now)}"
+        line += f", {quota['burnPerHour']:.1f}%/h, "
+        runs_out = quota["runsOutAt"]
+        line += "lasts" if runs_out is None else f"runs out in {_duration(runs_out - now)}"
+    pacing = quota.get("pacing")
+    if pacing and pacing["enabled"]:
+        if pacing["maxConcurrency"] is not None:
+            line += f"; paced: at most {pacing['maxConcurrency']} at once"
+        elif pacing["preferLowerWeight"]:
+            line += "; paced: lighter models first"
+        if pacing["pacedWaits"]:
+            line += f" ({pacing['pacedWaits']} paced waits)"
+    if quota["error"]:
+        line += f"; {quota['error']}"
+    return line
+
+
+def render_panel(stats: dict[str, Any], now: float | None = None) -> str:
+    """Render `chaos_stats()` output like the Chaos Mode design's dashboard panel (`now`: unix seconds,
+    for the quota's times)."""
     out = stats["outCapacity"]
     used, total, above = stats["inLimits"], stats["totalCapacity"], stats["aboveLimits"]
     percent = round(100 * used / total) if total else 0
@@ -110,6 +145,9 @@ def render_panel(stats: dict[str, Any]) -> str:
     if stats.get("accountPause"):
         pause = stats["accountPause"]
         rows.append(f"Account paused {pause['remaining']:.0f}s: {pause['reason']}")
+    quota = _quota(stats.get("quota"), time.time() if now is None else now)
+    if quota is not None:
+        rows.append(quota)
     width = max(len(row) for row in rows) + 2
     title = "─ Chaos Mode "
     lines = ["┌" + title + "─" * (width - len(title)) + "┐"]

@@ -3,16 +3,19 @@
 How a model is chosen for a request, the rules in the order they apply (`_select`, `_beyond_limits`):
 
 1. **Nothing while the account is paused** (1308/1310/1313: z.ai will refuse everything until its reset).
-2. **Eligible**: the models the request's tier may use (its quality floor), less those it was refused by
+2. **Paced** (`quota.pace`, only while the quota's forecast runs out before its reset; `quota.pacing`):
+   nothing once the paced concurrency is in flight (the request waits in the fair queue, counted in
+   `pacer.waits`), and among the models free within the limits only the lightest by `quotaWeight`.
+3. **Eligible**: the models the request's tier may use (its quality floor), less those it was refused by
    and those cooling down or out of rotation.
-3. **Within the limits**: a model with fewer in flight than its limit (learned, or the catalog's), the
+4. **Within the limits**: a model with fewer in flight than its limit (learned, or the catalog's), the
    account below its own; a probe out rides above the limit it tests and takes none of its slots. In a
    fleet whose Redis is away, each model's share of its limit (the proxy serves alone).
-4. **Sticky**: a conversation keeps its model while that model qualifies (a move is counted).
-5. **Cost guard** (`maxCostPerRequest`): only the models under it, else the cheapest eligible; the floor
+5. **Sticky**: a conversation keeps its model while that model qualifies (a move is counted).
+6. **Cost guard** (`maxCostPerRequest`): only the models under it, else the cheapest eligible; the floor
    always wins.
-6. **Strategy**: least-loaded, round-robin or weighted-random among what is left.
-7. **Beyond the limits**, for a request that would otherwise wait: a probe one above a limit when one is
+7. **Strategy**: least-loaded, round-robin or weighted-random among what is left.
+8. **Beyond the limits**, for a request that would otherwise wait: a probe one above a limit when one is
    due (the account's when the account is full, else the cheapest due model), within the cost guard; else,
    when nothing at all is in flight, a trial on the cooling model whose cooldown ends first
    (`trialWhenIdle`: the pool never idles behind cooldowns); else it waits in the fair queue.
@@ -31,6 +34,8 @@ from typing import Any, Literal
 
 from chaos_mode.config.schema import ModelRouting
 from chaos_mode.learning.limits import LearnedLimits, LimitView, Probe
+from chaos_mode.quota.pacer import Pacer
+from chaos_mode.quota.tracker import QuotaTracker
 from chaos_mode.routing.cooldowns import Cooldowns, CooldownState
 from chaos_mode.routing.pool_status import (
     AccountPause,
@@ -50,6 +55,7 @@ from chaos_mode.routing.strategies import ModelEntry, Strategy, make_strategy
 from chaos_mode.routing.wait_queue import WaitQueue
 from chaos_mode.zai.catalog import ACCOUNT, REQUEST_TIERS, RequestTier
 from chaos_mode.zai.errors import Action, UpstreamError
+from chaos_mode.zai.quota import SPENT_CODE
 
 NO_ATTEMPTS: frozenset[str] = frozenset()
 NO_ACCOUNT_CAP = sys.maxsize  # no account limit known: only the models' own limits count
@@ -185,6 +191,9 @@ class ChaosPool:
         self._seen: dict[int, list[Seen]] = {}  # with a shared store: held slots' verdicts, for the fleet
         self._next_slot_id = 1
         self.lost_races = 0  # slots taken on the local mirror that another proxy had taken first
+        # The 5-hour quota: every clean answer counts its model's weight, a 1308 says the window is spent.
+        self.quota = QuotaTracker(config.quota_weight, wall_clock)
+        self.pacer = Pacer(self.quota, clock, wall_clock)  # `quota.pace`
         self.reconfigure(config)
 
     # -- configuration ----------------------------------------------------------------------------
@@ -249,6 +258,11 @@ class ChaosPool:
         self._sticky_on = config.chaos_mode.sticky_conversations
         self._cooldowns.reconfigure(config.cooldown)
         self._sticky.reconfigure(config.sticky.ttl_seconds, config.sticky.max_entries)
+        quota = config.quota
+        self.quota.reconfigure(
+            config.quota_weight, poll_seconds=quota.poll_seconds, window_seconds=quota.window_seconds
+        )
+        self.pacer.reconfigure(quota.pace, {name: spec.quota_weight for name, spec in config.models.items()})
         self._queue.dispatch()  # capacity may have grown
 
     def _derive(self) -> None:
@@ -280,6 +294,9 @@ class ChaosPool:
         slots = self._slots
         if self._cooldowns.account_pause() is not None:
             return None, False
+        plan = self.pacer.plan(self._lighter_left)
+        if plan.max_concurrency is not None and slots.total() >= plan.max_concurrency:
+            return None, False  # paced: it waits in the fair queue
         blocked = self._cooldowns.blocked()
         attempted = ticket.attempted
         held = slots.counts().get
@@ -302,6 +319,8 @@ class ChaosPool:
             ]
             if not candidates:
                 return None, False
+        if plan.prefer_lower_weight:  # paced: the lightest models that are free, within the floor
+            candidates = [candidates[i] for i in self.pacer.lightest([e.name for e in candidates])]
         in_flight = [held(e.name, 0) for e in candidates]
 
         moved = False
@@ -338,6 +357,22 @@ class ChaosPool:
         if moved:
             reason += f" (sticky moved from {stuck})"
         return (chosen.name, reason, None), moved
+
+    def _lighter_left(self, tiers: Mapping[int, str]) -> bool:
+        """Whether a request in flight is served by a model heavier than the lightest its floor admits
+        (`tiers`: the request tier of each held slot)."""
+        weight = self.pacer.weight
+        for slot_id, model in self._held.items():
+            tier = tiers.get(slot_id)
+            eligible = self._eligible.get(tier) if tier in REQUEST_TIERS else None
+            if eligible and weight(model) > min(weight(e.name) for e in eligible):
+                return True
+        return False
+
+    def quota_status(self) -> dict[str, Any]:
+        """The quota as `/api/status` shows it, with pacing: whether it is on, the plan in force, the waits
+        it caused (counted apart from the queue's other waits)."""
+        return {**self.quota.status(), "pacing": self.pacer.status(self._lighter_left)}
 
     def _beyond_limits(
         self, ticket: Ticket, eligible: list[ModelEntry], *, account_full: bool
@@ -464,6 +499,7 @@ class ChaosPool:
         if not self._slots.release(model, self._seen.pop(slot.slot_id, ())):  # the store lost it (never)
             self.spurious_releases += 1
             return False
+        self.pacer.released(slot.slot_id, self._slots.total())
         if len(self._queue):
             delay = self._slots.hold_back()
             if delay > 0:
@@ -496,6 +532,7 @@ class ChaosPool:
         slot = self._take(model, reason, probe, awaits_verdict=True)
         if slot is None:
             return None
+        self.pacer.taken(slot.slot_id, ticket.tier, self._slots.total())
         if self._sticky_on and ticket.sticky_key is not None:
             self._sticky.put(ticket.sticky_key, model)
             if moved:
@@ -598,6 +635,8 @@ class ChaosPool:
         if self._may_wait(ticket):
             if timeout is None:
                 timeout = self._config.queue.timeout_seconds
+            if self.pacer.capped(self._slots.total()):
+                self.pacer.waits += 1  # it waits because pacing holds the concurrency down
             self._arm_timer()
             self._slots.queued()
             selection = await self._queue.wait(ticket, timeout, since, self._shares.level(ticket.session))
@@ -676,6 +715,7 @@ class ChaosPool:
         if selection.slot_id in self._held:
             self._served.add(selection.slot_id)
         model, serving, total = selection.model, self._serving(selection.model), self._serving()
+        self.quota.answered(model)
         limits = self._limits
         limits.succeeded(model, serving, total, selection.probe)
         self._note(selection, "clean", serving, total)
@@ -790,6 +830,8 @@ class ChaosPool:
                 self._cooldowns.take_out(model, error.reason, seconds)
                 return seconds
             case Action.ACCOUNT_PAUSE:
+                if error.code == SPENT_CODE:
+                    self.quota.spent(error.reset_at)
                 fallback = settings.max_seconds if error.code == "1313" else settings.account_pause_seconds
                 seconds = self._until(error.reset_at, retry_after, fallback)
                 self._cooldowns.pause_account(seconds, error.reason)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -107,6 +108,20 @@ def build_parser() -> argparse.ArgumentParser:
         "pareto[:ALPHA[:CAP]] (seeded; CAP defaults to 20 x the mean)",
     )
     parser.add_argument(
+        "--quota", type=float, metavar="PROMPTS", help="prompts per quota window; then 1308 (default: none)"
+    )
+    parser.add_argument(
+        "--quota-window-seconds", type=float, metavar="SECONDS", help="the quota window (default 18000: 5 h)"
+    )
+    parser.add_argument(
+        "--quota-weight", metavar="MODEL=W", action="append", help="what one prompt on MODEL counts (1)"
+    )
+    parser.add_argument(
+        "--quota-key-env",
+        metavar="NAME",
+        help="the quota endpoint takes only the key in this environment variable (default: any key)",
+    )
+    parser.add_argument(
         "--error-encoding", choices=("gzip", "br", "zstd"), help="send every error body compressed so"
     )
     parser.add_argument("--verbose", action="store_true", default=None, help="log one line per request")
@@ -124,7 +139,7 @@ def settings_from_args(argv: Sequence[str] | None = None) -> SimSettings:
             "host", "port", "latency_ms", "token_interval_ms", "output_tokens", "reject_delay_ms",
             "abort_detect_ms", "retry_after", "account_limit", "fault_seed", "tls_cert", "tls_key",
             "error_encoding", "verbose", "account_band", "band_shape", "over_limit", "queue_timeout_ms",
-            "filter_scope", "head_with_first_token", "output_lengths",
+            "filter_scope", "head_with_first_token", "output_lengths", "quota", "quota_window_seconds",
         ):  # fmt: skip
             value = getattr(args, name)
             if value is not None:
@@ -141,12 +156,31 @@ def settings_from_args(argv: Sequence[str] | None = None) -> SimSettings:
             overrides["bands"] = {**settings.bands, **dict(parse_limit(text) for text in args.band)}
         if args.filter_phrase:
             overrides["filter_phrases"] = [*settings.filter_phrases, *args.filter_phrase]
+        if args.quota_weight:
+            weights = {model: float(n) for model, n in (_pair(text) for text in args.quota_weight)}
+            overrides["quota_weights"] = {**settings.quota_weights, **weights}
+        if args.quota_key_env:
+            overrides["quota_key"] = os.environ.get(args.quota_key_env) or None
+            if overrides["quota_key"] is None:
+                raise ValueError(f"--quota-key-env: {args.quota_key_env} is not set")
         if args.fault_rate:
             rates = dict(parse_rate(text) for text in args.fault_rate)
             overrides["fault_rates"] = {**settings.fault_rates, **rates}
         return SimSettings.from_mapping(overrides, base=settings)
     except (OSError, ValueError) as exc:
         parser.error(str(exc))
+
+
+def _pair(text: str) -> tuple[str, str]:
+    """``MODEL=W`` (the ``--quota-weight`` option)."""
+    model, sep, value = text.rpartition("=")
+    if not sep or not model:
+        raise ValueError(f"expected MODEL=W, got {text!r}")
+    try:
+        float(value)
+    except ValueError:
+        raise ValueError(f"{model}: expected a number, got {value!r}") from None
+    return model, value
 
 
 async def serve(settings: SimSettings) -> None:

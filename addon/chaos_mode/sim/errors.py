@@ -50,12 +50,17 @@ def default_message(code: str, now: dt.datetime | None = None) -> str:
         return _STATIC_MESSAGES[code]
     now = (now or dt.datetime.now(dt.UTC)).astimezone(BEIJING)
     if code == "1308":
-        reset = (now + dt.timedelta(hours=5)).strftime("%Y-%m-%d %H:%M:%S")
-        return f"[1308][Usage limit reached for 5 hour. Your limit will reset at {reset}]"
+        return spent_message(now + dt.timedelta(hours=5))
     if code == "1310":
         reset = (now + dt.timedelta(days=7)).strftime("%Y-%m-%d %H:%M:%S")
         return f"[1310][Weekly/Monthly Limit Exhausted. Your limit will reset at {reset}]"
     return f"[{code}][Simulated error {code}]"
+
+
+def spent_message(reset: dt.datetime) -> str:
+    """1308's message: the 5-hour quota is spent until `reset`, said in Beijing time to the second."""
+    shown = reset.astimezone(BEIJING).strftime("%Y-%m-%d %H:%M:%S")
+    return f"[1308][Usage limit reached for 5 hour. Your limit will reset at {shown}]"
 
 
 def error_type(status: int) -> str:

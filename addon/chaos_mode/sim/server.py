@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import functools
 import gzip
 import json
@@ -22,11 +23,20 @@ import tornado.web
 from tornado.iostream import StreamClosedError
 
 from chaos_mode.sim.content_filter import ContentFilter
-from chaos_mode.sim.errors import MSG_1113, MSG_1211, default_message, error_body, new_request_id
+from chaos_mode.sim.errors import (
+    MSG_1113,
+    MSG_1211,
+    default_message,
+    error_body,
+    new_request_id,
+    spent_message,
+)
 from chaos_mode.sim.limits import LimitChange, ScheduledChange
+from chaos_mode.sim.quota import QUOTA_ANSWERS, UNAUTHORIZED, SimQuota
 from chaos_mode.sim.settings import SimSettings
 from chaos_mode.sim.stalls import Waiter
 from chaos_mode.sim.state import BROKEN_ANSWERS, CUT, HANG, Admission, Fault, SimState
+from chaos_mode.zai.quota import QUOTA_PATH
 
 logger = logging.getLogger("chaos_mode.sim")
 
@@ -68,6 +78,7 @@ class SimServer:
             clock=self._time,
         )
         self.refused = frozenset(self.settings.refuse)
+        self.quota = self._new_quota()
         self.content_filter = ContentFilter(tuple(s.filter_phrases), s.filter_scope)
         self._started = 0.0
         self._pending: list[ScheduledChange] = []
@@ -162,12 +173,22 @@ class SimServer:
     # -- programmatic control (what the /sim/* endpoints do) -------------------------------------------
 
     def stats(self) -> dict[str, Any]:
-        return {**self.state.snapshot(), "elapsedSeconds": round(self.now(), 3)}
+        return {
+            **self.state.snapshot(),
+            "quota": self.quota.snapshot(),
+            "elapsedSeconds": round(self.now(), 3),
+        }
 
     def reset(self) -> None:
-        """Counters and faults cleared, the first limits back, the schedule started again from now."""
+        """Counters and faults cleared, the first limits back, the schedule started again from now, a
+        fresh quota window."""
         self.state.reset()
+        self.quota = self._new_quota()
         self._restart_schedule()
+
+    def _new_quota(self) -> SimQuota:
+        s = self.settings
+        return SimQuota(s.quota, s.quota_window_seconds, s.quota_weights)
 
     def now(self) -> float:
         """Seconds since the simulator started (or was last reset)."""
@@ -216,6 +237,8 @@ class SimServer:
                 (r"/sim/faults", FaultsHandler, args),
                 (r"/sim/reset", ResetHandler, args),
                 (r"/sim/limits", LimitsHandler, args),
+                (r"/sim/quota", SimQuotaHandler, args),
+                (QUOTA_PATH, QuotaHandler, args),
                 (r".*/v1/messages/count_tokens/?", CountTokensHandler, args),
                 (r".*/v1/messages/?", MessagesHandler, args),
             ],
@@ -377,6 +400,68 @@ class FaultsHandler(_SimHandler):
         self.send_json(200, {"ok": True, "faults": []})
 
 
+class SimQuotaHandler(_SimHandler):
+    """``GET`` the quota's true figures; ``POST {"answer": "ok"|"401"|"500"|"junk"|"hang"|"drop"}`` sets
+    how the quota endpoint answers, ``{"used": N}`` the prompts used in the window."""
+
+    def get(self) -> None:
+        self.send_json(200, self.sim.quota.snapshot())
+
+    def post(self) -> None:
+        quota = self.sim.quota
+        try:
+            data = self.read_json()
+            if not isinstance(data, dict) or set(data) - {"answer", "used"}:
+                raise ValueError("expected an object with answer and/or used")
+            answer, used = data.get("answer", quota.answer), data.get("used", quota.used)
+            if answer not in QUOTA_ANSWERS:
+                raise ValueError(f"answer: one of {', '.join(QUOTA_ANSWERS)}, got {answer!r}")
+            if isinstance(used, bool) or not isinstance(used, int | float) or used < 0:
+                raise ValueError(f"used: expected a number >= 0, got {used!r}")
+        except ValueError as exc:
+            self.send_error_body(400, str(exc))
+            return
+        quota.answer = answer
+        if "used" in data:
+            quota.charge("")  # opens the window if none is open
+            quota.used = float(used)
+        self.send_json(200, {"ok": True, **quota.snapshot()})
+
+
+class QuotaHandler(_SimHandler):
+    """``GET /api/monitor/usage/quota/limit``: the account's quota, with the key in `Authorization`."""
+
+    def initialize(self, sim: SimServer) -> None:
+        super().initialize(sim)
+        self._closed = asyncio.Event()
+
+    def on_connection_close(self) -> None:
+        self._closed.set()
+
+    async def get(self) -> None:
+        quota, key = self.sim.quota, self.sim.settings.quota_key
+        quota.reads += 1
+        given = self.request.headers.get("Authorization", "")
+        if not given or (key is not None and given not in (key, f"Bearer {key}")):
+            self.send_json(401, UNAUTHORIZED)
+            return
+        match quota.answer:
+            case "401":
+                self.send_json(401, UNAUTHORIZED)
+            case "500":
+                self.send_json(500, {"code": 500, "msg": "Internal Server Error", "success": False})
+            case "junk":
+                self.set_header("Content-Type", "application/json")
+                self.finish(b"<html><body>502 Bad Gateway</body></html>")
+            case "hang":  # no answer at all, until the client leaves or the simulator stops
+                await self._closed.wait()
+            case "drop":
+                self.request.connection.close()  # type: ignore[union-attr]
+                self._finished = True
+            case _:
+                self.send_json(200, quota.body())
+
+
 class CountTokensHandler(_SimHandler):
     def post(self) -> None:
         try:
@@ -469,6 +554,19 @@ class MessagesHandler(_SimHandler):
             )
             return
 
+        if sim.quota.spent():  # the 5-hour quota: every model refused until the window resets
+            sim.quota.refused += 1
+            state.count_rejection(model, "1308")
+            reset = dt.datetime.fromtimestamp(sim.quota.resets_at(), dt.UTC)
+            self.send_error_body(
+                429,
+                spent_message(reset),
+                code="1308",
+                retry_after=settings.retry_after,
+                request_id=request_id,
+            )
+            return
+
         fault = state.take_fault(model)
         broken = fault.code if fault is not None and fault.code in BROKEN_ANSWERS else None
         if fault is not None and broken is None:
@@ -523,6 +621,7 @@ class MessagesHandler(_SimHandler):
         cut = admission.outcome == "cut"
 
         slot = _Slot(state, model)
+        sim.quota.charge(model)
         try:
             input_tokens = max(1, len(self.request.body) // 4)
             self.set_header("request-id", request_id)

@@ -71,6 +71,12 @@ class SimSettings:
     # PEM certificate (chain) and key: serve HTTPS instead of HTTP (z.ai's TLS, for the HTTPS tests)
     tls_cert: str | None = None
     tls_key: str | None = None
+    # The 5-hour quota (sim.quota): prompts per window (None: none), weighted by model (1 unless named),
+    # the window's length, and the key its endpoint takes (None: any Authorization header).
+    quota: float | None = None
+    quota_window_seconds: float = 5 * 3600.0
+    quota_weights: dict[str, float] = field(default_factory=dict)
+    quota_key: str | None = None
     error_encoding: str | None = None  # gzip, br or zstd: every error body sent so (as a front may send it)
     verbose: bool = False
 
@@ -116,8 +122,20 @@ class SimSettings:
         self._validate_shapes()
         if self.tls_key is not None and self.tls_cert is None:
             raise ValueError("tls_key: given without tls_cert")
+        self._validate_quota()
         if self.error_encoding not in ERROR_ENCODINGS:
             raise ValueError(f"error_encoding: one of gzip, br, zstd, got {self.error_encoding!r}")
+
+    def _validate_quota(self) -> None:
+        if self.quota is not None and (isinstance(self.quota, bool) or not self.quota > 0):
+            raise ValueError(f"quota: must be > 0 prompts per window, got {self.quota!r}")
+        if isinstance(self.quota_window_seconds, bool) or not self.quota_window_seconds > 0:
+            raise ValueError(f"quota_window_seconds: must be > 0, got {self.quota_window_seconds!r}")
+        for model, weight in self.quota_weights.items():
+            if isinstance(weight, bool) or not isinstance(weight, int | float) or weight < 0:
+                raise ValueError(f"quota_weights.{model}: expected a number >= 0, got {weight!r}")
+        if self.quota_key is not None and not self.quota_key:
+            raise ValueError("quota_key: must not be empty")
 
     def _validate_shapes(self) -> None:
         for model, width in self.bands.items():

@@ -1,0 +1,118 @@
+"""Reading z.ai's quota with the forwarder's own HTTP client: every `pollSeconds`, twice as long after each
+failure (up to `pollBackoffMaxSeconds`), a failure shown in the tracker (`/api/status`), never fatal.
+
+The key goes only into the request's `Authorization` header: no text this module makes holds it (a body
+that echoes it has it masked), and the request is no mitmproxy flow (no flow file, no comment).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+from chaos_mode.forwarding.upstream import Destination, UpstreamClients, UpstreamFailed, decode
+from chaos_mode.quota.reading import read_quota
+from chaos_mode.quota.tracker import QuotaTracker
+from chaos_mode.zai.quota import QUOTA_PATH
+
+log = logging.getLogger("chaos_mode")
+
+READ_SECONDS: Final = (
+    20.0  # one reading, connection included, before it counts as failed (at most the interval)
+)
+MAX_BODY: Final = 256 * 1024
+MASK: Final = "<key>"
+
+
+@dataclass(frozen=True, slots=True)
+class PollPlan:
+    """Where the quota is read and how often."""
+
+    destination: Destination
+    every: float
+    backoff_max: float
+
+
+def next_delay(plan: PollPlan, failures: int) -> float:
+    """Seconds to the next reading after `failures` failures in a row."""
+    factor: float = 2.0 ** min(failures, 30)
+    return min(plan.every * factor, max(plan.backoff_max, plan.every))
+
+
+class QuotaPoller:
+    """One task reading the quota into `tracker` while started."""
+
+    def __init__(self, clients: UpstreamClients, tracker: QuotaTracker) -> None:
+        self._clients = clients
+        self._tracker = tracker
+        self._task: asyncio.Task[None] | None = None
+        self._warned: set[str] = set()
+        self.failures = 0  # in a row
+        self.reads = 0
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def start(self, plan: PollPlan, key: Callable[[], str]) -> None:
+        """Read now, then on `plan`'s schedule; `key` gives the key at each reading (never stored here)."""
+        self.stop()
+        self._task = asyncio.get_running_loop().create_task(self._run(plan, key))
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    async def _run(self, plan: PollPlan, key: Callable[[], str]) -> None:
+        while True:
+            failed = await self.read_once(plan.destination, key(), timeout=min(READ_SECONDS, plan.every))
+            self.failures = self.failures + 1 if failed else 0
+            await asyncio.sleep(next_delay(plan, self.failures))
+
+    async def read_once(self, to: Destination, key: str, *, timeout: float | None = None) -> bool:
+        """One reading into the tracker, given up after `timeout` seconds (`READ_SECONDS`); True when it
+        failed (the tracker says why)."""
+        self.reads += 1
+        status, body, error = await self._fetch(to, key, READ_SECONDS if timeout is None else timeout)
+        if error is None and status != 200:
+            error = f"HTTP {status}" + (": the key was refused" if status in (401, 403) else "")
+        if error is None:
+            result = read_quota(body)
+            for warning in result.warnings:
+                self._warn_once(_masked(warning, key))
+            if result.reading is not None:
+                self._tracker.read(result.reading)
+                return False
+            error = result.warnings[0] if result.warnings else "no reading"
+        self._tracker.failed(_masked(f"quota not read from {to.authority}: {error}", key))
+        return True
+
+    async def _fetch(self, to: Destination, key: str, timeout: float) -> tuple[int, bytes, str | None]:
+        headers = [(b"authorization", key.encode("latin-1", "replace")), (b"accept", b"application/json")]
+        try:
+            async with asyncio.timeout(timeout):
+                response = await self._clients.send(to, b"GET", QUOTA_PATH.encode(), headers, b"")
+                try:
+                    _, body, complete = await response.read_body(MAX_BODY)
+                finally:
+                    response.close()
+        except TimeoutError:
+            return 0, b"", f"no answer within {timeout:g} s"
+        except (UpstreamFailed, OSError) as exc:
+            return 0, b"", str(exc) or type(exc).__name__
+        if not complete:
+            return response.status, b"", "the answer broke off or is too large"
+        return response.status, decode(body, response.header(b"content-encoding")), None
+
+    def _warn_once(self, warning: str) -> None:
+        if warning not in self._warned:
+            self._warned.add(warning)
+            log.warning("chaos-mode: z.ai's quota answer: %s", warning)
+
+
+def _masked(text: str, key: str) -> str:
+    return text.replace(key, MASK) if key else text

@@ -1,0 +1,97 @@
+"""Reading z.ai's quota from the simulator with the forwarder's client: the figures, every failure shown
+(never raised), the key in none of them, and the backoff."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from chaos_mode.forwarding import quota_poll
+from chaos_mode.forwarding.quota_poll import PollPlan, QuotaPoller, next_delay
+from chaos_mode.forwarding.upstream import Destination, UpstreamClients
+from chaos_mode.quota.tracker import QuotaTracker
+from chaos_mode.sim import SimServer, SimSettings
+from support.sim_client import FAST, post
+
+KEY = "zai-quota-key-0123456789abcdef"
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[SimServer]:
+    async with SimServer(SimSettings(**FAST, quota=8, quota_key=KEY)) as server:
+        yield server
+
+
+def destination(sim: SimServer) -> Destination:
+    return Destination("http", "127.0.0.1", sim.port)
+
+
+async def test_a_reading_matches_the_simulators_figures(sim: SimServer) -> None:
+    tracker = QuotaTracker(lambda _: 1.0)
+    poller = QuotaPoller(UpstreamClients(), tracker)
+    async with httpx.AsyncClient() as http:
+        for _ in range(2):
+            assert (await post(http, sim, "glm-4.5")).status_code == 200
+    assert not await poller.read_once(destination(sim), KEY)
+    status = tracker.status()
+    assert status["source"] == "zai" and status["error"] is None
+    assert status["usedPercent"] == 25.0 == sim.quota.percentage()
+    assert status["resetsAt"] == round(sim.quota.resets_at())
+    assert status["level"] == "sim"
+
+
+@pytest.mark.parametrize(
+    ("answer", "error"),
+    [
+        ("401", "HTTP 401: the key was refused"),
+        ("500", "HTTP 500"),
+        ("junk", "not JSON"),
+        ("drop", "quota not read from 127.0.0.1:"),
+        ("hang", "no answer within 0.3 s"),
+    ],
+)
+async def test_a_failure_is_shown_not_raised_and_never_holds_the_key(
+    sim: SimServer, answer: str, error: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(quota_poll, "READ_SECONDS", 0.3)
+    sim.quota.answer = answer
+    tracker = QuotaTracker(lambda _: 1.0)
+    caplog.set_level(logging.DEBUG)
+    assert await QuotaPoller(UpstreamClients(), tracker).read_once(destination(sim), KEY)
+    status = tracker.status()
+    assert error in status["error"] and status["usedPercent"] is None and status["source"] == "estimate"
+    assert KEY not in repr(status) and KEY not in caplog.text
+
+
+async def test_a_wrong_key_is_refused(sim: SimServer) -> None:
+    tracker = QuotaTracker(lambda _: 1.0)
+    assert await QuotaPoller(UpstreamClients(), tracker).read_once(destination(sim), "not-the-key")
+    assert tracker.error is not None and "HTTP 401" in tracker.error
+
+
+async def test_nobody_listening_is_a_failure_too() -> None:
+    tracker = QuotaTracker(lambda _: 1.0)
+    assert await QuotaPoller(UpstreamClients(), tracker).read_once(Destination("http", "127.0.0.1", 9), KEY)
+    assert tracker.error is not None and tracker.error.startswith("quota not read from 127.0.0.1:9: ")
+
+
+async def test_started_it_reads_at_once_and_stops(sim: SimServer) -> None:
+    tracker = QuotaTracker(lambda _: 1.0)
+    poller = QuotaPoller(UpstreamClients(), tracker)
+    poller.start(PollPlan(destination(sim), every=3600, backoff_max=3600), lambda: KEY)
+    async with asyncio.timeout(5):
+        while tracker.read_at is None:
+            await asyncio.sleep(0.01)
+    assert poller.running and poller.failures == 0
+    poller.stop()
+    assert not poller.running
+
+
+def test_failures_back_off_to_the_maximum() -> None:
+    plan = PollPlan(Destination("https", "api.z.ai", 443), every=60, backoff_max=900)
+    assert [next_delay(plan, n) for n in range(6)] == [60, 120, 240, 480, 900, 900]
+    assert next_delay(plan, 10_000) == 900

@@ -1,0 +1,100 @@
+"""The tracker: z.ai's reading while fresh, else the estimate; its status; the pool feeds it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from chaos_mode.config.schema import default_config, parse_config
+from chaos_mode.quota.reading import QuotaReading
+from chaos_mode.quota.tracker import FRESH_SECONDS, QuotaTracker
+from chaos_mode.routing.pool import ChaosPool, Ticket
+from chaos_mode.zai.errors import classify_error
+from chaos_mode.zai.quota import WINDOW_SECONDS
+from support.fakes import FakeClock
+
+T0 = 1_700_000_000.0
+HOUR = 3600.0
+
+
+def test_nothing_known_is_all_null_from_the_estimate() -> None:
+    status = QuotaTracker(lambda _: 1.0, FakeClock(T0)).status()
+    assert status["usedPercent"] is None and status["runsOutAt"] is None and status["burnPerHour"] is None
+    assert status["source"] == "estimate" and status["error"] is None and status["history"] == []
+
+
+def test_zai_while_fresh_then_the_estimate() -> None:
+    clock = FakeClock(T0)
+    tracker = QuotaTracker(lambda _: 1.0, clock)
+    reset = T0 + 4.5 * HOUR  # the window started half an hour ago
+    for _ in range(20):
+        tracker.answered("glm-4.7")
+    tracker.read(QuotaReading(20.0, reset))
+    status = tracker.status()
+    assert status["source"] == "zai"
+    assert status["usedPercent"] == 20.0 and status["resetsAt"] == round(reset)
+    assert status["burnPerHour"] == pytest.approx(40.0)
+    assert status["runsOutAt"] == round(T0 + 2 * HOUR)  # 80% left at 40%/h
+    assert status["estimate"]["scale"] == 100.0  # 20 answers were 20%
+    clock.now += FRESH_SECONDS + 1
+    assert tracker.status()["source"] == "estimate"
+    assert tracker.status()["usedPercent"] == 20.0  # the estimate, calibrated
+
+
+def test_a_failure_is_shown_until_a_reading_succeeds() -> None:
+    tracker = QuotaTracker(lambda _: 1.0, FakeClock(T0))
+    tracker.failed("HTTP 500")
+    assert tracker.status()["error"] == "HTTP 500"
+    tracker.read(QuotaReading(1.0, None))
+    assert tracker.status()["error"] is None
+
+
+def test_a_reading_past_its_reset_says_nothing_of_the_next_window() -> None:
+    clock = FakeClock(T0)
+    tracker = QuotaTracker(lambda _: 1.0, clock)
+    tracker.read(QuotaReading(90.0, T0 + 60))
+    clock.now += 61
+    assert tracker.status()["usedPercent"] is None
+
+
+def test_the_pool_counts_answers_by_weight_and_learns_the_scale_from_1308() -> None:
+    config = parse_config(
+        {
+            "modelRouting": {
+                "chaosMode": {"enabled": True},
+                "models": {
+                    "glm-5": {"tier": "HEAVY", "maxConcurrency": 4, "quotaWeight": 3},
+                    "glm-4.5-air": {"tier": "MEDIUM", "maxConcurrency": 4},
+                },
+            }
+        }
+    )
+    clock, wall = FakeClock(0.0), FakeClock(T0)
+    pool = ChaosPool(config, clock=clock, wall_clock=wall)
+    for _ in range(3):
+        slot = pool.try_acquire(Ticket("heavy"))
+        assert slot is not None and slot.model == "glm-5"
+        pool.report_success(slot)
+        pool.release(slot)
+    assert pool.quota.estimate.units == 9.0
+    said = "[1308][Usage limit reached for 5 hour. Your limit will reset at 2023-11-15 07:13:20]"
+    message = json.dumps({"error": {"code": "1308", "message": said}})
+    error = classify_error(429, message, now=wall())
+    assert error is not None and error.reset_at is not None
+    pool.report_error("glm-5", error)
+    assert pool.quota.estimate.scale == 9.0
+    assert pool.quota.status()["usedPercent"] == 100.0
+    assert pool.quota.estimate.end == error.reset_at
+    assert 0 < error.reset_at - T0 < WINDOW_SECONDS
+
+
+def test_weights_follow_a_reload() -> None:
+    pool = ChaosPool(default_config(), wall_clock=FakeClock(T0))
+    pool.quota.answered("glm-4.7")
+    config = parse_config(
+        {"modelRouting": {"models": {"glm-4.7": {"tier": "HEAVY", "maxConcurrency": 3, "quotaWeight": 2.5}}}}
+    )
+    pool.reconfigure(config)
+    pool.quota.answered("glm-4.7")
+    assert pool.quota.estimate.units == 3.5
