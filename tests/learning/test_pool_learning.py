@@ -405,3 +405,54 @@ def test_a_limit_found_full_wakes_a_waiter_to_probe_without_a_release() -> None:
         assert pool.in_flight() == 0
 
     asyncio.run(scenario())
+
+
+def test_a_refusal_counts_at_what_z_ai_served_when_it_came_not_at_what_the_pool_held() -> None:
+    """A limit fell from 6: three requests z.ai is refusing hold the pool's slots for seconds, never z.ai's.
+    The next request, sent beside two streams z.ai serves and those three, is refused at 3, not at 6."""
+    rig = Rig(routing({"m": {"tier": "HEAVY", "maxConcurrency": 6}}))
+    held = [rig.take() for _ in range(6)]
+    for selection in held[:3]:
+        rig.pool.report_success(selection)
+    rig.pool.report_ended(held[0])
+    assert rig.pool.release(held[0])  # one stream ended: its slot goes back
+    after = rig.take()
+    assert (after.in_flight, after.total) == (6, 6)
+    rig.pool.report_error("m", error("1302"), None, after)
+    evidence = rig.pool.limits.evidence("m")
+    now = rig.clock()
+    assert evidence.refusal_estimate(3, now) > 1 / 3  # one clean answer at 3 of prior, and this refusal
+    assert evidence.refusal_estimate(6, now) == 0.5  # nothing seen at 6: the prior alone
+    assert served(rig.pool.status())["models"]["m"]["learnedLimit"] == 6  # once, beside a clean 3: chance
+    for selection in [*held[1:], after]:
+        assert rig.pool.release(selection)
+
+
+def test_a_head_z_ai_held_does_not_count_among_what_it_served_when_the_next_request_came() -> None:
+    rig = Rig(routing({"m": {"tier": "HEAVY", "maxConcurrency": 6}}))
+    first, held = rig.take(), rig.take()
+    rig.pool.report_success(first)
+    assert rig.pool.report_stall(held)  # z.ai queues it...
+    rig.pool.report_success(held)  # ...and serves it later
+    after = rig.take()
+    assert after.in_flight == 3
+    rig.pool.report_error("m", error("1302"), None, after)
+    evidence = rig.pool.limits.evidence("m")
+    assert evidence.refusal_estimate(3, rig.clock()) == 0.5  # at 2 (its stall's level too), not at 3
+    for selection in (first, held, after):
+        assert rig.pool.release(selection)
+
+
+def test_a_clean_answer_counts_at_least_what_z_ai_served_when_its_request_came() -> None:
+    """Heads sent with the first token: the first answer ended before the second one's head came, but z.ai
+    served both at once when the second came."""
+    rig = Rig(routing({"m": {"tier": "HEAVY", "maxConcurrency": 6}}))
+    first, second = rig.take(), rig.take()
+    rig.pool.report_success(first)
+    rig.pool.report_ended(first)
+    assert rig.pool.release(first)
+    evidence = rig.pool.limits.evidence("m")
+    assert not evidence.answered_at(2, rig.clock())
+    rig.pool.report_success(second)  # z.ai serves only it now
+    assert evidence.answered_at(2, rig.clock())
+    assert rig.pool.release(second)

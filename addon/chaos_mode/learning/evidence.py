@@ -8,9 +8,9 @@ later"). Holding a request's head instead of refusing it (a z.ai that queues) is
 
 One estimator, three rules:
 
-1. **Evidence.** Each verdict is an observation at one level: a clean answer at the count z.ai was seen to
-   serve at once (answered cleanly and still running), a refusal at the count that was in flight when its
-   request was sent. A level remembers its last `MEMORY` observations: each new one there weighs 1 and
+1. **Evidence.** Each verdict is an observation at one level: what z.ai served when its request came
+   (`routing.arrivals`: a refusal, a stall), or for a clean answer that or what z.ai serves at once now,
+   whichever is more. A level remembers its last `MEMORY` observations: each new one there weighs 1 and
    the older ones fade by `1 - 1/MEMORY`, so a level's word is recent whatever the pace of the traffic,
    and a level nobody sends at keeps its word until a probe tests it again. Every observation also fades
    with time (half-life `fade_seconds`): what was learned long ago gives way to the catalog's value.

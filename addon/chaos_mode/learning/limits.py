@@ -311,8 +311,8 @@ class LearnedLimits:
         self._probe_refused(entry, now)
 
     def succeeded(self, model: str, in_flight: int, total: int, probe: Probe | None) -> None:
-        """A clean answer, with `in_flight` requests on its model and `total` on the account (itself
-        included) answered cleanly and running: z.ai serves that many at once."""
+        """A clean answer, z.ai seen to serve `in_flight` requests on its model and `total` on the account
+        at once (itself included)."""
         if not self._enabled:
             return
         now = self._clock()
@@ -336,13 +336,14 @@ class LearnedLimits:
                 limit.refused_probes, limit.no_probe_until = 0, -math.inf
 
     def refused(self, model: str, in_flight: int, total: int, probe: Probe | None) -> None:
-        """A concurrency answer (1302) to a request sent with `in_flight` on its model and `total` on the
-        account (itself included): evidence against both, shared (see the module)."""
+        """A concurrency answer (1302) to a request that came when z.ai served `in_flight` on its model and
+        `total` on the account (itself included): evidence against both, shared (see the module)."""
         self._passed(model, in_flight, total, probe, "1302")
 
     def stalled(self, model: str, in_flight: int, total: int, probe: Probe | None) -> None:
-        """z.ai held the head of a request sent with `in_flight` on its model and `total` on the account far
-        longer than its heads take: a limit passed, as a 1302 says (z.ai queues it instead of refusing)."""
+        """z.ai held the head of a request that came when it served `in_flight` on its model and `total` on
+        the account far longer than its heads take: a limit passed, as a 1302 says (z.ai queues it instead
+        of refusing)."""
         self._passed(model, in_flight, total, probe, "stall")
 
     def _passed(self, model: str, in_flight: int, total: int, probe: Probe | None, what: str) -> None:

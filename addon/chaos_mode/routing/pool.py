@@ -36,6 +36,7 @@ from chaos_mode.config.schema import ModelRouting
 from chaos_mode.learning.limits import LearnedLimits, LimitView, Probe
 from chaos_mode.quota.pacer import Pacer
 from chaos_mode.quota.tracker import QuotaTracker
+from chaos_mode.routing.arrivals import Arrivals
 from chaos_mode.routing.cooldowns import Cooldowns, CooldownState
 from chaos_mode.routing.pool_status import (
     AccountPause,
@@ -189,6 +190,7 @@ class ChaosPool:
         self._ended: dict[int, str] = {}  # held slots whose answer z.ai sent to its end: slot id -> model
         self._ended_on: dict[str, int] = {}
         self._seen: dict[int, list[Seen]] = {}  # with a shared store: held slots' verdicts, for the fleet
+        self._arrivals = Arrivals()  # what z.ai served when each held slot was taken: its verdict's level
         self._next_slot_id = 1
         self.lost_races = 0  # slots taken on the local mirror that another proxy had taken first
         # The 5-hour quota: every clean answer counts its model's weight, a 1308 says the window is spent.
@@ -445,6 +447,14 @@ class ChaosPool:
             return None
         self.dispatched[model] = self.dispatched.get(model, 0) + 1
         slot_id, self._next_slot_id = self._next_slot_id, self._next_slot_id + 1
+        ended, shared = self._ended, self._slots.confirms
+        self._arrivals.taken(
+            slot_id,
+            [other for other, on in self._held.items() if on == model and other not in ended],
+            [other for other in self._held if other not in ended],
+            model_elsewhere=self._slots.serving_elsewhere(model) if shared else 0,
+            account_elsewhere=self._slots.serving_elsewhere(None) if shared else 0,
+        )
         self._held[slot_id] = model
         _count(self._held_on, model, 1)
         self._taken_at[slot_id] = self._clock()
@@ -489,6 +499,7 @@ class ChaosPool:
             return False
         _count(self._held_on, model, -1)
         self._settle(slot)
+        self._arrivals.released(slot.slot_id)
         taken_at = self._taken_at.pop(slot.slot_id)
         ended = self._ended.pop(slot.slot_id, None)
         if ended is not None:
@@ -711,10 +722,16 @@ class ChaosPool:
     def report_success(self, selection: Slot) -> None:
         """A clean answer from z.ai to the request `selection` sent: confirms (or raises) its limits and
         ends the model's run of busy answers."""
+        if selection.slot_id not in self._stalled:
+            self._arrivals.accepted(selection.slot_id)  # z.ai counted it from its arrival on
         self._settle(selection)
         if selection.slot_id in self._held:
             self._served.add(selection.slot_id)
-        model, serving, total = selection.model, self._serving(selection.model), self._serving()
+        # z.ai served at least this many at once: what it serves now, or what it served when the request
+        # came (heads sent with the first token leave much of what z.ai serves without a head here)
+        arrived, arrived_total = self._arrival_levels(selection, (0, 0))
+        model = selection.model
+        serving, total = max(self._serving(model), arrived), max(self._serving(), arrived_total)
         self.quota.answered(model)
         limits = self._limits
         limits.succeeded(model, serving, total, selection.probe)
@@ -736,6 +753,20 @@ class ChaosPool:
             held, unanswered, ended = self._held_on, self._unanswered_on, self._ended_on
             here = held.get(model, 0) - unanswered.get(model, 0) - ended.get(model, 0)
         return here + self._slots.serving_elsewhere(model) if self._slots.confirms else here
+
+    def _arrival_levels(self, slot: Slot, otherwise: tuple[int, int]) -> tuple[int, int]:
+        """What z.ai served when `slot`'s request came, on its model and on the account, itself included
+        (`routing.arrivals`), at most what the pool held; `otherwise` for a slot no longer held here."""
+        if self._slots.confirms:
+            elsewhere = self._slots.serving_elsewhere
+            levels = self._arrivals.levels(
+                slot.slot_id, model_elsewhere=elsewhere(slot.model), account_elsewhere=elsewhere(None)
+            )
+        else:
+            levels = self._arrivals.levels(slot.slot_id)
+        if levels is None:
+            return otherwise
+        return min(levels[0], slot.in_flight), min(levels[1], slot.total)
 
     def serving_here(self) -> dict[str, int]:
         """This proxy's slots z.ai answered cleanly and still serves, per model (none: left out): what it
@@ -764,10 +795,7 @@ class ChaosPool:
             return False
         self._stalled.add(slot_id)
         if self._limits.enabled:
-            # Held now, z.ai is full with what it serves now: the requests answered and still running (a
-            # stall comes after every accepted head has), this one on top of them.
-            level = min(self._serving(slot.model) + 1, slot.in_flight)
-            account_level = min(self._serving() + 1, slot.total)
+            level, account_level = self._arrival_levels(slot, (slot.in_flight, slot.total))
             self._limits.stalled(slot.model, level, account_level, slot.probe)
             self._note(slot, "stall", level, account_level)
             self._probe_judged(slot)
@@ -811,10 +839,10 @@ class ChaosPool:
                     self._limits.refusal_took(self._clock() - taken_at)
                 if counted:
                     return 0.0  # its stall said so already
-                if selection is not None and selection.in_flight:
-                    in_flight, total = selection.in_flight, selection.total
-                else:
+                if selection is None or not selection.in_flight:
                     in_flight, total = self._slots.in_flight(model), self._slots.total()
+                else:
+                    in_flight, total = self._arrival_levels(selection, (selection.in_flight, selection.total))
                 self._limits.refused(model, in_flight, total, probe)
                 if selection is not None:
                     self._note(selection, "refused", in_flight, total)

@@ -1,0 +1,81 @@
+"""What z.ai was serving when a request arrived: the level its refusal or stall is evidence at.
+
+z.ai judges a request by what it serves when the request comes: the requests it accepted and has not
+finished. The pool counts more than that in flight: requests whose verdict has not come yet, among them
+requests z.ai is refusing, which it does not count (a 1302 takes seconds, a head comes at once). So the
+level of a refusal or a stall is taken when its verdict comes, from the slots that were held beside its
+own when it was taken and not finished: those z.ai turned out to accept at once (a clean answer, not after
+a stall), itself on top, and what other proxies of a fleet said z.ai served of theirs (then, and still
+now: a slot another proxy just took counts as served until its next notice says otherwise). Counted at the
+taking instead (the pool's in flight), every refusal after a limit fell would be counted at the old limit:
+the requests being refused there hold the pool's slots for seconds, never z.ai's.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Final
+
+KEEP: Final = 4096  # slots accepted at once remembered after they went back (their verdicts come in seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class _Beside:
+    model: frozenset[int]  # the slots of its model held and not finished when it was taken
+    account: frozenset[int]  # every slot held and not finished then
+    model_elsewhere: int  # what other proxies said z.ai served of its model then
+    account_elsewhere: int
+
+
+class Arrivals:
+    """Per held slot, what was beside it when it was taken; and which slots z.ai accepted at once."""
+
+    __slots__ = ("_accepted", "_beside", "_order")
+
+    def __init__(self) -> None:
+        self._beside: dict[int, _Beside] = {}
+        self._accepted: set[int] = set()
+        self._order: deque[int] = deque()
+
+    def taken(
+        self,
+        slot_id: int,
+        model: Collection[int],
+        account: Collection[int],
+        *,
+        model_elsewhere: int = 0,
+        account_elsewhere: int = 0,
+    ) -> None:
+        """Slot `slot_id` was taken with `model` (its model's) and `account` (all) held and not finished."""
+        beside = _Beside(frozenset(model), frozenset(account), model_elsewhere, account_elsewhere)
+        self._beside[slot_id] = beside
+
+    def accepted(self, slot_id: int) -> None:
+        """z.ai answered the slot's request at once (not after holding it)."""
+        if slot_id not in self._accepted:
+            self._accepted.add(slot_id)
+            self._order.append(slot_id)
+            if len(self._order) > KEEP:
+                self._accepted.discard(self._order.popleft())
+
+    def levels(
+        self, slot_id: int, *, model_elsewhere: int = 0, account_elsewhere: int = 0
+    ) -> tuple[int, int] | None:
+        """(on its model, on the account) what z.ai served when the slot's request came, itself included;
+        None for a slot not taken here. `model_elsewhere`, `account_elsewhere`: what the other proxies say
+        z.ai serves of theirs now (what they said then counts only as far as they still say it)."""
+        beside = self._beside.get(slot_id)
+        if beside is None:
+            return None
+        accepted = self._accepted
+        model = sum(1 for other in beside.model if other in accepted)
+        account = sum(1 for other in beside.account if other in accepted)
+        model += min(beside.model_elsewhere, model_elsewhere)
+        account += min(beside.account_elsewhere, account_elsewhere)
+        return model + 1, account + 1
+
+    def released(self, slot_id: int) -> None:
+        """The slot went back: nothing more will be asked of its arrival."""
+        self._beside.pop(slot_id, None)

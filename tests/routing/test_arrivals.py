@@ -1,0 +1,53 @@
+"""Arrivals: what z.ai served when a request came, counted from the slots beside it it accepted at once."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from chaos_mode.routing.arrivals import KEEP, Arrivals
+
+
+def test_only_the_slots_beside_it_that_z_ai_accepted_count_and_itself_on_top() -> None:
+    arrivals = Arrivals()
+    arrivals.accepted(1)
+    arrivals.accepted(2)
+    arrivals.taken(5, model=[1, 3], account=[1, 2, 3, 4])  # 3 and 4: verdicts still to come
+    assert arrivals.levels(5) == (2, 3)
+    arrivals.accepted(3)  # accepted just after: it was there when 5 came
+    assert arrivals.levels(5) == (3, 4)
+    assert arrivals.levels(6) is None  # never taken here
+    arrivals.released(5)
+    assert arrivals.levels(5) is None
+
+
+def test_other_proxies_serving_counts_too() -> None:
+    arrivals = Arrivals()
+    arrivals.taken(1, model=[], account=[], model_elsewhere=2, account_elsewhere=7)
+    assert arrivals.levels(1, model_elsewhere=2, account_elsewhere=9) == (3, 8)
+    assert arrivals.levels(1, model_elsewhere=1, account_elsewhere=7) == (2, 8)  # one of them said no since
+    assert arrivals.levels(1) == (1, 1)  # alone now
+
+
+def test_the_memory_of_accepted_slots_is_bounded() -> None:
+    arrivals = Arrivals()
+    for slot_id in range(KEEP + 10):
+        arrivals.accepted(slot_id)
+    arrivals.taken(10**6, model=range(20), account=range(KEEP + 10))
+    model, account = arrivals.levels(10**6) or (0, 0)
+    assert model == 11  # the ten oldest were forgotten
+    assert account == KEEP + 1
+
+
+@given(
+    beside=st.sets(st.integers(0, 50), max_size=30),
+    accepted=st.sets(st.integers(0, 50), max_size=30),
+)
+def test_a_level_is_at_least_one_and_at_most_what_was_beside(beside: set[int], accepted: set[int]) -> None:
+    arrivals = Arrivals()
+    for slot_id in accepted:
+        arrivals.accepted(slot_id)
+    arrivals.taken(100, model=beside, account=beside | {60})
+    model, account = arrivals.levels(100) or (0, 0)
+    assert model == len(beside & accepted) + 1
+    assert 1 <= model <= account <= len(beside) + 2
