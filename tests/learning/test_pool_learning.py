@@ -456,3 +456,29 @@ def test_a_clean_answer_counts_at_least_what_z_ai_served_when_its_request_came()
     rig.pool.report_success(second)  # z.ai serves only it now
     assert evidence.answered_at(2, rig.clock())
     assert rig.pool.release(second)
+
+
+def test_a_head_z_ai_held_then_served_counts_at_what_z_ai_serves_not_at_its_arrival() -> None:
+    """A queuing z.ai was full when the request came (its stall says so) and served it once a slot freed."""
+    rig = Rig(routing({"m": {"tier": "HEAVY", "maxConcurrency": 6}}))
+    first, second, held = rig.take(), rig.take(), rig.take()
+    rig.pool.report_success(first)
+    rig.pool.report_success(second)
+    assert rig.pool.report_stall(held)  # z.ai full at 2
+    rig.pool.report_ended(first)
+    assert rig.pool.release(first)  # a slot freed: z.ai serves the held one
+    rig.pool.report_success(held)
+    assert not rig.pool.limits.evidence("m").answered_at(3, rig.clock())  # 2 at once, never 3
+    for selection in (second, held):
+        assert rig.pool.release(selection)
+
+
+def test_a_clean_answer_from_a_z_ai_seen_to_queue_counts_only_what_it_serves_now() -> None:
+    rig = Rig(routing({"m": {"tier": "HEAVY", "maxConcurrency": 6}}))
+    first, second = rig.take(), rig.take()
+    rig.pool.report_success(first)
+    rig.pool.report_ended(first)
+    assert rig.pool.release(first)
+    rig.pool.report_success(second, at_once=False)  # it may have waited inside z.ai for first's slot
+    assert not rig.pool.limits.evidence("m").answered_at(2, rig.clock())
+    assert rig.pool.release(second)

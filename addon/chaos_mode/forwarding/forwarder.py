@@ -68,6 +68,15 @@ HOP_HEADERS: Final = frozenset(
 _HOP_BYTES: Final = frozenset(name.encode() for name in HOP_HEADERS)
 
 
+@dataclass(frozen=True, slots=True)
+class Headed:
+    """z.ai's answer with its head read, and whether z.ai served it at once: not seen to queue lately
+    (`HeadPatience.queues`), when it may have held the request before serving it."""
+
+    response: UpstreamResponse
+    at_once: bool
+
+
 @dataclass(slots=True)
 class Pending:
     request: RoutedRequest
@@ -169,12 +178,12 @@ class Forwarder:
         except UpstreamFailed as exc:  # refused, dropped, timed out: no verdict on the model
             log.info("chaos-mode: no answer for %s: %s", request.model, exc)
             return self._next(request, await settle(request, unreached(str(exc)), now=self._now()))
-        if not isinstance(sent, UpstreamResponse):  # the attempt was left for a slot within the limits
+        if not isinstance(sent, Headed):  # the attempt was left for a slot within the limits
             return self._next(request, sent)
-        response = sent
+        response = sent.response
         try:
             if response.status < 400:
-                request.answered()
+                request.answered(at_once=sent.at_once)
                 return _streamed(response, ended=request.ended)
             raw, decoded, complete = await response.read_body(MAX_ERROR_BODY)
         except BaseException:
@@ -200,7 +209,7 @@ class Forwarder:
         incoming: Incoming,
         headers: list[tuple[bytes, bytes]],
         body: bytes,
-    ) -> UpstreamResponse | Slot | None:
+    ) -> Headed | Slot | None:
         """Send one attempt; its answer with the head read, or, when it was left unanswered for a slot
         within the limits (`hedging`), the next attempt's slot (None: the request ended meanwhile). Only a
         streamed request is hedged: an answer in one piece has its head when it is all written, so its
@@ -231,7 +240,7 @@ class Forwarder:
                 stall.cancel()
         if response.status < 400 and streamed:
             self.patience.head(time.monotonic() - started)
-        return response
+        return Headed(response, at_once=not self.patience.queues())
 
     def _stalled(self, request: RoutedRequest, slot: Slot) -> None:
         request.stalled(slot)
@@ -269,7 +278,7 @@ class Forwarder:
                 raise
             try:
                 if response.status < 400:
-                    request.answered(slot)
+                    request.answered(slot, at_once=False)  # accepted after all, later than its patience
                     return
                 _, decoded, complete = await response.read_body(MAX_ERROR_BODY)
                 body = decode(decoded, response.header(b"content-encoding")) if complete else b""

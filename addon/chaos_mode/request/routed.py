@@ -240,18 +240,19 @@ class RoutedRequest:
 
     # -- z.ai's verdict ---------------------------------------------------------------------------------
 
-    def answered(self, slot: Slot | None = None) -> None:
+    def answered(self, slot: Slot | None = None, *, at_once: bool = True) -> None:
         """z.ai answered cleanly the attempt sent with `slot` (default: the current one, once per
-        attempt): what it was sent with held."""
+        attempt): what it was sent with held. `at_once`: z.ai served it from its arrival (False: it may
+        have held it first; see `ChaosPool.report_success`)."""
         if slot is not None:
             self.refusals.answered(slot.model)
-            self.pool.report_success(slot)
+            self.pool.report_success(slot, at_once=at_once)
             return
         if self.slot is None or self._answered == len(self.attempts):
             return
         self._answered = len(self.attempts)
         self.refusals.answered(self.slot.model)
-        self.pool.report_success(self.slot)
+        self.pool.report_success(self.slot, at_once=at_once)
         self.pay()  # another model serves it: the refusals before were their models'
 
     def stalled(self, slot: Slot) -> None:

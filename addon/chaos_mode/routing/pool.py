@@ -719,17 +719,21 @@ class ChaosPool:
 
     # -- feedback from upstream -------------------------------------------------------------------
 
-    def report_success(self, selection: Slot) -> None:
+    def report_success(self, selection: Slot, *, at_once: bool = True) -> None:
         """A clean answer from z.ai to the request `selection` sent: confirms (or raises) its limits and
-        ends the model's run of busy answers."""
-        if selection.slot_id not in self._stalled:
+        ends the model's run of busy answers. `at_once`: z.ai served it from its arrival (False: z.ai was
+        seen to queue lately, and may have held it until a slot freed)."""
+        held = selection.slot_id in self._stalled  # z.ai queued it, and serves it now
+        if not held:
             self._arrivals.accepted(selection.slot_id)  # z.ai counted it from its arrival on
         self._settle(selection)
         if selection.slot_id in self._held:
             self._served.add(selection.slot_id)
         # z.ai served at least this many at once: what it serves now, or what it served when the request
-        # came (heads sent with the first token leave much of what z.ai serves without a head here)
-        arrived, arrived_total = self._arrival_levels(selection, (0, 0))
+        # came (heads sent with the first token leave much of what z.ai serves without a head here); not
+        # for a request z.ai may have held: it was full then, and served it only once a slot freed
+        queued = held or not at_once
+        arrived, arrived_total = (0, 0) if queued else self._arrival_levels(selection, (0, 0))
         model = selection.model
         serving, total = max(self._serving(model), arrived), max(self._serving(), arrived_total)
         self.quota.answered(model)
