@@ -237,17 +237,11 @@ class ChaosMode:
         if updated & STATE_OPTIONS:
             self._configure_state()
         if "chaos_quota" in updated:
-            try:
-                self._quota_env = parse_quota_option(ctx.options.chaos_quota)
-            except ValueError as exc:
-                raise exceptions.OptionsError(f"chaos_quota: {exc}") from None
+            self._quota_env = _option("chaos_quota", parse_quota_option)
             if self._running:
                 self._start_quota()
         if "chaos_web" in updated:
-            try:
-                self._listen = parse_listen(ctx.options.chaos_web)
-            except ValueError as exc:
-                raise exceptions.OptionsError(f"chaos_web: {exc}") from None
+            self._listen = _option("chaos_web", parse_listen)
             if self._running:
                 self._start_web()
         if updated & UPSTREAM_OPTIONS:
@@ -267,14 +261,8 @@ class ChaosMode:
 
     def _configure_state(self) -> None:
         """Parse the chaos_state options once; the Redis store is built here and started in running()."""
-        try:
-            url = parse_state_url(ctx.options.chaos_state)
-        except ValueError as exc:
-            raise exceptions.OptionsError(f"chaos_state: {exc}") from None
-        try:
-            share = parse_share(ctx.options.chaos_state_share)
-        except ValueError as exc:
-            raise exceptions.OptionsError(f"chaos_state_share: {exc}") from None
+        url = _option("chaos_state", parse_state_url)
+        share = _option("chaos_state_share", parse_share)
         lease_ms = ctx.options.chaos_state_lease_ms
         if lease_ms < MIN_LEASE_MS:
             raise exceptions.OptionsError(f"chaos_state_lease_ms: at least {MIN_LEASE_MS}, not {lease_ms}")
@@ -736,3 +724,11 @@ def _response(reply: Reply) -> http.Response:
 
 
 __all__ = ["META", "TRIED_HEADER", "ChaosMode", "UpstreamError"]
+
+
+def _option[T](name: str, parse: Callable[[str], T]) -> T:
+    """Option `name` read with `parse`; its ValueError as mitmproxy's option error, naming the option."""
+    try:
+        return parse(getattr(ctx.options, name))
+    except ValueError as exc:
+        raise exceptions.OptionsError(f"{name}: {exc}") from None
