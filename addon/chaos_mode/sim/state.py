@@ -1,6 +1,6 @@
 """The simulator's bookkeeping: per-model and account concurrency slots (hard, or soft with a band above the
 limit), slots held by another client, limit changes, counters, queued and random faults, requests held
-inside z.ai over the limit (stalls), and the seeded draws of all that is random."""
+inside z.ai over the limit (stalls), and the random draws, each repeatable from `fault_seed`."""
 
 from __future__ import annotations
 
@@ -341,7 +341,8 @@ class SimState:
         }
 
     def random_fault(self) -> str | None:
-        """The code of a random fault for this request (drawn with the seeded RNG), or None."""
+        """The code of a random fault for this request (from the faults' RNG, seeded by `fault_seed`), or
+        None."""
         if not self.fault_rates:
             return None
         draw = self._rng.random()
@@ -392,8 +393,8 @@ class SimState:
         return self.account_in_flight
 
     def reset(self) -> None:
-        """Clear faults and counters, restore the first limits, draw again from the seeds; slots in use and
-        requests waiting stay so (peaks restart from them)."""
+        """Clear faults and counters, restore the first limits, restart every random draw from `fault_seed`;
+        slots in use and requests waiting stay so (peaks restart from them)."""
         self.faults.clear()
         self.restore_limits()
         self._reseed()
