@@ -68,15 +68,6 @@ HOP_HEADERS: Final = frozenset(
 _HOP_BYTES: Final = frozenset(name.encode() for name in HOP_HEADERS)
 
 
-@dataclass(frozen=True, slots=True)
-class Headed:
-    """z.ai's answer with its head read, and whether z.ai served it at once: not seen to queue lately
-    (`HeadPatience.queues`), when it may have held the request before serving it."""
-
-    response: UpstreamResponse
-    at_once: bool
-
-
 @dataclass(slots=True)
 class Pending:
     request: RoutedRequest
@@ -178,12 +169,13 @@ class Forwarder:
         except UpstreamFailed as exc:  # refused, dropped, timed out: no verdict on the model
             log.info("chaos-mode: no answer for %s: %s", request.model, exc)
             return self._next(request, await settle(request, unreached(str(exc)), now=self._now()))
-        if not isinstance(sent, Headed):  # the attempt was left for a slot within the limits
+        if not isinstance(sent, UpstreamResponse):  # the attempt was left for a slot within the limits
             return self._next(request, sent)
-        response = sent.response
+        response = sent
         try:
             if response.status < 400:
-                request.answered(at_once=sent.at_once)
+                # z.ai seen to queue lately may have held it before serving it (`ChaosPool.report_success`)
+                request.answered(at_once=not self.patience.queues())
                 return _streamed(response, ended=request.ended)
             raw, decoded, complete = await response.read_body(MAX_ERROR_BODY)
         except BaseException:
@@ -209,7 +201,7 @@ class Forwarder:
         incoming: Incoming,
         headers: list[tuple[bytes, bytes]],
         body: bytes,
-    ) -> Headed | Slot | None:
+    ) -> UpstreamResponse | Slot | None:
         """Send one attempt; its answer with the head read, or, when it was left unanswered for a slot
         within the limits (`hedging`), the next attempt's slot (None: the request ended meanwhile). Only a
         streamed request is hedged: an answer in one piece has its head when it is all written, so its
@@ -240,7 +232,7 @@ class Forwarder:
                 stall.cancel()
         if response.status < 400 and streamed:
             self.patience.head(time.monotonic() - started)
-        return Headed(response, at_once=not self.patience.queues())
+        return response
 
     def _stalled(self, request: RoutedRequest, slot: Slot) -> None:
         request.stalled(slot)
