@@ -10,11 +10,11 @@ from chaos_mode.routing.arrivals import KEEP, Arrivals
 
 def test_only_the_slots_beside_it_that_z_ai_accepted_count_and_itself_on_top() -> None:
     arrivals = Arrivals()
-    arrivals.accepted(1)
-    arrivals.accepted(2)
-    arrivals.taken(5, model=[1, 3], account=[1, 2, 3, 4])  # 3 and 4: verdicts still to come
+    arrivals.accepted(1, "m")
+    arrivals.accepted(2, "other")
+    arrivals.taken(5, "m", [1, 2, 3, 4])  # 3 (of m) and 4: verdicts still to come
     assert arrivals.levels(5) == (2, 3)
-    arrivals.accepted(3)  # accepted just after: it was there when 5 came
+    arrivals.accepted(3, "m")  # accepted just after: it was there when 5 came
     assert arrivals.levels(5) == (3, 4)
     assert arrivals.levels(6) is None  # never taken here
     arrivals.released(5)
@@ -23,7 +23,7 @@ def test_only_the_slots_beside_it_that_z_ai_accepted_count_and_itself_on_top() -
 
 def test_other_proxies_serving_counts_too() -> None:
     arrivals = Arrivals()
-    arrivals.taken(1, model=[], account=[], model_elsewhere=2, account_elsewhere=7)
+    arrivals.taken(1, "m", [], model_elsewhere=2, account_elsewhere=7)
     assert arrivals.levels(1, model_elsewhere=2, account_elsewhere=9) == (3, 8)
     assert arrivals.levels(1, model_elsewhere=1, account_elsewhere=7) == (2, 8)  # one of them said no since
     assert arrivals.levels(1) == (1, 1)  # alone now
@@ -32,8 +32,8 @@ def test_other_proxies_serving_counts_too() -> None:
 def test_the_memory_of_accepted_slots_is_bounded() -> None:
     arrivals = Arrivals()
     for slot_id in range(KEEP + 10):
-        arrivals.accepted(slot_id)
-    arrivals.taken(10**6, model=range(20), account=range(KEEP + 10))
+        arrivals.accepted(slot_id, "m" if slot_id < 20 else "other")
+    arrivals.taken(10**6, "m", range(KEEP + 10))
     model, account = arrivals.levels(10**6) or (0, 0)
     assert model == 11  # the ten oldest were forgotten
     assert account == KEEP + 1
@@ -45,9 +45,9 @@ def test_the_memory_of_accepted_slots_is_bounded() -> None:
 )
 def test_a_level_is_at_least_one_and_at_most_what_was_beside(beside: set[int], accepted: set[int]) -> None:
     arrivals = Arrivals()
-    for slot_id in accepted:
-        arrivals.accepted(slot_id)
-    arrivals.taken(100, model=beside, account=beside | {60})
+    for slot_id in accepted | {60}:
+        arrivals.accepted(slot_id, "m" if slot_id in beside else "other")
+    arrivals.taken(100, "m", beside | {60})
     model, account = arrivals.levels(100) or (0, 0)
     assert model == len(beside & accepted) + 1
     assert 1 <= model <= account <= len(beside) + 2

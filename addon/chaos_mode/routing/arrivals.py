@@ -13,8 +13,7 @@ the requests being refused there hold the pool's slots for seconds, never z.ai's
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Collection
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
@@ -23,42 +22,40 @@ KEEP: Final = 4096  # slots accepted at once remembered after they went back (th
 
 @dataclass(frozen=True, slots=True)
 class _Beside:
-    model: frozenset[int]  # the slots of its model held and not finished when it was taken
-    account: frozenset[int]  # every slot held and not finished then
+    model: str  # the slot's own model
+    slots: frozenset[int]  # every slot held and not finished when it was taken
     model_elsewhere: int  # what other proxies said z.ai served of its model then
-    account_elsewhere: int
+    account_elsewhere: int  # and of the account
 
 
 class Arrivals:
     """Per held slot, what was beside it when it was taken; and which slots z.ai accepted at once."""
 
-    __slots__ = ("_accepted", "_beside", "_order")
+    __slots__ = ("_accepted", "_beside")
 
     def __init__(self) -> None:
         self._beside: dict[int, _Beside] = {}
-        self._accepted: set[int] = set()
-        self._order: deque[int] = deque()
+        self._accepted: dict[int, str] = {}  # slot -> its model, oldest first (at most KEEP)
 
     def taken(
         self,
         slot_id: int,
-        model: Collection[int],
-        account: Collection[int],
+        model: str,
+        beside: Iterable[int],
         *,
         model_elsewhere: int = 0,
         account_elsewhere: int = 0,
     ) -> None:
-        """Slot `slot_id` was taken with `model` (its model's) and `account` (all) held and not finished."""
-        beside = _Beside(frozenset(model), frozenset(account), model_elsewhere, account_elsewhere)
-        self._beside[slot_id] = beside
+        """Slot `slot_id` of `model` was taken with the slots `beside` held and not finished."""
+        self._beside[slot_id] = _Beside(model, frozenset(beside), model_elsewhere, account_elsewhere)
 
-    def accepted(self, slot_id: int) -> None:
-        """z.ai answered the slot's request at once (not after holding it)."""
-        if slot_id not in self._accepted:
-            self._accepted.add(slot_id)
-            self._order.append(slot_id)
-            if len(self._order) > KEEP:
-                self._accepted.discard(self._order.popleft())
+    def accepted(self, slot_id: int, model: str) -> None:
+        """z.ai answered the request of the slot (of `model`) at once (not after holding it)."""
+        accepted = self._accepted
+        if slot_id not in accepted:
+            accepted[slot_id] = model
+            if len(accepted) > KEEP:
+                del accepted[next(iter(accepted))]
 
     def levels(
         self, slot_id: int, *, model_elsewhere: int = 0, account_elsewhere: int = 0
@@ -69,9 +66,12 @@ class Arrivals:
         beside = self._beside.get(slot_id)
         if beside is None:
             return None
-        accepted = self._accepted
-        model = sum(1 for other in beside.model if other in accepted)
-        account = sum(1 for other in beside.account if other in accepted)
+        model = account = 0
+        for other in beside.slots:
+            served = self._accepted.get(other)
+            if served is not None:
+                account += 1
+                model += served == beside.model
         model += min(beside.model_elsewhere, model_elsewhere)
         account += min(beside.account_elsewhere, account_elsewhere)
         return model + 1, account + 1

@@ -450,7 +450,7 @@ class ChaosPool:
         ended, shared = self._ended, self._slots.confirms
         self._arrivals.taken(
             slot_id,
-            [other for other, on in self._held.items() if on == model and other not in ended],
+            model,
             [other for other in self._held if other not in ended],
             model_elsewhere=self._slots.serving_elsewhere(model) if shared else 0,
             account_elsewhere=self._slots.serving_elsewhere(None) if shared else 0,
@@ -725,7 +725,7 @@ class ChaosPool:
         seen to queue lately, and may have held it until a slot freed)."""
         held = selection.slot_id in self._stalled  # z.ai queued it, and serves it now
         if not held:
-            self._arrivals.accepted(selection.slot_id)  # z.ai counted it from its arrival on
+            self._arrivals.accepted(selection.slot_id, selection.model)  # z.ai counted it from its arrival on
         self._settle(selection)
         if selection.slot_id in self._held:
             self._served.add(selection.slot_id)
