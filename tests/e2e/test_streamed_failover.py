@@ -9,10 +9,12 @@ import json
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
+from chaos_mode.devtools.processes import ProxyProcess
 from chaos_mode.forwarding.forwarder import TOKEN_HEADER
 
 from .conftest import MakeProxy, MakeSim
@@ -135,17 +137,24 @@ async def test_a_client_that_leaves_during_a_failover_frees_everything(
 DROPS_OF_AN_ATTEMPT = 2
 
 
-async def test_a_kept_connection_dropped_as_the_request_came_is_sent_again_not_failed_over(
-    make_proxy: MakeProxy, sim: Sim, http: httpx.AsyncClient
-) -> None:
+async def streamed_after(
+    make_proxy: MakeProxy, sim: Sim, http: httpx.AsyncClient, *faults: dict[str, object]
+) -> tuple[ProxyProcess, dict[str, Any]]:
+    """One streamed request through a new proxy after `faults`: it streamed; the proxy and its idle status."""
     proxy = await make_proxy(upstream=sim.base_url, config=routing())
-    await sim.add_faults(fault("1302"), fault("drop"))
+    await sim.add_faults(*faults)
     url = proxy.url + "/api/anthropic/v1/messages"
     async with httpx.AsyncClient(trust_env=False, timeout=CLIENT_TIMEOUT) as client:
         async with asyncio.timeout(TEST_TIMEOUT):
             result = await httpx_stream(client, url, OPUS, headers=SLOW)
     assert_streamed(result)
-    document = await wait_status_idle(http, proxy)
+    return proxy, await wait_status_idle(http, proxy)
+
+
+async def test_a_kept_connection_dropped_as_the_request_came_is_sent_again_not_failed_over(
+    make_proxy: MakeProxy, sim: Sim, http: httpx.AsyncClient
+) -> None:
+    _, document = await streamed_after(make_proxy, sim, http, fault("1302"), fault("drop"))
     assert document["failovers"] == 1 and document["requests"]["ok"] == 1, document  # the 1302's only
     assert (await sim.stats())["requests"] == 3
 
@@ -153,14 +162,8 @@ async def test_a_kept_connection_dropped_as_the_request_came_is_sent_again_not_f
 async def test_an_upstream_that_drops_the_second_attempt_fails_over_again(
     make_proxy: MakeProxy, sim: Sim, http: httpx.AsyncClient
 ) -> None:
-    proxy = await make_proxy(upstream=sim.base_url, config=routing())
-    await sim.add_faults(fault("1302"), fault("drop", count=DROPS_OF_AN_ATTEMPT))
-    url = proxy.url + "/api/anthropic/v1/messages"
-    async with httpx.AsyncClient(trust_env=False, timeout=CLIENT_TIMEOUT) as client:
-        async with asyncio.timeout(TEST_TIMEOUT):
-            result = await httpx_stream(client, url, OPUS, headers=SLOW)
-    assert_streamed(result)
-    document = await wait_status_idle(http, proxy)
+    drops = fault("drop", count=DROPS_OF_AN_ATTEMPT)
+    proxy, document = await streamed_after(make_proxy, sim, http, fault("1302"), drops)
     assert document["failovers"] == 2 and document["requests"]["ok"] == 1, document
     assert (await sim.stats())["requests"] == 1 + DROPS_OF_AN_ATTEMPT + 1
     assert "Traceback" not in proxy.output()
