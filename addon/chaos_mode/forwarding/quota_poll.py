@@ -77,6 +77,7 @@ class QuotaPoller:
         """One reading into the tracker, given up after `timeout` seconds (`READ_SECONDS`); True when it
         failed (the tracker says why)."""
         self.reads += 1
+        asked = self._tracker.asked()  # the proxy's count as the reading is asked for (pacing's bounds)
         status, body, error = await self._fetch(to, key, READ_SECONDS if timeout is None else timeout)
         if error is None and status != 200:
             error = f"HTTP {status}" + (": the key was refused" if status in (401, 403) else "")
@@ -85,7 +86,7 @@ class QuotaPoller:
             for warning in result.warnings:
                 self._warn_once(_masked(warning, key))
             if result.reading is not None:
-                self._tracker.read(result.reading)
+                self._tracker.read(result.reading, asked)
                 return False
             error = result.warnings[0] if result.warnings else "no reading"
         self._tracker.failed(_masked(f"quota not read from {to.authority}: {error}", key))
