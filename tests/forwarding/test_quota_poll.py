@@ -115,3 +115,24 @@ async def test_a_reading_carries_the_count_as_it_was_asked_for(
     monkeypatch.setattr(tracker, "read", lambda reading, asked=None: seen.append(asked))
     assert not await poller.read_once(destination(sim), KEY)
     assert [(a.lo, a.changes) for a in seen] == [(0.0, 1)]  # before the answer: sent, not answered
+
+
+async def test_asked_for_a_reading_before_the_next_poll_it_reads_at_once(sim: SimServer) -> None:
+    tracker = QuotaTracker(lambda _: 1.0)
+    poller = QuotaPoller(UpstreamClients(), tracker)
+    read = asyncio.Event()
+    tracker.changed = read.set
+    poller.start(PollPlan(destination(sim), every=600.0, backoff_max=600.0), lambda: KEY)
+    try:
+        await asyncio.wait_for(read.wait(), 5.0)  # the first reading, at the start
+        read.clear()
+        tracker.ask_soon()
+        assert not read.is_set() and sim.quota.reads == 1  # nothing changed since it was asked for
+        tracker.sent(1, "glm-4.5")
+        tracker.answered("glm-4.5", 1)
+        tracker.ask_soon()
+        await asyncio.wait_for(read.wait(), 5.0)  # not 600 s later
+        assert sim.quota.reads == 2
+    finally:
+        poller.stop()
+    assert tracker.read_soon is None

@@ -296,3 +296,21 @@ def test_near_the_end_only_a_model_whose_weight_fits_in_what_is_left_is_chosen()
     assert sum(pool.pacer.weight(slot.model) for slot in taken) == left
     for slot in taken:
         pool.release(slot)
+
+
+def test_held_with_all_it_let_go_answered_the_pool_asks_for_a_reading_at_once() -> None:
+    swarm = known()
+    pool, zai = swarm.pool, swarm.zai
+    asked: list[int] = []
+    pool.quota.read_soon = lambda: asked.append(pool.quota.ledger.open)
+    left = pool.pacer.left()
+    assert left is not None
+    taken = [pool.try_acquire(Ticket("heavy")) for _ in range(int(left))]
+    for slot in taken:
+        assert slot is not None and zai.arrive(WALL)
+        pool.report_success(slot)
+        pool.release(slot)
+    assert asked == [0]  # once, when the last was answered: nothing in flight
+    pool.quota.read(zai.reading(WALL), pool.quota.asked())
+    pool.pacer.drained()
+    assert asked == [0]  # settled: a reading now would say nothing new

@@ -125,6 +125,11 @@ class Pacer:
         held = self._held()
         return None if held is None else max(held.resets_at - self._wall_clock(), 0.0)
 
+    def drained(self) -> None:
+        """A request ended: while the hard stop holds, the reading that may lift it is asked for now."""
+        if self._held() is not None:
+            self._tracker.ask_soon()
+
     def capped(self, in_flight: int) -> bool:
         """Whether pacing lets no more requests be in flight: the plan in force (as last worked out) or
         the hard stop."""

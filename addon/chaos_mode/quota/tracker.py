@@ -63,6 +63,7 @@ class QuotaTracker:
         self.estimate = TrafficEstimate(weight)
         self.ledger = Ledger()
         self.changed: Callable[[], None] | None = None  # told when a reading or a 1308 moved the budget
+        self.read_soon: Callable[[], None] | None = None  # the poller's: read before the next poll
         self._bounds: Bounds | None = None  # of the window z.ai's readings are of
         self._bounds_reset: float | None = None  # that window's reset
         self._headroom = (0.0, 0.0)  # the bounds' least and greatest headroom, worked out at each reading
@@ -129,6 +130,16 @@ class QuotaTracker:
             bounds.spent(self.ledger.hi)
             self._headroom = bounds.headroom()
         self._tell()
+
+    def ask_soon(self) -> None:
+        """A reading now would say more than the last (nothing in flight, some answered since it was
+        asked for): the poller is asked for one before its next poll."""
+        if (
+            self.read_soon is not None
+            and self.ledger.open == 0
+            and self._asked_changes != self.ledger.changes
+        ):
+            self.read_soon()
 
     def asked(self) -> Asked:
         """The count as a reading is asked for: give it back to `read` with the reading."""

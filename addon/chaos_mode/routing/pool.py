@@ -527,6 +527,7 @@ class ChaosPool:
             self.spurious_releases += 1
             return False
         self.pacer.released(slot.slot_id, self._slots.total())
+        self.pacer.drained()
         if len(self._queue):
             delay = self._slots.hold_back()
             if delay > 0:
