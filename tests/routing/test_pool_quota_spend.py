@@ -127,14 +127,20 @@ def swarm_of(
 
 
 def run(swarm: Swarm, *, rounding: str = "down", ask_lag: int = 2) -> None:
-    """One window: a reading asked for every second and answered `ask_lag` ticks later (z.ai's figure
-    taken then); the agents stop asking a second before the window's end."""
+    """One window: a reading asked for every second, and whenever the pool asks for one, answered
+    `ask_lag` ticks later (z.ai's figure taken then); the agents stop asking a second before the end."""
     zai, quota, window = swarm.zai, swarm.pool.quota, swarm.zai.window
     quota.read(zai.reading(swarm.wall()), quota.asked())  # one before the swarm, as the benchmark waits
     pending: dict[int, Asked] = {}
+    step = 0
+
+    def read_soon() -> None:
+        pending.setdefault(step + ask_lag, quota.asked())
+
+    quota.read_soon = read_soon
     for step in range(round(window / TICK)):
         if step % round(1 / TICK) == 0:
-            pending[step + ask_lag] = quota.asked()
+            pending.setdefault(step + ask_lag, quota.asked())
         swarm.tick(asking=step * TICK < window - 1)
         if step in pending:
             quota.read(zai.reading(swarm.wall(), rounding), pending.pop(step))

@@ -17,8 +17,10 @@ from chaos_mode.quota.pacing import NOT_PACED, PacePlan, Spend, pace, spend_of_b
 from chaos_mode.quota.tracker import SAME_WINDOW, Budget, QuotaTracker
 
 PACE_EVERY: Final = 1.0  # seconds: the plan is worked out at most this often (the forecast is not cheap)
-ENDGAME_ROUNDS: Final = 3  # the end game: this many polls of the quota and requests (its readings settle it)
-ENDGAME_SHARE: Final = 0.2  # and at most this share of the window
+ENDGAME_ROUNDS: Final = 3  # the end game: this many polls of the quota and requests (its readings settle
+# what was in flight), and a request for each prompt of the window's last percent (a reading there says
+# only that not all is used: the hard stop lets go a prompt a reading); at most ENDGAME_SHARE of the window
+ENDGAME_SHARE: Final = 0.2
 
 
 class Pacer:
@@ -84,7 +86,8 @@ class Pacer:
         if budget is not None:
             burn = tracker.estimate.burn(now, tracker.horizon)
             request = self._concurrency.mean() / burn * 3600 if burn > 0 else 0.0  # seconds (Little's law)
-            endgame = ENDGAME_ROUNDS * (tracker.poll_seconds + request)
+            last_percent = budget.total / 100 / self._lightest
+            endgame = ENDGAME_ROUNDS * (tracker.poll_seconds + request) + last_percent * request
             endgame = min(endgame, ENDGAME_SHARE * tracker.window_seconds)
             spend = spend_of_budget(budget.likely, burn, now=now, resets_at=budget.resets_at, endgame=endgame)
             return spend, (budget.resets_at, True)

@@ -35,12 +35,13 @@ class Asked:
 @dataclass(frozen=True, slots=True)
 class Budget:
     """What may still be sent this window without passing the quota, in quotaWeight units: `left` at
-    most the truth (the hard stop), `likely` the middle of what the readings allow (the pace); until
-    `resets_at` (unix s); `settled`: nothing is in flight and nothing the proxy sent since changed it,
-    so no reading will raise it before the reset."""
+    most the truth (the hard stop), `likely` the middle of what the readings allow (the pace), of a
+    window of at most `total` units; until `resets_at` (unix s); `settled`: nothing is in flight and
+    nothing the proxy sent since changed it, so no reading will raise it before the reset."""
 
     left: float
     likely: float
+    total: float
     resets_at: float
     settled: bool
 
@@ -224,7 +225,8 @@ class QuotaTracker:
         if bounds is not None and bounds.known and self._bounds_reset is not None:
             settled = ledger.open == 0 and self._asked_changes == ledger.changes
             least, greatest = self._headroom
-            return Budget(least - ledger.hi, (least + greatest) / 2 - ledger.hi, self._bounds_reset, settled)
+            likely = (least + greatest) / 2 - ledger.hi
+            return Budget(least - ledger.hi, likely, bounds.total()[1], self._bounds_reset, settled)
         if self._taught is None or self.source == "zai":
             return None
         estimate = self.estimate
@@ -233,7 +235,7 @@ class QuotaTracker:
             estimate.end if self._window_open(now) and estimate.end is not None else now + self.window_seconds
         )
         left = self._taught - (ledger.hi - window_lo)
-        return Budget(left, left, end, ledger.open == 0)
+        return Budget(left, left, self._taught, end, ledger.open == 0)
 
     def total(self) -> tuple[float, float] | None:
         """The window's total (units) as the readings bound it: (least, greatest); None until they do."""
