@@ -209,8 +209,9 @@ async def test_pacing_spreads_the_quota_over_the_window_without_a_1308(
     make_sim: MakeSim, make_proxy: MakeProxy, http: httpx.AsyncClient
 ) -> None:
     """6 agents that would spend the quota in under half of a 20-s window: unpaced they meet 1308 and stop;
-    paced (quota.pace, with a key) they are served all window long, with no 1308 and no 429. (Paced, the
-    window ends about 97% spent, and the second or two before the first reading goes unpaced.)"""
+    paced (quota.pace, with a key) they are served all window long, with no 1308 and no 429, at least as
+    many answers (the hard stop lets go what the readings say is left; a request it holds at the end
+    waits for the reset, within the queue's timeout)."""
     window, prompts, agents = 20.0, 100, 6
     settings = {"quota": prompts, "quota_window_seconds": window, "quota_key": KEY, "latency_ms": 400}
     quota = {"pollSeconds": 1, "windowSeconds": window}
@@ -228,5 +229,5 @@ async def test_pacing_spreads_the_quota_over_the_window_without_a_1308(
     print(said, f"; the quota used paced: {truth['used']:g} of {prompts}")  # shown with -s
     assert paced_refused == [] and truth["refused"] == 0, said
     assert shown["pacing"]["pacedWaits"] > 0, said
-    assert paced_answers >= 0.75 * answered, said
+    assert paced_answers >= answered, said
     assert longest < 60, said  # the queue's timeout: nobody got its 429

@@ -95,3 +95,44 @@ def test_failures_back_off_to_the_maximum() -> None:
     plan = PollPlan(Destination("https", "api.z.ai", 443), every=60, backoff_max=900)
     assert [next_delay(plan, n) for n in range(6)] == [60, 120, 240, 480, 900, 900]
     assert next_delay(plan, 10_000) == 900
+
+
+async def test_a_reading_carries_the_count_as_it_was_asked_for(
+    sim: SimServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An answer counted while the reading is on its way may be in z.ai's figure or not: the reading's
+    lower bound is the count when it was asked for."""
+    tracker = QuotaTracker(lambda _: 1.0)
+    poller = QuotaPoller(UpstreamClients(), tracker)
+    tracker.sent(1, "glm-4.5")
+    fetch, seen = poller._fetch, []
+
+    async def answered_meanwhile(to: Destination, key: str, timeout: float) -> tuple[int, bytes, str | None]:
+        tracker.answered("glm-4.5", 1)
+        return await fetch(to, key, timeout)
+
+    monkeypatch.setattr(poller, "_fetch", answered_meanwhile)
+    monkeypatch.setattr(tracker, "read", lambda reading, asked=None: seen.append(asked))
+    assert not await poller.read_once(destination(sim), KEY)
+    assert [(a.lo, a.changes) for a in seen] == [(0.0, 1)]  # before the answer: sent, not answered
+
+
+async def test_asked_for_a_reading_before_the_next_poll_it_reads_at_once(sim: SimServer) -> None:
+    tracker = QuotaTracker(lambda _: 1.0)
+    poller = QuotaPoller(UpstreamClients(), tracker)
+    read = asyncio.Event()
+    tracker.changed = read.set
+    poller.start(PollPlan(destination(sim), every=600.0, backoff_max=600.0), lambda: KEY)
+    try:
+        await asyncio.wait_for(read.wait(), 5.0)  # the first reading, at the start
+        read.clear()
+        tracker.ask_soon()
+        assert not read.is_set() and sim.quota.reads == 1  # nothing changed since it was asked for
+        tracker.sent(1, "glm-4.5")
+        tracker.answered("glm-4.5", 1)
+        tracker.ask_soon()
+        await asyncio.wait_for(read.wait(), 5.0)  # not 600 s later
+        assert sim.quota.reads == 2
+    finally:
+        poller.stop()
+    assert tracker.read_soon is None

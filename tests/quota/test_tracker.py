@@ -98,3 +98,82 @@ def test_weights_follow_a_reload() -> None:
     pool.reconfigure(config)
     pool.quota.answered("glm-4.7")
     assert pool.quota.estimate.units == 3.5
+
+
+# -- the budget: what may still be sent ---------------------------------------------------------------
+
+
+def spend_and_read(
+    tracker: QuotaTracker, clock: FakeClock, reset: float, counts: list[int], total: int
+) -> int:
+    """Requests sent and answered through the tracker up to each of `counts`, a reading (of a z.ai that
+    floors its percentage, nothing else spending) asked for after each; the last request's key."""
+    key = 0
+    for upto in counts:
+        while key < upto:
+            key += 1
+            tracker.sent(key, "glm-4.7")
+            tracker.answered("glm-4.7", key)
+        clock.now += 1
+        asked = tracker.asked()
+        tracker.read(QuotaReading(float(key * 100 // total), reset), asked)
+    return key
+
+
+def test_with_a_key_the_budget_is_known_once_the_readings_know_the_total() -> None:
+    clock = FakeClock(T0)
+    tracker = QuotaTracker(lambda _: 1.0, clock)
+    reset = T0 + 60
+    spend_and_read(tracker, clock, reset, [0, 3], total=200)
+    assert tracker.budget() is None and tracker.total() is None  # 1%: a prompt is anything
+    spend_and_read(tracker, clock, reset, [60, 120, 180], total=200)
+    budget, total = tracker.budget(), tracker.total()
+    assert budget is not None and total is not None
+    assert total[0] <= 200 <= total[1]
+    assert 0 < budget.left <= 20 and budget.left <= budget.likely and budget.settled
+    assert tracker.status()["total"] == [round(total[0], 1), round(total[1], 1)]
+
+
+def test_the_budget_counts_what_is_in_flight_and_is_not_settled_meanwhile() -> None:
+    clock = FakeClock(T0)
+    tracker = QuotaTracker(lambda _: 1.0, clock)
+    spend_and_read(tracker, clock, T0 + 60, [0, 60, 120, 180], total=200)
+    budget = tracker.budget()
+    assert budget is not None
+    tracker.sent(999, "glm-4.7")
+    flying = tracker.budget()
+    assert flying is not None and flying.left == budget.left - 1 and not flying.settled
+
+
+def test_the_budget_ends_with_its_window_and_a_new_window_starts_again() -> None:
+    clock = FakeClock(T0)
+    tracker = QuotaTracker(lambda _: 1.0, clock)
+    last = spend_and_read(tracker, clock, T0 + 60, [0, 60, 120, 180], total=200)
+    assert tracker.budget() is not None
+    clock.now = T0 + 60  # reset
+    assert tracker.budget() is None
+    tracker.read(QuotaReading(0.0, T0 + 60 + WINDOW_SECONDS), tracker.asked())
+    assert tracker.budget() is None  # nothing known of the new window's total yet
+    assert last == 180
+
+
+def test_without_a_key_a_1308_teaches_the_total_for_the_next_window() -> None:
+    clock = FakeClock(T0)
+    tracker = QuotaTracker(lambda _: 1.0, clock)
+    for key in range(1, 41):
+        tracker.sent(key, "glm-4.7")
+        tracker.answered("glm-4.7", key)
+    assert tracker.budget() is None  # no total taught yet
+    tracker.sent(41, "glm-4.7")
+    tracker.refused(41)
+    tracker.spent(T0 + 600)  # 40 counted: the window's total
+    clock.now = T0 + 601
+    fresh = tracker.budget()
+    assert fresh is not None and fresh.left == 40 and fresh.settled
+    for key in range(42, 52):
+        tracker.sent(key, "glm-4.7")
+        tracker.answered("glm-4.7", key)
+    tracker.sent(52, "glm-4.7")  # in flight
+    budget = tracker.budget()
+    assert budget is not None and budget.left == 40 - 11 and not budget.settled
+    assert budget.resets_at == tracker.estimate.end

@@ -7,7 +7,7 @@ behind a key; the swarm's agents each ask again as soon as they are answered, un
 their first refusal, so unpaced they spend the quota in about half the window and stop at the 1308. The
 same swarm runs through a proxy without pacing and one with `quota: {pace: true}` (both reading the
 quota with the key), one after the other, each on a fresh simulator: answers in the window, refusals
-(ours and z.ai's 1308), the quota used, the longest request.
+(ours and z.ai's 1308), the quota used, the readings of the quota endpoint, the longest request.
 """
 
 from __future__ import annotations
@@ -68,6 +68,7 @@ async def run(pace: bool, *, window: float, prompts: int, agents: int) -> dict[s
         "refusedToClients": refused,
         "zai1308": used["refused"],
         "quotaUsed": used["used"],
+        "quotaReads": used["reads"],  # of z.ai's quota endpoint, by the proxy (polls and the end game's)
         "longestRequestSeconds": round(longest, 2),
         "lastAnswerSeconds": round(last - (end - window), 1),  # into the window: after it, standing still
         "pacedWaits": shown["pacing"]["pacedWaits"],

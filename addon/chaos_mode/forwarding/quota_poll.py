@@ -1,5 +1,7 @@
 """Reading z.ai's quota with the forwarder's own HTTP client: every `pollSeconds`, twice as long after each
-failure (up to `pollBackoffMaxSeconds`), a failure shown in the tracker (`/api/status`), never fatal.
+failure (up to `pollBackoffMaxSeconds`), a failure shown in the tracker (`/api/status`), never fatal; and
+at once when the tracker asks (`read_soon`: pacing's hard stop holds and the requests it let go are all
+answered, so a reading may lift it), unless readings are failing.
 
 The key goes only into the request's `Authorization` header: no text this module makes holds it (a body
 that echoes it has it masked), and the request is no mitmproxy flow (no flow file, no comment).
@@ -8,6 +10,7 @@ that echoes it has it masked), and the request is no mitmproxy flow (no flow fil
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,6 +52,7 @@ class QuotaPoller:
         self._clients = clients
         self._tracker = tracker
         self._task: asyncio.Task[None] | None = None
+        self._soon = asyncio.Event()  # the tracker asked for a reading before the next poll
         self._warned: set[str] = set()
         self.failures = 0  # in a row
         self.reads = 0
@@ -60,23 +64,33 @@ class QuotaPoller:
     def start(self, plan: PollPlan, key: Callable[[], str]) -> None:
         """Read now, then on `plan`'s schedule; `key` gives the key at each reading (never stored here)."""
         self.stop()
+        self._tracker.read_soon = self._soon.set
         self._task = asyncio.get_running_loop().create_task(self._run(plan, key))
 
     def stop(self) -> None:
+        self._tracker.read_soon = None
         if self._task is not None:
             self._task.cancel()
             self._task = None
 
     async def _run(self, plan: PollPlan, key: Callable[[], str]) -> None:
         while True:
+            self._soon.clear()  # asked for while this reading is on its way: the next one goes at once
             failed = await self.read_once(plan.destination, key(), timeout=min(READ_SECONDS, plan.every))
             self.failures = self.failures + 1 if failed else 0
-            await asyncio.sleep(next_delay(plan, self.failures))
+            delay = next_delay(plan, self.failures)
+            if self.failures:
+                await asyncio.sleep(delay)
+                continue
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._soon.wait()
 
     async def read_once(self, to: Destination, key: str, *, timeout: float | None = None) -> bool:
         """One reading into the tracker, given up after `timeout` seconds (`READ_SECONDS`); True when it
         failed (the tracker says why)."""
         self.reads += 1
+        asked = self._tracker.asked()  # the proxy's count as the reading is asked for (pacing's bounds)
         status, body, error = await self._fetch(to, key, READ_SECONDS if timeout is None else timeout)
         if error is None and status != 200:
             error = f"HTTP {status}" + (": the key was refused" if status in (401, 403) else "")
@@ -85,7 +99,7 @@ class QuotaPoller:
             for warning in result.warnings:
                 self._warn_once(_masked(warning, key))
             if result.reading is not None:
-                self._tracker.read(result.reading)
+                self._tracker.read(result.reading, asked)
                 return False
             error = result.warnings[0] if result.warnings else "no reading"
         self._tracker.failed(_masked(f"quota not read from {to.authority}: {error}", key))

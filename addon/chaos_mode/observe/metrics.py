@@ -130,6 +130,13 @@ METRICS: Final[tuple[MetricSpec, ...]] = (
         "With quota.pace: the most requests pacing lets be in flight now; no sample while it caps nothing.",
     ),
     _spec(
+        "quota_paced_budget_prompts",
+        "gauge",
+        (),
+        "With quota.pace: the prompts (weighted) pacing's hard stop still lets go this window, as z.ai's "
+        "readings and the proxy's count bound it; no sample while not known.",
+    ),
+    _spec(
         "quota_paced_waits_total",
         "counter",
         (),
@@ -451,6 +458,8 @@ class PoolCollector(Collector):
         pacing = pool.quota_status()["pacing"] if pool.config.quota.pace else None
         if pacing is not None and pacing["maxConcurrency"] is not None:
             f.gauge("quota_paced_max_concurrency").add_metric([], float(pacing["maxConcurrency"]))
+        if pacing is not None and pacing["budget"] is not None:
+            f.gauge("quota_paced_budget_prompts").add_metric([], float(pacing["budget"]))
         f.counter("quota_paced_waits").add_metric([], float(pool.pacer.waits))
         f.counter("quota_read_failures").add_metric([], float(quota.read_failures))
 

@@ -102,6 +102,8 @@ def _quota(quota: dict[str, Any] | None, now: float) -> str | None:
             line += f"; paced: at most {pacing['maxConcurrency']} at once"
         elif pacing["preferLowerWeight"]:
             line += "; paced: lighter models first"
+        if pacing.get("budget") is not None:
+            line += f"; {pacing['budget']:g} prompts left to send"
         if pacing["pacedWaits"]:
             line += f" ({pacing['pacedWaits']} paced waits)"
     if quota["error"]:

@@ -9,7 +9,8 @@ from typing import Final
 
 from chaos_mode.quota.forecast import BURN_HORIZON
 
-MARK_EVERY: Final = 5.0  # seconds between the kept marks of the running integral
+MARK_EVERY: Final = 5.0  # seconds between the kept marks of the running integral...
+MARKS_PER_HORIZON: Final = 12  # ...or less over a short horizon: at least this many marks a horizon
 
 
 class MeanConcurrency:
@@ -38,7 +39,7 @@ class MeanConcurrency:
     def _advance(self, now: float) -> None:
         self._integral += self._level * max(now - self._at, 0.0)
         self._at = now
-        if now - self._marks[-1][0] >= MARK_EVERY:
+        if now - self._marks[-1][0] >= min(MARK_EVERY, self.horizon / MARKS_PER_HORIZON):
             self._marks.append((now, self._integral))
         while len(self._marks) > 1 and self._marks[1][0] <= now - self.horizon:
             self._marks.popleft()

@@ -14,11 +14,12 @@ from collections import deque
 from collections.abc import Callable
 from typing import Final
 
-from chaos_mode.quota.forecast import Sample
+from chaos_mode.quota.forecast import Sample, burn_per_hour
 from chaos_mode.zai.quota import WINDOW_SECONDS
 
 CALIBRATE_FROM: Final = 10.0  # percent: below, z.ai's whole-percent steps say too little about the scale
-SAMPLE_EVERY: Final = 5.0  # seconds between the samples of the count kept (the latest aside)
+SAMPLE_EVERY: Final = 5.0  # seconds between the samples of the count kept (the latest aside)...
+SAMPLES_PER_WINDOW: Final = 600  # ...or less in a short window: at least this many samples a window
 MAX_SAMPLES: Final = 4096
 
 
@@ -43,8 +44,9 @@ class TrafficEstimate:
         units = self.weight(model)
         self.units += units
         self.by_model[model] = self.by_model.get(model, 0.0) + units
-        if len(self._samples) > 1 and now - self._samples[-2][0] < SAMPLE_EVERY:
-            self._samples.pop()  # the latest sample moves on: kept ones stay SAMPLE_EVERY apart
+        every = min(SAMPLE_EVERY, self.window_seconds / SAMPLES_PER_WINDOW)
+        if len(self._samples) > 1 and now - self._samples[-2][0] < every:
+            self._samples.pop()  # the latest sample moves on: kept ones stay `every` apart
         self._samples.append((now, self.units))
 
     def spent(self, now: float, reset_at: float | None) -> None:
@@ -77,6 +79,11 @@ class TrafficEstimate:
         if scale is None:
             return []
         return [(t, min(units / scale * 100, 100.0)) for t, units in self._samples]
+
+    def burn(self, now: float, horizon: float) -> float:
+        """Units per hour counted over the last `horizon` seconds (`forecast.burn_per_hour` of the count)."""
+        self._roll(now)
+        return burn_per_hour(self._samples, now=now, window_start=self.start, horizon=horizon)
 
     def _roll(self, now: float) -> None:
         if self.end is not None and now >= self.end:

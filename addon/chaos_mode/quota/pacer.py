@@ -1,6 +1,10 @@
 """The pool's pacing (`quota.pace`): the plan in force (`quota.pacing`), worked out again at most once a
-`PACE_EVERY`, from the forecast, the mean in flight and whether a lighter model is left to prefer; the
-window it was engaged in (it stays engaged until that window resets); the waits it caused."""
+`PACE_EVERY`, from the budget (else the forecast), the mean in flight and whether a lighter model is left
+to prefer; the window it was engaged in (it stays engaged until that window resets); the hard stop (no
+request whose weight is over the budget, worked out at each request); the waits it caused.
+
+The hard stop needs the budget (`tracker.budget`), which counts this proxy's requests only: with a fleet
+sharing the account (`alone` False) there is none, and the plan aims at `pacing.TARGET_PERCENT`."""
 
 from __future__ import annotations
 
@@ -9,15 +13,18 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from chaos_mode.quota.concurrency import MeanConcurrency
-from chaos_mode.quota.pacing import NOT_PACED, PacePlan, pace
-from chaos_mode.quota.tracker import QuotaTracker
+from chaos_mode.quota.pacing import NOT_PACED, PacePlan, Spend, pace, spend_of_budget, spend_of_forecast
+from chaos_mode.quota.tracker import SAME_WINDOW, Budget, QuotaTracker
 
 PACE_EVERY: Final = 1.0  # seconds: the plan is worked out at most this often (the forecast is not cheap)
-PACE_SAME_WINDOW: Final = 2.0  # seconds: two resets this close are one window (z.ai's and a 1308's differ)
+ENDGAME_ROUNDS: Final = 3  # the end game: this many polls of the quota and requests (its readings settle
+# what was in flight), and a request for each prompt of the window's last percent (a reading there says
+# only that not all is used: the hard stop lets go a prompt a reading); at most ENDGAME_SHARE of the window
+ENDGAME_SHARE: Final = 0.2
 
 
 class Pacer:
-    """Pacing's state for one pool. Off (`on` False) it costs the pool one attribute read per selection."""
+    """Pacing's state for one pool. Off (`on` False) it costs the pool two calls per selection."""
 
     def __init__(
         self, tracker: QuotaTracker, clock: Callable[[], float], wall_clock: Callable[[], float]
@@ -26,17 +33,20 @@ class Pacer:
         self._clock = clock
         self._wall_clock = wall_clock
         self.on = False
+        self.alone = True  # no other proxy shares the account's slots (a fleet's do)
         self._weights: Mapping[str, float] = {}
+        self._lightest = 1.0
         self._plan: PacePlan = NOT_PACED
         self._planned_at = -math.inf
-        self._window: float | None = None  # the reset of the window pacing was engaged in
+        self._window: tuple[float, bool] | None = None  # the window pacing was engaged in (as `_spend`)
         self._concurrency = MeanConcurrency(clock)
         self._tiers: dict[int, str] = {}  # the request tier of each held slot (its quality floor)
-        self.waits = 0  # requests that waited because the paced concurrency was in flight
+        self.waits = 0  # requests that waited because of pacing: its concurrency in flight, or the hard stop
 
     def reconfigure(self, on: bool, weights: Mapping[str, float]) -> None:
         self.on = on
         self._weights = weights
+        self._lightest = min(weights.values(), default=1.0)
         self._concurrency.horizon = self._tracker.horizon
         self._planned_at = -math.inf
 
@@ -51,15 +61,15 @@ class Pacer:
         now = self._clock()
         if now - self._planned_at >= PACE_EVERY:
             self._planned_at = now
-            forecast = self._tracker.forecast()
-            window = forecast.resets_at if forecast is not None else None
+            spend, window = self._spend()
             engaged = (
                 window is not None
                 and self._window is not None
-                and abs(window - self._window) < PACE_SAME_WINDOW
+                and window[1] == self._window[1]
+                and abs(window[0] - self._window[0]) < SAME_WINDOW
             )
             self._plan = pace(
-                forecast,
+                spend,
                 now=self._wall_clock(),
                 concurrency=self._concurrency.mean(),
                 lighter_left=lighter_left(self._tiers),
@@ -68,10 +78,66 @@ class Pacer:
             self._window = window if self._plan.prefer_lower_weight else None
         return self._plan
 
+    def _spend(self) -> tuple[Spend | None, tuple[float, bool] | None]:
+        """(what is left and its burn, (the reset of its window, whether the budget's)): the budget's, else
+        the forecast's once the window is half a horizon old (a younger one's burn is its first burst)."""
+        tracker, now = self._tracker, self._wall_clock()
+        budget = self.budget()
+        if budget is not None:
+            burn = tracker.estimate.burn(now, tracker.horizon)
+            request = self._concurrency.mean() / burn * 3600 if burn > 0 else 0.0  # seconds (Little's law)
+            last_percent = budget.total / 100 / self._lightest
+            endgame = ENDGAME_ROUNDS * (tracker.poll_seconds + request) + last_percent * request
+            endgame = min(endgame, ENDGAME_SHARE * tracker.window_seconds)
+            spend = spend_of_budget(budget.likely, burn, now=now, resets_at=budget.resets_at, endgame=endgame)
+            return spend, (budget.resets_at, True)
+        forecast = tracker.forecast()
+        if forecast is None or forecast.resets_at is None:
+            return (None if forecast is None else spend_of_forecast(forecast)), None
+        if now < forecast.resets_at - tracker.window_seconds + tracker.horizon / 2:
+            return None, None
+        return spend_of_forecast(forecast), (forecast.resets_at, False)
+
+    def budget(self) -> Budget | None:
+        """What may still be sent this window (None: not known, or a fleet's: no hard stop)."""
+        return self._tracker.budget() if self.alone else None
+
+    def left(self) -> float | None:
+        """The weight the hard stop lets go now (None: no hard stop)."""
+        budget = self.budget() if self.on else None
+        return None if budget is None else budget.left
+
+    def affords(self, model: str) -> bool:
+        """Whether the hard stop lets a request on `model` go: its weight within the budget."""
+        left = self.left()
+        return left is None or left >= self.weight(model)
+
+    def _held(self) -> Budget | None:
+        """The budget while the hard stop holds even the lightest model, else None."""
+        budget = self.budget() if self.on else None
+        return budget if budget is not None and budget.left < self._lightest else None
+
+    def held_until(self) -> float | None:
+        """The reset (unix s) while the hard stop holds every model and nothing can lift it before: the
+        budget settled below the lightest weight. None otherwise."""
+        held = self._held()
+        return held.resets_at if held is not None and held.settled else None
+
+    def lifts_in(self) -> float | None:
+        """Seconds until the reset while the hard stop holds every model (when the waiters may go)."""
+        held = self._held()
+        return None if held is None else max(held.resets_at - self._wall_clock(), 0.0)
+
+    def drained(self) -> None:
+        """A request ended: while the hard stop holds, the reading that may lift it is asked for now."""
+        if self._held() is not None:
+            self._tracker.ask_soon()
+
     def capped(self, in_flight: int) -> bool:
-        """Whether the plan in force (as last worked out) lets no more requests be in flight."""
+        """Whether pacing lets no more requests be in flight: the plan in force (as last worked out) or
+        the hard stop."""
         cap = self._plan.max_concurrency if self.on else None
-        return cap is not None and in_flight >= cap
+        return (cap is not None and in_flight >= cap) or self._held() is not None
 
     def lightest(self, names: Sequence[str]) -> list[int]:
         """The indexes of the lightest of `names` by quotaWeight."""
@@ -92,10 +158,12 @@ class Pacer:
 
     def status(self, lighter_left: Callable[[Mapping[int, str]], bool]) -> dict[str, Any]:
         plan = self.plan(lighter_left)
+        budget = self.budget() if self.on else None
         return {
             "enabled": self.on,
             "preferLowerWeight": plan.prefer_lower_weight,
             "maxConcurrency": plan.max_concurrency,
+            "budget": None if budget is None else round(max(budget.left, 0.0), 2),
             "reason": plan.reason if self.on else "quota.pace is off",
             "pacedWaits": self.waits,
         }

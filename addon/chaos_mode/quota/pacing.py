@@ -1,13 +1,20 @@
-"""The pacing rule: what the pool does when the forecast says the quota runs out before the reset.
+"""The pacing rule: what the pool does when the quota would run out before the reset.
 
-In order: (1) prefer models of a lower `quotaWeight` within the request's quality floor, as long as lighter
-models are left to prefer; (2) once none is, admit fewer requests at once: the concurrency scaled by the
-burn the rest of the window affords over the burn now (at least one), so that the window ends with
-`TARGET_PERCENT` used rather than a 1308. The concurrency is the mean in flight over the burn's horizon,
-so a cap in force is not lowered again for the burn it inherited: in force, the cap is what the window
-affords at the burn per request, and it stays worked out so until the window resets (`engaged`), even once
-the forecast says the quota lasts (because of the cap). A quota that lasts and was never paced in this
-window is not paced; nor, beyond step (1), one whose reset is unknown.
+What is left and how fast it goes are one `Spend`, in one unit: once the window's readings bound it
+(`tracker.budget`), the quotaWeight units that may still be sent, against the burn of the proxy's own
+count, to be spent by an end-game margin before the reset; before that, z.ai's used percent against the
+forecast's burn, aiming at `TARGET_PERCENT` by the reset (a whole percent that lags says too little to aim
+at all of it: only the budget's hard stop, in `pacer`, may go to the last unit).
+
+In order: (1) prefer models of a lower `quotaWeight` within the request's quality floor, as long as
+lighter models are left to prefer; (2) once none is, admit fewer requests at once: the concurrency
+scaled by the burn the rest affords over the burn now (at least one). The concurrency is the mean in
+flight over the burn's horizon, so a cap in force is not lowered again for the burn it inherited: in
+force, the cap is what the rest affords at the burn per request, and it stays worked out so until the
+window resets (`engaged`), even once the quota lasts (because of the cap). (3) In the end game (the
+budget's last margin before the reset) no cap: what is left goes at once, held to the budget by the
+hard stop. A quota that lasts and was never paced in this window is not paced; nor, beyond step (1), one
+whose reset is unknown.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from typing import Final
 
 from chaos_mode.quota.forecast import Forecast
 
-TARGET_PERCENT: Final = 97.0  # aim a little short of 100: z.ai's percent is whole and lags
+TARGET_PERCENT: Final = 97.0  # z.ai's percent alone: aim a little short of 100 (it is whole and lags)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,24 +40,51 @@ class PacePlan:
 NOT_PACED: Final = PacePlan()
 
 
-def affordable_burn(used: float, *, now: float, resets_at: float) -> float:
-    """Percent per hour that spends the window to `TARGET_PERCENT` exactly at its reset."""
-    hours = max(resets_at - now, 1.0) / 3600
-    return max(TARGET_PERCENT - used, 0.0) / hours
+@dataclass(frozen=True, slots=True)
+class Spend:
+    """What is left of the window to spend and the burn now (per hour), in one unit; `until`: when it is
+    to be spent by (None: the reset is not known); `runs_out`: at this burn it is spent before the reset."""
+
+    left: float
+    burn: float
+    until: float | None
+    runs_out: bool
+
+
+def spend_of_forecast(forecast: Forecast) -> Spend:
+    """z.ai's percent: `TARGET_PERCENT` less the used, by the reset."""
+    left = max(TARGET_PERCENT - forecast.used_percent, 0.0)
+    return Spend(left, forecast.burn_per_hour, forecast.resets_at, forecast.runs_out_at is not None)
+
+
+def spend_of_budget(left: float, burn: float, *, now: float, resets_at: float, endgame: float) -> Spend:
+    """The budget in units (`left`, at `burn` units per hour), by `endgame` seconds before the reset."""
+    left = max(left, 0.0)
+    return Spend(left, burn, resets_at - endgame, burn * max(resets_at - now, 0.0) / 3600 > left)
+
+
+def affordable_burn(left: float, *, now: float, until: float) -> float:
+    """The burn per hour that spends `left` exactly by `until`."""
+    hours = max(until - now, 1.0) / 3600
+    return left / hours
 
 
 def pace(
-    forecast: Forecast | None, *, now: float, concurrency: float, lighter_left: bool, engaged: bool = False
+    spend: Spend | None, *, now: float, concurrency: float, lighter_left: bool, engaged: bool = False
 ) -> PacePlan:
-    """The plan for `forecast`; `concurrency`: the mean of the requests in flight while the burn was
+    """The plan for `spend`; `concurrency`: the mean of the requests in flight while the burn was
     measured; `lighter_left`: some request in flight is served by a model heavier than the lightest its
     quality floor admits; `engaged`: pacing was in force earlier in this window."""
-    if forecast is None or (forecast.runs_out_at is None and not engaged):
+    if spend is None or not (spend.runs_out or engaged):
         return NOT_PACED
-    if lighter_left or forecast.resets_at is None:
+    if lighter_left or spend.until is None:
         return PacePlan(True, None, "the quota would run out before the reset: lighter models first")
-    allowed = affordable_burn(forecast.used_percent, now=now, resets_at=forecast.resets_at)
-    burn = forecast.burn_per_hour
-    cap = math.ceil(concurrency) if burn <= 0 else math.floor(max(concurrency, 1.0) * allowed / burn)
+    if now >= spend.until:
+        return PacePlan(True, None, "the window's end game: what is left goes at once")
+    allowed = affordable_burn(spend.left, now=now, until=spend.until)
+    burn = spend.burn
+    cap = math.floor(max(concurrency, 1.0) * allowed / burn) if burn > 0 else 0
+    if allowed >= burn:  # a burn the rest affords never lowers the concurrency it runs at
+        cap = max(cap, math.ceil(concurrency))
     cap = max(cap, 1)
     return PacePlan(True, cap, f"what the window affords until its reset: at most {cap} at once")

@@ -1,6 +1,7 @@
 """Our own 429, for a request no eligible model could take, in the format of the door it came through.
 
-It says why (from the pool), when to retry (the account pause, else the next cooldown to end, lengthened
+It says why (from the pool), when to retry (the account pause, else the quota's reset while pacing holds
+everything until it, else the next cooldown to end, lengthened
 by z.ai's own Retry-After when z.ai answered first), and keeps z.ai's rate-limit headers beside ours.
 """
 
@@ -46,7 +47,8 @@ def rate_limited(
     elif why is None:
         why = f"no {tier}-tier model had a free slot within the queue timeout"
     pause = pool.cooldowns.account_pause()
-    retry = pause[0] if pause else (pool.cooldowns.next_expiry() or DEFAULT_RETRY_SECONDS)
+    spent = pool.quota_spent_for()  # pacing's hard stop holds until the reset
+    retry = pause[0] if pause else (spent or pool.cooldowns.next_expiry() or DEFAULT_RETRY_SECONDS)
     upstream = upstream or ()
     upstream_retry = next((v for k, v in upstream if k.lower() == "retry-after"), None)
     if upstream_retry is not None:

@@ -3,9 +3,12 @@
 How a model is chosen for a request, the rules in the order they apply (`_select`, `_beyond_limits`):
 
 1. **Nothing while the account is paused** (1308/1310/1313: z.ai will refuse everything until its reset).
-2. **Paced** (`quota.pace`, only while the quota's forecast runs out before its reset; `quota.pacing`):
-   nothing once the paced concurrency is in flight (the request waits in the fair queue, counted in
-   `pacer.waits`), and among the models free within the limits only the lightest by `quotaWeight`.
+2. **Paced** (`quota.pace`, only while the quota runs out before its reset; `quota.pacing`): nothing
+   once the paced concurrency is in flight (the request waits in the fair queue, counted in
+   `pacer.waits`), and among the models free within the limits only the lightest by `quotaWeight`; and,
+   whether the quota runs out or not, no request whose weight is over what is left of the window as the
+   readings and the proxy's own count bound it (the hard stop, `_attempt`: it waits, for the reset if
+   need be, or hears at once when the reset is beyond the queue's timeout).
 3. **Eligible**: the models the request's tier may use (its quality floor), less those it was refused by
    and those cooling down or out of rotation.
 4. **Within the limits**: a model with fewer in flight than its limit (learned, or the catalog's), the
@@ -196,6 +199,7 @@ class ChaosPool:
         # The 5-hour quota: every clean answer counts its model's weight, a 1308 says the window is spent.
         self.quota = QuotaTracker(config.quota_weight, wall_clock)
         self.pacer = Pacer(self.quota, clock, wall_clock)  # `quota.pace`
+        self.quota.changed = self._quota_changed  # a reading may lift pacing's hard stop
         self.reconfigure(config)
 
     # -- configuration ----------------------------------------------------------------------------
@@ -225,6 +229,7 @@ class ChaosPool:
         """Count slots in `slots` from now on (a store shared with other proxies). Only at start-up, while
         nothing is held: a held slot must be released where it was taken."""
         self._slots = slots
+        self.pacer.alone = not slots.confirms  # pacing's budget counts this proxy's requests only
 
     def use_cooldowns(self, cooldowns: CooldownState) -> None:
         """Keep cooldowns in `cooldowns` from now on (one shared with other proxies), at start-up."""
@@ -261,10 +266,14 @@ class ChaosPool:
         self._cooldowns.reconfigure(config.cooldown)
         self._sticky.reconfigure(config.sticky.ttl_seconds, config.sticky.max_entries)
         quota = config.quota
+        weights = {name: spec.quota_weight for name, spec in config.models.items()}
         self.quota.reconfigure(
-            config.quota_weight, poll_seconds=quota.poll_seconds, window_seconds=quota.window_seconds
+            config.quota_weight,
+            poll_seconds=quota.poll_seconds,
+            window_seconds=quota.window_seconds,
+            whole=all(float(w).is_integer() for w in weights.values()),
         )
-        self.pacer.reconfigure(quota.pace, {name: spec.quota_weight for name, spec in config.models.items()})
+        self.pacer.reconfigure(quota.pace, weights)
         self._queue.dispatch()  # capacity may have grown
 
     def _derive(self) -> None:
@@ -323,6 +332,11 @@ class ChaosPool:
                 return None, False
         if plan.prefer_lower_weight:  # paced: the lightest models that are free, within the floor
             candidates = [candidates[i] for i in self.pacer.lightest([e.name for e in candidates])]
+        left = self.pacer.left()
+        if left is not None:  # pacing's hard stop: only what fits in what is left
+            candidates = [e for e in candidates if self.pacer.weight(e.name) <= left]
+            if not candidates:
+                return None, False
         in_flight = [held(e.name, 0) for e in candidates]
 
         moved = False
@@ -457,6 +471,7 @@ class ChaosPool:
         )
         self._held[slot_id] = model
         _count(self._held_on, model, 1)
+        self.quota.sent(slot_id, model)
         self._taken_at[slot_id] = self._clock()
         if awaits_verdict:
             self._unanswered[slot_id] = model
@@ -499,6 +514,7 @@ class ChaosPool:
             return False
         _count(self._held_on, model, -1)
         self._settle(slot)
+        self.quota.ended(slot.slot_id)
         self._arrivals.released(slot.slot_id)
         taken_at = self._taken_at.pop(slot.slot_id)
         ended = self._ended.pop(slot.slot_id, None)
@@ -511,6 +527,7 @@ class ChaosPool:
             self.spurious_releases += 1
             return False
         self.pacer.released(slot.slot_id, self._slots.total())
+        self.pacer.drained()
         if len(self._queue):
             delay = self._slots.hold_back()
             if delay > 0:
@@ -540,6 +557,9 @@ class ChaosPool:
         if choice is None:
             return None
         model, reason, probe = choice
+        if not self.pacer.affords(model):  # pacing's hard stop: its weight is over what is left
+            self._arm_timer()  # the waiters go at the reset
+            return None
         slot = self._take(model, reason, probe, awaits_verdict=True)
         if slot is None:
             return None
@@ -685,6 +705,9 @@ class ChaosPool:
         pause = self._cooldowns.account_pause()
         if pause is not None:
             return f"account paused for {pause[0]:.0f} s: {pause[1]}"
+        spent = self.quota_spent_for()
+        if spent is not None and spent > self._config.queue.timeout_seconds:
+            return f"the 5-hour quota is spent as pacing counts it: it resets in {spent:.0f} s"
         for entry in self._eligible[ticket.tier]:
             if entry.name in ticket.attempted:
                 continue
@@ -693,10 +716,25 @@ class ChaosPool:
                 return None
         return f"no usable model left for {ticket.tier} requests"
 
+    def quota_spent_for(self) -> float | None:
+        """Seconds until the reset while pacing's hard stop holds every model for good (None: it does not)."""
+        until = self.pacer.held_until()
+        return None if until is None else max(until - self._wall_clock(), 0.0)
+
+    def _quota_changed(self) -> None:
+        """A reading (or a 1308) moved pacing's budget: the waiters it held may go."""
+        if len(self._queue) and self.pacer.on:
+            self._queue.dispatch()
+            self._arm_timer()
+
     def _arm_timer(self) -> None:
-        """Wake the queue when the earliest cooldown ends or the next probe is due: either frees capacity
-        without a release."""
-        delays = [d for d in (self._cooldowns.next_expiry(), self._limits.next_probe()) if d is not None]
+        """Wake the queue when the earliest cooldown ends, the next probe is due or pacing's hard stop
+        lifts at the reset: each frees capacity without a release."""
+        delays = [
+            d
+            for d in (self._cooldowns.next_expiry(), self._limits.next_probe(), self.pacer.lifts_in())
+            if d is not None
+        ]
         if not delays:
             return
         delay = min(delays)
@@ -736,7 +774,7 @@ class ChaosPool:
         arrived, arrived_total = (0, 0) if queued else self._arrival_levels(selection, (0, 0))
         model = selection.model
         serving, total = max(self._serving(model), arrived), max(self._serving(), arrived_total)
-        self.quota.answered(model)
+        self.quota.answered(model, selection.slot_id)
         limits = self._limits
         limits.succeeded(model, serving, total, selection.probe)
         self._note(selection, "clean", serving, total)
@@ -819,6 +857,8 @@ class ChaosPool:
         counted = selection is not None and selection.slot_id in self._stalled
         if selection is not None:
             self._settle(selection)
+            if error.action is not Action.UNREACHED:
+                self.quota.refused(selection.slot_id)  # z.ai's error answer: not charged
         seconds = self._report_error(model, error, retry_after, selection, counted=counted)
         self._limits_changed()
         if len(self._queue):
