@@ -46,8 +46,8 @@ WAIT_MS = 10_000  # one expectation on the page
 
 # Each answer streams for about two seconds: long enough to see, short enough to keep the test quick.
 # z.ai's true limits differ from the catalog's: glm-4.6 takes 2 at once (the catalog says 3), so the swarm
-# meets a 1302 there and the pool learns the lower limit; glm-4.5-x takes 3 (the catalog says 2), so a
-# probe above its limit is answered.
+# meets 1302s there (more than one: one alone may be chance) and the pool learns a lower limit; glm-4.5-x
+# takes 3 (the catalog says 2), so a probe above its limit is answered.
 TRUE_LIMITS = {**default_limits(), "glm-4.6": 2, "glm-4.5-x": 3}
 SIM = SimSettings(
     latency_ms=1500, token_interval_ms=50, output_tokens=10, reject_delay_ms=200, limits=TRUE_LIMITS
@@ -56,7 +56,7 @@ PROXY_CONFIG: dict[str, object] = {"chaosMode": {"enabled": True}, "upstreamHost
 TIER_MODELS = {"heavy": "claude-opus-4-1", "medium": "claude-sonnet-4-5", "light": "claude-haiku-4-5"}
 CHAT_MODELS = {"heavy": "glm-4.7", "medium": "glm-4.5", "light": "glm-4.5-flash"}  # the OpenAI door's
 MESSAGES = [{"role": "user", "content": "dashboard test"}]
-SWARM = ["heavy"] * 6 + ["medium"] * 8 + ["light"] * 6  # 20 requests; heavy has 5 slots while glm-4.7 cools
+SWARM = ["heavy"] * 9 + ["medium"] * 6 + ["light"] * 5  # 20; heavy: 5 slots while glm-4.7 cools
 # Every second request of the swarm comes through the OpenAI door: one pool, both doors counted apart.
 DOORS_SHOWN = """([anthropic, openai]) => document.getElementById('door-anthropic').textContent === anthropic
     && document.getElementById('door-openai').textContent === openai"""

@@ -66,9 +66,10 @@ async def test_limits_below_the_catalog_are_learned_without_cooldowns(
     assert all(m["cooldownReason"] is None for m in models.values())  # a 1302 is no outage
     stats = await sim.stats()
     for name in ("glm-4.7", "glm-4.6"):
-        # One burst over the limit at the start (and perhaps a probe before the first answer came back),
-        # then never again within the probe interval.
-        assert stats["models"][name]["rejected"].get("1302", 0) <= 3, stats["models"][name]
+        # One burst over the limit at the start (a level is refused at its second or third refusal: one
+        # alone may be chance; and perhaps a probe before the first answer came back), then never again
+        # within the probe interval.
+        assert stats["models"][name]["rejected"].get("1302", 0) <= 6, stats["models"][name]
 
 
 async def test_limits_above_the_catalog_are_found_by_probing(

@@ -30,6 +30,7 @@ from chaos_mode.zai.catalog import ACCOUNT
 from chaos_mode.zai.errors import classify_error
 from support.certs import make_certs
 from support.fakes import FakeClock
+from support.learned import as_on_the_benchmark
 from support.pool_rig import routing
 from support.redis_support import redis_process, require_redis_server
 
@@ -411,6 +412,8 @@ async def test_the_verdicts_on_a_slot_one_proxy_gives_back_count_on_the_other_as
     (a, b), fleets = await two_pools(server, lease_seconds=0.3)  # renewals every 0.1 s
     try:
         await until(lambda: all(f._joined_limits for f in fleets))  # each took the fleet's limits on joining
+        for pool in (a, b):
+            as_on_the_benchmark(pool)
         first = await a.admit(Ticket("heavy"), timeout=1)
         assert first is not None
         model = first.model

@@ -34,8 +34,8 @@ def test_a_wider_margin_before_enough_heads_were_seen() -> None:
     ("heads", "expected"),
     [
         ([0.01] * ENOUGH, FLOOR_SECONDS),  # fast heads: the floor
-        ([0.1] * (ENOUGH - 1) + [0.9], 0.25),  # one slow head among fast ones: the quartile, not the slowest
-        ([0.1] * 4 + [0.9] * 4, 1.8),  # twice the upper quartile of the recent heads
+        ([0.1] * (ENOUGH - 1) + [0.3], 0.25),  # one slow head among fast ones: the quartile, not the slowest
+        ([0.1] * 4 + [0.3] * 4, 0.6),  # twice the upper quartile of the recent heads (none held: under 0.4)
         ([0.9] + [0.1] * KEEP, FLOOR_SECONDS),  # a slow head long ago no longer counts
         ([-1.0] * ENOUGH, FLOOR_SECONDS),  # a clock step backwards is not a negative head time
     ],

@@ -4,12 +4,13 @@ limit, noise, a soft band, a limit that moves. Pure: time is a number passed in.
 from __future__ import annotations
 
 import random
+from math import comb
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chaos_mode.learning.evidence import MEMORY, NOISE, LevelEvidence, refusal_lower_bound
+from chaos_mode.learning.evidence import MEMORY, NOISE, LevelEvidence, chance_of_as_many
 
 COST = 3.0  # a refusal's cost in slot-times, as on the benchmark (3 s refusals, 1-s requests)
 FADE = 600.0
@@ -20,11 +21,20 @@ def fill(evidence: LevelEvidence, level: int, count: int, *, refused: bool = Fal
         evidence.observe(level, refused=refused, now=now)
 
 
-def test_wilson_lower_bound() -> None:
-    assert refusal_lower_bound(0.0, 0.0) == 0.0
-    assert refusal_lower_bound(0.0, 10.0) == pytest.approx(0.0)
-    assert refusal_lower_bound(1.0, 2.0) == pytest.approx(0.164, abs=0.001)  # one refusal, one prior
-    assert refusal_lower_bound(1.0, 12.0) < NOISE < refusal_lower_bound(6.0, 12.0)
+@given(st.integers(1, 40), st.integers(0, 40), st.floats(0.001, 0.999))
+def test_the_chance_of_as_many_refusals_is_the_binomial_tail(refused: int, clean: int, rate: float) -> None:
+    total = refused + clean
+    tail = sum(comb(total, k) * rate**k * (1 - rate) ** (total - k) for k in range(refused, total + 1))
+    assert chance_of_as_many(refused, total, rate) == pytest.approx(tail, rel=1e-6, abs=1e-12)
+
+
+def test_the_chance_of_as_many_refusals_at_the_edges() -> None:
+    assert chance_of_as_many(0.0, 10.0, 0.2) == 1.0  # no refusal: nothing to explain
+    assert chance_of_as_many(1.0, 2.0, 0.0) == 0.0
+    assert chance_of_as_many(1.0, 2.0, 1.0) == 1.0
+    assert chance_of_as_many(1.0, 2.0, NOISE) > 0.05  # one refusal and the prior: chance, at any level
+    assert chance_of_as_many(2.0, 3.0, NOISE) < 0.01  # two: not
+    assert chance_of_as_many(0.5, 2.0, 0.1) > chance_of_as_many(1.0, 2.0, 0.1)  # a shared refusal: less
 
 
 def test_with_no_evidence_the_catalog_is_the_limit_and_the_account_has_none() -> None:
@@ -33,13 +43,32 @@ def test_with_no_evidence_the_catalog_is_the_limit_and_the_account_has_none() ->
     assert LevelEvidence(20, 40, FADE).limit(0.0, COST) == 20  # a configured account limit
 
 
-def test_a_hard_limit_under_the_catalog_is_found_at_its_first_refusal() -> None:
-    """glm-4.7 takes 2, not 3: z.ai never served 3 of it, and refuses the third."""
+def test_a_hard_limit_under_the_catalog_is_found_at_its_second_refusal() -> None:
+    """glm-4.7 takes 2, not 3: z.ai never served 3 of it, and refuses the third. One refusal may be chance
+    (z.ai refuses a few percent anywhere); two in a row at a level nobody was served at are not."""
     evidence = LevelEvidence(3, 12, FADE)
     fill(evidence, 1, 5)
     fill(evidence, 2, 5)
     evidence.observe(3, refused=True, now=1.0)
-    assert evidence.limit(1.0, COST) == 2
+    assert evidence.limit(1.0, COST) == 3
+    evidence.observe(3, refused=True, now=1.5)
+    assert evidence.limit(1.5, COST) == 2
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    served=st.lists(st.integers(0, 2 * MEMORY), min_size=12, max_size=12),
+    at=st.integers(1, 13),
+    cost=st.floats(0.05, 20.0),
+)
+def test_one_refusal_alone_never_moves_a_limit(served: list[int], at: int, cost: float) -> None:
+    """Whatever z.ai served before (nothing at all, or some levels), one refusal anywhere is chance."""
+    evidence = LevelEvidence(6, 12, FADE)
+    for level, count in enumerate(served, start=1):
+        fill(evidence, level, count)
+    before = evidence.limit(0.0, cost)
+    evidence.observe(at, refused=True, now=0.0)
+    assert evidence.limit(0.0, cost) == before
 
 
 def test_one_refusal_among_the_clean_answers_of_a_level_moves_nothing() -> None:
@@ -90,15 +119,24 @@ def test_noise_a_full_pool_sees_keeps_the_limit_at_the_catalog_nearly_all_the_ti
 
 
 def test_a_band_that_rises_is_refused_where_it_stops_paying() -> None:
-    """Clean to 8, then refused ever more often: 3 in 10 at 9, 6 in 10 at 10."""
-    evidence = LevelEvidence(10, 40, FADE)
-    rng = random.Random(1)
-    for level in range(1, 9):
-        fill(evidence, level, MEMORY)
-    for step in range(400):
-        level = rng.choice((9, 10))
-        evidence.observe(level, refused=rng.random() < (level - 8) * 0.3, now=step * 0.1)
-    assert evidence.limit(40.0, COST) == 8
+    """Clean to 8, then refused ever more often: 3 in 10 at 9, 6 in 10 at 10. Over ten seeds, the limit
+    is 8 most of the time once the band is known (now and then a run of clean answers at 9 looks like it
+    pays), and 10 hardly ever."""
+    limits: dict[int, int] = {}
+    for seed in range(10):
+        evidence = LevelEvidence(10, 40, FADE)
+        rng = random.Random(seed)
+        for level in range(1, 9):
+            fill(evidence, level, MEMORY)
+        for step in range(400):
+            level = rng.choice((9, 10))
+            evidence.observe(level, refused=rng.random() < (level - 8) * 0.3, now=step * 0.1)
+            if step >= 200:
+                value = evidence.limit(step * 0.1, COST) or 0
+                limits[value] = limits.get(value, 0) + 1
+    assert set(limits) <= {8, 9, 10}
+    assert limits[8] >= 0.6 * 2000
+    assert limits.get(10, 0) <= 0.01 * 2000
 
 
 def test_a_limit_that_fell_is_followed_down_and_back_up() -> None:
@@ -118,7 +156,7 @@ def test_what_was_learned_fades_back_to_the_catalog() -> None:
     evidence = LevelEvidence(3, 12, FADE)
     fill(evidence, 1, 2)
     fill(evidence, 2, 2)
-    evidence.observe(3, refused=True, now=0.0)
+    fill(evidence, 3, 2, refused=True)
     assert evidence.limit(0.0, COST) == 2
     assert evidence.limit(10 * FADE, COST) == 3
     climbed = LevelEvidence(3, 12, FADE)
@@ -132,8 +170,8 @@ def test_a_cheap_refusal_tolerates_more() -> None:
     evidence = LevelEvidence(10, 40, FADE)
     for level in range(1, 10):
         fill(evidence, level, MEMORY)
-    for index in range(MEMORY):
-        evidence.observe(10, refused=index % 4 == 0, now=1.0)
+    for index in range(2 * MEMORY):  # a level's memory full: one refusal in three
+        evidence.observe(10, refused=index % 3 == 0, now=1.0)
     assert evidence.limit(1.0, COST) == 9
     assert evidence.limit(1.0, 0.1) == 10
 

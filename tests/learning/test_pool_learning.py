@@ -133,9 +133,8 @@ def test_an_account_limit_learned_from_1302s_is_probed_too() -> None:
     probe = rig.take("light")
     assert (probe.probe, probe.reason) == ("account", "probing the account limit (4+1)")
     rig.pool.report_success(probe)
-    # One clean answer at 5 against the refusals there: not yet, but the next probe may follow at once.
-    assert served(rig.pool.status())["accountLimit"] == 4
-    assert rig.pool.limits.can_probe_account()
+    # A clean answer at 5 ten seconds after the refusals there: z.ai has moved since, they count little.
+    assert served(rig.pool.status())["accountLimit"] is None
     for selection in [*held, probe]:
         rig.pool.release(selection)
 
@@ -428,19 +427,38 @@ def test_a_refusal_counts_at_what_z_ai_served_when_it_came_not_at_what_the_pool_
         assert rig.pool.release(selection)
 
 
-def test_a_head_z_ai_held_does_not_count_among_what_it_served_when_the_next_request_came() -> None:
+def test_a_head_z_ai_held_then_served_counts_among_what_it_served_when_the_next_request_came() -> None:
+    """A z.ai that queues serves the requests it held once it has room: those count as its own."""
     rig = Rig(routing({"m": {"tier": "HEAVY", "maxConcurrency": 6}}))
-    first, held = rig.take(), rig.take()
+    first, held, waiting = rig.take(), rig.take(), rig.take()
     rig.pool.report_success(first)
     assert rig.pool.report_stall(held)  # z.ai queues it...
     rig.pool.report_success(held)  # ...and serves it later
     after = rig.take()
-    assert after.in_flight == 3
+    assert after.in_flight == 4
     rig.pool.report_error("m", error("1302"), None, after)
     evidence = rig.pool.limits.evidence("m")
-    assert evidence.refusal_estimate(3, rig.clock()) == 0.5  # at 2 (its stall's level too), not at 3
-    for selection in (first, held, after):
+    assert evidence.refusal_estimate(3, rig.clock()) > 0.5  # at 3: first and held beside it, not waiting
+    assert evidence.refusal_estimate(4, rig.clock()) == 0.5
+    for selection in (first, held, waiting, after):
         assert rig.pool.release(selection)
+
+
+def test_a_probe_z_ai_held_then_served_found_no_room_above_its_limit() -> None:
+    """Its stall judged it (refused, for pacing too); served once a slot freed, it does not let the next
+    probe follow at once."""
+    rig = Rig(routing({"m": {"tier": "HEAVY", "maxConcurrency": 1}}))
+    held = rig.take()
+    rig.pool.report_success(held)
+    probe = rig.take()
+    assert probe.probe == "model"
+    assert rig.pool.report_stall(probe)
+    rig.pool.report_ended(held)
+    assert rig.pool.release(held)  # a slot freed: z.ai serves the probe
+    rig.pool.report_success(probe)
+    assert rig.pool.limits.limit("m") == 1
+    assert not rig.pool.limits.can_probe("m")
+    assert rig.pool.release(probe)
 
 
 def test_a_clean_answer_counts_at_least_what_z_ai_served_when_its_request_came() -> None:

@@ -21,6 +21,16 @@ def test_only_the_slots_beside_it_that_z_ai_accepted_count_and_itself_on_top() -
     assert arrivals.levels(5) is None
 
 
+def test_a_slot_z_ai_served_before_counts_even_when_z_ai_held_it_first() -> None:
+    """A z.ai that queues serves requests it held: when the next request comes, those are its to serve."""
+    arrivals = Arrivals()
+    arrivals.accepted(1, "m")
+    arrivals.taken(5, "m", [1, 2, 3], serving={2: "m", 3: "other"})  # 2 and 3 were held, then served
+    assert arrivals.levels(5) == (3, 4)
+    arrivals.taken(6, "m", [1, 2], serving={1: "m"})  # served and accepted at once: counted once
+    assert arrivals.levels(6) == (2, 2)
+
+
 def test_other_proxies_serving_counts_too() -> None:
     arrivals = Arrivals()
     arrivals.taken(1, "m", [], model_elsewhere=2, account_elsewhere=7)

@@ -10,10 +10,18 @@ ONLY_GLM_4_5 = frozenset({"glm-4.7", "glm-4.6", "glm-4.5-x", "glm-4.5-air"})  # 
 ONLY_GLM_4_5_AIR = frozenset({"glm-4.7", "glm-4.6", "glm-4.5-x", "glm-4.5"})
 
 
+def as_on_the_benchmark(pool: ChaosPool) -> None:
+    """1-s answers and 3-s refusals, as on the benchmark: a refusal costs three slot-times, so two at a level
+    nobody was served at refuse it (cheaper refusals would take more)."""
+    for _ in range(60):
+        pool.limits.served_for(1.0)
+
+
 def lower_glm_4_7(pool: ChaosPool, busy: UpstreamError) -> None:
     """z.ai refuses a third request on glm-4.7 (the catalog says 3), twice: its learned limit becomes 2;
     the other two are answered cleanly (2 ran full, so a probe may follow). Two requests stay in flight on
     it."""
+    as_on_the_benchmark(pool)
     sent = [pool.try_acquire(Ticket("heavy", ONLY_GLM_4_7)) for _ in range(2)]
     assert [s.model if s else None for s in sent] == ["glm-4.7"] * 2
     assert sent[0] is not None and sent[1] is not None
@@ -37,6 +45,7 @@ def learn_account_limit(pool: ChaosPool, busy: UpstreamError) -> None:
     """z.ai served each of glm-4.5 and glm-4.5-air one at a time lately and the account 3 at once, then
     refuses them at 1 in flight with 4 on the account: the account is full, its learned limit becomes 3
     ("1302 at 4 in flight"). Three requests stay in flight, one on each heavy model."""
+    as_on_the_benchmark(pool)
     for model in ("glm-4.5", "glm-4.5-air"):
         for _ in range(12):
             pool.limits.succeeded(model, 1, 3, None)

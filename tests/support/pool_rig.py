@@ -36,6 +36,8 @@ class Rig:
         self.pool = ChaosPool(
             config or routing(), clock=self.clock, wall_clock=self.wall, rng=random.Random(0)
         )
+        for _ in range(60):  # 1-s answers, 3-s refusals, as on the benchmark: a refusal costs 3 slot-times
+            self.pool.limits.served_for(1.0)
 
     def take(self, tier: str = "heavy") -> Slot:
         selection = self.pool.try_acquire(Ticket(tier))  # type: ignore[arg-type]

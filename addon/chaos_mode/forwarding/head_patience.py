@@ -5,8 +5,8 @@ z.ai sends an accepted stream's head at once (or with its first token) and takes
 (`zai.timing`). So an attempt with no head after `seconds()` (twice the upper quartile of recent heads:
 not the slowest, so that heads z.ai held do not stretch it) is most likely being refused: it may be left
 for a slot within the limits (hedging). One with no head after `stall_after()` (four times z.ai's quickest
-recent heads, at least a second: z.ai may hold most heads when it queues, never its quickest) is held: z.ai
-queues it instead of refusing, which says a limit was passed as a 1302 does. A head that comes
+recent heads, at least `FLOOR_SECONDS`: z.ai may hold most heads when it queues, never its quickest) is
+held: z.ai queues it instead of refusing, which says a limit was passed as a 1302 does. A head that comes
 after its stall says z.ai queues: for `QUEUE_MEMORY_SECONDS` no attempt is left (leaving a held request
 would throw away what z.ai is about to serve), and such heads never count among the recent ones.
 """
@@ -26,7 +26,7 @@ ENOUGH: Final = 8  # heads seen before the floor is FLOOR_SECONDS
 EARLY_FLOOR_SECONDS: Final = 1.0  # the floor before that: a margin while z.ai's pace is barely known
 STALL_FACTOR: Final = 4.0  # a head held this many times z.ai's quickest heads is a stall
 STALL_QUANTILE: Final = 0.1  # z.ai's quickest heads: those of requests it did not hold (it may hold most)
-STALL_FLOOR_SECONDS: Final = 1.0  # never a stall sooner (a loaded proxy or network alone may take this)
+STALL_FLOOR_SECONDS: Final = FLOOR_SECONDS  # never a stall sooner: as for the patience
 QUEUE_MEMORY_SECONDS: Final = 60.0  # no attempt is left this long after z.ai was seen to queue
 
 

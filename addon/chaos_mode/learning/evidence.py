@@ -14,14 +14,21 @@ One estimator, three rules:
    the older ones fade by `1 - 1/MEMORY`, so a level's word is recent whatever the pace of the traffic,
    and a level nobody sends at keeps its word until a probe tests it again. Every observation also fades
    with time (half-life `fade_seconds`): what was learned long ago gives way to the catalog's value.
-   Each level also counts one clean answer of prior that never fades (`PRIOR`).
+   Each level also counts one clean answer of prior that never fades (`PRIOR`). **A word contradicted by
+   a newer one fades fast**: p never falls as n grows, so a refusal at n says z.ai refuses at every level
+   from n up, and a clean answer at n that it serves every level up to n. A level's clean answers older
+   than a refusal at or under it, and its refusals older than a clean answer at or above it, count half
+   for every `CONTRADICTED_HALF_LIFE` between the two: they speak of a z.ai that has since moved (a limit
+   halved, then restored), unless the side contradicted speaks again. While both kinds keep coming (noise,
+   a band) the gap is short and so is the discount.
 2. **A level is refused** when using it loses answers. Operating at n (a full pool sends every request
    at its top level), z.ai answers n·(1 - p(n)) slots' worth while each refusal costs its request `cost`
    slot-times (z.ai's 3-6 s to refuse, over how long a slot serves): n pays over n - 1 only while p rises
-   there by less than (1/(1 + cost) - p(n - 1)) / n. So a level is refused when its refusal rate rises above
-   the rate of the levels under it (at least `NOISE`) by more than that, the rate taken at the lower bound of
-   Wilson's interval (90%, the prior included): one 1302 at a level nobody was served at is enough (a hard
-   limit is found at its first refusal); noise does not move a limit (it is the same at every level: no
+   there by less than (1/(1 + cost) - p(n - 1)) / n. So a level is refused when its refusals say that its
+   rate rises above the rate of the levels under it (at least `NOISE`) by more than that: an exact binomial
+   test of its refusals (its prior included) against that rate, at `SIGNIFICANCE`. One refusal never
+   passes it (one in two tries is that likely at `NOISE`); two at a level nobody was served at do (a hard
+   limit is found at its second refusal); noise does not move a limit (it is the same at every level: no
    rise); a band that rises does (a soft limit, or a limit that fell). Since p never falls as n grows,
    adjacent levels whose rates do not rise are pooled first (isotonic regression): a rate above the next
    level's is noise, and equal rates add confidence.
@@ -36,14 +43,22 @@ import math
 from dataclasses import dataclass
 from typing import Final
 
+from chaos_mode.zai.timing import EARLIEST_REFUSAL_SECONDS
+
 MEMORY: Final = 12  # observations a level remembers (older ones fade by 1 - 1/MEMORY per new one)
-Z: Final = 1.2816  # one-sided 90%: a level is refused when the lower bound of its refusal rate says so
 SERVED_WEIGHT: Final = 0.05  # a clean answer this faded no longer shows a level as served
 PRIOR: Final = 1.0  # a clean answer assumed at every level before any is seen (it never fades)
 # The refusals z.ai sends at any level, whatever the load ("works again a few seconds later"): a level's rate
 # counts as risen only above this, or above the rate of the levels under it when that is higher. A full pool
 # sends at its top level only, so the levels under it rarely show the noise themselves.
 NOISE: Final = 0.05
+# A level is refused when its refusals are less likely than this under the highest rate worth the level:
+# as likely as one refusal in two tries at the noise rate (one refusal and a level's prior), so that one
+# refusal alone never refuses a level.
+SIGNIFICANCE: Final = 1.0 - (1.0 - NOISE) ** 2
+# The half-life of a word contradicted by a newer one (rule 1): z.ai's quickest refusal. A z.ai that still
+# served a level would have answered there again within that; one that moved has not.
+CONTRADICTED_HALF_LIFE: Final = EARLIEST_REFUSAL_SECONDS
 
 
 @dataclass(slots=True)
@@ -53,17 +68,46 @@ class Level:
     clean: float = 0.0
     refused: float = 0.0
     at: float = 0.0  # when these weights were last brought up to date (monotonic)
+    clean_at: float = -math.inf  # the latest clean answer here
+    refused_at: float = -math.inf  # the latest refusal here
 
 
-def refusal_lower_bound(refused: float, total: float) -> float:
-    """Wilson's lower bound (one-sided 90%) of a refusal rate seen as `refused` of `total` observations."""
-    if total <= 0.0:
+def chance_of_as_many(refused: float, total: float, rate: float) -> float:
+    """How likely `refused` or more refusals in `total` tries are when z.ai refuses at `rate`: the binomial
+    tail, I_rate(refused, total - refused + 1) (the regularized incomplete beta function, which takes the
+    faded counts as they are). 1 for no refusal at all."""
+    if refused <= 0.0 or rate >= 1.0:
+        return 1.0
+    if rate <= 0.0:
         return 0.0
-    share = refused / total
-    z2 = Z * Z
-    centre = share + z2 / (2 * total)
-    spread = Z * math.sqrt(share * (1 - share) / total + z2 / (4 * total * total))
-    return max((centre - spread) / (1 + z2 / total), 0.0)
+    return _regularized_beta(rate, refused, max(total - refused, 0.0) + 1.0)
+
+
+def _regularized_beta(x: float, a: float, b: float) -> float:
+    """I_x(a, b) for 0 < x < 1, a, b > 0: by its continued fraction (modified Lentz), on the side where it
+    converges fast."""
+    if x > (a + 1.0) / (a + b + 2.0):
+        return 1.0 - _regularized_beta(1.0 - x, b, a)
+    front = math.exp(
+        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    )
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    fraction = d
+    for m in range(1, 200):
+        for numerator in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            fraction *= c * d
+        if abs(c * d - 1.0) < 1e-10:
+            break
+    return min(max(front * fraction / a, 0.0), 1.0)
 
 
 class LevelEvidence:
@@ -90,8 +134,10 @@ class LevelEvidence:
         entry.refused *= keep
         if refused:
             entry.refused += weight
+            entry.refused_at = now
         else:
             entry.clean += weight
+            entry.clean_at = now
 
     def _age(self, entry: Level, now: float) -> None:
         if now > entry.at:
@@ -101,30 +147,45 @@ class LevelEvidence:
                 entry.refused *= factor
             entry.at = now
 
+    def _weights(self, now: float) -> list[tuple[float, float]]:
+        """Each level's (clean, refused) weights as they count now (index = level, up to the highest one
+        observed): faded with time, and discounted where a newer word contradicts them (rule 1)."""
+        levels = self._levels
+        top = self._top
+        newest_refusal = [-math.inf] * (top + 2)  # the latest refusal at or under each level
+        for level in range(1, top + 1):
+            self._age(levels[level], now)
+            newest_refusal[level] = max(newest_refusal[level - 1], levels[level].refused_at)
+        weights = [(0.0, 0.0)] * (top + 1)
+        newest_clean = -math.inf  # the latest clean answer at or above the level
+        for level in range(top, 0, -1):
+            entry = levels[level]
+            newest_clean = max(newest_clean, entry.clean_at)
+            weights[level] = (
+                entry.clean * _contradicted(newest_refusal[level] - entry.clean_at),
+                entry.refused * _contradicted(newest_clean - entry.refused_at),
+            )
+        return weights
+
     def refusal_estimate(self, level: int, now: float) -> float:
         """How likely a request sent at `level` is refused, as far as the evidence says: the level's own
         refusals against the clean answers at it and above (p never falls as n grows, so z.ai serving more
         says it serves this many), with the level's prior and one refusal of prior (a Beta posterior's mean).
         It shares a refusal between the limits it may belong to."""
         level = min(max(level, 1), self.ceiling + 1)
-        entry = self._levels[level]
-        self._age(entry, now)
-        clean = 0.0
-        for above in self._levels[level : self._top + 1]:
-            self._age(above, now)
-            clean += above.clean
-        return (entry.refused + 1.0) / (entry.refused + clean + PRIOR + 1.0)
+        weights = self._weights(now)
+        refused = weights[level][1] if level <= self._top else 0.0
+        clean = sum(weight[0] for weight in weights[level:])
+        return (refused + 1.0) / (refused + clean + PRIOR + 1.0)
 
     def refused_level(self, now: float, cost: float) -> int | None:
         """The lowest level refused (rule 2), else None. `cost`: a refusal's cost in slot-times (how long z.ai
         takes to refuse over how long a slot serves)."""
         blocks: list[list[float]] = []  # [first level, refused, clean]: rates non-decreasing, level order
-        for level in range(1, self._top + 1):
-            entry = self._levels[level]
-            self._age(entry, now)
-            if entry.clean + entry.refused <= 0.0:
+        for level, (clean, refused) in enumerate(self._weights(now)):
+            if clean + refused <= 0.0:
                 continue  # no evidence: neither for nor against (the prior is the level's own, below)
-            block = [float(level), entry.refused, entry.clean]
+            block = [float(level), refused, clean]
             # Pool adjacent levels whose rates do not rise (isotonic regression, "pool adjacent
             # violators"): p never falls as n grows, so a rate above the next level's is noise.
             while blocks and blocks[-1][1] * (block[1] + block[2]) >= block[1] * (
@@ -137,8 +198,8 @@ class LevelEvidence:
         worth = 1.0 / (1.0 + cost)  # the refusal rate at which a slot's answers stop paying for refusals
         for first, refused, clean in blocks:
             background = max(below_refused / (below_refused + below_clean + PRIOR), NOISE)
-            rise = refusal_lower_bound(refused, refused + clean + PRIOR) - background
-            if refused and rise > max(worth - background, 0.0) / first:
+            pays = background + max(worth - background, 0.0) / first  # the highest rate worth the level
+            if chance_of_as_many(refused, refused + clean + PRIOR, pays) < SIGNIFICANCE:
                 return int(first)
             below_refused += refused
             below_clean += clean
@@ -147,10 +208,9 @@ class LevelEvidence:
     def served_level(self, now: float) -> int:
         """The highest level served (rule 3): a clean answer remembered at it or above, or the catalog's."""
         top = self.start or 0
+        weights = self._weights(now)
         for level in range(self._top, top, -1):
-            entry = self._levels[level]
-            self._age(entry, now)
-            if entry.clean >= SERVED_WEIGHT:
+            if weights[level][0] >= SERVED_WEIGHT:
                 return min(level, self.ceiling)
         return min(top, self.ceiling)
 
@@ -165,14 +225,16 @@ class LevelEvidence:
 
     def answered_at(self, value: int, now: float) -> bool:
         """Whether z.ai answered cleanly at `value` or above lately (not only the catalog's word)."""
-        for level in range(max(value, 1), self._top + 1):
-            entry = self._levels[level]
-            self._age(entry, now)
-            if entry.clean >= SERVED_WEIGHT:
-                return True
-        return False
+        weights = self._weights(now)
+        return any(clean >= SERVED_WEIGHT for clean, _ in weights[max(value, 1) :])
 
     def forget(self) -> None:
         """Back to no evidence at all."""
         self._levels = [Level() for _ in range(self.ceiling + 2)]
         self._top = 0
+
+
+def _contradicted(seconds: float) -> float:
+    """What a word still counts when a contradicting one came `seconds` after it (none later, or no word at
+    all: NaN or less than 0, 1)."""
+    return 0.5 ** (seconds / CONTRADICTED_HALF_LIFE) if seconds > 0.0 else 1.0

@@ -13,7 +13,7 @@ the requests being refused there hold the pool's slots for seconds, never z.ai's
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -24,6 +24,7 @@ KEEP: Final = 4096  # slots accepted at once remembered after they went back (th
 class _Beside:
     model: str  # the slot's own model
     slots: frozenset[int]  # every slot held and not finished when it was taken
+    serving: Mapping[int, str]  # those of them z.ai served then (answered cleanly, however late): models
     model_elsewhere: int  # what other proxies said z.ai served of its model then
     account_elsewhere: int  # and of the account
 
@@ -43,11 +44,15 @@ class Arrivals:
         model: str,
         beside: Iterable[int],
         *,
+        serving: Mapping[int, str] | None = None,
         model_elsewhere: int = 0,
         account_elsewhere: int = 0,
     ) -> None:
-        """Slot `slot_id` of `model` was taken with the slots `beside` held and not finished."""
-        self._beside[slot_id] = _Beside(model, frozenset(beside), model_elsewhere, account_elsewhere)
+        """Slot `slot_id` of `model` was taken with the slots `beside` held and not finished, `serving` of
+        them answered cleanly already (z.ai serves those, even ones it held first)."""
+        self._beside[slot_id] = _Beside(
+            model, frozenset(beside), serving or {}, model_elsewhere, account_elsewhere
+        )
 
     def accepted(self, slot_id: int, model: str) -> None:
         """z.ai answered the request of the slot (of `model`) at once (not after holding it)."""
@@ -68,7 +73,7 @@ class Arrivals:
             return None
         model = account = 0
         for other in beside.slots:
-            served = self._accepted.get(other)
+            served = self._accepted.get(other) or beside.serving.get(other)
             if served is not None:
                 account += 1
                 model += served == beside.model

@@ -462,10 +462,12 @@ class ChaosPool:
         self.dispatched[model] = self.dispatched.get(model, 0) + 1
         slot_id, self._next_slot_id = self._next_slot_id, self._next_slot_id + 1
         ended, shared = self._ended, self._slots.confirms
+        beside = [other for other in self._held if other not in ended]
         self._arrivals.taken(
             slot_id,
             model,
-            [other for other in self._held if other not in ended],
+            beside,
+            serving={other: self._held[other] for other in beside if other in self._served},
             model_elsewhere=self._slots.serving_elsewhere(model) if shared else 0,
             account_elsewhere=self._slots.serving_elsewhere(None) if shared else 0,
         )
@@ -500,7 +502,8 @@ class ChaosPool:
         """No verdict will come for `slot`'s request (it ended first, or its attempt was left). A probe given
         up unanswered (its request took a slot within the limits instead) rides above its limit no more,
         and the next probe there waits as after a 1302. Idempotent."""
-        if probe_given_up and slot.probe is not None and slot.slot_id in self._probes:
+        judged = slot.slot_id in self._stalled  # its stall already paced the next probe
+        if probe_given_up and slot.probe is not None and slot.slot_id in self._probes and not judged:
             self._limits.probe_given_up(slot.probe, slot.model)
             self._probe_judged(slot)
         self._settle(slot)
@@ -776,7 +779,8 @@ class ChaosPool:
         serving, total = max(self._serving(model), arrived), max(self._serving(), arrived_total)
         self.quota.answered(model, selection.slot_id)
         limits = self._limits
-        limits.succeeded(model, serving, total, selection.probe)
+        # a probe z.ai held was judged at its stall: served once a slot freed, it found no room above
+        limits.succeeded(model, serving, total, None if held else selection.probe)
         self._note(selection, "clean", serving, total)
         self._probe_judged(selection)
         self._cooldowns.succeeded(model)
