@@ -348,6 +348,52 @@ async def test_an_unanswered_probe_is_given_up_for_a_slot_within_the_limits(
     assert rig.pool.in_flight() == 0 and rig.pool.spurious_releases == 0
 
 
+async def test_while_z_ai_queues_a_probe_it_holds_is_given_up_at_its_stall(
+    make_rig: Callable[..., Awaitable[Rig]],
+) -> None:
+    """A z.ai that queues serves a held probe only once a slot frees, and what comes after it waits behind
+    it: the probe is closed at its stall, its request waiting for a slot within the limits (a regular
+    attempt would be left alone: z.ai may be about to serve it)."""
+    probe_closed = asyncio.Event()
+
+    async def hold_the_probe(
+        n: int, raw: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        if n == 1:
+            await reader.read()  # held: no head until it is closed
+            probe_closed.set()
+            return
+        await sse_answer(2, raw, reader, writer)
+
+    rig = await make_rig(hold_the_probe, routing=TWO_HEAVY)
+    patience = rig.forwarder.patience
+    for _ in range(8):
+        patience.head(0.01)
+    patience.head(5.0)  # a head z.ai held, then served: it queues
+    assert patience.queues() and patience.seconds() is None and patience.stall_after() == 0.25
+    occupants = [rig.pool.try_acquire(Ticket("heavy")) for _ in range(2)]
+    for occupant in occupants:
+        assert occupant is not None
+        rig.pool.report_success(occupant)
+    request = rig.routed()
+    assert request.slot is not None and request.slot.probe == "model"
+    async with asyncio.timeout(WAIT):
+        sending = asyncio.ensure_future(rig.send(request))
+        await probe_closed.wait()  # closed at its stall, with no slot within the limits free yet
+        assert not sending.done() and request.slot is None
+        other = next(o for o in occupants if o is not None and o.model == "h2")
+        rig.pool.release(other)
+        response = await sending
+    assert response.status_code == 200 and request.tried == ["h1", "h2"]
+    assert [a.refusal for a in request.attempts] == ["probe given up", None]
+    assert not rig.pool.limits.can_probe("h1")  # its stall paced the next probe as a refusal would
+    request.finish("ok")
+    for occupant in occupants:
+        if occupant is not None and occupant.model == "h1":
+            rig.pool.release(occupant)
+    assert rig.pool.in_flight() == 0
+
+
 async def test_a_probe_answered_first_keeps_its_slot_and_raises_the_limit(
     make_rig: Callable[..., Awaitable[Rig]],
 ) -> None:

@@ -210,6 +210,12 @@ class Forwarder:
         send = self.clients.send(destination, incoming.method, incoming.target, headers, body)
         streamed, slot = request.message.stream, request.slot
         patience = self.patience.seconds() if streamed else None
+        queuing = patience is None and self.patience.queues()
+        if queuing and streamed and slot is not None and slot.probe is not None:
+            # z.ai queues (no attempt is left, see `HeadPatience`): a probe it holds past its stall found no
+            # room above the limit, and z.ai would serve it only once a slot frees, keeping what comes after
+            # it waiting. So it is given up then (`hedging`), its request waiting for a slot.
+            patience = self.patience.stall_after()
         # A head held this long is a stall (z.ai queues the request): the pool hears it at once; the
         # request goes on (z.ai may be serving it). A verdict before then makes it a no-op.
         stall = None
@@ -222,7 +228,7 @@ class Forwarder:
                 response = await send
             else:
                 leave = functools.partial(self._leave, request)
-                hedged = await hedge(request, asyncio.ensure_future(send), patience, leave)
+                hedged = await hedge(request, asyncio.ensure_future(send), patience, leave, queuing=queuing)
                 if not isinstance(hedged, UpstreamResponse):
                     stall = None  # left: its stall still counts, its head or refusal decides
                     return hedged

@@ -5,7 +5,9 @@ still without a head after `patience` seconds is most likely being refused. When
 comes for its request meanwhile, the request goes on there: a probe is given up (closed: it tested
 nothing), a regular attempt is handed to `leave` with its slot, to await z.ai's verdict without its
 request (the limits still learn from it). A refusal then costs the request no more than the wait it would
-have had anyway. Generic over the answer: the transport's, never read here.
+have had anyway. While z.ai queues, only probes are hedged, with their stall as the patience, and given up
+at once then: z.ai would serve a held probe only once a slot frees, keeping the requests after it waiting;
+its request waits for a slot within the limits. Generic over the answer: the transport's, never read here.
 """
 
 from __future__ import annotations
@@ -21,36 +23,58 @@ type Leave[A] = Callable[[Slot, asyncio.Future[A]], None]
 
 
 async def hedge[A](
-    request: RoutedRequest, sending: asyncio.Future[A], patience: float, leave: Leave[A]
+    request: RoutedRequest,
+    sending: asyncio.Future[A],
+    patience: float,
+    leave: Leave[A],
+    *,
+    queuing: bool = False,
 ) -> A | Slot | None:
     """The attempt's answer, or the slot within the limits that came first (now held), or None when the
-    request ended meanwhile."""
-    waiting = asyncio.ensure_future(_spare_after(request, patience))
+    request ended meanwhile. `queuing`: z.ai queues (a probe is given up at its patience)."""
+    waiting = asyncio.ensure_future(_spare_after(request, sending, patience, queuing))
     either: set[asyncio.Future[Any]] = {sending, waiting}
     try:
-        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        while True:
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            if waiting.done() or not sending.cancelled():
+                break
+            either = {waiting}  # a probe given up (closed) at its patience: its request waits for a slot
     except BaseException:
         sending.cancel()
         _drop(request, waiting)
         raise
-    granted = None if sending.done() or not waiting.done() else waiting.result()
+    granted = None if (sending.done() and not sending.cancelled()) or not waiting.done() else waiting.result()
     if granted is None:  # z.ai answered first (or the queue gave up): the attempt's answer decides
         _drop(request, waiting)
-        return await sending
+        return None if sending.cancelled() else await sending
     slot = request.slot
     if slot is not None and slot.probe is None:
         leave(slot, sending)
     else:
-        sending.cancel()
-        await asyncio.wait({sending})  # the upstream connection is closed before the probe is given up
+        await _close(sending)
     if not request.switch_to(granted):  # the request ended meanwhile: the slot went back
         return None
     return granted
 
 
-async def _spare_after(request: RoutedRequest, patience: float) -> Slot | None:
+async def _spare_after[A](
+    request: RoutedRequest, sending: asyncio.Future[A], patience: float, queuing: bool
+) -> Slot | None:
     await asyncio.sleep(patience)
+    if queuing and request.slot is not None and request.slot.probe is not None and not sending.done():
+        await _close(sending)
+        if not sending.cancelled():
+            return None  # answered just then: its answer decides
+        request.give_up_probe()
     return await request.spare_slot()
+
+
+async def _close(sending: asyncio.Future[Any]) -> None:
+    """Stop an attempt: its upstream connection is closed before its probe is given up."""
+    if not sending.done():
+        sending.cancel()
+        await asyncio.wait({sending})
 
 
 def _drop(request: RoutedRequest, waiting: asyncio.Future[Slot | None]) -> None:

@@ -222,20 +222,31 @@ class RoutedRequest:
         """Give back a slot granted (by `spare_slot`) and not used."""
         self.pool.release(slot)
 
+    def give_up_probe(self) -> None:
+        """The probe sent with the current slot had no head within its patience (closed by the caller): it
+        tested nothing, and its place goes back at once; the request waits for a slot within the limits."""
+        probe = self.slot
+        if probe is None or probe.probe is None:
+            return
+        if self.attempts:
+            self.attempts[-1].refusal = "probe given up"
+        self.pool.report_unanswered(probe, probe_given_up=True)
+        self.release_slot()
+
     def switch_to(self, slot: Slot) -> bool:
         """Leave the current attempt, unanswered, for `slot` (within the limits): a regular attempt keeps
         its own slot until z.ai's verdict on it, which the caller awaits (`left`); a probe is given up
         (it tested nothing; its place back at once). False (`slot` given back) if the request ended."""
         left = self.slot
-        if self.attempts:
-            self.attempts[-1].refusal = "no answer yet" if left and left.probe is None else "probe given up"
         if left is not None and left.probe is not None:
-            self.pool.report_unanswered(left, probe_given_up=True)
-            self.release_slot()
+            self.give_up_probe()
+        elif left is not None and self.attempts:
+            self.attempts[-1].refusal = "no answer yet"
         self.slot = None
         if not self.hold(slot):
             return False
-        self.stats.failover(left.model if left else "", slot.model, self.attempts[-2].refusal or "")
+        before = self.attempts[-2]
+        self.stats.failover(before.model, slot.model, before.refusal or "")
         return True
 
     # -- z.ai's verdict ---------------------------------------------------------------------------------
