@@ -136,6 +136,27 @@ def test_convergence_is_the_first_sample_within_one_step_after_each_change() -> 
     assert field_figures.convergence([sample(4.0, a=None, b=None)], slots[:2])[0]["seconds"] is None
 
 
+def test_waits_once_known_count_the_requests_that_came_after_their_models_level_was_known() -> None:
+    """Known: the learned limit is the true one, and z.ai has shown the proxy that level (the first of the
+    model's requests it held has had its head)."""
+    slots = [{"at": 0.0, "models": {"a": 2, "b": 6}}]
+    samples = [sample(0.0, a=3, b=6), sample(1.0, a=2, b=6), sample(2.0, a=2, b=6), sample(3.0, a=3, b=6)]
+    log = [  # [model, began since the simulator's reset, seconds]: the swarm started 0.5 s after the reset
+        ["a", 0.6, 0.8],  # before a's limit was learned (at 1.0 s)
+        ["a", 1.6, 0.3],
+        ["b", 0.7, 1.2],  # b's limit is the catalog's, true from the start: this wait shows it (ends 1.4 s)
+        ["b", 1.3, 0.9],  # came before b's level was shown
+        ["b", 2.6, 0.2],
+        ["c", 9.0, 5.0],  # a model with no known truth: not counted
+    ]
+    figures = field_figures.waits_once_known(log, samples, slots, lead=0.5)
+    assert figures["knownAt"] == {"a": 1.0, "b": 2.0}
+    assert (figures["waited"], figures["maxSeconds"], figures["over1s"]) == (2, 0.3, 0)
+    assert figures["longest"] == [["b", 2.1, 0.2], ["a", 1.1, 0.3]]
+    never = field_figures.waits_once_known(log, [sample(0.0, a=3, b=10)], slots, lead=0.0)
+    assert (never["knownAt"], never["waited"], never["maxSeconds"]) == ({"a": None, "b": None}, 0, 0.0)
+
+
 def test_learned_ranges_cooldowns_and_refusals_per_50() -> None:
     samples = [sample(0.0, a=3, b=None), sample(1.0, a=1, b=None), sample(2.0, a=2, b=None)]
     samples[1]["models"]["a"]["cooldown"] = 2.5

@@ -149,6 +149,10 @@ def test_over_the_limit_a_request_waits_inside_zai_until_a_slot_frees() -> None:
         "over1s": 1,
         "timedOut": 0,
         "left": 0,
+        "log": [
+            ["a", 50.0, 0.4],
+            ["a", 50.0, 1.9],
+        ],  # each wait: its model, its start (no reset yet), seconds
     }
 
 
@@ -180,6 +184,13 @@ def test_a_waiter_times_out_or_leaves_without_a_slot() -> None:
     assert (waits["timedOut"], waits["left"], waits["over1s"], waits["waitingNow"]) == (1, 1, 2, 0)
     state.reset()
     assert state.snapshot()["zaiWaits"]["waited"] == 0
+    clock.now += 1.0
+    state.try_acquire("a")
+    waiter = state.admit("a", wake=lambda: None).waiter
+    clock.now += 0.5
+    state.release("a")
+    assert waiter is not None and waiter.admitted
+    assert state.snapshot()["zaiWaits"]["log"] == [["a", 1.0, 0.5]]  # from the reset on
 
 
 def test_nearest_rank() -> None:

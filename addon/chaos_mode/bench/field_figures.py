@@ -57,6 +57,37 @@ def _first_within(
     return None if hit is None else round(float(hit["t"]) - start, 3)
 
 
+def waits_once_known(
+    log: Sequence[Sequence[Any]], samples: Sequence[Sample], slots: Sequence[Mapping[str, Any]], lead: float
+) -> dict[str, Any]:
+    """The waits inside z.ai of requests that came once their model's level was known (for limits that stay
+    as they began): from the first sample where its learned limit was its true one and z.ai had shown it
+    that level (the first of its requests z.ai held had its head: before that the proxy has only the
+    catalog's word), `knownAt` per model (None: never). `log`: the simulator's [model, began (since its
+    reset), seconds]; `lead`: its reset to the swarm start."""
+    truth: Mapping[str, int] = slots[0]["models"] if slots else {}
+    shown: dict[str, float] = {}
+    for model, began, seconds in sorted(log, key=lambda entry: float(entry[1]) + float(entry[2])):
+        shown.setdefault(str(model), float(began) + float(seconds) - lead)
+    known: dict[str, float | None] = {}
+    for model, true in truth.items():
+        after = shown.get(model, -math.inf)
+        hit = next((s for s in samples if float(s["t"]) >= after and _within(s, model, true, 0)), None)
+        known[model] = None if hit is None else float(hit["t"])
+    waits = sorted(
+        (float(seconds), str(model), round(float(began) - lead, 3))
+        for model, began, seconds in log
+        if (at := known.get(str(model))) is not None and float(began) - lead >= at
+    )
+    return {
+        "knownAt": {m: None if t is None else round(t, 3) for m, t in known.items()},
+        "waited": len(waits),
+        "maxSeconds": round(waits[-1][0], 3) if waits else 0.0,
+        "over1s": sum(1 for w in waits if w[0] > 1.0),
+        "longest": [[model, began, seconds] for seconds, model, began in waits[-3:]],  # [model, began, s]
+    }
+
+
 def learned_ranges(samples: Sequence[Sample]) -> dict[str, dict[str, float | None]]:
     """Per model: the lowest, the highest and the last learned limit sampled (None: none reported)."""
     models = sorted({m for s in samples for m in s["models"]})

@@ -116,6 +116,12 @@ def shape_lines(preset: Mapping[str, Any]) -> list[str]:
             f"  {name}: waited inside z.ai: {waits['waited']} requests, max {waits['maxMs'] / 1000:.2f} s, "
             f"p99 {waits['p99Ms'] / 1000:.2f} s, {waits['over1s']} over 1 s"
         )
+        known = preset.get("zaiWaitsOnceKnown")
+        if known:
+            lines.append(
+                f"  {name}: once its model's level was known: {known['waited']} waited, max "
+                f"{known['maxSeconds']:.2f} s, {known['over1s']} over 1 s"
+            )
     if preset.get("refusalReasons"):
         reasons = ", ".join(f"{k} {v}" for k, v in preset["refusalReasons"].items())
         lines.append(f"  {name}: upstream refusals by reason: {reasons}")

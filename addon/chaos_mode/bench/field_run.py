@@ -106,6 +106,7 @@ async def run_preset(
         for code, n in counters["rejected"].items():
             by_code[code] = by_code.get(code, 0) + n
     series = rebase(samples, progress.started)
+    waits: dict[str, Any] = run.sim_stats.get("zaiWaits") or {}
     slots = [{"at": round(c.start, 3), "models": dict(c.models), "account": c.account} for c in timeline]
     summary.update(
         workload=workload_doc(workload, options),
@@ -114,7 +115,10 @@ async def run_preset(
         upstreamPer50=field_figures.per_50(summary["upstream429"], workload.size),
         refusalReasons=run.sim_stats.get("refusalReasons", {}),
         upstreamFiltered=run.sim_stats.get("filtered", {}).get("requests", 0),
-        zaiWaits=run.sim_stats.get("zaiWaits"),
+        zaiWaits={k: v for k, v in waits.items() if k != "log"} if waits else waits,
+        zaiWaitsOnceKnown=field_figures.waits_once_known(waits.get("log", []), series, slots, run.reset_lead)
+        if len(slots) == 1
+        else None,
         learned=field_figures.learned_ranges(series),
         limitReasons=_limit_reasons(run.status),
         cooled=field_figures.cooled_models(series),

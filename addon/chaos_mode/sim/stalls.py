@@ -33,6 +33,8 @@ class Stalls:
 
     waiting: list[Waiter] = field(default_factory=list)
     waits: list[float] = field(default_factory=list)  # seconds, of every request that waited
+    log: list[tuple[str, float, float]] = field(default_factory=list)  # (model, since, seconds) of each
+    origin: float = 0.0  # when the counts were last cleared: `log` times are from then
     timed_out: int = 0
     left: int = 0  # the client went away while its request waited
 
@@ -42,7 +44,7 @@ class Stalls:
     def admitted(self, waiter: Waiter, now: float) -> None:
         """`waiter` got its slot: out of the queue, its wait recorded, woken."""
         self.waiting.remove(waiter)
-        self.waits.append(max(0.0, now - waiter.since))
+        self._waited(waiter, now)
         waiter.admitted = True
         waiter.wake()
 
@@ -51,15 +53,20 @@ class Stalls:
         if waiter.admitted or waiter not in self.waiting:
             return
         self.waiting.remove(waiter)
-        self.waits.append(max(0.0, now - waiter.since))
+        self._waited(waiter, now)
         if why == "timeout":
             self.timed_out += 1
         else:
             self.left += 1
 
-    def clear_counts(self) -> None:
-        """Forget past waits (the waiting requests still wait)."""
-        self.waits = []
+    def _waited(self, waiter: Waiter, now: float) -> None:
+        seconds = max(0.0, now - waiter.since)
+        self.waits.append(seconds)
+        self.log.append((waiter.model, waiter.since, seconds))
+
+    def clear_counts(self, now: float = 0.0) -> None:
+        """Forget past waits (the waiting requests still wait); later ones are logged from `now`."""
+        self.waits, self.log, self.origin = [], [], now
         self.timed_out = self.left = 0
 
     def doc(self, now: float) -> dict[str, Any]:
@@ -74,6 +81,8 @@ class Stalls:
             "over1s": sum(1 for w in waits if w > LONG_WAIT_SECONDS),
             "timedOut": self.timed_out,
             "left": self.left,
+            # every wait that ended: [model, when it began (seconds from the counts' clearing), seconds]
+            "log": [[m, round(since - self.origin, 3), round(wait, 3)] for m, since, wait in self.log],
         }
 
 

@@ -410,7 +410,7 @@ class SimState:
         self.broken = {}
         self.reasons = {}
         self.filtered = {}
-        self.stalls.clear_counts()
+        self.stalls.clear_counts(self._clock())
 
     def snapshot(self) -> dict[str, Any]:
         """The ``GET /sim/stats`` document."""
