@@ -60,6 +60,8 @@ SIGNIFICANCE: Final = 1.0 - (1.0 - NOISE) ** 2
 # served a level would have answered there again within that; one that moved has not.
 CONTRADICTED_HALF_LIFE: Final = EARLIEST_REFUSAL_SECONDS
 
+type Weights = list[tuple[float, float]]  # each level's (clean, refused) as they count now; index = level
+
 
 @dataclass(slots=True)
 class Level:
@@ -147,7 +149,7 @@ class LevelEvidence:
                 entry.refused *= factor
             entry.at = now
 
-    def _weights(self, now: float) -> list[tuple[float, float]]:
+    def _weights(self, now: float) -> Weights:
         """Each level's (clean, refused) weights as they count now (index = level, up to the highest one
         observed): faded with time, and discounted where a newer word contradicts them (rule 1)."""
         levels = self._levels
@@ -178,11 +180,11 @@ class LevelEvidence:
         clean = sum(weight[0] for weight in weights[level:])
         return (refused + 1.0) / (refused + clean + PRIOR + 1.0)
 
-    def refused_level(self, now: float, cost: float) -> int | None:
+    def refused_level(self, now: float, cost: float, weights: Weights | None = None) -> int | None:
         """The lowest level refused (rule 2), else None. `cost`: a refusal's cost in slot-times (how long z.ai
-        takes to refuse over how long a slot serves)."""
+        takes to refuse over how long a slot serves); `weights`: `_weights(now)`, when already worked out."""
         blocks: list[list[float]] = []  # [first level, refused, clean]: rates non-decreasing, level order
-        for level, (clean, refused) in enumerate(self._weights(now)):
+        for level, (clean, refused) in enumerate(self._weights(now) if weights is None else weights):
             if clean + refused <= 0.0:
                 continue  # no evidence: neither for nor against (the prior is the level's own, below)
             block = [float(level), refused, clean]
@@ -205,10 +207,10 @@ class LevelEvidence:
             below_clean += clean
         return None
 
-    def served_level(self, now: float) -> int:
+    def served_level(self, now: float, weights: Weights | None = None) -> int:
         """The highest level served (rule 3): a clean answer remembered at it or above, or the catalog's."""
         top = self.start or 0
-        weights = self._weights(now)
+        weights = self._weights(now) if weights is None else weights
         for level in range(self._top, top, -1):
             if weights[level][0] >= SERVED_WEIGHT:
                 return min(level, self.ceiling)
@@ -217,8 +219,9 @@ class LevelEvidence:
     def limit(self, now: float, cost: float) -> int | None:
         """The highest served level under the lowest refused one; None when nothing bounds it (an account
         with no configured limit, before any refusal). `cost` as for `refused_level`."""
-        refused = self.refused_level(now, cost)
-        served = self.served_level(now)
+        weights = self._weights(now)  # once for both rules
+        refused = self.refused_level(now, cost, weights)
+        served = self.served_level(now, weights)
         if refused is None:
             return None if self.start is None else served
         return min(served, refused - 1)
