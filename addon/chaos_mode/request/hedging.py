@@ -44,7 +44,8 @@ async def hedge[A](
         sending.cancel()
         _drop(request, waiting)
         raise
-    granted = None if (sending.done() and not sending.cancelled()) or not waiting.done() else waiting.result()
+    answered = sending.done() and not sending.cancelled()  # z.ai answered (a probe given up was cancelled)
+    granted = waiting.result() if waiting.done() and not answered else None
     if granted is None:  # z.ai answered first (or the queue gave up): the attempt's answer decides
         _drop(request, waiting)
         return None if sending.cancelled() else await sending
