@@ -91,9 +91,12 @@ def test_a_good_body_is_parsed() -> None:
     assert message.model == "claude-opus-4-5"
     assert message.stream is True
     assert message.size == len(json.dumps(message.body))
-    assert message.info == RequestInfo(input_tokens=message.size // 4, max_output_tokens=1000)
+    assert RequestInfo.estimate(message.size, message.output_budget) == RequestInfo(message.size // 4, 1000)
     assert parse({"model": "x", "stream": "yes"}).stream is False
-    assert parse({"model": "x", "max_tokens": -3}).info.max_output_tokens == 4096
+    assert (
+        RequestInfo.estimate(0, parse({"model": "x", "max_tokens": -3}).output_budget).max_output_tokens
+        == 4096
+    )
 
 
 def test_sticky_key_is_the_session_header_when_there_is_one() -> None:

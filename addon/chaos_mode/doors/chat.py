@@ -12,7 +12,6 @@ from typing import ClassVar
 
 from chaos_mode.doors.door import Door
 from chaos_mode.doors.messages import MessageRequest, parse_message
-from chaos_mode.routing.pool import RequestInfo
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,12 +38,10 @@ class ChatRequest(MessageRequest):
         return messages[:1]
 
     @property
-    def info(self) -> RequestInfo:
+    def output_budget(self) -> object:
         """`max_completion_tokens` (OpenAI's current name) bounds the output, else `max_tokens`."""
         budget = self.body.get("max_completion_tokens")
-        if not _positive(budget):
-            budget = self.body.get("max_tokens")
-        return RequestInfo.estimate(self.size, budget)
+        return budget if _positive(budget) else self.body.get("max_tokens")
 
 
 def _positive(value: object) -> bool:

@@ -16,7 +16,6 @@ from json.encoder import encode_basestring_ascii
 from typing import Any, ClassVar, Final, Literal, NoReturn, cast, get_args
 
 from chaos_mode.doors.door import Door
-from chaos_mode.routing.pool import RequestInfo
 
 STICKY_HEADER = "x-claude-code-session-id"
 _WHITESPACE = re.compile(r"[ \t\n\r]*")  # JSON's whitespace, and only it
@@ -66,8 +65,9 @@ class MessageRequest:
         return self.body.get("stream") is True
 
     @property
-    def info(self) -> RequestInfo:
-        return RequestInfo.estimate(self.size, self.body.get("max_tokens"))
+    def output_budget(self) -> object:
+        """What the client says bounds the output (`max_tokens`), as it came: the cost guard reads it."""
+        return self.body.get("max_tokens")
 
     def sticky_key(self, session_id: str | None) -> str | None:
         """The conversation key: Claude Code's session header, else a hash of the system prompt

@@ -23,7 +23,7 @@ from typing import Any, Final, Protocol
 from chaos_mode.doors.messages import MessageRequest
 from chaos_mode.observe.stats import Outcome, Stats
 from chaos_mode.request.refusals import Refusal, Refusals, Whose, of_kind
-from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
+from chaos_mode.routing.pool import ChaosPool, RequestInfo, Slot, Ticket
 from chaos_mode.zai.catalog import RequestTier
 from chaos_mode.zai.errors import Action, UpstreamError
 
@@ -163,7 +163,14 @@ class RoutedRequest:
         """What the request may use now: its tier, minus the models that refused it. Only the first
         admission counts toward its conversation's share; a failover's does not."""
         first = not self.attempts
-        return Ticket(self.tier, self.refused, self.message.info, self.sticky_key, self.session, first)
+        return Ticket(
+            self.tier,
+            self.refused,
+            RequestInfo.estimate(self.message.size, self.message.output_budget),
+            self.sticky_key,
+            self.session,
+            first,
+        )
 
     def body_for(self, model: str) -> bytes:
         """The request body as sent to `model`: only the top-level `model` changed, encoded as it came."""
