@@ -481,6 +481,44 @@ async def test_an_unanswered_attempt_moves_on_and_its_late_1302_still_teaches_th
     assert rig.pool.in_flight() == 0
 
 
+async def test_an_attempt_sent_before_any_head_was_seen_is_left_once_the_patience_is_known(
+    make_rig: Callable[..., Awaitable[Rig]],
+) -> None:
+    """The first attempts go before z.ai's pace is known (no patience yet): each asks again as it waits, so
+    one z.ai is slow to refuse is left as soon as heads say how long an accepted one takes."""
+    refuse_now = asyncio.Event()
+
+    async def refuse_when_told(
+        n: int, raw: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        if n == 1:
+            await refuse_now.wait()
+            await answer(writer, 429, REFUSAL.encode(), b"content-type: application/json")
+            return
+        await sse_answer(2, raw, reader, writer)
+
+    rig = await make_rig(refuse_when_told, routing=TWO_HEAVY)
+    assert rig.forwarder.patience.seconds() is None  # no head seen yet
+    occupant = rig.pool.try_acquire(Ticket("heavy"))
+    assert occupant is not None
+    request = rig.routed()
+    async with asyncio.timeout(WAIT):
+        sending = asyncio.ensure_future(rig.send(request))
+        while not rig.upstream.requests:
+            await asyncio.sleep(0.01)
+        rig.pool.release(occupant)  # a slot within the limits is free from now on
+        for _ in range(8):  # other streams' heads come at once: the patience is known now
+            rig.forwarder.patience.head(0.001)
+        response = await sending
+        assert response.status_code == 200 and request.tried == ["h1", "h2"]
+        assert [a.refusal for a in request.attempts] == ["no answer yet", None]
+        request.finish("ok")
+        refuse_now.set()
+        while rig.pool.in_flight("h1"):
+            await asyncio.sleep(0.01)
+    assert rig.pool.in_flight() == 0
+
+
 async def test_an_attempt_left_without_a_verdict_gives_its_slot_back_in_bounded_time(
     make_rig: Callable[..., Awaitable[Rig]], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -36,7 +36,8 @@ class HeadPatience:
     Twice the upper quartile of the last `KEEP` clean answers' heads (send to status line), at least
     `FLOOR_SECONDS`; before `ENOUGH` heads were seen, at least `EARLY_FLOOR_SECONDS` (the first probes go
     out after the first few answers, and a refused one would otherwise cost its request z.ai's 3 s); None
-    (wait for the answer) before any head was seen, or while z.ai queues.
+    while z.ai queues (wait for the answer), and before any head was seen (not known yet: an attempt sent
+    then asks again as it waits, `hedging`).
     """
 
     def __init__(self, fixed: float | None = None, *, clock: Callable[[], float] = time.monotonic) -> None:

@@ -7,25 +7,31 @@ nothing), a regular attempt is handed to `leave` with its slot, to await z.ai's 
 request (the limits still learn from it). A refusal then costs the request no more than the wait it would
 have had anyway. While z.ai queues, only probes are hedged, with their stall as the patience, and given up
 at once then: z.ai would serve a held probe only once a slot frees, keeping the requests after it waiting;
-its request waits for a slot within the limits. Generic over the answer: the transport's, never read here.
+its request waits for a slot within the limits. The patience is asked as the attempt waits, not once when
+it is sent: the first attempts go before any head was seen, when nobody knows it yet. Generic over the
+answer: the transport's, never read here.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from chaos_mode.request.routed import RoutedRequest
 from chaos_mode.routing.pool import Slot
 
 type Leave[A] = Callable[[Slot, asyncio.Future[A]], None]
+type Patience = Callable[[], float | None]  # seconds from sending; None: not known (yet)
+
+# While the patience is not known (no head seen yet, or z.ai queues), it is asked again this often.
+UNKNOWN_PATIENCE_RECHECK_SECONDS: Final = 0.1
 
 
 async def hedge[A](
     request: RoutedRequest,
     sending: asyncio.Future[A],
-    patience: float,
+    patience: Patience,
     leave: Leave[A],
     *,
     queuing: bool = False,
@@ -60,15 +66,26 @@ async def hedge[A](
 
 
 async def _spare_after[A](
-    request: RoutedRequest, sending: asyncio.Future[A], patience: float, queuing: bool
+    request: RoutedRequest, sending: asyncio.Future[A], patience: Patience, queuing: bool
 ) -> Slot | None:
-    await asyncio.sleep(patience)
+    await _outwaited(patience)
     if queuing and request.slot is not None and request.slot.probe is not None and not sending.done():
         await _close(sending)
         if not sending.cancelled():
             return None  # answered just then: its answer decides
         request.give_up_probe()
     return await request.spare_slot()
+
+
+async def _outwaited(patience: Patience) -> None:
+    """Return once the attempt has waited its patience, as known at each moment."""
+    loop = asyncio.get_running_loop()
+    sent = loop.time()
+    while True:
+        seconds, waited = patience(), loop.time() - sent
+        if seconds is not None and waited >= seconds:
+            return
+        await asyncio.sleep(UNKNOWN_PATIENCE_RECHECK_SECONDS if seconds is None else seconds - waited)
 
 
 async def _close(sending: asyncio.Future[Any]) -> None:
