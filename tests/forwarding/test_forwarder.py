@@ -112,6 +112,13 @@ class Rig:
         url = f"http://{host}:{port}/api/anthropic/v1/messages?beta=true"
         return self.client.post(url, content=body, headers=headers)
 
+    async def sent(self, request: RoutedRequest) -> asyncio.Future[httpx.Response]:
+        """`send` started, and returned once z.ai has the request."""
+        sending = asyncio.ensure_future(self.send(request))
+        while not self.upstream.requests:
+            await asyncio.sleep(0.01)
+        return sending
+
 
 @pytest.fixture
 async def make_rig(caplog: pytest.LogCaptureFixture) -> AsyncIterator[Callable[..., Awaitable[Rig]]]:
@@ -162,6 +169,19 @@ async def sse_answer(
         writer.write(b'event: ping\ndata: {"n": %d}\n\n' % i)
         await writer.drain()
         await asyncio.sleep(0.01)
+
+
+def first_refused_when(told: asyncio.Event) -> Script:
+    """z.ai's first request gets no head, then a 1302 once `told` is set; the others stream."""
+
+    async def script(n: int, raw: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if n == 1:
+            await told.wait()
+            await answer(writer, 429, REFUSAL.encode(), b"content-type: application/json")
+            return
+        await sse_answer(2, raw, reader, writer)
+
+    return script
 
 
 async def test_a_refused_attempt_is_sent_again_to_another_model_and_streams(
@@ -338,9 +358,7 @@ async def test_an_unanswered_probe_is_given_up_for_a_slot_within_the_limits(
     probe = request.slot
     assert probe is not None and probe.probe == "model" and probe.model == "h1"
     async with asyncio.timeout(WAIT):
-        sending = asyncio.ensure_future(rig.send(request))
-        while not rig.upstream.requests:
-            await asyncio.sleep(0.01)
+        sending = await rig.sent(request)
         assert not sending.done()
         other = next(o for o in occupants if o is not None and o.model == "h2")
         rig.pool.release(other)  # a slot within the limits frees: the probe is given up for it
@@ -445,16 +463,7 @@ async def test_an_unanswered_attempt_moves_on_and_its_late_1302_still_teaches_th
     upstream request stays open and keeps its slot until z.ai's verdict, which the limits hear as if the
     request had waited for it."""
     refuse_now = asyncio.Event()
-
-    async def refuse_when_told(
-        n: int, raw: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        if n == 1:
-            await refuse_now.wait()
-            await answer(writer, 429, REFUSAL.encode(), b"content-type: application/json")
-            return
-        await sse_answer(2, raw, reader, writer)
-
+    refuse_when_told = first_refused_when(refuse_now)
     rig = await make_rig(refuse_when_told, routing=TWO_HEAVY, patience=0.0)
     occupant = rig.pool.try_acquire(Ticket("heavy"))
     assert occupant is not None and occupant.model == "h2"
@@ -462,9 +471,7 @@ async def test_an_unanswered_attempt_moves_on_and_its_late_1302_still_teaches_th
     first = request.slot
     assert first is not None and first.probe is None and first.model == "h1"
     async with asyncio.timeout(WAIT):
-        sending = asyncio.ensure_future(rig.send(request))
-        while not rig.upstream.requests:
-            await asyncio.sleep(0.01)
+        sending = await rig.sent(request)
         rig.pool.release(occupant)  # a slot within the limits: the request moves on to it
         response = await sending
         assert response.status_code == 200 and request.tried == ["h1", "h2"]
@@ -487,25 +494,14 @@ async def test_an_attempt_sent_before_any_head_was_seen_is_left_once_the_patienc
     """The first attempts go before z.ai's pace is known (no patience yet): each asks again as it waits, so
     one z.ai is slow to refuse is left as soon as heads say how long an accepted one takes."""
     refuse_now = asyncio.Event()
-
-    async def refuse_when_told(
-        n: int, raw: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        if n == 1:
-            await refuse_now.wait()
-            await answer(writer, 429, REFUSAL.encode(), b"content-type: application/json")
-            return
-        await sse_answer(2, raw, reader, writer)
-
+    refuse_when_told = first_refused_when(refuse_now)
     rig = await make_rig(refuse_when_told, routing=TWO_HEAVY)
     assert rig.forwarder.patience.seconds() is None  # no head seen yet
     occupant = rig.pool.try_acquire(Ticket("heavy"))
     assert occupant is not None
     request = rig.routed()
     async with asyncio.timeout(WAIT):
-        sending = asyncio.ensure_future(rig.send(request))
-        while not rig.upstream.requests:
-            await asyncio.sleep(0.01)
+        sending = await rig.sent(request)
         rig.pool.release(occupant)  # a slot within the limits is free from now on
         for _ in range(8):  # other streams' heads come at once: the patience is known now
             rig.forwarder.patience.head(0.001)
@@ -539,9 +535,7 @@ async def test_an_attempt_left_without_a_verdict_gives_its_slot_back_in_bounded_
     assert occupant is not None
     request = rig.routed()
     async with asyncio.timeout(WAIT):
-        sending = asyncio.ensure_future(rig.send(request))
-        while not rig.upstream.requests:
-            await asyncio.sleep(0.01)
+        sending = await rig.sent(request)
         rig.pool.release(occupant)
         assert (await sending).status_code == 200
         request.finish("ok")
@@ -573,9 +567,7 @@ async def test_an_answer_in_one_piece_is_waited_for_however_long_it_takes(
     whole = json.dumps({"model": "claude-opus-4-5", "max_tokens": 64, "messages": []}).encode()
     request = rig.routed(whole)
     async with asyncio.timeout(WAIT):
-        sending = asyncio.ensure_future(rig.send(request))
-        while not rig.upstream.requests:
-            await asyncio.sleep(0.01)
+        sending = await rig.sent(request)
         rig.pool.release(occupant)  # a slot within the limits: a streamed request would move on
         await asyncio.sleep(0.2)
         assert not sending.done() and len(rig.upstream.requests) == 1
