@@ -31,7 +31,7 @@ from chaos_mode.forwarding.upstream import (
     decode,
 )
 from chaos_mode.request.failover import Answer, judge, reject, settle, unreached
-from chaos_mode.request.hedging import Patience, hedge
+from chaos_mode.request.hedging import Patience, fixed_patience, hedge
 from chaos_mode.request.rate_limited import Reply
 from chaos_mode.request.routed import RoutedRequest
 from chaos_mode.routing.pool import Slot
@@ -209,15 +209,13 @@ class Forwarder:
         started = time.monotonic()
         send = self.clients.send(destination, incoming.method, incoming.target, headers, body)
         streamed, slot = request.message.stream, request.slot
-        patience: Patience | None = self.patience.seconds if streamed else None
-        queuing = streamed and self.patience.seconds() is None and self.patience.queues()
-        if queuing:  # z.ai queues: no attempt is left (see `HeadPatience`)
-            patience = None
-            if slot is not None and slot.probe is not None:
-                # A probe z.ai holds past its stall found no room above the limit, and z.ai would serve it
-                # only once a slot frees, keeping what comes after it waiting. So it is given up then
-                # (`hedging`), its request waiting for a slot.
-                patience = functools.partial(float, self.patience.stall_after())
+        queuing = streamed and self.patience.leaves_none()  # z.ai queues: no attempt is left
+        patience: Patience | None = self.patience.seconds if streamed and not queuing else None
+        if queuing and slot is not None and slot.probe is not None:
+            # A probe z.ai holds past its stall found no room above the limit, and z.ai would serve it only
+            # once a slot frees, keeping what comes after it waiting. So it is given up then (`hedging`),
+            # its request waiting for a slot.
+            patience = fixed_patience(self.patience.stall_after())
         # A head held this long is a stall (z.ai queues the request): the pool hears it at once; the
         # request goes on (z.ai may be serving it). A verdict before then makes it a no-op.
         stall = None

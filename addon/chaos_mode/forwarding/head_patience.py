@@ -66,11 +66,13 @@ class HeadPatience:
         """Whether z.ai was seen to queue lately (a held head, served after all)."""
         return self._clock() - self._queued_at < QUEUE_MEMORY_SECONDS
 
+    def leaves_none(self) -> bool:
+        """Whether no attempt is left now: z.ai queues (and the patience is not fixed)."""
+        return self._fixed is None and self.queues()
+
     def seconds(self) -> float | None:
         """How long to wait for a head before an attempt may be left; None: wait for it."""
-        if self._fixed is None and self.queues():
-            return None
-        return self._patience()
+        return None if self.leaves_none() else self._patience()
 
     def stall_after(self) -> float:
         """How long a head may be held before the attempt counts as stalled."""

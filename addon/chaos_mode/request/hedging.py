@@ -28,6 +28,11 @@ type Patience = Callable[[], float | None]  # seconds from sending; None: not kn
 UNKNOWN_PATIENCE_RECHECK_SECONDS: Final = 0.1
 
 
+def fixed_patience(seconds: float) -> Patience:
+    """A patience that is `seconds`, whatever is learned meanwhile."""
+    return lambda: seconds
+
+
 async def hedge[A](
     request: RoutedRequest,
     sending: asyncio.Future[A],
