@@ -432,6 +432,43 @@ async def test_while_z_ai_queues_a_probe_it_holds_is_given_up_at_its_stall(
     assert rig.pool.in_flight() == 0
 
 
+async def test_while_z_ai_queues_the_slot_a_stream_frees_is_the_held_probes_not_the_next_requests(
+    make_rig: Callable[..., Awaitable[Rig]],
+) -> None:
+    """z.ai holds the probe until the model's stream ends, then serves it in that slot: were the slot
+    given to the next request, z.ai would hold that one in turn until the probe ended."""
+    freed = asyncio.Event()
+
+    async def hold_until_freed(
+        n: int, raw: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        await freed.wait()
+        await sse_answer(2, raw, reader, writer)
+
+    rig = await make_rig(hold_until_freed, routing=ONE_HEAVY)
+    patience = rig.forwarder.patience
+    for _ in range(8):
+        patience.head(0.5)
+    patience.head(5.0)  # a head z.ai held, then served: it queues
+    assert patience.queues() and patience.stall_after() == 2.0  # no stall within this test
+    occupant = rig.pool.try_acquire(Ticket("heavy"))
+    assert occupant is not None
+    rig.pool.report_success(occupant)
+    request = rig.routed()
+    assert request.slot is not None and request.slot.probe == "model"
+    async with asyncio.timeout(WAIT):
+        sending = await rig.sent(request)
+        rig.pool.report_ended(occupant)
+        assert rig.pool.release(occupant)  # the stream ends: z.ai serves the probe in its slot
+        assert rig.pool.try_acquire(Ticket("heavy", may_probe=False)) is None
+        freed.set()
+        response = await sending
+    assert response.status_code == 200 and request.tried == ["h"]
+    assert rig.pool.limits.limit("h") == 1  # served in the slot that freed: no room above was shown
+    request.finish("ok")
+    assert rig.pool.in_flight() == 0
+
+
 async def test_a_probe_answered_first_keeps_its_slot_and_raises_the_limit(
     make_rig: Callable[..., Awaitable[Rig]],
 ) -> None:

@@ -461,6 +461,77 @@ def test_a_probe_z_ai_held_then_served_found_no_room_above_its_limit() -> None:
     assert rig.pool.release(probe)
 
 
+def test_a_probe_z_ai_queues_takes_the_first_slot_of_its_limit_that_a_served_request_gives_back() -> None:
+    """z.ai holds the probe until the model's stream ends, then serves it there: that slot is the probe's,
+    not the next request's, which z.ai would hold in turn until the probe ends."""
+    rig = Rig(routing({"m": {"tier": "HEAVY", "maxConcurrency": 1}}))
+    held = rig.take()
+    rig.pool.report_success(held)
+    probe = rig.take()
+    assert probe.probe == "model"
+    rig.pool.report_queued(probe)
+    rig.pool.report_ended(held)
+    assert rig.pool.release(held)
+    assert rig.pool.try_acquire(Ticket("heavy")) is None  # the slot that came back is the probe's
+    rig.pool.report_success(probe)  # served at 1, in the slot that freed: it raises nothing...
+    assert rig.pool.limits.limit("m") == 1
+    assert not rig.pool.limits.can_probe("m")  # ...and found no room above: the next probe waits
+    assert rig.pool.release(probe)
+    assert rig.pool.in_flight() == 0
+    regular = rig.take()
+    assert regular.probe is None and rig.pool.release(regular)
+
+
+def test_a_probe_rides_on_unless_z_ai_queues_it_and_the_slot_back_is_one_z_ai_served() -> None:
+    """Not known to be queued, or the slot back is a request's that z.ai never served (closed unanswered:
+    it held no slot of z.ai's): the probe stays above the limit and the slot goes to the next request."""
+    for queued in (False, True):
+        rig = Rig(routing({"m": {"tier": "HEAVY", "maxConcurrency": 2}}))
+        first, second = rig.fill()
+        rig.pool.report_ended(second)
+        assert rig.pool.release(second)
+        unanswered = rig.take()  # 2 of 2 again, this one not answered yet
+        probe = rig.take()
+        assert probe.probe == "model"
+        if queued:
+            rig.pool.report_queued(probe)
+            rig.pool.report_unanswered(unanswered)
+            back = unanswered
+        else:
+            rig.pool.report_success(unanswered)
+            rig.pool.report_ended(first)
+            back = first
+        assert rig.pool.release(back)
+        regular = rig.take()
+        assert regular.probe is None
+        for selection in (first, unanswered, probe, regular):
+            assert rig.pool.release(selection) is (selection is not back)
+        assert rig.pool.in_flight() == 0
+
+
+def test_a_seated_probe_given_up_or_refused_gives_its_slot_back_exactly_once() -> None:
+    for verdict in ("given up", "1302", "stall"):
+        rig = Rig(routing({"m": {"tier": "HEAVY", "maxConcurrency": 1}}))
+        held = rig.take()
+        rig.pool.report_success(held)
+        probe = rig.take()
+        rig.pool.report_queued(probe)
+        rig.pool.report_queued(probe)  # idempotent
+        assert rig.pool.release(held)
+        if verdict == "given up":
+            rig.pool.report_unanswered(probe, probe_given_up=True)
+        elif verdict == "1302":
+            rig.pool.report_error("m", error("1302"), None, probe)
+        else:
+            assert rig.pool.report_stall(probe)
+        assert rig.pool.release(probe)
+        assert not rig.pool.release(probe)
+        assert rig.pool.in_flight() == 0 and rig.pool.unanswered() == 0
+        regular = rig.take()  # the limit's one slot, free again, and no probe riding above it
+        assert regular.probe is None and rig.pool.try_acquire(Ticket("heavy")) is None
+        assert rig.pool.release(regular)
+
+
 def test_a_clean_answer_counts_at_least_what_z_ai_served_when_its_request_came() -> None:
     """Heads sent with the first token: the first answer ended before the second one's head came, but z.ai
     served both at once when the second came."""

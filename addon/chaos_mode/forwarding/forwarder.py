@@ -214,8 +214,10 @@ class Forwarder:
         if queuing and slot is not None and slot.probe is not None:
             # A probe z.ai holds past its stall found no room above the limit, and z.ai would serve it only
             # once a slot frees, keeping what comes after it waiting. So it is given up then (`hedging`),
-            # its request waiting for a slot.
+            # its request waiting for a slot. Until then, a slot of its limit that frees is the probe's:
+            # z.ai serves it there, and would hold the next request instead.
             patience = fixed_patience(self.patience.stall_after())
+            request.queued(slot)
         # A head held this long is a stall (z.ai queues the request): the pool hears it at once; the
         # request goes on (z.ai may be serving it). A verdict before then makes it a no-op.
         stall = None

@@ -273,6 +273,11 @@ class RoutedRequest:
         self.pool.report_success(self.slot, at_once=at_once)
         self.pay()  # another model serves it: the refusals before were their models'
 
+    def queued(self, slot: Slot) -> None:
+        """z.ai queues, and may hold the probe sent with `slot`: the first slot of its limit that a request
+        z.ai served gives back is the probe's (`ChaosPool.report_queued`)."""
+        self.pool.report_queued(slot)
+
     def stalled(self, slot: Slot) -> None:
         """z.ai holds the head of the attempt sent with `slot` far longer than its heads take (it queues it):
         the pool learns a limit was passed; the attempt goes on, and the flow says so."""

@@ -178,7 +178,12 @@ class ChaosPool:
         # above the limit it tests: until z.ai answers it (in seconds, for a 1302), it takes none of the
         # slots within the limit.
         self._probes: dict[int, str] = {}
-        self._probes_on: dict[str, int] = {}
+        self._probes_on: dict[str, int] = {}  # those riding above their limit, per limit
+        # Probes z.ai queues (`report_queued`), still riding. z.ai serves such a probe in the first slot of
+        # its limit that frees: that slot becomes the probe's (`seated`: it counts within the limit from
+        # then on), not the next request's, which z.ai would hold in turn behind it.
+        self._queued_probes: dict[int, Slot] = {}
+        self._seated: set[int] = set()
         # Slots whose request z.ai has not answered yet: slot id -> model. Requests overtake each other on
         # the way to z.ai, and a 1302 takes seconds to come back, so what the pool counts in flight is more
         # than z.ai serves until each request has its verdict: a clean answer is evidence of no more than
@@ -493,8 +498,10 @@ class ChaosPool:
         if model is not None:
             _count(self._unanswered_on, model, -1)
         key = self._probes.pop(slot_id, None)
-        if key is not None:
+        if key is not None and slot_id not in self._seated:
             _count(self._probes_on, key, -1)
+        self._queued_probes.pop(slot_id, None)
+        self._seated.discard(slot_id)
         if slot_id in self._stalled:
             self._stalled.discard(slot_id)
 
@@ -502,11 +509,39 @@ class ChaosPool:
         """No verdict will come for `slot`'s request (it ended first, or its attempt was left). A probe given
         up unanswered (its request took a slot within the limits instead) rides above its limit no more,
         and the next probe there waits as after a 1302. Idempotent."""
-        judged = slot.slot_id in self._stalled  # its stall already paced the next probe
+        # its stall, or its seat within the limit, already paced the next probe
+        judged = slot.slot_id in self._stalled or slot.slot_id in self._seated
         if probe_given_up and slot.probe is not None and slot.slot_id in self._probes and not judged:
             self._limits.probe_given_up(slot.probe, slot.model)
             self._probe_judged(slot)
         self._settle(slot)
+
+    def report_queued(self, slot: Slot) -> None:
+        """z.ai queues (it holds what is over a limit until a slot frees), and `slot`'s probe, unanswered,
+        is held so: the first slot of its limit that a request z.ai served gives back is the probe's. No-op
+        for a slot that is no probe, or whose probe was answered."""
+        if slot.slot_id in self._probes and slot.slot_id not in self._seated:
+            self._queued_probes[slot.slot_id] = slot
+
+    def _seat_queued_probe(self, model: str) -> None:
+        """A slot of `model` z.ai served went back: a probe z.ai queues on that model (else on the account)
+        takes it, counting within the limit from now on. z.ai held it, so it found no room above its limit:
+        the next probe there waits as after a refusal, and its answer is a regular request's."""
+        queued = sorted(self._queued_probes, key=lambda i: (self._probes[i] != model, i))
+        for slot_id in queued:
+            key = self._probes[slot_id]
+            if key in (model, ACCOUNT):
+                probe = self._queued_probes.pop(slot_id)
+                if probe.probe is not None and slot_id not in self._stalled:  # a stall judged it already
+                    self._limits.probe_given_up(probe.probe, probe.model)
+                    self._probe_judged(probe)
+                self._seated.add(slot_id)
+                _count(self._probes_on, key, -1)
+                return
+
+    def _probe_of(self, slot: Slot) -> Probe | None:
+        """The limit `slot`'s request probes, as its verdict counts: none once it is seated within it."""
+        return None if slot.slot_id in self._seated else slot.probe
 
     def release(self, slot: Slot) -> bool:
         """Give `slot` back and serve waiters: the one way a slot goes back, exactly once. False (nothing
@@ -526,6 +561,7 @@ class ChaosPool:
         if slot.slot_id in self._served:
             self._served.discard(slot.slot_id)
             self._limits.served_for(self._clock() - taken_at)
+            self._seat_queued_probe(model)  # z.ai served it: the slot it frees is a queued probe's
         if not self._slots.release(model, self._seen.pop(slot.slot_id, ())):  # the store lost it (never)
             self.spurious_releases += 1
             return False
@@ -630,8 +666,8 @@ class ChaosPool:
 
     def _probe_judged(self, slot: Slot) -> None:
         """`slot`'s probe has its verdict (or was given up): a fleet holds the right to probe its limit as
-        long as this proxy's next probe there waits now (see `learning.limits`)."""
-        if self._slots.confirms:
+        long as this proxy's next probe there waits now (see `learning.limits`). Once for a seated one."""
+        if self._slots.confirms and slot.slot_id not in self._seated:
             claim = self._claim(slot)
             if claim is not None:
                 self._slots.probe_answered(claim)
@@ -639,7 +675,7 @@ class ChaosPool:
     def _note(self, slot: Slot, kind: Literal["clean", "refused", "stall"], level: int, total: int) -> None:
         """A verdict on `slot`'s request as the limits took it: told to the fleet when the slot goes back."""
         if self._slots.confirms and self._limits.enabled and slot.slot_id in self._held:
-            self._seen.setdefault(slot.slot_id, []).append(Seen(kind, level, total, slot.probe))
+            self._seen.setdefault(slot.slot_id, []).append(Seen(kind, level, total, self._probe_of(slot)))
 
     def seen_elsewhere(self, model: str, seen: Sequence[Seen]) -> None:
         """z.ai's verdicts on a slot of `model` another proxy of the fleet gave back: each counts here as
@@ -765,6 +801,10 @@ class ChaosPool:
         ends the model's run of busy answers. `at_once`: z.ai served it from its arrival (False: z.ai was
         seen to queue lately, and may have held it until a slot freed)."""
         held = selection.slot_id in self._stalled  # z.ai queued it, and serves it now
+        seated = selection.slot_id in self._seated  # z.ai held it until a slot freed, then served it there
+        # a probe z.ai held was judged at its stall or its seat: served once a slot freed, it found no room
+        # above its limit
+        probe = None if held else self._probe_of(selection)
         if not held:
             self._arrivals.accepted(selection.slot_id, selection.model)  # z.ai counted it from its arrival on
         self._settle(selection)
@@ -773,16 +813,16 @@ class ChaosPool:
         # z.ai served at least this many at once: what it serves now, or what it served when the request
         # came (heads sent with the first token leave much of what z.ai serves without a head here); not
         # for a request z.ai may have held: it was full then, and served it only once a slot freed
-        queued = held or not at_once
+        queued = held or seated or not at_once
         arrived, arrived_total = (0, 0) if queued else self._arrival_levels(selection, (0, 0))
         model = selection.model
         serving, total = max(self._serving(model), arrived), max(self._serving(), arrived_total)
         self.quota.answered(model, selection.slot_id)
         limits = self._limits
-        # a probe z.ai held was judged at its stall: served once a slot freed, it found no room above
-        limits.succeeded(model, serving, total, None if held else selection.probe)
+        limits.succeeded(model, serving, total, probe)
         self._note(selection, "clean", serving, total)
-        self._probe_judged(selection)
+        if not seated:
+            self._probe_judged(selection)
         self._cooldowns.succeeded(model)
         if self._limits_version != limits.version:
             self._limits_changed()
@@ -842,7 +882,7 @@ class ChaosPool:
         self._stalled.add(slot_id)
         if self._limits.enabled:
             level, account_level = self._arrival_levels(slot, (slot.in_flight, slot.total))
-            self._limits.stalled(slot.model, level, account_level, slot.probe)
+            self._limits.stalled(slot.model, level, account_level, self._probe_of(slot))
             self._note(slot, "stall", level, account_level)
             self._probe_judged(slot)
             self._limits_changed()
@@ -879,7 +919,7 @@ class ChaosPool:
         counted: bool,
     ) -> float:
         settings = self._config.cooldown
-        probe = selection.probe if selection is not None else None
+        probe = self._probe_of(selection) if selection is not None else None
         match error.action:
             case Action.CONCURRENCY if self._limits.enabled:
                 taken_at = self._taken_at.get(selection.slot_id) if selection is not None else None
