@@ -563,3 +563,15 @@ def test_the_virtual_model_leaves_unanswered_attempts_and_ends_sooner() -> None:
     assert waited.bound == hedged.bound and hedged.bound <= hedged.makespan
     with pytest.raises(ValueError, match="not modelled"):
         virtual.run("lower", 1)
+
+
+def test_the_virtual_model_runs_the_field_shapes_on_the_simulators_own_draws() -> None:
+    """Soft bands, random 1302s and a halved third, decided by the simulator's bookkeeping (`SimState`)."""
+    from chaos_mode.bench import virtual
+
+    noisy = virtual.run("noisy", 1)
+    assert noisy == virtual.run("noisy", 1)  # seeded draws in virtual time: the same run every time
+    for outcome in (noisy, virtual.run("soft", 1), virtual.run("halved", 1)):
+        assert outcome.refused > 0 and outcome.bound <= outcome.makespan
+    with pytest.raises(ValueError, match="not modelled"):
+        virtual.run("queuing", 1)
