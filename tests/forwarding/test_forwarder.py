@@ -20,7 +20,7 @@ from chaos_mode.forwarding.head_patience import HeadPatience
 from chaos_mode.forwarding.upstream import Destination, UpstreamClients, UpstreamSettings
 from chaos_mode.observe.stats import Stats
 from chaos_mode.request.routed import RoutedRequest
-from chaos_mode.routing.pool import ChaosPool, Ticket
+from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
 from support.fakes import FakeClock
 from support.journey import followed
 
@@ -386,6 +386,26 @@ async def test_an_unanswered_probe_is_given_up_for_a_slot_within_the_limits(
     assert rig.pool.in_flight() == 0 and rig.pool.spurious_releases == 0
 
 
+def probe_beside_an_occupant(rig: Rig) -> tuple[Slot, RoutedRequest]:
+    """A heavy request answered cleanly (the limit of one ran full), and a routed request probing above."""
+    occupant = rig.pool.try_acquire(Ticket("heavy"))
+    assert occupant is not None
+    rig.pool.report_success(occupant)
+    request = rig.routed()
+    assert request.slot is not None and request.slot.probe == "model"
+    return occupant, request
+
+
+def seen_to_queue(rig: Rig, heads: float) -> HeadPatience:
+    """The forwarder's patience after 8 heads of `heads` seconds and one z.ai held, then served: it queues."""
+    patience = rig.forwarder.patience
+    for _ in range(8):
+        patience.head(heads)
+    patience.head(5.0)
+    assert patience.queues()
+    return patience
+
+
 async def test_while_z_ai_queues_a_probe_it_holds_is_given_up_at_its_stall(
     make_rig: Callable[..., Awaitable[Rig]],
 ) -> None:
@@ -404,11 +424,8 @@ async def test_while_z_ai_queues_a_probe_it_holds_is_given_up_at_its_stall(
         await sse_answer(2, raw, reader, writer)
 
     rig = await make_rig(hold_the_probe, routing=TWO_HEAVY)
-    patience = rig.forwarder.patience
-    for _ in range(8):
-        patience.head(0.01)
-    patience.head(5.0)  # a head z.ai held, then served: it queues
-    assert patience.queues() and patience.seconds() is None and patience.stall_after() == 0.25
+    patience = seen_to_queue(rig, heads=0.01)
+    assert patience.seconds() is None and patience.stall_after() == 0.25
     occupants = [rig.pool.try_acquire(Ticket("heavy")) for _ in range(2)]
     for occupant in occupants:
         assert occupant is not None
@@ -446,16 +463,8 @@ async def test_while_z_ai_queues_the_slot_a_stream_frees_is_the_held_probes_not_
         await sse_answer(2, raw, reader, writer)
 
     rig = await make_rig(hold_until_freed, routing=ONE_HEAVY)
-    patience = rig.forwarder.patience
-    for _ in range(8):
-        patience.head(0.5)
-    patience.head(5.0)  # a head z.ai held, then served: it queues
-    assert patience.queues() and patience.stall_after() == 2.0  # no stall within this test
-    occupant = rig.pool.try_acquire(Ticket("heavy"))
-    assert occupant is not None
-    rig.pool.report_success(occupant)
-    request = rig.routed()
-    assert request.slot is not None and request.slot.probe == "model"
+    assert seen_to_queue(rig, heads=0.5).stall_after() == 2.0  # no stall within this test
+    occupant, request = probe_beside_an_occupant(rig)
     async with asyncio.timeout(WAIT):
         sending = await rig.sent(request)
         rig.pool.report_ended(occupant)
@@ -473,11 +482,7 @@ async def test_a_probe_answered_first_keeps_its_slot_and_raises_the_limit(
     make_rig: Callable[..., Awaitable[Rig]],
 ) -> None:
     rig = await make_rig(sse_answer_at_once, routing=ONE_HEAVY, patience=0.0)
-    occupant = rig.pool.try_acquire(Ticket("heavy"))
-    assert occupant is not None
-    rig.pool.report_success(occupant)
-    request = rig.routed()
-    assert request.slot is not None and request.slot.probe == "model"
+    occupant, request = probe_beside_an_occupant(rig)
     async with asyncio.timeout(WAIT):
         response = await rig.send(request)
     assert response.status_code == 200 and len(rig.upstream.requests) == 1

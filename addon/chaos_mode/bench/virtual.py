@@ -35,7 +35,6 @@ from chaos_mode.bench.workload import Request, make_workload
 from chaos_mode.config.schema import parse_config
 from chaos_mode.forwarding.head_patience import FLOOR_SECONDS, STALL_FACTOR, STALL_FLOOR_SECONDS
 from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
-from chaos_mode.sim import SimState
 from chaos_mode.zai.errors import classify_error
 
 REFUSAL = json.dumps(
@@ -67,17 +66,7 @@ async def swarm(
     busy = classify_error(429, REFUSAL, now=0.0)
     assert busy is not None
     settings = preset.sim_settings(workload)
-    zai = SimState(
-        settings.limits,
-        settings.account_limit,
-        settings.hold,
-        fault_rates=settings.fault_rates,
-        fault_seed=settings.fault_seed,
-        bands=settings.bands,
-        account_band=settings.account_band,
-        band_shape=settings.band_shape,
-        clock=loop.time,
-    )
+    zai = settings.new_state(loop.time)
     for scheduled in settings.schedule:
         loop.call_at(loop.time() + scheduled.at_seconds, zai.apply, scheduled.change, scheduled.at_seconds)
     outcome = Outcome(0.0, field_bound(workload, true_timeline(planned_changes(settings), ())).seconds)

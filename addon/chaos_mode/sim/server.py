@@ -64,19 +64,7 @@ class SimServer:
         self.settings.validate()
         s = self.settings
         self._clock = clock
-        self.state = SimState(
-            s.limits,
-            s.account_limit,
-            s.hold,
-            fault_rates=s.fault_rates,
-            fault_seed=s.fault_seed,
-            bands=s.bands,
-            account_band=s.account_band,
-            band_shape=s.band_shape,
-            over_limit=s.over_limit,
-            lengths=s.output_lengths,
-            clock=self._time,
-        )
+        self.state = s.new_state(self._time)
         self.refused = frozenset(self.settings.refuse)
         self.quota = self._new_quota()
         self.content_filter = ContentFilter(tuple(s.filter_phrases), s.filter_scope)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -17,7 +17,7 @@ from chaos_mode.sim.bands import BAND_SHAPES
 from chaos_mode.sim.content_filter import FILTER_SCOPES
 from chaos_mode.sim.lengths import Lengths
 from chaos_mode.sim.limits import ScheduledChange, count_value, model_counts
-from chaos_mode.sim.state import BROKEN_ANSWERS, OverLimit
+from chaos_mode.sim.state import BROKEN_ANSWERS, OverLimit, SimState
 from chaos_mode.zai.catalog import DEFAULT_CATALOG
 
 
@@ -163,6 +163,23 @@ class SimSettings:
         if not isinstance(self.head_with_first_token, bool):
             raise ValueError(f"head_with_first_token: expected a boolean, got {self.head_with_first_token!r}")
         self.output_lengths.validate()
+
+    def new_state(self, clock: Callable[[], float]) -> SimState:
+        """z.ai's bookkeeping on these settings (limits, held slots, bands, faults, draws); `clock`: seconds,
+        for how long requests wait inside z.ai."""
+        return SimState(
+            self.limits,
+            self.account_limit,
+            self.hold,
+            fault_rates=self.fault_rates,
+            fault_seed=self.fault_seed,
+            bands=self.bands,
+            account_band=self.account_band,
+            band_shape=self.band_shape,
+            over_limit=self.over_limit,
+            lengths=self.output_lengths,
+            clock=clock,
+        )
 
     def to_mapping(self) -> dict[str, Any]:
         """A JSON-ready dict that :meth:`from_mapping` reads back."""
