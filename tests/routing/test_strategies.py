@@ -7,6 +7,8 @@ from collections import Counter
 from typing import get_args
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from chaos_mode.config.schema import StrategyName
 from chaos_mode.routing.strategies import (
@@ -42,11 +44,23 @@ def costs_of(candidates: list[ModelEntry]) -> list[float]:
         ([1, 3], [0, 2], [0, 0], 0),  # score beats both cost and capacity
         ([10, 1], [5, 0], [0, 5], 1),  # 0.5 vs 1.0: the expensive free model wins on score
         ([4, 2], [1, 0], [0, 0], 1),  # 0.75 vs 1.0
+        ([1, 2], [3, 5], [0, 0], 1),  # held over twice the limit (slots riding above it): -2.0 vs -1.5
     ],
 )
 def test_least_loaded_picks(caps: list[int], in_flight: list[int], costs: list[float], expected: int) -> None:
     candidates = [entry(f"m{i}", i, cap, cost) for i, (cap, cost) in enumerate(zip(caps, costs, strict=True))]
     assert LeastLoaded().pick(candidates, in_flight, costs) == expected
+
+
+@given(
+    st.lists(st.tuples(st.integers(1, 20), st.integers(0, 60), st.sampled_from([0.0, 1.0, 2.5])), min_size=1)
+)
+def test_least_loaded_always_picks_one_of_the_candidates(rows: list[tuple[int, int, float]]) -> None:
+    """Whatever is held: a candidate may hold more than its limit while slots ride above it."""
+    candidates = [entry(f"m{i}", i, cap, cost) for i, (cap, _, cost) in enumerate(rows)]
+    strategy = LeastLoaded()
+    for _ in range(3):
+        assert 0 <= strategy.pick(candidates, [held for _, held, _ in rows], costs_of(candidates)) < len(rows)
 
 
 def test_least_loaded_exact_ties_rotate_fairly() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -45,7 +46,7 @@ class LeastLoaded:
         self._turns: dict[tuple[int, ...], int] = {}  # tie set (catalog indexes) -> its own rotation
 
     def pick(self, candidates: Sequence[ModelEntry], in_flight: Sequence[int], costs: Sequence[float]) -> int:
-        best_score = -1.0
+        best_score = -math.inf  # a model may hold more than its limit (slots riding above it)
         best_cost = best_cap = 0.0
         tied: list[int] = []
         for i, entry in enumerate(candidates):
