@@ -575,3 +575,15 @@ def test_the_virtual_model_runs_the_field_shapes_on_the_simulators_own_draws() -
         assert outcome.refused > 0 and outcome.bound <= outcome.makespan
     with pytest.raises(ValueError, match="not modelled"):
         virtual.run("queuing", 1)
+
+
+def test_the_virtual_model_runs_a_learning_setting_and_refuses_a_bad_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from chaos_mode.bench import virtual
+
+    fixed = virtual.run("noisy", 1, learning={"enabled": False})  # a 1302 cools the model down then
+    assert fixed != virtual.run("noisy", 1)
+    with pytest.raises(SystemExit):
+        virtual.main(["--preset", "noisy", "--seeds", "1", "--learning", "probeEvery=3"])
+    assert "probeEvery" in capsys.readouterr().err

@@ -16,7 +16,7 @@ against 0.88-0.94 there, with as many refusals (5-6 per 50); noisy 0.82 against 
 0.67-0.86; changing 0.82 against 0.81-0.82. Its figures rank changes to the pool; the benchmark measures
 them.
 
-    python -m chaos_mode.bench.virtual [--preset soft] [--seeds 12] [--no-hedge] [--head 0.01]
+    python -m chaos_mode.bench.virtual [--preset soft] [--seeds 12] [--learning probeIntervalSeconds=3]
 """
 
 from __future__ import annotations
@@ -27,12 +27,14 @@ import dataclasses
 import json
 import random
 import statistics
+from collections.abc import Mapping
+from typing import Any
 
 from chaos_mode.bench.field import PRESETS, FieldPreset, field_bound, planned_changes, true_timeline
 from chaos_mode.bench.scenarios import SCENARIOS
 from chaos_mode.bench.virtual_loop import VirtualLoop
 from chaos_mode.bench.workload import Request, make_workload
-from chaos_mode.config.schema import parse_config
+from chaos_mode.config.schema import ConfigError, parse_config
 from chaos_mode.forwarding.head_patience import FLOOR_SECONDS, STALL_FACTOR, STALL_FLOOR_SECONDS
 from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
 from chaos_mode.zai.errors import classify_error
@@ -53,14 +55,25 @@ class Outcome:
 
 
 async def swarm(
-    preset: FieldPreset, seed: int, *, hedge: bool, head: float, reject: float, transit: float
+    preset: FieldPreset,
+    seed: int,
+    *,
+    hedge: bool,
+    head: float,
+    reject: float,
+    transit: float,
+    learning: Mapping[str, Any] | None = None,
 ) -> Outcome:
     loop = asyncio.get_running_loop()
     unmodelled = set(preset.shapes) - {"bands", "account_band", "band_shape"}
     if preset.refuse or preset.filtered_agent is not None or set(preset.fault_rates) - {"1302"} or unmodelled:
         raise ValueError(f"preset {preset.name} is not modelled (refused models, filter, faults or shapes)")
     workload = make_workload(preset.spec(seed=seed))
-    config = parse_config({"modelRouting": SCENARIOS["least-loaded"].config()})
+    block = SCENARIOS["least-loaded"].config()
+    if learning:
+        known = block.get("learning")
+        block = {**block, "learning": {**(known if isinstance(known, Mapping) else {}), **learning}}
+    config = parse_config({"modelRouting": block})
     pool = ChaosPool(config, clock=loop.time, wall_clock=loop.time, rng=random.Random(seed))
     on_the_way = random.Random(-seed)
     busy = classify_error(429, REFUSAL, now=0.0)
@@ -160,11 +173,15 @@ def run(
     head: float = 0.01,
     reject: float = 3.0,
     transit: float = 0.05,
+    learning: Mapping[str, Any] | None = None,
 ) -> Outcome:
+    """One run; `learning`: keys of the config's learning block over the benchmark's (ConfigError if bad)."""
     loop = VirtualLoop()
     try:
         timings = {"head": head, "reject": reject, "transit": transit}
-        return loop.run_until_complete(swarm(PRESETS[preset], seed, hedge=hedge, **timings))
+        return loop.run_until_complete(
+            swarm(PRESETS[preset], seed, hedge=hedge, learning=learning, **timings)
+        )
     finally:
         loop.close()
 
@@ -181,11 +198,31 @@ def main(argv: list[str] | None = None) -> None:
         "--transit", type=float, default=0.05, help="at most this many seconds from the pool to z.ai"
     )
     parser.add_argument("--reject", type=float, default=3.0, help="seconds from an attempt to its 1302")
+    parser.add_argument(
+        "--learning",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a key of the config's learning block, its value JSON (e.g. probeIntervalSeconds=3); repeatable",
+    )
     args = parser.parse_args(argv)
+    learning = {}
+    for setting in args.learning:
+        key, sep, value = setting.partition("=")
+        try:
+            learning[key] = json.loads(value) if sep else None
+        except json.JSONDecodeError:
+            parser.error(f"--learning {setting}: the value is not JSON")
+        if not sep or not key:
+            parser.error(f"--learning {setting}: expected KEY=VALUE")
+    try:
+        parse_config({"modelRouting": {"learning": learning}})
+    except ConfigError as exc:
+        parser.error(f"--learning: {exc}")
     spans, ratios, per_50 = [], [], []
     for seed in range(1, args.seeds + 1):
         timings = {"head": args.head, "reject": args.reject, "transit": args.transit}
-        outcome = run(args.preset, seed, hedge=args.hedge, **timings)
+        outcome = run(args.preset, seed, hedge=args.hedge, learning=learning, **timings)
         spans.append(outcome.makespan)
         ratios.append(outcome.bound / outcome.makespan)
         per_50.append(50.0 * outcome.refused / outcome.requests)
