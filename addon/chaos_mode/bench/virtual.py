@@ -209,12 +209,12 @@ def main(argv: list[str] | None = None) -> None:
     learning = {}
     for setting in args.learning:
         key, sep, value = setting.partition("=")
-        try:
-            learning[key] = json.loads(value) if sep else None
-        except json.JSONDecodeError:
-            parser.error(f"--learning {setting}: the value is not JSON")
         if not sep or not key:
             parser.error(f"--learning {setting}: expected KEY=VALUE")
+        try:
+            learning[key] = json.loads(value)
+        except json.JSONDecodeError:
+            parser.error(f"--learning {setting}: the value is not JSON")
     try:
         parse_config({"modelRouting": {"learning": learning}})
     except ConfigError as exc:

@@ -178,10 +178,10 @@ class ChaosPool:
         # above the limit it tests: until z.ai answers it (in seconds, for a 1302), it takes none of the
         # slots within the limit.
         self._probes: dict[int, str] = {}
-        self._probes_on: dict[str, int] = {}  # those riding above their limit, per limit
+        self._probes_on: dict[str, int] = {}
         # Probes z.ai queues (`report_queued`), still riding. z.ai serves such a probe in the first slot of
-        # its limit that frees: that slot becomes the probe's (`seated`: it counts within the limit from
-        # then on), not the next request's, which z.ai would hold in turn behind it.
+        # its limit that frees: that slot becomes the probe's (`seated`: out of `_probes`, it counts within
+        # the limit from then on), not the next request's, which z.ai would hold in turn behind it.
         self._queued_probes: dict[int, Slot] = {}
         self._seated: set[int] = set()
         # Slots whose request z.ai has not answered yet: slot id -> model. Requests overtake each other on
@@ -498,7 +498,7 @@ class ChaosPool:
         if model is not None:
             _count(self._unanswered_on, model, -1)
         key = self._probes.pop(slot_id, None)
-        if key is not None and slot_id not in self._seated:
+        if key is not None:
             _count(self._probes_on, key, -1)
         self._queued_probes.pop(slot_id, None)
         self._seated.discard(slot_id)
@@ -509,8 +509,7 @@ class ChaosPool:
         """No verdict will come for `slot`'s request (it ended first, or its attempt was left). A probe given
         up unanswered (its request took a slot within the limits instead) rides above its limit no more,
         and the next probe there waits as after a 1302. Idempotent."""
-        # its stall, or its seat within the limit, already paced the next probe
-        judged = slot.slot_id in self._stalled or slot.slot_id in self._seated
+        judged = slot.slot_id in self._stalled  # its stall already paced the next probe (a seat is no probe)
         if probe_given_up and slot.probe is not None and slot.slot_id in self._probes and not judged:
             self._limits.probe_given_up(slot.probe, slot.model)
             self._probe_judged(slot)
@@ -520,7 +519,7 @@ class ChaosPool:
         """z.ai queues (it holds what is over a limit until a slot frees), and `slot`'s probe, unanswered,
         is held so: the first slot of its limit that a request z.ai served gives back is the probe's. No-op
         for a slot that is no probe, or whose probe was answered."""
-        if slot.slot_id in self._probes and slot.slot_id not in self._seated:
+        if slot.slot_id in self._probes:
             self._queued_probes[slot.slot_id] = slot
 
     def _seat_queued_probe(self, model: str) -> None:
@@ -529,14 +528,13 @@ class ChaosPool:
         the next probe there waits as after a refusal, and its answer is a regular request's."""
         queued = sorted(self._queued_probes, key=lambda i: (self._probes[i] != model, i))
         for slot_id in queued:
-            key = self._probes[slot_id]
-            if key in (model, ACCOUNT):
+            if self._probes[slot_id] in (model, ACCOUNT):
                 probe = self._queued_probes.pop(slot_id)
                 if probe.probe is not None and slot_id not in self._stalled:  # a stall judged it already
                     self._limits.probe_given_up(probe.probe, probe.model)
                     self._probe_judged(probe)
+                _count(self._probes_on, self._probes.pop(slot_id), -1)
                 self._seated.add(slot_id)
-                _count(self._probes_on, key, -1)
                 return
 
     def _probe_of(self, slot: Slot) -> Probe | None:
