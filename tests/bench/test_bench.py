@@ -577,6 +577,26 @@ def test_the_virtual_model_runs_the_field_shapes_on_the_simulators_own_draws() -
         virtual.run("queuing", 1)
 
 
+def test_the_virtual_model_says_how_soon_the_learned_limits_followed_each_change(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Per change of the true limits, the seconds until every learned limit was within a step of it, as the
+    field benchmark reports it; `--watch` prints the learned limits against the true ones as they go."""
+    from chaos_mode.bench import virtual
+
+    assert virtual.run("higher", 1).converged == []  # no change: nothing to follow
+    virtual.main(["--preset", "halved", "--seeds", "1", "--watch", "2"])
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.strip().startswith("t=")]
+    assert len(lines) >= 10  # a run of about 30 s, every 2 s
+    assert "glm" not in lines[0] and "4.7:3/3" in lines[0] and "account:-/28" in lines[0]
+    assert any("4.7:" in line and "/1" in line for line in lines)  # halved: glm-4.7's true limit is 1
+    assert "within a step after" in out and "changes not followed within 5 s" in out
+    halved = virtual.run("halved", 1)
+    assert len(halved.converged) == 2  # halved, then restored
+    assert all(seconds is None or 0.0 <= seconds < halved.makespan for seconds in halved.converged)
+
+
 def test_the_virtual_model_runs_a_learning_setting_and_refuses_a_bad_one(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -31,18 +31,22 @@ from collections.abc import Mapping
 from typing import Any
 
 from chaos_mode.bench.field import PRESETS, FieldPreset, field_bound, planned_changes, true_timeline
+from chaos_mode.bench.field_figures import convergence
 from chaos_mode.bench.scenarios import SCENARIOS
 from chaos_mode.bench.virtual_loop import VirtualLoop
 from chaos_mode.bench.workload import Request, make_workload
 from chaos_mode.config.schema import ConfigError, parse_config
 from chaos_mode.forwarding.head_patience import FLOOR_SECONDS, STALL_FACTOR, STALL_FLOOR_SECONDS
 from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
+from chaos_mode.sim.state import SimState
 from chaos_mode.zai.errors import classify_error
 
 REFUSAL = json.dumps(
     {"type": "error", "error": {"type": "rate_limit_error", "code": "1302", "message": "busy"}}
 )
 FOREVER = 1e9
+SAMPLE_SECONDS = 0.1  # how often the learned limits are looked at, as the field benchmark samples them
+CONVERGED_SECONDS = 5.0  # issue 21's target: each learned limit within a step of the truth 5 s after a change
 
 
 @dataclasses.dataclass
@@ -52,6 +56,9 @@ class Outcome:
     requests: int = 0
     refused: int = 0  # attempts z.ai refused (1302), heard or given up: the benchmark's upstream refusals
     given_up: int = 0  # attempts left unanswered for a slot within the limits (probes given up)
+    # per change of the true limits, seconds until every model's learned limit was within a step of it
+    # (None: not before the next change or the end), as the field benchmark reports it
+    converged: list[float | None] = dataclasses.field(default_factory=list)
 
 
 async def swarm(
@@ -63,6 +70,7 @@ async def swarm(
     reject: float,
     transit: float,
     learning: Mapping[str, Any] | None = None,
+    watch: float = 0.0,
 ) -> Outcome:
     loop = asyncio.get_running_loop()
     unmodelled = set(preset.shapes) - {"bands", "account_band", "band_shape"}
@@ -82,7 +90,8 @@ async def swarm(
     zai = settings.new_state(loop.time)
     for scheduled in settings.schedule:
         loop.call_at(loop.time() + scheduled.at_seconds, zai.apply, scheduled.change, scheduled.at_seconds)
-    outcome = Outcome(0.0, field_bound(workload, true_timeline(planned_changes(settings), ())).seconds)
+    timeline = true_timeline(planned_changes(settings), ())
+    outcome = Outcome(0.0, field_bound(workload, timeline).seconds)
     outcome.requests = sum(len(requests) for requests in workload.agents)
 
     def accepted(model: str) -> bool:
@@ -158,11 +167,41 @@ async def swarm(
             await one(index, request)
         return loop.time()
 
+    samples: list[dict[str, Any]] = []
+
+    async def sampling() -> None:
+        while True:
+            now = loop.time()
+            samples.append(
+                {"t": now, "models": {m: {"learnedLimit": pool.limits.limit(m)} for m in zai.models}}
+            )
+            if watch > 0.0 and len(samples) % max(round(watch / SAMPLE_SECONDS), 1) == 0:
+                print(f"  {watched(pool, zai, now)}")
+            await asyncio.sleep(SAMPLE_SECONDS)
+
     detached: list[asyncio.Future[None]] = []
+    sampler = asyncio.ensure_future(sampling())
     ends = await asyncio.gather(*(agent(i, requests) for i, requests in enumerate(workload.agents)))
     await asyncio.gather(*detached)
+    sampler.cancel()
     outcome.makespan = max(ends)
+    slots = [{"at": c.start, "models": dict(c.models)} for c in timeline]
+    outcome.converged = [change["seconds"] for change in convergence(samples, slots)]
     return outcome
+
+
+def watched(pool: ChaosPool, zai: SimState, now: float) -> str:
+    """One line of what the pool holds against z.ai's truth: `t=` seconds, then each model's learned/true
+    limit (the pool's slots held in brackets, where any), and the account's (`-`: none learned)."""
+    limits = pool.limits
+    models = " ".join(
+        f"{model.removeprefix('glm-')}:{limits.limit(model)}/{counter.limit}"
+        + (f"[{pool.in_flight(model)}]" if pool.in_flight(model) else "")
+        for model, counter in zai.models.items()
+    )
+    account = limits.account()
+    learned = "-" if account is None else str(account)
+    return f"t={now:5.1f} {models} account:{learned}/{zai.account_limit}[{pool.in_flight()}]"
 
 
 def run(
@@ -174,13 +213,14 @@ def run(
     reject: float = 3.0,
     transit: float = 0.05,
     learning: Mapping[str, Any] | None = None,
+    watch: float = 0.0,
 ) -> Outcome:
     """One run; `learning`: keys of the config's learning block over the benchmark's (ConfigError if bad)."""
     loop = VirtualLoop()
     try:
         timings = {"head": head, "reject": reject, "transit": transit}
         return loop.run_until_complete(
-            swarm(PRESETS[preset], seed, hedge=hedge, learning=learning, **timings)
+            swarm(PRESETS[preset], seed, hedge=hedge, learning=learning, watch=watch, **timings)
         )
     finally:
         loop.close()
@@ -205,6 +245,13 @@ def main(argv: list[str] | None = None) -> None:
         metavar="KEY=VALUE",
         help="a key of the config's learning block, its value JSON (e.g. probeIntervalSeconds=3); repeatable",
     )
+    parser.add_argument(
+        "--watch",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="every SECONDS of virtual time, print each learned limit against z.ai's true one",
+    )
     args = parser.parse_args(argv)
     learning = {}
     for setting in args.learning:
@@ -220,19 +267,30 @@ def main(argv: list[str] | None = None) -> None:
     except ConfigError as exc:
         parser.error(f"--learning: {exc}")
     spans, ratios, per_50 = [], [], []
+    within: list[float | None] = []
     for seed in range(1, args.seeds + 1):
         timings = {"head": args.head, "reject": args.reject, "transit": args.transit}
-        outcome = run(args.preset, seed, hedge=args.hedge, learning=learning, **timings)
+        outcome = run(args.preset, seed, hedge=args.hedge, learning=learning, watch=args.watch, **timings)
         spans.append(outcome.makespan)
         ratios.append(outcome.bound / outcome.makespan)
         per_50.append(50.0 * outcome.refused / outcome.requests)
         refusals = f"refused {outcome.refused} ({per_50[-1]:.1f} per 50), given up {outcome.given_up}"
+        if outcome.converged:
+            within.extend(outcome.converged)
+            refusals += ", within a step after " + ", ".join(_seconds(s) for s in outcome.converged)
         print(f"seed {seed}: makespan {outcome.makespan:.2f} s, {ratios[-1]:.0%} of the bound, {refusals}")
     mean = (
         f"mean makespan {statistics.fmean(spans):.2f} s, {statistics.fmean(ratios):.1%} of the bound, "
         f"{statistics.fmean(per_50):.1f} refused per 50"
     )
+    if within:
+        late = sum(s is None or s > CONVERGED_SECONDS for s in within)
+        mean += f", {late} of {len(within)} changes not followed within {CONVERGED_SECONDS:g} s"
     print(f"{args.preset}: {mean} over {len(spans)} seeds")
+
+
+def _seconds(value: float | None) -> str:
+    return "never" if value is None else f"{value:.1f} s"
 
 
 if __name__ == "__main__":
