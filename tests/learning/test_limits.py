@@ -78,6 +78,28 @@ def test_a_refusal_where_the_model_serves_all_the_time_is_the_accounts(rig: Rig)
     assert rig.limits.view().reason == "1302 at 14 in flight"
 
 
+def test_a_refusal_at_a_level_z_ai_served_only_before_its_request_was_sent_is_the_models(rig: Rig) -> None:
+    """A model's limit fell (halved): z.ai served its third request at once all along, then refuses there and
+    serves nothing there while it decides. The refusals are the model's in full; the account, which z.ai
+    just served as many on, takes none. A refusal whose request z.ai decided while it served the model at
+    that level is shared, as before (noise, or the account's)."""
+    rig.serve("a", 3, 13, times=12)
+    rig.serve("b", 10, 13, times=12)
+    account = rig.limits.evidence()
+    before = account.refusal_estimate(13, rig.clock())
+    rig.advance(1.0)
+    sent = rig.clock()
+    rig.advance(0.25)
+    rig.limits.stalled("a", 3, 13, None, sent)
+    rig.limits.refused("a", 3, 13, None, sent)
+    assert account.refusal_estimate(13, rig.clock()) == pytest.approx(before, abs=1e-3)  # none on it
+    assert rig.limits.evidence("a").refusal_estimate(3, rig.clock()) > 2 / 14  # both in full on "a"
+    rig.serve("a", 3, 13)  # z.ai serves "a" at 3 again, while it decides the next request...
+    rig.advance(0.25)
+    rig.limits.stalled("a", 3, 13, None, sent)  # ...sent before that: shared
+    assert account.refusal_estimate(13, rig.clock()) > before
+
+
 def test_an_isolated_refusal_at_a_level_served_cleanly_moves_nothing(rig: Rig) -> None:
     rig.serve("b", 10, times=12)
     rig.limits.refused("b", 10, 10, None)

@@ -7,6 +7,7 @@ import asyncio
 import random
 import time
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
@@ -424,6 +425,28 @@ def test_a_refusal_counts_at_what_z_ai_served_when_it_came_not_at_what_the_pool_
     assert evidence.refusal_estimate(6, now) == 0.5  # nothing seen at 6: the prior alone
     assert served(rig.pool.status())["models"]["m"]["learnedLimit"] == 6  # once, beside a clean 3: chance
     for selection in [*held[1:], after]:
+        assert rig.pool.release(selection)
+
+
+def test_a_refusal_is_judged_by_what_z_ai_served_while_it_decided_that_request() -> None:
+    """The pool tells the limits when the refused request's slot was taken: z.ai served "h" at 2 just before
+    (well within a refusal's time), not since, so the stall is "h"'s in full and nothing of it the
+    account's."""
+    rig = Rig()
+    first, second = rig.fill()
+    account = rig.pool.limits.evidence()
+    before = account.refusal_estimate(2, rig.clock())
+    rig.pool.report_ended(first)
+    assert rig.pool.release(first)
+    rig.clock.advance(0.5)
+    after = rig.take()
+    assert (after.in_flight, after.total) == (2, 2)
+    rig.clock.advance(0.3)
+    assert rig.pool.report_stall(after)
+    now = rig.clock()
+    assert account.refusal_estimate(2, now) == pytest.approx(before, abs=1e-3)  # faded a little, no more
+    assert rig.pool.limits.evidence("h").refusal_estimate(2, now) > 1 / 3
+    for selection in (second, after):
         assert rig.pool.release(selection)
 
 

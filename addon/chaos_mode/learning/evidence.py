@@ -231,6 +231,10 @@ class LevelEvidence:
         weights = self._weights(now)
         return any(clean >= SERVED_WEIGHT for clean, _ in weights[max(value, 1) :])
 
+    def answered_since(self, value: int, since: float) -> bool:
+        """Whether z.ai answered cleanly at `value` or above at `since` (monotonic) or later."""
+        return any(entry.clean_at >= since for entry in self._levels[max(value, 1) :])
+
     def forget(self) -> None:
         """Back to no evidence at all."""
         self._levels = [Level() for _ in range(self.ceiling + 2)]

@@ -335,26 +335,34 @@ class LearnedLimits:
             if value is not None and value < limit.evidence.served_level(now):
                 limit.refused_probes, limit.no_probe_until = 0, -math.inf
 
-    def refused(self, model: str, in_flight: int, total: int, probe: Probe | None) -> None:
-        """A concurrency answer (1302) to a request that came when z.ai served `in_flight` on its model and
-        `total` on the account (itself included): evidence against both, shared (see the module)."""
-        self._passed(model, in_flight, total, probe, "1302")
+    def refused(
+        self, model: str, in_flight: int, total: int, probe: Probe | None, sent: float | None = None
+    ) -> None:
+        """A concurrency answer (1302) to a request sent at `sent` (monotonic; None: as long ago as z.ai's
+        refusals take) that came when z.ai served `in_flight` on its model and `total` on the account
+        (itself included): evidence against both, shared (see the module)."""
+        self._passed(model, in_flight, total, probe, sent, "1302")
 
-    def stalled(self, model: str, in_flight: int, total: int, probe: Probe | None) -> None:
-        """z.ai held the head of a request that came when it served `in_flight` on its model and `total` on
-        the account far longer than its heads take: a limit passed, as a 1302 says (z.ai queues it instead
-        of refusing)."""
-        self._passed(model, in_flight, total, probe, "stall")
+    def stalled(
+        self, model: str, in_flight: int, total: int, probe: Probe | None, sent: float | None = None
+    ) -> None:
+        """z.ai held the head of a request (sent at `sent`, as for `refused`) that came when it served
+        `in_flight` on its model and `total` on the account far longer than its heads take: a limit passed,
+        as a 1302 says (z.ai queues it instead of refusing)."""
+        self._passed(model, in_flight, total, probe, sent, "stall")
 
-    def _passed(self, model: str, in_flight: int, total: int, probe: Probe | None, what: str) -> None:
+    def _passed(
+        self, model: str, in_flight: int, total: int, probe: Probe | None, sent: float | None, what: str
+    ) -> None:
         if not self._enabled:
             return
         now = self._clock()
         entry = self._models.get(model)
         account = self._account
+        since = now - self._refusal_seconds if sent is None else sent
         if probe == "account" or entry is None:
             share = 0.0
-        elif probe == "model" or not entry.evidence.answered_at(in_flight, now):
+        elif probe == "model" or not entry.evidence.answered_since(in_flight, since):
             share = 1.0
         else:  # shared by how likely each is to refuse there (little of it when z.ai served both lately)
             here = entry.evidence.refusal_estimate(in_flight, now)

@@ -880,7 +880,8 @@ class ChaosPool:
         self._stalled.add(slot_id)
         if self._limits.enabled:
             level, account_level = self._arrival_levels(slot, (slot.in_flight, slot.total))
-            self._limits.stalled(slot.model, level, account_level, self._probe_of(slot))
+            sent = self._taken_at.get(slot_id)
+            self._limits.stalled(slot.model, level, account_level, self._probe_of(slot), sent)
             self._note(slot, "stall", level, account_level)
             self._probe_judged(slot)
             self._limits_changed()
@@ -929,7 +930,7 @@ class ChaosPool:
                     in_flight, total = self._slots.in_flight(model), self._slots.total()
                 else:
                     in_flight, total = self._arrival_levels(selection, (selection.in_flight, selection.total))
-                self._limits.refused(model, in_flight, total, probe)
+                self._limits.refused(model, in_flight, total, probe, taken_at)
                 if selection is not None:
                     self._note(selection, "refused", in_flight, total)
                     self._probe_judged(selection)
