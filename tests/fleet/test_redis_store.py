@@ -642,7 +642,7 @@ async def test_a_proxy_that_joined_just_before_redis_went_away_counts_in_the_oth
 
 # -- the right to probe a limit, one for the fleet -----------------------------------------------------
 
-INTERVAL = 10.0  # learning.probeIntervalSeconds, the default
+INTERVAL = 5.0  # learning.probeIntervalSeconds, the default
 
 
 @contextlib.asynccontextmanager

@@ -93,16 +93,16 @@ def test_a_failed_probe_is_not_repeated_within_the_interval() -> None:
     assert rig.pool.release(probe)
     assert served(rig.pool.status())["models"]["h"]["learnedLimit"] == 2
     assert rig.pool.try_acquire(Ticket("heavy")) is None
-    rig.clock.advance(9.9)
+    rig.clock.advance(4.9)
     assert rig.pool.try_acquire(Ticket("heavy")) is None
-    rig.clock.advance(0.1)  # the probe interval: 10 s by default
+    rig.clock.advance(0.1)  # the probe interval: 5 s by default
     second = rig.take()
     assert second.probe == "model"
     rig.pool.report_error("h", error("1302"), None, second)
     assert rig.pool.release(second)
-    rig.clock.advance(10.0)
+    rig.clock.advance(5.0)
     assert rig.pool.try_acquire(Ticket("heavy")) is None  # refused twice: the next waits twice as long
-    rig.clock.advance(10.0)
+    rig.clock.advance(5.0)
     third = rig.take()
     assert third.probe == "model"
     for selection in (*held, third):
@@ -228,14 +228,14 @@ def test_a_probe_given_up_paces_the_next_as_a_refused_one() -> None:
     assert rig.pool.release(probe)
     assert served(rig.pool.status())["models"]["h"]["learnedLimit"] == 2  # the limit stays
     assert rig.pool.try_acquire(Ticket("heavy")) is None
-    rig.clock.advance(10.0)
+    rig.clock.advance(5.0)
     second = rig.take()
     assert second.probe == "model"
     rig.pool.report_unanswered(second, probe_given_up=True)
     assert rig.pool.release(second)
-    rig.clock.advance(10.0)
+    rig.clock.advance(5.0)
     assert rig.pool.try_acquire(Ticket("heavy")) is None  # given up twice: the next waits twice as long
-    rig.clock.advance(10.0)
+    rig.clock.advance(5.0)
     third = rig.take()
     assert third.probe == "model"
     for selection in (*held, third):

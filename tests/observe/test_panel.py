@@ -132,7 +132,7 @@ def test_learned_limits_show_next_to_the_catalog_value_with_probing_marks() -> N
     clock = Clock()
     pool = learning_pool(clock)
     text = panel(pool)
-    assert "Learning: on (probe interval 10s, drift 600s)" in text
+    assert "Learning: on (probe interval 5s, drift 600s)" in text
     assert "Limit" in text.splitlines()[4]
     assert {name: limit_cell(text, name) for name in ("glm-4.7", "glm-4.5")} == {
         "glm-4.7": "3",

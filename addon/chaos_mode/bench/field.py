@@ -119,7 +119,7 @@ PRESETS: Final[dict[str, FieldPreset]] = {
             "catalog limits with an account limit of 24; every limit doubled (account 48) for the middle "
             "third of the run",
             agents=48,
-            requests=24,  # the change lasts 12 s: longer than the 10 s a refused limit waits to probe again
+            requests=24,  # the change lasts 12 s: longer than a refused limit waits to probe again (5-10 s)
             account_limit=24,
             change=LimitChange(
                 limits={m: 2 * n for m, n in default_limits().items()},

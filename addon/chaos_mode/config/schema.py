@@ -201,7 +201,7 @@ class LearningSettings(_Base):
         default=None, ge=1, le=1_000_000, description="the account's ceiling; default: the models' summed"
     )
     probe_interval_seconds: Float = Field(
-        default=10.0,
+        default=5.0,
         gt=0,
         le=3600,
         description="no probe above a limit within this long of an over-limit answer",

@@ -7,9 +7,10 @@ the lowest it refuses with confidence. What feeds it, and what the pool may do a
 - **A verdict counts for its model and for the account.** A clean answer is an observation at the count z.ai
   served at once, on its model and on the account, in full. A refusal (1302) or a stall (a head held far
   longer than z.ai's heads take) says a limit was passed, not which. A probe knows what it tested. Else
-  the model is blamed when z.ai never answered at its level lately (a wrong model limit costs one model's
-  slots, a wrong account limit all); otherwise it is shared in proportion to how likely each is to refuse
-  at its level (its refusals there against the clean answers at it and above).
+  the model is blamed in full when z.ai did not answer it cleanly at its level while it decided the request
+  (from its sending to the verdict: a limit that fell, however often the level was served before; a wrong
+  model limit costs one model's slots, a wrong account limit all); otherwise it is shared in proportion to
+  how likely each is to refuse at its level (its refusals there against the clean answers at it and above).
 - **Probes** are the pool's, for a request that would otherwise wait: one above a limit at a time, only
   once z.ai answered cleanly at the limit (a guess nobody tried is not worth a refusal to go above), none
   within `probeIntervalSeconds` of a refusal above the limit, and, after a refused probe, a wait that
@@ -338,9 +339,9 @@ class LearnedLimits:
     def refused(
         self, model: str, in_flight: int, total: int, probe: Probe | None, sent: float | None = None
     ) -> None:
-        """A concurrency answer (1302) to a request sent at `sent` (monotonic; None: as long ago as z.ai's
-        refusals take) that came when z.ai served `in_flight` on its model and `total` on the account
-        (itself included): evidence against both, shared (see the module)."""
+        """A concurrency answer (1302) to a request sent at `sent` (monotonic; None, as for a verdict another
+        proxy saw: as long ago as z.ai's refusals take) that came when z.ai served `in_flight` on its model
+        and `total` on the account (itself included): evidence against both, shared (see the module)."""
         self._passed(model, in_flight, total, probe, sent, "1302")
 
     def stalled(
