@@ -11,12 +11,14 @@ Hedging (`request.hedging`) is modelled, not run: after `patience` seconds the r
 within the limits too, and the first of the two wins (a probe left is given up; a regular attempt left
 keeps its slot until its 1302, which the pool still hears). Presets with refused models, the content
 filter, other random faults than 1302, a queuing z.ai or heads sent with the first token are not modelled.
-Against the benchmark (the same presets through mitmdump, one run each): soft 0.96 of the bound here
-against 0.88-0.94 there, with as many refusals (5-6 per 50); noisy 0.82 against 0.76; halved 0.83 against
-0.67-0.86; changing 0.82 against 0.81-0.82. Its figures rank changes to the pool; the benchmark measures
-them.
+Against the benchmark (the same presets through mitmdump, 16 seeds here, 2-9 runs there): soft 0.94 of
+the bound here against 0.88-0.91 there, with as many refusals (7 per 50); noisy 0.83 against 0.75-0.78;
+halved 0.89 against 0.86-0.92; changing 0.84 against 0.84-0.86. Its figures rank changes to the pool; the
+benchmark measures them. Each run also says how soon the learned limits followed each change of the true
+ones (within a step, sampled every 0.1 s, as the benchmark reports it); `--watch` prints them as they go.
 
     python -m chaos_mode.bench.virtual [--preset soft] [--seeds 12] [--learning probeIntervalSeconds=3]
+                                       [--watch 1]
 """
 
 from __future__ import annotations
