@@ -233,7 +233,7 @@ class LevelEvidence:
 
     def answered_since(self, value: int, since: float) -> bool:
         """Whether z.ai answered cleanly at `value` or above at `since` (monotonic) or later."""
-        return any(entry.clean_at >= since for entry in self._levels[max(value, 1) :])
+        return any(entry.clean_at >= since for entry in self._levels[max(value, 1) : self._top + 1])
 
     def forget(self) -> None:
         """Back to no evidence at all."""

@@ -178,7 +178,7 @@ class ChaosPool:
         # above the limit it tests: until z.ai answers it (in seconds, for a 1302), it takes none of the
         # slots within the limit.
         self._probes: dict[int, str] = {}
-        self._probes_on: dict[str, int] = {}
+        self._probes_on: dict[str, int] = {}  # those riding above their limit, per limit
         # Probes z.ai queues (`report_queued`), still riding. z.ai serves such a probe in the first slot of
         # its limit that frees: that slot becomes the probe's (`seated`: out of `_probes`, it counts within
         # the limit from then on), not the next request's, which z.ai would hold in turn behind it.
