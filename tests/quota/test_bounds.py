@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,16 +14,17 @@ from hypothesis import strategies as st
 from chaos_mode.quota.bounds import Bounds
 from chaos_mode.quota.ledger import Ledger
 
-ROUNDINGS: dict[str, Callable[[float], int]] = {
+ROUNDINGS: dict[str, Callable[[Fraction], int]] = {
     "down": math.floor,
-    "nearest": lambda x: math.floor(x + 0.5),
+    "nearest": lambda x: math.floor(x + Fraction(1, 2)),
     "up": math.ceil,
 }
 
 
 def percent(used: float, total: float, rounding: str = "down") -> int:
-    """z.ai's percentage: whole, at most 100 (as the simulator and public monitors show it)."""
-    return max(0, min(ROUNDINGS[rounding](used / total * 100), 100))
+    """z.ai's percentage: whole, at most 100 (as the simulator and public monitors show it), of the exact
+    share (in floats, 11 / 20 * 100 is 55.00000000000001, which rounds up to 56)."""
+    return max(0, min(ROUNDINGS[rounding](Fraction(used) * 100 / Fraction(total)), 100))
 
 
 def test_a_reading_before_any_traffic_knows_nothing_of_the_total() -> None:

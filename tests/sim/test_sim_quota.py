@@ -43,6 +43,10 @@ def test_the_percentage_is_whole_and_rounded_down() -> None:
     assert quota.percentage() == 33
     reading = read_quota(json.dumps(quota.body())).reading
     assert reading is not None and reading.used_percent == 33
+    exact = SimQuota(100, 60.0, {}, FakeClock(1_700_000_000.0))
+    for _ in range(29):
+        exact.charge("m")
+    assert exact.percentage() == 29  # of the exact share: 29 / 100 * 100 is 28.999999999999996 in floats
 
 
 def test_no_quota_never_refuses() -> None:

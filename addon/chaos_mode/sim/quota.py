@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping
+from fractions import Fraction
 from typing import Any, Final
 
 QUOTA_ANSWERS: Final = ("ok", "401", "500", "junk", "hang", "drop")
@@ -67,7 +68,8 @@ class SimQuota:
         self._roll(self._clock())
         if not self.prompts:
             return 0
-        return min(math.floor(self.used / self.prompts * 100), 100)
+        # of the exact share: in floats 29 / 100 * 100 is 28.999999999999996, which floors to 28
+        return min(math.floor(Fraction(self.used) * 100 / Fraction(self.prompts)), 100)
 
     def body(self) -> dict[str, Any]:
         """The quota endpoint's answer, in the shape public monitors read."""
