@@ -8,7 +8,7 @@ import asyncio
 import json
 import os
 import resource
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -46,13 +46,21 @@ class Got:
     complete: bool
 
 
-async def ask(clients: UpstreamClients, upstream: HostileUpstream, mode: str, key: str) -> Got:
+async def ask(
+    clients: UpstreamClients,
+    upstream: HostileUpstream,
+    mode: str,
+    key: str,
+    written: Callable[[], None] | None = None,
+) -> Got:
     """One request in `mode`, its answer read whole (or as far as it goes)."""
     to = Destination("http", "127.0.0.1", upstream.port)
     body = json.dumps({"model": "glm-4.7"}).encode()
     headers = [(HEADER.encode(), mode.encode()), (b"x-api-key", key.encode())]
     async with asyncio.timeout(TIMEOUT):
-        response: UpstreamResponse = await clients.send(to, b"POST", b"/v1/messages", headers, body)
+        response: UpstreamResponse = await clients.send(
+            to, b"POST", b"/v1/messages", headers, body, written=written
+        )
         try:
             _, decoded, complete = await response.read_body(1 << 20)
         finally:
@@ -158,12 +166,17 @@ async def test_a_kept_connection_closed_as_the_request_came_is_tried_once_more_o
     clients: UpstreamClients, hostile: HostileUpstream
 ) -> None:
     """No byte of an answer came: sending it again cannot receive anything twice (and costs no failover)."""
-    await ask(clients, hostile, "close-on-reuse", "first")  # a new connection: answered, kept
+    writes: list[int] = []
+    await ask(clients, hostile, "close-on-reuse", "first", lambda: writes.append(1))  # new: answered, kept
+    assert writes == [1]
     before = hostile.connections
-    got = await ask(clients, hostile, "close-on-reuse", "second")  # reused: closed, then a new one
+    got = await ask(  # reused: closed, then a new one
+        clients, hostile, "close-on-reuse", "second", lambda: writes.append(2)
+    )
     assert got.complete and whose(got) == "second"
     assert hostile.connections == before + 1
     assert [s.key for s in hostile.seen[-2:]] == ["second", "second"]
+    assert writes == [1, 2, 2]  # told at each writing: z.ai judges the request by the last
 
 
 async def test_a_new_connection_closed_before_an_answer_fails_the_attempt(

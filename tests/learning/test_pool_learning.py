@@ -12,6 +12,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
+from chaos_mode.routing.arrivals import AT_ONCE_SECONDS
 from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
 from chaos_mode.routing.pool_status import served
 from support.fakes import FakeClock
@@ -447,6 +448,62 @@ def test_a_refusal_is_judged_by_what_z_ai_served_while_it_decided_that_request()
     assert account.refusal_estimate(2, now) == pytest.approx(before, abs=1e-3)  # faded a little, no more
     assert rig.pool.limits.evidence("h").refusal_estimate(2, now) > 1 / 3
     for selection in (second, after):
+        assert rig.pool.release(selection)
+
+
+def refused_first(writes: list[int], gap: float) -> list[float]:
+    """Three requests for "m" taken in order and written in the order `writes` (indexes), `gap` seconds
+    apart; the last two written answered cleanly, the first taken refused: how much each level's refusal
+    estimate (1, 2, 3) rose."""
+    rig = Rig(routing({"m": {"tier": "HEAVY", "maxConcurrency": 3}}))
+    taken = [rig.take(), rig.take(), rig.take()]
+    for index in writes:
+        rig.pool.report_sent(taken[index])
+        rig.clock.advance(gap)
+    for index in writes:
+        if index:
+            rig.pool.report_success(taken[index])
+    evidence = rig.pool.limits.evidence("m")
+    now = rig.clock()
+    before = [evidence.refusal_estimate(level, now) for level in (1, 2, 3)]
+    rig.pool.report_error("m", error("1302"), None, taken[0])
+    rises = [evidence.refusal_estimate(level, now) - before[level - 1] for level in (1, 2, 3)]
+    for selection in taken:
+        assert rig.pool.release(selection)
+    return rises
+
+
+def test_a_refusal_counts_what_was_written_to_z_ai_before_it_not_what_was_taken_before_it() -> None:
+    """Three requests taken at once are written in another order, a while apart (each after its own
+    connection): the first taken, written second, was refused beside the one written before it (at 2), not
+    beside nothing (at 1, under a level z.ai served: noise) nor beside the one written after it (at 3)."""
+    rises = refused_first([1, 0, 2], gap=0.1)
+    assert rises[0] < 0.01  # counted at 1 it would rise by 0.09 (0.003 here: level 2 took a word)
+    assert rises[1] > 0.05
+    assert rises[2] == pytest.approx(0.0)
+
+
+def test_requests_written_at_once_reach_z_ai_in_any_order() -> None:
+    """Written within a moment of each other (5 ms apart, a burst's spread on a busy machine), z.ai may have
+    read the one written after it first: a refusal beside a burst z.ai accepted is at the level the burst
+    filled (3), whatever the order."""
+    assert AT_ONCE_SECONDS > 2 * 0.005
+    for writes in ([0, 1, 2], [1, 0, 2], [1, 2, 0]):
+        rises = refused_first(writes, gap=0.005)
+        assert rises[0] < 0.01 and rises[1] < 0.01, writes
+        assert rises[2] > 0.05, writes
+
+
+def test_a_pool_never_told_of_writing_counts_from_the_takings() -> None:
+    rig = Rig(routing({"m": {"tier": "HEAVY", "maxConcurrency": 3}}))
+    first, second = rig.take(), rig.take()
+    rig.pool.report_success(first)
+    evidence = rig.pool.limits.evidence("m")
+    now = rig.clock()
+    before = evidence.refusal_estimate(2, now)
+    rig.pool.report_error("m", error("1302"), None, second)
+    assert evidence.refusal_estimate(2, now) > before  # beside the first, taken (and answered) before it
+    for selection in (first, second):
         assert rig.pool.release(selection)
 
 

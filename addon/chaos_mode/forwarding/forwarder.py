@@ -207,8 +207,10 @@ class Forwarder:
         streamed request is hedged: an answer in one piece has its head when it is all written, so its
         time to head says nothing (and is not kept)."""
         started = time.monotonic()
-        send = self.clients.send(destination, incoming.method, incoming.target, headers, body)
         streamed, slot = request.message.stream, request.slot
+        written = None if slot is None else functools.partial(request.written, slot)
+        method, target = incoming.method, incoming.target
+        send = self.clients.send(destination, method, target, headers, body, written=written)
         queuing = streamed and self.patience.leaves_none()  # z.ai queues: no attempt is left
         patience: Patience | None = self.patience.seconds if streamed and not queuing else None
         if queuing and slot is not None and slot.probe is not None:

@@ -22,7 +22,7 @@ import os
 import select
 import ssl
 import zlib
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Final, SupportsIndex, cast
 
@@ -323,12 +323,20 @@ class UpstreamClients:
         self._close_idle()
 
     async def send(
-        self, to: Destination, method: bytes, target: bytes, headers: list[tuple[bytes, bytes]], body: bytes
+        self,
+        to: Destination,
+        method: bytes,
+        target: bytes,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        *,
+        written: Callable[[], None] | None = None,
     ) -> UpstreamResponse:
         """Send one request; the answer with its head read. UpstreamFailed when z.ai was not reached or
         did not answer: the request is sent twice only when a kept-alive connection closed before any byte
         of an answer (module docstring), and an attempt that got no answer fails over without a verdict
-        on the model."""
+        on the model. `written` is called each time the request is handed to a connection (z.ai sees it
+        from then on)."""
         through_proxy = to.proxy is not None and to.scheme == "http"
         form = to.url(target).encode() if through_proxy else to.path(target)
         lines = [b"%s %s HTTP/1.1\r\n" % (method, form)]
@@ -346,18 +354,25 @@ class UpstreamClients:
                 conn[1].transport.abort()
                 continue
             try:
-                return await self._exchange(to, conn, method, request)
+                return await self._exchange(to, conn, method, request, written)
             except _Unanswered:
                 break  # z.ai closed it as the request came: once more, on a new connection
-        return await self._exchange(to, await self._connect(to), method, request)
+        return await self._exchange(to, await self._connect(to), method, request, written)
 
     async def _exchange(
-        self, to: Destination, conn: Connection, method: bytes, request: bytes
+        self,
+        to: Destination,
+        conn: Connection,
+        method: bytes,
+        request: bytes,
+        written: Callable[[], None] | None,
     ) -> UpstreamResponse:
         reader, writer = conn
         parser = HeadParser(method)
         try:
             writer.write(request)
+            if written is not None:
+                written()
             async with asyncio.timeout(self._settings.read_timeout):
                 head = None
                 while head is None:

@@ -273,6 +273,11 @@ class RoutedRequest:
         self.pool.report_success(self.slot, at_once=at_once)
         self.pay()  # another model serves it: the refusals before were their models'
 
+    def written(self, slot: Slot) -> None:
+        """The attempt sent with `slot` was written to z.ai now: what z.ai judges it beside (see
+        `ChaosPool.report_sent`)."""
+        self.pool.report_sent(slot)
+
     def queued(self, slot: Slot) -> None:
         """z.ai queues, and may hold the probe sent with `slot`: the first slot of its limit that a request
         z.ai served gives back is the probe's (`ChaosPool.report_queued`)."""

@@ -9,15 +9,28 @@ a stall), itself on top, and what other proxies of a fleet said z.ai served of t
 now: a slot another proxy just took counts as served until its next notice says otherwise). Counted at the
 taking instead (the pool's in flight), every refusal after a limit fell would be counted at the old limit:
 the requests being refused there hold the pool's slots for seconds, never z.ai's.
+
+z.ai sees requests in the order they reach it, not the order their slots were taken: each is written on
+its own connection, once it is open. So "beside" is taken again when the request is written
+(`ChaosPool.report_sent`): the slots written before it. And requests written within `AT_ONCE_SECONDS` of
+each other reach z.ai in any order (the network's jitter; a server reading the sockets ready at once in
+any order): those written just after it that z.ai accepted count beside it too. A swarm's first burst is
+written so, all within a millisecond. Counted by the takings, the first one taken would often be refused
+"at 1 in flight", under a level z.ai had just served: noise that holds the limit up while it is learned.
+Counted with the burst, each refused request is at the level z.ai had filled. Assumed of z.ai, unchecked:
+that it judges a request as it reads it, and that the network reorders requests by no more than that.
 """
 
 from __future__ import annotations
 
+import bisect
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
 KEEP: Final = 4096  # slots accepted at once remembered after they went back (their verdicts come in seconds)
+AT_ONCE_SECONDS: Final = 0.02  # requests written this close together reach z.ai in any order
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,11 +45,13 @@ class _Beside:
 class Arrivals:
     """Per held slot, what was beside it when it was taken; and which slots z.ai accepted at once."""
 
-    __slots__ = ("_accepted", "_beside")
+    __slots__ = ("_accepted", "_beside", "_written", "_written_at")
 
     def __init__(self) -> None:
         self._beside: dict[int, _Beside] = {}
         self._accepted: dict[int, str] = {}  # slot -> its model, oldest first (at most KEEP)
+        self._written: deque[tuple[float, int]] = deque(maxlen=KEEP)  # (when, slot), oldest first
+        self._written_at: dict[int, float] = {}  # held slots: when their request was last written
 
     def taken(
         self,
@@ -48,11 +63,22 @@ class Arrivals:
         model_elsewhere: int = 0,
         account_elsewhere: int = 0,
     ) -> None:
-        """Slot `slot_id` of `model` was taken with the slots `beside` held and not finished, `serving` of
-        them answered cleanly already (z.ai serves those, even ones it held first)."""
+        """Slot `slot_id` of `model` was taken (or its request written: see `written`) with the slots
+        `beside` held and not finished, `serving` of them answered cleanly already (z.ai serves those, even
+        ones it held first)."""
         self._beside[slot_id] = _Beside(
             model, frozenset(beside), serving or {}, model_elsewhere, account_elsewhere
         )
+
+    def written(self, slot_id: int, at: float) -> None:
+        """The request of slot `slot_id` was written to z.ai at `at` (monotonic, never earlier than the
+        last one told); `taken` says what was written before it and not finished."""
+        self._written.append((at, slot_id))
+        self._written_at[slot_id] = at
+
+    def written_held(self) -> Iterable[int]:
+        """The slots not released whose request was written (`written`)."""
+        return self._written_at.keys()
 
     def accepted(self, slot_id: int, model: str) -> None:
         """z.ai answered the request of the slot (of `model`) at once (not after holding it)."""
@@ -72,7 +98,7 @@ class Arrivals:
         if beside is None:
             return None
         model = account = 0
-        for other in beside.slots:
+        for other in beside.slots | self._written_just_after(slot_id):
             served = self._accepted.get(other) or beside.serving.get(other)
             if served is not None:
                 account += 1
@@ -81,6 +107,23 @@ class Arrivals:
         account += min(beside.account_elsewhere, account_elsewhere)
         return model + 1, account + 1
 
+    def _written_just_after(self, slot_id: int) -> set[int]:
+        """The slots whose request was written within `AT_ONCE_SECONDS` after this one's."""
+        at = self._written_at.get(slot_id)
+        if at is None:
+            return set()
+        written = self._written
+        first = bisect.bisect_left(written, at, key=lambda entry: entry[0])
+        after: set[int] = set()
+        for index in range(first, len(written)):
+            when, other = written[index]
+            if when > at + AT_ONCE_SECONDS:
+                break
+            if other != slot_id:
+                after.add(other)
+        return after
+
     def released(self, slot_id: int) -> None:
         """The slot went back: nothing more will be asked of its arrival."""
         self._beside.pop(slot_id, None)
+        self._written_at.pop(slot_id, None)

@@ -198,7 +198,7 @@ class ChaosPool:
         self._ended: dict[int, str] = {}  # held slots whose answer z.ai sent to its end: slot id -> model
         self._ended_on: dict[str, int] = {}
         self._seen: dict[int, list[Seen]] = {}  # with a shared store: held slots' verdicts, for the fleet
-        self._arrivals = Arrivals()  # what z.ai served when each held slot was taken: its verdict's level
+        self._arrivals = Arrivals()  # what z.ai served as each held slot's request came: its verdict's level
         self._next_slot_id = 1
         self.lost_races = 0  # slots taken on the local mirror that another proxy had taken first
         # The 5-hour quota: every clean answer counts its model's weight, a 1308 says the window is spent.
@@ -466,16 +466,8 @@ class ChaosPool:
             return None
         self.dispatched[model] = self.dispatched.get(model, 0) + 1
         slot_id, self._next_slot_id = self._next_slot_id, self._next_slot_id + 1
-        ended, shared = self._ended, self._slots.confirms
-        beside = [other for other in self._held if other not in ended]
-        self._arrivals.taken(
-            slot_id,
-            model,
-            beside,
-            serving={other: self._held[other] for other in beside if other in self._served},
-            model_elsewhere=self._slots.serving_elsewhere(model) if shared else 0,
-            account_elsewhere=self._slots.serving_elsewhere(None) if shared else 0,
-        )
+        ended = self._ended
+        self._arrive(slot_id, model, [other for other in self._held if other not in ended])
         self._held[slot_id] = model
         _count(self._held_on, model, 1)
         self.quota.sent(slot_id, model)
@@ -489,6 +481,31 @@ class ChaosPool:
             self._probes[slot_id] = key
             _count(self._probes_on, key, 1)
         return Slot(model, reason, slots.in_flight(model), slots.total(), probe, slot_id)
+
+    def _arrive(self, slot_id: int, model: str, beside: list[int]) -> None:
+        """What `slot_id`'s request comes to z.ai beside (`routing.arrivals`): the slots `beside`, itself
+        not among them, and what other proxies say z.ai serves."""
+        shared, slots = self._slots.confirms, self._slots
+        self._arrivals.taken(
+            slot_id,
+            model,
+            beside,
+            serving={other: self._held[other] for other in beside if other in self._served},
+            model_elsewhere=slots.serving_elsewhere(model) if shared else 0,
+            account_elsewhere=slots.serving_elsewhere(None) if shared else 0,
+        )
+
+    def report_sent(self, slot: Slot) -> None:
+        """`slot`'s request was written to z.ai now. z.ai judges it beside the requests that reached it
+        first, which need not be those taken before it (`routing.arrivals`): its arrival is taken again
+        from the slots whose writing was reported. A pool never told of one keeps the takings."""
+        slot_id = slot.slot_id
+        if slot_id not in self._held:
+            return
+        arrivals, ended = self._arrivals, self._ended
+        beside = [other for other in arrivals.written_held() if other not in ended and other != slot_id]
+        self._arrive(slot_id, slot.model, beside)
+        arrivals.written(slot_id, self._clock())
 
     def _settle(self, slot: Slot) -> None:
         """`slot`'s request has z.ai's verdict, or will never have one: it awaits nothing any more, and a
@@ -840,7 +857,7 @@ class ChaosPool:
 
     def _arrival_levels(self, slot: Slot, otherwise: tuple[int, int]) -> tuple[int, int]:
         """What z.ai served when `slot`'s request came, on its model and on the account, itself included
-        (`routing.arrivals`), at most what the pool held; `otherwise` for a slot no longer held here."""
+        (`routing.arrivals`); `otherwise` for a slot no longer held here."""
         if self._slots.confirms:
             elsewhere = self._slots.serving_elsewhere
             levels = self._arrivals.levels(
@@ -848,9 +865,7 @@ class ChaosPool:
             )
         else:
             levels = self._arrivals.levels(slot.slot_id)
-        if levels is None:
-            return otherwise
-        return min(levels[0], slot.in_flight), min(levels[1], slot.total)
+        return otherwise if levels is None else levels
 
     def serving_here(self) -> dict[str, int]:
         """This proxy's slots z.ai answered cleanly and still serves, per model (none: left out): what it
