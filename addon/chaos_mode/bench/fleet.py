@@ -326,8 +326,10 @@ async def restart_redis(
         await asyncio.sleep(after)
         await asyncio.to_thread(redis.stop)
         await asyncio.sleep(down)
+        # A proxy may rejoin before the new Redis is seen to be ready: a join counts from its starting on.
+        back = time.time()
         again = await asyncio.to_thread(RedisProcess(port=redis.port).start)
-        back, start = time.time(), time.perf_counter()
+        start = time.perf_counter()
         client = aioredis.Redis.from_url(again.url, decode_responses=True)
         try:
             joined = await _poll(lambda: _all_joined(proxies, back), 3 * spec.lease_ms / 1000 + 5)
