@@ -43,7 +43,8 @@ class _Beside:
 
 
 class Arrivals:
-    """Per held slot, what was beside it when it was taken; and which slots z.ai accepted at once."""
+    """Per held slot, what was beside it when its request came (taken, then written); and which slots z.ai
+    accepted at once."""
 
     __slots__ = ("_accepted", "_beside", "_written", "_written_at")
 
