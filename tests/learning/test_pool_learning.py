@@ -256,10 +256,11 @@ TIERS = ("heavy", "medium", "light")
 
 
 class LearningMachine(RuleBasedStateMachine):
-    """Requests arrive, z.ai (the truth: each model's true limit, and the account's) says 1302 above it,
-    requests end, time passes. The learned limits must stay in [0, ceiling], a 1302 never cools anything
-    down, a probe goes out only when nothing within the limits could take the request, and what z.ai
-    served never exceeded the truth, per model or in all."""
+    """Requests arrive, z.ai (the truth: each model's true limit, and the account's) says 1302 above it, at
+    once or later (meanwhile the attempt may be overdue and ride above the limits), requests end, time
+    passes. The learned limits must stay in [0, ceiling], a 1302 never cools anything down, a probe goes
+    out only when nothing within the limits could take the request, what z.ai served never exceeded the
+    truth, per model or in all, and only an attempt awaiting its verdict rides overdue."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -267,6 +268,7 @@ class LearningMachine(RuleBasedStateMachine):
         self.truth: dict[str, int] = {}
         self.account = 0
         self.held: list[Slot] = []
+        self.pending: list[tuple[Slot, bool]] = []  # sent, z.ai's verdict not told yet: (slot, refused)
         self.upstream: dict[str, int] = dict.fromkeys(CATALOG, 0)
 
     @initialize(
@@ -280,8 +282,8 @@ class LearningMachine(RuleBasedStateMachine):
         config = routing(CATALOG, learning={"ceilingFactor": 3})
         self.pool = ChaosPool(config, clock=self.clock, wall_clock=lambda: WALL, rng=random.Random(seed))
 
-    @rule(tier=st.sampled_from(TIERS), give_up=st.booleans())
-    def arrive(self, tier: str, give_up: bool) -> None:
+    @rule(tier=st.sampled_from(TIERS), give_up=st.booleans(), later=st.booleans())
+    def arrive(self, tier: str, give_up: bool, later: bool) -> None:
         room = self._room(tier)
         selection = self.pool.try_acquire(Ticket(tier))  # type: ignore[arg-type]
         if selection is None:
@@ -289,7 +291,13 @@ class LearningMachine(RuleBasedStateMachine):
         if selection.probe is not None:
             assert not room, "a probe while a model had room within its limit"
         model = selection.model
-        if self.upstream[model] >= self.truth[model] or sum(self.upstream.values()) >= self.account:
+        refused = self.upstream[model] >= self.truth[model] or sum(self.upstream.values()) >= self.account
+        if later and selection.probe is None:  # z.ai decides now, and tells later
+            if not refused:
+                self.upstream[model] += 1  # z.ai serves it from now on
+            self.pending.append((selection, refused))
+            return
+        if refused:
             if give_up and selection.probe is not None:  # abandoned before z.ai's 1302 came
                 self.pool.report_unanswered(selection, probe_given_up=True)
             else:
@@ -307,6 +315,25 @@ class LearningMachine(RuleBasedStateMachine):
         if account is not None and self.pool.in_flight() >= account:
             return False
         return any(status[m]["inFlight"] < status[m]["capacity"] for m in eligible)
+
+    @rule(index=st.integers(0, 100))
+    def overdue(self, index: int) -> None:
+        if self.pending:
+            self.pool.report_overdue(self.pending[index % len(self.pending)][0])
+
+    @rule(index=st.integers(0, 100))
+    def deliver(self, index: int) -> None:
+        if self.pending:
+            self._deliver(self.pending.pop(index % len(self.pending)))
+
+    def _deliver(self, pending: tuple[Slot, bool]) -> None:
+        selection, refused = pending
+        if refused:
+            self.pool.report_error(selection.model, error("1302"), None, selection)
+            assert self.pool.release(selection)
+        else:
+            self.pool.report_success(selection)
+            self.held.append(selection)
 
     @rule(index=st.integers(0, 100))
     def finish(self, index: int) -> None:
@@ -332,8 +359,12 @@ class LearningMachine(RuleBasedStateMachine):
             assert model["cooldownReason"] is None  # only 1302s here: never a cooldown
             assert self.upstream[name] <= self.truth[name]
         assert sum(self.upstream.values()) <= self.account
+        assert sum(model["overdue"] for model in status["models"].values()) <= len(self.pending)
+        assert self.pool.in_flight() == len(self.held) + len(self.pending)
 
     def teardown(self) -> None:
+        while self.pending:
+            self._deliver(self.pending.pop())
         for selection in self.held:
             assert self.pool.release(selection)
         if self.truth:
@@ -651,3 +682,89 @@ def test_a_clean_answer_from_a_z_ai_seen_to_queue_counts_only_what_it_serves_now
     rig.pool.report_success(second, at_once=False)  # it may have waited inside z.ai for first's slot
     assert not rig.pool.limits.evidence("m").answered_at(2, rig.clock())
     assert rig.pool.release(second)
+
+
+# -- an attempt overdue: no head within its patience, most likely being refused ---------------------------
+
+
+def test_an_overdue_attempt_leaves_its_place_to_the_next_request_until_its_verdict() -> None:
+    """z.ai holds no slot for a request it is refusing: while it takes its seconds to say so, the attempt
+    rides above its model's limit and the account's, and the next request takes its place."""
+    rig = Rig(routing(accountConcurrency=2))
+    first, late = rig.take(), rig.take()
+    within = Ticket("heavy", may_probe=False)
+    assert rig.pool.try_acquire(within) is None  # 2 of 2, and the account's 2 too
+    assert rig.pool.try_acquire(Ticket("light", may_probe=False)) is None
+    rig.pool.report_overdue(late)
+    rig.pool.report_overdue(late)  # once: a second report changes nothing
+    assert rig.pool.rides(late)
+    status = served(rig.pool.status())["models"]["h"]
+    assert (status["overdue"], status["probes"]) == (1, 0)
+    taken = rig.pool.try_acquire(within)
+    assert taken is not None and (taken.model, taken.probe, taken.total) == ("h", None, 3)  # account: 2+1
+    assert served(rig.pool.status())["models"]["h"]["aboveLimit"] == 1
+    assert rig.pool.try_acquire(within) is None  # one place per overdue attempt, no more
+    assert rig.pool.try_acquire(Ticket("light", may_probe=False)) is None
+    rig.pool.report_error("h", error("1302"), None, late)  # its verdict: it rides no more
+    assert not rig.pool.rides(late)
+    assert served(rig.pool.status())["models"]["h"]["overdue"] == 0
+    assert rig.pool.release(late)
+    assert rig.pool.try_acquire(within) is None  # back at the limit: first and taken
+    for selection in (first, taken):
+        assert rig.pool.release(selection)
+    assert rig.pool.in_flight() == 0 and rig.pool.unanswered() == 0
+
+
+def test_an_overdue_attempt_answered_after_all_counts_within_the_limits_again() -> None:
+    rig = Rig()
+    first, late = rig.take(), rig.take()
+    rig.pool.report_overdue(late)
+    taken = rig.pool.try_acquire(Ticket("heavy", may_probe=False))
+    assert taken is not None
+    rig.pool.report_success(late)  # z.ai served it after all: 3 held on a limit of 2
+    assert not rig.pool.rides(late)
+    status = served(rig.pool.status())["models"]["h"]
+    assert (status["inFlight"], status["aboveLimit"], status["overdue"]) == (3, 1, 0)
+    assert rig.pool.release(first)
+    assert rig.pool.try_acquire(Ticket("heavy", may_probe=False)) is None  # 2 of 2 still
+    for selection in (late, taken):
+        assert rig.pool.release(selection)
+    assert rig.pool.in_flight() == 0
+
+
+def test_a_probe_a_verdict_or_fixed_limits_make_an_attempt_overdue_no_more() -> None:
+    rig = Rig()
+    held = rig.fill()
+    probe = rig.take()
+    assert probe.probe == "model"
+    rig.pool.report_overdue(probe)  # a probe rides above its limit already
+    assert not rig.pool.rides(probe)
+    rig.pool.report_overdue(held[0])  # answered: z.ai serves it
+    assert not rig.pool.rides(held[0])
+    for selection in (*held, probe):
+        assert rig.pool.release(selection)
+    fixed = Rig(routing(learning={"enabled": False}))
+    first, second = fixed.take(), fixed.take()
+    fixed.pool.report_overdue(second)  # without learning a 1302 cools the model: nothing rides
+    assert not fixed.pool.rides(second)
+    assert fixed.pool.try_acquire(Ticket("heavy")) is None
+    for selection in (first, second):
+        assert fixed.pool.release(selection)
+
+
+def test_an_overdue_attempt_hands_its_place_to_a_waiter_at_once() -> None:
+    async def scenario() -> None:
+        pool = ChaosPool(routing(), clock=time.monotonic)
+        taken = [pool.try_acquire(Ticket("heavy")) for _ in range(2)]
+        assert taken[0] is not None and taken[1] is not None
+        waiter = asyncio.ensure_future(pool.admit(Ticket("heavy", may_probe=False), timeout=2.0))
+        await asyncio.sleep(0)
+        assert not waiter.done()
+        pool.report_overdue(taken[1])  # no slot was released: the ride woke it
+        slot = await asyncio.wait_for(waiter, 1.0)
+        assert slot is not None and slot.model == "h"
+        for selection in (*taken, slot):
+            assert selection is not None and pool.release(selection)
+        assert pool.in_flight() == 0
+
+    asyncio.run(scenario())

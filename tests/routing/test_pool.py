@@ -716,6 +716,7 @@ STATUS_KEYS = {
 MODEL_KEYS = {
     "aboveLimit",
     "probes",
+    "overdue",
     "tier",
     "dispatched",
     "inFlight",
@@ -770,6 +771,7 @@ def test_status() -> None:
         "capacity": 10,
         "aboveLimit": 0,
         "probes": 0,
+        "overdue": 0,
         "cooldownRemaining": 0.0,
         "outOfRotation": None,
         "cooldownReason": None,

@@ -21,6 +21,7 @@ def model(limit: ModelLimit | None) -> ModelStatus:
         capacity=3,
         above_limit=0,
         probes=0,
+        overdue=0,
         catalog_limit=3,
         limit=limit,
         cooldown_remaining=0.0,

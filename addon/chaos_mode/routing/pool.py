@@ -12,8 +12,10 @@ How a model is chosen for a request, the rules in the order they apply (`_select
 3. **Eligible**: the models the request's tier may use (its quality floor), less those it was refused by
    and those cooling down or out of rotation.
 4. **Within the limits**: a model with fewer in flight than its limit (learned, or the catalog's), the
-   account below its own; a probe out rides above the limit it tests and takes none of its slots. In a
-   fleet whose Redis is away, each model's share of its limit (the proxy serves alone).
+   account below its own; a probe out rides above the limit it tests and takes none of its slots, and an
+   attempt overdue (no head within its patience: most likely being refused) rides above its model's and
+   the account's. In a fleet whose Redis is away, each model's share of its limit (the proxy serves
+   alone).
 5. **Sticky**: a conversation keeps its model while that model qualifies (a move is counted).
 6. **Cost guard** (`maxCostPerRequest`): only the models under it, else the cheapest eligible; the floor
    always wins.
@@ -31,6 +33,7 @@ import math
 import random
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -178,7 +181,12 @@ class ChaosPool:
         # above the limit it tests: until z.ai answers it (in seconds, for a 1302), it takes none of the
         # slots within the limit.
         self._probes: dict[int, str] = {}
-        self._probes_on: dict[str, int] = {}  # those riding above their limit, per limit
+        # Slots riding above a limit, per limit: probes on the limit they test, overdue attempts on their
+        # model's and on the account's.
+        self._riding_on: dict[str, int] = {}
+        # Attempts overdue (`report_overdue`): slot id -> model. z.ai holds no slot for a request it is
+        # refusing, so until its verdict such an attempt rides above its model's and the account's limits.
+        self._overdue: dict[int, str] = {}
         # Probes z.ai queues (`report_queued`), still riding. z.ai serves such a probe in the first slot of
         # its limit that frees: that slot becomes the probe's (`seated`: out of `_probes`, it counts within
         # the limit from then on), not the next request's, which z.ai would hold in turn behind it.
@@ -319,10 +327,10 @@ class ChaosPool:
         eligible = self._eligible[ticket.tier]
         if attempted or blocked:
             eligible = [e for e in eligible if e.name not in attempted and e.name not in blocked]
-        above = self._probes_on.get
+        above = self._riding_on.get
         if slots.total() >= self._account_cap + above(ACCOUNT, 0):
             return self._beyond_limits(ticket, eligible, account_full=True), False
-        if self._probes_on:
+        if self._riding_on:
             candidates = [e for e in eligible if held(e.name, 0) < e.capacity + above(e.name, 0)]
         else:
             candidates = [e for e in eligible if held(e.name, 0) < e.capacity]
@@ -405,7 +413,7 @@ class ChaosPool:
         if limits.enabled and ticket.may_probe:
             affordable = self._affordable(ticket, eligible)
             if account_full:
-                above = self._probes_on.get
+                above = self._riding_on.get
                 room = [e for e in affordable if held(e.name, 0) < e.capacity + above(e.name, 0)]
                 if room and limits.can_probe_account():
                     chosen = room[
@@ -455,7 +463,7 @@ class ChaosPool:
         entry = self._entries.get(model)
         if entry is None:
             return None
-        above = self._probes_on.get
+        above = self._riding_on.get
         cap, account_cap = entry.capacity + above(model, 0), self._account_cap + above(ACCOUNT, 0)
         if probe == "model":
             cap += 1
@@ -479,7 +487,7 @@ class ChaosPool:
             self._limits.probe_sent(probe, model)
             key = model if probe == "model" else ACCOUNT
             self._probes[slot_id] = key
-            _count(self._probes_on, key, 1)
+            _count(self._riding_on, key, 1)
         return Slot(model, reason, slots.in_flight(model), slots.total(), probe, slot_id)
 
     def _arrive(self, slot_id: int, model: str, beside: list[int]) -> None:
@@ -516,7 +524,11 @@ class ChaosPool:
             _count(self._unanswered_on, model, -1)
         key = self._probes.pop(slot_id, None)
         if key is not None:
-            _count(self._probes_on, key, -1)
+            _count(self._riding_on, key, -1)
+        overdue = self._overdue.pop(slot_id, None)
+        if overdue is not None:
+            _count(self._riding_on, overdue, -1)
+            _count(self._riding_on, ACCOUNT, -1)
         self._queued_probes.pop(slot_id, None)
         self._seated.discard(slot_id)
         if slot_id in self._stalled:
@@ -531,6 +543,31 @@ class ChaosPool:
             self._limits.probe_given_up(slot.probe, slot.model)
             self._probe_judged(slot)
         self._settle(slot)
+
+    def report_overdue(self, slot: Slot) -> None:
+        """`slot`'s request has had no head within its patience (see `request.hedging`): z.ai is most
+        likely refusing it, and holds no slot for a request it refuses, so until its verdict it rides above
+        its model's and the account's limits, its place going to the next request. No-op without learning
+        (a 1302 then cools the model down), for a probe (it rides already), a request z.ai seated or one
+        with its verdict."""
+        slot_id = slot.slot_id
+        if (
+            not self._limits.enabled
+            or slot_id not in self._unanswered
+            or slot_id in self._overdue
+            or slot_id in self._probes
+            or slot_id in self._seated
+        ):
+            return
+        self._overdue[slot_id] = slot.model
+        _count(self._riding_on, slot.model, 1)
+        _count(self._riding_on, ACCOUNT, 1)
+        if len(self._queue):
+            self._queue.dispatch()
+
+    def rides(self, slot: Slot) -> bool:
+        """Whether `slot`'s attempt is overdue, riding above the limits until its verdict."""
+        return slot.slot_id in self._overdue
 
     def report_queued(self, slot: Slot) -> None:
         """z.ai queues (it holds what is over a limit until a slot frees), and `slot`'s probe, unanswered,
@@ -550,7 +587,7 @@ class ChaosPool:
                 if probe.probe is not None and slot_id not in self._stalled:  # a stall judged it already
                     self._limits.probe_given_up(probe.probe, probe.model)
                     self._probe_judged(probe)
-                _count(self._probes_on, self._probes.pop(slot_id), -1)
+                _count(self._riding_on, self._probes.pop(slot_id), -1)
                 self._seated.add(slot_id)
                 return
 
@@ -1026,6 +1063,8 @@ class ChaosPool:
         serving = {entry.name for entries in self._eligible.values() for entry in entries}
         out_slots = out_in_flight = in_limits = 0
         out_models: dict[str, str] = {}
+        probes = Counter(self._probes.values())  # per limit: a model's name, or ACCOUNT
+        overdue = Counter(self._overdue.values())
         for name in names:
             spec = self._config.models.get(name)
             block = self._cooldowns.block(name)
@@ -1046,7 +1085,8 @@ class ChaosPool:
                 in_flight=in_flight,
                 capacity=capacity,
                 above_limit=max(in_flight - capacity, 0),
-                probes=self._probes_on.get(name, 0),
+                probes=probes[name],
+                overdue=overdue[name],
                 catalog_limit=spec.max_concurrency if spec else 0,
                 limit=_model_limit(self._limits.view(name)) if spec else None,
                 cooldown_remaining=0.0 if out or math.isinf(remaining) else round(remaining, 3),

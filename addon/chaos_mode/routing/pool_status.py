@@ -31,8 +31,10 @@ class ModelStatus:
     dispatched: int
     in_flight: int  # every slot held, above the limit included
     capacity: int  # the limit in force
-    above_limit: int  # slots held above it: probes riding there, or requests sent before the limit fell
+    above_limit: int  # slots held above it: probes and overdue attempts riding there, or requests sent
+    # before the limit fell
     probes: int  # probes of its limit out and unanswered
+    overdue: int  # attempts with no head within their patience, riding above the limits until their verdict
     catalog_limit: int
     limit: ModelLimit | None = field(metadata=FLAT)  # None: not in the catalog (a reload dropped it, busy)
     cooldown_remaining: float
