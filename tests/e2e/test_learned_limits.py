@@ -19,7 +19,9 @@ from .support import (
     CLIENT_TIMEOUT,
     OPUS,
     Result,
+    fault,
     httpx_stream,
+    poll,
     routing,
     sim_headers,
     status,
@@ -85,6 +87,37 @@ async def test_limits_above_the_catalog_are_found_by_probing(
     assert 5 <= solo["learnedLimit"] <= 6, solo
     assert stats["models"]["solo"]["peakInFlight"] >= 5  # the extra slots were used
     assert stats["models"]["solo"]["rejected"].get("1302", 0) <= 4  # probes above 6: few, and paced
+
+
+async def test_a_request_z_ai_is_slow_to_refuse_leaves_its_place_to_the_next_one(
+    make_sim: MakeSim, make_proxy: MakeProxy, http: httpx.AsyncClient
+) -> None:
+    """z.ai takes seconds to refuse, and holds no slot for the request it refuses: once that request has
+    had no head within its patience, the next one is served in its place meanwhile, and the refused one
+    fails over when its 1302 comes."""
+    sim = await make_sim(limits={"solo": 1})
+    spec = {"tier": "HEAVY", "maxConcurrency": 1, "ceiling": 1}  # no probe above 1 could take its place
+    proxy = await make_proxy(upstream=sim.base_url, config=routing(models={"solo": spec}, learning=LEARNING))
+    all_answered(await waves(proxy, count=8, size=1))  # heads come at once: the patience is known
+    await sim.add_faults(fault("1302", delayMs=4000))  # the next request: refused, 4 s after it came
+    url = proxy.url + "/api/anthropic/v1/messages"
+    async with httpx.AsyncClient(trust_env=False, timeout=CLIENT_TIMEOUT) as client:
+        refused = asyncio.ensure_future(httpx_stream(client, url, OPUS, headers=SLOW))
+        document = await poll(
+            lambda: status(http, proxy), lambda d: d["modelDistribution"]["solo"]["overdue"] == 1, 3.0
+        )
+        solo = document["modelDistribution"]["solo"]
+        assert (solo["overdue"], solo["inFlight"], solo["capacity"]) == (1, 1, 1)
+        after = await httpx_stream(client, url, OPUS, headers=SLOW)  # in the overdue one's place
+        # served before the refused one had its verdict: no 1302 has reached the proxy yet
+        assert (await status(http, proxy))["modelDistribution"]["solo"]["upstreamErrors"] == {}
+        assert not refused.done()
+        first = await refused
+    all_answered([after, first])
+    stats = await sim.stats()
+    assert stats["models"]["solo"]["rejected"] == {"1302": 1} and stats["models"]["solo"]["peakInFlight"] == 1
+    document = await wait_status_idle(http, proxy)
+    assert document["modelDistribution"]["solo"]["overdue"] == 0
 
 
 async def test_what_was_learned_survives_a_restart(

@@ -21,6 +21,7 @@ from chaos_mode.forwarding.upstream import Destination, UpstreamClients, Upstrea
 from chaos_mode.observe.stats import Stats
 from chaos_mode.request.routed import RoutedRequest
 from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
+from chaos_mode.routing.pool_status import served
 from support.fakes import FakeClock
 from support.journey import followed
 
@@ -83,16 +84,20 @@ class Rig:
     client: httpx.AsyncClient
 
     def routed(self, body: bytes = BODY) -> RoutedRequest:
-        request = RoutedRequest(
+        request = self.unrouted(body)
+        selection = self.pool.admit_now(request.ticket())
+        assert selection is not None and request.hold(selection)
+        return request
+
+    def unrouted(self, body: bytes = BODY) -> RoutedRequest:
+        """A request not admitted yet."""
+        return RoutedRequest(
             parse_message(body, limit=1 << 20),
             "heavy",
             pool=self.pool,
             stats=self.stats,
             later=lambda delay, callback: asyncio.get_running_loop().call_later(delay, callback),
         )
-        selection = self.pool.admit_now(request.ticket())
-        assert selection is not None and request.hold(selection)
-        return request
 
     def send(
         self, request: RoutedRequest, token: str | None = None, **extra: str
@@ -528,6 +533,42 @@ async def test_an_unanswered_attempt_moves_on_and_its_late_1302_still_teaches_th
     assert evidence.refusal_estimate(1, 0.0) > evidence.refusal_estimate(2, 0.0)
     assert rig.stats.upstream_errors[("h1", "1302")] == 1
     assert rig.pool.in_flight() == 0
+
+
+async def test_an_overdue_attempt_leaves_its_place_to_the_next_request_while_z_ai_refuses_it(
+    make_rig: Callable[..., Awaitable[Rig]],
+) -> None:
+    """An attempt with no head within its patience is most likely being refused, and z.ai holds no slot for
+    it: the next request takes its place on its model at once, while it awaits its verdict and then fails
+    over."""
+    refuse_now = asyncio.Event()
+    rig = await make_rig(first_refused_when(refuse_now), routing=TWO_HEAVY, patience=0.0)
+    occupant = rig.pool.try_acquire(Ticket("heavy"))
+    assert occupant is not None and occupant.model == "h2"
+    request = rig.routed()
+    assert request.slot is not None and request.slot.model == "h1"
+    assert rig.pool.admit_now(Ticket("heavy")) is None  # 1 of 1 on each, none answered: no probe either
+    async with asyncio.timeout(WAIT):
+        sending = await rig.sent(request)
+        while not request.attempts[0].overdue:
+            await asyncio.sleep(0.01)
+        assert request.mirror()["overdue"] == ["h1"]
+        assert served(rig.pool.status())["models"]["h1"]["overdue"] == 1
+        after = rig.unrouted()
+        assert await after.admit(lambda: True)  # its place, lent (its own spare waits for h2 meanwhile)
+        assert after.slot is not None and after.slot.model == "h1" and after.slot.probe is None
+        served_after = await rig.send(after)
+        assert served_after.status_code == 200
+        refuse_now.set()  # the 1302: the request fails over, and waits for a slot
+        while rig.pool.unanswered("h1"):
+            await asyncio.sleep(0.01)
+        assert not rig.pool.rides(request.attempts[0].slot)
+        rig.pool.release(occupant)
+        response = await sending
+    assert response.status_code == 200 and request.tried == ["h1", "h2"]
+    for each in (after, request):
+        each.finish("ok")
+    assert rig.pool.in_flight() == 0 and rig.stats.upstream_errors[("h1", "1302")] == 1
 
 
 async def test_an_attempt_sent_before_any_head_was_seen_is_left_once_the_patience_is_known(

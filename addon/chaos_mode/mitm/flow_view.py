@@ -110,6 +110,8 @@ def describe(request: RoutedRequest) -> tuple[str, str]:
     comment += last.slot.reason
     if last.stalled:
         comment += " · z.ai held its head (queued), not cancelled"
+    elif last.overdue:
+        comment += " · no head within its patience: riding above the limits until z.ai's verdict"
     if request.waited >= 0.05:
         comment += f" · waited {request.waited:.1f} s"
     return comment, ":warning:" if refused or last.refusal else ""

@@ -1,15 +1,16 @@
 """Hedging: an attempt z.ai has not answered within its patience is left for a slot within the limits.
 
-z.ai sends an accepted stream's head at once and takes seconds to refuse (`zai.timing`), so an attempt
-still without a head after `patience` seconds is most likely being refused. When a slot within the limits
-comes for its request meanwhile, the request goes on there: a probe is given up (closed: it tested
-nothing), a regular attempt is handed to `leave` with its slot, to await z.ai's verdict without its
-request (the limits still learn from it). A refusal then costs the request no more than the wait it would
-have had anyway. While z.ai queues, only probes are hedged, with their stall as the patience, and given up
-at once then: z.ai would serve a held probe only once a slot frees, keeping the requests after it waiting;
-its request waits for a slot within the limits. The patience is asked as the attempt waits, not once when
-it is sent: the first attempts go before any head was seen, when nobody knows it yet. Generic over the
-answer: the transport's, never read here.
+z.ai sends an accepted stream's head at once and takes seconds to refuse (`zai.timing`), so an attempt still
+without a head after `patience` seconds is most likely being refused. When a slot within the limits comes for
+its request meanwhile, the request goes on there: a probe is given up (closed: it tested nothing), a regular
+attempt is handed to `leave` with its slot, to await z.ai's verdict without its request (the limits still
+learn from it). A refusal then costs the request no more than the wait it would have had anyway. From its
+patience on, a regular attempt is overdue (`RoutedRequest.overdue`): z.ai holds no slot for a request it
+refuses, so it rides above the limits until its verdict, and its place goes to the next request at once. While
+z.ai queues, only probes are hedged, with their stall as the patience, and given up at once then: z.ai would
+serve a held probe only once a slot frees, keeping the requests after it waiting; its request waits for a slot
+within the limits. The patience is asked as the attempt waits, not once when it is sent: the first attempts go
+before any head was seen, when nobody knows it yet. Generic over the answer: the transport's, never read here.
 """
 
 from __future__ import annotations
@@ -79,6 +80,8 @@ async def _spare_after[A](
         if not sending.cancelled():
             return None  # answered just then: its answer decides
         request.give_up_probe()
+    elif not sending.done():
+        request.overdue()  # most likely being refused: its place goes to the next request meanwhile
     return await request.spare_slot()
 
 

@@ -65,6 +65,7 @@ class Attempt:
     slot: Slot
     refusal: str | None = None  # the business code (or reason) z.ai refused this attempt with
     stalled: bool = False  # z.ai held its head far longer than its heads take (it queued it)
+    overdue: bool = False  # no head within its patience: it rode above the limits until its verdict
 
     @property
     def model(self) -> str:
@@ -220,10 +221,28 @@ class RoutedRequest:
         self.stats.failover(failed, slot.model, why)
         return slot
 
+    def overdue(self) -> None:
+        """The current attempt has had no head within its patience (see `hedging`): z.ai is most likely
+        refusing it, so it rides above the limits until its verdict (`ChaosPool.report_overdue`), its place
+        going to the next request. One attempt of a request rides at a time: z.ai refuses a second of the
+        same request for the same reason."""
+        slot = self.slot
+        if slot is None or any(self.pool.rides(attempt.slot) for attempt in self.attempts):
+            return
+        self.pool.report_overdue(slot)
+        if self.pool.rides(slot):
+            self.attempts[-1].overdue = True
+            self.view.changed(self)
+
     async def spare_slot(self) -> Slot | None:
         """A slot within the limits (never a probe) for a new attempt beside the current one, not held yet:
-        `switch_to` it, or give it back with `drop`."""
-        return await self.pool.admit(replace(self.ticket(), may_probe=False), since=self.arrived)
+        `switch_to` it, or give it back with `drop`. Not on the model of an attempt of its own that rides
+        overdue: z.ai is refusing that one there."""
+        ticket = self.ticket()
+        riding = frozenset(attempt.model for attempt in self.attempts if self.pool.rides(attempt.slot))
+        if riding:
+            ticket = replace(ticket, attempted=ticket.attempted | riding)
+        return await self.pool.admit(replace(ticket, may_probe=False), since=self.arrived)
 
     def drop(self, slot: Slot) -> None:
         """Give back a slot granted (by `spare_slot`) and not used."""
@@ -426,6 +445,7 @@ class RoutedRequest:
             "attempted": self.tried,
             "refusals": [attempt.refusal for attempt in self.attempts],
             "stalled": [attempt.model for attempt in self.attempts if attempt.stalled],
+            "overdue": [attempt.model for attempt in self.attempts if attempt.overdue],
             "failovers": self.failovers,
             "waited": round(self.waited, 3),
             "sticky": self.sticky_key,
