@@ -252,6 +252,17 @@ def test_learned_limits_follow_a_1302_and_an_answered_probe() -> None:
     assert h.value("chaos_account_probing") == 0.0
 
 
+def test_an_overdue_attempt_is_counted_until_its_verdict() -> None:
+    h = learning()
+    slot = h.pool.try_acquire(Ticket("heavy"))
+    assert slot is not None and h.value("chaos_model_overdue", model=slot.model) == 0.0
+    h.pool.report_overdue(slot)
+    assert h.value("chaos_model_overdue", model=slot.model) == 1.0
+    h.pool.report_error(slot.model, h.error("1302"), None, slot)
+    assert h.value("chaos_model_overdue", model=slot.model) == 0.0
+    assert h.pool.release(slot)
+
+
 def test_account_limit_has_no_sample_until_one_is_learned() -> None:
     h = learning()
     assert h.value("chaos_account_limit") is None

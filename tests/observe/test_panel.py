@@ -217,6 +217,23 @@ def test_utilization_never_passes_100_percent_and_a_probe_is_shown_apart() -> No
     assert cell(text, "glm-4.7", "Capacity", "Limit") == "2/2 +1 probe"
 
 
+def test_an_overdue_attempt_is_shown_apart_from_the_slots_within_the_limit() -> None:
+    """glm-4.7 full (3 of 3), the last with no head within its patience: its place went to the next
+    request, and the panel says what is above the limit."""
+    pool = learning_pool(Clock())
+    taken = [pool.acquire("glm-4.7") for _ in range(2)]
+    late = pool.try_acquire(Ticket("heavy"))
+    while late is not None and late.model != "glm-4.7":
+        late = pool.try_acquire(Ticket("heavy"))
+    assert late is not None and all(taken)
+    assert pool.acquire("glm-4.7") is None
+    pool.report_overdue(late)
+    assert pool.acquire("glm-4.7") is not None  # its place, lent
+    glm = served(pool.status())["models"]["glm-4.7"]
+    assert (glm["inFlight"], glm["capacity"], glm["aboveLimit"], glm["overdue"]) == (4, 3, 1, 1)
+    assert cell(panel(pool), "glm-4.7", "Capacity", "Limit") == "3/3 +1 overdue"
+
+
 def quota_panel(quota: dict[str, Any]) -> str:
     pool = ChaosPool(config(), clock=Clock(), wall_clock=lambda: WALL)
     stats = chaos_stats(served(pool.status()), Stats(pool.config))

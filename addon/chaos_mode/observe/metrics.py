@@ -172,6 +172,13 @@ METRICS: Final[tuple[MetricSpec, ...]] = (
         "model_probing", "gauge", ("model",), "1 while a request probes one above the model's limit, else 0."
     ),
     _spec(
+        "model_overdue",
+        "gauge",
+        ("model",),
+        "Attempts with no head within their patience (most likely being refused), riding above the limits "
+        "until z.ai's verdict.",
+    ),
+    _spec(
         "model_cooldown_seconds",
         "gauge",
         ("model",),
@@ -403,6 +410,7 @@ class PoolCollector(Collector):
                 f.gauge("model_learned_limit").add_metric([name], float(limit.learned_limit))
                 f.gauge("model_catalog_limit").add_metric([name], float(model.catalog_limit))
                 f.gauge("model_probing").add_metric([name], 1.0 if limit.probing else 0.0)
+                f.gauge("model_overdue").add_metric([name], float(model.overdue))
             cooldown = float(model.cooldown_remaining or 0.0)
             f.gauge("model_cooldown_seconds").add_metric([name], cooldown if math.isfinite(cooldown) else 0.0)
             f.gauge("model_out_of_rotation").add_metric([name], 1.0 if model.out_of_rotation else 0.0)

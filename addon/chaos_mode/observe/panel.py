@@ -67,13 +67,17 @@ def _out(out: dict[str, Any]) -> str:
 
 
 def _slots(model: dict[str, Any]) -> str:
-    """`held/limit`, never above the limit: what is held above it (a probe, or a request sent before the limit
-    fell) is said apart."""
+    """`held/limit`, never above the limit: what is held above it (a probe, an overdue attempt riding there
+    until its verdict, or a request sent before the limit fell) is said apart."""
     capacity, above = model["capacity"], model["aboveLimit"]
     held = f"{model['inFlight'] - above}/{capacity}"
     if not above:
         return held
-    return held + (f" +{above} probe" if model["probes"] >= above else f" +{above}")
+    if model["probes"] >= above:
+        return f"{held} +{above} probe"
+    if model["overdue"] >= above:
+        return f"{held} +{above} overdue"
+    return f"{held} +{above}"
 
 
 def _duration(seconds: float) -> str:
