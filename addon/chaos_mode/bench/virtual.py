@@ -2,20 +2,21 @@
 
 The real `ChaosPool` (its queue, probes and learned limits) serves the preset's swarm in virtual time; the
 simulator's own bookkeeping (`sim.SimState`: the true limits, held slots, soft bands, random 1302s and the
-schedule of a limit change, with the simulator's draws) admits each attempt when it arrives, up to
-`transit` seconds after the pool let it go (drawn at random: attempts overtake each other on the way, as
-they do through a busy proxy). An accepted stream sends its head `head` seconds later (the clean answer the
-pool hears), a refused one its 1302 `reject` seconds after it arrived, and an attempt with no head at its
-stall (`head_patience`: four times the heads, at least 0.25 s) is reported as one, as the forwarder does.
-Hedging (`request.hedging`) is modelled, not run: after `patience` seconds the request waits for a slot
-within the limits too, and the first of the two wins (a probe left is given up; a regular attempt left
-keeps its slot until its 1302, which the pool still hears). Presets with refused models, the content
-filter, other random faults than 1302, a queuing z.ai or heads sent with the first token are not modelled.
-Against the benchmark (the same presets through mitmdump, 16 seeds here, 2-9 runs there): soft 0.94 of
-the bound here against 0.88-0.91 there, with as many refusals (7 per 50); noisy 0.83 against 0.75-0.78;
-halved 0.89 against 0.86-0.92; changing 0.84 against 0.84-0.86. Its figures rank changes to the pool; the
-benchmark measures them. Each run also says how soon the learned limits followed each change of the true
-ones (within a step, sampled every 0.1 s, as the benchmark reports it); `--watch` prints them as they go.
+schedule of a limit change, with the simulator's draws) admits each attempt when it arrives, up to `transit`
+seconds after the pool let it go (drawn at random: attempts overtake each other on the way, as they do through
+a busy proxy). An accepted stream sends its head `head` seconds later (the clean answer the pool hears), a
+refused one its 1302 `reject` seconds after it arrived, and an attempt with no head at its stall
+(`head_patience`: four times the heads, at least 0.25 s) is reported as one, as the forwarder does. Hedging
+(`request.hedging`) is modelled, not run: after `patience` seconds the request waits for a slot within the
+limits too, and the first of the two wins (a probe left is given up; a regular attempt left keeps its slot
+until its 1302, which the pool still hears); from then on a regular attempt is overdue and lends its place
+(not modelled: one such attempt per request at a time). Presets with refused models, the content filter, other
+random faults than 1302, a queuing z.ai or heads sent with the first token are not modelled. Against the
+benchmark (the same presets through mitmdump, 16 seeds here, 2-5 runs there): soft 0.98 of the bound here
+against 0.96-0.97 there, with 9.9 refusals per 50 against 11-12.5; noisy 0.89 against 0.85-0.88; halved 0.89
+against 0.87-0.94; higher 0.90 against 0.87-0.89. Its figures rank changes to the pool; the benchmark measures
+them. Each run also says how soon the learned limits followed each change of the true ones (within a step,
+sampled every 0.1 s, as the benchmark reports it); `--watch` prints them as they go.
 
     python -m chaos_mode.bench.virtual [--preset soft] [--seeds 12] [--learning probeIntervalSeconds=3]
                                        [--watch 1]
@@ -101,8 +102,11 @@ async def swarm(
         outcome.refused += not served
         return served
 
-    async def slot_within_limits(ticket: Ticket, since: float) -> Slot | None:
+    async def slot_within_limits(selection: Slot, ticket: Ticket, since: float) -> Slot | None:
         await asyncio.sleep(FLOOR_SECONDS)
+        pool.report_overdue(selection)  # it lends its place until its verdict (`RoutedRequest.overdue`)
+        if pool.rides(selection):
+            ticket = dataclasses.replace(ticket, attempted=ticket.attempted | {selection.model})
         return await pool.admit(dataclasses.replace(ticket, may_probe=False), since=since, timeout=FOREVER)
 
     async def verdict_later(selection: Slot, answer: asyncio.Future[None]) -> None:
@@ -118,7 +122,7 @@ async def swarm(
             await asyncio.sleep(reject)
             return None
         answer = asyncio.ensure_future(asyncio.sleep(reject))
-        waiting = asyncio.ensure_future(slot_within_limits(ticket, since))
+        waiting = asyncio.ensure_future(slot_within_limits(selection, ticket, since))
         await asyncio.wait({answer, waiting}, return_when=asyncio.FIRST_COMPLETED)
         if waiting.done() and not answer.done() and selection.probe is None:
             detached.append(asyncio.ensure_future(verdict_later(selection, answer)))
