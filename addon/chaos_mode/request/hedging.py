@@ -6,11 +6,12 @@ its request meanwhile, the request goes on there: a probe is given up (closed: i
 attempt is handed to `leave` with its slot, to await z.ai's verdict without its request (the limits still
 learn from it). A refusal then costs the request no more than the wait it would have had anyway. From its
 patience on, a regular attempt is overdue (`RoutedRequest.overdue`): z.ai holds no slot for a request it
-refuses, so it rides above the limits until its verdict, and its place goes to the next request at once. While
-z.ai queues, only probes are hedged, with their stall as the patience, and given up at once then: z.ai would
-serve a held probe only once a slot frees, keeping the requests after it waiting; its request waits for a slot
-within the limits. The patience is asked as the attempt waits, not once when it is sent: the first attempts go
-before any head was seen, when nobody knows it yet. Generic over the answer: the transport's, never read here.
+refuses (assumed), so it rides above the limits until its verdict, and its place goes to the next request at
+once. While z.ai queues, only probes are hedged, with their stall as the patience, and given up at once then:
+z.ai would serve a held probe only once a slot frees, keeping the requests after it waiting; its request waits
+for a slot within the limits. The patience is asked as the attempt waits, not once when it is sent: the first
+attempts go before any head was seen, when nobody knows it yet. Generic over the answer: the transport's,
+never read here.
 """
 
 from __future__ import annotations

@@ -546,8 +546,9 @@ class ChaosPool:
 
     def report_overdue(self, slot: Slot) -> None:
         """`slot`'s request has had no head within its patience (see `request.hedging`): z.ai is most
-        likely refusing it, and holds no slot for a request it refuses, so until its verdict it rides above
-        its model's and the account's limits, its place going to the next request. No-op without learning
+        likely refusing it, and holds no slot for a request it refuses (assumed, unchecked: docs/learning.md),
+        so until its verdict it rides above its model's and the account's limits, its place going to the
+        next request. No-op without learning
         (a 1302 then cools the model down), for a probe (it rides already), a request z.ai seated or one
         with its verdict."""
         slot_id = slot.slot_id
