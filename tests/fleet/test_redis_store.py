@@ -31,7 +31,7 @@ from chaos_mode.zai.errors import classify_error
 from support.certs import make_certs
 from support.fakes import FakeClock
 from support.learned import as_on_the_benchmark
-from support.pool_rig import routing
+from support.pool_rig import error, routing
 from support.redis_support import redis_process, require_redis_server
 
 CONFIG = default_config()
@@ -64,6 +64,7 @@ def make_fleet(
             on_seen=pool.seen_elsewhere,
             waiting=pool.first_in_line,
             serving=pool.serving_here,
+            overdue=pool.overdue_here,
         )
         pool.use_slots(slots)
     parsed = parse_state_url(url, {})
@@ -133,7 +134,7 @@ async def test_the_right_to_probe_is_taken_with_the_lease_and_only_its_holder_an
     for _ in range(3):  # the subscription's confirmation (read as None), then the notice
         message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.2) or message
     assert message is not None and parse_notice(message["data"].decode()) == Notice(
-        0, "!", "q", "glm-4.7", serving={}
+        0, "!", "q", "glm-4.7", serving={}, overdue={}
     )
     await pubsub.aclose()
     for fleet in (p, q):
@@ -160,8 +161,8 @@ async def test_release_removes_the_lease_and_tells_the_other_proxies(
     # the lease taken and given back, numbered, on the other proxy's own channel only: a proxy does not
     # read its own notices back, and what every proxy hears (the shared channel) is not for them
     assert messages == [
-        (b"chaos:freed:q", b"1 + p glm-4.5 0 0 0 - glm-4.5=1 -"),  # the slot just taken: served, till said
-        (b"chaos:freed:q", b"2 - p glm-4.5 0 0 0 - - -"),
+        (b"chaos:freed:q", b"1 + p glm-4.5 0 0 0 - glm-4.5=1 - -"),  # the slot just taken: served, till said
+        (b"chaos:freed:q", b"2 - p glm-4.5 0 0 0 - - - -"),
     ]
     await pubsub.aclose()
     await fleet.close()
@@ -198,14 +199,27 @@ async def test_two_pools_share_the_account_and_a_slot_freed_on_one_serves_a_wait
 def test_a_notice_goes_through_the_channel_whole_and_one_of_an_earlier_version_is_still_read() -> None:
     seen = (Seen("clean", 4, 20), Seen("stall", 5, 22, "model"), Seen("refused", 9, 28, "account"))
     notice = Notice(
-        0, "-", "host:12:ab", "glm-4.5", 3, 2, 0.25, "host:13:cd", {"glm-4.5": 4, "glm-4.7": 1}, seen
+        0,
+        "-",
+        "host:12:ab",
+        "glm-4.5",
+        3,
+        2,
+        0.25,
+        "host:13:cd",
+        {"glm-4.5": 4, "glm-4.7": 1},
+        seen,
+        {"glm-4.7": 1},
     )
-    assert notice_tail(notice).endswith(" glm-4.5=4,glm-4.7=1 c4:20|s5:22m|r9:28a")
+    assert notice_tail(notice).endswith(" glm-4.5=4,glm-4.7=1 c4:20|s5:22m|r9:28a glm-4.7=1")
     assert parse_notice("7 - " + notice_tail(notice)) == replace(notice, seq=7)
-    nothing_said = Notice(8, "+", "p", "m", serving={})
+    nothing_said = Notice(8, "+", "p", "m", serving={}, overdue={})
     assert parse_notice("8 + " + notice_tail(Notice(0, "+", "p", "m"))) == nothing_said
-    assert notice_tail(Notice(0, "+", "p", "m", serving={"a b": 1, "c": 2})) == "p m 0 0 0 - c=2 -"
-    # the previous version's (no serving, no verdicts): read, what it serves not said
+    assert notice_tail(Notice(0, "+", "p", "m", serving={"a b": 1, "c": 2})) == "p m 0 0 0 - c=2 - -"
+    # the previous version's (no overdue attempts): read, its overdue attempts not said
+    assert parse_notice("9 - p m 1 2 250 q m=1 -") == Notice(9, "-", "p", "m", 1, 2, 0.25, "q", {"m": 1})
+    assert parse_notice("9 - p m 1 2 250 q m=1 - m=x") is None
+    # an earlier version's (no serving, no verdicts): read, what it serves not said
     assert parse_notice("9 - p m 1 2 250 q") == Notice(9, "-", "p", "m", 1, 2, 0.25, "q", None)
     assert parse_notice("9 - p m 1 2 250 q m=x -") is None
     assert parse_notice("9 - p m 1 2 250 q - x4:5") is None
@@ -646,17 +660,29 @@ INTERVAL = 5.0  # learning.probeIntervalSeconds, the default
 
 
 @contextlib.asynccontextmanager
-async def probing(
+async def sharing(
     server: RedisProcess, count: int = 2
 ) -> AsyncIterator[tuple[list[ChaosPool], list[RedisFleet]]]:
-    """`count` pools on fake clocks sharing Redis, "h" (limit 2) served cleanly at its limit on each: a
-    request that would wait probes above it. The two slots of "h" are held (by the first two pools)."""
+    """`count` pools on fake clocks sharing Redis, each connected; closed after."""
     pools = [ChaosPool(routing(), clock=FakeClock(), rng=random.Random(i)) for i in range(count)]
     fleets = [make_fleet(server.url, f"p{i}", pool=pool) for i, pool in enumerate(pools)]
     for fleet in fleets:
         fleet.start()
     try:
         await until(lambda: all(f.up for f in fleets))
+        yield pools, fleets
+    finally:
+        for fleet in fleets:
+            await fleet.close()
+
+
+@contextlib.asynccontextmanager
+async def probing(
+    server: RedisProcess, count: int = 2
+) -> AsyncIterator[tuple[list[ChaosPool], list[RedisFleet]]]:
+    """`count` pools on fake clocks sharing Redis, "h" (limit 2) served cleanly at its limit on each: a
+    request that would wait probes above it. The two slots of "h" are held (by the first two pools)."""
+    async with sharing(server, count) as (pools, fleets):
         held = [await pools[i % 2].admit(Ticket("heavy"), timeout=1) for i in range(2)]
         await until(lambda: all(pool.in_flight("h") == 2 for pool in pools))
         for i, slot in enumerate(held):
@@ -666,9 +692,6 @@ async def probing(
             pool.limits.succeeded("h", 2, 2, None)
         assert all(pool.limits.can_probe("h") for pool in pools)
         yield pools, fleets
-    finally:
-        for fleet in fleets:
-            await fleet.close()
 
 
 async def right(client: aioredis.Redis, limit: str = "h") -> dict[str, float | str]:
@@ -812,19 +835,36 @@ async def test_the_fleet_probes_each_limit_as_one_proxy_would(
         await client.aclose()
 
 
+async def test_an_overdue_attempt_lends_its_place_to_the_whole_fleet_until_its_verdict(
+    server: RedisProcess, client: aioredis.Redis
+) -> None:
+    """An attempt z.ai is most likely refusing holds no slot at z.ai: its place is the fleet's, so another
+    proxy may take it (the store's caps raised by it, as the proxy says), until its verdict."""
+    async with sharing(server) as ((a, b), fleets):
+        held = [await a.admit(Ticket("heavy"), timeout=1) for _ in range(2)]  # "h": 2 of 2, fleet-wide
+        assert held[0] is not None and held[1] is not None
+        await until(lambda: fleets[1].slots.in_flight("h") == 2)
+        assert await b.admit(Ticket("heavy", may_probe=False), timeout=0.05) is None
+        a.report_overdue(held[1])
+        await until(lambda: fleets[1].slots.riding_elsewhere("h") == 1)
+        assert fleets[1].slots.riding_elsewhere(None) == 1
+        lent = await b.admit(Ticket("heavy", may_probe=False), timeout=1)  # a's place, on b
+        assert lent is not None and lent.model == "h" and await client.zcard("chaos:slots:h") == 3
+        assert await b.admit(Ticket("heavy", may_probe=False), timeout=0.05) is None  # one place, no more
+        a.report_error("h", error("1302"), None, held[1])  # its verdict: it rides no more
+        await until(lambda: fleets[1].slots.riding_elsewhere("h") == 0)
+        for pool, slot in ((a, held[0]), (a, held[1]), (b, lent)):
+            assert pool.release(slot)
+        await until(lambda: all(f.slots.total() == 0 for f in fleets))
+
+
 async def test_a_clean_answer_counts_the_other_proxies_slots_z_ai_serves_not_those_it_has_not_answered(
     server: RedisProcess, client: aioredis.Redis
 ) -> None:
     """What z.ai serves at once, fleet-wide: a slot another proxy sent and z.ai has not answered (a 1302
     takes seconds) is no sign that z.ai serves it. A slot just taken counts as served from its notice on,
     until its proxy's next notice says otherwise (z.ai answers within ms, or refuses in seconds)."""
-    pools = [ChaosPool(routing(), clock=FakeClock(), rng=random.Random(i)) for i in range(2)]
-    fleets = [make_fleet(server.url, f"p{i}", pool=pool) for i, pool in enumerate(pools)]
-    for fleet in fleets:
-        fleet.start()
-    a, b = pools
-    try:
-        await until(lambda: all(f.up for f in fleets))
+    async with sharing(server) as ((a, b), fleets):
         unanswered = await a.admit(Ticket("heavy"), timeout=1)
         assert unanswered is not None
         await until(lambda: fleets[1].slots.serving_elsewhere("h") == 1)  # just taken: served, as said
@@ -842,6 +882,3 @@ async def test_a_clean_answer_counts_the_other_proxies_slots_z_ai_serves_not_tho
         for pool, slot in ((a, unanswered), (b, served), (a, light), (b, more)):
             assert pool.release(slot)
         await until(lambda: fleets[0].slots.serving_elsewhere(None) == 0)  # given back: said at once
-    finally:
-        for fleet in fleets:
-            await fleet.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import Any
 
 from chaos_mode.config.schema import default_config
 from chaos_mode.fleet.slots import FALLBACK_SHARE, HOLD_BACK, Notice, SharedSlots, Tally, Verdict
@@ -58,8 +59,8 @@ class FakeFleet:
         return Tally(counts, sum(counts.values()), seq=self.seq)
 
 
-def connected(fleet: FakeFleet, name: str = "a") -> SharedSlots:
-    slots = SharedSlots(name)
+def connected(fleet: FakeFleet, name: str = "a", **options: Any) -> SharedSlots:
+    slots = SharedSlots(name, **options)
     slots.connected(fleet)
     slots.apply(fleet.tally())
     return slots
@@ -422,6 +423,35 @@ async def test_alone_each_proxy_probes_on_its_own() -> None:
     slots.probe_answered(ProbeClaim("m", 0.0, 0))
     assert fleet.claims == [] and fleet.answers == []  # nothing asked of the store, nothing told
     assert slots.release("m")
+
+
+def test_the_others_overdue_attempts_count_within_their_slots_and_never_while_alone() -> None:
+    fleet = FakeFleet()
+    slots = connected(fleet)
+    slots.heard(Notice(1, "+", "b", "m", overdue={}))
+    slots.heard(Notice(2, "+", "b", "m", overdue={"m": 1}))
+    slots.heard(Notice(3, "+", "c", "n", overdue={"m": 4}))  # says more than the others hold of "m"
+    assert slots.riding_elsewhere("m") == 2 and slots.riding_elsewhere("n") == 0
+    assert slots.riding_elsewhere(None) == 3
+    slots.heard(Notice(4, "+", "d", "n"))  # a proxy of the previous version says nothing of it
+    assert slots.riding_elsewhere(None) == 4  # within the others' 4 slots
+    slots.heard(Notice(0, "*", "c"))  # c left
+    assert slots.riding_elsewhere("m") == 1
+    slots.disconnected()  # alone: each proxy on its share, nobody's place lent
+    assert slots.riding_elsewhere("m") == 0 and slots.riding_elsewhere(None) == 0
+
+
+def test_this_proxys_overdue_attempts_are_said_in_its_notices_and_at_once_when_they_change() -> None:
+    fleet = FakeFleet()
+    riding = {"m": 1}
+    slots = connected(fleet, overdue=lambda: riding)
+    assert slots.notice("=").overdue == {"m": 1}
+    before = fleet.announced
+    slots.overdue_changed()
+    assert fleet.announced == before + 1
+    slots.disconnected()
+    slots.overdue_changed()  # alone: nobody to tell
+    assert fleet.announced == before + 1
 
 
 def test_what_the_others_say_z_ai_serves_of_their_slots_is_counted_within_their_slots() -> None:

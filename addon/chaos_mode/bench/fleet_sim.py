@@ -166,6 +166,7 @@ async def run_fleet(count: int, shared: bool, workload: Workload, seed: int, del
                 on_freed=pool.wake,
                 waiting=pool.first_in_line,
                 serving=pool.serving_here,
+                overdue=pool.overdue_here,
                 clock=loop.time,
             )
             pool.use_slots(slots)

@@ -31,6 +31,7 @@ renewal: upgrade together.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Final, Literal
 
 from chaos_mode.fleet.slots import Notice
@@ -205,31 +206,45 @@ def notice_tail(notice: Notice) -> str:
     """A notice as the channel carries it, after its change number and op (the scripts add those)."""
     waited = round(notice.waited * 1000)
     to = notice.to or NOBODY_NAMED
-    serving = ",".join(f"{model}={n}" for model, n in (notice.serving or {}).items() if _plain(model))
+    serving = _counts_tail(notice.serving)
     seen = "|".join(f"{s.kind[0]}{s.level}:{s.total}{_PROBES.get(s.probe, '')}" for s in notice.seen)
     return (
         f"{notice.proxy} {notice.model} {notice.waiting} {notice.level} {waited} {to} "
-        f"{serving or NOBODY_NAMED} {seen or NOBODY_NAMED}"
+        f"{serving} {seen or NOBODY_NAMED} {_counts_tail(notice.overdue)}"
     )
 
 
+def _counts_tail(counts: Mapping[str, int] | None) -> str:
+    """Counts per model as `model=n,...` (`-` for none)."""
+    return ",".join(f"{model}={n}" for model, n in (counts or {}).items() if _plain(model)) or NOBODY_NAMED
+
+
+def _counts(text: str) -> dict[str, int]:
+    counts = {}
+    if text != NOBODY_NAMED:
+        for pair in text.split(","):
+            model, _, count = pair.partition("=")
+            counts[model] = int(count)
+    return counts
+
+
 def parse_notice(text: str) -> Notice | None:
-    """`seq op proxy [model waiting level waited_ms to serving seen]` from the channel (`* proxy`: it left;
-    `serving` as `model=n,...`; `seen` as `c7:20|s8:22m|r3:9a...`: clean, stall, refused at a level on its
-    model and on the account, a model's or the account's probe; `-` for none; a previous version's notice,
-    without the last two, is read too); None for anything else."""
+    """`seq op proxy [model waiting level waited_ms to serving seen overdue]` from the channel (`* proxy`: it
+    left; `serving` and `overdue` as `model=n,...`; `seen` as `c7:20|s8:22m|r3:9a...`: clean, stall, refused
+    at a level on its model and on the account, a model's or the account's probe; `-` for none; earlier
+    versions' notices, without `overdue`, or without the last three, are read too); None for anything
+    else."""
     parts = text.split(" ")
     try:
         if len(parts) == 3:
             return Notice(int(parts[0]), parts[1], parts[2])
         serving: dict[str, int] | None = None
+        overdue: dict[str, int] | None = None
         seen: list[Seen] = []
+        if len(parts) == 11:
+            overdue = _counts(parts.pop())
         if len(parts) == 10:
-            serving = {}
-            if parts[8] != NOBODY_NAMED:
-                for pair in parts[8].split(","):
-                    model, _, count = pair.partition("=")
-                    serving[model] = int(count)
+            serving = _counts(parts[8])
             if parts[9] != NOBODY_NAMED:
                 for item in parts[9].split("|"):
                     match = _SEEN.fullmatch(item)
@@ -251,6 +266,7 @@ def parse_notice(text: str) -> Notice | None:
             to,
             serving,
             tuple(seen),
+            overdue,
         )
     except ValueError:
         return None

@@ -17,7 +17,9 @@ which of its sender's slots z.ai answered and still serves (`serving_elsewhere`)
 once, as a clean answer counts it (see `learning.limits`), is this proxy's own and those, not every
 slot of the fleet (a slot z.ai has not answered, a 1302 on its way, is none). A lease given back also
 carries z.ai's verdicts on its request (`Seen`), which the other proxies count as their own
-(`on_seen`): one body of evidence for the fleet's limits.
+(`on_seen`): one body of evidence for the fleet's limits. And a notice says its sender's attempts riding
+above the limits until their verdict (`riding_elsewhere`, `ChaosPool.report_overdue`): z.ai holds no slot
+for them, so their places are the fleet's, any proxy's request may take one.
 
 A probe's slot also claims the right to probe its limit, fleet-wide, in the same confirmation (one prober
 per limit in the fleet, see `learning.limits`): a slot whose limit's right another proxy holds is refused
@@ -78,9 +80,10 @@ class Notice:
     and how long it has waited (seconds). `to`: the proxy a slot given back is owed to ("" for none named:
     anyone may take it at once). `serving`: its slots z.ai answered cleanly and still serves, per model
     (None: not said, by a proxy of an earlier version). `seen`: with a lease given back, what z.ai's
-    verdicts on its request said, for the limits (`learning.limits`). `seq` numbers
-    the changes of the store's counts, so a notice already counted by a tally or a verdict read after it
-    is not counted twice."""
+    verdicts on its request said, for the limits (`learning.limits`). `overdue`: its attempts riding
+    above the limits until their verdict, per model (`ChaosPool.report_overdue`; None: not said). `seq`
+    numbers the changes of the store's counts, so a notice already counted by a tally or a verdict read
+    after it is not counted twice."""
 
     seq: int
     op: str
@@ -92,6 +95,7 @@ class Notice:
     to: str = ""
     serving: Mapping[str, int] | None = None
     seen: tuple[Seen, ...] = ()
+    overdue: Mapping[str, int] | None = None
 
 
 class Fleet(Protocol):
@@ -135,6 +139,7 @@ class SharedSlots:
         on_seen: Callable[[str, Sequence[Seen]], None] = lambda model, seen: None,
         waiting: Callable[[], tuple[int, int, float]] = lambda: NOBODY,
         serving: Callable[[], Mapping[str, int]] = dict,
+        overdue: Callable[[], Mapping[str, int]] = dict,
         clock: Callable[[], float] = time.monotonic,
         forget_after: float = 10.0,
     ) -> None:
@@ -146,6 +151,7 @@ class SharedSlots:
         self.on_seen = on_seen  # z.ai's verdicts on a slot another proxy gave back
         self.waiting = waiting  # (requests waiting here, the first's level, its wait): the pool's queue
         self.serving = serving  # this proxy's slots z.ai answered and serves, per model: the pool's
+        self.overdue = overdue  # this proxy's attempts riding above the limits, per model: the pool's
         self.clock = clock
         self.forget_after = forget_after  # seconds alone before the others' slots as last seen are forgotten
         self._forget_at: float | None = None
@@ -174,6 +180,7 @@ class SharedSlots:
         self._probe_rights: dict[str, str] = {}  # limit -> the lease id its right to probe was taken under
         # What each other proxy last said z.ai serves of its slots, per model.
         self._serving_there: dict[str, Mapping[str, int]] = {}
+        self._overdue_there: dict[str, Mapping[str, int]] = {}  # and its attempts riding above the limits
         self.probes_elsewhere = 0  # probes not sent: another proxy held the right to probe their limit
         self.lost = 0  # times the shared store went away
 
@@ -216,6 +223,23 @@ class SharedSlots:
             return min(said, self._others_total)
         said = sum(models.get(model, 0) for models in self._serving_there.values())
         return min(said, self._others.get(model, 0))
+
+    def riding_elsewhere(self, model: str | None) -> int:
+        """The other proxies' attempts riding above the limits (of `model`; all when None), as they last
+        said: their places are the fleet's to use, as this proxy uses its own. At most their slots as the
+        mirror counts them; none while this proxy serves alone."""
+        if self._alone_share is not None:
+            return 0
+        if model is None:
+            said = sum(sum(models.values()) for models in self._overdue_there.values())
+            return min(said, self._others_total)
+        said = sum(models.get(model, 0) for models in self._overdue_there.values())
+        return min(said, self._others.get(model, 0))
+
+    def overdue_changed(self) -> None:
+        """This proxy's attempts riding above the limits changed: the other proxies hear it now."""
+        if self.fleet is not None and self._alone_share is None:
+            self.fleet.announce()
 
     def fits(self, model: str, cap: int, account_cap: int) -> bool:
         if self._alone_share is None:
@@ -394,6 +418,8 @@ class SharedSlots:
         self._peers[notice.proxy] = (notice.waiting, notice.level, self.clock() - notice.waited)
         if notice.serving is not None:
             self._serving_there[notice.proxy] = notice.serving
+        if notice.overdue is not None:
+            self._overdue_there[notice.proxy] = notice.overdue
         if notice.op == "!":
             self.on_probe_answered(notice.model)
             return
@@ -462,7 +488,7 @@ class SharedSlots:
             freed |= self._set_others_total(max(tally.total - self._all_mine(), 0))
         self._total = sum(self._own.values()) + self._others_total
         self._proxies = dict(tally.proxies)
-        for proxy in set(self._peers) | set(self._serving_there):
+        for proxy in set(self._peers) | set(self._serving_there) | set(self._overdue_there):
             if proxy not in tally.proxies:
                 self._forget(proxy)
         if freed:
@@ -472,6 +498,7 @@ class SharedSlots:
         """What another proxy said: it left, or is gone from the fleet."""
         self._peers.pop(proxy, None)
         self._serving_there.pop(proxy, None)
+        self._overdue_there.pop(proxy, None)
 
     def queued(self) -> None:
         """A request is about to wait here: when it is the first, the other proxies should know (see
@@ -492,7 +519,9 @@ class SharedSlots:
         serving = self.serving()
         if op == "+" and model and not probe:
             serving = {**serving, model: serving.get(model, 0) + 1}
-        return Notice(0, op, self.proxy_id, model, waiting, level, waited, to, serving, tuple(seen))
+        return Notice(
+            0, op, self.proxy_id, model, waiting, level, waited, to, serving, tuple(seen), self.overdue()
+        )
 
     def connected(self, fleet: Fleet) -> None:
         """The store answers (again): use it. The caller writes `leases()` and applies a tally."""
@@ -537,6 +566,7 @@ class SharedSlots:
         self._others.clear()
         self._others_total = 0
         self._serving_there.clear()
+        self._overdue_there.clear()
         self._counts = dict(self._own)
         self._total = sum(self._own.values())
         self.on_freed(0.0)

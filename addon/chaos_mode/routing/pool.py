@@ -327,20 +327,19 @@ class ChaosPool:
         eligible = self._eligible[ticket.tier]
         if attempted or blocked:
             eligible = [e for e in eligible if e.name not in attempted and e.name not in blocked]
-        above = self._riding_on.get
-        if slots.total() >= self._account_cap + above(ACCOUNT, 0):
+        above = self._above()
+        if slots.total() >= self._account_cap + above(ACCOUNT):
             return self._beyond_limits(ticket, eligible, account_full=True), False
-        if self._riding_on:
-            candidates = [e for e in eligible if held(e.name, 0) < e.capacity + above(e.name, 0)]
+        if self._riding_on or slots.confirms:
+            candidates = [e for e in eligible if held(e.name, 0) < e.capacity + above(e.name)]
         else:
             candidates = [e for e in eligible if held(e.name, 0) < e.capacity]
         if not candidates:
             return self._beyond_limits(ticket, eligible, account_full=False), False
         if slots.confirms:  # a fleet's: while its store is gone, this proxy uses its share of each limit
-            account_cap = self._account_cap + above(ACCOUNT, 0)
-            candidates = [
-                e for e in candidates if slots.fits(e.name, e.capacity + above(e.name, 0), account_cap)
-            ]
+            account_cap = self._account_cap + above(ACCOUNT)
+            fits = slots.fits
+            candidates = [e for e in candidates if fits(e.name, e.capacity + above(e.name), account_cap)]
             if not candidates:
                 return None, False
         if plan.prefer_lower_weight:  # paced: the lightest models that are free, within the floor
@@ -387,6 +386,15 @@ class ChaosPool:
             reason += f" (sticky moved from {stuck})"
         return (chosen.name, reason, None), moved
 
+    def _above(self) -> Callable[[str], int]:
+        """Slots riding above a limit (a model's name, or ACCOUNT): probes and overdue attempts here, and
+        in a fleet the other proxies' overdue attempts (their places are the fleet's to use)."""
+        riding = self._riding_on
+        if not self._slots.confirms:
+            return lambda key: riding.get(key, 0)
+        elsewhere = self._slots.riding_elsewhere
+        return lambda key: riding.get(key, 0) + elsewhere(None if key == ACCOUNT else key)
+
     def _lighter_left(self, tiers: Mapping[int, str]) -> bool:
         """Whether a request in flight is served by a model heavier than the lightest its floor admits
         (`tiers`: the request tier of each held slot)."""
@@ -413,8 +421,8 @@ class ChaosPool:
         if limits.enabled and ticket.may_probe:
             affordable = self._affordable(ticket, eligible)
             if account_full:
-                above = self._riding_on.get
-                room = [e for e in affordable if held(e.name, 0) < e.capacity + above(e.name, 0)]
+                above = self._above()
+                room = [e for e in affordable if held(e.name, 0) < e.capacity + above(e.name)]
                 if room and limits.can_probe_account():
                     chosen = room[
                         self._strategy.pick(room, [held(e.name, 0) for e in room], self._costs(ticket, room))
@@ -463,8 +471,8 @@ class ChaosPool:
         entry = self._entries.get(model)
         if entry is None:
             return None
-        above = self._riding_on.get
-        cap, account_cap = entry.capacity + above(model, 0), self._account_cap + above(ACCOUNT, 0)
+        above = self._above()
+        cap, account_cap = entry.capacity + above(model), self._account_cap + above(ACCOUNT)
         if probe == "model":
             cap += 1
         elif probe == "account":
@@ -529,6 +537,7 @@ class ChaosPool:
         if overdue is not None:
             _count(self._riding_on, overdue, -1)
             _count(self._riding_on, ACCOUNT, -1)
+            self._slots.overdue_changed()
         self._queued_probes.pop(slot_id, None)
         self._seated.discard(slot_id)
         if slot_id in self._stalled:
@@ -563,12 +572,17 @@ class ChaosPool:
         self._overdue[slot_id] = slot.model
         _count(self._riding_on, slot.model, 1)
         _count(self._riding_on, ACCOUNT, 1)
+        self._slots.overdue_changed()
         if len(self._queue):
             self._queue.dispatch()
 
     def rides(self, slot: Slot) -> bool:
         """Whether `slot`'s attempt is overdue, riding above the limits until its verdict."""
         return slot.slot_id in self._overdue
+
+    def overdue_here(self) -> dict[str, int]:
+        """This proxy's attempts riding above the limits, per model: what it tells the fleet."""
+        return dict(Counter(self._overdue.values()))
 
     def report_queued(self, slot: Slot) -> None:
         """z.ai queues (it holds what is over a limit until a slot frees), and `slot`'s probe, unanswered,

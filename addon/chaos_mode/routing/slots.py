@@ -101,6 +101,15 @@ class SlotStore(Protocol):
         still serves, as they last said; asked only when `confirms`."""
         ...
 
+    def riding_elsewhere(self, model: str | None) -> int:
+        """The other proxies' attempts riding above the limits (of `model`; all when None), as they last
+        said; asked only when `confirms`."""
+        ...
+
+    def overdue_changed(self) -> None:
+        """This proxy's attempts riding above the limits changed (a fleet tells the others)."""
+        ...
+
     def queued(self) -> None:
         """A request began to wait for a slot here."""
         ...
@@ -159,6 +168,12 @@ class MemorySlots:
 
     def serving_elsewhere(self, model: str | None) -> int:
         return 0
+
+    def riding_elsewhere(self, model: str | None) -> int:
+        return 0
+
+    def overdue_changed(self) -> None:
+        pass
 
     def queued(self) -> None:
         pass
