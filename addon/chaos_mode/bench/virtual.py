@@ -105,9 +105,9 @@ async def swarm(
     async def slot_within_limits(selection: Slot, ticket: Ticket, since: float) -> Slot | None:
         await asyncio.sleep(FLOOR_SECONDS)
         pool.report_overdue(selection)  # it lends its place until its verdict (`RoutedRequest.overdue`)
-        if pool.rides(selection):
-            ticket = dataclasses.replace(ticket, attempted=ticket.attempted | {selection.model})
-        return await pool.admit(dataclasses.replace(ticket, may_probe=False), since=since, timeout=FOREVER)
+        riding = {selection.model} if pool.rides(selection) else set()
+        spare = dataclasses.replace(ticket, attempted=ticket.attempted | riding, may_probe=False)
+        return await pool.admit(spare, since=since, timeout=FOREVER)
 
     async def verdict_later(selection: Slot, answer: asyncio.Future[None]) -> None:
         """A regular attempt left unanswered: its 1302 comes when it would have, then its slot goes."""

@@ -218,23 +218,20 @@ class SharedSlots:
         """What the other proxies last said z.ai serves of their slots (of `model`; all when None), at most
         their slots as the mirror counts them. Said with every notice they send, so an answer counts from
         the next notice of its proxy on (never before), a slot given back at once."""
-        if model is None:
-            said = sum(sum(models.values()) for models in self._serving_there.values())
-            return min(said, self._others_total)
-        said = sum(models.get(model, 0) for models in self._serving_there.values())
-        return min(said, self._others.get(model, 0))
+        return self._said(self._serving_there, model)
 
     def riding_elsewhere(self, model: str | None) -> int:
         """The other proxies' attempts riding above the limits (of `model`; all when None), as they last
         said: their places are the fleet's to use, as this proxy uses its own. At most their slots as the
         mirror counts them; none while this proxy serves alone."""
-        if self._alone_share is not None:
-            return 0
+        return 0 if self._alone_share is not None else self._said(self._overdue_there, model)
+
+    def _said(self, there: Mapping[str, Mapping[str, int]], model: str | None) -> int:
+        """What the other proxies last said (`there`: per proxy, counts per model) of `model` (all when
+        None), at most their slots as the mirror counts them."""
         if model is None:
-            said = sum(sum(models.values()) for models in self._overdue_there.values())
-            return min(said, self._others_total)
-        said = sum(models.get(model, 0) for models in self._overdue_there.values())
-        return min(said, self._others.get(model, 0))
+            return min(sum(sum(models.values()) for models in there.values()), self._others_total)
+        return min(sum(models.get(model, 0) for models in there.values()), self._others.get(model, 0))
 
     def overdue_changed(self) -> None:
         """This proxy's attempts riding above the limits changed: the other proxies hear it now."""

@@ -239,10 +239,9 @@ class RoutedRequest:
         `switch_to` it, or give it back with `drop`. Not on the model of an attempt of its own that rides
         overdue: z.ai is refusing that one there."""
         ticket = self.ticket()
-        riding = frozenset(attempt.model for attempt in self.attempts if self.pool.rides(attempt.slot))
-        if riding:
-            ticket = replace(ticket, attempted=ticket.attempted | riding)
-        return await self.pool.admit(replace(ticket, may_probe=False), since=self.arrived)
+        riding = {attempt.model for attempt in self.attempts if self.pool.rides(attempt.slot)}
+        spare = replace(ticket, attempted=ticket.attempted | riding, may_probe=False)
+        return await self.pool.admit(spare, since=self.arrived)
 
     def drop(self, slot: Slot) -> None:
         """Give back a slot granted (by `spare_slot`) and not used."""

@@ -328,18 +328,18 @@ class ChaosPool:
         if attempted or blocked:
             eligible = [e for e in eligible if e.name not in attempted and e.name not in blocked]
         above = self._above()
-        if slots.total() >= self._account_cap + above(ACCOUNT):
+        if slots.total() >= self._account_cap + above(ACCOUNT, 0):
             return self._beyond_limits(ticket, eligible, account_full=True), False
         if self._riding_on or slots.confirms:
-            candidates = [e for e in eligible if held(e.name, 0) < e.capacity + above(e.name)]
+            candidates = [e for e in eligible if held(e.name, 0) < e.capacity + above(e.name, 0)]
         else:
             candidates = [e for e in eligible if held(e.name, 0) < e.capacity]
         if not candidates:
             return self._beyond_limits(ticket, eligible, account_full=False), False
         if slots.confirms:  # a fleet's: while its store is gone, this proxy uses its share of each limit
-            account_cap = self._account_cap + above(ACCOUNT)
+            account_cap = self._account_cap + above(ACCOUNT, 0)
             fits = slots.fits
-            candidates = [e for e in candidates if fits(e.name, e.capacity + above(e.name), account_cap)]
+            candidates = [e for e in candidates if fits(e.name, e.capacity + above(e.name, 0), account_cap)]
             if not candidates:
                 return None, False
         if plan.prefer_lower_weight:  # paced: the lightest models that are free, within the floor
@@ -386,14 +386,19 @@ class ChaosPool:
             reason += f" (sticky moved from {stuck})"
         return (chosen.name, reason, None), moved
 
-    def _above(self) -> Callable[[str], int]:
-        """Slots riding above a limit (a model's name, or ACCOUNT): probes and overdue attempts here, and
-        in a fleet the other proxies' overdue attempts (their places are the fleet's to use)."""
+    def _above(self) -> Callable[[str, int], int]:
+        """Slots riding above a limit, called as `above(limit, 0)` (a model's name, or ACCOUNT): probes and
+        overdue attempts here, and in a fleet the other proxies' overdue attempts (their places are the
+        fleet's to use). Alone, the count's own `get`: this runs for every request."""
         riding = self._riding_on
         if not self._slots.confirms:
-            return lambda key: riding.get(key, 0)
+            return riding.get
         elsewhere = self._slots.riding_elsewhere
-        return lambda key: riding.get(key, 0) + elsewhere(None if key == ACCOUNT else key)
+
+        def above(key: str, default: int) -> int:
+            return riding.get(key, default) + elsewhere(None if key == ACCOUNT else key)
+
+        return above
 
     def _lighter_left(self, tiers: Mapping[int, str]) -> bool:
         """Whether a request in flight is served by a model heavier than the lightest its floor admits
@@ -422,7 +427,7 @@ class ChaosPool:
             affordable = self._affordable(ticket, eligible)
             if account_full:
                 above = self._above()
-                room = [e for e in affordable if held(e.name, 0) < e.capacity + above(e.name)]
+                room = [e for e in affordable if held(e.name, 0) < e.capacity + above(e.name, 0)]
                 if room and limits.can_probe_account():
                     chosen = room[
                         self._strategy.pick(room, [held(e.name, 0) for e in room], self._costs(ticket, room))
@@ -472,7 +477,7 @@ class ChaosPool:
         if entry is None:
             return None
         above = self._above()
-        cap, account_cap = entry.capacity + above(model), self._account_cap + above(ACCOUNT)
+        cap, account_cap = entry.capacity + above(model, 0), self._account_cap + above(ACCOUNT, 0)
         if probe == "model":
             cap += 1
         elif probe == "account":
@@ -557,9 +562,8 @@ class ChaosPool:
         """`slot`'s request has had no head within its patience (see `request.hedging`): z.ai is most
         likely refusing it, and holds no slot for a request it refuses (assumed, unchecked: docs/learning.md),
         so until its verdict it rides above its model's and the account's limits, its place going to the
-        next request. No-op without learning
-        (a 1302 then cools the model down), for a probe (it rides already), a request z.ai seated or one
-        with its verdict."""
+        next request. No-op without learning (a 1302 then cools the model down), for a probe (it rides
+        already), a request z.ai seated or one with its verdict."""
         slot_id = slot.slot_id
         if (
             not self._limits.enabled
