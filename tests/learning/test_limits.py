@@ -187,6 +187,46 @@ def test_a_probe_answered_resets_the_wait_of_limits_lowered_from_a_level_they_se
     assert rig.limits.can_probe("a")  # lowered from where it served: its wait is reset
 
 
+def test_a_clean_probe_that_follows_clean_ones_resets_no_other_limits_wait(rig: Rig) -> None:
+    """A climb (a limit above the catalog, or luck in a soft band: a band's first level answers most
+    requests) says nothing of the other limits: only a limit whose last probe found no room says, when
+    answered, that z.ai moved. In a band every clean probe reset every lowered limit, and all of them
+    probed into their own bands again."""
+    rig.serve("a", 3, times=12)
+    rig.serve("b", 10, times=12)
+    for _ in range(8):
+        rig.limits.refused("a", 3, 3, None)
+    rig.limits.probe_sent("model", "a")
+    rig.limits.refused("a", 3, 3, "model")
+    assert rig.limits.limit("a") == 2 and not rig.limits.can_probe("a")
+    rig.advance(5.0)  # "a" waits 5 s more after its second refused probe; "b" was never refused
+    rig.limits.probe_sent("model", "a")
+    rig.limits.refused("a", 3, 3, "model")
+    for level in (11, 12):  # "b" climbs cleanly, twice
+        rig.limits.probe_sent("model", "b")
+        rig.limits.succeeded("b", level, level, "model")
+    assert rig.limits.limit("b") == 12
+    assert not rig.limits.can_probe("a")  # its wait stands
+    rig.advance(9.9)
+    assert not rig.limits.can_probe("a")
+    rig.advance(0.1)
+    assert rig.limits.can_probe("a")
+
+
+def test_a_refusal_at_any_level_holds_the_limits_probes_for_the_interval(rig: Rig) -> None:
+    """p never falls as n grows: a refusal at or under the limit says z.ai refuses above it too. One
+    refusal at the top of a band (a level served before) moves no limit, and no probe goes above it for
+    the probe interval."""
+    rig.serve("a", 3, times=12)
+    assert rig.limits.can_probe("a")
+    rig.limits.refused("a", 3, 3, None)
+    assert rig.limits.limit("a") == 3  # one refusal alone moves no limit
+    assert not rig.limits.can_probe("a")
+    assert rig.limits.next_probe() == pytest.approx(5.0)
+    rig.advance(5.0)
+    assert rig.limits.can_probe("a")
+
+
 def test_a_probe_never_answered_frees_its_turn_after_the_interval(rig: Rig) -> None:
     rig.serve("a", 3)
     rig.limits.probe_sent("model", "a")

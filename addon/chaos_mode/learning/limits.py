@@ -13,14 +13,16 @@ the lowest it refuses with confidence. What feeds it, and what the pool may do a
   how likely each is to refuse at its level (its refusals there against the clean answers at it and above).
 - **Probes** are the pool's, for a request that would otherwise wait: one above a limit at a time, only
   once z.ai answered cleanly at the limit (a guess nobody tried is not worth a refusal to go above), none
-  within `probeIntervalSeconds` of a refusal above the limit, and, after a refused probe, a wait that
-  doubles with each refused probe up to `probeBackoffMaxSeconds`. Limits whose last probe was refused take
-  turns (one such probe in flight in the pool), so a pool at its true limits sees one refused probe at a
-  time. A probe answered cleanly lets
-  its limit's next probe follow at once, and resets the wait of every limit lowered from a level z.ai
-  served it (z.ai moves its limits plan-wide, off-peak); a limit that never served more keeps its wait. A
-  probe given up unanswered (its request took a slot within the limits) counts as refused for pacing only:
-  it tells the limit nothing.
+  within `probeIntervalSeconds` of a refusal of the limit at any level (p never falls as n grows: z.ai
+  refusing at or under the limit refuses above it too), and, after a refused probe, a wait that doubles
+  with each refused probe up to `probeBackoffMaxSeconds`. Limits whose last probe was refused take turns
+  (one such probe in flight in the pool), so a pool at its true limits sees one refused probe at a time. A
+  probe answered cleanly lets its limit's next probe follow at once. Answered after a refused one, it says
+  z.ai moved the limit: it also resets the wait of every limit lowered from a level z.ai served it (z.ai
+  moves its limits plan-wide, off-peak; a limit that never served more keeps its wait). Answered after
+  clean ones (a climb, or a soft band's luck: a band's first level answers most requests) it says nothing
+  of the other limits. A probe given up unanswered (its request took a slot within the limits) counts as
+  refused for pacing only: it tells the limit nothing.
 - **A fleet learns and probes as one.** Proxies sharing a store (`chaos_state`) learn from one body of
   evidence: every verdict a proxy has goes to the others with the slot it gives back, and counts there as
   theirs (evidence and pacing), at the levels it counted; what z.ai serves at once counts the other
@@ -329,7 +331,10 @@ class LearnedLimits:
         self._settle(self._account, now, _served_why(total, probe == "account"))
 
     def _probe_answered(self, probed: Limit, now: float) -> None:
+        moved = probed.held_back  # its last probe found no room, this one did: z.ai moved the limit
         probed.refused_probes, probed.no_probe_until = 0, -math.inf
+        if not moved:
+            return  # a climb (or luck in a band) says nothing of the other limits
         # z.ai moves its limits plan-wide: every limit lowered from a level it served may try again now
         for limit in self._all():
             value = limit.value
@@ -379,8 +384,8 @@ class LearnedLimits:
     def _refusal(self, entry: Limit, level: int, weight: float, now: float, why: str) -> None:
         entry.evidence.observe(level, refused=True, now=now, weight=weight)
         self._settle(entry, now, why)
-        if entry.value is not None and level > entry.value:  # refused above its limit: no probe there now
-            entry.no_probe_until = max(entry.no_probe_until, now + self._interval)
+        # p never falls as n grows: refused at any level, z.ai refuses above the limit too (no probe now)
+        entry.no_probe_until = max(entry.no_probe_until, now + self._interval)
 
     def _probe_refused(self, entry: Limit, now: float) -> None:
         entry.probe_since = None
