@@ -577,6 +577,15 @@ def test_the_virtual_model_runs_the_field_shapes_on_the_simulators_own_draws() -
         virtual.run("queuing", 1)
 
 
+def test_the_virtual_model_runs_a_preset_with_more_requests_per_agent() -> None:
+    """`--requests`: a long run, for the steady state after the first seconds' learning."""
+    from chaos_mode.bench import virtual
+
+    short, longer = virtual.run("soft", 1, requests=2), virtual.run("soft", 1, requests=4)
+    assert (short.requests, longer.requests) == (80, 160)  # 40 agents
+    assert short.makespan < longer.makespan and short.bound < longer.bound
+
+
 def test_the_virtual_model_says_how_soon_the_learned_limits_followed_each_change(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -19,7 +19,7 @@ them. Each run also says how soon the learned limits followed each change of the
 sampled every 0.1 s, as the benchmark reports it); `--watch` prints them as they go.
 
     python -m chaos_mode.bench.virtual [--preset soft] [--seeds 12] [--learning probeIntervalSeconds=3]
-                                       [--watch 1]
+                                       [--watch 1] [--requests 30]
 """
 
 from __future__ import annotations
@@ -220,13 +220,18 @@ def run(
     transit: float = 0.05,
     learning: Mapping[str, Any] | None = None,
     watch: float = 0.0,
+    requests: int | None = None,
 ) -> Outcome:
-    """One run; `learning`: keys of the config's learning block over the benchmark's (ConfigError if bad)."""
+    """One run; `learning`: keys of the config's learning block over the benchmark's (ConfigError if bad);
+    `requests`: each agent's requests instead of the preset's (a long run shows the steady state)."""
     loop = VirtualLoop()
+    chosen = PRESETS[preset]
+    if requests is not None:
+        chosen = dataclasses.replace(chosen, requests=requests)
     try:
         timings = {"head": head, "reject": reject, "transit": transit}
         return loop.run_until_complete(
-            swarm(PRESETS[preset], seed, hedge=hedge, learning=learning, watch=watch, **timings)
+            swarm(chosen, seed, hedge=hedge, learning=learning, watch=watch, **timings)
         )
     finally:
         loop.close()
@@ -238,6 +243,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--preset", default="higher", choices=sorted(PRESETS))
     parser.add_argument("--seeds", type=int, default=12, help="workload seeds 1..N (the benchmark uses 1)")
+    parser.add_argument(
+        "--requests", type=int, default=None, help="requests per agent instead of the preset's (e.g. 30)"
+    )
     parser.add_argument("--no-hedge", dest="hedge", action="store_false", help="never leave an attempt")
     parser.add_argument("--head", type=float, default=0.01, help="seconds from z.ai's verdict to the head")
     parser.add_argument(
@@ -276,7 +284,15 @@ def main(argv: list[str] | None = None) -> None:
     within: list[float | None] = []
     for seed in range(1, args.seeds + 1):
         timings = {"head": args.head, "reject": args.reject, "transit": args.transit}
-        outcome = run(args.preset, seed, hedge=args.hedge, learning=learning, watch=args.watch, **timings)
+        outcome = run(
+            args.preset,
+            seed,
+            hedge=args.hedge,
+            learning=learning,
+            watch=args.watch,
+            requests=args.requests,
+            **timings,
+        )
         spans.append(outcome.makespan)
         ratios.append(outcome.bound / outcome.makespan)
         per_50.append(50.0 * outcome.refused / outcome.requests)
