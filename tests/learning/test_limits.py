@@ -199,7 +199,7 @@ def test_a_clean_probe_that_follows_clean_ones_resets_no_other_limits_wait(rig: 
     rig.limits.probe_sent("model", "a")
     rig.limits.refused("a", 3, 3, "model")
     assert rig.limits.limit("a") == 2 and not rig.limits.can_probe("a")
-    rig.advance(5.0)  # "a" waits 5 s more after its second refused probe; "b" was never refused
+    rig.advance(5.0)  # the wait after "a"'s first refused probe; after its second it waits 10 s
     rig.limits.probe_sent("model", "a")
     rig.limits.refused("a", 3, 3, "model")
     for level in (11, 12):  # "b" climbs cleanly, twice
