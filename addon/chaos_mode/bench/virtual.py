@@ -149,6 +149,7 @@ async def swarm(
             # the verdict came)
             loop.call_later(max(STALL_FACTOR * head, STALL_FLOOR_SECONDS), pool.report_stall, selection)
             await asyncio.sleep(on_the_way.uniform(0.0, transit))
+            pool.report_sent(selection)  # written as it reaches z.ai: the network adds no more
             if accepted(selection.model):
                 await asyncio.sleep(head)
                 pool.report_success(selection)
