@@ -234,25 +234,53 @@ def test_a_probe_never_answered_frees_its_turn_after_the_interval(rig: Rig) -> N
     assert rig.limits.can_probe("a")
 
 
-def test_a_probe_given_up_keeps_its_turn_until_its_refusal_would_have_come(rig: Rig) -> None:
-    """Limits whose probe was refused take turns, one probe out among them: a probe given up after 0.5 s
-    would have been refused at 3 s at the earliest, so the next limit's probe waits until then."""
+def test_limits_held_back_take_turns_spread_over_their_waits(rig: Rig) -> None:
+    """z.ai moves its limits plan-wide: one refused probe says the other limits held back would be refused
+    now too. So the next probe of any of them waits its share of that probe's wait (the wait over the
+    limits held back), and their probes spread over their waits instead of going, and being refused,
+    together: when z.ai moves, the next probe finds it within a share of the wait."""
     rig.serve("a", 3)
     rig.serve("b", 10)
-    for model, count in (("a", 4), ("b", 11)):  # both refused once: their probes take turns
+    for model, count in (("a", 4), ("b", 11)):  # both refused once: held back, each waits 5 s
         rig.limits.probe_sent("model", model)
         rig.limits.refused(model, count, count, "model")
     rig.advance(5.0)
     assert rig.limits.can_probe("a") and rig.limits.can_probe("b")
     rig.limits.probe_sent("model", "a")
+    rig.limits.refused("a", 4, 4, "model")  # "a" waits 10 s now; "b", its share of them: 5 s
+    assert rig.limits.next_probe() == pytest.approx(5.0)
+    rig.advance(4.9)
+    assert not rig.limits.can_probe("b")  # its own wait is over, its turn is not
+    rig.advance(0.1)
+    assert rig.limits.can_probe("b") and not rig.limits.can_probe("a")
+    rig.limits.probe_sent("model", "b")
+    rig.limits.succeeded("b", 11, 11, "model")  # z.ai moved: the turns start over
+    rig.limits.probe_sent("model", "b")
+    rig.limits.refused("b", 12, 12, "model")  # "b" refused one higher: held back alone, its own wait
+    assert rig.limits.next_probe() == pytest.approx(5.0)  # "a": 10 s from its refusal, 5 s ago
+
+
+def test_a_probe_given_up_keeps_its_turn_until_its_refusal_would_have_come() -> None:
+    """Limits whose probe was refused take turns, one probe out among them: a probe given up after 0.5 s
+    would have been refused at 3 s at the earliest, so the next limit's probe waits until then, when
+    that is later than its share of the given-up probe's wait."""
+    rig = Rig(routing(learning={"probeIntervalSeconds": 2}))
+    rig.serve("a", 3)
+    rig.serve("b", 10)
+    for model, count in (("a", 4), ("b", 11)):  # both refused once: their probes take turns
+        rig.limits.probe_sent("model", model)
+        rig.limits.refused(model, count, count, "model")
+    rig.advance(2.0)
+    assert rig.limits.can_probe("a") and rig.limits.can_probe("b")
+    rig.limits.probe_sent("model", "a")
     rig.advance(0.5)
     rig.limits.probe_given_up("model", "a")
     assert rig.limits.limit("a") == 3 and not rig.limits.view("a").probing  # it told the limit nothing
-    assert not rig.limits.can_probe("a")  # its own next probe waits as after a refusal (doubled)
+    assert not rig.limits.can_probe("a")  # its own next probe waits as after a refusal (doubled: 4 s)
     assert not rig.limits.can_probe("b")
-    rig.advance(2.4)
+    rig.advance(2.4)  # "b"'s share of those 4 s is over...
     assert not rig.limits.can_probe("b")
-    rig.advance(0.1)  # 3 s after "a"'s probe was sent
+    rig.advance(0.1)  # ...and now 3 s have passed since "a"'s probe was sent
     assert rig.limits.can_probe("b")
 
 

@@ -210,8 +210,9 @@ class LearningSettings(_Base):
         default=60.0,
         gt=0,
         le=86_400,
-        description="each 1302 doubles the wait before the next probe of that limit, up to this; a "
-        "probe answered cleanly anywhere resets every wait (z.ai moves its limits plan-wide)",
+        description="each refused probe doubles the wait before the next probe of that limit, up to this; "
+        "a probe answered after a refused one resets the wait of every limit lowered from a level z.ai "
+        "served (z.ai moves its limits plan-wide)",
     )
     drift_seconds: Float = Field(
         default=600.0, gt=0, le=30 * 86_400, description="a limit nobody confirmed for this long steps back"

@@ -11,18 +11,21 @@ the lowest it refuses with confidence. What feeds it, and what the pool may do a
   (from its sending to the verdict: a limit that fell, however often the level was served before; a wrong
   model limit costs one model's slots, a wrong account limit all); otherwise it is shared in proportion to
   how likely each is to refuse at its level (its refusals there against the clean answers at it and above).
-- **Probes** are the pool's, for a request that would otherwise wait: one above a limit at a time, only
-  once z.ai answered cleanly at the limit (a guess nobody tried is not worth a refusal to go above), none
-  within `probeIntervalSeconds` of a refusal of the limit at any level (p never falls as n grows: z.ai
-  refusing at or under the limit refuses above it too), and, after a refused probe, a wait that doubles
-  with each refused probe up to `probeBackoffMaxSeconds`. Limits whose last probe was refused take turns
-  (one such probe in flight in the pool), so a pool at its true limits sees one refused probe at a time. A
-  probe answered cleanly lets its limit's next probe follow at once. Answered after a refused one, it says
-  z.ai moved the limit: it also resets the wait of every limit lowered from a level z.ai served it (z.ai
-  moves its limits plan-wide, off-peak; a limit that never served more keeps its wait). Answered after
-  clean ones (a climb, or a soft band's luck: a band's first level answers most requests) it says nothing
-  of the other limits. A probe given up unanswered (its request took a slot within the limits) counts as
-  refused for pacing only: it tells the limit nothing.
+- **Probes** are the pool's, for a request that would otherwise wait: one above a limit at a time, only once
+  z.ai answered cleanly at the limit (a guess nobody tried is not worth a refusal to go above), none within
+  `probeIntervalSeconds` of a refusal of the limit at any level (p never falls as n grows: z.ai refusing at
+  or under the limit refuses above it too), and, after a refused probe, a wait that doubles with each
+  refused probe up to `probeBackoffMaxSeconds`. Limits whose last probe was refused take turns (one such
+  probe in flight in the pool), so a pool at its true limits sees one refused probe at a time, and their
+  turns spread over their waits: z.ai moves its limits plan-wide, so a refused probe says the others' would
+  be refused now too, and the next of them waits its share of its wait (the wait over the limits held back;
+  a probe given up, until its refusal would have come), so that a move is found within a share of the wait,
+  not after every limit's wait ran out at once. A probe answered cleanly lets its limit's next probe follow
+  at once. Answered after a refused one, it says z.ai moved the limit: it also resets the wait of every
+  limit lowered from a level z.ai served it (z.ai moves its limits plan-wide, off-peak; a limit that never
+  served more keeps its wait). Answered after clean ones (a climb, or a soft band's luck: a band's first
+  level answers most requests) it says nothing of the other limits. A probe given up unanswered (its request
+  took a slot within the limits) counts as refused for pacing only: it tells the limit nothing.
 - **A fleet learns and probes as one.** Proxies sharing a store (`chaos_state`) learn from one body of
   evidence: every verdict a proxy has goes to the others with the slot it gives back, and counts there as
   theirs (evidence and pacing), at the levels it counted; what z.ai serves at once counts the other
@@ -85,7 +88,6 @@ class Limit:
     probe_since: float | None = None  # a probe sent and not yet answered (monotonic)
     no_probe_until: float = -math.inf  # after a refused probe (monotonic)
     refused_probes: int = 0  # refused in a row since a probe was answered cleanly anywhere
-    turn_until: float = -math.inf  # a probe given up keeps its turn until its refusal would have come
 
     @property
     def start(self) -> int | None:
@@ -123,6 +125,9 @@ class LearnedLimits:
         self._models: dict[str, Limit] = {}
         self._account = self._new(None, 1)
         self._next_tick = -math.inf
+        # the next probe of a limit held back (its last probe refused) goes no sooner (monotonic): limits
+        # held back take turns, spread over their waits (see the module)
+        self._next_turn = -math.inf
         self._refusal_seconds = REFUSAL_START_SECONDS
         self._service_seconds = SERVICE_START_SECONDS
         self.version = 0  # bumped on every change of a value: the pool rebuilds what it derives from them
@@ -200,13 +205,15 @@ class LearnedLimits:
         value = entry.value
         if value is None or value >= entry.ceiling or not entry.evidence.answered_at(value, now):
             return None
+        ready = entry.no_probe_until
         if entry.probe_since is not None:
-            return max(entry.no_probe_until, entry.probe_since + self._interval)
-        return entry.no_probe_until
+            ready = max(ready, entry.probe_since + self._interval)
+        return max(ready, self._next_turn) if entry.held_back else ready
 
     def _probe_due(self, entry: Limit) -> bool:
-        """Due, and, for a limit whose last probe was refused, the only such probe in flight: limits found
-        right take turns. Limits never refused, or whose last probe found room, probe side by side."""
+        """Due, and, for a limit whose last probe was refused, its turn: the only such probe in flight, and
+        no sooner than its share of the last such refusal's wait (`_probe_refused`). Limits never refused,
+        or whose last probe found room, probe side by side."""
         now = self._clock()
         ready = self._probe_ready(entry, now)
         if ready is None or ready > now:
@@ -214,10 +221,8 @@ class LearnedLimits:
         if not entry.held_back:
             return True
         for other in self._all():
-            if other is entry or not other.held_back:
-                continue
             since = other.probe_since
-            if (since is not None and now - since < self._interval) or other.turn_until > now:
+            if other is not entry and other.held_back and since is not None and now - since < self._interval:
                 return False
         return True
 
@@ -304,14 +309,14 @@ class LearnedLimits:
     def probe_given_up(self, kind: Probe, model: str) -> None:
         """A probe z.ai had not answered when a slot within the limits came for its request was abandoned.
         It tells the limit nothing; its next probe waits as after a refusal (it most likely was one), keeping
-        its turn among the limits found right until its refusal would have come."""
+        its turn among the limits held back until its refusal would have come."""
         entry = self._account if kind == "account" else self._models.get(model)
         if entry is None or not self._enabled:
             return
         now = self._clock()
         sent = entry.probe_since if entry.probe_since is not None else now
-        entry.turn_until = sent + EARLIEST_REFUSAL_SECONDS
         self._probe_refused(entry, now)
+        self._next_turn = max(self._next_turn, sent + EARLIEST_REFUSAL_SECONDS)
 
     def succeeded(self, model: str, in_flight: int, total: int, probe: Probe | None) -> None:
         """A clean answer, z.ai seen to serve `in_flight` requests on its model and `total` on the account
@@ -335,6 +340,7 @@ class LearnedLimits:
         probed.refused_probes, probed.no_probe_until = 0, -math.inf
         if not moved:
             return  # a climb (or luck in a band) says nothing of the other limits
+        self._next_turn = -math.inf
         # z.ai moves its limits plan-wide: every limit lowered from a level it served may try again now
         for limit in self._all():
             value = limit.value
@@ -391,7 +397,15 @@ class LearnedLimits:
         entry.probe_since = None
         doublings = min(entry.refused_probes, 30)
         entry.refused_probes += 1
-        entry.no_probe_until = now + min(self._interval * 2.0**doublings, self._backoff_max)
+        wait = min(self._interval * 2.0**doublings, self._backoff_max)
+        entry.no_probe_until = now + wait
+        # z.ai moves its limits plan-wide, so one refused probe says the others' would be refused now too:
+        # the next probe of any limit held back waits its share of this wait, so that their probes spread
+        # over it instead of going (and being refused) together, and a move is found within a share
+        held = sum(
+            1 for other in self._all() if other.held_back and self._probe_ready(other, now) is not None
+        )
+        self._next_turn = max(self._next_turn, now + wait / max(held, 1))
 
     def _settle(self, entry: Limit, now: float, why: str) -> None:
         """Follow the evidence: a new value, why, and a new version for the pool."""
@@ -417,7 +431,7 @@ class LearnedLimits:
             entry.evidence.forget()
             entry.value, entry.reason, entry.changed_at = entry.start, "reset", self._wall_clock()
             entry.probe_since, entry.no_probe_until, entry.refused_probes = None, -math.inf, 0
-            entry.turn_until = -math.inf
+        self._next_turn = -math.inf
         self.version += 1
 
     def _set(self, entry: Limit, value: int | None, reason: str) -> None:
