@@ -260,6 +260,23 @@ def test_limits_held_back_take_turns_spread_over_their_waits(rig: Rig) -> None:
     assert rig.limits.next_probe() == pytest.approx(5.0)  # "a": 10 s from its refusal, 5 s ago
 
 
+def test_lowered_limits_take_their_turns_apart_from_limits_at_their_highest(rig: Rig) -> None:
+    """A limit lowered from a level z.ai served waits for a move of z.ai's; one at the highest level z.ai
+    ever served it says nothing of that move: the refused probes of the one never hold the other's turn."""
+    rig.serve("a", 3, times=12)
+    for _ in range(8):  # "a" now refused at 3, most of the time: lowered from a level it served
+        rig.limits.refused("a", 3, 3, None)
+    assert rig.limits.limit("a") == 2
+    rig.serve("b", 10)
+    for model, count in (("a", 3), ("b", 11)):  # both held back, each waits 5 s
+        rig.limits.probe_sent("model", model)
+        rig.limits.refused(model, count, count, "model")
+    rig.advance(5.0)
+    rig.limits.probe_sent("model", "b")
+    rig.limits.refused("b", 11, 11, "model")  # "b", at its highest, waits 10 s: "a"'s turn is its own
+    assert rig.limits.can_probe("a") and not rig.limits.can_probe("b")
+
+
 def test_a_probe_given_up_keeps_its_turn_until_its_refusal_would_have_come() -> None:
     """Limits whose probe was refused take turns, one probe out among them: a probe given up after 0.5 s
     would have been refused at 3 s at the earliest, so the next limit's probe waits until then, when

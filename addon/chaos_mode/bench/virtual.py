@@ -4,19 +4,20 @@ The real `ChaosPool` (its queue, probes and learned limits) serves the preset's 
 simulator's own bookkeeping (`sim.SimState`: the true limits, held slots, soft bands, random 1302s and the
 schedule of a limit change, with the simulator's draws) admits each attempt when it arrives, up to `transit`
 seconds after the pool let it go (drawn at random: attempts overtake each other on the way, as they do through
-a busy proxy). An accepted stream sends its head `head` seconds later (the clean answer the pool hears), a
-refused one its 1302 `reject` seconds after it arrived, and an attempt with no head at its stall
-(`head_patience`: four times the heads, at least 0.25 s) is reported as one, as the forwarder does. Hedging
-(`request.hedging`) is modelled, not run: after `patience` seconds the request waits for a slot within the
-limits too, and the first of the two wins (a probe left is given up; a regular attempt left keeps its slot
-until its 1302, which the pool still hears); from then on a regular attempt is overdue and lends its place
-(not modelled: one such attempt per request at a time). Presets with refused models, the content filter, other
-random faults than 1302, a queuing z.ai or heads sent with the first token are not modelled. Against the
-benchmark (the same presets through mitmdump, 16 seeds here, 2-5 runs there): soft 0.98 of the bound here
-against 0.96-0.97 there, with 9.9 refusals per 50 against 11-12.5; noisy 0.89 against 0.85-0.88; halved 0.89
-against 0.87-0.94; higher 0.90 against 0.87-0.89. Its figures rank changes to the pool; the benchmark measures
-them. Each run also says how soon the learned limits followed each change of the true ones (within a step,
-sampled every 0.1 s, as the benchmark reports it); `--watch` prints them as they go.
+a busy proxy), and is reported written then (`report_sent`), as the forwarder reports it. An accepted stream
+sends its head `head` seconds later (the clean answer the pool hears), a refused one its 1302 `reject` seconds
+after it arrived, and an attempt with no head at its stall (`head_patience`: four times the heads, at least
+0.25 s) is reported as one, as the forwarder does. Hedging (`request.hedging`) is modelled, not run: after
+`patience` seconds the request waits for a slot within the limits too, and the first of the two wins (a probe
+left is given up; a regular attempt left keeps its slot until its 1302, which the pool still hears); from then
+on a regular attempt is overdue and lends its place (not modelled: one such attempt per request at a time).
+Presets with refused models, the content filter, other random faults than 1302, a queuing z.ai or heads sent
+with the first token are not modelled. Against the benchmark (the same presets through mitmdump, 16 seeds
+here, 2-4 runs there, 2026-12-03): soft 0.98 of the bound here against 0.86-0.96 there, with 8.3 refusals per
+50 against 8.1-11.7; noisy 0.89 against 0.86-0.87; halved 0.91 against 0.85-0.90; higher 0.90 against 0.88.
+Its figures rank changes to the pool; the benchmark measures them. Each run also says how soon the learned
+limits followed each change of the true ones (within a step, sampled every 0.1 s, as the benchmark reports
+it); `--watch` prints them as they go.
 
     python -m chaos_mode.bench.virtual [--preset soft] [--seeds 12] [--learning probeIntervalSeconds=3]
                                        [--watch 1] [--requests 30]

@@ -17,15 +17,17 @@ the lowest it refuses with confidence. What feeds it, and what the pool may do a
   or under the limit refuses above it too), and, after a refused probe, a wait that doubles with each
   refused probe up to `probeBackoffMaxSeconds`. Limits whose last probe was refused take turns (one such
   probe in flight in the pool), so a pool at its true limits sees one refused probe at a time, and their
-  turns spread over their waits: z.ai moves its limits plan-wide, so a refused probe says the others' would
-  be refused now too, and the next of them waits its share of its wait (the wait over the limits held back;
-  a probe given up, until its refusal would have come), so that a move is found within a share of the wait,
-  not after every limit's wait ran out at once. A probe answered cleanly lets its limit's next probe follow
-  at once. Answered after a refused one, it says z.ai moved the limit: it also resets the wait of every
-  limit lowered from a level z.ai served it (z.ai moves its limits plan-wide, off-peak; a limit that never
-  served more keeps its wait). Answered after clean ones (a climb, or a soft band's luck: a band's first
-  level answers most requests) it says nothing of the other limits. A probe given up unanswered (its request
-  took a slot within the limits) counts as refused for pacing only: it tells the limit nothing.
+  turns spread over their waits, in two groups: the limits lowered from a level z.ai served them (a move of
+  z.ai's brings them back) and those at their highest. z.ai moves its limits plan-wide, so a refused probe
+  says the others' of its group would be refused now too, and the next of them waits its share of its wait
+  (the wait over the limits of the group held back; a probe given up, until its refusal would have come): a
+  move is found within a share of the wait, not after every limit's wait ran out at once. A probe answered
+  cleanly lets its limit's next probe follow at once. Answered after a refused one, it says z.ai moved the
+  limit: it also resets the wait of every limit lowered from a level z.ai served it (z.ai moves its limits
+  plan-wide, off-peak; a limit that never served more keeps its wait). Answered after clean ones (a climb,
+  or a soft band's luck: a band's first level answers most requests) it says nothing of the other limits. A
+  probe given up unanswered (its request took a slot within the limits) counts as refused for pacing only:
+  it tells the limit nothing.
 - **A fleet learns and probes as one.** Proxies sharing a store (`chaos_state`) learn from one body of
   evidence: every verdict a proxy has goes to the others with the slot it gives back, and counts there as
   theirs (evidence and pacing), at the levels it counted; what z.ai serves at once counts the other
@@ -125,9 +127,9 @@ class LearnedLimits:
         self._models: dict[str, Limit] = {}
         self._account = self._new(None, 1)
         self._next_tick = -math.inf
-        # the next probe of a limit held back (its last probe refused) goes no sooner (monotonic): limits
-        # held back take turns, spread over their waits (see the module)
-        self._next_turn = -math.inf
+        # the next probe of a limit held back (its last probe refused) goes no sooner (monotonic), for the
+        # limits lowered (True) and those at their highest (False): they take turns, spread over their waits
+        self._next_turn = {True: -math.inf, False: -math.inf}
         self._refusal_seconds = REFUSAL_START_SECONDS
         self._service_seconds = SERVICE_START_SECONDS
         self.version = 0  # bumped on every change of a value: the pool rebuilds what it derives from them
@@ -208,7 +210,12 @@ class LearnedLimits:
         ready = entry.no_probe_until
         if entry.probe_since is not None:
             ready = max(ready, entry.probe_since + self._interval)
-        return max(ready, self._next_turn) if entry.held_back else ready
+        return max(ready, self._next_turn[self._lowered(entry, now)]) if entry.held_back else ready
+
+    @staticmethod
+    def _lowered(entry: Limit, now: float) -> bool:
+        """Whether `entry` is under a level z.ai served it (a move of z.ai's would bring it back)."""
+        return entry.value is not None and entry.value < entry.evidence.served_level(now)
 
     def _probe_due(self, entry: Limit) -> bool:
         """Due, and, for a limit whose last probe was refused, its turn: the only such probe in flight, and
@@ -316,7 +323,8 @@ class LearnedLimits:
         now = self._clock()
         sent = entry.probe_since if entry.probe_since is not None else now
         self._probe_refused(entry, now)
-        self._next_turn = max(self._next_turn, sent + EARLIEST_REFUSAL_SECONDS)
+        lowered = self._lowered(entry, now)
+        self._next_turn[lowered] = max(self._next_turn[lowered], sent + EARLIEST_REFUSAL_SECONDS)
 
     def succeeded(self, model: str, in_flight: int, total: int, probe: Probe | None) -> None:
         """A clean answer, z.ai seen to serve `in_flight` requests on its model and `total` on the account
@@ -340,7 +348,7 @@ class LearnedLimits:
         probed.refused_probes, probed.no_probe_until = 0, -math.inf
         if not moved:
             return  # a climb (or luck in a band) says nothing of the other limits
-        self._next_turn = -math.inf
+        self._next_turn = {True: -math.inf, False: -math.inf}
         # z.ai moves its limits plan-wide: every limit lowered from a level it served may try again now
         for limit in self._all():
             value = limit.value
@@ -399,13 +407,13 @@ class LearnedLimits:
         entry.refused_probes += 1
         wait = min(self._interval * 2.0**doublings, self._backoff_max)
         entry.no_probe_until = now + wait
-        # z.ai moves its limits plan-wide, so one refused probe says the others' would be refused now too:
-        # the next probe of any limit held back waits its share of this wait, so that their probes spread
-        # over it instead of going (and being refused) together, and a move is found within a share
-        held = sum(
-            1 for other in self._all() if other.held_back and self._probe_ready(other, now) is not None
-        )
-        self._next_turn = max(self._next_turn, now + wait / max(held, 1))
+        # z.ai moves its limits plan-wide, so one refused probe says the others' of its group (lowered, or at
+        # their highest) would be refused now too: the next probe of the group waits its share of this wait,
+        # so that their probes spread over it instead of going (and being refused) together, and a move is
+        # found within a share
+        lowered = self._lowered(entry, now)
+        turns = sum(1 for other in self._all() if other.held_back and self._lowered(other, now) == lowered)
+        self._next_turn[lowered] = max(self._next_turn[lowered], now + wait / max(turns, 1))
 
     def _settle(self, entry: Limit, now: float, why: str) -> None:
         """Follow the evidence: a new value, why, and a new version for the pool."""
@@ -431,7 +439,7 @@ class LearnedLimits:
             entry.evidence.forget()
             entry.value, entry.reason, entry.changed_at = entry.start, "reset", self._wall_clock()
             entry.probe_since, entry.no_probe_until, entry.refused_probes = None, -math.inf, 0
-        self._next_turn = -math.inf
+        self._next_turn = {True: -math.inf, False: -math.inf}
         self.version += 1
 
     def _set(self, entry: Limit, value: int | None, reason: str) -> None:
