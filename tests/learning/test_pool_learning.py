@@ -525,6 +525,23 @@ def test_requests_written_at_once_reach_z_ai_in_any_order() -> None:
         assert rises[2] > 0.05, writes
 
 
+def test_a_clean_answer_counts_only_what_was_written_before_it() -> None:
+    """A clean answer's level is taken on the side where it says least: the requests written just after it
+    may have reached z.ai after it, and counted beside it they would say z.ai served more than it ever did
+    (glm-4.5 held at 13 on a true 12, with heads sent with the first token)."""
+    rig = Rig(routing({"m": {"tier": "HEAVY", "maxConcurrency": 3}}))
+    taken = [rig.take(), rig.take(), rig.take()]
+    for selection in taken:
+        rig.pool.report_sent(selection)
+        rig.clock.advance(0.005)
+    for selection in taken[1:]:
+        rig.pool.report_success(selection)
+        assert rig.pool.release(selection)  # answered and ended before the first one's head came
+    rig.pool.report_success(taken[0])
+    assert not rig.pool.limits.evidence("m").answered_at(3, rig.clock())  # 2 at most, never 3
+    assert rig.pool.release(taken[0])
+
+
 def test_a_pool_never_told_of_writing_counts_from_the_takings() -> None:
     rig = Rig(routing({"m": {"tier": "HEAVY", "maxConcurrency": 3}}))
     first, second = rig.take(), rig.take()

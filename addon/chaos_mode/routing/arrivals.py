@@ -19,6 +19,13 @@ written so, all within a millisecond. Counted by the takings, the first one take
 "at 1 in flight", under a level z.ai had just served: noise that holds the limit up while it is learned.
 Counted with the burst, each refused request is at the level z.ai had filled. Assumed of z.ai, unchecked:
 that it judges a request as it reads it, and that the network reorders requests by no more than that.
+
+A clean answer's level leaves those written just after it out. Each verdict is taken on the side where it
+says least: a refusal counted with the requests that may have come first says z.ai refused at a level
+it may have reached, and lowers a limit no further than that; a clean answer counted with them says z.ai
+served a level it may never have served, and raises a limit over z.ai's. It did: with heads sent with the
+first token (`realistic`), clean answers on glm-4.5 were counted at 13 on a true 12 (11 written before,
+1 just after, itself: 13), the pool held 13 and z.ai refused the 13th.
 """
 
 from __future__ import annotations
@@ -90,16 +97,17 @@ class Arrivals:
                 del accepted[next(iter(accepted))]
 
     def levels(
-        self, slot_id: int, *, model_elsewhere: int = 0, account_elsewhere: int = 0
+        self, slot_id: int, *, model_elsewhere: int = 0, account_elsewhere: int = 0, clean: bool = False
     ) -> tuple[int, int] | None:
         """(on its model, on the account) what z.ai served when the slot's request came, itself included;
         None for a slot not taken here. `model_elsewhere`, `account_elsewhere`: what the other proxies say
-        z.ai serves of theirs now (what they said then counts only as far as they still say it)."""
+        z.ai serves of theirs now (what they said then counts only as far as they still say it). `clean`:
+        for a clean answer, the slots written just after it do not count (see the module)."""
         beside = self._beside.get(slot_id)
         if beside is None:
             return None
         model = account = 0
-        for other in beside.slots | self._written_just_after(slot_id):
+        for other in beside.slots if clean else beside.slots | self._written_just_after(slot_id):
             served = self._accepted.get(other) or beside.serving.get(other)
             if served is not None:
                 account += 1

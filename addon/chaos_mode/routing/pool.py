@@ -885,7 +885,7 @@ class ChaosPool:
         # came (heads sent with the first token leave much of what z.ai serves without a head here); not
         # for a request z.ai may have held: it was full then, and served it only once a slot freed
         queued = held or seated or not at_once
-        arrived, arrived_total = (0, 0) if queued else self._arrival_levels(selection, (0, 0))
+        arrived, arrived_total = (0, 0) if queued else self._arrival_levels(selection, (0, 0), clean=True)
         model = selection.model
         serving, total = max(self._serving(model), arrived), max(self._serving(), arrived_total)
         self.quota.answered(model, selection.slot_id)
@@ -911,16 +911,21 @@ class ChaosPool:
             here = held.get(model, 0) - unanswered.get(model, 0) - ended.get(model, 0)
         return here + self._slots.serving_elsewhere(model) if self._slots.confirms else here
 
-    def _arrival_levels(self, slot: Slot, otherwise: tuple[int, int]) -> tuple[int, int]:
+    def _arrival_levels(
+        self, slot: Slot, otherwise: tuple[int, int], *, clean: bool = False
+    ) -> tuple[int, int]:
         """What z.ai served when `slot`'s request came, on its model and on the account, itself included
-        (`routing.arrivals`); `otherwise` for a slot no longer held here."""
+        (`routing.arrivals`; `clean`: for a clean answer); `otherwise` for a slot no longer held here."""
         if self._slots.confirms:
             elsewhere = self._slots.serving_elsewhere
             levels = self._arrivals.levels(
-                slot.slot_id, model_elsewhere=elsewhere(slot.model), account_elsewhere=elsewhere(None)
+                slot.slot_id,
+                model_elsewhere=elsewhere(slot.model),
+                account_elsewhere=elsewhere(None),
+                clean=clean,
             )
         else:
-            levels = self._arrivals.levels(slot.slot_id)
+            levels = self._arrivals.levels(slot.slot_id, clean=clean)
         return otherwise if levels is None else levels
 
     def serving_here(self) -> dict[str, int]:
