@@ -2,7 +2,7 @@
 feeds it the head times of clean streamed answers.
 
 z.ai sends an accepted stream's head at once (or with its first token) and takes seconds to refuse
-(`zai.timing`). So an attempt with no head after `seconds()` (twice the upper quartile of recent heads:
+(`zai.timing`). So an attempt with no head after `seconds()` (1.5 times the upper quartile of recent heads:
 not the slowest, so that heads z.ai held do not stretch it) is most likely being refused: it may be left
 for a slot within the limits (hedging). One with no head after `stall_after()` (four times z.ai's quickest
 recent heads, at least `FLOOR_SECONDS`: z.ai may hold most heads when it queues, never its quickest) is
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Final
 
 FLOOR_SECONDS: Final = 0.25  # never less: a loaded proxy or network alone may take this long
-FACTOR: Final = 2.0  # patience is this times the recent heads' upper quartile
+FACTOR: Final = 1.5  # patience is this times the recent heads' upper quartile
 QUANTILE: Final = 0.75  # of the recent heads: robust to a quarter of them held by a queuing z.ai
 KEEP: Final = 32  # how many recent heads count
 ENOUGH: Final = 8  # heads seen before the floor is FLOOR_SECONDS
@@ -33,7 +33,7 @@ QUEUE_MEMORY_SECONDS: Final = 60.0  # no attempt is left this long after z.ai wa
 class HeadPatience:
     """Seconds from sending an attempt after which, with no head yet, a slot within the limits replaces it.
 
-    Twice the upper quartile of the last `KEEP` clean answers' heads (send to status line), at least
+    1.5 times the upper quartile of the last `KEEP` clean answers' heads (send to status line), at least
     `FLOOR_SECONDS`; before `ENOUGH` heads were seen, at least `EARLY_FLOOR_SECONDS` (the first probes go
     out after the first few answers, and a refused one would otherwise cost its request z.ai's 3 s); None
     while z.ai queues (wait for the answer), and before any head was seen (not known yet: an attempt sent
