@@ -129,7 +129,7 @@ class LearnedLimits:
         self._next_tick = -math.inf
         # the next probe of a limit held back (its last probe refused) goes no sooner (monotonic), for the
         # limits lowered (True) and those at their highest (False): they take turns, spread over their waits
-        self._next_turn = {True: -math.inf, False: -math.inf}
+        self._next_turn = _no_turns()
         self._refusal_seconds = REFUSAL_START_SECONDS
         self._service_seconds = SERVICE_START_SECONDS
         self.version = 0  # bumped on every change of a value: the pool rebuilds what it derives from them
@@ -210,7 +210,11 @@ class LearnedLimits:
         ready = entry.no_probe_until
         if entry.probe_since is not None:
             ready = max(ready, entry.probe_since + self._interval)
-        return max(ready, self._next_turn[self._lowered(entry, now)]) if entry.held_back else ready
+        # held back, it waits for its group's turn; which group is asked (a pass over the evidence) only
+        # when a turn is later than the rest of its wait
+        if entry.held_back and max(self._next_turn.values()) > ready:
+            ready = max(ready, self._next_turn[self._lowered(entry, now)])
+        return ready
 
     @staticmethod
     def _lowered(entry: Limit, now: float) -> bool:
@@ -348,11 +352,10 @@ class LearnedLimits:
         probed.refused_probes, probed.no_probe_until = 0, -math.inf
         if not moved:
             return  # a climb (or luck in a band) says nothing of the other limits
-        self._next_turn = {True: -math.inf, False: -math.inf}
+        self._next_turn = _no_turns()
         # z.ai moves its limits plan-wide: every limit lowered from a level it served may try again now
         for limit in self._all():
-            value = limit.value
-            if value is not None and value < limit.evidence.served_level(now):
+            if self._lowered(limit, now):
                 limit.refused_probes, limit.no_probe_until = 0, -math.inf
 
     def refused(
@@ -439,7 +442,7 @@ class LearnedLimits:
             entry.evidence.forget()
             entry.value, entry.reason, entry.changed_at = entry.start, "reset", self._wall_clock()
             entry.probe_since, entry.no_probe_until, entry.refused_probes = None, -math.inf, 0
-        self._next_turn = {True: -math.inf, False: -math.inf}
+        self._next_turn = _no_turns()
         self.version += 1
 
     def _set(self, entry: Limit, value: int | None, reason: str) -> None:
@@ -554,6 +557,11 @@ class LearnedLimits:
             entry.reason = "restored, faded since"
         entry.changed_at = float(changed_at)
         return True
+
+
+def _no_turns() -> dict[bool, float]:
+    """No held-back limit's probe waits for a turn: the lowered limits' (True) and the others' (False)."""
+    return {True: -math.inf, False: -math.inf}
 
 
 def _served_why(count: int, probe: bool) -> str:
