@@ -162,6 +162,8 @@ def fleet_figures(
 async def start_fleet(
     sim: SimProcess, redis_url: str | None, count: int, lease_ms: int, config: dict[str, Any] | None = None
 ) -> list[ProxyProcess]:
+    if redis_url is not None:
+        await forget_fleet(redis_url)
     proxies = fleet_proxies(sim.base_url, redis_url, count, lease_ms, config)
     try:
         await asyncio.gather(*(asyncio.to_thread(p.start) for p in proxies))
@@ -173,6 +175,16 @@ async def start_fleet(
         raise RuntimeError("the proxies did not reach Redis within 10 s")
     await reset_sim(sim.base_url)
     return proxies
+
+
+async def forget_fleet(redis_url: str) -> None:
+    """A new account for each run: what an earlier run's proxies left in Redis (learned limits, the rights
+    to probe and their refused probes) would start this one where that one ended, unlike one proxy alone."""
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        await client.flushdb()
+    finally:
+        await client.aclose()
 
 
 async def _all_connected(proxies: Sequence[ProxyProcess]) -> float | None:
