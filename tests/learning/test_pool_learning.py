@@ -15,6 +15,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from chaos_mode.routing.arrivals import AT_ONCE_SECONDS
 from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
 from chaos_mode.routing.pool_status import served
+from chaos_mode.routing.slots import Seen
 from support.fakes import FakeClock
 from support.pool_rig import WALL, Rig, error, routing
 
@@ -109,6 +110,23 @@ def test_a_failed_probe_is_not_repeated_within_the_interval() -> None:
     for selection in (*held, third):
         assert rig.pool.release(selection)
     assert rig.pool.in_flight() == 0
+
+
+def test_a_probes_clean_answer_heard_again_from_another_proxy_undoes_no_wait_set_since() -> None:
+    """A fleet's proxy hears of another's clean probe twice: at once, with the right freed (its next probe
+    may go), and a slot's length later, with the slot given back. The second is evidence only: a probe
+    refused here meanwhile still waits its interval."""
+    rig = Rig()
+    held = rig.fill()
+    rig.pool.probe_answered_elsewhere("h")  # another proxy's probe above 2 answered cleanly: at once
+    probe = rig.take()
+    assert probe.probe == "model"
+    rig.pool.report_error("h", error("1302"), None, probe)  # ours is refused: 5 s before the next
+    assert rig.pool.release(probe)
+    rig.pool.seen_elsewhere("h", [Seen("clean", 3, 3, "model")])  # the other's slot back, with its verdict
+    assert rig.pool.limits.probe_wait("model", "h") == (5.0, 1)
+    for selection in held:
+        assert rig.pool.release(selection)
 
 
 def test_an_account_limit_learned_from_1302s_is_probed_too() -> None:

@@ -31,12 +31,18 @@ def test_a_slot_z_ai_served_before_counts_even_when_z_ai_held_it_first() -> None
     assert arrivals.levels(6) == (2, 2)
 
 
-def test_other_proxies_serving_counts_too() -> None:
+def test_other_proxies_serving_counts_too_as_they_said_it_then() -> None:
+    """A refusal (seconds after its request came) counts what the other proxies said z.ai served when it
+    came, however many they serve now; a clean answer (within ms) only as far as they still say it, since a
+    slot just taken elsewhere counts as served until its proxy's next notice."""
     arrivals = Arrivals()
     arrivals.taken(1, "m", [], model_elsewhere=2, account_elsewhere=7)
     assert arrivals.levels(1, model_elsewhere=2, account_elsewhere=9) == (3, 8)
-    assert arrivals.levels(1, model_elsewhere=1, account_elsewhere=7) == (2, 8)  # one of them said no since
-    assert arrivals.levels(1) == (1, 1)  # alone now
+    assert arrivals.levels(1, model_elsewhere=0, account_elsewhere=3) == (3, 8)  # their requests ended since
+    assert arrivals.levels(1, model_elsewhere=2, account_elsewhere=9, clean=True) == (3, 8)
+    clean = arrivals.levels(1, model_elsewhere=1, account_elsewhere=7, clean=True)
+    assert clean == (2, 8)  # one of them said no since
+    assert arrivals.levels(1, clean=True) == (1, 1)  # alone now
 
 
 def test_the_memory_of_accepted_slots_is_bounded() -> None:

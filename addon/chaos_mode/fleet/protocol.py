@@ -3,7 +3,8 @@
 The protocol between proxies, versions included: keys (with a prefix, `chaos:` by default)
 `slots:{model}` and `account` (sorted sets of lease ids scored by expiry, ms on Redis's clock), `fleet`
 (proxy ids scored by when each was last seen), `seq` (the change number), `limits` (a hash of learned
-limits), `probe:{model or *account}` (the right to probe that limit, below); channels `freed:{proxy id}`
+limits), `probe:{model or *account}` (the right to probe that limit, below), `turn:{group}` (the turn of
+the limits held back, below); channels `freed:{proxy id}`
 (the leases the others take and give back), `freed` (what every proxy hears: a request began to wait, a
 probe was answered cleanly, a proxy left) and `blocks` (cooldowns and the like, JSON). Pure text and
 parsing; `redis_state` runs it.
@@ -15,7 +16,11 @@ the slot is refused (nothing is taken) and the answer says for how long; taken, 
 interval from now. Its verdict (PROBE_ANSWERED, from the proxy whose lease it holds): answered cleanly,
 the key is deleted and every proxy told (`!`), so the next probe anywhere may follow at once; refused or
 given up, `free_at` is the prober's wait and `refused` its count. The key outlives `free_at` by
-`PROBE_MEMORY_MS`, keeping the count. Proxies of the previous version ignore it and probe on their own.
+`PROBE_MEMORY_MS`, keeping the count. **So are the turns of the limits held back** (their last probe
+refused, `learning.limits`): `turn:{lowered or highest}`, a hash of `lease` and `free_at`, claimed in the
+same CONFIRM by a held-back limit's probe (held elsewhere: the slot is refused, and the answer says for how
+long) and held while it is out, then freed by a clean answer or held for the prober's group's share of its
+wait (PROBE_ANSWERED). Proxies of the previous version ignore both and probe on their own.
 
 **A notice says what z.ai serves of its sender's slots** (`model=n,...`, the slots z.ai answered cleanly
 and still streams; the one a lease is taken for counts as served until the sender's next notice, but a
@@ -57,12 +62,13 @@ end
 
 PROBE_MEMORY_MS: Final = 600_000  # a limit's refused probes are forgotten this long after its right is free
 
-# KEYS: the model's leases, the account's, the change number, the fleet, and for a probe's slot the right to
-# probe its limit. ARGV: lease, ttl ms, model cap, account cap, the proxies' channels' prefix, this proxy,
-# the notice's tail, and for a probe the ms the right is held, the prober's refused probes, the ms it is
-# remembered after. Returns taken (0/1), the counts after, the change number, for a probe the ms another
-# proxy holds the right still (0: not held elsewhere) and the limit's refused probes. A lease taken is a
-# change: numbered, and told to the other proxies.
+# KEYS: the model's leases, the account's, the change number, the fleet, for a probe's slot the right to
+# probe its limit, and for a limit held back its group's turn. ARGV: lease, ttl ms, model cap, account cap,
+# the proxies' channels' prefix, this proxy, the notice's tail, for a probe the ms the right is held, the
+# prober's refused probes, the ms it is remembered after, and for a turn the ms it is held. Returns taken
+# (0/1), the counts after, the change number, for a probe the ms another proxy holds the right still (0:
+# not held elsewhere), the limit's refused probes, and the ms another proxy holds the turn still. A lease
+# taken is a change: numbered, and told to the other proxies.
 CONFIRM: Final = (
     _NOW
     + _TELL
@@ -72,36 +78,63 @@ redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 local n = redis.call('ZCARD', KEYS[1])
 local total = redis.call('ZCARD', KEYS[2])
 local refused = 0
+local function held_elsewhere(key)
+  local holder = redis.call('HMGET', key, 'lease', 'free_at')
+  local free_at = tonumber(holder[2]) or 0
+  if free_at > now and string.sub(holder[1] or '', 1, #ARGV[6] + 1) ~= ARGV[6] .. '#' then
+    return free_at - now
+  end
+  return 0
+end
 if #KEYS >= 5 then
-  local right = redis.call('HMGET', KEYS[5], 'lease', 'free_at', 'refused')
-  refused = math.max(tonumber(right[3]) or 0, tonumber(ARGV[9]))
-  local free_at = tonumber(right[2]) or 0
-  if free_at > now and string.sub(right[1] or '', 1, #ARGV[6] + 1) ~= ARGV[6] .. '#' then
-    return {0, n, total, tonumber(redis.call('GET', KEYS[3]) or 0), free_at - now, refused}
+  refused = math.max(tonumber(redis.call('HGET', KEYS[5], 'refused')) or 0, tonumber(ARGV[9]))
+  local held = held_elsewhere(KEYS[5])
+  if held > 0 then
+    return {0, n, total, tonumber(redis.call('GET', KEYS[3]) or 0), held, refused, 0}
+  end
+end
+if #KEYS >= 6 then
+  local held = held_elsewhere(KEYS[6])
+  if held > 0 then
+    return {0, n, total, tonumber(redis.call('GET', KEYS[3]) or 0), 0, refused, held}
   end
 end
 if n >= tonumber(ARGV[3]) or total >= tonumber(ARGV[4]) then
-  return {0, n, total, tonumber(redis.call('GET', KEYS[3]) or 0), 0, refused}
+  return {0, n, total, tonumber(redis.call('GET', KEYS[3]) or 0), 0, refused, 0}
 end
 if #KEYS >= 5 then
   redis.call('HSET', KEYS[5], 'lease', ARGV[1], 'free_at', now + tonumber(ARGV[8]), 'refused', refused)
   redis.call('PEXPIRE', KEYS[5], tonumber(ARGV[8]) + tonumber(ARGV[10]))
+end
+if #KEYS >= 6 then
+  redis.call('HSET', KEYS[6], 'lease', ARGV[1], 'free_at', now + tonumber(ARGV[11]))
+  redis.call('PEXPIRE', KEYS[6], tonumber(ARGV[11]) + 1000)
 end
 local expiry = now + tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], expiry, ARGV[1])
 redis.call('ZADD', KEYS[2], expiry, ARGV[1])
 local seq = redis.call('INCR', KEYS[3])
 tell(ARGV[5], ARGV[6], seq .. ' + ' .. ARGV[7])
-return {1, n + 1, total + 1, seq, 0, refused}
+return {1, n + 1, total + 1, seq, 0, refused, 0}
 """
 )
 
-# KEYS: the right to probe a limit. ARGV: the lease it was taken under, the ms it is held from now (0: it is
-# freed), the prober's refused probes, the ms it is remembered after, the channel every proxy hears, the
-# notice's tail. Only the proxy whose lease holds it changes it; returns 1 if it did.
+# KEYS: the right to probe a limit, and for a limit held back its group's turn. ARGV: the lease they were
+# taken under, the ms the right is held from now (0: it is freed), the prober's refused probes, the ms it is
+# remembered after, the channel every proxy hears, the notice's tail, and the ms the turn is held from now
+# (0: it is freed). Only the proxy whose lease holds one changes it; returns 1 if it changed the right.
 PROBE_ANSWERED: Final = (
     _NOW
     + """
+if #KEYS >= 2 and redis.call('HGET', KEYS[2], 'lease') == ARGV[1] then
+  local turn = tonumber(ARGV[7])
+  if turn <= 0 then
+    redis.call('DEL', KEYS[2])
+  else
+    redis.call('HSET', KEYS[2], 'free_at', now + turn)
+    redis.call('PEXPIRE', KEYS[2], turn + 1000)
+  end
+end
 if redis.call('HGET', KEYS[1], 'lease') ~= ARGV[1] then
   return 0
 end

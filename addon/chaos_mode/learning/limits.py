@@ -30,7 +30,8 @@ the lowest it refuses with confidence. What feeds it, and what the pool may do a
   it tells the limit nothing.
 - **A fleet learns and probes as one.** Proxies sharing a store (`chaos_state`) learn from one body of
   evidence: every verdict a proxy has goes to the others with the slot it gives back, and counts there as
-  theirs (evidence and pacing), at the levels it counted; what z.ai serves at once counts the other
+  theirs (evidence, and a refused probe's pacing: a clean one's came at once, with the right freed), at
+  the levels it counted; what z.ai serves at once counts the other
   proxies' slots as they say z.ai serves them (`routing.pool`), never one z.ai has not answered yet. A
   limit another proxy learned is taken only on joining the fleet (it replaces the evidence with its
   value). The right to probe each limit is one for the fleet: a probe goes only with it, and it is held
@@ -39,8 +40,10 @@ the lowest it refuses with confidence. What feeds it, and what the pool may do a
   at once, as this proxy's own: `probe_answered_elsewhere`), and held for the prober's wait when it is
   refused or given up. A proxy that finds it held sends no probe there until it is free: not a refused
   probe, nothing learned; it counts the limit's refused probes in a row as the fleet counted them, so its
-  own next refusal waits as long as the fleet's next would. The store gone, each proxy learns and probes
-  on its own.
+  own next refusal waits as long as the fleet's next would. **The turns of the limits held back are the
+  fleet's too**: a held-back limit's probe also takes its group's turn (`turn_wait`), held while it is out
+  and, once refused or given up, for the share its prober's group waits, so N proxies send one refused
+  probe at a time, as one does. The store gone, each proxy learns and probes on its own.
 - **What was learned fades** with a half-life of `driftSeconds`: a limit nobody confirms goes back to the
   catalog's value, and a level refused long ago may be tried again.
 
@@ -294,13 +297,35 @@ class LearnedLimits:
             ready = max(ready, entry.probe_since + self._interval)
         return max(ready - now, 0.0), entry.refused_probes
 
+    def turn_wait(self, kind: Probe, model: str) -> tuple[str, float]:
+        """(its group, seconds before the group's next probe may go) for a limit held back, ("", 0) for
+        another: how long the fleet holds its group's turn (`_probe_due`), told when a probe of it is sent
+        (held while it is in flight) and when it is answered or given up. Groups: "lowered" and "highest"."""
+        entry = self._account if kind == "account" else self._models.get(model)
+        if entry is None or not entry.held_back:
+            return "", 0.0
+        now = self._clock()
+        lowered = self._lowered(entry, now)
+        ready = self._next_turn[lowered]
+        if entry.probe_since is not None:
+            ready = max(ready, entry.probe_since + self._interval)
+        return TURN_GROUPS[lowered], max(ready - now, 0.0)
+
     def probe_claimed(
-        self, kind: Probe, model: str, *, sent: bool, held_elsewhere: float = 0.0, refused: int = 0
+        self,
+        kind: Probe,
+        model: str,
+        *,
+        sent: bool,
+        held_elsewhere: float = 0.0,
+        refused: int = 0,
+        turn_elsewhere: float = 0.0,
     ) -> None:
         """The fleet's answer to the claim on the right to probe the limit, made with the probe's slot (see
         the module). `refused`, the limit's probes refused in a row as the fleet counts them, counts here
-        when more. Not `sent` (another proxy took the slot first, or holds the right `held_elsewhere`
-        seconds more): the probe is no probe at all, and none goes here before the right is free."""
+        when more. Not `sent` (another proxy took the slot first, holds the right `held_elsewhere` seconds
+        more, or its group's turn `turn_elsewhere` seconds more): the probe is no probe at all, and none
+        goes here before the right (or every probe of its group before the turn) is free."""
         entry = self._account if kind == "account" else self._models.get(model)
         if entry is None or not self._enabled:
             return
@@ -308,8 +333,12 @@ class LearnedLimits:
         if sent:
             return
         entry.probe_since = None
+        now = self._clock()
         if held_elsewhere > 0.0:
-            entry.no_probe_until = max(entry.no_probe_until, self._clock() + held_elsewhere)
+            entry.no_probe_until = max(entry.no_probe_until, now + held_elsewhere)
+        if turn_elsewhere > 0.0:
+            lowered = self._lowered(entry, now)
+            self._next_turn[lowered] = max(self._next_turn[lowered], now + turn_elsewhere)
 
     def probe_answered_elsewhere(self, kind: Probe, model: str) -> None:
         """Another proxy's probe of the limit was answered cleanly: for pacing, as one answered here."""
@@ -557,6 +586,11 @@ class LearnedLimits:
             entry.reason = "restored, faded since"
         entry.changed_at = float(changed_at)
         return True
+
+
+# The groups of held-back limits, as the fleet names their turns: lowered from a level z.ai served (True), or
+# at their highest (False).
+TURN_GROUPS: Final = {True: "lowered", False: "highest"}
 
 
 def _no_turns() -> dict[bool, float]:

@@ -5,10 +5,12 @@ finished. The pool counts more than that in flight: requests whose verdict has n
 requests z.ai is refusing, which it does not count (a 1302 takes seconds, a head comes at once). So the
 level of a refusal or a stall is taken when its verdict comes, from the slots that were held beside its
 own when it was taken and not finished: those z.ai turned out to accept at once (a clean answer, not after
-a stall), itself on top, and what other proxies of a fleet said z.ai served of theirs (then, and still
-now: a slot another proxy just took counts as served until its next notice says otherwise). Counted at the
-taking instead (the pool's in flight), every refusal after a limit fell would be counted at the old limit:
-the requests being refused there hold the pool's slots for seconds, never z.ai's.
+a stall), itself on top, and what other proxies of a fleet said z.ai served of theirs then (for a clean
+answer, which comes within ms, only as far as they still say it now: a slot another proxy just took
+counts as served until its next notice says otherwise; a refusal comes seconds later, when their 1-s
+requests of then have ended and others run: counted as they say it now, it fell under z.ai's level).
+Counted at the taking instead (the pool's in flight), every refusal after a limit fell would be counted at
+the old limit: the requests being refused there hold the pool's slots for seconds, never z.ai's.
 
 z.ai sees requests in the order they reach it, not the order their slots were taken: each is written on
 its own connection, once it is open. So "beside" is taken again when the request is written
@@ -101,8 +103,8 @@ class Arrivals:
     ) -> tuple[int, int] | None:
         """(on its model, on the account) what z.ai served when the slot's request came, itself included;
         None for a slot not taken here. `model_elsewhere`, `account_elsewhere`: what the other proxies say
-        z.ai serves of theirs now (what they said then counts only as far as they still say it). `clean`:
-        for a clean answer, the slots written just after it do not count (see the module)."""
+        z.ai serves of theirs now. `clean`: for a clean answer, the slots written just after it do not
+        count, and what the others said then only as far as they still say it (see the module)."""
         beside = self._beside.get(slot_id)
         if beside is None:
             return None
@@ -112,8 +114,12 @@ class Arrivals:
             if served is not None:
                 account += 1
                 model += served == beside.model
-        model += min(beside.model_elsewhere, model_elsewhere)
-        account += min(beside.account_elsewhere, account_elsewhere)
+        if clean:  # what they said then only as far as they still say it (a slot just taken may be refused)
+            model += min(beside.model_elsewhere, model_elsewhere)
+            account += min(beside.account_elsewhere, account_elsewhere)
+        else:  # what they said then: seconds later, when a refusal comes, they serve other requests
+            model += beside.model_elsewhere
+            account += beside.account_elsewhere
         return model + 1, account + 1
 
     def _written_just_after(self, slot_id: int) -> set[int]:

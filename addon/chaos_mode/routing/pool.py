@@ -715,13 +715,14 @@ class ChaosPool:
                     sent=confirmed.taken,
                     held_elsewhere=confirmed.probe_held,
                     refused=confirmed.refused_probes,
+                    turn_elsewhere=confirmed.turn_held,
                 )
             if confirmed.taken:
                 slots = self._slots
                 return replace(selection, in_flight=slots.in_flight(selection.model), total=slots.total())
-            # Another proxy took it first (the mirror knows now), or holds the right to probe its limit:
-            # pick again or wait, keeping our place.
-            if not confirmed.probe_held:
+            # Another proxy took it first (the mirror knows now), or holds the right to probe its limit (or
+            # its group's turn): pick again or wait, keeping our place.
+            if not confirmed.probe_held and not confirmed.turn_held:
                 self.lost_races += 1
             self.admitted -= 1
             if ticket.counts:
@@ -729,11 +730,14 @@ class ChaosPool:
             self.release(selection)
 
     def _claim(self, slot: Slot) -> ProbeClaim | None:
-        """A probe's claim on the right to probe its limit, as the fleet holds it now (None: no probe)."""
+        """A probe's claim on the right to probe its limit (and, held back, its group's turn), as the fleet
+        holds it now (None: no probe)."""
         if slot.probe is None:
             return None
         seconds, refused = self._limits.probe_wait(slot.probe, slot.model)
-        return ProbeClaim(ACCOUNT if slot.probe == "account" else slot.model, seconds, refused)
+        turn, turn_seconds = self._limits.turn_wait(slot.probe, slot.model)
+        limit = ACCOUNT if slot.probe == "account" else slot.model
+        return ProbeClaim(limit, seconds, refused, turn, turn_seconds)
 
     def _probe_judged(self, slot: Slot) -> None:
         """`slot`'s probe has its verdict (or was given up): a fleet holds the right to probe its limit as
@@ -754,7 +758,10 @@ class ChaosPool:
         limits = self._limits
         for verdict in seen:
             if verdict.kind == "clean":
-                limits.succeeded(model, verdict.level, verdict.total, verdict.probe)
+                # as evidence only: a probe's clean answer paced the probes here when it came, with the right
+                # freed (`probe_answered_elsewhere`); heard again now, a slot's length later, it would undo a
+                # wait set since (a refused probe, a refusal) and end a probe of this proxy's own
+                limits.succeeded(model, verdict.level, verdict.total, None)
             elif verdict.kind == "refused":
                 limits.refused(model, verdict.level, verdict.total, verdict.probe)
             else:
