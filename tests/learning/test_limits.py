@@ -260,6 +260,32 @@ def test_limits_held_back_take_turns_spread_over_their_waits(rig: Rig) -> None:
     assert rig.limits.next_probe() == pytest.approx(5.0)  # "a": 10 s from its refusal, 5 s ago
 
 
+def test_a_held_back_limits_turn_is_told_to_the_fleet_and_a_turn_held_elsewhere_holds_the_group(
+    rig: Rig,
+) -> None:
+    """The turns of the limits held back are the fleet's (`turn_wait`, `probe_claimed`): a held-back probe
+    holds its group's turn while it is out, and after its refusal for the group's share of the wait; a
+    turn another proxy holds keeps every probe of the group here waiting, not the other group's."""
+    rig.serve("a", 3)
+    rig.serve("b", 10)
+    assert rig.limits.turn_wait("model", "a") == ("", 0.0)  # never refused: no turn to take
+    for model, count in (("a", 4), ("b", 11)):  # both refused once: held back, at their highest
+        rig.limits.probe_sent("model", model)
+        rig.limits.refused(model, count, count, "model")
+    rig.advance(5.0)
+    rig.limits.probe_sent("model", "a")
+    assert rig.limits.turn_wait("model", "a") == ("highest", pytest.approx(5.0))  # held while it is out
+    rig.limits.refused("a", 4, 4, "model")  # "a" waits 10 s; the group, its share: 5 s
+    assert rig.limits.turn_wait("model", "a") == ("highest", pytest.approx(5.0))
+    rig.advance(5.0)
+    assert rig.limits.can_probe("b")
+    rig.limits.probe_sent("model", "b")
+    rig.limits.probe_claimed("model", "b", sent=False, turn_elsewhere=3.0)  # another proxy's turn
+    assert not rig.limits.can_probe("b") and rig.limits.next_probe() == pytest.approx(3.0)
+    rig.advance(3.0)
+    assert rig.limits.can_probe("b")
+
+
 def test_lowered_limits_take_their_turns_apart_from_limits_at_their_highest(rig: Rig) -> None:
     """A limit lowered from a level z.ai served waits for a move of z.ai's; one at the highest level z.ai
     ever served it says nothing of that move: the refused probes of the one never hold the other's turn."""
