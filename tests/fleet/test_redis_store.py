@@ -465,8 +465,7 @@ async def test_the_verdicts_on_a_slot_one_proxy_gives_back_count_on_the_other_as
     server: RedisProcess, client: aioredis.Redis
 ) -> None:
     """One body of evidence for the fleet: z.ai's refusals of a's request lower the limit on b too, with
-    the same reason, once a gives its slot back (the refusals travel with that notice); the limit rows
-    another proxy wrote are not taken meanwhile (they would replace b's evidence with a's value)."""
+    the same reason, as they come (told at once, before a gives its slot back)."""
     (a, b), fleets = await two_pools(server, lease_seconds=0.3)  # renewals every 0.1 s
     try:
         await until(lambda: all(f._joined_limits for f in fleets))  # each took the fleet's limits on joining
@@ -484,12 +483,11 @@ async def test_the_verdicts_on_a_slot_one_proxy_gives_back_count_on_the_other_as
             a.report_error(model, zai_error("1302"), selection=selection)
         lowered = a.limits.limit(model)
         assert lowered < CONFIG.models[model].max_concurrency
-        await asyncio.sleep(0.3)  # renewals: a's row is in Redis, b does not take it
-        assert await client.hexists("chaos:limits", model)
-        assert b.limits.limit(model) == CONFIG.models[model].max_concurrency
-        assert a.release(selection)
-        await until(lambda: b.limits.limit(model) == lowered, 2)
+        await until(lambda: b.limits.limit(model) == lowered, 2)  # a still holds the slot
         assert b.limits.view(model).reason == a.limits.view(model).reason == "1302 at 2 in flight"
+        await asyncio.sleep(0.3)  # renewals: a's row is in Redis, and b's limit is its own evidence's
+        assert await client.hexists("chaos:limits", model)
+        assert a.release(selection)
         for slot in (first, *held):
             assert a.release(slot)
     finally:
@@ -750,6 +748,22 @@ async def right(client: aioredis.Redis, limit: str = "h") -> dict[str, float | s
         "free_in": int(fields["free_at"]) - now,
         "refused": int(fields["refused"]),
     }
+
+
+async def test_a_clean_answer_reaches_the_other_proxies_as_it_comes_not_with_its_slot_given_back(
+    server: RedisProcess,
+) -> None:
+    async with sharing(server) as ((a, b), _):
+        held = [await a.admit(Ticket("heavy"), timeout=1) for _ in range(2)]
+        await until(lambda: b.in_flight("h") == 2)
+        assert not b.limits.can_probe("h")  # nobody saw z.ai serve "h" at its limit yet
+        for slot in held:
+            assert slot is not None
+            a.report_success(slot)  # z.ai serves both: "h" full, cleanly
+        await until(lambda: b.limits.can_probe("h"), 2)
+        assert b.in_flight("h") == 2  # heard while both slots are still held
+        for slot in held:
+            assert slot is not None and a.release(slot)
 
 
 async def test_two_proxies_probing_a_limit_at_once_send_one_probe_and_its_clean_answer_frees_the_other(

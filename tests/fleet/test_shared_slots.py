@@ -25,6 +25,7 @@ class FakeFleet:
         self.claims: list[tuple[ProbeClaim, str]] = []  # the rights to probe claimed, with their lease
         self.answers: list[tuple[ProbeClaim, str]] = []  # the probes' verdicts told
         self.seen: list[tuple[Seen, ...]] = []  # per release, z.ai's verdicts on its request
+        self.told: list[tuple[str, tuple[Seen, ...]]] = []  # verdicts told as they came, with their model
 
     async def confirm(
         self, model: str, lease: str, cap: int, account_cap: int, probe: ProbeClaim | None = None
@@ -53,6 +54,9 @@ class FakeFleet:
 
     def announce(self) -> None:
         self.announced += 1
+
+    def tell_verdicts(self, model: str, seen: Sequence[Seen]) -> None:
+        self.told.append((model, tuple(seen)))
 
     def tally(self) -> Tally:
         counts = {m: len(v) for m, v in self.leases.items()}
@@ -476,6 +480,23 @@ def test_the_slot_a_lease_is_taken_for_counts_as_served_in_its_notice_unless_it_
     assert slots.notice("+", "n").serving == {"m": 2, "n": 1}
     assert slots.notice("+", "m", probe=True).serving == {"m": 2}  # a probe's answer is not guessed
     assert slots.notice("-", "m").serving == {"m": 2}
+
+
+def test_the_verdicts_on_a_request_are_told_as_they_come_and_the_others_count_them() -> None:
+    """A verdict goes to the other proxies when it comes, not with the slot given back a stream's length
+    later (the proxy that had it would run on other limits meanwhile); alone, nobody hears it."""
+    fleet = FakeFleet()
+    heard: list[tuple[str, Sequence[Seen]]] = []
+    slots = SharedSlots("a", on_seen=lambda model, seen: heard.append((model, seen)))
+    slots.connected(fleet)
+    verdicts = (Seen("clean", 2, 8),)
+    slots.verdicts("m", verdicts)
+    assert fleet.told == [("m", verdicts)]
+    slots.heard(Notice(0, "=", "b", "m", seen=verdicts))  # another proxy's, told the same way
+    assert heard == [("m", verdicts)]
+    slots.disconnected()
+    slots.verdicts("m", verdicts)
+    assert fleet.told == [("m", verdicts)]
 
 
 async def test_the_verdicts_on_a_slot_go_with_its_lease_and_the_others_count_them() -> None:

@@ -133,6 +133,10 @@ class StoreFleet:
             lambda: self.store.publish(self.slots, self.slots.notice("=")),
         )
 
+    def tell_verdicts(self, model: str, seen: Sequence[Seen]) -> None:
+        notice = self.slots.notice("=", model, seen=seen)
+        self.store.later(self.link, self.store.delays.rtt / 2, lambda: self.store.publish(self.slots, notice))
+
     async def renew(self) -> None:
         while True:
             await asyncio.sleep(RENEW * (0.9 + 0.2 * self.store.rng.random()))

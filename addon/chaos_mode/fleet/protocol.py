@@ -25,12 +25,13 @@ wait (PROBE_ANSWERED). Proxies of the previous version ignore both and probe on 
 **A notice says what z.ai serves of its sender's slots** (`model=n,...`, the slots z.ai answered cleanly
 and still streams; the one a lease is taken for counts as served until the sender's next notice, but a
 probe's): a clean answer elsewhere counts them with its own, not the slots z.ai has not answered yet.
-**A lease given back carries z.ai's verdicts on its request** (`c7:20`, `r8:22m`, `s9:26a`: clean,
-refused, stalled, at the levels its proxy counted on the model and the account, a model's or the
-account's probe), which every other proxy counts as its own. The learned limits' hash is read by a proxy
-joining the fleet, and written by all. The previous version's notices (without either) are read, their
-sender's slots counted as not served; it reads none of this version's and follows it only at each
-renewal: upgrade together.
+**z.ai's verdicts on a request are told as they come**, in a notice `=` on `freed` naming its model
+(`c7:20`, `r8:22m`, `s9:26a`: clean, refused, stalled, at the levels its proxy counted on the model and
+the account, a model's or the account's probe), which every other proxy counts as its own; a notice of
+any kind may carry them (the previous version sent them with the lease given back). The learned limits'
+hash is read by a proxy joining the fleet, and written by all. The previous version's notices (without
+either) are read, their sender's slots counted as not served; it reads none of this version's and
+follows it only at each renewal: upgrade together.
 """
 
 from __future__ import annotations

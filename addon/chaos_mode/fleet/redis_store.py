@@ -250,6 +250,19 @@ class RedisFleet:
         finally:
             self._announcing = False
 
+    def tell_verdicts(self, model: str, seen: Sequence[Seen]) -> None:
+        if self._up:
+            self._spawn(self._tell_verdicts(model, seen))
+
+    async def _tell_verdicts(self, model: str, seen: Sequence[Seen]) -> None:
+        connection = self._connection
+        try:
+            async with asyncio.timeout(self.timeout):
+                tail = notice_tail(self.slots.notice("=", model, seen=seen))
+                await self._client.publish(self._channel, "0 = " + tail)
+        except (RedisError, OSError, TimeoutError) as exc:
+            self._call_failed(exc, connection)
+
     # -- life ---------------------------------------------------------------------------------------
 
     def start(self) -> None:

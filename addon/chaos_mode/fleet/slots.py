@@ -15,11 +15,12 @@ a slot given back names that proxy: it tries at once, the others only after `HOL
 not use the slot), so one proxy takes a freed slot instead of every proxy racing for it. It also says
 which of its sender's slots z.ai answered and still serves (`serving_elsewhere`): what z.ai serves at
 once, as a clean answer counts it (see `learning.limits`), is this proxy's own and those, not every
-slot of the fleet (a slot z.ai has not answered, a 1302 on its way, is none). A lease given back also
-carries z.ai's verdicts on its request (`Seen`), which the other proxies count as their own
-(`on_seen`): one body of evidence for the fleet's limits. And a notice says its sender's attempts riding
-above the limits until their verdict (`riding_elsewhere`, `ChaosPool.report_overdue`): z.ai holds no slot
-for them, so their places are the fleet's, any proxy's request may take one.
+slot of the fleet (a slot z.ai has not answered, a 1302 on its way, is none). z.ai's verdicts on a
+request (`Seen`) are told as they come (`verdicts`), and the other proxies count them as their own
+(`on_seen`): one body of evidence for the fleet's limits, at the same time on every proxy. And a notice
+says its sender's attempts riding above the limits until their verdict (`riding_elsewhere`,
+`ChaosPool.report_overdue`): z.ai holds no slot for them, so their places are the fleet's, any proxy's
+request may take one.
 
 A probe's slot also claims the right to probe its limit, fleet-wide, in the same confirmation (one prober
 per limit in the fleet, see `learning.limits`): a slot whose limit's right another proxy holds is refused
@@ -82,8 +83,9 @@ class Notice:
     `waited`: how many wait there, the place in line of the first (its conversation's admissions lately)
     and how long it has waited (seconds). `to`: the proxy a slot given back is owed to ("" for none named:
     anyone may take it at once). `serving`: its slots z.ai answered cleanly and still serves, per model
-    (None: not said, by a proxy of an earlier version). `seen`: with a lease given back, what z.ai's
-    verdicts on its request said, for the limits (`learning.limits`). `overdue`: its attempts riding
+    (None: not said, by a proxy of an earlier version). `seen`: what z.ai's verdicts on a request of
+    `model` said, for the limits (`learning.limits`), told as they come (or, by the previous version,
+    with its lease given back). `overdue`: its attempts riding
     above the limits until their verdict, per model (`ChaosPool.report_overdue`; None: not said). `seq`
     numbers the changes of the store's counts, so a notice already counted by a tally or a verdict read
     after it is not counted twice."""
@@ -124,6 +126,10 @@ class Fleet(Protocol):
 
     def announce(self) -> None:
         """Tell the other proxies what this one holds and waits for (in the background)."""
+        ...
+
+    def tell_verdicts(self, model: str, seen: Sequence[Seen]) -> None:
+        """Tell the other proxies z.ai's verdicts on a request of `model` held here (in the background)."""
         ...
 
 
@@ -236,6 +242,13 @@ class SharedSlots:
         if model is None:
             return min(sum(sum(models.values()) for models in there.values()), self._others_total)
         return min(sum(models.get(model, 0) for models in there.values()), self._others.get(model, 0))
+
+    def verdicts(self, model: str, seen: Sequence[Seen]) -> None:
+        """z.ai's verdicts on a request of `model` held here: the other proxies hear them now, as they come
+        (with the slot given back, a clean answer would reach them a stream's length later than the
+        proxy that had it, and their limits would differ meanwhile). Alone, nobody hears them."""
+        if self.fleet is not None and self._alone_share is None and seen:
+            self.fleet.tell_verdicts(model, seen)
 
     def overdue_changed(self) -> None:
         """This proxy's attempts riding above the limits changed: the other proxies hear it now."""

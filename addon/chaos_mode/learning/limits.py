@@ -29,9 +29,9 @@ the lowest it refuses with confidence. What feeds it, and what the pool may do a
   probe given up unanswered (its request took a slot within the limits) counts as refused for pacing only:
   it tells the limit nothing.
 - **A fleet learns and probes as one.** Proxies sharing a store (`chaos_state`) learn from one body of
-  evidence: every verdict a proxy has goes to the others with the slot it gives back, and counts there as
-  theirs (evidence, and a refused probe's pacing: a clean one's came at once, with the right freed), at
-  the levels it counted; what z.ai serves at once counts the other
+  evidence: every verdict a proxy has goes to the others as it comes, and counts there as theirs
+  (evidence, and a refused probe's pacing: a clean one's comes with the right freed), at the levels it
+  counted; what z.ai serves at once counts the other
   proxies' slots as they say z.ai serves them (`routing.pool`), never one z.ai has not answered yet. A
   limit another proxy learned is taken only on joining the fleet (it replaces the evidence with its
   value). The right to probe each limit is one for the fleet: a probe goes only with it, and it is held

@@ -205,7 +205,6 @@ class ChaosPool:
         self._served: set[int] = set()  # held slots answered cleanly
         self._ended: dict[int, str] = {}  # held slots whose answer z.ai sent to its end: slot id -> model
         self._ended_on: dict[str, int] = {}
-        self._seen: dict[int, list[Seen]] = {}  # with a shared store: held slots' verdicts, for the fleet
         self._arrivals = Arrivals()  # what z.ai served as each held slot's request came: its verdict's level
         self._next_slot_id = 1
         self.lost_races = 0  # slots taken on the local mirror that another proxy had taken first
@@ -633,7 +632,7 @@ class ChaosPool:
             self._served.discard(slot.slot_id)
             self._limits.served_for(self._clock() - taken_at)
             self._seat_queued_probe(model)  # z.ai served it: the slot it frees is a queued probe's
-        if not self._slots.release(model, self._seen.pop(slot.slot_id, ())):  # the store lost it (never)
+        if not self._slots.release(model):  # the store lost it (never)
             self.spurious_releases += 1
             return False
         self.pacer.released(slot.slot_id, self._slots.total())
@@ -748,9 +747,9 @@ class ChaosPool:
                 self._slots.probe_answered(claim)
 
     def _note(self, slot: Slot, kind: Literal["clean", "refused", "stall"], level: int, total: int) -> None:
-        """A verdict on `slot`'s request as the limits took it: told to the fleet when the slot goes back."""
+        """A verdict on `slot`'s request as the limits took it: told to the fleet now."""
         if self._slots.confirms and self._limits.enabled and slot.slot_id in self._held:
-            self._seen.setdefault(slot.slot_id, []).append(Seen(kind, level, total, self._probe_of(slot)))
+            self._slots.verdicts(slot.model, (Seen(kind, level, total, self._probe_of(slot)),))
 
     def seen_elsewhere(self, model: str, seen: Sequence[Seen]) -> None:
         """z.ai's verdicts on a slot of `model` another proxy of the fleet gave back: each counts here as

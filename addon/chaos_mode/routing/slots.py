@@ -118,6 +118,10 @@ class SlotStore(Protocol):
         """This proxy's attempts riding above the limits changed (a fleet tells the others)."""
         ...
 
+    def verdicts(self, model: str, seen: Sequence[Seen]) -> None:
+        """z.ai's verdicts on a request of `model` held here, as they come (a fleet tells the others)."""
+        ...
+
     def queued(self) -> None:
         """A request began to wait for a slot here."""
         ...
@@ -181,6 +185,9 @@ class MemorySlots:
         return 0
 
     def overdue_changed(self) -> None:
+        pass
+
+    def verdicts(self, model: str, seen: Sequence[Seen]) -> None:
         pass
 
     def queued(self) -> None:
