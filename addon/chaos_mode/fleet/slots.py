@@ -70,9 +70,8 @@ class Verdict:
     seq: int = 0  # the store's change number after it (see `Notice`)
     probe_held: float = 0.0  # a probe's slot not taken: seconds another proxy holds its limit's right still
     refused_probes: int = 0  # a probe's limit: its probes refused in a row, as the fleet counts them
-    turn_held: float = (
-        0.0  # a held-back limit's probe not taken: seconds another proxy holds its group's turn
-    )
+    # a held-back limit's probe not taken: seconds another proxy holds its group's turn still
+    turn_held: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

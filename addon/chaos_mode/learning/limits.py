@@ -210,14 +210,16 @@ class LearnedLimits:
         value = entry.value
         if value is None or value >= entry.ceiling or not entry.evidence.answered_at(value, now):
             return None
-        ready = entry.no_probe_until
-        if entry.probe_since is not None:
-            ready = max(ready, entry.probe_since + self._interval)
+        ready = max(entry.no_probe_until, self._out_until(entry))
         # held back, it waits for its group's turn; which group is asked (a pass over the evidence) only
         # when a turn is later than the rest of its wait
         if entry.held_back and max(self._next_turn.values()) > ready:
             ready = max(ready, self._next_turn[self._lowered(entry, now)])
         return ready
+
+    def _out_until(self, entry: Limit) -> float:
+        """Until when (monotonic) `entry`'s probe out, unanswered, holds its next one: the interval."""
+        return -math.inf if entry.probe_since is None else entry.probe_since + self._interval
 
     @staticmethod
     def _lowered(entry: Limit, now: float) -> bool:
@@ -292,9 +294,7 @@ class LearnedLimits:
         if entry is None:
             return 0.0, 0
         now = self._clock()
-        ready = entry.no_probe_until
-        if entry.probe_since is not None:
-            ready = max(ready, entry.probe_since + self._interval)
+        ready = max(entry.no_probe_until, self._out_until(entry))
         return max(ready - now, 0.0), entry.refused_probes
 
     def turn_wait(self, kind: Probe, model: str) -> tuple[str, float]:
@@ -306,9 +306,7 @@ class LearnedLimits:
             return "", 0.0
         now = self._clock()
         lowered = self._lowered(entry, now)
-        ready = self._next_turn[lowered]
-        if entry.probe_since is not None:
-            ready = max(ready, entry.probe_since + self._interval)
+        ready = max(self._next_turn[lowered], self._out_until(entry))
         return TURN_GROUPS[lowered], max(ready - now, 0.0)
 
     def probe_claimed(

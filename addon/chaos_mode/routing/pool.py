@@ -752,14 +752,14 @@ class ChaosPool:
             self._slots.verdicts(slot.model, (Seen(kind, level, total, self._probe_of(slot)),))
 
     def seen_elsewhere(self, model: str, seen: Sequence[Seen]) -> None:
-        """z.ai's verdicts on a slot of `model` another proxy of the fleet gave back: each counts here as
-        if this proxy had it (`learning.limits`), at the levels that proxy counted."""
+        """z.ai's verdicts on a request of `model` another proxy of the fleet holds, told as they came: each
+        counts here as if this proxy had it (`learning.limits`), at the levels that proxy counted."""
         limits = self._limits
         for verdict in seen:
             if verdict.kind == "clean":
-                # as evidence only: a probe's clean answer paced the probes here when it came, with the right
-                # freed (`probe_answered_elsewhere`); heard again now, a slot's length later, it would undo a
-                # wait set since (a refused probe, a refusal) and end a probe of this proxy's own
+                # as evidence only: a probe's clean answer paces the probes here with the right freed
+                # (`probe_answered_elsewhere`); heard again as a verdict, it would undo a wait set since (a
+                # refused probe, a refusal) and end a probe of this proxy's own
                 limits.succeeded(model, verdict.level, verdict.total, None)
             elif verdict.kind == "refused":
                 limits.refused(model, verdict.level, verdict.total, verdict.probe)

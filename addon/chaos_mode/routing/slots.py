@@ -34,9 +34,7 @@ class Confirmation:
     taken: bool
     probe_held: float = 0.0
     refused_probes: int = 0
-    turn_held: float = (
-        0.0  # a held-back limit's probe not taken: seconds another proxy holds its group's turn
-    )
+    turn_held: float = 0.0
 
 
 CONFIRMED: Final = Confirmation(True)
