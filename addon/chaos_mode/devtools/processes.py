@@ -8,6 +8,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,11 +20,25 @@ import chaos_mode
 ADDON_DIR = str(Path(chaos_mode.__file__).resolve().parent.parent)
 
 
+_GIVEN: set[int] = set()  # every port free_port handed out in this process
+_GIVEN_LOCK = threading.Lock()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port that was free a moment ago on `host` (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    """A port that was free a moment ago on `host` (the OS picks it), never one handed out before.
+
+    The OS may offer a port again as soon as the socket that found it closes: two children started side by
+    side could then be given the same port before either binds it, and the second one's readiness check
+    would find the first one listening there (a test once read one proxy's status page for another's).
+    """
+    with _GIVEN_LOCK:
+        while True:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.bind((host, 0))
+                port = int(sock.getsockname()[1])
+            if port not in _GIVEN:
+                _GIVEN.add(port)
+                return port
 
 
 def port_open(host: str, port: int) -> bool:
