@@ -24,7 +24,6 @@ class FakeFleet:
         self.announced = 0
         self.claims: list[tuple[ProbeClaim, str]] = []  # the rights to probe claimed, with their lease
         self.answers: list[tuple[ProbeClaim, str]] = []  # the probes' verdicts told
-        self.seen: list[tuple[Seen, ...]] = []  # per release, z.ai's verdicts on its request
         self.told: list[tuple[str, tuple[Seen, ...]]] = []  # verdicts told as they came, with their model
 
     async def confirm(
@@ -45,8 +44,7 @@ class FakeFleet:
     def probe_answered(self, claim: ProbeClaim, lease: str) -> None:
         self.answers.append((claim, lease))
 
-    def release(self, model: str, lease: str, to: str = "", seen: Sequence[Seen] = ()) -> None:
-        self.seen.append(tuple(seen))
+    def release(self, model: str, lease: str, to: str = "") -> None:
         self.leases.get(model, set()).discard(lease)
         self.released.append(lease)
         self.owed.append(to)
@@ -499,16 +497,18 @@ def test_the_verdicts_on_a_request_are_told_as_they_come_and_the_others_count_th
     assert fleet.told == [("m", verdicts)]
 
 
-async def test_the_verdicts_on_a_slot_go_with_its_lease_and_the_others_count_them() -> None:
+async def test_verdicts_that_come_with_a_lease_given_back_still_count() -> None:
+    """A proxy of an earlier version sends z.ai's verdicts on a request with the slot it gives back: the
+    others still count them (this one tells them as they come, and gives the slot back without them)."""
     fleet = FakeFleet()
     heard: list[tuple[str, Sequence[Seen]]] = []
     slots = SharedSlots("a", on_seen=lambda model, seen: heard.append((model, seen)))
     slots.connected(fleet)
     slots.apply(fleet.tally())
     assert slots.try_acquire("m", 2, 10) and (await slots.confirm("m")).taken
+    assert slots.release("m")
+    assert fleet.told == []  # nothing to tell with the slot
     verdicts = (Seen("stall", 3, 9), Seen("clean", 2, 8))
-    assert slots.release("m", verdicts)
-    assert fleet.seen == [verdicts]
     slots.heard(Notice(fleet.seq, "-", "b", "m", seen=verdicts))
     slots.heard(Notice(fleet.seq + 1, "-", "b", "m"))  # nothing to learn from this one
     assert heard == [("m", verdicts)]

@@ -112,7 +112,7 @@ class StoreFleet:
     def probe_answered(self, claim: ProbeClaim, lease: str) -> None:
         raise AssertionError("limits are fixed here: no probe")
 
-    def release(self, model: str, lease: str, to: str = "", seen: Sequence[Seen] = ()) -> None:
+    def release(self, model: str, lease: str, to: str = "") -> None:
         store = self.store
 
         def arrive() -> None:

@@ -216,16 +216,16 @@ class RedisFleet:
         except (RedisError, OSError, TimeoutError) as exc:
             self._call_failed(exc, connection)  # the right ends with its TTL
 
-    def release(self, model: str, lease: str, to: str = "", seen: Sequence[Seen] = ()) -> None:
+    def release(self, model: str, lease: str, to: str = "") -> None:
         if self._up or self._rejoining:
-            self._spawn(self._give_back(model, lease, to, seen))
+            self._spawn(self._give_back(model, lease, to))
 
-    async def _give_back(self, model: str, lease: str, to: str, seen: Sequence[Seen]) -> None:
+    async def _give_back(self, model: str, lease: str, to: str) -> None:
         connection = self._connection
         counts = None
         try:
             async with asyncio.timeout(self.timeout):
-                tail = notice_tail(self.slots.notice("-", model, to, seen=seen))
+                tail = notice_tail(self.slots.notice("-", model, to))
                 gone, in_flight, total, seq = await self._release(
                     keys=self._lease_keys(model), args=(lease, self._inboxes, self.slots.proxy_id, tail)
                 )

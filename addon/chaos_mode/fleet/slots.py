@@ -117,10 +117,10 @@ class Fleet(Protocol):
         freed (0) and the others told (in the background; it ends with its TTL otherwise)."""
         ...
 
-    def release(self, model: str, lease: str, to: str = "", seen: Sequence[Seen] = ()) -> None:
+    def release(self, model: str, lease: str, to: str = "") -> None:
         """Give the lease back (in the background; its TTL ends it if the store cannot be reached); its
-        notice names the proxy the slot is owed to (`to`, "" for none) and carries z.ai's verdicts on its
-        request (`seen`)."""
+        notice names the proxy the slot is owed to (`to`, "" for none). z.ai's verdicts on its request were
+        told as they came (`tell_verdicts`)."""
         ...
 
     def announce(self) -> None:
@@ -299,7 +299,7 @@ class SharedSlots:
         self._total += 1
         return True
 
-    def release(self, model: str, seen: Sequence[Seen] = ()) -> bool:
+    def release(self, model: str) -> bool:
         own = self._own.get(model, 0)
         if own <= 0:
             return False
@@ -318,7 +318,7 @@ class SharedSlots:
                 to = self._freed_for()
                 if to not in ("", self.proxy_id):
                     self._promised.setdefault(model, []).append(self.clock() + HOLD_BACK)
-                self.fleet.release(model, lease, to, seen)
+                self.fleet.release(model, lease, to)
         return True
 
     def given_back(self, model: str, counts: Verdict | None = None) -> None:

@@ -75,9 +75,9 @@ class SlotStore(Protocol):
         """Take a slot of `model` if it has fewer than `cap` and the account fewer than `account_cap`."""
         ...
 
-    def release(self, model: str, seen: Sequence[Seen] = ()) -> bool:
-        """Give a slot of `model` back, with what z.ai's verdicts on its request said (`seen`, for a
-        fleet's other proxies); False (and no change) if none was held."""
+    def release(self, model: str) -> bool:
+        """Give a slot of `model` back; False (and no change) if none was held. z.ai's verdicts on its
+        request went to a fleet's other proxies as they came (`verdicts`)."""
         ...
 
     def snapshot(self) -> dict[str, int]: ...
@@ -153,7 +153,7 @@ class MemorySlots:
         self._total += 1
         return True
 
-    def release(self, model: str, seen: Sequence[Seen] = ()) -> bool:
+    def release(self, model: str) -> bool:
         held = self._counts.get(model, 0)
         if held <= 0:
             return False
