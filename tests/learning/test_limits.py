@@ -140,6 +140,30 @@ def test_a_probe_answered_cleanly_raises_the_limit_and_the_next_may_follow(rig: 
     assert rig.limits.can_probe("a")  # a clean probe: the next may go at once (slow start)
 
 
+def test_a_probe_counted_within_its_limit_found_no_room_above_it(rig: Rig) -> None:
+    """z.ai answers a probe cleanly, but with no more in flight than the limit: a request it was refusing
+    (or one that had just ended) left the room. It says nothing of the level above, so the pause a refusal
+    set stands. Taken as room found (`realistic`, glm-4.5 at its true 12), each such probe let the next go at
+    once, took the place z.ai had left for the next request, and that request was refused 3 s later: one
+    1302 every 1.5 s for 12 s."""
+    rig.serve("a", 3)
+    rig.limits.refused("a", 4, 4, None)  # refused above the limit: no probe for the interval
+    assert not rig.limits.can_probe("a")
+    rig.advance(5.0)
+    rig.limits.probe_sent("model", "a")
+    rig.advance(0.5)
+    rig.limits.refused("a", 4, 4, None)  # a regular request refused while the probe is out...
+    rig.limits.succeeded("a", 3, 3, "model")  # ...and the probe answered at the limit, not above it
+    assert rig.limits.limit("a") == 3
+    assert not rig.limits.can_probe("a")
+    assert rig.limits.next_probe() == pytest.approx(5.0)
+    rig.advance(5.0)
+    assert rig.limits.can_probe("a")
+    rig.limits.probe_sent("model", "a")
+    rig.limits.succeeded("a", 4, 4, "model")  # counted above it: room found, the next goes at once
+    assert rig.limits.limit("a") == 4 and rig.limits.can_probe("a")
+
+
 def test_after_a_refused_probe_the_next_waits_the_probe_interval(rig: Rig) -> None:
     rig.serve("a", 3)
     rig.limits.probe_sent("model", "a")

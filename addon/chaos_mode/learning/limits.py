@@ -22,7 +22,9 @@ the lowest it refuses with confidence. What feeds it, and what the pool may do a
   says the others' of its group would be refused now too, and the next of them waits its share of its wait
   (the wait over the limits of the group held back; a probe given up, until its refusal would have come): a
   move is found within a share of the wait, not after every limit's wait ran out at once. A probe answered
-  cleanly lets its limit's next probe follow at once. Answered after a refused one, it says z.ai moved the
+  cleanly above its limit lets its limit's next probe follow at once; counted at or under it, it found the
+  room a request z.ai was refusing left, says nothing of the level above, and a pause set since (a
+  refusal's) stands. Answered above after a refused one, it says z.ai moved the
   limit: it also resets the wait of every limit lowered from a level z.ai served it (z.ai moves its limits
   plan-wide, off-peak; a limit that never served more keeps its wait). Answered after clean ones (a climb,
   or a soft band's luck: a band's first level answers most requests) it says nothing of the other limits. A
@@ -367,7 +369,11 @@ class LearnedLimits:
         if probe is not None:
             probed = self._account if probe == "account" else entry or self._account
             probed.probe_since = None
-            self._probe_answered(probed, now)
+            # Room above the limit only if counted above it. Counted at or under it, z.ai had room because
+            # a request it was refusing, or one just ended, left it: a pause set since (a refusal's) stands
+            level = total if probed is self._account else in_flight
+            if probed.value is None or level > probed.value:
+                self._probe_answered(probed, now)
         if entry is not None:
             entry.evidence.observe(in_flight, refused=False, now=now)
             self._settle(entry, now, _served_why(in_flight, probe == "model"))
