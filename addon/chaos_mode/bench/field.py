@@ -9,7 +9,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from chaos_mode.bench.ideal import Capacity, LowerBound, slots_by_tier, timed_lower_bound
+from chaos_mode.bench.ideal import (
+    Capacity,
+    LowerBound,
+    least_served_makespan,
+    slots_by_tier,
+    timed_lower_bound,
+)
 from chaos_mode.bench.scenarios import SCENARIOS, Scenario, parse_names
 from chaos_mode.bench.workload import Workload, WorkloadSpec
 from chaos_mode.config.schema import parse_config
@@ -241,6 +247,18 @@ def eligible_by_tier() -> dict[RequestTier, list[str]]:
 def field_bound(workload: Workload, timeline: Sequence[Capacity]) -> LowerBound:
     """LB of the workload on the true slots over time (see `ideal.timed_lower_bound`)."""
     return timed_lower_bound(workload.work_by_tier(), eligible_by_tier(), timeline, workload.work_by_agent())
+
+
+def field_queue_makespan(workload: Workload, timeline: Sequence[Capacity]) -> float | None:
+    """The makespan of an ideal proxy on the true slots: the proxy's own queue order
+    (`ideal.least_served_makespan`: agents served least so far first), the true (clean) limits known from
+    the start, no overhead, no refusal. What a proxy that learns the limits can approach, where LB may be out
+    of reach: LB spreads the work perfectly, while the long answers an agent happens to send last end the
+    run. None when the slots change during the run."""
+    if len(timeline) != 1:
+        return None
+    step = timeline[0]
+    return least_served_makespan(workload.jobs(), eligible_by_tier(), step.models, step.account)
 
 
 def middle_third_schedule(base: SimSettings, change: LimitChange, period: float) -> list[ScheduledChange]:

@@ -52,6 +52,12 @@ def bound_line(preset: Mapping[str, Any]) -> str:
         f"  {preset['name']}: LB {ideal['seconds']:.2f} s (binding {ideal['binding']}); true slots at 0 s: "
         f"{first}, account {slots[0]['account']}; max agent work {ideal['terms'].get('max agent', 0):.2f} s"
     )
+    if ideal.get("queueSeconds"):
+        queue = ideal["queueSeconds"]
+        line += (
+            f"; an ideal queue {queue:.2f} s (LB/queue {ideal['seconds'] / queue:.2f}; the run "
+            f"{queue / preset['makespanSeconds']:.2f} of it)"
+        )
     if len(slots) > 1:
         line += "; slots change at " + ", ".join(
             f"{s['at']:.2f} s (all {sum(s['models'].values())}, account {s['account']})" for s in slots[1:]

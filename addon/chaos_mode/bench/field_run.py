@@ -19,6 +19,7 @@ from chaos_mode.bench.field import (
     PROXY,
     FieldPreset,
     field_bound,
+    field_queue_makespan,
     planned_changes,
     true_timeline,
 )
@@ -92,6 +93,7 @@ async def run_preset(
         )
     timeline = true_timeline(run.sim_stats["limitChanges"], settings.refuse, lead=run.reset_lead)
     bound = field_bound(served, timeline)
+    queue = field_queue_makespan(served, timeline)
     others = None if others_of is None else field_figures.makespan_of_others(run.records, others_of)
     makespan = run.makespan if others is None else others
     summary = summarize(
@@ -110,7 +112,11 @@ async def run_preset(
     slots = [{"at": round(c.start, 3), "models": dict(c.models), "account": c.account} for c in timeline]
     summary.update(
         workload=workload_doc(workload, options),
-        ideal={**bound_doc(bound), "plannedSeconds": round(planned.seconds, 3)},
+        ideal={
+            **bound_doc(bound),
+            "plannedSeconds": round(planned.seconds, 3),
+            "queueSeconds": None if queue is None else round(queue, 3),
+        },
         upstreamByCode=dict(sorted(by_code.items())),
         upstreamPer50=field_figures.per_50(summary["upstream429"], workload.size),
         refusalReasons=run.sim_stats.get("refusalReasons", {}),

@@ -103,7 +103,7 @@ def ideal_for(workload: Workload) -> Ideal:
     )
     pinned = {tier: [model] for tier, model in ZAI_DEFAULT_MODELS.items()}
     work, agents = workload.work_by_tier(), workload.work_by_agent()
-    jobs = [[(r.tier, r.service_seconds) for r in agent] for agent in workload.agents]
+    jobs = workload.jobs()
     return Ideal(
         bound=makespan_lower_bound(work, eligible, capacity, agents, account),
         fair_queue=fair_queue_makespan(jobs, eligible, capacity, account),

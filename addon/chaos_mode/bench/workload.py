@@ -121,6 +121,10 @@ class Workload:
     def work_by_agent(self) -> list[float]:
         return [sum(r.service_seconds for r in agent) for agent in self.agents]
 
+    def jobs(self) -> list[list[tuple[RequestTier, float]]]:
+        """Each agent's requests in order, as (tier, service seconds): what the ideal queues schedule."""
+        return [[(r.tier, r.service_seconds) for r in agent] for agent in self.agents]
+
     def tier_counts(self) -> dict[RequestTier, int]:
         counts: dict[RequestTier, int] = dict.fromkeys(REQUEST_TIERS, 0)
         for request in self.requests:
