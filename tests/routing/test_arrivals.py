@@ -33,16 +33,26 @@ def test_a_slot_z_ai_served_before_counts_even_when_z_ai_held_it_first() -> None
 
 def test_other_proxies_serving_counts_too_as_they_said_it_then() -> None:
     """A refusal (seconds after its request came) counts what the other proxies said z.ai served when it
-    came, however many they serve now; a clean answer (within ms) only as far as they still say it, since a
-    slot just taken elsewhere counts as served until its proxy's next notice."""
+    came, or what they say now if more; a clean answer (within ms) only as far as they still say it, since
+    a slot just taken elsewhere counts as served until its proxy's next notice."""
     arrivals = Arrivals()
     arrivals.taken(1, "m", [], model_elsewhere=2, account_elsewhere=7)
-    assert arrivals.levels(1, model_elsewhere=2, account_elsewhere=9) == (3, 8)
+    assert arrivals.levels(1, model_elsewhere=2, account_elsewhere=9) == (3, 10)
     assert arrivals.levels(1, model_elsewhere=0, account_elsewhere=3) == (3, 8)  # their requests ended since
     assert arrivals.levels(1, model_elsewhere=2, account_elsewhere=9, clean=True) == (3, 8)
     clean = arrivals.levels(1, model_elsewhere=1, account_elsewhere=7, clean=True)
     assert clean == (2, 8)  # one of them said no since
     assert arrivals.levels(1, clean=True) == (1, 1)  # alone now
+
+
+def test_a_refusal_in_a_fleets_first_burst_counts_what_the_others_serve_once_they_say_it() -> None:
+    """Three proxies write their first requests on a model at once: when this one's came, the others had
+    said nothing (their heads come later), yet z.ai had theirs. Refused, it counts what they say by then:
+    the level z.ai refused at (2 served, itself the third), not 1, a level z.ai serves (noise)."""
+    arrivals = Arrivals()
+    arrivals.taken(1, "m", [], model_elsewhere=0, account_elsewhere=0)
+    assert arrivals.levels(1, model_elsewhere=2, account_elsewhere=2) == (3, 3)
+    assert arrivals.levels(1, model_elsewhere=2, account_elsewhere=2, clean=True) == (1, 1)
 
 
 def test_the_memory_of_accepted_slots_is_bounded() -> None:

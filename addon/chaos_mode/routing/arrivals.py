@@ -7,8 +7,10 @@ level of a refusal or a stall is taken when its verdict comes, from the slots th
 own when it was taken and not finished: those z.ai turned out to accept at once (a clean answer, not after
 a stall), itself on top, and what other proxies of a fleet said z.ai served of theirs then (for a clean
 answer, which comes within ms, only as far as they still say it now: a slot another proxy just took
-counts as served until its next notice says otherwise; a refusal comes seconds later, when their 1-s
-requests of then have ended and others run: counted as they say it now, it fell under z.ai's level).
+counts as served until its next notice says otherwise; for a refusal, which comes seconds later, as they
+said it then or as they say it now, whichever is more: by then their 1-s requests of then have ended and
+others run, so what they say now alone fell under z.ai's level, and in a fleet's first burst they had
+said nothing yet when the request came, their requests written with it answered only after it).
 Counted at the taking instead (the pool's in flight), every refusal after a limit fell would be counted at
 the old limit: the requests being refused there hold the pool's slots for seconds, never z.ai's.
 
@@ -117,9 +119,9 @@ class Arrivals:
         if clean:  # what they said then only as far as they still say it (a slot just taken may be refused)
             model += min(beside.model_elsewhere, model_elsewhere)
             account += min(beside.account_elsewhere, account_elsewhere)
-        else:  # what they said then: seconds later, when a refusal comes, they serve other requests
-            model += beside.model_elsewhere
-            account += beside.account_elsewhere
+        else:  # what they said then, or now if more (see the module)
+            model += max(beside.model_elsewhere, model_elsewhere)
+            account += max(beside.account_elsewhere, account_elsewhere)
         return model + 1, account + 1
 
     def _written_just_after(self, slot_id: int) -> set[int]:
