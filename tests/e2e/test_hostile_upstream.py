@@ -150,6 +150,20 @@ async def test_a_kept_connection_closed_as_the_request_came_costs_no_failover(
     assert after["failovers"] == before["failovers"]
 
 
+async def test_a_new_client_connection_opens_none_to_the_upstream(
+    client: httpx.AsyncClient, proxy: ProxyProcess, hostile: HostileUpstream
+) -> None:
+    """mitmproxy's default (eager) opened one connection to z.ai per client connection and read the request
+    only once it was up, never to use it: routed requests go through the forwarder's kept connections."""
+    await ask(client, "ok")  # a kept connection to reuse
+    before = hostile.connections
+    for _ in range(4):
+        async with httpx.AsyncClient(base_url=proxy.url, trust_env=False, timeout=TIMEOUT) as fresh:
+            seen = await ask(fresh, "ok")
+        assert seen.answer_for == seen.key, seen
+    assert hostile.connections - before <= 1  # at most one, should the kept one have been closed
+
+
 async def test_two_clients_never_receive_each_others_answers_whatever_the_upstream_sends(
     client: httpx.AsyncClient, proxy: ProxyProcess
 ) -> None:

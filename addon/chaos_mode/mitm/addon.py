@@ -370,6 +370,7 @@ class ChaosMode:
 
     def running(self) -> None:
         self._running = True
+        self._connect_lazily()
         self._check_startup()
         self._start_web()
         self._start_quota()
@@ -403,6 +404,17 @@ class ChaosMode:
         self.forwarder.close()
         gc.unfreeze()
         return self.fleet.close() if self.fleet is not None else None
+
+    @staticmethod
+    def _connect_lazily() -> None:
+        """mitmproxy's default `connection_strategy` (eager) opens a connection to the server as each client
+        connects (z.ai in reverse mode; the CONNECT's host in regular mode) and reads the client's request
+        only once that connection (TCP and TLS) is up. Routed requests go to z.ai through the forwarder, so
+        that connection is never used: each new client connection would wait for a handshake with z.ai for
+        nothing and hold an idle connection to it. Set once at start; a change made later stands."""
+        if "connection_strategy" in ctx.options and ctx.options.connection_strategy == "eager":
+            ctx.options.update(connection_strategy="lazy")
+            log.info("chaos-mode: connection_strategy=lazy (a client's connection opens none to z.ai)")
 
     def _check_startup(self) -> None:
         """One warning line for each thing a newcomer gets wrong at start-up (see `startup_checks`)."""
