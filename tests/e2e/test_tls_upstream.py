@@ -16,9 +16,9 @@ from typing import Any
 import httpx
 import pytest
 
+from chaos_mode.devtools.certs import TestCerts
 from chaos_mode.devtools.processes import ProxyProcess
 from chaos_mode.forwarding.forwarder import TOKEN_HEADER
-from support.certs import TestCerts
 
 from .conftest import MakeProxy
 from .support import (

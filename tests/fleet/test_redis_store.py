@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chaos_mode.config.schema import default_config
+from chaos_mode.devtools.certs import make_certs
 from chaos_mode.devtools.processes import RedisProcess
 from chaos_mode.fleet.protocol import PROBE_MEMORY_MS, notice_tail, parse_notice
 from chaos_mode.fleet.redis_store import RedisFleet, fleet_status
@@ -28,7 +29,6 @@ from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
 from chaos_mode.routing.slots import ProbeClaim, Seen
 from chaos_mode.zai.catalog import ACCOUNT
 from chaos_mode.zai.errors import classify_error
-from support.certs import make_certs
 from support.fakes import FakeClock
 from support.learned import as_on_the_benchmark
 from support.pool_rig import error, routing

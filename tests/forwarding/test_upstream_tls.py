@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from chaos_mode.devtools.certs import CLIENT_NAME, TestCerts, make_certs
 from chaos_mode.forwarding.upstream import (
     Destination,
     UpstreamClients,
@@ -22,7 +23,6 @@ from chaos_mode.forwarding.upstream import (
     UpstreamRefused,
     UpstreamSettings,
 )
-from support.certs import CLIENT_NAME, TestCerts, make_certs
 
 TIMEOUT = 10.0
 ANSWER = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"

@@ -18,11 +18,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from chaos_mode.devtools.certs import make_certs
 from chaos_mode.sim import Fault, SimProcess, SimServer, SimSettings, SimState, sim_subprocess
 from chaos_mode.sim.__main__ import settings_from_args
 from chaos_mode.sim.limits import LimitChange, ScheduledChange
 from chaos_mode.zai.catalog import DEFAULT_CATALOG
-from support.certs import make_certs
 from support.sim_client import FAST, MSGS, TIMEOUT, MakeSim, assert_zai_error, post, sdk, stats, wait_for
 
 

@@ -1,4 +1,5 @@
-"""A throwaway certificate authority, and a server and a client certificate it signed, for the HTTPS tests.
+"""A throwaway certificate authority, and a server and a client certificate it signed: for the HTTPS tests
+and the benchmark of a distant z.ai (`bench.distance`).
 
 The server certificate names `localhost` and 127.0.0.1 (the simulator binds loopback only); the client
 certificate is one PEM file with its key, as mitmproxy's `client_certs` takes it. The files live in a
