@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from chaos_mode.devtools.certs import TestCerts
+from chaos_mode.devtools.distance import DistantPort
 from chaos_mode.devtools.processes import ProxyProcess
 from chaos_mode.forwarding.forwarder import TOKEN_HEADER
 
@@ -38,6 +39,7 @@ from .support import (
     routing,
     sdk_client,
     sdk_stream,
+    sim_headers,
     status,
     trust,
     wait_status_idle,
@@ -239,3 +241,32 @@ async def test_upstream_mode_tunnels_every_attempt_through_the_upstream_proxy(
     assert [f.response.status_code for f in through if f.response] == [429, 200]
     assert all(f.request.pretty_url.startswith(zai(tls_sim) + "/api/anthropic/") for f in through)
     assert all(TOKEN_HEADER not in f.request.headers for f in through)
+
+
+async def test_new_connections_to_a_distant_zai_are_not_taken_for_refusals(
+    make_proxy: MakeProxy, tls_sim: Sim, test_certs: TestCerts, http: httpx.AsyncClient
+) -> None:
+    """z.ai 0.1 s away (`devtools.distance`). Once its heads are known (the patience is then 0.25 s), a burst
+    needs new connections to it, whose handshakes (TCP, TLS) take 0.25 s before a request is written: every
+    request is served where it was sent, no failover. Counted from before the handshakes, each attempt on a
+    new connection was left for another."""
+    async with DistantPort(tls_sim.process.port, rtt=0.1) as far:
+        proxy = await make_proxy(
+            upstream=f"https://localhost:{far.port}", config=ROUTING, extra_args=trusting(test_certs)
+        )
+        url = proxy.url + "/api/anthropic/v1/messages"
+        headers = {**sim_headers(latency_ms=0, tokens=2, interval_ms=0), "x-api-key": API_KEY}
+        limits = httpx.Limits(max_connections=6)
+        async with (
+            httpx.AsyncClient(trust_env=False, timeout=CLIENT_TIMEOUT, limits=limits) as client,
+            asyncio.timeout(TEST_TIMEOUT),
+        ):
+            for _ in range(8):  # on one kept connection: z.ai's heads, and so the patience, are known
+                assert (await httpx_stream(client, url, SONNET, headers=headers)).status == 200
+            before = far.connections
+            sent = (httpx_stream(client, url, SONNET, headers=headers) for _ in range(6))
+            burst = await asyncio.gather(*sent)
+        assert [result.status for result in burst] == [200] * 6
+        assert far.connections > before  # the burst did open new connections to z.ai
+        document = await wait_status_idle(http, proxy)
+    assert document["failovers"] == 0 and document["requests"]["ok"] == 14, document

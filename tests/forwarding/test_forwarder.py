@@ -16,7 +16,7 @@ from chaos_mode.config.schema import parse_config
 from chaos_mode.doors.messages import parse_message
 from chaos_mode.forwarding import forwarder as forwarder_module
 from chaos_mode.forwarding.forwarder import TOKEN_HEADER, Forwarder
-from chaos_mode.forwarding.head_patience import HeadPatience
+from chaos_mode.forwarding.head_patience import STALL_FLOOR_SECONDS, HeadPatience
 from chaos_mode.forwarding.upstream import Destination, UpstreamClients, UpstreamSettings
 from chaos_mode.observe.stats import Stats
 from chaos_mode.request.routed import RoutedRequest
@@ -595,6 +595,36 @@ async def test_an_attempt_sent_before_any_head_was_seen_is_left_once_the_patienc
         refuse_now.set()
         while rig.pool.in_flight("h1"):
             await asyncio.sleep(0.01)
+    assert rig.pool.in_flight() == 0
+
+
+async def test_the_patience_counts_from_when_z_ai_has_the_request_not_while_a_connection_opens(
+    make_rig: Callable[..., Awaitable[Rig]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new connection to a distant z.ai takes round trips (TCP, TLS) before the request is written, and z.ai
+    judges nothing meanwhile. Counted from before it opened, every new connection's head was late: the attempt
+    was left for another slot, on another new connection, left in turn (a burst of 16 took 4 s at 150 ms)."""
+
+    async def streams(n: int, raw: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await sse_answer(2, raw, reader, writer)
+
+    rig = await make_rig(streams, routing=TWO_HEAVY, patience=0.05)
+    clients = rig.forwarder.clients
+    connect = clients._connect
+
+    async def far(to: Destination) -> Any:
+        await asyncio.sleep(0.3)  # the handshakes of a new connection, 0.1 s away
+        return await connect(to)
+
+    monkeypatch.setattr(clients, "_connect", far)
+    request = rig.routed()  # the other model's slot is free all along: a request left would go on there
+    async with asyncio.timeout(WAIT):
+        response = await rig.send(request)
+    assert response.status_code == 200 and len(request.tried) == 1
+    assert not request.attempts[0].overdue
+    # Its head counts from the writing too: the handshakes would make z.ai's quickest heads look slow.
+    assert rig.forwarder.patience.stall_after() == STALL_FLOOR_SECONDS
+    request.finish("ok")
     assert rig.pool.in_flight() == 0
 
 

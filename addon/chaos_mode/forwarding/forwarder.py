@@ -205,10 +205,28 @@ class Forwarder:
         """Send one attempt; its answer with the head read, or, when it was left unanswered for a slot
         within the limits (`hedging`), the next attempt's slot (None: the request ended meanwhile). Only a
         streamed request is hedged: an answer in one piece has its head when it is all written, so its
-        time to head says nothing (and is not kept)."""
-        started = time.monotonic()
+        time to head says nothing (and is not kept). Its patience, its stall and its time to head count
+        from when it was written to z.ai, not from before a connection to z.ai was opened: a new
+        connection's handshakes (TCP, TLS) take round trips that a distant z.ai makes long and that say
+        nothing of its verdict. Counted from before, every new connection's head was late at 150 ms: each
+        attempt was left for another, on another new connection, left in turn (a burst of 16 took 4 s)."""
         streamed, slot = request.message.stream, request.slot
-        written = None if slot is None else functools.partial(request.written, slot)
+        loop = asyncio.get_running_loop()
+        on_wire: asyncio.Future[float] = loop.create_future()  # when z.ai had it (the last time)
+        stall: asyncio.TimerHandle | None = None
+
+        def written() -> None:
+            nonlocal stall
+            if not on_wire.done():
+                on_wire.set_result(loop.time())
+            if slot is None:
+                return
+            request.written(slot)
+            # A head held this long is a stall (z.ai queues the request): the pool hears it at once; the
+            # request goes on (z.ai may be serving it). A verdict before then makes it a no-op.
+            if streamed and stall is None:
+                stall = loop.call_later(self.patience.stall_after(), self._stalled, request, slot)
+
         method, target = incoming.method, incoming.target
         send = self.clients.send(destination, method, target, headers, body, written=written)
         queuing = streamed and self.patience.leaves_none()  # z.ai queues: no attempt is left
@@ -220,28 +238,25 @@ class Forwarder:
             # z.ai serves it there, and would hold the next request instead.
             patience = fixed_patience(self.patience.stall_after())
             request.queued(slot)
-        # A head held this long is a stall (z.ai queues the request): the pool hears it at once; the
-        # request goes on (z.ai may be serving it). A verdict before then makes it a no-op.
-        stall = None
-        if streamed and slot is not None:
-            stall = asyncio.get_running_loop().call_later(
-                self.patience.stall_after(), self._stalled, request, slot
-            )
+        left = False
         try:
             if slot is None or patience is None:
                 response = await send
             else:
                 leave = functools.partial(self._leave, request)
-                hedged = await hedge(request, asyncio.ensure_future(send), patience, leave, queuing=queuing)
+                hedged = await hedge(
+                    request, asyncio.ensure_future(send), patience, leave, on_wire, queuing=queuing
+                )
                 if not isinstance(hedged, UpstreamResponse):
-                    stall = None  # left: its stall still counts, its head or refusal decides
+                    left = True  # its stall still counts, its head or refusal decides
                     return hedged
                 response = hedged
         finally:
-            if stall is not None:
+            if stall is not None and not left:
                 stall.cancel()
-        if response.status < 400 and streamed:
-            self.patience.head(time.monotonic() - started)
+            on_wire.cancel()  # never written: nobody waits for it any more
+        if response.status < 400 and streamed and on_wire.done() and not on_wire.cancelled():
+            self.patience.head(loop.time() - on_wire.result())
         return response
 
     def _stalled(self, request: RoutedRequest, slot: Slot) -> None:

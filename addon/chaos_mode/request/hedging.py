@@ -10,8 +10,9 @@ refuses (assumed), so it rides above the limits until its verdict, and its place
 once. While z.ai queues, only probes are hedged, with their stall as the patience, and given up at once then:
 z.ai would serve a held probe only once a slot frees, keeping the requests after it waiting; its request waits
 for a slot within the limits. The patience is asked as the attempt waits, not once when it is sent: the first
-attempts go before any head was seen, when nobody knows it yet. Generic over the answer: the transport's,
-never read here.
+attempts go before any head was seen, when nobody knows it yet. It counts from when the attempt was written to
+z.ai (`on_wire`), not while a connection to z.ai is being opened: z.ai judges nothing before it has the
+request. Generic over the answer: the transport's, never read here.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from chaos_mode.request.routed import RoutedRequest
 from chaos_mode.routing.pool import Slot
 
 type Leave[A] = Callable[[Slot, asyncio.Future[A]], None]
-type Patience = Callable[[], float | None]  # seconds from sending; None: not known (yet)
+type Patience = Callable[[], float | None]  # seconds from writing; None: not known (yet)
 
 # While the patience is not known (no head seen yet, or z.ai queues), it is asked again this often.
 UNKNOWN_PATIENCE_RECHECK_SECONDS: Final = 0.1
@@ -40,12 +41,14 @@ async def hedge[A](
     sending: asyncio.Future[A],
     patience: Patience,
     leave: Leave[A],
+    on_wire: asyncio.Future[float],
     *,
     queuing: bool = False,
 ) -> A | Slot | None:
     """The attempt's answer, or the slot within the limits that came first (now held), or None when the
-    request ended meanwhile. `queuing`: z.ai queues (a probe is given up at its patience)."""
-    waiting = asyncio.ensure_future(_spare_after(request, sending, patience, queuing))
+    request ended meanwhile. `on_wire`: the loop's time when the attempt was written to z.ai, once it was.
+    `queuing`: z.ai queues (a probe is given up at its patience)."""
+    waiting = asyncio.ensure_future(_spare_after(request, sending, patience, on_wire, queuing))
     either: set[asyncio.Future[Any]] = {sending, waiting}
     try:
         while True:
@@ -73,9 +76,13 @@ async def hedge[A](
 
 
 async def _spare_after[A](
-    request: RoutedRequest, sending: asyncio.Future[A], patience: Patience, queuing: bool
+    request: RoutedRequest,
+    sending: asyncio.Future[A],
+    patience: Patience,
+    on_wire: asyncio.Future[float],
+    queuing: bool,
 ) -> Slot | None:
-    await _outwaited(patience)
+    await _outwaited(patience, await asyncio.shield(on_wire))
     if queuing and request.slot is not None and request.slot.probe is not None and not sending.done():
         await _close(sending)
         if not sending.cancelled():
@@ -86,10 +93,10 @@ async def _spare_after[A](
     return await request.spare_slot()
 
 
-async def _outwaited(patience: Patience) -> None:
-    """Return once the attempt has waited its patience, as known at each moment."""
+async def _outwaited(patience: Patience, sent: float) -> None:
+    """Return once the attempt written at `sent` (the loop's time) has waited its patience, as known at each
+    moment."""
     loop = asyncio.get_running_loop()
-    sent = loop.time()
     while True:
         seconds, waited = patience(), loop.time() - sent
         if seconds is not None and waited >= seconds:
