@@ -31,7 +31,7 @@ from chaos_mode.forwarding.upstream import (
     decode,
 )
 from chaos_mode.request.failover import Answer, judge, reject, settle, unreached
-from chaos_mode.request.hedging import Patience, fixed_patience, hedge
+from chaos_mode.request.hedging import Patience, Written, fixed_patience, hedge
 from chaos_mode.request.rate_limited import Reply
 from chaos_mode.request.routed import RoutedRequest
 from chaos_mode.routing.pool import Slot
@@ -212,19 +212,20 @@ class Forwarder:
         attempt was left for another, on another new connection, left in turn (a burst of 16 took 4 s)."""
         streamed, slot = request.message.stream, request.slot
         loop = asyncio.get_running_loop()
-        on_wire: asyncio.Future[float] = loop.create_future()  # when z.ai had it (the last time)
+        wire = Written()
         stall: asyncio.TimerHandle | None = None
 
         def written() -> None:
             nonlocal stall
-            if not on_wire.done():
-                on_wire.set_result(loop.time())
+            wire()
             if slot is None:
                 return
             request.written(slot)
             # A head held this long is a stall (z.ai queues the request): the pool hears it at once; the
             # request goes on (z.ai may be serving it). A verdict before then makes it a no-op.
-            if streamed and stall is None:
+            if streamed:
+                if stall is not None:
+                    stall.cancel()
                 stall = loop.call_later(self.patience.stall_after(), self._stalled, request, slot)
 
         method, target = incoming.method, incoming.target
@@ -245,7 +246,7 @@ class Forwarder:
             else:
                 leave = functools.partial(self._leave, request)
                 hedged = await hedge(
-                    request, asyncio.ensure_future(send), patience, leave, on_wire, queuing=queuing
+                    request, asyncio.ensure_future(send), patience, leave, wire, queuing=queuing
                 )
                 if not isinstance(hedged, UpstreamResponse):
                     left = True  # its stall still counts, its head or refusal decides
@@ -254,9 +255,8 @@ class Forwarder:
         finally:
             if stall is not None and not left:
                 stall.cancel()
-            on_wire.cancel()  # never written: nobody waits for it any more
-        if response.status < 400 and streamed and on_wire.done() and not on_wire.cancelled():
-            self.patience.head(loop.time() - on_wire.result())
+        if response.status < 400 and streamed and wire.at is not None:
+            self.patience.head(loop.time() - wire.at)
         return response
 
     def _stalled(self, request: RoutedRequest, slot: Slot) -> None:

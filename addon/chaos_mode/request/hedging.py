@@ -11,7 +11,7 @@ once. While z.ai queues, only probes are hedged, with their stall as the patienc
 z.ai would serve a held probe only once a slot frees, keeping the requests after it waiting; its request waits
 for a slot within the limits. The patience is asked as the attempt waits, not once when it is sent: the first
 attempts go before any head was seen, when nobody knows it yet. It counts from when the attempt was written to
-z.ai (`on_wire`), not while a connection to z.ai is being opened: z.ai judges nothing before it has the
+z.ai (`Written`), not while a connection to z.ai is being opened: z.ai judges nothing before it has the
 request. Generic over the answer: the transport's, never read here.
 """
 
@@ -31,6 +31,25 @@ type Patience = Callable[[], float | None]  # seconds from writing; None: not kn
 UNKNOWN_PATIENCE_RECHECK_SECONDS: Final = 0.1
 
 
+class Written:
+    """When an attempt was last written to z.ai (the loop's time; None: not yet). Written again when a kept
+    connection closed as the request came: the new connection's handshakes are not z.ai's judging either."""
+
+    def __init__(self) -> None:
+        self.at: float | None = None
+        self._event = asyncio.Event()
+
+    def __call__(self) -> None:
+        self.at = asyncio.get_running_loop().time()
+        self._event.set()
+
+    async def wait(self) -> float:
+        """The time it was last written, once it was."""
+        await self._event.wait()
+        assert self.at is not None
+        return self.at
+
+
 def fixed_patience(seconds: float) -> Patience:
     """A patience that is `seconds`, whatever is learned meanwhile."""
     return lambda: seconds
@@ -41,14 +60,14 @@ async def hedge[A](
     sending: asyncio.Future[A],
     patience: Patience,
     leave: Leave[A],
-    on_wire: asyncio.Future[float],
+    written: Written,
     *,
     queuing: bool = False,
 ) -> A | Slot | None:
     """The attempt's answer, or the slot within the limits that came first (now held), or None when the
-    request ended meanwhile. `on_wire`: the loop's time when the attempt was written to z.ai, once it was.
-    `queuing`: z.ai queues (a probe is given up at its patience)."""
-    waiting = asyncio.ensure_future(_spare_after(request, sending, patience, on_wire, queuing))
+    request ended meanwhile. `written`: when the attempt was written to z.ai. `queuing`: z.ai queues (a
+    probe is given up at its patience)."""
+    waiting = asyncio.ensure_future(_spare_after(request, sending, patience, written, queuing))
     either: set[asyncio.Future[Any]] = {sending, waiting}
     try:
         while True:
@@ -79,10 +98,10 @@ async def _spare_after[A](
     request: RoutedRequest,
     sending: asyncio.Future[A],
     patience: Patience,
-    on_wire: asyncio.Future[float],
+    written: Written,
     queuing: bool,
 ) -> Slot | None:
-    await _outwaited(patience, await asyncio.shield(on_wire))
+    await _outwaited(patience, written)
     if queuing and request.slot is not None and request.slot.probe is not None and not sending.done():
         await _close(sending)
         if not sending.cancelled():
@@ -93,12 +112,12 @@ async def _spare_after[A](
     return await request.spare_slot()
 
 
-async def _outwaited(patience: Patience, sent: float) -> None:
-    """Return once the attempt written at `sent` (the loop's time) has waited its patience, as known at each
+async def _outwaited(patience: Patience, written: Written) -> None:
+    """Return once the attempt has waited its patience since it was (last) written, as known at each
     moment."""
     loop = asyncio.get_running_loop()
     while True:
-        seconds, waited = patience(), loop.time() - sent
+        seconds, waited = patience(), loop.time() - await written.wait()
         if seconds is not None and waited >= seconds:
             return
         await asyncio.sleep(UNKNOWN_PATIENCE_RECHECK_SECONDS if seconds is None else seconds - waited)
