@@ -267,6 +267,7 @@ def test_short_run_of_the_field_shapes(tmp_path: Path) -> None:
     args = [
         "--field", "filtered,queuing,soft", "--agents", "5", "--requests", "3", "--latency-ms", "40",
         "--tokens", "4", "--token-interval-ms", "10", "--reject-delay-ms", "100", "--json", str(json_path),
+        "--rtt-ms", "20",  # z.ai a little away: the proxy reaches it through devtools.distance
     ]  # fmt: skip
     result = run_module("chaos_mode.bench", *args, timeout=150)
     doc = json.loads(json_path.read_text(encoding="utf-8"))
@@ -285,6 +286,7 @@ def test_short_run_of_the_field_shapes(tmp_path: Path) -> None:
     assert soft["ideal"]["queueSeconds"] >= soft["ideal"]["seconds"]  # an ideal proxy, never under LB
     for preset in doc["presets"]:
         assert preset["completed"] >= preset["requests"] - 1 and preset["samples"]
+        assert preset["workload"]["rttMs"] == 20
         assert {"learned", "cooled", "convergence", "refusalReasons", "upstreamPer50"} <= set(preset)
     text = render_field(doc)
     assert "filtered: agent 0 (filtered) got HTTP" in text and "filtered-twin" in text

@@ -100,6 +100,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--field-deadline", type=float, default=150.0, help="seconds one field preset may take (default 150)"
     )
+    p.add_argument(
+        "--rtt-ms",
+        type=float,
+        default=0.0,
+        help="field presets: z.ai this far from the proxy, a round trip on every handshake and byte "
+        "(devtools.distance; default 0: loopback)",
+    )
     p.add_argument("--seed", type=int, help="workload seed (default 1)")
     p.add_argument(
         "--max-attempts", type=int, default=60, help="attempts per request before an agent gives up"
@@ -179,6 +186,7 @@ def field_options(args: argparse.Namespace, argv: Sequence[str]) -> FieldOptions
         max_attempts=args.max_attempts,
         deadline=args.field_deadline,
         twins=args.twins,
+        rtt=args.rtt_ms / 1000,
         command=shlex.join(["python", "-m", "chaos_mode.bench", *argv]),
     )
 

@@ -6,9 +6,10 @@ the makespan against the lower bound of the true (clean) limits; then the preset
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -28,6 +29,7 @@ from chaos_mode.bench.run import Log, bound_doc, document_head, run_through, sta
 from chaos_mode.bench.sampler import rebase, sampling, stall_figures
 from chaos_mode.bench.swarm import FilteredAgent, SwarmProgress
 from chaos_mode.bench.workload import Workload, make_workload
+from chaos_mode.devtools.distance import DistantPort
 from chaos_mode.sim import SimProcess
 
 # The simulator's settings a field document keeps as the truth of its run.
@@ -46,6 +48,7 @@ class FieldOptions:
     max_attempts: int = 60
     deadline: float = 150.0  # seconds one preset's swarm may take before it is stopped
     twins: bool = True  # run each preset's twin after it
+    rtt: float = 0.0  # seconds: z.ai this far from the proxy (devtools.distance); 0: loopback
     command: str = ""
 
 
@@ -55,6 +58,16 @@ def without_agent(workload: Workload, agent: int | None) -> Workload:
         return workload
     agents = tuple(() if index == agent else requests for index, requests in enumerate(workload.agents))
     return dataclasses.replace(workload, agents=agents)
+
+
+@contextlib.asynccontextmanager
+async def _at_distance(sim: SimProcess, rtt: float) -> AsyncIterator[str]:
+    """The URL the proxy reaches the simulator by: itself, or a relay `rtt` seconds away from it."""
+    if rtt <= 0:
+        yield sim.base_url
+        return
+    async with DistantPort(sim.port, rtt) as far:
+        yield f"http://127.0.0.1:{far.port}"
 
 
 async def run_preset(
@@ -72,13 +85,14 @@ async def run_preset(
     log(
         f"field {preset.name}: {preset.description}; {workload.size} requests "
         f"({workload.spec.agents} agents x {workload.spec.requests}), LB {planned.seconds:.2f} s "
-        f"({planned.binding})"
+        f"({planned.binding})" + (f"; z.ai {options.rtt * 1000:g} ms away" if options.rtt > 0 else "")
     )
     filtered = None if preset.filtered_agent is None else FilteredAgent(preset.filtered_agent, FILTER_PHRASE)
     progress = SwarmProgress()
     async with (
         SimProcess(settings) as sim,
-        start_proxy(sim.base_url, PROXY) as proxy,
+        _at_distance(sim, options.rtt) as zai,
+        start_proxy(zai, PROXY) as proxy,
         sampling(proxy.status_url, preset.sample_seconds) as samples,
         asyncio.timeout(options.deadline),
     ):
@@ -111,7 +125,7 @@ async def run_preset(
     waits: dict[str, Any] = run.sim_stats.get("zaiWaits") or {}
     slots = [{"at": round(c.start, 3), "models": dict(c.models), "account": c.account} for c in timeline]
     summary.update(
-        workload=workload_doc(workload, options),
+        workload={**workload_doc(workload, options), "rttMs": round(options.rtt * 1000, 1)},
         ideal={
             **bound_doc(bound),
             "plannedSeconds": round(planned.seconds, 3),
