@@ -4,6 +4,7 @@ the swarm, and a short real run through mitmdump."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 from pathlib import Path
@@ -22,7 +23,14 @@ from chaos_mode.bench.field import (
 )
 from chaos_mode.bench.field_report import render_field
 from chaos_mode.bench.field_run import compare_with_twin, without_agent
-from chaos_mode.bench.swarm import Answer, FilteredAgent, RequestRecord, SwarmOptions, run_swarm
+from chaos_mode.bench.swarm import (
+    Answer,
+    FilteredAgent,
+    RequestRecord,
+    SwarmOptions,
+    prompt_text,
+    run_swarm,
+)
 from chaos_mode.bench.workload import ZAI_DEFAULT_MODELS, WorkloadSpec, make_workload
 from chaos_mode.sim import Lengths, SimServer, SimSettings, default_limits
 from support.run import run_module
@@ -101,6 +109,28 @@ def test_the_realistic_preset_has_heads_with_the_first_token_and_heavy_tailed_an
     assert max(tokens) > 4 * statistics.median(tokens) and max(tokens) <= 130
     longest = max(v for k, v in bound.terms.items() if k.startswith("agent "))
     assert bound.binding == "heavy+medium+light" and longest > 0.6 * bound.seconds  # long chains, not binding
+
+
+def test_the_prompts_preset_is_realistic_with_prompts_whose_prefill_grows_with_their_size() -> None:
+    workload, settings, _ = bound_of("prompts")
+    realistic, _, _ = bound_of("realistic")
+    assert settings.head_with_first_token
+    sizes = [r.prompt_tokens for r in workload.requests]
+    assert statistics.mean(sizes) == pytest.approx(10_000, rel=0.15)
+    assert max(sizes) > 4 * statistics.median(sizes)
+    for prompted, plain in zip(workload.requests, realistic.requests, strict=True):
+        # the same draws as realistic's, then the prompt: its prefill comes on top of the time to first token
+        assert prompted.output_tokens == plain.output_tokens and prompted.tier == plain.tier
+        assert prompted.latency_ms == pytest.approx(plain.latency_ms + prompted.prompt_tokens / 10, abs=0.1)
+    assert {r.prompt_tokens for r in realistic.requests} == {0}  # no prompt asked for, none drawn
+
+
+def test_a_request_s_prompt_grows_four_bytes_a_token() -> None:
+    spec = WorkloadSpec(agents=1, requests=1, prompt_tokens=1000, prompt_lengths=Lengths("fixed"))
+    (request,) = make_workload(spec).agents[0]
+    assert request.prompt_tokens == 1000
+    plain = dataclasses.replace(request, prompt_tokens=0)
+    assert len(prompt_text(request)) - len(prompt_text(plain)) == 1 + 4 * 1000
 
 
 def test_the_noisy_and_filtered_presets_have_twins_without_their_shape() -> None:

@@ -197,6 +197,22 @@ PRESETS: Final[dict[str, FieldPreset]] = {
             shapes={"head_with_first_token": True},
             workload={"latency_ms": 800.0, "lengths": Lengths("lognormal", sigma=1.0, cap=130)},
         ),
+        FieldPreset(
+            "prompts",
+            "realistic's, with prompts of heavy-tailed sizes (lognormal, sigma 0.8, mean 10,000 tokens, cap "
+            "60,000) whose first token comes 0.1 s later per 1000 tokens (z.ai reads the prompt first)",
+            agents=60,
+            requests=6,
+            limits={"glm-4.7": 2, "glm-4.5-air": 3, "glm-4.5": 12},
+            shapes={"head_with_first_token": True},
+            workload={
+                "latency_ms": 800.0,
+                "lengths": Lengths("lognormal", sigma=1.0, cap=130),
+                "prompt_tokens": 10_000,
+                "prompt_lengths": Lengths("lognormal", sigma=0.8, cap=60_000),
+                "prefill_ms_per_1k": 100.0,
+            },
+        ),
     )
 }
 

@@ -165,8 +165,10 @@ class SwarmOptions:
         return self.filtered.attempts if self.filtered and self.is_filtered(agent) else self.max_attempts
 
 
-def _prompt(request: Request) -> str:
-    return f"agent {request.agent}, step {request.index}: continue the refactoring of module {request.agent}"
+def prompt_text(request: Request) -> str:
+    """What an agent asks: a line naming its step, and its prompt's size in filler (4 bytes a token)."""
+    text = f"agent {request.agent}, step {request.index}: continue the refactoring of module {request.agent}"
+    return text + " " + "code" * request.prompt_tokens if request.prompt_tokens else text
 
 
 def _message_body(request: Request, model: str, system: str) -> dict[str, object]:
@@ -175,7 +177,7 @@ def _message_body(request: Request, model: str, system: str) -> dict[str, object
         "max_tokens": 1024,
         "stream": True,
         "system": system,
-        "messages": [{"role": "user", "content": _prompt(request)}],
+        "messages": [{"role": "user", "content": prompt_text(request)}],
     }
 
 
@@ -187,7 +189,7 @@ def _chat_body(request: Request, model: str, system: str) -> dict[str, object]:
         "stream_options": {"include_usage": True},
         "messages": [
             {"role": "system", "content": system},
-            {"role": "user", "content": _prompt(request)},
+            {"role": "user", "content": prompt_text(request)},
         ],
     }
 

@@ -71,6 +71,7 @@ class Request:
     latency_ms: float
     output_tokens: int
     token_interval_ms: float
+    prompt_tokens: int = 0  # the prompt's size beyond the short default one (the body grows 4 bytes each)
 
     @property
     def service_seconds(self) -> float:
@@ -96,6 +97,11 @@ class WorkloadSpec:
     seed: int = 1
     # Not fixed: output tokens drawn from this law instead of spread evenly (jitter: the latency only).
     lengths: Lengths = field(default_factory=Lengths)
+    # Prompts: mean size in tokens (0: the short default), drawn from `prompt_lengths`; each 1000 tokens add
+    # `prefill_ms_per_1k` to the time to first token (z.ai reads the prompt first).
+    prompt_tokens: int = 0
+    prompt_lengths: Lengths = field(default_factory=Lengths)
+    prefill_ms_per_1k: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +145,9 @@ def make_workload(spec: WorkloadSpec) -> Workload:
     if not 0 <= spec.jitter < 1:
         raise ValueError(f"jitter must be in [0, 1), got {spec.jitter}")
     spec.lengths.validate()
+    spec.prompt_lengths.validate()
+    if spec.prompt_tokens < 0 or spec.prefill_ms_per_1k < 0:
+        raise ValueError("prompt_tokens and prefill_ms_per_1k must be >= 0")
     rng = random.Random(spec.seed)
     weights = spec.mix.weights()
 
@@ -150,19 +159,26 @@ def make_workload(spec: WorkloadSpec) -> Workload:
             return spec.lengths.draw(spec.output_tokens, rng)
         return max(1, round(spread(spec.output_tokens))) if spec.output_tokens else 0
 
+    prompts = random.Random(f"prompts-{spec.seed}")  # apart: the rest of the workload is as without prompts
+
+    def prompt() -> int:
+        return spec.prompt_lengths.draw(spec.prompt_tokens, prompts) if spec.prompt_tokens else 0
+
     agents = []
     for agent in range(spec.agents):
         requests = []
         for index in range(spec.requests):
             tier = rng.choices(REQUEST_TIERS, weights)[0]
+            latency, output, size = spread(spec.latency_ms), tokens(), prompt()
             requests.append(
                 Request(
                     agent=agent,
                     index=index,
                     tier=tier,
-                    latency_ms=round(spread(spec.latency_ms), 1),
-                    output_tokens=tokens(),
+                    latency_ms=round(latency + size / 1000 * spec.prefill_ms_per_1k, 1),
+                    output_tokens=output,
                     token_interval_ms=spec.token_interval_ms,
+                    prompt_tokens=size,
                 )
             )
         agents.append(tuple(requests))
