@@ -4,10 +4,13 @@ when its wait is a stall."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from chaos_mode.forwarding.head_patience import (
     EARLY_FLOOR_SECONDS,
     ENOUGH,
+    FACTOR,
     FLOOR_SECONDS,
     KEEP,
     QUEUE_MEMORY_SECONDS,
@@ -78,3 +81,37 @@ def test_a_stall_is_measured_against_z_ai_s_quickest_heads_however_many_it_holds
     for index in range(KEEP):
         held.head(0.05 if index % 4 == 0 else 0.9)  # three heads in four held (under the stall itself)
     assert held.stall_after() == STALL_FLOOR_SECONDS
+
+
+def test_a_larger_prompt_is_waited_for_as_its_prefill_would_take() -> None:
+    """Heads with the first token come after the prompt was read: here z.ai's fixed 0.3 s and 0.1 s per
+    1000 bytes. A prompt four times the largest seen gets the patience its own head needs (the part of each
+    recent head above the quickest, stretched); no smaller prompt is shortened below the sizes' own."""
+    patience = HeadPatience()
+    for size in range(1000, 9000, 500):  # 16 heads of prompts of 1000 to 8500 bytes
+        patience.head(0.3 + 0.1 * size / 1000, size)
+    plain = patience.seconds()
+    big = 4 * 8500
+    own_head = 0.3 + 0.1 * big / 1000
+    assert plain is not None and plain < own_head  # read without sizes: a head this late is a refusal
+    assert (patience.seconds(big) or 0) >= FACTOR * own_head * 0.75  # read with them: it is not
+    assert patience.stall_after(big) > own_head  # nor a stall
+    assert patience.seconds(500) == plain and patience.stall_after(500) == patience.stall_after()
+
+
+@given(
+    heads=st.lists(
+        st.tuples(st.floats(0, 10), st.one_of(st.none(), st.integers(0, 10**7))), min_size=1, max_size=KEEP
+    ),
+    sizes=st.lists(st.integers(0, 10**8), min_size=2, max_size=2),
+)
+def test_patience_and_stall_never_fall_as_the_prompt_grows(
+    heads: list[tuple[float, int | None]], sizes: list[int]
+) -> None:
+    patience = HeadPatience()
+    for seconds, size in heads:
+        patience.head(seconds, size)
+    small, large = sorted(sizes)
+    assert (patience.seconds(large) or 0) >= (patience.seconds(small) or 0)
+    assert patience.stall_after(large) >= patience.stall_after(small)
+    assert (patience.seconds(small) or 0) >= (patience.seconds(None) or 0) or patience.seconds() is None

@@ -211,6 +211,7 @@ class Forwarder:
         nothing of its verdict. Counted from before, every new connection's head was late at 150 ms: each
         attempt was left for another, on another new connection, left in turn (a burst of 16 took 4 s)."""
         streamed, slot = request.message.stream, request.slot
+        size = len(body)  # a larger prompt's head comes later (`head_patience`)
         loop = asyncio.get_running_loop()
         wire = Written()
         stall: asyncio.TimerHandle | None = None
@@ -226,18 +227,20 @@ class Forwarder:
             if streamed:
                 if stall is not None:
                     stall.cancel()
-                stall = loop.call_later(self.patience.stall_after(), self._stalled, request, slot)
+                stall = loop.call_later(self.patience.stall_after(size), self._stalled, request, slot)
 
         method, target = incoming.method, incoming.target
         send = self.clients.send(destination, method, target, headers, body, written=written)
         queuing = streamed and self.patience.leaves_none()  # z.ai queues: no attempt is left
-        patience: Patience | None = self.patience.seconds if streamed and not queuing else None
+        patience: Patience | None = (
+            functools.partial(self.patience.seconds, size) if streamed and not queuing else None
+        )
         if queuing and slot is not None and slot.probe is not None:
             # A probe z.ai holds past its stall found no room above the limit, and z.ai would serve it only
             # once a slot frees, keeping what comes after it waiting. So it is given up then (`hedging`),
             # its request waiting for a slot. Until then, a slot of its limit that frees is the probe's:
             # z.ai serves it there, and would hold the next request instead.
-            patience = fixed_patience(self.patience.stall_after())
+            patience = fixed_patience(self.patience.stall_after(size))
             request.queued(slot)
         left = False
         try:
@@ -256,7 +259,7 @@ class Forwarder:
             if stall is not None and not left:
                 stall.cancel()
         if response.status < 400 and streamed and wire.at is not None:
-            self.patience.head(loop.time() - wire.at)
+            self.patience.head(loop.time() - wire.at, size)
         return response
 
     def _stalled(self, request: RoutedRequest, slot: Slot) -> None:

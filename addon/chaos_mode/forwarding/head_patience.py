@@ -9,6 +9,14 @@ recent heads, at least `FLOOR_SECONDS`: z.ai may hold most heads when it queues,
 held: z.ai queues it instead of refusing, which says a limit was passed as a 1302 does. A head that comes
 after its stall says z.ai queues: for `QUEUE_MEMORY_SECONDS` no attempt is left (leaving a held request
 would throw away what z.ai is about to serve), and such heads never count among the recent ones.
+
+**A larger prompt takes longer.** When z.ai sends a head with its first token, the head comes after the
+prompt was read (prefill), which grows with the prompt. So each recent head is kept with its request's size,
+and an attempt larger than a head's request has that head counted as it would be for its own size: the part
+above z.ai's quickest recent head (network and z.ai's fixed delay) stretched by the ratio of the sizes, never
+shrunk for a smaller one. Without it, with prompts of heavy-tailed sizes (`realistic`'s timing, time to first
+token 0.1 s per 1000 tokens), the largest prompts' heads read as stalls: glm-4.5 learned 8 on a true 12
+("stall at 9 in flight"), and 7 prompts were served twice (left as refused, accepted after all).
 """
 
 from __future__ import annotations
@@ -43,23 +51,35 @@ class HeadPatience:
     def __init__(self, fixed: float | None = None, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._fixed = fixed
         self._clock = clock
-        self._heads: deque[float] = deque(maxlen=KEEP)
+        self._heads: deque[tuple[float, int | None]] = deque(maxlen=KEEP)  # (seconds, request's size)
         self._queued_at = -float("inf")
 
-    def head(self, seconds: float) -> None:
-        """A clean answer's head came `seconds` after its request was sent."""
-        if seconds >= self.stall_after():
+    def head(self, seconds: float, size: int | None = None) -> None:
+        """A clean answer's head came `seconds` after its request (of `size` bytes, if known) was sent."""
+        if seconds >= self.stall_after(size):
             self._queued_at = self._clock()  # z.ai held it, then served it: it queues
             return
-        self._heads.append(max(seconds, 0.0))
+        self._heads.append((max(seconds, 0.0), size))
 
-    def _patience(self) -> float | None:
+    def _heads_for(self, size: int | None) -> list[float]:
+        """The recent heads, sorted, each as it would be for a request of `size` (module docstring)."""
+        if size is None:
+            return sorted(seconds for seconds, _ in self._heads)
+        quickest = min(seconds for seconds, _ in self._heads)
+        return sorted(
+            seconds
+            if theirs is None or size <= theirs
+            else quickest + (seconds - quickest) * size / max(theirs, 1)
+            for seconds, theirs in self._heads
+        )
+
+    def _patience(self, size: int | None) -> float | None:
         if self._fixed is not None:
             return self._fixed
         if not self._heads:
             return None
         floor = FLOOR_SECONDS if len(self._heads) >= ENOUGH else EARLY_FLOOR_SECONDS
-        heads = sorted(self._heads)
+        heads = self._heads_for(size)
         return max(floor, FACTOR * heads[int(QUANTILE * (len(heads) - 1))])
 
     def queues(self) -> bool:
@@ -70,13 +90,15 @@ class HeadPatience:
         """Whether no attempt is left now: z.ai queues (and the patience is not fixed)."""
         return self._fixed is None and self.queues()
 
-    def seconds(self) -> float | None:
-        """How long to wait for a head before an attempt may be left; None: wait for it."""
-        return None if self.leaves_none() else self._patience()
+    def seconds(self, size: int | None = None) -> float | None:
+        """How long to wait for the head of a request of `size` bytes (None: unknown) before its attempt
+        may be left; None: wait for it."""
+        return None if self.leaves_none() else self._patience(size)
 
-    def stall_after(self) -> float:
-        """How long a head may be held before the attempt counts as stalled."""
+    def stall_after(self, size: int | None = None) -> float:
+        """How long the head of a request of `size` bytes (None: unknown) may be held before the attempt
+        counts as stalled."""
         if not self._heads:
             return STALL_FACTOR * EARLY_FLOOR_SECONDS  # nothing known yet: a wide margin
-        heads = sorted(self._heads)
+        heads = self._heads_for(size)
         return max(STALL_FACTOR * heads[int(STALL_QUANTILE * (len(heads) - 1))], STALL_FLOOR_SECONDS)
