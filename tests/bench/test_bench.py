@@ -418,6 +418,7 @@ def test_parse_presets() -> None:
         "filtered",
         "halved",
         "realistic",
+        "prompts",
     ]
     with pytest.raises(ValueError, match="unknown field preset"):
         parse_presets("lower,fastest")

@@ -44,7 +44,7 @@ def bound_of(name: str) -> tuple[Any, Any, Any]:
     return workload, settings, field_bound(served, true_timeline(planned_changes(settings), settings.refuse))
 
 
-@pytest.mark.parametrize("name", ["noisy", "soft", "queuing", "filtered", "halved", "realistic"])
+@pytest.mark.parametrize("name", ["noisy", "soft", "queuing", "filtered", "halved", "realistic", "prompts"])
 def test_every_shape_preset_is_a_field_run_of_at_least_40_agents_and_6_requests(name: str) -> None:
     workload, settings, bound = bound_of(name)
     assert workload.spec.agents >= 40 and workload.spec.requests >= 6
