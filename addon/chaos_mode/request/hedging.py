@@ -33,7 +33,10 @@ UNKNOWN_PATIENCE_RECHECK_SECONDS: Final = 0.1
 
 class Written:
     """When an attempt was last written to z.ai (the loop's time; None: not yet). Written again when a kept
-    connection closed as the request came: the new connection's handshakes are not z.ai's judging either."""
+    connection closed as the request came, on a new one: the patience is read against the last writing at
+    each wake, so a patience that runs out during the new connection's handshakes still ends the wait (a
+    rare case: z.ai closing a kept connection just as a request came); its stall and head time count from
+    the last writing."""
 
     def __init__(self) -> None:
         self.at: float | None = None
