@@ -3,6 +3,8 @@ when its wait is a stall."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -97,6 +99,20 @@ def test_a_larger_prompt_is_waited_for_as_its_prefill_would_take() -> None:
     assert (patience.seconds(big) or 0) >= FACTOR * own_head * 0.75  # read with them: it is not
     assert patience.stall_after(big) > own_head  # nor a stall
     assert patience.seconds(500) == plain and patience.stall_after(500) == patience.stall_after()
+
+
+def test_heads_sent_at_once_give_a_large_prompt_no_more_patience() -> None:
+    """Heads that come at once say nothing of the prompt's size: their times (jitter of 0.05 s) do not grow
+    with it, and a prompt ten times the largest seen is waited for about as long as any (stretched in
+    proportion instead, the jitter would have been stretched tenfold)."""
+    rng = random.Random(1)
+    patience = HeadPatience()
+    for _ in range(KEEP):
+        patience.head(0.05 + 0.05 * rng.random(), rng.randrange(1_000, 100_000))
+    assert patience.seconds_per_byte() < 1e-7
+    big = 1_000_000
+    assert (patience.seconds(big) or 0) < 1.2 * (patience.seconds() or 0) + 0.1
+    assert patience.stall_after(big) < 1.2 * patience.stall_after() + 0.1
 
 
 @given(

@@ -12,11 +12,14 @@ would throw away what z.ai is about to serve), and such heads never count among 
 
 **A larger prompt takes longer.** When z.ai sends a head with its first token, the head comes after the
 prompt was read (prefill), which grows with the prompt. So each recent head is kept with its request's size,
-and an attempt larger than a head's request has that head counted as it would be for its own size: the part
-above z.ai's quickest recent head (network and z.ai's fixed delay) stretched by the ratio of the sizes, never
-shrunk for a smaller one. Without it, with prompts of heavy-tailed sizes (`realistic`'s timing, time to first
-token 0.1 s per 1000 tokens), the largest prompts' heads read as stalls: glm-4.5 learned 8 on a true 12
-("stall at 9 in flight"), and 7 prompts were served twice (left as refused, accepted after all).
+the recent heads give how much later a head comes per byte of request (Theil-Sen: the median of the slopes
+between pairs of heads, never below 0, so robust to a quarter of odd heads and to time that has nothing to do
+with the size), and for an attempt larger than a head's request, that head counts as it would for the
+attempt's size: that much later per byte more; never earlier for a smaller one. Heads sent at once (no
+prefill in them) give a slope of about 0 and nothing changes. Without it, with prompts of heavy-tailed sizes
+(`prompts` in the field benchmark), the largest prompts' heads read as stalls and refusals: limits fell below
+the truth ("stall at 3 in flight" on a true 3) and prompts were served twice (left as refused, accepted
+after all).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ STALL_FACTOR: Final = 4.0  # a head held this many times z.ai's quickest heads i
 STALL_QUANTILE: Final = 0.1  # z.ai's quickest heads: those of requests it did not hold (it may hold most)
 STALL_FLOOR_SECONDS: Final = FLOOR_SECONDS  # never a stall sooner: as for the patience
 QUEUE_MEMORY_SECONDS: Final = 60.0  # no attempt is left this long after z.ai was seen to queue
+SLOPE_EVERY: Final = 8  # new heads before the seconds per byte are worked out again
 
 
 class HeadPatience:
@@ -52,6 +56,8 @@ class HeadPatience:
         self._fixed = fixed
         self._clock = clock
         self._heads: deque[tuple[float, int | None]] = deque(maxlen=KEEP)  # (seconds, request's size)
+        self._slope: float | None = None  # seconds per byte (module docstring); None: not worked out yet
+        self._new_heads = 0  # since the slope was worked out
         self._queued_at = -float("inf")
 
     def head(self, seconds: float, size: int | None = None) -> None:
@@ -60,16 +66,30 @@ class HeadPatience:
             self._queued_at = self._clock()  # z.ai held it, then served it: it queues
             return
         self._heads.append((max(seconds, 0.0), size))
+        self._new_heads += 1
+
+    def seconds_per_byte(self) -> float:
+        """How much later a head comes per byte of request, from the recent heads (module docstring). Worked
+        out again every `SLOPE_EVERY` heads (about 70 us each time, for `KEEP` heads)."""
+        if self._slope is None or self._new_heads >= SLOPE_EVERY:
+            self._new_heads = 0
+            sized = [(size, seconds) for seconds, size in self._heads if size is not None]
+            slopes = sorted(
+                (h2 - h1) / (s2 - s1)
+                for i, (s1, h1) in enumerate(sized)
+                for s2, h2 in sized[i + 1 :]
+                if s2 != s1
+            )
+            self._slope = max(0.0, slopes[len(slopes) // 2]) if slopes else 0.0
+        return self._slope
 
     def _heads_for(self, size: int | None) -> list[float]:
         """The recent heads, sorted, each as it would be for a request of `size` (module docstring)."""
         if size is None:
             return sorted(seconds for seconds, _ in self._heads)
-        quickest = min(seconds for seconds, _ in self._heads)
+        slope = self.seconds_per_byte()
         return sorted(
-            seconds
-            if theirs is None or size <= theirs
-            else quickest + (seconds - quickest) * size / max(theirs, 1)
+            seconds + slope * max(0, size - theirs) if theirs is not None else seconds
             for seconds, theirs in self._heads
         )
 
