@@ -628,6 +628,39 @@ async def test_the_patience_counts_from_when_z_ai_has_the_request_not_while_a_co
     assert rig.pool.in_flight() == 0
 
 
+async def test_a_large_prompt_is_waited_for_as_long_as_its_head_takes_for_its_size(
+    make_rig: Callable[..., Awaitable[Rig]],
+) -> None:
+    """z.ai sends each head after reading the prompt: 10 ms and 20 us per byte. Heads of prompts of 1-8 KB
+    make the patience 0.25 s; a prompt of 40 KB, whose head comes after 0.8 s, is still waited for (the other
+    model's slot is free all along: read against the small prompts' heads, it would have been left there)."""
+
+    async def reads_the_prompt(
+        n: int, raw: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        await asyncio.sleep(0.01 + 2e-5 * len(raw))
+        await sse_answer(2, raw, reader, writer)
+
+    def prompt(size: int) -> bytes:
+        message = {"role": "user", "content": "x" * size}
+        return json.dumps(
+            {"model": "claude-opus-4-5", "max_tokens": 64, "stream": True, "messages": [message]}
+        ).encode()
+
+    rig = await make_rig(reads_the_prompt, routing=TWO_HEAVY)
+    async with asyncio.timeout(4 * WAIT):
+        for size in range(1000, 9000, 1000):
+            small = rig.routed(prompt(size))
+            assert (await rig.send(small)).status_code == 200
+            small.finish("ok")
+        assert rig.forwarder.patience.seconds() == pytest.approx(0.25)
+        large = rig.routed(prompt(40_000))
+        response = await rig.send(large)
+    assert response.status_code == 200 and len(large.tried) == 1
+    large.finish("ok")
+    assert rig.pool.in_flight() == 0
+
+
 async def test_an_attempt_left_without_a_verdict_gives_its_slot_back_in_bounded_time(
     make_rig: Callable[..., Awaitable[Rig]], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -70,8 +70,10 @@ class HeadPatience:
 
     def seconds_per_byte(self) -> float:
         """How much later a head comes per byte of request, from the recent heads (module docstring). Worked
-        out again every `SLOPE_EVERY` heads (about 70 us each time, for `KEEP` heads)."""
-        if self._slope is None or self._new_heads >= SLOPE_EVERY:
+        out again after each new head until `KEEP` are kept, then every `SLOPE_EVERY` (about 70 us each time,
+        for `KEEP` heads): a slope from the first few heads must not stand for long."""
+        filling = self._new_heads > 0 and len(self._heads) < KEEP
+        if self._slope is None or filling or self._new_heads >= SLOPE_EVERY:
             self._new_heads = 0
             sized = [(size, seconds) for seconds, size in self._heads if size is not None]
             slopes = sorted(
