@@ -62,7 +62,7 @@ class _Side:
     name: str
     model: str
     relay: DistantPort
-    proxy: ProxyProcess | None = None
+    proxy: ProxyProcess
     fresh_ms: list[float] = field(default_factory=list)
     burst_ms: list[float] = field(default_factory=list)
     connections: list[int] = field(default_factory=list)
@@ -72,7 +72,6 @@ class _Side:
 async def _first_tokens(side: _Side, count: int, *, at_once: bool) -> list[float]:
     """Seconds to the first token of `count` requests, each on a new client connection (one client, keeping
     no connection: a client made per request would cost the bench its TLS context each time)."""
-    assert side.proxy is not None
     body = small_body(side.model, stream=True)
     limits = httpx.Limits(max_connections=count, max_keepalive_connections=0)
     async with httpx.AsyncClient(base_url=side.proxy.url, timeout=30.0, limits=limits) as client:
@@ -142,11 +141,10 @@ async def measure_distance(options: DistanceOptions, log: Callable[[str], None] 
                 for name in SIDES:
                     model = PLAIN_MODEL if name == "plain" else ADDON_MODEL
                     relay = await stack.enter_async_context(DistantPort(sim.port, rtt))
-                    side = _Side(name, model, relay)
-                    side.proxy = _proxy(name, relay, certs.ca, Path(tmp))
+                    side = _Side(name, model, relay, _proxy(name, relay, certs.ca, Path(tmp)))
                     stack.push_async_callback(asyncio.to_thread, side.proxy.stop)
                     sides.append(side)
-                await asyncio.gather(*(asyncio.to_thread(s.proxy.start) for s in sides if s.proxy))
+                await asyncio.gather(*(asyncio.to_thread(s.proxy.start) for s in sides))
                 for side in sides:  # warm: certificates made, the forwarder's first connection opened
                     await _first_tokens(side, 1, at_once=False)
                 for round_ in range(options.rounds):
