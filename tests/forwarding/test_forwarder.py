@@ -661,6 +661,85 @@ async def test_a_large_prompt_is_waited_for_as_long_as_its_head_takes_for_its_si
     assert rig.pool.in_flight() == 0
 
 
+async def test_a_left_attempt_served_after_its_stall_says_z_ai_queues(
+    make_rig: Callable[..., Awaitable[Rig]],
+) -> None:
+    """A left attempt whose head z.ai sends long after its stall was held, then served: z.ai queues, and
+    from then on no attempt is left (each would be served twice). Heard only from attempts not left, a
+    swarm's first burst, whose held attempts are all left, went on being served twice for seconds."""
+    serve_now = asyncio.Event()
+
+    async def hold_first(
+        n: int, raw: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        if n == 1:
+            await serve_now.wait()
+        await sse_answer(2, raw, reader, writer)
+
+    rig = await make_rig(hold_first, routing=TWO_HEAVY)
+    patience = rig.forwarder.patience
+    for _ in range(8):
+        patience.head(0.01)  # heads come at once: the patience and the stall are 0.25 s
+    occupant = rig.pool.try_acquire(Ticket("heavy"))
+    assert occupant is not None and occupant.model == "h2"
+    request = rig.routed()
+    async with asyncio.timeout(WAIT):
+        sending = await rig.sent(request)
+        rig.pool.release(occupant)
+        assert (await sending).status_code == 200 and request.tried == ["h1", "h2"]
+        request.finish("ok")
+        await asyncio.sleep(0.3)
+        assert not patience.queues()
+        serve_now.set()  # z.ai serves the held attempt 0.6 s after it came, past its stall
+        while rig.pool.in_flight("h1"):
+            await asyncio.sleep(0.01)
+    assert patience.queues() and patience.seconds() is None
+    assert rig.pool.in_flight() == 0
+
+
+async def test_an_attempt_left_before_z_ai_was_seen_to_queue_is_closed_once_it_is_not_served_twice(
+    make_rig: Callable[..., Awaitable[Rig]],
+) -> None:
+    """A regular attempt left while z.ai's queuing was not known (a swarm's first burst) is one z.ai holds
+    and would serve once a slot frees: its request, gone on elsewhere, would be served twice. Once z.ai is
+    seen to queue, it is closed: its stall counts, and its slot goes back long before its verdict would
+    have come."""
+    held_closed = asyncio.Event()
+
+    async def hold_first(
+        n: int, raw: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        if n == 1:
+            await reader.read()  # held: no head until it is closed (a z.ai that queues drops it then)
+            held_closed.set()
+            return
+        await sse_answer(2, raw, reader, writer)
+
+    rig = await make_rig(hold_first, routing=TWO_HEAVY)
+    patience = rig.forwarder.patience
+    for _ in range(8):
+        patience.head(0.01)  # heads come at once: the patience and the stall are 0.25 s
+    occupant = rig.pool.try_acquire(Ticket("heavy"))
+    assert occupant is not None and occupant.model == "h2"
+    request = rig.routed()
+    held = request.slot
+    assert held is not None and held.model == "h1" and held.probe is None
+    async with asyncio.timeout(WAIT):
+        sending = await rig.sent(request)
+        rig.pool.release(occupant)  # a slot within the limits: the request moves on to it
+        response = await sending
+        assert response.status_code == 200 and request.tried == ["h1", "h2"]
+        request.finish("ok")
+        await asyncio.sleep(0.3)
+        assert not held_closed.is_set() and rig.pool.in_flight("h1") == 1  # a 1302 may still come: waited
+        patience.head(5.0)  # another request z.ai held was served after all: it queues
+        await held_closed.wait()
+        while rig.pool.in_flight("h1"):
+            await asyncio.sleep(0.01)
+    assert request.attempts[0].stalled
+    assert rig.pool.in_flight() == 0 and dict(rig.stats.upstream_errors) == {}
+
+
 async def test_an_attempt_left_without_a_verdict_gives_its_slot_back_in_bounded_time(
     make_rig: Callable[..., Awaitable[Rig]], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -31,7 +31,7 @@ from chaos_mode.forwarding.upstream import (
     decode,
 )
 from chaos_mode.request.failover import Answer, judge, reject, settle, unreached
-from chaos_mode.request.hedging import Patience, Written, fixed_patience, hedge
+from chaos_mode.request.hedging import Patience, Written, fixed_patience, hedge, stop
 from chaos_mode.request.rate_limited import Reply
 from chaos_mode.request.routed import RoutedRequest
 from chaos_mode.routing.pool import Slot
@@ -42,6 +42,8 @@ log = logging.getLogger("chaos_mode")
 
 TOKEN_HEADER: Final = "x-chaos-forward"  # the flow's one-time token; stripped before anything goes on
 NOT_ROUTED: Final = b"chaos-mode forwarder: not a routed flow\n"
+# How often a left attempt looks whether z.ai was seen to queue meanwhile (`Forwarder._unless_held`).
+HELD_RECHECK_SECONDS: Final = 0.1
 MAX_ERROR_BODY: Final = 1 << 20  # an error answer larger than this is passed on, not read for a code
 # A routed body may grow a little past streams.maxBodyBytes on its way here (the model's name rewritten, the
 # body encoded again, other addons): the loopback port's cap leaves it this much room.
@@ -247,7 +249,7 @@ class Forwarder:
             if slot is None or patience is None:
                 response = await send
             else:
-                leave = functools.partial(self._leave, request)
+                leave = functools.partial(self._leave, request, wire, size)
                 hedged = await hedge(
                     request, asyncio.ensure_future(send), patience, leave, wire, queuing=queuing
                 )
@@ -265,6 +267,26 @@ class Forwarder:
     def _stalled(self, request: RoutedRequest, slot: Slot) -> None:
         request.stalled(slot)
 
+    async def _unless_held(
+        self, sending: asyncio.Future[UpstreamResponse], wire: Written, size: int
+    ) -> UpstreamResponse | None:
+        """A left attempt's answer; None once z.ai is seen to queue and the attempt is held past its stall.
+        Left before z.ai was seen to queue (a swarm's first burst), such an attempt is one z.ai holds and
+        serves once a slot frees: its request, gone on elsewhere, would be served twice (the prompt paid
+        twice, a slot of z.ai's taken for an answer nobody reads)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            done, _ = await asyncio.wait({sending}, timeout=HELD_RECHECK_SECONDS)
+            if done:
+                return sending.result()
+            written_at = wire.at
+            if (
+                written_at is not None
+                and self.patience.leaves_none()
+                and loop.time() - written_at >= self.patience.stall_after(size)
+            ):
+                return None
+
     def _next(self, request: RoutedRequest, verdict: Slot | Reply | None) -> Outgoing | Slot:
         if verdict is None:  # no verdict to pass on (the request ended while it waited): ours
             verdict = reject(request, None, now=self._now())
@@ -276,29 +298,49 @@ class Forwarder:
     def _now(self) -> float:
         return self._wall_clock()
 
-    def _leave(self, request: RoutedRequest, slot: Slot, sending: asyncio.Future[UpstreamResponse]) -> None:
-        task = asyncio.ensure_future(self._verdict_later(request, slot, sending))
+    def _leave(
+        self,
+        request: RoutedRequest,
+        wire: Written,
+        size: int,
+        slot: Slot,
+        sending: asyncio.Future[UpstreamResponse],
+    ) -> None:
+        task = asyncio.ensure_future(self._verdict_later(request, slot, sending, wire, size))
         self._left.add(task)
         task.add_done_callback(self._left.discard)
 
     async def _verdict_later(
-        self, request: RoutedRequest, slot: Slot, sending: asyncio.Future[UpstreamResponse]
+        self,
+        request: RoutedRequest,
+        slot: Slot,
+        sending: asyncio.Future[UpstreamResponse],
+        wire: Written,
+        size: int,
     ) -> None:
         """z.ai's verdict on an attempt its request left, awaited at most `LEFT_VERDICT_SECONDS`: a refusal
         is judged as if the request had waited, an answer accepted after all is closed unread (it confirms
-        what it was sent with); then the slot goes back."""
+        what it was sent with, and its head, held past its stall, says z.ai queues); then the slot goes
+        back. Not once z.ai is seen to queue and the attempt is held past its stall: its stall counts, and
+        it is closed (its answer would only serve the request a second time)."""
         try:
             try:
                 async with asyncio.timeout(LEFT_VERDICT_SECONDS):
-                    response = await asyncio.shield(sending)
+                    response = await self._unless_held(sending, wire, size)
             except BaseException as exc:
                 sending.cancel()
                 if isinstance(exc, UpstreamFailed | UpstreamRefused | TimeoutError):
                     return  # no verdict on the model
                 raise
+            if response is None:  # held: its stall counts (once), and it is closed (z.ai drops it, assumed)
+                request.stalled(slot)
+                await stop(sending)
+                return
             try:
                 if response.status < 400:
                     request.answered(slot, at_once=False)  # accepted after all, later than its patience
+                    if wire.at is not None:  # its head counts; held past its stall, it says z.ai queues
+                        self.patience.head(asyncio.get_running_loop().time() - wire.at, size)
                     return
                 _, decoded, complete = await response.read_body(MAX_ERROR_BODY)
                 body = decode(decoded, response.header(b"content-encoding")) if complete else b""

@@ -91,7 +91,7 @@ async def hedge[A](
     if slot is not None and slot.probe is None:
         leave(slot, sending)
     else:
-        await _close(sending)
+        await stop(sending)
     if not request.switch_to(granted):  # the request ended meanwhile: the slot went back
         return None
     return granted
@@ -106,7 +106,7 @@ async def _spare_after[A](
 ) -> Slot | None:
     await _outwaited(patience, written)
     if queuing and request.slot is not None and request.slot.probe is not None and not sending.done():
-        await _close(sending)
+        await stop(sending)
         if not sending.cancelled():
             return None  # answered just then: its answer decides
         request.give_up_probe()
@@ -126,8 +126,9 @@ async def _outwaited(patience: Patience, written: Written) -> None:
         await asyncio.sleep(UNKNOWN_PATIENCE_RECHECK_SECONDS if seconds is None else seconds - waited)
 
 
-async def _close(sending: asyncio.Future[Any]) -> None:
-    """Stop an attempt: its upstream connection is closed before its probe is given up."""
+async def stop(sending: asyncio.Future[Any]) -> None:
+    """Stop an attempt, and return once it stopped: its upstream connection is closed (before a probe is
+    given up, or a left attempt z.ai holds is let go)."""
     if not sending.done():
         sending.cancel()
         await asyncio.wait({sending})
