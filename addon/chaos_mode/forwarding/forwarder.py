@@ -275,10 +275,7 @@ class Forwarder:
         serves once a slot frees: its request, gone on elsewhere, would be served twice (the prompt paid
         twice, a slot of z.ai's taken for an answer nobody reads)."""
         loop = asyncio.get_running_loop()
-        while True:
-            done, _ = await asyncio.wait({sending}, timeout=HELD_RECHECK_SECONDS)
-            if done:
-                return sending.result()
+        while not sending.done():
             written_at = wire.at
             if (
                 written_at is not None
@@ -286,6 +283,8 @@ class Forwarder:
                 and loop.time() - written_at >= self.patience.stall_after(size)
             ):
                 return None
+            await asyncio.wait({sending}, timeout=HELD_RECHECK_SECONDS)
+        return sending.result()
 
     def _next(self, request: RoutedRequest, verdict: Slot | Reply | None) -> Outgoing | Slot:
         if verdict is None:  # no verdict to pass on (the request ended while it waited): ours
