@@ -323,6 +323,20 @@ def test_short_run_of_the_field_shapes(tmp_path: Path) -> None:
     assert "soft: LB" in text and "an ideal queue" in text
 
 
+@pytest.mark.e2e
+def test_a_z_ai_that_queues_serves_no_request_twice(tmp_path: Path) -> None:
+    """In the first burst, before z.ai is seen to queue, attempts it holds are left for slots within the
+    limits; each one it serves later serves its request a second time. Once a held attempt served after
+    its stall says z.ai queues, the others are closed: at most the few served before that (9 of 60 here
+    before they were closed, 1 after)."""
+    json_path = tmp_path / "queuing.json"
+    args = ["--field", "queuing", "--no-twins", "--agents", "20", "--requests", "3", "--json", str(json_path)]
+    result = run_module("chaos_mode.bench", *args, timeout=150)
+    [queuing] = json.loads(json_path.read_text(encoding="utf-8"))["presets"]
+    assert queuing["completed"] == 60, result.stderr
+    assert sum(queuing["simServed"].values()) - queuing["completed"] <= 3, queuing["simServed"]
+
+
 # -- the fleet on a field shape -----------------------------------------------------------------------
 
 
