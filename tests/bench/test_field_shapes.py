@@ -164,6 +164,13 @@ def test_heavy_tailed_workloads_are_seeded_and_keep_their_mean() -> None:
     assert max(r.output_tokens for r in plain.requests) <= 39  # the even spread: 26 +-50%
 
 
+def test_a_bad_law_of_prompt_sizes_is_named_as_such() -> None:
+    with pytest.raises(ValueError, match=r"^prompt_lengths\.sigma: must be in"):
+        make_workload(WorkloadSpec(prompt_tokens=1000, prompt_lengths=Lengths("lognormal", sigma=9.0)))
+    with pytest.raises(ValueError, match=r"^output_lengths\.sigma: must be in"):
+        make_workload(WorkloadSpec(lengths=Lengths("lognormal", sigma=9.0)))
+
+
 # -- the figures of a run -------------------------------------------------------------------------------
 
 

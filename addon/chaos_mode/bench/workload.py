@@ -145,7 +145,7 @@ def make_workload(spec: WorkloadSpec) -> Workload:
     if not 0 <= spec.jitter < 1:
         raise ValueError(f"jitter must be in [0, 1), got {spec.jitter}")
     spec.lengths.validate()
-    spec.prompt_lengths.validate()
+    spec.prompt_lengths.validate("prompt_lengths")
     if spec.prompt_tokens < 0 or spec.prefill_ms_per_1k < 0:
         raise ValueError("prompt_tokens and prefill_ms_per_1k must be >= 0")
     rng = random.Random(spec.seed)

@@ -30,18 +30,18 @@ class Lengths:
     alpha: float = 1.5
     cap: int | None = None
 
-    def validate(self) -> None:
-        """ValueError naming the first bad field."""
+    def validate(self, name: str = "output_lengths") -> None:
+        """ValueError naming the first bad field (of `name`: the setting these lengths are)."""
         if self.shape not in LENGTH_SHAPES:
-            raise ValueError(f"output_lengths.shape: one of {', '.join(LENGTH_SHAPES)}, got {self.shape!r}")
+            raise ValueError(f"{name}.shape: one of {', '.join(LENGTH_SHAPES)}, got {self.shape!r}")
         if not 0 < self.sigma <= 5:
-            raise ValueError(f"output_lengths.sigma: must be in (0, 5], got {self.sigma!r}")
+            raise ValueError(f"{name}.sigma: must be in (0, 5], got {self.sigma!r}")
         if not 1 < self.alpha <= 50:
-            raise ValueError(f"output_lengths.alpha: must be in (1, 50] (a finite mean), got {self.alpha!r}")
+            raise ValueError(f"{name}.alpha: must be in (1, 50] (a finite mean), got {self.alpha!r}")
         if self.cap is not None and (
             isinstance(self.cap, bool) or not isinstance(self.cap, int) or self.cap < 1
         ):
-            raise ValueError(f"output_lengths.cap: expected an integer >= 1, got {self.cap!r}")
+            raise ValueError(f"{name}.cap: expected an integer >= 1, got {self.cap!r}")
 
     def draw(self, mean: float, rng: random.Random) -> int:
         """One answer's output tokens (0 when the mean is 0; `fixed` draws nothing from `rng`)."""
