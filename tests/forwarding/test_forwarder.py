@@ -661,6 +661,23 @@ async def test_a_large_prompt_is_waited_for_as_long_as_its_head_takes_for_its_si
     assert rig.pool.in_flight() == 0
 
 
+async def left_on_h1(rig: Rig) -> RoutedRequest:
+    """Heads come at once (the patience and the stall are 0.25 s) and h2's slot is held: a request sent to
+    h1, where z.ai holds it, moves on to h2 when h2's slot frees, its attempt on h1 left. Returned once
+    answered there and finished."""
+    for _ in range(8):
+        rig.forwarder.patience.head(0.01)
+    occupant = rig.pool.try_acquire(Ticket("heavy"))
+    assert occupant is not None and occupant.model == "h2"
+    request = rig.routed()
+    assert request.slot is not None and request.slot.model == "h1" and request.slot.probe is None
+    sending = await rig.sent(request)
+    rig.pool.release(occupant)  # a slot within the limits: the request moves on to it
+    assert (await sending).status_code == 200 and request.tried == ["h1", "h2"]
+    request.finish("ok")
+    return request
+
+
 async def test_a_left_attempt_served_after_its_stall_says_z_ai_queues(
     make_rig: Callable[..., Awaitable[Rig]],
 ) -> None:
@@ -678,16 +695,8 @@ async def test_a_left_attempt_served_after_its_stall_says_z_ai_queues(
 
     rig = await make_rig(hold_first, routing=TWO_HEAVY)
     patience = rig.forwarder.patience
-    for _ in range(8):
-        patience.head(0.01)  # heads come at once: the patience and the stall are 0.25 s
-    occupant = rig.pool.try_acquire(Ticket("heavy"))
-    assert occupant is not None and occupant.model == "h2"
-    request = rig.routed()
     async with asyncio.timeout(WAIT):
-        sending = await rig.sent(request)
-        rig.pool.release(occupant)
-        assert (await sending).status_code == 200 and request.tried == ["h1", "h2"]
-        request.finish("ok")
+        await left_on_h1(rig)
         await asyncio.sleep(0.3)
         assert not patience.queues()
         serve_now.set()  # z.ai serves the held attempt 0.6 s after it came, past its stall
@@ -717,19 +726,8 @@ async def test_an_attempt_left_before_z_ai_was_seen_to_queue_is_closed_once_it_i
 
     rig = await make_rig(hold_first, routing=TWO_HEAVY)
     patience = rig.forwarder.patience
-    for _ in range(8):
-        patience.head(0.01)  # heads come at once: the patience and the stall are 0.25 s
-    occupant = rig.pool.try_acquire(Ticket("heavy"))
-    assert occupant is not None and occupant.model == "h2"
-    request = rig.routed()
-    held = request.slot
-    assert held is not None and held.model == "h1" and held.probe is None
     async with asyncio.timeout(WAIT):
-        sending = await rig.sent(request)
-        rig.pool.release(occupant)  # a slot within the limits: the request moves on to it
-        response = await sending
-        assert response.status_code == 200 and request.tried == ["h1", "h2"]
-        request.finish("ok")
+        request = await left_on_h1(rig)
         await asyncio.sleep(0.3)
         assert not held_closed.is_set() and rig.pool.in_flight("h1") == 1  # a 1302 may still come: waited
         patience.head(5.0)  # another request z.ai held was served after all: it queues
