@@ -419,6 +419,7 @@ def test_parse_presets() -> None:
         "halved",
         "realistic",
         "prompts",
+        "mixed",
     ]
     with pytest.raises(ValueError, match="unknown field preset"):
         parse_presets("lower,fastest")

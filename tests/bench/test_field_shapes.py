@@ -44,7 +44,9 @@ def bound_of(name: str) -> tuple[Any, Any, Any]:
     return workload, settings, field_bound(served, true_timeline(planned_changes(settings), settings.refuse))
 
 
-@pytest.mark.parametrize("name", ["noisy", "soft", "queuing", "filtered", "halved", "realistic", "prompts"])
+@pytest.mark.parametrize(
+    "name", ["noisy", "soft", "queuing", "filtered", "halved", "realistic", "prompts", "mixed"]
+)
 def test_every_shape_preset_is_a_field_run_of_at_least_40_agents_and_6_requests(name: str) -> None:
     workload, settings, bound = bound_of(name)
     assert workload.spec.agents >= 40 and workload.spec.requests >= 6
@@ -87,6 +89,19 @@ def test_the_queuing_preset_queues_over_limits_under_the_catalog() -> None:
         15,
         20,
     )
+
+
+def test_the_mixed_preset_has_queuing_s_limits_and_only_the_heavy_models_queue() -> None:
+    _, settings, bound = bound_of("mixed")
+    _, queuing, queuing_bound = bound_of("queuing")
+    assert settings.over_limit == "refuse" and settings.queue_models == ["glm-4.7", "glm-4.6"]
+    assert settings.limits == queuing.limits and bound.slots == queuing_bound.slots
+    state = settings.new_state(lambda: 0.0)
+    for model in ("glm-4.7", "glm-4.5-air"):
+        for _ in range(state.models[model].limit):
+            assert state.admit(model).outcome == "served"
+    assert state.admit("glm-4.7", wake=lambda: None).outcome == "queued"
+    assert state.admit("glm-4.5-air", wake=lambda: None).outcome == "refused"
 
 
 def test_the_halved_preset_halves_every_limit_for_the_middle_third_and_restores_them() -> None:

@@ -156,6 +156,20 @@ def test_over_the_limit_a_request_waits_inside_zai_until_a_slot_frees() -> None:
     }
 
 
+def test_a_model_that_queues_among_models_that_refuse() -> None:
+    """The field's GLM-5.2 held heads 45 s while other models answered 1302: a model of `queue_models`
+    queues over its own limit, the others refuse over theirs, and a full account refuses."""
+    woken = Woken()
+    state = SimState({"a": 1, "b": 1, "c": 1}, 2, queue_models=("a",))
+    assert state.admit("a").outcome == state.admit("b").outcome == "served"
+    held = state.admit("a", wake=woken.wake("a"))
+    assert held.outcome == "queued" and held.waiter is not None
+    assert state.admit("b", wake=woken.wake("b")).outcome == "refused"  # over its limit: it refuses
+    assert state.admit("c", wake=woken.wake("c")).reason == "account"  # the account refuses, full
+    state.release("a")
+    assert woken.order == ["a"] and held.waiter.admitted
+
+
 def test_a_waiter_for_a_full_model_does_not_hold_back_one_that_fits() -> None:
     woken = Woken()
     state = SimState({"a": 1, "b": 2}, 2, over_limit="queue")
@@ -286,6 +300,7 @@ def test_lengths_from_text_and_json() -> None:
         ({"bandShape": "cubic"}, "band_shape: one of linear, logistic"),
         ({"overLimit": "wait"}, "over_limit: one of refuse, queue"),
         ({"queueTimeoutMs": 500}, "queue_timeout_ms: only with over_limit queue"),
+        ({"queueModels": ["glm-9"]}, "queue_models: unknown model 'glm-9'"),
         ({"overLimit": "queue", "queueTimeoutMs": -1}, "queue_timeout_ms: must be >= 0"),
         ({"filterPhrases": [""]}, "filter_phrases: expected non-empty strings"),
         ({"filterPhrases": "Hermes Agent"}, "filter_phrases: expected a list"),
@@ -307,6 +322,7 @@ def test_settings_of_the_shapes_round_trip_and_come_from_the_cli() -> None:
         "bandShape": "logistic",
         "overLimit": "queue",
         "queueTimeoutMs": 45000,
+        "queueModels": ["glm-4.7"],
         "filterPhrases": [PHRASE],
         "filterScope": "all",
         "headWithFirstToken": True,
@@ -319,7 +335,7 @@ def test_settings_of_the_shapes_round_trip_and_come_from_the_cli() -> None:
         [
             "--band", "glm-4.7=3", "--band", "glm-4.5=5", "--account-band", "4", "--account-limit", "30",
             "--band-shape", "logistic", "--over-limit", "queue", "--queue-timeout-ms", "45000",
-            "--filter-phrase", PHRASE,
+            "--queue-model", "glm-4.7", "--filter-phrase", PHRASE,
             "--filter-scope", "all", "--head-with-first-token", "--output-lengths", "lognormal:1.2:400",
         ]
     )  # fmt: skip

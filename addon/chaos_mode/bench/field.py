@@ -213,6 +213,15 @@ PRESETS: Final[dict[str, FieldPreset]] = {
                 "prefill_ms_per_1k": 100.0,
             },
         ),
+        FieldPreset(
+            "mixed",
+            "queuing's true limits, but only glm-4.7 and glm-4.6 queue over theirs (as the field's GLM-5.2 "
+            "held heads 45 s); glm-4.5 and glm-4.5-air refuse 1302 over theirs, after 3 s",
+            agents=40,
+            requests=6,
+            limits={"glm-4.7": 2, "glm-4.6": 2, "glm-4.5": 6, "glm-4.5-air": 3},
+            shapes={"queue_models": ["glm-4.7", "glm-4.6"]},
+        ),
     )
 }
 

@@ -35,7 +35,7 @@ from chaos_mode.sim import SimProcess
 # The simulator's settings a field document keeps as the truth of its run.
 TRUTH_SETTINGS: Final = (
     "limits", "account_limit", "hold", "refuse", "fault_rates", "schedule", "bands", "account_band",
-    "over_limit", "queue_timeout_ms", "filter_phrases", "head_with_first_token",
+    "over_limit", "queue_models", "queue_timeout_ms", "filter_phrases", "head_with_first_token",
 )  # fmt: skip
 
 

@@ -83,6 +83,12 @@ def build_parser() -> argparse.ArgumentParser:
         "its head not sent, until a slot frees",
     )
     parser.add_argument(
+        "--queue-model",
+        metavar="MODEL",
+        action="append",
+        help="a model that queues over its own limit whatever --over-limit says (repeatable)",
+    )
+    parser.add_argument(
         "--queue-timeout-ms", type=float, help="with --over-limit queue: refuse 1302 after this long a wait"
     )
     parser.add_argument(
@@ -146,6 +152,8 @@ def settings_from_args(argv: Sequence[str] | None = None) -> SimSettings:
                 overrides[name] = value
         if args.refuse:
             overrides["refuse"] = [*settings.refuse, *args.refuse]
+        if args.queue_model:
+            overrides["queue_models"] = [*settings.queue_models, *args.queue_model]
         if args.limit:
             limits = dict(settings.limits)
             limits.update(parse_limit(text) for text in args.limit)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -125,7 +125,8 @@ class SimState:
     """Counters and slots. Every method is synchronous: check-and-take cannot interleave on one loop.
 
     Admission of a request (`admit`), in order: over the top of its model's limit or of the account's
-    (limit + band) it is queued or refused 1302 (`over_limit`); in a soft band it is refused 1302 by chance
+    (limit + band) it is queued or refused 1302 (`over_limit`; a model of `queue_models` queues over its
+    own limit whatever it says); in a soft band it is refused 1302 by chance
     (`chaos_mode.sim.bands`); within every limit a random fault may still refuse or break it
     (`fault_rates`); else it takes a slot. A queued request gets a slot within the limits (not in a band)
     as soon as one frees, first come first served. Every draw comes from a RNG of its own, seeded from
@@ -144,6 +145,7 @@ class SimState:
         account_band: int = 0,
         band_shape: str = "linear",
         over_limit: OverLimit = "refuse",
+        queue_models: Iterable[str] = (),
         lengths: Lengths | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -167,6 +169,7 @@ class SimState:
         self.account_band = account_band
         self.band_shape = band_shape
         self.over_limit: OverLimit = over_limit
+        self.queue_models = frozenset(queue_models)  # they queue over their own limit whatever over_limit
         self.lengths = lengths if lengths is not None else Lengths()
         self.stalls = Stalls()
         self._clock = clock
@@ -229,7 +232,8 @@ class SimState:
         request over the limit is refused even when z.ai queues)."""
         verdict = self.over(model)
         if verdict is not None:
-            if self.over_limit == "queue" and wake is not None:
+            queues = self.over_limit == "queue" or (verdict == "model" and model in self.queue_models)
+            if queues and wake is not None:
                 waiter = Waiter(model, self._clock(), wake)
                 self.stalls.add(waiter)
                 return Admission("queued", waiter=waiter)
