@@ -703,6 +703,7 @@ async def test_a_left_attempt_served_after_its_stall_says_z_ai_queues(
         while rig.pool.in_flight("h1"):
             await asyncio.sleep(0.01)
     assert patience.queues() and patience.seconds() is None
+    assert rig.stats.unread_answers == {"h1": 1}  # served twice: counted (`chaos_unread_answers_total`)
     assert rig.pool.in_flight() == 0
 
 
@@ -734,7 +735,7 @@ async def test_an_attempt_left_before_z_ai_was_seen_to_queue_is_closed_once_it_i
         await held_closed.wait()
         while rig.pool.in_flight("h1"):
             await asyncio.sleep(0.01)
-    assert request.attempts[0].stalled
+    assert request.attempts[0].stalled and not rig.stats.unread_answers  # closed unanswered: not served
     assert rig.pool.in_flight() == 0 and dict(rig.stats.upstream_errors) == {}
 
 

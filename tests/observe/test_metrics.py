@@ -389,6 +389,14 @@ def test_bad_requests_by_kind(h: Harness) -> None:
     assert h.value("chaos_bad_requests_total", kind="not-json") == 2.0
 
 
+def test_unread_answers_by_model(h: Harness) -> None:
+    assert h.value("chaos_unread_answers_total", model="glm-4.7") is None  # none yet: no sample
+    h.stats.unread_answer("glm-4.7")
+    h.stats.unread_answer("glm-9-unknown")
+    assert h.value("chaos_unread_answers_total", model="glm-4.7") == 1.0
+    assert h.value("chaos_unread_answers_total", model="other") == 1.0
+
+
 def test_request_refusals_by_code(h: Harness) -> None:
     assert h.value("chaos_request_refusals_total", code="1305") is None  # none yet: no sample
     h.stats.request_refusal("1305", 529)

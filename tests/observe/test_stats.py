@@ -125,6 +125,7 @@ def test_chaos_stats_has_the_seed_keys_and_per_model_extras() -> None:
     assert pool.try_acquire(Ticket("heavy")) is not None
     stats.usage("glm-4.5", 10, 20)
     stats.upstream_error("glm-4.5", "1302", 429)
+    stats.unread_answer("glm-4.5")
     stats.bad_requests["not-json"] += 2
     document = chaos_stats(served(pool.status()), stats)
     for key in (
@@ -141,6 +142,7 @@ def test_chaos_stats_has_the_seed_keys_and_per_model_extras() -> None:
     assert (document["usedCapacity"], document["totalCapacity"]) == (1, 28)
     row = document["modelDistribution"]["glm-4.5"]
     assert (row["tokensIn"], row["tokensOut"], row["upstreamErrors"]) == (10, 20, {"1302": 1})
+    assert row["unreadAnswers"] == 1 and document["modelDistribution"]["glm-4.7"]["unreadAnswers"] == 0
     assert row["estimatedSpend"] == pytest.approx((10 * 0.6 + 20 * 2.2) / 1e6)
     assert document["badRequests"] == {"not-json": 2}
     assert document["requestRefusals"] == {}

@@ -206,6 +206,14 @@ METRICS: Final[tuple[MetricSpec, ...]] = (
         "z.ai refusals routing acted on, by model and business code (http-<status> when none came).",
     ),
     _spec(
+        "unread_answers_total",
+        "counter",
+        ("model",),
+        "z.ai's answers closed unread, by model: an attempt left for another slot (no head within its "
+        "patience) that z.ai accepted after all. Its request was answered elsewhere; its prompt is paid "
+        "twice.",
+    ),
+    _spec(
         "request_refusals_total",
         "counter",
         ("code",),
@@ -437,6 +445,9 @@ class PoolCollector(Collector):
         errors = _fold(((model(m), code_label(c)), float(n)) for (m, c), n in stats.upstream_errors.items())
         for pair, n in sorted(errors.items()):
             f.counter("upstream_errors").add_metric(list(pair), n)
+        unread = _fold((model(m), float(n)) for m, n in stats.unread_answers.items())
+        for name, n in sorted(unread.items()):
+            f.counter("unread_answers").add_metric([name], n)
         own = _fold((code_label(c), float(n)) for c, n in stats.request_refusals.items())
         for code, n in sorted(own.items()):
             f.counter("request_refusals").add_metric([code], n)

@@ -27,6 +27,9 @@ class Stats:
         self.requests: Counter[tuple[str, str, Outcome, Door]] = Counter()  # (model, tier, outcome, door)
         self.upstream_errors: Counter[tuple[str, str]] = Counter()  # (model, code)
         self.request_refusals: Counter[str] = Counter()  # z.ai's refusals found the request's own, by code
+        # z.ai's answers closed unread, by model: an attempt left for another slot that z.ai accepted after
+        # all (its request was answered elsewhere; its prompt is paid twice)
+        self.unread_answers: Counter[str] = Counter()
         self.input_tokens: Counter[str] = Counter()
         self.output_tokens: Counter[str] = Counter()
         self.spend: dict[str, float] = {}  # estimated $
@@ -69,6 +72,9 @@ class Stats:
         """A refusal found the request's own (see `request.refusals`): counted apart from the models'."""
         self.request_refusals[code if code in KNOWN_CODES else f"http-{status}"] += 1
 
+    def unread_answer(self, model: str) -> None:
+        self.unread_answers[self.label(model)] += 1
+
     def failover(self, from_model: str, to_model: str | None, reason: str) -> None:
         self.failovers += 1
         self.recent_failovers.append(
@@ -109,6 +115,7 @@ def chaos_stats(status: dict[str, Any], stats: Stats) -> dict[str, Any]:
         name: {
             **model,
             "upstreamErrors": errors.get(name, {}),
+            "unreadAnswers": stats.unread_answers.get(name, 0),
             "tokensIn": stats.input_tokens.get(name, 0),
             "tokensOut": stats.output_tokens.get(name, 0),
             "estimatedSpend": round(stats.spend.get(name, 0.0), 6),

@@ -279,10 +279,12 @@ class RoutedRequest:
     def answered(self, slot: Slot | None = None, *, at_once: bool = True) -> None:
         """z.ai answered cleanly the attempt sent with `slot` (default: the current one, once per
         attempt): what it was sent with held. `at_once`: z.ai served it from its arrival (False: it may
-        have held it first; see `ChaosPool.report_success`)."""
+        have held it first; see `ChaosPool.report_success`). With `slot`, a left attempt's: its answer is
+        closed unread (the request was answered elsewhere), and counted so."""
         if slot is not None:
             self.refusals.answered(slot.model)
             self.pool.report_success(slot, at_once=at_once)
+            self.stats.unread_answer(slot.model)
             return
         if self.slot is None or self._answered == len(self.attempts):
             return
