@@ -28,6 +28,8 @@ PROXY: Final[Scenario] = SCENARIOS["least-loaded"]
 FIELD_SPEC: Final = WorkloadSpec(latency_ms=250.0, output_tokens=26, token_interval_ms=30.0)
 # The soft preset's clean levels where they are not the catalog's (each band as wide as its clean level).
 SOFT_CLEAN: Final = {"glm-4.7": 5, "glm-4.5-air": 7, "glm-4.5": 8}
+# The true limits of the presets where z.ai queues over them (queuing, mixed): under the catalog's.
+QUEUING_LIMITS: Final = {"glm-4.7": 2, "glm-4.6": 2, "glm-4.5": 6, "glm-4.5-air": 3}
 # The phrase z.ai's content filter refused in the system prompt (NousResearch/hermes-agent #60118, #63534).
 FILTER_PHRASE: Final = "You run on Hermes Agent"
 
@@ -167,7 +169,7 @@ PRESETS: Final[dict[str, FieldPreset]] = {
             "z.ai holds a request over them, its head unsent, until a slot frees",
             agents=40,
             requests=6,
-            limits={"glm-4.7": 2, "glm-4.6": 2, "glm-4.5": 6, "glm-4.5-air": 3},
+            limits=QUEUING_LIMITS,
             shapes={"over_limit": "queue"},
         ),
         FieldPreset(
@@ -219,7 +221,7 @@ PRESETS: Final[dict[str, FieldPreset]] = {
             "held heads 45 s); glm-4.5 and glm-4.5-air refuse 1302 over theirs, after 3 s",
             agents=40,
             requests=6,
-            limits={"glm-4.7": 2, "glm-4.6": 2, "glm-4.5": 6, "glm-4.5-air": 3},
+            limits=QUEUING_LIMITS,
             shapes={"queue_models": ["glm-4.7", "glm-4.6"]},
         ),
     )
