@@ -165,3 +165,47 @@ def test_refusals_move_the_ticket_only_for_broken_models() -> None:
     assert mirror["attempted"] == [first.model, second.model] and mirror["failovers"] == 1
     assert mirror["held"] is None and mirror["outcome"] == "rejected"
     json.dumps(mirror)  # plain values: saved flows keep them
+
+
+class SetBackPool(ChaosPool):
+    """The real pool, recording the conversations set back."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.set_backs: list[tuple[str | None, float]] = []
+
+    def set_back(self, session: str | None, seconds: float) -> None:
+        self.set_backs.append((session, seconds))
+        super().set_back(session, seconds)
+
+
+def test_a_request_served_only_after_a_refusal_sets_its_conversation_back_by_the_time_it_lost() -> None:
+    """From its first attempt to the one served; a request served at once, or never (a refusal of its
+    own, passed to the client), sets nothing back."""
+    config = parse_config({"modelRouting": {"chaosMode": {"enabled": True}}})
+    clock = FakeClock()
+    pool = SetBackPool(config, clock=clock, wall_clock=clock)
+
+    def routed(session: str) -> RoutedRequest:
+        message = parse_message(BODY, limit=1 << 20)
+        stats = Stats(config, clock)
+        return RoutedRequest(
+            message, "heavy", pool=pool, stats=stats, later=Timers().later, clock=clock, session=session
+        )
+
+    lucky, hit, filtered = routed("lucky"), routed("hit"), routed("filtered")
+    for request in (lucky, hit, filtered):
+        slot = grant(request)
+        assert slot is not None and request.hold(slot)
+    lucky.answered()
+    hit.refused_by("1302", broken=False)
+    filtered.refused_by("1305", broken=False)
+    clock.advance(2.5)
+    for request in (hit, filtered):
+        slot = grant(request)
+        assert slot is not None and request.hold(slot)
+    hit.answered()
+    hit.answered()  # once per attempt
+    filtered.refused_by("1305", broken=False)
+    filtered.finish("rejected")
+    assert pool.set_backs == [("hit", 2.5)]

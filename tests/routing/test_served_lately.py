@@ -32,6 +32,19 @@ def test_an_admission_taken_back_no_longer_counts() -> None:
     assert shares.level("a") == 0  # never below none
 
 
+def test_the_time_a_conversation_fell_behind_is_made_up_once() -> None:
+    shares = ServedLately(FakeClock(), max_entries=2)
+    shares.fell_behind("a", 1.5)
+    shares.fell_behind("a", 1.0)  # two requests held up before its next one
+    shares.fell_behind("b", 0.0)  # nothing lost: nothing kept
+    shares.fell_behind(None, 3.0)
+    assert (shares.caught_up("a"), shares.caught_up("a")) == (2.5, 0.0)
+    assert (shares.caught_up("b"), shares.caught_up(None)) == (0.0, 0.0)
+    for key in ("x", "y", "z"):
+        shares.fell_behind(key, 1.0)
+    assert (shares.caught_up("x"), shares.caught_up("z")) == (0.0, 1.0)  # bounded: the oldest goes
+
+
 def test_counts_halve_with_each_half_life() -> None:
     clock = FakeClock()
     shares = ServedLately(clock, half_life=60.0)

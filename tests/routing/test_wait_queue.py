@@ -444,3 +444,26 @@ async def test_a_failover_does_not_count_against_its_conversation(make_pool: Mak
         await settle()
         clock.advance(1.0)
     assert await serve_all(pool, tasks, again) == [0, 1]  # both "other" (0) and "hit" (1): by level
+
+
+async def test_a_conversation_set_back_goes_as_far_ahead_as_it_fell_behind(make_pool: MakePool) -> None:
+    """A request served only after a refusal lost time: its conversation's next request goes in line as if
+    it had come that much earlier, among the conversations served as much as it (never before one served
+    less), once."""
+    clock = FakeClock()
+    pool = make_pool(routing(SOLO), clock)
+    for session in ("hit", "ahead", "behind"):
+        slot = await pool.admit(Ticket("heavy", session=session))
+        assert slot is not None and pool.release(slot)
+    pool.set_back("hit", 2.5)
+    pool.set_back(None, 5.0)  # no conversation: nothing to make up
+    holder = await pool.admit(Ticket("heavy"))
+    assert holder is not None
+    tasks = []
+    for session in ("ahead", "behind", "hit", "fresh", None):
+        tasks.append(asyncio.create_task(pool.admit(Ticket("heavy", session=session))))
+        await settle()
+        clock.advance(2.0)
+    # "fresh" (served none) first; "hit" came at 4 s as if at 1.5 s: after "ahead" (0 s), before "behind"
+    # (2 s); the request without a conversation (the average's level, 1) in the order it came
+    assert await serve_all(pool, tasks, holder) == [3, 0, 2, 1, 4]

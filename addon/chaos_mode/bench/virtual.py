@@ -145,6 +145,7 @@ async def swarm(
         ticket = Ticket(request.tier, session=f"agent-{agent}")
         selection = await pool.admit(ticket, timeout=FOREVER)
         retry = dataclasses.replace(ticket, counts=False)
+        first = held = loop.time()  # when its first attempt's slot, and the current one's, were held
         while selection is not None:
             # the forwarder's stall: no head this long after sending is evidence at once (a no-op once
             # the verdict came)
@@ -154,6 +155,8 @@ async def swarm(
             if accepted(selection.model):
                 await asyncio.sleep(head)
                 pool.report_success(selection)
+                if held > first:  # served only after losing an attempt, as `RoutedRequest.answered`
+                    pool.set_back(ticket.session, held - first)
                 await asyncio.sleep(max(request.service_seconds - head, 0.0))
                 zai.release(selection.model)
                 pool.release(selection)
@@ -164,11 +167,12 @@ async def swarm(
                 if selection.probe is not None:
                     pool.report_unanswered(selection, probe_given_up=True)
                     pool.release(selection)
-                selection = instead
+                selection, held = instead, loop.time()
                 continue
             pool.report_error(selection.model, busy, None, selection)
             pool.release(selection)
             selection = await pool.admit(retry, since=since, timeout=FOREVER)
+            held = loop.time()
 
     async def agent(index: int, requests: tuple[Request, ...]) -> float:
         for request in requests:

@@ -63,6 +63,7 @@ class Attempt:
     """One try on one model: the slot the pool gave, and z.ai's refusal if it refused."""
 
     slot: Slot
+    at: float  # when its slot was held (the clock's)
     refusal: str | None = None  # the business code (or reason) z.ai refused this attempt with
     stalled: bool = False  # z.ai held its head far longer than its heads take (it queued it)
     overdue: bool = False  # no head within its patience: it rode above the limits until its verdict
@@ -204,7 +205,7 @@ class RoutedRequest:
             return False
         self.slot = slot
         self.sent = False
-        self.attempts.append(Attempt(slot))
+        self.attempts.append(Attempt(slot, self._clock()))
         return True
 
     async def fail_over(self, why: str) -> Slot | None:
@@ -291,6 +292,8 @@ class RoutedRequest:
         self._answered = len(self.attempts)
         self.refusals.answered(self.slot.model)
         self.pool.report_success(self.slot, at_once=at_once)
+        if self._answered > 1:  # served only after losing an attempt: its conversation fell behind
+            self.pool.set_back(self.session, self.attempts[-1].at - self.attempts[0].at)
         self.pay()  # another model serves it: the refusals before were their models'
 
     def written(self, slot: Slot) -> None:

@@ -6,7 +6,10 @@ ends when its last agent does. So waiting requests go by the number of requests 
 (Claude Code's session header) was admitted lately, fewest first, and first come first served among
 equals: least attained service, the classic policy that needs no knowledge of what is left to do. The
 counts decay with a half-life, so a conversation long past does not weigh on a new one; a request with
-no conversation counts as an average one. Pure; the clock is injected.
+no conversation counts as an average one. Among equals, a conversation whose request z.ai held up (refused
+an attempt of it, served it elsewhere later) would stay that far behind every one that came meanwhile, for
+the rest of its chain: its next request counts as having come that much earlier, once (`fell_behind`).
+Pure; the clock is injected.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ class ServedLately:
         self._max = max_entries
         self._served: OrderedDict[str, tuple[float, float]] = OrderedDict()  # key -> (count, as of)
         self._average: tuple[int, float] = (0, -math.inf)  # (level, when computed): cached, O(n) to make
+        self._behind: OrderedDict[str, float] = OrderedDict()  # key -> seconds its next request makes up
 
     def __len__(self) -> int:
         return len(self._served)
@@ -56,6 +60,21 @@ class ServedLately:
             return
         now = self._clock()
         self._served[key] = (max(self._decayed(entry, now) - 1.0, 0.0), now)
+
+    def fell_behind(self, key: str | None, seconds: float) -> None:
+        """A request of `key`'s conversation was held up `seconds` (z.ai refused an attempt of it): its next
+        request goes in line as if it had come that much earlier (`caught_up`)."""
+        if key is None or seconds <= 0.0:
+            return
+        behind = self._behind
+        behind[key] = behind.pop(key, 0.0) + seconds
+        while len(behind) > self._max:
+            behind.popitem(last=False)
+
+    def caught_up(self, key: str | None) -> float:
+        """The seconds `key`'s conversation fell behind since its last request (`fell_behind`), now made
+        up: once."""
+        return 0.0 if key is None else self._behind.pop(key, 0.0)
 
     def level(self, key: str | None) -> int:
         """The conversation's place in line: its recent admissions, rounded (fewer goes first). With no
