@@ -299,7 +299,7 @@ def test_lengths_from_text_and_json() -> None:
         ({"accountBand": 1.5}, "account_band: expected an integer"),
         ({"bandShape": "cubic"}, "band_shape: one of linear, logistic"),
         ({"overLimit": "wait"}, "over_limit: one of refuse, queue"),
-        ({"queueTimeoutMs": 500}, "queue_timeout_ms: only with over_limit queue"),
+        ({"queueTimeoutMs": 500}, "queue_timeout_ms: only with over_limit queue or queue_models"),
         ({"queueModels": ["glm-9"]}, "queue_models: unknown model 'glm-9'"),
         ({"overLimit": "queue", "queueTimeoutMs": -1}, "queue_timeout_ms: must be >= 0"),
         ({"filterPhrases": [""]}, "filter_phrases: expected non-empty strings"),

@@ -159,7 +159,7 @@ class SimSettings:
                 raise ValueError(f"queue_models: unknown model {model!r} (no limit for it)")
         if self.queue_timeout_ms is not None:
             if self.over_limit != "queue" and not self.queue_models:
-                raise ValueError("queue_timeout_ms: only with over_limit queue (a refused request waits not)")
+                raise ValueError("queue_timeout_ms: only with over_limit queue or queue_models (z.ai queues)")
             if isinstance(self.queue_timeout_ms, bool) or not self.queue_timeout_ms >= 0:
                 raise ValueError(f"queue_timeout_ms: must be >= 0, got {self.queue_timeout_ms!r}")
         if any(not isinstance(p, str) or not p for p in self.filter_phrases):
