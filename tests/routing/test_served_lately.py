@@ -33,16 +33,18 @@ def test_an_admission_taken_back_no_longer_counts() -> None:
 
 
 def test_the_time_a_conversation_fell_behind_is_made_up_once() -> None:
+    """Kept until the conversation's next admission, whether that request waited or not."""
     shares = ServedLately(FakeClock(), max_entries=2)
     shares.fell_behind("a", 1.5)
     shares.fell_behind("a", 1.0)  # two requests held up before its next one
     shares.fell_behind("b", 0.0)  # nothing lost: nothing kept
     shares.fell_behind(None, 3.0)
-    assert (shares.caught_up("a"), shares.caught_up("a")) == (2.5, 0.0)
-    assert (shares.caught_up("b"), shares.caught_up(None)) == (0.0, 0.0)
+    assert (shares.behind("a"), shares.behind("b"), shares.behind(None)) == (2.5, 0.0, 0.0)
+    shares.served("a")
+    assert shares.behind("a") == 0.0
     for key in ("x", "y", "z"):
         shares.fell_behind(key, 1.0)
-    assert (shares.caught_up("x"), shares.caught_up("z")) == (0.0, 1.0)  # bounded: the oldest goes
+    assert (shares.behind("x"), shares.behind("z")) == (0.0, 1.0)  # bounded: the oldest goes
 
 
 def test_counts_halve_with_each_half_life() -> None:

@@ -684,7 +684,7 @@ class ChaosPool:
     def set_back(self, session: str | None, seconds: float) -> None:
         """A request of `session`'s conversation was served `seconds` later than its first attempt was
         sent, which z.ai refused (or left unanswered): the conversation's next request waits in line as
-        if it had come that much earlier (`shares`)."""
+        if it had come that much earlier (`shares`; once: its admission clears it)."""
         self._shares.fell_behind(session, seconds)
 
     async def admit(
@@ -793,7 +793,7 @@ class ChaosPool:
             self._arm_timer()
             self._slots.queued()
             if ticket.counts:  # a conversation a refusal held up goes ahead of those that came since
-                since = (self._clock() if since is None else since) - self._shares.caught_up(ticket.session)
+                since = (self._clock() if since is None else since) - self._shares.behind(ticket.session)
             selection = await self._queue.wait(ticket, timeout, since, self._shares.level(ticket.session))
         elif len(self._queue):
             selection = self._attempt(ticket)  # the queue is full: no place to wait fairly

@@ -8,7 +8,7 @@ equals: least attained service, the classic policy that needs no knowledge of wh
 counts decay with a half-life, so a conversation long past does not weigh on a new one; a request with
 no conversation counts as an average one. Among equals, a conversation whose request z.ai held up (refused
 an attempt of it, served it elsewhere later) would stay that far behind every one that came meanwhile, for
-the rest of its chain: its next request counts as having come that much earlier, once (`fell_behind`).
+the rest of its chain: its next request counts as having come that much earlier (`fell_behind`).
 Pure; the clock is injected.
 """
 
@@ -48,6 +48,7 @@ class ServedLately:
             return
         now = self._clock()
         count = self._decayed(self._served.pop(key, None), now) + 1.0
+        self._behind.pop(key, None)  # made up, if it had fallen behind
         self._served[key] = (count, now)
         while len(self._served) > self._max:
             self._served.popitem(last=False)
@@ -71,10 +72,10 @@ class ServedLately:
         while len(behind) > self._max:
             behind.popitem(last=False)
 
-    def caught_up(self, key: str | None) -> float:
-        """The seconds `key`'s conversation fell behind since its last request (`fell_behind`), now made
-        up: once."""
-        return 0.0 if key is None else self._behind.pop(key, 0.0)
+    def behind(self, key: str | None) -> float:
+        """The seconds `key`'s conversation fell behind since its last admission (`fell_behind`): its next
+        request makes them up, and its admission (`served`) clears them."""
+        return 0.0 if key is None else self._behind.get(key, 0.0)
 
     def level(self, key: str | None) -> int:
         """The conversation's place in line: its recent admissions, rounded (fewer goes first). With no
