@@ -472,6 +472,19 @@ def test_what_the_others_say_z_ai_serves_of_their_slots_is_counted_within_their_
     assert slots.serving_elsewhere("m") == 0 and slots.serving_elsewhere(None) == 0
 
 
+def test_a_tally_read_before_a_proxy_s_notice_does_not_forget_what_it_said() -> None:
+    """A proxy that joined after the tally was read is in no tally yet: its notice, newer than the tally,
+    stands until a tally as new still lacks it (it left unannounced)."""
+    fleet = FakeFleet()
+    slots = connected(fleet)
+    slots.apply(Tally({}, 0, {"a": 0}, seq=4))
+    slots.heard(Notice(5, "+", "b", "m", serving={"m": 1}))
+    slots.apply(Tally({}, 0, {"a": 0}, seq=4))  # read before b's lease
+    assert slots.serving_elsewhere("m") == 1
+    slots.apply(Tally({}, 0, {"a": 0}, seq=6))  # read after it, and b is not there: nothing of it counts
+    assert slots.serving_elsewhere("m") == 0
+
+
 def test_the_slot_a_lease_is_taken_for_counts_as_served_in_its_notice_unless_it_is_a_probes() -> None:
     slots = SharedSlots("a", serving=lambda: {"m": 2})
     assert slots.notice("+", "m").serving == {"m": 3}  # z.ai answers it within ms, or its next notice says

@@ -180,6 +180,9 @@ class SharedSlots:
         self._total_seq = 0
         # other proxy -> (waiting, level, since: when its first began to wait, on this clock), last heard
         self._peers: dict[str, tuple[int, int, float]] = {}
+        # other proxy -> the store's change number of its last lease notice: a tally read before it, which
+        # may not know the proxy yet, does not forget what it said (`apply`)
+        self._heard_seq: dict[str, int] = {}
         # Slots freed here and owed to another proxy (`next_in_fleet_line`): until when each is left to it.
         # This proxy's waiters do not see them meanwhile, however they are woken (another slot freed here,
         # say).
@@ -433,6 +436,8 @@ class SharedSlots:
             self._forget(notice.proxy)
             return
         self._peers[notice.proxy] = (notice.waiting, notice.level, self.clock() - notice.waited)
+        if notice.seq > self._heard_seq.get(notice.proxy, 0):
+            self._heard_seq[notice.proxy] = notice.seq
         if notice.serving is not None:
             self._serving_there[notice.proxy] = notice.serving
         if notice.overdue is not None:
@@ -506,7 +511,7 @@ class SharedSlots:
         self._total = sum(self._own.values()) + self._others_total
         self._proxies = dict(tally.proxies)
         for proxy in set(self._peers) | set(self._serving_there) | set(self._overdue_there):
-            if proxy not in tally.proxies:
+            if proxy not in tally.proxies and self._heard_seq.get(proxy, 0) <= tally.seq:
                 self._forget(proxy)
         if freed:
             self.on_freed(0.0)
@@ -516,6 +521,7 @@ class SharedSlots:
         self._peers.pop(proxy, None)
         self._serving_there.pop(proxy, None)
         self._overdue_there.pop(proxy, None)
+        self._heard_seq.pop(proxy, None)
 
     def queued(self) -> None:
         """A request is about to wait here: when it is the first, the other proxies should know (see
@@ -548,6 +554,7 @@ class SharedSlots:
         self._forget_at = None
         self._seqs.clear()
         self._total_seq = 0
+        self._heard_seq.clear()
 
     def rejoining(self, on: bool = True) -> None:
         """The store is back and holds this proxy's leases again, but the other proxies may not have
@@ -573,6 +580,7 @@ class SharedSlots:
         self._releasing.clear()  # the releases under way fail: their leases end with their TTL
         self._seqs.clear()  # Redis may come back empty: its change numbers start again
         self._total_seq = 0
+        self._heard_seq.clear()
         self.on_freed(0.0)
         return share
 
