@@ -64,7 +64,7 @@ class ServedLately:
 
     def fell_behind(self, key: str | None, seconds: float) -> None:
         """A request of `key`'s conversation was held up `seconds` (z.ai refused an attempt of it): its next
-        request goes in line as if it had come that much earlier (`caught_up`)."""
+        request goes in line as if it had come that much earlier (`behind`), until its next admission."""
         if key is None or seconds <= 0.0:
             return
         behind = self._behind
