@@ -18,7 +18,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 from ruamel.yaml import YAML
@@ -124,6 +124,7 @@ def _yaml(document: Any) -> bytes:
 
 @FUZZ
 @given(document=documents, as_json=st.booleans())
+@example(document={"  ": []}, as_json=False)  # a key of two spaces is named as two spaces, not one
 def test_any_document_is_a_config_or_one_line_naming_the_key(document: Any, as_json: bool) -> None:
     content = json.dumps(document).encode("utf-8", "surrogatepass") if as_json else _yaml(document)
     config, error = _load(content, ".json" if as_json else ".yaml")

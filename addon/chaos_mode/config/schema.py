@@ -44,10 +44,13 @@ URL_PATH = re.compile(r"/[!-~]{0,255}")  # printable ASCII, no spaces, 1-256 lon
 
 
 class ConfigError(ValueError):
-    """A config file that cannot be used: one line, naming the key as the user wrote it."""
+    """A config file that cannot be used: one line, naming the key as the user wrote it.
+
+    Line breaks (and the indentation around them) become one space; spaces inside a line stay, so a
+    key of two spaces is still shown as `'  '`."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(" ".join(message.split()))
+        super().__init__(" ".join(line.strip() for line in message.splitlines() if line.strip()))
 
 
 class _Base(BaseModel):
