@@ -333,7 +333,7 @@ class RedisFleet:
                 finally:
                     with contextlib.suppress(Exception):
                         async with asyncio.timeout(self.timeout):
-                            await pubsub.aclose()  # type: ignore[no-untyped-call]
+                            await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]  # typed from redis 8.2
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
