@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
 import xml.etree.ElementTree as ET
@@ -10,9 +11,11 @@ from typing import Any
 
 import pytest
 
+from chaos_mode.bench.__main__ import main as bench_main
+from chaos_mode.bench.__main__ import parse_seeds
 from chaos_mode.bench.field import PRESETS, field_bound, parse_presets, planned_changes, true_timeline
 from chaos_mode.bench.field_plot import render_field_svg
-from chaos_mode.bench.field_report import render_field
+from chaos_mode.bench.field_report import render_field, seed_lines
 from chaos_mode.bench.figures import percentile, summarize
 from chaos_mode.bench.ideal import (
     Capacity,
@@ -425,6 +428,49 @@ def test_parse_presets() -> None:
         parse_presets("lower,fastest")
 
 
+def test_parse_seeds() -> None:
+    assert parse_seeds("3") == (3,)
+    assert parse_seeds("1-3,2,7") == (1, 2, 3, 7)  # in order, each once
+    for bad in ("x", "", "1,,2", "3-1", "1-500"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_seeds(bad)
+
+
+@pytest.mark.parametrize("argv", [["--seeds", "1,2"], ["--field", "lower", "--seed", "2", "--seeds", "1,2"]])
+def test_seeds_go_only_with_field_presets_and_instead_of_one_seed(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        bench_main(argv)
+    assert stopped.value.code == 2
+    assert "--seeds: only with --field, and instead of --seed" in capsys.readouterr().err
+
+
+def test_a_preset_run_on_several_seeds_is_summed_up_across_them() -> None:
+    def run(name: str, seed: int, utilization: float, per_50: float) -> dict[str, Any]:
+        return {
+            "name": f"{name} seed {seed}",
+            "preset": name,
+            "utilization": utilization,
+            "upstreamPer50": per_50,
+            "workload": {"seed": seed},
+        }
+
+    runs = [run("realistic", 1, 0.86, 4.0), run("realistic", 2, 0.90, 3.0), run("realistic", 3, 0.80, 5.5)]
+    alone = {"name": "lower", "utilization": 0.9, "upstreamPer50": 4.0, "workload": {"seed": 1}}
+    noisy = [run("noisy", 1, 0.85, 5.0), run("noisy", 2, 0.87, 6.0)]
+    noisy[0]["twin"], noisy[1]["twin"] = {"pointsBelowTwin": 1.5}, {"pointsBelowTwin": 0.0}
+    assert seed_lines([*runs, alone, *noisy]) == [
+        "across seeds (median, min-max):",
+        "  realistic: 0.86 (0.80-0.90) of the bound over seeds 1, 2, 3; upstream refusals per 50 requests "
+        "4.0 (3.0-5.5)",
+        "  noisy: 0.86 (0.85-0.87) of the bound over seeds 1, 2; upstream refusals per 50 requests "
+        "5.5 (5.0-6.0); points below its twin +0.8 (+0.0-+1.5)",
+        "",
+    ]
+    assert seed_lines([alone]) == []  # one run: nothing to sum up
+
+
 def test_status_samples_with_and_without_learned_limits() -> None:
     before = {
         "modelDistribution": {"glm-4.7": {"inFlight": 2, "capacity": 3}},
@@ -514,6 +560,25 @@ def test_short_field_run(tmp_path: Path) -> None:
     assert len(svg.findall(".//{http://www.w3.org/2000/svg}polyline")) >= 2 * 9
     assert render_field(doc).startswith("field:")
     ET.fromstring(render_field_svg(doc))
+
+
+@pytest.mark.e2e
+def test_a_field_preset_runs_once_per_seed_and_is_summed_up_across_them(tmp_path: Path) -> None:
+    json_path = tmp_path / "field.json"
+    args = [
+        "--field", "lower", "--seeds", "1-2", "--agents", "4", "--requests", "2", "--latency-ms", "40",
+        "--tokens", "4", "--token-interval-ms", "10", "--reject-delay-ms", "100", "--json", str(json_path),
+    ]  # fmt: skip
+    result = run_module("chaos_mode.bench", *args, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    runs = json.loads(json_path.read_text(encoding="utf-8"))["presets"]
+    assert [(r["name"], r["preset"], r["workload"]["seed"]) for r in runs] == [
+        ("lower seed 1", "lower", 1),
+        ("lower seed 2", "lower", 2),
+    ]
+    for run in runs:
+        _consistent(run, 8)
+    assert "  lower: " in result.stdout and " of the bound over seeds 1, 2" in result.stdout
 
 
 def test_short_failover_ttft_run(tmp_path: Path) -> None:

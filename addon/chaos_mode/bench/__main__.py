@@ -45,6 +45,21 @@ DEFAULTS: dict[str, tuple[Any, Any]] = {
 WORKLOAD_ARGS = ("agents", "requests", "mix", "latency_ms", "token_interval_ms", "jitter", "seed")
 
 
+def parse_seeds(text: str) -> tuple[int, ...]:
+    """Workload seeds, in order, each once: `1,2,3`, `1-5` or both (`1-3,7`)."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        first, dash, last = part.strip().partition("-")
+        try:
+            span = range(int(first), int(last if dash else first) + 1)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{part.strip()!r} is not a seed or a range of seeds") from None
+        if not span or len(span) > 100:
+            raise argparse.ArgumentTypeError(f"{part.strip()!r}: a range low-high of at most 100 seeds")
+        seeds.extend(seed for seed in span if seed not in seeds)
+    return tuple(seeds)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m chaos_mode.bench",
@@ -108,6 +123,15 @@ def parser() -> argparse.ArgumentParser:
         "(devtools.distance; default 0: loopback)",
     )
     p.add_argument("--seed", type=int, help="workload seed (default 1)")
+    p.add_argument(
+        "--seeds",
+        type=parse_seeds,
+        default=(),
+        metavar="SEEDS",
+        help="field presets: run each preset (and its twin) once per workload seed, e.g. 1,2,3 or 1-5, and "
+        "report the median and range across them (a preset's figure moves with the order its agents' "
+        "requests come in)",
+    )
     p.add_argument(
         "--max-attempts", type=int, default=60, help="attempts per request before an agent gives up"
     )
@@ -187,6 +211,7 @@ def field_options(args: argparse.Namespace, argv: Sequence[str]) -> FieldOptions
         deadline=args.field_deadline,
         twins=args.twins,
         rtt=args.rtt_ms / 1000,
+        seeds=args.seeds,
         command=shlex.join(["python", "-m", "chaos_mode.bench", *argv]),
     )
 
@@ -197,6 +222,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = cli.parse_args(argv)
     if args.field and args.scenarios:
         cli.error("--field and --scenarios: choose one")
+    if args.seeds and (not args.field or args.seed is not None):
+        cli.error("--seeds: only with --field, and instead of --seed")
     options = options_from(args, argv)
     try:
         for scenario in options.scenarios:

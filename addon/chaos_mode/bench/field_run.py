@@ -49,6 +49,7 @@ class FieldOptions:
     deadline: float = 150.0  # seconds one preset's swarm may take before it is stopped
     twins: bool = True  # run each preset's twin after it
     rtt: float = 0.0  # seconds: z.ai this far from the proxy (devtools.distance); 0: loopback
+    seeds: Sequence[int] = ()  # run each preset (and its twin) once per workload seed; none: one run
     command: str = ""
 
 
@@ -166,6 +167,15 @@ async def run_preset(
     return summary
 
 
+def _seeded(result: dict[str, Any], preset: FieldPreset, seed: int | None) -> dict[str, Any]:
+    """The run's result, saying which preset it ran; named after its seed too when one was chosen (a run
+    per seed: `realistic seed 2`)."""
+    result["preset"] = preset.name
+    if seed is not None:
+        result["name"] = f"{preset.name} seed {seed}"
+    return result
+
+
 def _limit_reasons(status: Any) -> dict[str, str]:
     """Each model's `limitReason` at the end (why its learned limit is what it is), when the proxy says."""
     models = (status or {}).get("modelDistribution", {})
@@ -187,15 +197,23 @@ def compare_with_twin(preset: dict[str, Any], twin: dict[str, Any]) -> dict[str,
 
 
 async def run_field(options: FieldOptions, log: Log = lambda _: None) -> dict[str, Any]:
-    """Every preset of `options`, one after another, each followed by its twin (when it has one)."""
+    """Every preset of `options`, one after another (once per seed, when `seeds` names any), each run
+    followed by its twin (when it has one)."""
     doc = document_head("chaos-mode field", options.command) | {"presets": []}
     for preset in options.presets:
-        result = await run_preset(preset, options, log)
-        doc["presets"].append(result)
-        twin = preset.twin_preset() if options.twins else None
-        if twin is not None:
-            twin_result = await run_preset(twin, options, log, others_of=preset.filtered_agent)
-            result["twin"] = compare_with_twin(result, twin_result)
-            doc["presets"].append(twin_result)
+        for seed in options.seeds or (None,):
+            run = (
+                options
+                if seed is None
+                else dataclasses.replace(options, overrides={**options.overrides, "seed": seed})
+            )
+            result = _seeded(await run_preset(preset, run, log), preset, seed)
+            doc["presets"].append(result)
+            twin = preset.twin_preset() if options.twins else None
+            if twin is not None:
+                twin_run = await run_preset(twin, run, log, others_of=preset.filtered_agent)
+                twin_result = _seeded(twin_run, twin, seed)
+                result["twin"] = compare_with_twin(result, twin_result)
+                doc["presets"].append(twin_result)
     doc["finishedAt"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     return doc
