@@ -567,6 +567,22 @@ def test_held_slots_count_against_the_model_and_the_account() -> None:
     assert free.account_limit == 5
 
 
+def test_without_a_limit_of_its_own_the_account_refuses_nothing_the_models_would_not() -> None:
+    # Limits halved while a model runs full: its requests of before run on over its new limit, and another
+    # model within its own is served, though the account holds more than the models' new limits add up to.
+    state = SimState({"a": 4, "b": 2}, None)
+    assert [state.try_acquire("a") for _ in range(4)] == ["ok"] * 4
+    state.apply(LimitChange(limits={"a": 2, "b": 1}), at=1.0)
+    assert state.account_limit == 3 and state.account_in_flight == 4
+    assert state.try_acquire("a") == "model"
+    assert state.try_acquire("b") == "ok"
+    assert state.try_acquire("b") == "model"
+    # With a limit of its own, the account refuses at it whatever the models allow.
+    capped = SimState({"a": 4, "b": 2}, 4)
+    assert [capped.try_acquire("a") for _ in range(4)] == ["ok"] * 4
+    assert capped.try_acquire("b") == "account"
+
+
 def test_a_limit_change_names_known_models_only_and_keeps_requests_in_flight() -> None:
     state = SimState({"a": 2, "b": 1}, None)
     assert state.try_acquire("a") == state.try_acquire("a") == "ok"

@@ -149,7 +149,8 @@ class SimState:
         lengths: Lengths | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``account_limit`` None: the account allows the sum of the model limits, whatever they become.
+        """``account_limit`` None: no account limit of its own (it allows what the models allow: the sum of
+        their limits, whatever they become, reported as its limit).
         ``clock``: seconds, for how long requests wait inside z.ai."""
         self._initial = (dict(limits), account_limit, dict(hold or {}))
         self.models: dict[str, ModelCounters] = {m: ModelCounters(limit=n) for m, n in limits.items()}
@@ -204,17 +205,12 @@ class SimState:
         counters = self.models[model]
         if counters.in_flight + counters.held >= counters.limit + self.bands.get(model, 0):
             return "model"
-        if self.account_in_flight + self.account_held >= self.account_top:
+        # With no limit of its own the account refuses nothing the models would not, even while a model
+        # runs over a limit just lowered (its requests of before end normally, and fill no other model's).
+        cap = self.account_cap
+        if cap is not None and self.account_in_flight + self.account_held >= cap + self.account_band:
             return "account"
         return None
-
-    @property
-    def account_top(self) -> int:
-        """Where the account refuses for sure: its limit and band; with no limit of its own, the models'
-        tops added up (it then refuses nothing the models would not)."""
-        if self.account_cap is None:
-            return sum(c.limit + self.bands.get(m, 0) for m, c in self.models.items())
-        return self.account_cap + self.account_band
 
     def try_acquire(self, model: str) -> Verdict:
         """Take a slot of ``model`` and of the account, or say which limit is full (no draw, no queue)."""
@@ -291,9 +287,9 @@ class SimState:
     def _fits(self, model: str) -> bool:
         """Whether a slot of ``model`` within its limit (and the account's), bands left out, is free."""
         counters = self.models[model]
-        return (
-            counters.in_flight + counters.held < counters.limit
-            and self.account_in_flight + self.account_held < self.account_limit
+        cap = self.account_cap
+        return counters.in_flight + counters.held < counters.limit and (
+            cap is None or self.account_in_flight + self.account_held < cap
         )
 
     def _serve_waiting(self) -> None:
