@@ -81,6 +81,25 @@ def test_one_refusal_among_the_clean_answers_of_a_level_moves_nothing() -> None:
     assert evidence.limit(1.0, COST) == 10
 
 
+@pytest.mark.parametrize("later", [0.0, 1.0, 5.0])
+def test_one_refusal_under_a_limit_that_fell_does_not_drag_it_down_with_the_refusals_above(
+    later: float,
+) -> None:
+    """A full pool at 10 hears its clean answers at its top. z.ai halves the limit: refusals at 6 to 10, and
+    one at 3 (another limit's, or chance), where nothing else was heard. Pooled with the refusals above it
+    (rates that do not rise), the one at 3 was judged with their weight: the limit fell to 2, and only a
+    probe, paced, could bring it back. Refusals above a level say nothing of it: the limit is 5."""
+    evidence = LevelEvidence(10, 40, FADE)
+    for level in range(8, 11):
+        fill(evidence, level, MEMORY)
+    for level in range(6, 11):
+        fill(evidence, level, 2, refused=True, now=later)
+    evidence.observe(3, refused=True, now=later)
+    assert evidence.limit(later, COST) == 5
+    evidence.observe(3, refused=True, now=later)  # twice at 3: not chance
+    assert evidence.limit(later, COST) == 2
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     served=st.integers(3, 3 * MEMORY),

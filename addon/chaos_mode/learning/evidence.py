@@ -31,7 +31,9 @@ One estimator, three rules:
    limit is found at its second refusal); noise does not move a limit (it is the same at every level: no
    rise); a band that rises does (a soft limit, or a limit that fell). Since p never falls as n grows,
    adjacent levels whose rates do not rise are pooled first (isotonic regression): a rate above the next
-   level's is noise, and equal rates add confidence.
+   level's is noise, and equal rates add confidence. In a pooled block found refused, the level refused is
+   the lowest whose own evidence, with the block's levels under it, passes the test: refusals above a level
+   say nothing of it (one refusal low in the levels is not taken for a fallen limit's refusals above it).
 3. **A level is served** when z.ai answered cleanly at it or above it (its memory holds such an answer),
    or when it is within the catalog's value. **The limit is the highest served level under the lowest
    refused one.** Above it, only probes go (the pool's, one at a time, paced: see `limits`).
@@ -183,8 +185,9 @@ class LevelEvidence:
     def refused_level(self, now: float, cost: float, weights: Weights | None = None) -> int | None:
         """The lowest level refused (rule 2), else None. `cost`: a refusal's cost in slot-times (how long z.ai
         takes to refuse over how long a slot serves); `weights`: `_weights(now)`, when already worked out."""
+        weights = self._weights(now) if weights is None else weights
         blocks: list[list[float]] = []  # [first level, refused, clean]: rates non-decreasing, level order
-        for level, (clean, refused) in enumerate(self._weights(now) if weights is None else weights):
+        for level, (clean, refused) in enumerate(weights):
             if clean + refused <= 0.0:
                 continue  # no evidence: neither for nor against (the prior is the level's own, below)
             block = [float(level), refused, clean]
@@ -202,6 +205,14 @@ class LevelEvidence:
             background = max(below_refused / (below_refused + below_clean + PRIOR), NOISE)
             pays = background + max(worth - background, 0.0) / first  # the highest rate worth the level
             if chance_of_as_many(refused, refused + clean + PRIOR, pays) < SIGNIFICANCE:
+                # the block's lowest level whose own evidence and that of the block's levels under it
+                # suffice: refusals above a level say nothing of it (p never falls as n grows, not rises)
+                up_refused = up_clean = 0.0
+                for level in range(int(first), len(weights)):
+                    up_clean += weights[level][0]
+                    up_refused += weights[level][1]
+                    if chance_of_as_many(up_refused, up_refused + up_clean + PRIOR, pays) < SIGNIFICANCE:
+                        return level
                 return int(first)
             below_refused += refused
             below_clean += clean
