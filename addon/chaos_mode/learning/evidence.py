@@ -206,7 +206,8 @@ class LevelEvidence:
             pays = background + max(worth - background, 0.0) / first  # the highest rate worth the level
             if chance_of_as_many(refused, refused + clean + PRIOR, pays) < SIGNIFICANCE:
                 # the block's lowest level whose own evidence and that of the block's levels under it
-                # suffice: refusals above a level say nothing of it (p never falls as n grows, not rises)
+                # suffice: refusals above a level say nothing of it (p may rise above it); the whole block
+                # suffices, so this returns within it (the last line only guards rounding)
                 up_refused = up_clean = 0.0
                 for level in range(int(first), len(weights)):
                     up_clean += weights[level][0]
