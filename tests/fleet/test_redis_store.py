@@ -64,6 +64,7 @@ def make_fleet(
             on_seen=pool.seen_elsewhere,
             waiting=pool.first_in_line,
             serving=pool.serving_here,
+            refusing=pool.refusing,
             overdue=pool.overdue_here,
         )
         pool.use_slots(slots)
@@ -241,7 +242,12 @@ async def test_two_pools_share_the_account_and_a_slot_freed_on_one_serves_a_wait
 
 
 def test_a_notice_goes_through_the_channel_whole_and_one_of_an_earlier_version_is_still_read() -> None:
-    seen = (Seen("clean", 4, 20), Seen("stall", 5, 22, "model"), Seen("refused", 9, 28, "account"))
+    seen = (
+        Seen("clean", 4, 20),
+        Seen("stall", 5, 22, "model", 0.25),
+        Seen("refused", 9, 28, "account", 3.01),
+        Seen("refused", 9, 28),
+    )
     notice = Notice(
         0,
         "-",
@@ -255,7 +261,7 @@ def test_a_notice_goes_through_the_channel_whole_and_one_of_an_earlier_version_i
         seen,
         {"glm-4.7": 1},
     )
-    assert notice_tail(notice).endswith(" glm-4.5=4,glm-4.7=1 c4:20|s5:22m|r9:28a glm-4.7=1")
+    assert notice_tail(notice).endswith(" glm-4.5=4,glm-4.7=1 c4:20|s5:22m~250|r9:28a~3010|r9:28 glm-4.7=1")
     assert parse_notice("7 - " + notice_tail(notice)) == replace(notice, seq=7)
     nothing_said = Notice(8, "+", "p", "m", serving={}, overdue={})
     assert parse_notice("8 + " + notice_tail(Notice(0, "+", "p", "m"))) == nothing_said
@@ -267,6 +273,8 @@ def test_a_notice_goes_through_the_channel_whole_and_one_of_an_earlier_version_i
     assert parse_notice("9 - p m 1 2 250 q") == Notice(9, "-", "p", "m", 1, 2, 0.25, "q", None)
     assert parse_notice("9 - p m 1 2 250 q m=x -") is None
     assert parse_notice("9 - p m 1 2 250 q - x4:5") is None
+    assert parse_notice("9 - p m 1 2 250 q - r4:5~") is None
+    assert parse_notice("9 - p m 1 2 250 q - r4:5~-1") is None
     assert parse_notice("9 - p m 1 2") is None  # a short form no version of this protocol sends
     assert parse_notice("0 * p") == Notice(0, "*", "p")
     assert parse_notice("x - p m 1 2") is None and parse_notice("1 - p m 1") is None

@@ -493,6 +493,17 @@ def test_the_slot_a_lease_is_taken_for_counts_as_served_in_its_notice_unless_it_
     assert slots.notice("-", "m").serving == {"m": 2}
 
 
+def test_the_slot_a_lease_is_taken_for_is_not_counted_served_while_z_ai_refuses_its_model() -> None:
+    """After a limit fell, the requests sent there are refused; counted as served until their proxy's next
+    notice, they put a refusal elsewhere meanwhile a level above z.ai's (traced on the fleet's `halved`)."""
+    refusing = {"m"}
+    slots = SharedSlots("a", serving=lambda: {"m": 2}, refusing=lambda model: model in refusing)
+    assert slots.notice("+", "m").serving == {"m": 2}
+    assert slots.notice("+", "n").serving == {"m": 2, "n": 1}
+    refusing.clear()
+    assert slots.notice("+", "m").serving == {"m": 3}
+
+
 def test_the_verdicts_on_a_request_are_told_as_they_come_and_the_others_count_them() -> None:
     """A verdict goes to the other proxies when it comes, not with the slot given back a stream's length
     later (the proxy that had it would run on other limits meanwhile); alone, nobody hears it."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections.abc import Callable
 
 import pytest
 from hypothesis import settings
@@ -127,6 +128,50 @@ def test_a_probes_clean_answer_heard_again_from_another_proxy_undoes_no_wait_set
     assert rig.pool.limits.probe_wait("model", "h") == (5.0, 1)
     for selection in held:
         assert rig.pool.release(selection)
+
+
+def test_a_stall_another_proxy_heard_counts_here_from_when_its_request_was_sent() -> None:
+    """A limit halved: z.ai served 3 of "l" a second ago, and now holds requests at 2. Stalls heard here, of
+    requests sent 0.25 s ago, are the model's in full (z.ai has served it at 2 since none of them); heard
+    from another proxy, they must count the same. Without their age they counted as sent a refusal's time
+    ago (3 s), before the clean answers at 3, and were shared with the account: the limit stayed."""
+
+    def learned(hear: Callable[[Rig], None]) -> int:
+        rig = Rig()
+        for level in (1, 2, 3):
+            rig.pool.limits.succeeded("l", level, level, None)
+        rig.clock.advance(1.0)
+        for _ in range(3):
+            hear(rig)
+            rig.clock.advance(0.1)
+        return rig.pool.limits.limit("l")
+
+    def here(rig: Rig) -> None:
+        rig.pool.limits.stalled("l", 2, 2, None, rig.clock() - 0.25)
+
+    def elsewhere(rig: Rig) -> None:
+        rig.pool.seen_elsewhere("l", [Seen("stall", 2, 2, None, 0.25)])
+
+    def elsewhere_unaged(rig: Rig) -> None:  # a verdict that does not say when (as a 1302 heard here would)
+        rig.pool.seen_elsewhere("l", [Seen("stall", 2, 2)])
+
+    assert learned(here) == learned(elsewhere) == 1
+    assert learned(elsewhere_unaged) == 3
+
+
+def test_a_model_is_refusing_from_its_latest_verdict_within_the_limit_here_or_elsewhere() -> None:
+    rig = Rig()
+    first = rig.take()
+    assert not rig.pool.refusing("h")
+    assert rig.pool.report_stall(first)
+    assert rig.pool.refusing("h") and not rig.pool.refusing("l")
+    rig.pool.seen_elsewhere("h", [Seen("clean", 1, 1)])
+    assert not rig.pool.refusing("h")
+    rig.pool.seen_elsewhere("h", [Seen("refused", 2, 2, None, 3.0)])
+    assert rig.pool.refusing("h")
+    rig.pool.seen_elsewhere("h", [Seen("clean", 3, 3, "model")])  # a probe's verdict: above the limit
+    assert rig.pool.refusing("h")
+    assert rig.pool.release(first)
 
 
 def test_an_account_limit_learned_from_1302s_is_probed_too() -> None:

@@ -26,8 +26,9 @@ wait (PROBE_ANSWERED). Proxies of the previous version ignore both and probe on 
 and still streams; the one a lease is taken for counts as served until the sender's next notice, but a
 probe's): a clean answer elsewhere counts them with its own, not the slots z.ai has not answered yet.
 **z.ai's verdicts on a request are told as they come**, in a notice `=` on `freed` naming its model
-(`c7:20`, `r8:22m`, `s9:26a`: clean, refused, stalled, at the levels its proxy counted on the model and
-the account, a model's or the account's probe), which every other proxy counts as its own; a notice of
+(`c7:20`, `r8:22m~3010`, `s9:26a~250`: clean, refused, stalled, at the levels its proxy counted on the
+model and the account, a model's or the account's probe, and for a refusal or a stall the ms since its
+request was sent), which every other proxy counts as its own, as sent then; a notice of
 any kind may carry them (the previous version sent them with the lease given back). The learned limits'
 hash is read by a proxy joining the fleet, and written by all. The previous version's notices (without
 either) are read, their sender's slots counted as not served; it reads none of this version's and
@@ -241,11 +242,17 @@ def notice_tail(notice: Notice) -> str:
     waited = round(notice.waited * 1000)
     to = notice.to or NOBODY_NAMED
     serving = _counts_tail(notice.serving)
-    seen = "|".join(f"{s.kind[0]}{s.level}:{s.total}{_PROBES.get(s.probe, '')}" for s in notice.seen)
+    seen = "|".join(_seen_tail(s) for s in notice.seen)
     return (
         f"{notice.proxy} {notice.model} {notice.waiting} {notice.level} {waited} {to} "
         f"{serving} {seen or NOBODY_NAMED} {_counts_tail(notice.overdue)}"
     )
+
+
+def _seen_tail(seen: Seen) -> str:
+    """A verdict as `c7:20`, `r8:22m~250`: kind, levels, probe, and the ms since its request was sent."""
+    age = "" if seen.age is None else f"~{round(max(seen.age, 0.0) * 1000)}"
+    return f"{seen.kind[0]}{seen.level}:{seen.total}{_PROBES.get(seen.probe, '')}{age}"
 
 
 def _counts_tail(counts: Mapping[str, int] | None) -> str:
@@ -264,8 +271,9 @@ def _counts(text: str) -> dict[str, int]:
 
 def parse_notice(text: str) -> Notice | None:
     """`seq op proxy [model waiting level waited_ms to serving seen overdue]` from the channel (`* proxy`: it
-    left; `serving` and `overdue` as `model=n,...`; `seen` as `c7:20|s8:22m|r3:9a...`: clean, stall, refused
-    at a level on its model and on the account, a model's or the account's probe; `-` for none; earlier
+    left; `serving` and `overdue` as `model=n,...`; `seen` as `c7:20|s8:22m~250|r3:9a~3010...`: clean, stall,
+    refused at a level on its model and on the account, a model's or the account's probe, the ms since its
+    request was sent (a verdict without them: not said); `-` for none; earlier
     versions' notices, without `overdue`, or without the last three, are read too); None for anything
     else."""
     parts = text.split(" ")
@@ -284,8 +292,9 @@ def parse_notice(text: str) -> Notice | None:
                     match = _SEEN.fullmatch(item)
                     if match is None:
                         raise ValueError(item)
-                    kind, level, total, probe = match.groups()
-                    seen.append(Seen(_KINDS[kind], int(level), int(total), _PROBE_OF.get(probe)))
+                    kind, level, total, probe, age = match.groups()
+                    seconds = None if age is None else int(age) / 1000
+                    seen.append(Seen(_KINDS[kind], int(level), int(total), _PROBE_OF.get(probe), seconds))
             parts = parts[:8]
         seq, op, proxy, model, waiting, level, waited, to = parts
         to = "" if to == NOBODY_NAMED else to
@@ -306,7 +315,7 @@ def parse_notice(text: str) -> Notice | None:
         return None
 
 
-_SEEN: Final = re.compile(r"([crs])(\d+):(\d+)([ma]?)")
+_SEEN: Final = re.compile(r"([crs])(\d+):(\d+)([ma]?)(?:~(\d+))?")
 _KINDS: Final[dict[str, Literal["clean", "refused", "stall"]]] = {"c": "clean", "r": "refused", "s": "stall"}
 _PROBES: Final[dict[Probe | None, str]] = {"model": "m", "account": "a"}
 _PROBE_OF: Final[dict[str, Probe]] = {"m": "model", "a": "account"}

@@ -292,6 +292,7 @@ class ChaosMode:
             on_seen=self.pool.seen_elsewhere,
             waiting=self.pool.first_in_line,
             serving=self.pool.serving_here,
+            refusing=self.pool.refusing,
             overdue=self.pool.overdue_here,
         )
         self.pool.use_slots(slots)

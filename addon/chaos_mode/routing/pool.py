@@ -201,6 +201,7 @@ class ChaosPool:
         self._held: dict[int, str] = {}  # every slot taken and not given back: slot id -> model
         self._held_on: dict[str, int] = {}  # those per model (a shared store counts the fleet's)
         self._stalled: set[int] = set()  # unanswered slots whose stall was reported (counted once)
+        self._refusing: set[str] = set()  # models whose latest verdict within the limit was no clean answer
         self._taken_at: dict[int, float] = {}  # when each held slot was taken: what refusals and answers took
         self._served: set[int] = set()  # held slots answered cleanly
         self._ended: dict[int, str] = {}  # held slots whose answer z.ai sent to its end: slot id -> model
@@ -754,24 +755,46 @@ class ChaosPool:
 
     def _note(self, slot: Slot, kind: Literal["clean", "refused", "stall"], level: int, total: int) -> None:
         """A verdict on `slot`'s request as the limits took it: told to the fleet now."""
+        self._heard(slot.model, kind, self._probe_of(slot))
         if self._slots.confirms and self._limits.enabled and slot.slot_id in self._held:
-            self._slots.verdicts(slot.model, (Seen(kind, level, total, self._probe_of(slot)),))
+            taken_at = self._taken_at.get(slot.slot_id)
+            age = None if kind == "clean" or taken_at is None else self._clock() - taken_at
+            self._slots.verdicts(slot.model, (Seen(kind, level, total, self._probe_of(slot), age),))
 
     def seen_elsewhere(self, model: str, seen: Sequence[Seen]) -> None:
         """z.ai's verdicts on a request of `model` another proxy of the fleet holds, told as they came: each
-        counts here as if this proxy had it (`learning.limits`), at the levels that proxy counted."""
+        counts here as if this proxy had it (`learning.limits`), at the levels that proxy counted, and a
+        refusal or a stall as sent when that proxy sent it (whose refusal it is depends on what z.ai served
+        since)."""
         limits = self._limits
+        now = self._clock()
         for verdict in seen:
+            sent = None if verdict.age is None else now - verdict.age
+            self._heard(model, verdict.kind, verdict.probe)
             if verdict.kind == "clean":
                 # as evidence only: a probe's clean answer paces the probes here with the right freed
                 # (`probe_answered_elsewhere`); heard again as a verdict, it would undo a wait set since (a
                 # refused probe, a refusal) and end a probe of this proxy's own
                 limits.succeeded(model, verdict.level, verdict.total, None)
             elif verdict.kind == "refused":
-                limits.refused(model, verdict.level, verdict.total, verdict.probe)
+                limits.refused(model, verdict.level, verdict.total, verdict.probe, sent)
             else:
-                limits.stalled(model, verdict.level, verdict.total, verdict.probe)
+                limits.stalled(model, verdict.level, verdict.total, verdict.probe, sent)
         self._limits_changed()
+
+    def _heard(self, model: str, kind: Literal["clean", "refused", "stall"], probe: Probe | None) -> None:
+        if probe is not None:
+            return  # a probe's verdict says nothing of the levels within the limit
+        if kind == "clean":
+            self._refusing.discard(model)
+        else:
+            self._refusing.add(model)
+
+    def refusing(self, model: str) -> bool:
+        """Whether z.ai's latest verdict on a request of `model` within its limit (here, or told by another
+        proxy of the fleet) was a refusal or a stall: one just sent there is likely refused too
+        (`fleet.slots`)."""
+        return model in self._refusing
 
     def probe_answered_elsewhere(self, limit: str) -> None:
         """Another proxy's probe of `limit` (a model, or ACCOUNT) was answered cleanly: its next probe may

@@ -43,13 +43,15 @@ CONFIRMED: Final = Confirmation(True)
 @dataclass(frozen=True, slots=True)
 class Seen:
     """One of z.ai's verdicts on a slot's request, as the pool counted it (`learning.limits`): a clean
-    answer, a refusal (1302) or a stall, at `level` on its model and `total` on the account, and the probe it
-    was (None: none). A fleet's proxies learn from each other's."""
+    answer, a refusal (1302) or a stall, at `level` on its model and `total` on the account, the probe it
+    was (None: none), and for a refusal or a stall `age`: the seconds from the sending of its request to the
+    verdict (None: not said). A fleet's proxies learn from each other's."""
 
     kind: Literal["clean", "refused", "stall"]
     level: int
     total: int
     probe: Probe | None = None
+    age: float | None = None
 
 
 class SlotStore(Protocol):
