@@ -6,6 +6,7 @@ import argparse
 import json
 import random
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from chaos_mode.bench.ideal import (
     slots_by_tier,
     timed_lower_bound,
 )
+from chaos_mode.bench.learning_args import parse_learning
 from chaos_mode.bench.plot import render_svg
 from chaos_mode.bench.report import render
 from chaos_mode.bench.run import agent_models, ideal_for
@@ -446,6 +448,44 @@ def test_seeds_go_only_with_field_presets_and_instead_of_one_seed(
     assert "--seeds: only with --field, and instead of --seed" in capsys.readouterr().err
 
 
+def test_learning_settings_for_a_run_are_json_values_the_config_accepts() -> None:
+    assert parse_learning(["ceilingFactor=1", "probeIntervalSeconds=2.5", "enabled=false"]) == {
+        "ceilingFactor": 1,
+        "probeIntervalSeconds": 2.5,
+        "enabled": False,
+    }
+    assert parse_learning([]) == {}
+    for bad, said in (
+        ("ceilingFactor", "expected KEY=VALUE"),
+        ("=1", "expected KEY=VALUE"),
+        ("ceilingFactor=one", "not JSON"),
+        ("ceilingFactor=0", "ceilingFactor"),
+        ("probeEvery=3", "probeEvery"),
+    ):
+        with pytest.raises(ValueError, match=said):
+            parse_learning([bad])
+    proxy = SCENARIOS["least-loaded"]
+    assert "learning" not in proxy.config()
+    with_learning = replace(proxy, learning=(("ceilingFactor", 1),))
+    assert with_learning.config()["learning"] == {"ceilingFactor": 1}
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--learning", "ceilingFactor=1"], "--learning: only with --field"),
+        (["--field", "lower", "--learning", "ceilingFactor=0"], "ceilingFactor"),
+    ],
+)
+def test_learning_settings_go_only_with_field_presets_and_must_be_valid(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        bench_main(argv)
+    assert stopped.value.code == 2
+    assert said in capsys.readouterr().err
+
+
 def test_a_preset_run_on_several_seeds_is_summed_up_across_them() -> None:
     def run(name: str, seed: int, utilization: float, per_50: float) -> dict[str, Any]:
         return {
@@ -579,6 +619,22 @@ def test_a_field_preset_runs_once_per_seed_and_is_summed_up_across_them(tmp_path
     for run in runs:
         _consistent(run, 8)
     assert "  lower: " in result.stdout and " of the bound over seeds 1, 2" in result.stdout
+
+
+@pytest.mark.e2e
+def test_a_field_preset_runs_on_the_learning_settings_given(tmp_path: Path) -> None:
+    json_path = tmp_path / "field.json"
+    args = [
+        "--field", "lower", "--agents", "4", "--requests", "2", "--latency-ms", "40", "--tokens", "4",
+        "--token-interval-ms", "10", "--reject-delay-ms", "100", "--learning", "probeIntervalSeconds=2.5",
+        "--learning", "driftSeconds=90", "--json", str(json_path),
+    ]  # fmt: skip
+    result = run_module("chaos_mode.bench", *args, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (run,) = json.loads(json_path.read_text(encoding="utf-8"))["presets"]
+    _consistent(run, 8)
+    # as the proxy's status page said it (the defaults: 5 s and 600 s)
+    assert run["proxy"]["learning"] == {"enabled": True, "probeIntervalSeconds": 2.5, "driftSeconds": 90.0}
 
 
 def test_short_failover_ttft_run(tmp_path: Path) -> None:

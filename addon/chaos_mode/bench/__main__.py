@@ -17,6 +17,7 @@ from chaos_mode.bench.field import PRESETS, parse_presets
 from chaos_mode.bench.field_plot import render_field_svg
 from chaos_mode.bench.field_report import render_field
 from chaos_mode.bench.field_run import FieldOptions, run_field
+from chaos_mode.bench.learning_args import HELP, parse_learning
 from chaos_mode.bench.overhead import OverheadOptions
 from chaos_mode.bench.plot import render_svg
 from chaos_mode.bench.report import render
@@ -133,6 +134,9 @@ def parser() -> argparse.ArgumentParser:
         "requests come in)",
     )
     p.add_argument(
+        "--learning", action="append", default=[], metavar="KEY=VALUE", help=f"field presets: {HELP}"
+    )
+    p.add_argument(
         "--max-attempts", type=int, default=60, help="attempts per request before an agent gives up"
     )
     p.add_argument("--json", type=Path, metavar="FILE", help="write the results as JSON")
@@ -212,6 +216,7 @@ def field_options(args: argparse.Namespace, argv: Sequence[str]) -> FieldOptions
         twins=args.twins,
         rtt=args.rtt_ms / 1000,
         seeds=args.seeds,
+        learning=args.learning,
         command=shlex.join(["python", "-m", "chaos_mode.bench", *argv]),
     )
 
@@ -224,6 +229,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         cli.error("--field and --scenarios: choose one")
     if args.seeds and (not args.field or args.seed is not None):
         cli.error("--seeds: only with --field, and instead of --seed")
+    if args.learning and not args.field:
+        cli.error("--learning: only with --field (the scenarios run on the default learning)")
+    try:
+        args.learning = parse_learning(args.learning)
+    except ValueError as exc:
+        cli.error(str(exc))
     options = options_from(args, argv)
     try:
         for scenario in options.scenarios:

@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -50,6 +50,7 @@ class FieldOptions:
     twins: bool = True  # run each preset's twin after it
     rtt: float = 0.0  # seconds: z.ai this far from the proxy (devtools.distance); 0: loopback
     seeds: Sequence[int] = ()  # run each preset (and its twin) once per workload seed; none: one run
+    learning: Mapping[str, Any] = field(default_factory=dict)  # the proxy's learning block, over the defaults
     command: str = ""
 
 
@@ -77,6 +78,7 @@ async def run_preset(
     """One preset, start to end; the figures as one JSON-ready dict. `others_of`: an agent whose requests
     the makespan and the bound leave out (the filtered agent, in its run and its twin's)."""
     others_of = preset.filtered_agent if others_of is None else others_of
+    proxy_scenario = dataclasses.replace(PROXY, learning=tuple(options.learning.items()))
     workload = make_workload(preset.spec(**options.overrides))
     served = without_agent(workload, others_of)
     settings = preset.sim_settings(
@@ -93,12 +95,12 @@ async def run_preset(
     async with (
         SimProcess(settings) as sim,
         _at_distance(sim, options.rtt) as zai,
-        start_proxy(zai, PROXY) as proxy,
+        start_proxy(zai, proxy_scenario) as proxy,
         sampling(proxy.status_url, preset.sample_seconds) as samples,
         asyncio.timeout(options.deadline),
     ):
         run = await run_through(
-            PROXY,
+            proxy_scenario,
             workload,
             sim.base_url,
             proxy,

@@ -103,6 +103,7 @@ def summarize(
             "requestRefusals": proxy_status.get("requestRefusals"),
             "queue": proxy_status.get("queue"),
             "sticky": proxy_status.get("sticky"),
+            "learning": proxy_status.get("learning"),  # on or off, and its pacing (`--learning`)
         }
     return summary
 

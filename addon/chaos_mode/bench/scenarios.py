@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from chaos_mode.bench.workload import CLAUDE_MODELS, ZAI_DEFAULT_MODELS
 from chaos_mode.config.schema import StrategyName
@@ -20,6 +20,7 @@ class Scenario:
     sticky: bool = False
     pinned: bool = False  # each agent sends one model of its own (see `pinned_models`), whatever the tier
     openai_every: int = 0  # every n-th agent speaks OpenAI chat completions (0: none)
+    learning: tuple[tuple[str, Any], ...] = ()  # settings of the proxy's learning block (none: defaults)
 
     @property
     def models(self) -> dict[RequestTier, str]:
@@ -28,7 +29,7 @@ class Scenario:
 
     def config(self, upstream_host: str = "127.0.0.1") -> dict[str, object]:
         """The `modelRouting` mapping for the proxy (the built-in catalog, the simulator as upstream)."""
-        return {
+        block: dict[str, object] = {
             "chaosMode": {
                 "enabled": self.chaos,
                 "strategy": self.strategy,
@@ -36,6 +37,9 @@ class Scenario:
             },
             "upstreamHosts": [upstream_host],
         }
+        if self.learning:
+            block["learning"] = dict(self.learning)
+        return block
 
 
 SCENARIOS: Final[dict[str, Scenario]] = {

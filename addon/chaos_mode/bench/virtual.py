@@ -36,10 +36,11 @@ from typing import Any
 
 from chaos_mode.bench.field import PRESETS, FieldPreset, field_bound, planned_changes, true_timeline
 from chaos_mode.bench.field_figures import convergence
+from chaos_mode.bench.learning_args import HELP, parse_learning
 from chaos_mode.bench.scenarios import SCENARIOS
 from chaos_mode.bench.virtual_loop import VirtualLoop
 from chaos_mode.bench.workload import Request, make_workload
-from chaos_mode.config.schema import ConfigError, parse_config
+from chaos_mode.config.schema import parse_config
 from chaos_mode.forwarding.head_patience import FLOOR_SECONDS, STALL_FACTOR, STALL_FLOOR_SECONDS
 from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
 from chaos_mode.sim.state import SimState
@@ -81,11 +82,8 @@ async def swarm(
     if preset.refuse or preset.filtered_agent is not None or set(preset.fault_rates) - {"1302"} or unmodelled:
         raise ValueError(f"preset {preset.name} is not modelled (refused models, filter, faults or shapes)")
     workload = make_workload(preset.spec(seed=seed))
-    block = SCENARIOS["least-loaded"].config()
-    if learning:
-        known = block.get("learning")
-        block = {**block, "learning": {**(known if isinstance(known, Mapping) else {}), **learning}}
-    config = parse_config({"modelRouting": block})
+    proxy = dataclasses.replace(SCENARIOS["least-loaded"], learning=tuple((learning or {}).items()))
+    config = parse_config({"modelRouting": proxy.config()})
     pool = ChaosPool(config, clock=loop.time, wall_clock=loop.time, rng=random.Random(seed))
     on_the_way = random.Random(-seed)
     busy = classify_error(429, REFUSAL, now=0.0)
@@ -258,13 +256,7 @@ def main(argv: list[str] | None = None) -> None:
         "--transit", type=float, default=0.05, help="at most this many seconds from the pool to z.ai"
     )
     parser.add_argument("--reject", type=float, default=3.0, help="seconds from an attempt to its 1302")
-    parser.add_argument(
-        "--learning",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a key of the config's learning block, its value JSON (e.g. probeIntervalSeconds=3); repeatable",
-    )
+    parser.add_argument("--learning", action="append", default=[], metavar="KEY=VALUE", help=HELP)
     parser.add_argument(
         "--watch",
         type=float,
@@ -273,19 +265,10 @@ def main(argv: list[str] | None = None) -> None:
         help="every SECONDS of virtual time, print each learned limit against z.ai's true one",
     )
     args = parser.parse_args(argv)
-    learning = {}
-    for setting in args.learning:
-        key, sep, value = setting.partition("=")
-        if not sep or not key:
-            parser.error(f"--learning {setting}: expected KEY=VALUE")
-        try:
-            learning[key] = json.loads(value)
-        except json.JSONDecodeError:
-            parser.error(f"--learning {setting}: the value is not JSON")
     try:
-        parse_config({"modelRouting": {"learning": learning}})
-    except ConfigError as exc:
-        parser.error(f"--learning: {exc}")
+        learning = parse_learning(args.learning)
+    except ValueError as exc:
+        parser.error(str(exc))
     spans, ratios, per_50 = [], [], []
     within: list[float | None] = []
     for seed in range(1, args.seeds + 1):
