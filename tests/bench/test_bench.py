@@ -602,13 +602,17 @@ def test_short_field_run(tmp_path: Path) -> None:
     ET.fromstring(render_field_svg(doc))
 
 
+# `lower` with 4 agents of 2 short requests each: a field run through mitmdump in seconds
+SMALL_LOWER = [
+    "--field", "lower", "--agents", "4", "--requests", "2", "--latency-ms", "40", "--tokens", "4",
+    "--token-interval-ms", "10", "--reject-delay-ms", "100",
+]  # fmt: skip
+
+
 @pytest.mark.e2e
 def test_a_field_preset_runs_once_per_seed_and_is_summed_up_across_them(tmp_path: Path) -> None:
     json_path = tmp_path / "field.json"
-    args = [
-        "--field", "lower", "--seeds", "1-2", "--agents", "4", "--requests", "2", "--latency-ms", "40",
-        "--tokens", "4", "--token-interval-ms", "10", "--reject-delay-ms", "100", "--json", str(json_path),
-    ]  # fmt: skip
+    args = [*SMALL_LOWER, "--seeds", "1-2", "--json", str(json_path)]
     result = run_module("chaos_mode.bench", *args, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     runs = json.loads(json_path.read_text(encoding="utf-8"))["presets"]
@@ -624,11 +628,8 @@ def test_a_field_preset_runs_once_per_seed_and_is_summed_up_across_them(tmp_path
 @pytest.mark.e2e
 def test_a_field_preset_runs_on_the_learning_settings_given(tmp_path: Path) -> None:
     json_path = tmp_path / "field.json"
-    args = [
-        "--field", "lower", "--agents", "4", "--requests", "2", "--latency-ms", "40", "--tokens", "4",
-        "--token-interval-ms", "10", "--reject-delay-ms", "100", "--learning", "probeIntervalSeconds=2.5",
-        "--learning", "driftSeconds=90", "--json", str(json_path),
-    ]  # fmt: skip
+    learning = ["--learning", "probeIntervalSeconds=2.5", "--learning", "driftSeconds=90"]
+    args = [*SMALL_LOWER, *learning, "--json", str(json_path)]
     result = run_module("chaos_mode.bench", *args, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     (run,) = json.loads(json_path.read_text(encoding="utf-8"))["presets"]
