@@ -159,7 +159,7 @@ def test_a_stall_another_proxy_heard_counts_here_from_when_its_request_was_sent(
     assert learned(elsewhere_unaged) == 3
 
 
-def test_a_model_is_refusing_from_its_latest_verdict_within_the_limit_here_or_elsewhere() -> None:
+def test_a_model_is_refusing_from_its_latest_verdict_not_a_probes_here_or_elsewhere() -> None:
     rig = Rig()
     first = rig.take()
     assert not rig.pool.refusing("h")
@@ -169,7 +169,7 @@ def test_a_model_is_refusing_from_its_latest_verdict_within_the_limit_here_or_el
     assert not rig.pool.refusing("h")
     rig.pool.seen_elsewhere("h", [Seen("refused", 2, 2, None, 3.0)])
     assert rig.pool.refusing("h")
-    rig.pool.seen_elsewhere("h", [Seen("clean", 3, 3, "model")])  # a probe's verdict: above the limit
+    rig.pool.seen_elsewhere("h", [Seen("clean", 3, 3, "model")])  # a probe's verdict: not counted
     assert rig.pool.refusing("h")
     assert rig.pool.release(first)
 

@@ -201,7 +201,7 @@ class ChaosPool:
         self._held: dict[int, str] = {}  # every slot taken and not given back: slot id -> model
         self._held_on: dict[str, int] = {}  # those per model (a shared store counts the fleet's)
         self._stalled: set[int] = set()  # unanswered slots whose stall was reported (counted once)
-        self._refusing: set[str] = set()  # models whose latest verdict within the limit was no clean answer
+        self._refusing: set[str] = set()  # models whose latest verdict (not a probe's) was no clean answer
         self._taken_at: dict[int, float] = {}  # when each held slot was taken: what refusals and answers took
         self._served: set[int] = set()  # held slots answered cleanly
         self._ended: dict[int, str] = {}  # held slots whose answer z.ai sent to its end: slot id -> model
@@ -791,8 +791,8 @@ class ChaosPool:
             self._refusing.add(model)
 
     def refusing(self, model: str) -> bool:
-        """Whether z.ai's latest verdict on a request of `model` within its limit (here, or told by another
-        proxy of the fleet) was a refusal or a stall: one just sent there is likely refused too
+        """Whether z.ai's latest verdict on a request of `model` that was not a probe (here, or told by
+        another proxy of the fleet) was a refusal or a stall: one just sent there is likely refused too
         (`fleet.slots`)."""
         return model in self._refusing
 
