@@ -248,8 +248,10 @@ async def test_new_connections_to_a_distant_zai_are_not_taken_for_refusals(
 ) -> None:
     """z.ai 0.1 s away (`devtools.distance`). Once its heads are known (the patience is then 0.25 s), a burst
     needs new connections to it, whose handshakes (TCP, TLS) take 0.25 s before a request is written: every
-    request is served where it was sent, no failover. Counted from before the handshakes, each attempt on a
-    new connection was left for another."""
+    request is served where it was sent. Counted from before the handshakes, each attempt on a new
+    connection was left for another: a failover per new connection. One failover is allowed: a head comes
+    0.1 s after its request is written and the patience is 0.25 s, so a pause of the shared machine in the
+    full suite leaves an attempt now and then (seen once in a CI run: 1 failover)."""
     async with DistantPort(tls_sim.process.port, rtt=0.1) as far:
         proxy = await make_proxy(
             upstream=f"https://localhost:{far.port}", config=ROUTING, extra_args=trusting(test_certs)
@@ -267,6 +269,7 @@ async def test_new_connections_to_a_distant_zai_are_not_taken_for_refusals(
             sent = (httpx_stream(client, url, SONNET, headers=headers) for _ in range(6))
             burst = await asyncio.gather(*sent)
         assert [result.status for result in burst] == [200] * 6
-        assert far.connections > before  # the burst did open new connections to z.ai
+        opened = far.connections - before
+        assert opened >= 3  # the burst did open new connections to z.ai
         document = await wait_status_idle(http, proxy)
-    assert document["failovers"] == 0 and document["requests"]["ok"] == 14, document
+    assert document["failovers"] <= 1 < opened and document["requests"]["ok"] == 14, document
