@@ -152,7 +152,7 @@ def test_a_stall_another_proxy_heard_counts_here_from_when_its_request_was_sent(
     def elsewhere(rig: Rig) -> None:
         rig.pool.seen_elsewhere("l", [Seen("stall", 2, 2, None, 0.25)])
 
-    def elsewhere_unaged(rig: Rig) -> None:  # a verdict that does not say when (as a 1302 heard here would)
+    def elsewhere_unaged(rig: Rig) -> None:  # a verdict that does not say when (a previous version's notice)
         rig.pool.seen_elsewhere("l", [Seen("stall", 2, 2)])
 
     assert learned(here) == learned(elsewhere) == 1
