@@ -34,6 +34,7 @@ ANSWERED = [
     "trailing-bytes",
     "late-interim",
     "close-on-reuse",
+    "late-answer",
 ]
 BROKEN = [*BAD_CHUNK_SIZES, "cut-short"]  # the answer breaks: mitmproxy answers 502, as without the addon
 UNREAD = ["conflicting-length", "xchunked", "bad-version"]  # no attempt got an answer h11 reads: our 429
@@ -155,13 +156,31 @@ async def test_a_new_client_connection_opens_none_to_the_upstream(
 ) -> None:
     """mitmproxy's default (eager) opened one connection to z.ai per client connection and read the request
     only once it was up, never to use it: routed requests go through the forwarder's kept connections."""
-    await ask(client, "ok")  # a kept connection to reuse
+    key = new_key("ok")
+    await ask(client, "ok", key)  # a kept connection to reuse (its key's: `upstream.PoolKey`)
     before = hostile.connections
     for _ in range(4):
         async with httpx.AsyncClient(base_url=proxy.url, trust_env=False, timeout=TIMEOUT) as fresh:
-            seen = await ask(fresh, "ok")
+            seen = await ask(fresh, "ok", key)
         assert seen.answer_for == seen.key, seen
     assert hostile.connections - before <= 1  # at most one, should the kept one have been closed
+
+
+async def test_clients_with_their_own_keys_never_receive_each_others_unasked_answers(
+    proxy: ProxyProcess,
+) -> None:
+    """30 clients with their own keys, every other answer followed by one nobody asked for, which lands on
+    whatever request its connection carries next: never one of another key (`upstream.PoolKey`)."""
+
+    async def agent(n: int) -> list[Seen]:
+        key = f"sk-hostile-agent-{n:02d}-{next(_keys):04d}"
+        async with httpx.AsyncClient(base_url=proxy.url, trust_env=False, timeout=TIMEOUT) as own:
+            return [await ask(own, "late-answer" if i % 2 else "ok", key) for i in range(10)]
+
+    seen = [one for answers in await asyncio.gather(*map(agent, range(30))) for one in answers]
+    crossed = [one for one in seen if one.answer_for not in (None, one.key)]
+    assert not crossed, f"{len(crossed)} of {len(seen)} answers were another key's: {crossed[:3]}"
+    assert sum(one.answer_for == one.key for one in seen) >= len(seen) // 2
 
 
 async def test_two_clients_never_receive_each_others_answers_whatever_the_upstream_sends(

@@ -67,6 +67,7 @@ class Turn:
     model: str
     served: int  # requests this connection answered before this one
     writer: asyncio.StreamWriter
+    owed: bytes = b""  # sent on this connection just before the answer to its next request
 
     @property
     def body(self) -> bytes:
@@ -156,6 +157,16 @@ async def _idle_bytes(turn: Turn) -> str:
     return SERVE
 
 
+@mode("late-answer")
+async def _late_answer(turn: Turn) -> str:
+    """An answer, and another one nobody asked for (the same key's) just before the answer to the next
+    request on the connection: no client can tell it from the answer to its own request, so it may reach
+    only a request of the same key."""
+    await turn.send(answer(turn.body))
+    turn.owed = answer(turn.body)
+    return SERVE
+
+
 @mode("late-interim")
 async def _late_interim(turn: Turn) -> str:
     """An answer, then an interim answer while the connection is idle."""
@@ -240,7 +251,7 @@ class HostileUpstream:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
-        connection, served, carry = self.connections, 0, b""
+        connection, served, carry, owed = self.connections, 0, b"", b""
         try:
             while True:
                 request, carry = await _read_request(reader, carry)
@@ -251,7 +262,11 @@ class HostileUpstream:
                 key = headers.get("x-api-key", "")
                 self.seen.append(Seen(connection, name, key))
                 model = json.loads(request.body or b"{}").get("model", "glm-4.7")
-                then = await MODES[name](Turn(key, model, served, writer))
+                if owed:
+                    writer.write(owed)
+                turn = Turn(key, model, served, writer)
+                then = await MODES[name](turn)
+                owed = turn.owed
                 served += 1
                 if then == HOLD:
                     await reader.read()  # until the peer leaves; nothing more is read as a request

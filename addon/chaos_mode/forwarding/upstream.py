@@ -7,17 +7,20 @@ through `--mode upstream:` goes out through that proxy (CONNECT for https, an ab
 Answers are read as h11 reads them (`framing`); an answer's body is relayed as its bytes come, framing
 included, read only as far as needed to know where it ends, so the connection can serve again.
 
-The pool's rule: a kept-alive connection takes another request only when nothing came on it since the end of
-its last answer (asyncio goes on reading idle connections: bytes z.ai sent meanwhile would be taken for the
-next answer) and no close or byte waits in the kernel. When z.ai closes a reused connection as the request
-arrives, before any byte of an answer, the request goes once more on a new connection (nothing was received,
-so nothing can be received twice).
+The pool's rules: a kept-alive connection serves only requests of the credential it was opened for
+(`PoolKey`: bytes an upstream sends unasked after an answer can reach no other key's client, whatever the
+upstream does), and takes another request only when nothing came on it since the end of its last answer
+(asyncio goes on reading idle connections: bytes z.ai sent meanwhile would be taken for the next answer) and
+no close or byte waits in the kernel. When z.ai closes a reused connection as the request arrives, before any
+byte of an answer, the request goes once more on a new connection (nothing was received, so nothing can be
+received twice).
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import os
 import select
 import ssl
@@ -32,7 +35,11 @@ from chaos_mode.forwarding.framing import MAX_HEAD, BadAnswer, ChunkScanner, Hea
 
 CONNECT_TIMEOUT: Final = 30.0  # seconds to reach z.ai (or the upstream proxy)
 READ_TIMEOUT: Final = 600.0  # seconds without a byte from z.ai before an attempt counts as failed
-IDLE_PER_ORIGIN: Final = 64  # kept-alive connections per way out; more are closed when they come back
+IDLE_PER_KEY: Final = 64  # kept-alive connections per way out and credential; more are closed
+IDLE_TOTAL: Final = 256  # kept-alive connections in all (a swarm of many keys keeps no more)
+# The request headers that carry a client's credential: a connection serves one set of values of them.
+CREDENTIAL_HEADERS: Final = frozenset({b"authorization", b"x-api-key", b"api-key", b"x-goog-api-key"})
+_SALT: Final = os.urandom(16)  # the credential's digest means nothing outside this process
 READ_SIZE: Final = 65536
 # mitmproxy's names of TLS versions (its `tls_version_server_*` options); UNBOUNDED: whatever OpenSSL has.
 TLS_VERSIONS: Final[dict[str, ssl.TLSVersion | None]] = {
@@ -162,6 +169,25 @@ class _Reader(asyncio.StreamReader):
 Connection = tuple[_Reader, asyncio.StreamWriter]
 
 
+@dataclass(frozen=True, slots=True)
+class PoolKey:
+    """Which kept-alive connections a request may use: its way out and a hash of its credential."""
+
+    destination: Destination
+    credential: bytes
+
+
+def pool_key(to: Destination, headers: list[tuple[bytes, bytes]]) -> PoolKey:
+    """The request's `PoolKey`: a digest of its credential headers' names and values, in their order (the
+    key itself is kept nowhere else)."""
+    digest = hashlib.blake2b(digest_size=16, key=_SALT)
+    for name, value in headers:
+        lowered = name.lower()
+        if lowered in CREDENTIAL_HEADERS:
+            digest.update(b"%d:%s=%d:%s;" % (len(lowered), lowered, len(value), value))
+    return PoolKey(to, digest.digest())
+
+
 class UpstreamResponse:
     """z.ai's answer: its head read, its body still (all but its first bytes) on the connection."""
 
@@ -180,14 +206,12 @@ class UpstreamResponse:
         "status",
     )
 
-    def __init__(
-        self, clients: UpstreamClients, key: Destination, conn: Connection | None, head: Head
-    ) -> None:
+    def __init__(self, clients: UpstreamClients, key: PoolKey, conn: Connection | None, head: Head) -> None:
         self._clients, self._conn = clients, conn
         self.status, self.reason, self.headers = head.status, head.reason, head.headers
         framing = head.framing
         self.length, self.chunked = framing.length, framing.chunked
-        self._key: Destination | None = key if framing.keep_alive else None  # None: never back to the pool
+        self._key: PoolKey | None = key if framing.keep_alive else None  # None: never back to the pool
         self._left: int | None = framing.length  # body bytes still to come (None: chunked, or until EOF)
         self._scan: ChunkScanner | None = ChunkScanner() if framing.chunked else None
         self._first = head.rest  # body bytes that came with the head
@@ -308,7 +332,8 @@ class UpstreamClients:
     def __init__(self, settings: UpstreamSettings | None = None) -> None:
         self._settings = settings or UpstreamSettings()
         self._contexts: dict[str | None, ssl.SSLContext] = {}  # by client certificate
-        self._idle: dict[Destination, list[Connection]] = {}
+        self._idle: dict[PoolKey, list[Connection]] = {}
+        self._idle_count = 0
 
     @property
     def settings(self) -> UpstreamSettings:
@@ -347,21 +372,20 @@ class UpstreamClients:
             lines.append(auth)
         lines.append(b"content-length: %d\r\n\r\n" % len(body))
         request = b"".join(lines) + body
-        idle = self._idle.get(to)
-        while idle:
-            conn = idle.pop()
+        key = pool_key(to, headers)
+        while (conn := self._take_idle(key)) is not None:
             if not _reusable(conn):
                 conn[1].transport.abort()
                 continue
             try:
-                return await self._exchange(to, conn, method, request, written)
+                return await self._exchange(key, conn, method, request, written)
             except _Unanswered:
                 break  # z.ai closed it as the request came: once more, on a new connection
-        return await self._exchange(to, await self._connect(to), method, request, written)
+        return await self._exchange(key, await self._connect(to), method, request, written)
 
     async def _exchange(
         self,
-        to: Destination,
+        to: PoolKey,
         conn: Connection,
         method: bytes,
         request: bytes,
@@ -453,15 +477,28 @@ class UpstreamClients:
             return None
         return b"proxy-authorization: Basic %s\r\n" % base64.b64encode(auth.encode())
 
-    def give_back(self, to: Destination, conn: Connection) -> None:
-        idle = self._idle.setdefault(to, [])
-        if len(idle) < IDLE_PER_ORIGIN:
+    def _take_idle(self, key: PoolKey) -> Connection | None:
+        idle = self._idle.get(key)
+        if not idle:
+            return None
+        conn = idle.pop()
+        if not idle:
+            del self._idle[key]
+        self._idle_count -= 1
+        return conn
+
+    def give_back(self, key: PoolKey, conn: Connection) -> None:
+        idle = self._idle.setdefault(key, [])
+        if len(idle) < IDLE_PER_KEY and self._idle_count < IDLE_TOTAL:
             idle.append(conn)
+            self._idle_count += 1
         else:
+            if not idle:
+                del self._idle[key]
             conn[1].transport.abort()
 
     def _close_idle(self) -> None:
-        idle, self._idle = self._idle, {}
+        idle, self._idle, self._idle_count = self._idle, {}, 0
         for conns in idle.values():
             for _, writer in conns:
                 writer.transport.abort()
