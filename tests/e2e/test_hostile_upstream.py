@@ -35,6 +35,7 @@ ANSWERED = [
     "late-interim",
     "close-on-reuse",
     "late-answer",
+    "trailer",
 ]
 BROKEN = [*BAD_CHUNK_SIZES, "cut-short"]  # the answer breaks: mitmproxy answers 502, as without the addon
 UNREAD = ["conflicting-length", "xchunked", "bad-version"]  # no attempt got an answer h11 reads: our 429

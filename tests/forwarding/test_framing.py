@@ -403,3 +403,14 @@ def our_end(method: bytes, data: bytes) -> tuple[int, bool] | None:
 @given(st.sampled_from([b"POST", b"GET", b"HEAD", b"CONNECT"]), whole_answer())
 def test_the_framing_of_a_head_is_h11s(method: bytes, data: bytes) -> None:
     assert our_end(method, data) == h11_end(method, data), data
+
+
+@pytest.mark.parametrize("cut", range(1, 40))
+def test_the_trailer_section_is_found_wherever_the_reads_cut_it(cut: int) -> None:
+    raw = b"5\r\nhello\r\n0\r\nx-checksum: 1f\r\nx-more: 2\r\n\r\n"
+    scanner, kept = ChunkScanner(), b""
+    for data in (raw[:cut], raw[cut:]):
+        size = scanner.feed(data)
+        assert size == len(data)
+        kept += data if scanner.trailer_at is None else data[: scanner.trailer_at]
+    assert scanner.done and kept == b"5\r\nhello\r\n0\r\n"

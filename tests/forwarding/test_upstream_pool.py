@@ -76,7 +76,7 @@ def whose(got: Got) -> str | None:
 
 
 READ_WHOLE = ["ok", "ok-chunked", "interim", "folded", "bare-lf", "http10", "connection-close"]
-READ_WHOLE += ["trailing-bytes"]
+READ_WHOLE += ["trailing-bytes", "trailer"]
 
 
 @pytest.mark.parametrize("mode", READ_WHOLE)
@@ -85,6 +85,24 @@ async def test_answers_h11_reads_are_read_whole(
 ) -> None:
     got = await ask(clients, hostile, mode, f"key-{mode}")
     assert got.status == 200 and got.complete and whose(got) == f"key-{mode}"
+
+
+async def test_a_trailer_is_not_relayed_and_its_connection_serves_again(
+    clients: UpstreamClients, hostile: HostileUpstream
+) -> None:
+    """mitmproxy breaks the client's connection on a trailer it did not ask for: the relayed body ends with
+    the blank line alone."""
+    to = Destination("http", "127.0.0.1", hostile.port)
+    headers = [(HEADER.encode(), b"trailer"), (b"x-api-key", b"key")]
+    response = await clients.send(to, b"POST", b"/v1/messages", headers, b"{}")
+    try:
+        raw, _, complete = await response.read_body(1 << 20)
+    finally:
+        response.close()
+    assert complete and raw.endswith(b"}\r\n0\r\n\r\n") and b"x-checksum" not in raw
+    before = hostile.connections
+    assert whose(await ask(clients, hostile, "ok", "key")) == "key"
+    assert hostile.connections == before
 
 
 @pytest.mark.parametrize(

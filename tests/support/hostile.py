@@ -128,6 +128,8 @@ ONE_WRITE: Final[dict[str, tuple[Callable[[bytes], bytes], str]]] = {
     "folded": (lambda body: answer(body).replace(b"content-length: ", b"content-length:\r\n "), SERVE),
     # A head whose lines end in LF alone.
     "bare-lf": (_bare_lf, SERVE),
+    # A chunked answer whose last chunk is followed by a trailer field.
+    "trailer": (lambda body: chunked(body).replace(b"0\r\n\r\n", b"0\r\nx-checksum: 1f\r\n\r\n"), SERVE),
     # A chunk size h11 refuses, before a chunk of data.
     **{
         name: (lambda body, size=size: chunked(b"hello!" + body, size), HOLD)

@@ -138,9 +138,10 @@ class ChunkScanner:
 
     `feed(data)` returns how many of `data`'s bytes belong to the body: all of them until the body ends
     (then `done`), which may be inside `data`; `BadAnswer` where h11 refuses the framing. Given `body`, the
-    chunks' data is appended to it."""
+    chunks' data is appended to it. `trailer_at`: where in the last `data` fed the trailer section begins
+    (after the last chunk's size line; 0 when it began in an earlier read), None before it."""
 
-    __slots__ = ("_left", "_line", "_max", "_state", "done")
+    __slots__ = ("_left", "_line", "_max", "_state", "done", "trailer_at")
 
     def __init__(self, max_line: int = MAX_HEAD) -> None:
         self._state = _SIZE
@@ -148,9 +149,12 @@ class ChunkScanner:
         self._line = b""  # a size line or the trailer, begun in an earlier read
         self._max = max_line
         self.done = False
+        self.trailer_at: int | None = None
 
     def feed(self, data: bytes, body: bytearray | None = None) -> int:
         at, end = 0, len(data)
+        if self.trailer_at is not None:
+            self.trailer_at = 0
         while at < end and not self.done:
             state = self._state
             if state == _SIZE:
@@ -206,7 +210,7 @@ class ChunkScanner:
         if size:
             self._state, self._left = _DATA, size
         else:
-            self._state = _TRAILER
+            self._state, self.trailer_at = _TRAILER, eol
         return eol
 
     def _trailer(self, data: bytes, at: int) -> int:

@@ -259,12 +259,17 @@ class UpstreamResponse:
 
     def _frame(self, data: bytes) -> bytes:
         """The part of `data` that belongs to the body; anything after the body's end is dropped, and the
-        connection it came on never serves again."""
-        if self._scan is not None:
+        connection it came on never serves again. A chunked body's trailer fields are dropped too (nothing
+        downstream asked for them: its end is the blank line alone)."""
+        if (scan := self._scan) is not None:
             try:
-                size = self._scan.feed(data)
+                size = scan.feed(data)
             except BadAnswer as exc:
                 raise UpstreamFailed(f"the answer broke: bad chunked framing: {exc}") from None
+            if scan.trailer_at is not None:
+                if size < len(data):
+                    self._key = None
+                return data[: scan.trailer_at] + (b"\r\n" if scan.done else b"")
         elif self._left is not None:
             size = min(self._left, len(data))
             self._left -= size
