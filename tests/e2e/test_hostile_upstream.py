@@ -38,7 +38,12 @@ ANSWERED = [
     "trailer",
 ]
 BROKEN = [*BAD_CHUNK_SIZES, "cut-short"]  # the answer breaks: mitmproxy answers 502, as without the addon
-UNREAD = ["conflicting-length", "xchunked", "bad-version"]  # no attempt got an answer h11 reads: our 429
+UNREAD = [
+    "conflicting-length",
+    "xchunked",
+    "bad-version",
+    "endless-interim",
+]  # no attempt got an answer h11 reads: our 429
 _keys = itertools.count()
 
 

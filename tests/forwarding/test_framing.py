@@ -12,7 +12,15 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from chaos_mode.forwarding.framing import BadAnswer, ChunkScanner, Framing, HeadParser, dechunk, plain
+from chaos_mode.forwarding.framing import (
+    MAX_INTERIM,
+    BadAnswer,
+    ChunkScanner,
+    Framing,
+    HeadParser,
+    dechunk,
+    plain,
+)
 from support.bounded import within
 
 CHUNKED_HEAD = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
@@ -203,6 +211,18 @@ def test_interim_answers_are_passed_over() -> None:
     assert head is not None
     assert (head.status, head.reason, head.rest) == (200, b"OK", b"ok+")
     assert head.headers == [(b"Content-Length", b"2")]  # as they came
+
+
+def test_a_run_of_interim_answers_is_refused_past_its_bound() -> None:
+    """An endless run of 100 Continue kept the forwarder reading, and the CPU busy, until the read timeout."""
+    interim = b"HTTP/1.1 100 Continue\r\n\r\n"
+    final = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
+    head = HeadParser(b"POST").feed(interim * MAX_INTERIM + final)
+    assert head is not None and head.status == 200
+    parser = HeadParser(b"POST")
+    assert parser.feed(interim * MAX_INTERIM) is None
+    with pytest.raises(BadAnswer, match="interim"):
+        parser.feed(interim)
 
 
 @pytest.mark.parametrize(

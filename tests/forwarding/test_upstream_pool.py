@@ -111,6 +111,7 @@ async def test_a_trailer_is_not_relayed_and_its_connection_serves_again(
         ("conflicting-length", "conflicting Content-Length"),
         ("xchunked", "Only Transfer-Encoding: chunked"),
         ("bad-version", "illegal status line"),
+        ("endless-interim", "more than 16 interim"),
     ],
 )
 async def test_heads_h11_refuses_fail_the_attempt(

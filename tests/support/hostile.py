@@ -169,6 +169,18 @@ async def _late_answer(turn: Turn) -> str:
     return SERVE
 
 
+ENDLESS_INTERIM: Final = 100_000  # `endless-interim` answers: as good as endless for a client
+
+
+@mode("endless-interim")
+async def _endless_interim(turn: Turn) -> str:
+    """100 Continue after 100 Continue, never a final answer."""
+    interim = b"HTTP/1.1 100 Continue\r\n\r\n" * 1000
+    for _ in range(ENDLESS_INTERIM // 1000):
+        await turn.send(interim)
+    return CLOSE
+
+
 @mode("late-interim")
 async def _late_interim(turn: Turn) -> str:
     """An answer, then an interim answer while the connection is idle."""

@@ -6,10 +6,10 @@ request, and it must frame every answer exactly as h11 would, or refuse it as h1
 
 - The head is h11's business: `HeadParser` runs h11's own status-line and header reader on h11's receive
   buffer (as mitmproxy's HTTP/1 layer does; an `h11.Connection` would add an event machine costing about
-  25 µs a request) and returns the first final answer. 1xx interim answers are passed over (a 101 is
-  refused: nothing asked to switch), and every rule of the status line, the header lines (obsolete folding,
-  bare LF), Content-Length and Transfer-Encoding is h11's: a head h11 refuses is `BadAnswer`. A test holds
-  it to an `h11.Connection`'s verdict, read by read.
+  25 µs a request) and returns the first final answer. 1xx interim answers are passed over, up to
+  `MAX_INTERIM` (a 101 is refused: nothing asked to switch), and every rule of the status line, the header
+  lines (obsolete folding, bare LF), Content-Length and Transfer-Encoding is h11's: a head h11 refuses is
+  `BadAnswer`. A test holds it to an `h11.Connection`'s verdict, read by read.
 - The body's length follows from that head (`Framing`, h11's rules): none (204, 304, an answer to HEAD, a
   2xx to CONNECT), chunked, Content-Length, or until the connection closes (an answer that can never be
   followed by another on its connection, nor can one from HTTP/1.0 or with `Connection: close`).
@@ -34,6 +34,7 @@ from h11._readers import maybe_read_from_SEND_RESPONSE_server as read_status_and
 from h11._receivebuffer import ReceiveBuffer
 
 MAX_HEAD: Final = 256 * 1024  # bytes of an incomplete head, size line or trailer (h11's limit, set to this)
+MAX_INTERIM: Final = 16  # 1xx answers passed over before a final one; more and the answer is refused
 _CHUNK_SIZE: Final = re.compile(rb"([0-9A-Fa-f]{1,20})(?:;.*)?[ \t]*\r\n")  # h11's chunk-header grammar
 _BLANK_LINE: Final = re.compile(rb"\n\r?\n")  # the end of a trailer, as h11 looks for it
 _REPR: Final = re.compile(r":? ?(?:bytearray\()?b['\"].*", re.DOTALL)
@@ -92,12 +93,13 @@ class HeadParser:
     """Reads an answer's head (module docstring): `feed(bytes)` until it returns the `Head` (b"" for the
     end of the connection); `BadAnswer` when h11 refuses what came."""
 
-    __slots__ = ("_buffer", "_max", "_method", "received")
+    __slots__ = ("_buffer", "_interim", "_max", "_method", "received")
 
     def __init__(self, method: bytes, max_head: int = MAX_HEAD) -> None:
         self._method = method
         self._max = max_head
         self._buffer = ReceiveBuffer()
+        self._interim = 0
         self.received = 0  # bytes fed so far: none means the peer never began an answer
 
     def feed(self, data: bytes) -> Head | None:
@@ -126,7 +128,10 @@ class HeadParser:
                 )
             if event.status_code == 101:  # the forwarder never asks to switch protocols
                 raise BadAnswer("101 Switching Protocols, asked by no request")
-            # any other 1xx: passed over (RFC 9110 15.2)
+            # any other 1xx: passed over (RFC 9110 15.2), a few (an endless run would spin on the CPU)
+            self._interim += 1
+            if self._interim > MAX_INTERIM:
+                raise BadAnswer(f"more than {MAX_INTERIM} interim (1xx) answers")
 
 
 _SIZE, _DATA, _CRLF, _TRAILER = range(4)
