@@ -181,6 +181,22 @@ async def _endless_interim(turn: Turn) -> str:
     return CLOSE
 
 
+@mode("stall-body")
+async def _stall_body(turn: Turn) -> str:
+    """A whole answer's head and its first bytes, then nothing (the connection held open)."""
+    await turn.send(answer(turn.body)[:-10])
+    return HOLD
+
+
+@mode("stall-stream")
+async def _stall_stream(turn: Turn) -> str:
+    """A stream's head and its first event, then nothing (the connection held open)."""
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    event = b'event: ping\ndata: {"type": "ping"}\n\n'
+    await turn.send(head + b"%x\r\n%s\r\n" % (len(event), event))
+    return HOLD
+
+
 @mode("late-interim")
 async def _late_interim(turn: Turn) -> str:
     """An answer, then an interim answer while the connection is idle."""

@@ -240,6 +240,12 @@ class StreamSettings(_Base):
     )
     max_body_bytes: Int = Field(default=32 * 1024 * 1024, ge=1024, le=1 << 30)
     max_failovers: Int = Field(default=3, ge=0, le=10)
+    idle_seconds: Float = Field(
+        default=120.0,
+        gt=0,
+        le=3600,
+        description="an answer that sends no byte for this long after its head is cut and its slot given back",
+    )
 
 
 class QuotaSettings(_Base):

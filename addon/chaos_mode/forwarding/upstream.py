@@ -34,7 +34,8 @@ import certifi
 from chaos_mode.forwarding.framing import MAX_HEAD, BadAnswer, ChunkScanner, Head, HeadParser, dechunk
 
 CONNECT_TIMEOUT: Final = 30.0  # seconds to reach z.ai (or the upstream proxy)
-READ_TIMEOUT: Final = 600.0  # seconds without a byte from z.ai before an attempt counts as failed
+READ_TIMEOUT: Final = 600.0  # seconds without an answer's head from z.ai before an attempt counts as failed
+IDLE_TIMEOUT: Final = 120.0  # seconds without a byte of an answer's body before the answer counts as broken
 IDLE_PER_KEY: Final = 64  # kept-alive connections per way out and credential; more are closed
 IDLE_TOTAL: Final = 256  # kept-alive connections in all (a swarm of many keys keeps no more)
 # The request headers that carry a client's credential: a connection serves one set of values of them.
@@ -77,6 +78,7 @@ class UpstreamSettings:
     ca_path: str | None = None
     proxy_auth: str | None = None  # user:pass for the upstream proxy (mitmproxy's upstream_auth)
     read_timeout: float = READ_TIMEOUT
+    idle_timeout: float = IDLE_TIMEOUT
     client_certs: str | None = None  # a PEM file (key and certificate), or a folder of <server name>.pem
     tls_min: str = "TLS1_2"  # mitmproxy's defaults
     tls_max: str = "UNBOUNDED"
@@ -235,7 +237,7 @@ class UpstreamResponse:
         if self._conn is None:
             raise UpstreamFailed("the answer was closed")
         reader = self._conn[0]
-        timeout = self._clients.settings.read_timeout
+        timeout = self._clients.settings.idle_timeout
         try:
             data, self._first = self._first, b""
             while True:
@@ -246,7 +248,9 @@ class UpstreamResponse:
                 try:
                     async with asyncio.timeout(timeout):
                         data = await reader.read(READ_SIZE)
-                except (OSError, TimeoutError) as exc:
+                except TimeoutError:
+                    raise UpstreamFailed(f"the answer stalled: no byte for {timeout:g} s") from None
+                except OSError as exc:
                     raise UpstreamFailed(f"the answer broke: {type(exc).__name__}") from None
                 if not data:
                     if self._left is None and self._scan is None:

@@ -19,6 +19,7 @@ import socket
 import time
 import weakref
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from random import Random
 from typing import TYPE_CHECKING, Any, Final
@@ -252,6 +253,7 @@ class ChaosMode:
                     ca_path=ctx.options.ssl_verify_upstream_trusted_confdir or None,
                     proxy_auth=ctx.options.upstream_auth or None,
                     read_timeout=self.forwarder.clients.settings.read_timeout,
+                    idle_timeout=self.forwarder.clients.settings.idle_timeout,
                     client_certs=ctx.options.client_certs or None,
                     tls_min=ctx.options.tls_version_server_min,
                     tls_max=ctx.options.tls_version_server_max,
@@ -314,6 +316,8 @@ class ChaosMode:
         self.stats.reconfigure(config)
         self.classifier = TierClassifier(config)
         self.forwarder.limit_body(config.streams.max_body_bytes)
+        clients = self.forwarder.clients
+        clients.reconfigure(replace(clients.settings, idle_timeout=config.streams.idle_seconds))
         chaos = config.chaos_mode
         log.info(
             "chaos mode %s: %s over %d models%s, %d slots%s",
