@@ -244,7 +244,7 @@ class StreamSettings(_Base):
         default=120.0,
         gt=0,
         le=3600,
-        description="an answer that sends no byte for this long after its head is cut and its slot given back",
+        description="an answer silent this long after its head is cut and its slot given back",
     )
 
 
