@@ -85,7 +85,7 @@ def test_camel_case_keys_reach_the_python_fields() -> None:
         },
         models={"big": {"tier": "HEAVY", "maxConcurrency": 4, "inputPrice": 1, "outputPrice": 2}}
         | {name: {"tier": t, "maxConcurrency": c} for name, (t, c, *_) in SEED_CATALOG.items()},
-        upstreamHosts=[" API.Example.COM ", ""],
+        upstreamHosts=[" API.Example.COM "],
         tierRules={"patterns": {" Opus ": "heavy"}, "default": "light"},
         accountConcurrency=12,
         queue={"enabled": False, "timeoutSeconds": 5, "maxWaiting": 7},
@@ -277,7 +277,6 @@ def test_a_lowered_floor_admits_lower_tiers() -> None:
             r"modelRouting\.models: model name '\*account': .*not starting with '\*'",
         ),
         ({"upstreamHosts": []}, r"modelRouting\.upstreamHosts: must name at least one host"),
-        ({"upstreamHosts": [" ", ""]}, r"modelRouting\.upstreamHosts: must name at least one host"),
         ({"openaiPaths": "/api/paas/v4/chat/completions"}, r"modelRouting\.openaiPaths: Input should be"),
         ({"openaiPaths": ["api/paas"]}, r"modelRouting\.openaiPaths: 'api/paas': must be a URL path"),
         ({"openaiPaths": ["/a b"]}, r"modelRouting\.openaiPaths: '/a b': must be a URL path"),
@@ -294,6 +293,56 @@ def test_wrong_values_are_refused_naming_the_key(block: dict[str, Any], match: s
     with pytest.raises(ConfigError, match=match) as raised:
         routing(**block)
     assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ("https://api.z.ai", "'https://api.z.ai' is a URL; write the host name alone: api.z.ai"),
+        ("HTTP://API.Z.AI:80/x", "'http://api.z.ai:80/x' is a URL; write the host name alone: api.z.ai"),
+        ("https://", "'https://' is a URL; write the host name alone, e.g. api.z.ai"),
+        ("api.z.ai:443", "'api.z.ai:443' has a port; write the host name alone: api.z.ai"),
+        ("127.0.0.1:8700", "'127.0.0.1:8700' has a port; write the host name alone: 127.0.0.1"),
+        ("api.z.ai/v1/messages", "'api.z.ai/v1/messages' has a path; write the host name alone: api.z.ai"),
+        ("[::1]", "'[::1]' is in brackets; write the host name alone: ::1"),
+        ("[::1]:8700", "'[::1]:8700' is in brackets; write the host name alone: ::1"),
+        ("api.z.ai open.bigmodel.cn", "'api.z.ai open.bigmodel.cn' holds a space; write one host name per"),
+        ("", "'': an empty entry; write a host name such as api.z.ai, or remove it"),
+        ("  ", "'': an empty entry"),
+        ("*.z.ai", "'*.z.ai': hosts are matched exactly, with no wildcards; list each host name in full"),
+        ("api.z.ai.", "'api.z.ai.' is not a host name or IP address"),
+        ("-api.z.ai", "'-api.z.ai' is not a host name or IP address"),
+        ("api..z.ai", "'api..z.ai' is not a host name or IP address"),
+        ("10.0.0", "'10.0.0' is not a host name or IP address"),
+        ("256.0.0.1", "'256.0.0.1' is not a host name or IP address"),
+        ("::1::2", "'::1::2' is not a host name or IP address"),
+        ("api.z.ai:x", "'api.z.ai:x' is not a host name or IP address"),
+        ("zß.ai", "'zß.ai' is not a host name or IP address"),
+        ("a" * 64 + ".ai", "is not a host name or IP address"),
+        ("a." * 127 + "ai", "'... is not a host name or IP address"),
+    ],
+)
+def test_an_upstream_host_matching_nothing_is_refused_naming_the_fix(entry: str, message: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        routing(upstreamHosts=["api.z.ai", entry])
+    text = str(raised.value)
+    assert text.startswith("config: modelRouting.upstreamHosts: '") and message in text
+    assert "\n" not in text
+
+
+def test_upstream_hosts_are_names_and_ip_literals_as_mitmproxy_shows_a_request_s_host() -> None:
+    hosts = ["API.Z.AI", " open.bigmodel.cn ", "localhost", "my_service", "127.0.0.1", "::1", "FE80::1"]
+    hosts.append("a" * 63)
+    assert routing(upstreamHosts=hosts).upstream_hosts == (
+        "api.z.ai",
+        "open.bigmodel.cn",
+        "localhost",
+        "my_service",
+        "127.0.0.1",
+        "::1",
+        "fe80::1",
+        "a" * 63,
+    )
 
 
 @pytest.mark.parametrize(

@@ -40,6 +40,10 @@ def refuses_to_start(proxy: ProxyProcess) -> str:
             "modelRouting.models.a.maxConcurrency: Input should be a valid integer",
         ),
         ({"upstreamHosts": []}, "modelRouting.upstreamHosts: must name at least one host"),
+        (
+            {"upstreamHosts": ["https://api.z.ai"]},
+            "modelRouting.upstreamHosts: 'https://api.z.ai' is a URL; write the host name alone: api.z.ai",
+        ),
         ({"models": {"": {"tier": "HEAVY", "maxConcurrency": 1}}}, "modelRouting.models: model name ''"),
     ],
 )

@@ -1179,6 +1179,35 @@ async def test_the_reload_command_keeps_the_config_when_the_file_broke(env: Env)
     assert env.addon.config.chaos_mode.enabled is False
 
 
+async def test_an_edited_config_file_is_read_again_once_it_holds_still(env: Env) -> None:
+    """The watch's looks, called here rather than waited for: a broken edit keeps the config and says why
+    in one line; a good one is applied and said in one line."""
+    path = Path(env.write({"chaosMode": {"enabled": True, "strategy": "round-robin"}}, "live.json"))
+    env.tctx.configure(env.addon, chaos_config=str(path), chaos_enabled="auto")
+    good = env.addon.config
+    env.addon.running()
+    env.caplog.clear()
+    path.write_text(json.dumps({"modelRouting": {"upstreamHosts": ["https://api.z.ai"]}}), encoding="utf-8")
+    env.addon._watch_config()  # the edit seen: it may still be written
+    assert env.addon.config is good and env.chaos_logs() == []
+    env.addon._watch_config()  # held still: read
+    env.addon._watch_config()  # read already
+    assert env.addon.config is good
+    assert env.chaos_logs() == [
+        f"chaos-mode: config not reloaded, the old one stays in force: {path}: modelRouting.upstreamHosts: "
+        "'https://api.z.ai' is a URL; write the host name alone: api.z.ai"
+    ]
+    env.caplog.clear()
+    path.write_text(json.dumps({"modelRouting": {"chaosMode": {"strategy": "weighted-random"}}}))
+    for _ in range(3):
+        env.addon._watch_config()
+    assert env.addon.config.chaos_mode.strategy == "weighted-random"
+    assert [line for line in env.chaos_logs() if "reloaded" in line] == [
+        f"chaos-mode: {path} changed: config reloaded"
+    ]
+    env.addon.done()
+
+
 async def test_the_status_command_shows_every_model(env: Env) -> None:
     env.configure(enabled="true")
     f = messages_flow()

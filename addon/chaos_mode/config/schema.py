@@ -21,6 +21,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from chaos_mode.config.hosts import host_entry
 from chaos_mode.zai.catalog import (
     DEFAULT_CATALOG,
     DEFAULT_OPENAI_PATHS,
@@ -314,8 +315,8 @@ class ModelRouting(_Base):
 
     @field_validator("upstream_hosts")
     @classmethod
-    def _hosts_lowercase(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        hosts = tuple(host.strip().lower() for host in value if host.strip())
+    def _hosts_exact(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        hosts = tuple(host_entry(host) for host in value)
         if not hosts:
             raise ValueError("must name at least one host (with none, chaos mode would route nothing)")
         return hosts

@@ -30,6 +30,7 @@ from mitmproxy.proxy.mode_specs import ProxyMode
 
 from chaos_mode.config.file import load_config
 from chaos_mode.config.schema import ConfigError, ModelRouting, default_config
+from chaos_mode.config.watch import FileWatch
 from chaos_mode.doors.door import door_of
 from chaos_mode.doors.error_bodies import TRIED_HEADER
 from chaos_mode.doors.formats import FORMATS, DoorFormat
@@ -94,6 +95,7 @@ UPSTREAM_OPTIONS: Final = frozenset(
 CLIENT_DISCONNECTED: Final = "Client disconnected."  # mitmproxy's flow.error.msg when the client left
 ENABLED_CHOICES: Final = ("auto", "true", "false")
 SAVE_DELAY: Final = 1.0  # seconds: learned limits that change in a burst are written once
+WATCH_SECONDS: Final = 1.0  # how often the chaos_config file's stat is looked at
 STATE_OPTIONS: Final = frozenset({"chaos_state", "chaos_state_share", "chaos_state_lease_ms"})
 OPTIONS: Final = frozenset(
     {"chaos_config", "chaos_enabled", "chaos_limits_file", "chaos_quota", "chaos_web"} | STATE_OPTIONS
@@ -134,6 +136,8 @@ class ChaosMode:
         self._limits_path: Path | None = None
         self._saved_version = -1  # the learned limits' version last written (or read)
         self._save_timer: asyncio.TimerHandle | None = None
+        self._config_watch: FileWatch | None = None  # the chaos_config file, as last read
+        self._watch_timer: asyncio.TimerHandle | None = None
         self.fleet: RedisFleet | None = None  # chaos_state: the Redis shared with the other proxies
 
     # -- options ----------------------------------------------------------------------------------
@@ -144,8 +148,8 @@ class ChaosMode:
             str,
             "",
             "Path to a YAML or JSON file with a modelRouting block (the catalog, chaosMode, queue, "
-            "cooldown...). Empty: the built-in z.ai catalog. Changing it reloads without dropping "
-            "in-flight counts.",
+            "cooldown...). Empty: the built-in z.ai catalog. Changing it, or editing the file, reloads "
+            "without dropping in-flight counts.",
         )
         loader.add_option(
             "chaos_enabled",
@@ -227,10 +231,12 @@ class ChaosMode:
                 f"chaos_enabled: must be one of {', '.join(ENABLED_CHOICES)}, not {enabled[:40]!r}"
             )
         if "chaos_config" in updated or "chaos_enabled" in updated:
+            watch = _watch(ctx.options.chaos_config)
             try:
                 config = self._read_config(ctx.options.chaos_config, ctx.options.chaos_enabled)
             except ConfigError as exc:
                 raise exceptions.OptionsError(f"chaos_config: {exc}") from None
+            self._config_watch = watch
             self._apply(config)
         if "chaos_limits_file" in updated or "confdir" in updated:
             self._limits_path = state_path(ctx.options.chaos_limits_file, ctx.options.confdir)
@@ -379,6 +385,7 @@ class ChaosMode:
         self._check_startup()
         self._start_web()
         self._start_quota()
+        self._watch_config()
         try:
             host, port = self.forwarder.listen()
         except OSError as exc:
@@ -403,6 +410,8 @@ class ChaosMode:
         self._running = False
         if self._save_timer is not None:
             self._save_timer.cancel()
+        if self._watch_timer is not None:
+            self._watch_timer.cancel()
         self._save_limits()
         self.web.stop()
         self.quota_poller.stop()
@@ -720,17 +729,35 @@ class ChaosMode:
     @command.command("chaos.reload")
     def reload(self) -> None:
         """Read the chaos_config file again; a bad file keeps the config in force and says why."""
+        self._reload()
+
+    def _reload(self, because: str = "") -> None:
+        self._config_watch = _watch(ctx.options.chaos_config)
         try:
             config = self._read_config(ctx.options.chaos_config, ctx.options.chaos_enabled)
         except ConfigError as exc:
             log.error("chaos-mode: config not reloaded, the old one stays in force: %s", exc)
             return
+        if because:
+            log.info("chaos-mode: %s", because)
         self._apply(config)
+
+    def _watch_config(self) -> None:
+        """About once a second: an edited chaos_config file is read again, as `chaos.reload` does."""
+        self._watch_timer = asyncio.get_running_loop().call_later(WATCH_SECONDS, self._watch_config)
+        watch = self._config_watch
+        if watch is not None and watch.changed():
+            self._reload(f"{watch.path} changed: config reloaded")
 
 
 def _proxy_id() -> str:
     """This proxy among the fleet's: host, process and a random tag (a restarted process is a new one)."""
     return f"{socket.gethostname()[:40]}:{os.getpid()}:{secrets.token_hex(2)}"
+
+
+def _watch(path: str) -> FileWatch | None:
+    """The chaos_config file's watch, stamped now (before it is read); none for the built-in config."""
+    return FileWatch(path) if path else None
 
 
 def _call_later(delay: float, callback: Callable[[], object]) -> None:
