@@ -23,6 +23,7 @@ from chaos_mode.request.routed import RoutedRequest
 from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
 from chaos_mode.routing.pool_status import served
 from support.fakes import FakeClock
+from support.hostile import bomb
 from support.journey import followed
 
 BODY = json.dumps({"model": "claude-opus-4-5", "max_tokens": 64, "stream": True, "messages": []}).encode()
@@ -887,4 +888,26 @@ async def test_headers_a_connection_header_names_do_not_go_on(
     (sent,) = rig.upstream.requests
     head = sent.split(b"\r\n\r\n", 1)[0].lower()
     assert b"x-client-hop" not in head and b"x-api-key: sk-secret" in head
+    request.finish("ok")
+
+
+@pytest.mark.parametrize("coding", ["br", "gzip", "zstd"])
+async def test_a_bombed_refusal_is_read_for_its_code_and_fails_over(
+    make_rig: Callable[..., Awaitable[Rig]], coding: str
+) -> None:
+    """A 1302 followed by 64 MiB of NULs once decoded: read as far as MAX_ERROR_BODY, where its code is."""
+    refusal = bomb(coding, REFUSAL.encode(), b"\0", 64 << 20)
+
+    async def script(n: int, raw: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if n == 1:
+            await answer(writer, 429, refusal, b"content-encoding: %s" % coding.encode())
+            return
+        await sse_answer(2, raw, reader, writer)
+
+    rig = await make_rig(script)
+    request = rig.routed()
+    async with asyncio.timeout(WAIT):
+        response = await rig.send(request)
+    assert response.status_code == 200 and rig.stats.failovers == 1
+    assert [code for (_, code) in rig.stats.upstream_errors.elements()] == ["1302"]
     request.finish("ok")

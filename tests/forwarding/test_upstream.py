@@ -1,15 +1,11 @@
-"""The forwarder's HTTP/1.1 client, its pure parts: request targets, upstream proxy addresses, refusal bodies
-decoded (the framing of answers has its own tests, against h11)."""
+"""The forwarder's HTTP/1.1 client, its pure parts: request targets and upstream proxy addresses (the framing
+of answers has its own tests, against h11; refusal bodies decoded, test_decoding)."""
 
 from __future__ import annotations
 
-import gzip
-import zlib
-
 import pytest
-from mitmproxy.net import encoding
 
-from chaos_mode.forwarding.upstream import Destination, _proxy_address, decode
+from chaos_mode.forwarding.upstream import Destination, _proxy_address
 
 
 @pytest.mark.parametrize(
@@ -41,24 +37,3 @@ def test_request_targets(target: bytes, path: bytes, url: str) -> None:
 )
 def test_upstream_proxy_addresses(url: str, address: tuple[str, int]) -> None:
     assert _proxy_address(url) == address
-
-
-@pytest.mark.parametrize(
-    ("coding", "encode"),
-    [
-        (b"gzip", gzip.compress),
-        (b"deflate", zlib.compress),
-        (b"br", lambda body: encoding.encode(body, "br")),
-        (b"zstd", lambda body: encoding.encode(body, "zstd")),
-        (None, bytes),
-        (b"identity", bytes),
-    ],
-)
-def test_refusals_are_decoded_for_their_code(coding: bytes | None, encode: object) -> None:
-    body = b'{"error":{"code":"1302"}}'
-    assert decode(encode(body), coding) == body  # type: ignore[operator]
-
-
-def test_an_undecodable_refusal_is_read_as_it_came() -> None:
-    assert decode(b"not gzip", b"gzip") == b"not gzip"
-    assert decode(b"not zstd", b"zstd") == b"not zstd"

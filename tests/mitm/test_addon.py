@@ -29,6 +29,7 @@ from chaos_mode.mitm.addon import META, ChaosMode
 from chaos_mode.request import routed as routed_module
 from chaos_mode.routing.pool_status import served
 from support.design_catalog import FIXED_LIMITS
+from support.hostile import REFUSAL_HEAD, bomb
 
 CATALOG = default_config().models
 HEAVY = {name for name, spec in CATALOG.items() if spec.tier == "HEAVY"}
@@ -792,6 +793,41 @@ async def test_usage_of_a_gzipped_json_answer_is_recorded(env: Env) -> None:
     await serve(env, f, response)
     row = env.stats()["modelDistribution"][model]
     assert (row["tokensIn"], row["tokensOut"]) == (77, 8)
+
+
+@pytest.mark.parametrize("coding", ["br", "gzip", "zstd"])
+async def test_a_whole_answer_that_decodes_past_the_cap_counts_no_usage_and_says_so(
+    env: Env, coding: str
+) -> None:
+    """Its usage, were it read whole, is 77 and 8: past MAX_USAGE_BODY it is not read, and it goes to the
+    client as it came."""
+    env.configure(enabled="true")
+    f = messages_flow("claude-haiku-4-5")
+    await env.request(f)
+    model = meta_of(f)["model"]
+    response = message_response(model, input_tokens=77, output_tokens=8)
+    raw = bomb(coding, response.raw_content or b"", size=64 << 20)
+    response.raw_content = raw
+    response.headers["Content-Encoding"] = coding
+    await serve(env, f, response)
+    row = env.stats()["modelDistribution"][model]
+    assert (row["tokensIn"], row["tokensOut"]) == (0, 0)
+    assert f.response is not None and f.response.raw_content is raw
+    assert len([m for m in env.chaos_logs() if "no usage counted" in m]) == 1
+
+
+@pytest.mark.parametrize("coding", ["br", "gzip", "zstd"])
+async def test_a_bombed_refusal_is_read_as_far_as_the_cap_for_its_code(env: Env, coding: str) -> None:
+    """A 1302 followed by 64 MiB of NULs once decoded (no forwarder: judged in the response hook)."""
+    env.configure({**ON, "streams": {"maxFailovers": 0}})
+    f = messages_flow()
+    await env.request(f)
+    model = meta_of(f)["model"]
+    response = json_response(429, {})
+    response.raw_content = bomb(coding, REFUSAL_HEAD, b"\0", 64 << 20)
+    response.headers["Content-Encoding"] = coding
+    await serve(env, f, response)
+    assert env.stats()["modelDistribution"][model]["upstreamErrors"] == {"1302": 1}
 
 
 async def test_usage_of_a_whole_sse_answer_is_recorded(env: Env) -> None:

@@ -11,14 +11,20 @@ test's loop waits. It reads requests with h11 and writes its answers raw (that i
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import threading
+import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Final, Self
 
+import brotli  # type: ignore[import-untyped]
 import h11
+
+from chaos_mode.zai.quota import QUOTA_PATH
+from chaos_mode.zai.zstd import zstd
 
 HEADER: Final = "x-hostile"
 # Seconds after an answer before `idle-bytes` (`late-interim`) sends its stray bytes. A request sent on that
@@ -67,6 +73,7 @@ class Turn:
     model: str
     served: int  # requests this connection answered before this one
     writer: asyncio.StreamWriter
+    attempt: int = 0  # requests with this key the server saw before this one
     owed: bytes = b""  # sent on this connection just before the answer to its next request
 
     @property
@@ -227,11 +234,92 @@ async def _close_on_reuse(turn: Turn) -> str:
     return SERVE
 
 
+# Decompression bombs: a body that decodes to BOMB_SIZE bytes (br ~1.6 KB, zstd ~32 KB, gzip ~1 MB: deflate
+# cannot do better than about 1:1030). The `bomb-*` modes send them as z.ai's 1302 refusal (to a key's first
+# attempt: the next one, on another model, is answered), as a whole 200 answer, and as the quota answer (on
+# the quota path, whose mode is the key it is read with, `bomb-quota`: it carries no `x-hostile` header).
+BOMB_SIZE: Final = 1 << 30
+BOMB_CODINGS: Final = ("br", "gzip", "zstd")
+REFUSAL_HEAD: Final = json.dumps(
+    {"type": "error", "error": {"type": "rate_limit_error", "code": "1302", "message": "busy"}}
+).encode()
+ANSWER_HEAD: Final = message("bomb")
+QUOTA_HEAD: Final = json.dumps({"code": 200, "msg": "ok", "success": True, "data": {"limits": []}}).encode()
+_FILL: Final = 1 << 20
+
+
+def bomb(coding: str, head: bytes, fill: bytes = b" ", size: int = BOMB_SIZE) -> bytes:
+    """`head`, then `fill` up to `size` bytes in all, compressed as `coding` a MiB at a time (built once)."""
+    return _bomb(coding, head, fill, size)
+
+
+@functools.cache
+def _bomb(coding: str, head: bytes, fill: bytes, size: int) -> bytes:
+    if coding == "br":
+        compressor = brotli.Compressor(quality=5)
+        compress, finish = compressor.process, compressor.finish
+    elif coding == "zstd":
+        compressor = zstd.ZstdCompressor(level=3)
+        compress, finish = compressor.compress, compressor.flush
+    else:
+        compressor = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+        compress, finish = compressor.compress, compressor.flush
+    parts, left = [bytes(compress(head))], size - len(head)
+    piece = fill * _FILL
+    while left > 0:
+        parts.append(bytes(compress(piece[: min(left, len(piece))])))
+        left -= len(piece)
+    parts.append(bytes(finish()))
+    return b"".join(parts)
+
+
+def bombed(coding: str, head: bytes, status: bytes = b"200 OK", fill: bytes = b" ") -> bytes:
+    return answer(bomb(coding, head, fill), b"content-encoding: %s" % coding.encode(), status=status)
+
+
+def _bomb_refusal(coding: str) -> Mode:
+    async def refusal(turn: Turn) -> str:
+        if turn.attempt:
+            await turn.send(answer(turn.body))
+        else:  # NULs after the JSON: only its first bytes say its code
+            await turn.send(bombed(coding, REFUSAL_HEAD, b"429 Too Many Requests", b"\0"))
+        return SERVE
+
+    return refusal
+
+
+def _bomb_answer(coding: str, head: bytes) -> Mode:
+    async def whole(turn: Turn) -> str:
+        await turn.send(bombed(coding, head))
+        return SERVE
+
+    return whole
+
+
+for _coding in BOMB_CODINGS:
+    mode(f"bomb-refusal-{_coding}")(_bomb_refusal(_coding))
+    mode(f"bomb-answer-{_coding}")(_bomb_answer(_coding, ANSWER_HEAD))
+
+
+@mode("bomb-quota")
+async def _bomb_quota(turn: Turn) -> str:
+    """The first quota answer as it is (a proxy starts with a reading), then a bomb in each coding in turn."""
+    if turn.attempt:
+        await turn.send(bombed(BOMB_CODINGS[(turn.attempt - 1) % len(BOMB_CODINGS)], QUOTA_HEAD))
+    else:
+        await turn.send(answer(QUOTA_HEAD))
+    return SERVE
+
+
+BOMBS: Final = frozenset(name for name in MODES if name.startswith("bomb-"))
+
+
 @dataclass
 class Seen:
     connection: int
     mode: str
     key: str
+    model: str = ""
 
 
 @dataclass
@@ -288,13 +376,17 @@ class HostileUpstream:
                 if request is None:
                     return
                 headers = {k.decode(): v.decode("latin-1") for k, v in request.headers}
-                name = headers.get(HEADER, "ok")
                 key = headers.get("x-api-key", "")
-                self.seen.append(Seen(connection, name, key))
+                name = headers.get(HEADER, "ok")
+                if request.target == QUOTA_PATH.encode():
+                    key = headers.get("authorization", "")
+                    name = key if key in MODES else "ok"
+                attempt = sum(1 for seen in self.seen if seen.key == key)
                 model = json.loads(request.body or b"{}").get("model", "glm-4.7")
+                self.seen.append(Seen(connection, name, key, model))
                 if owed:
                     writer.write(owed)
-                turn = Turn(key, model, served, writer)
+                turn = Turn(key, model, served, writer, attempt)
                 then = await MODES[name](turn)
                 owed = turn.owed
                 served += 1
@@ -310,6 +402,7 @@ class HostileUpstream:
 
 @dataclass
 class _Request:
+    target: bytes
     headers: list[tuple[bytes, bytes]]
     body: bytes
 
@@ -334,4 +427,4 @@ async def _read_request(reader: asyncio.StreamReader, carry: bytes) -> tuple[_Re
             body += event.data
         elif isinstance(event, h11.EndOfMessage):
             assert head is not None
-            return _Request(list(head.headers), bytes(body)), parser.trailing_data[0]
+            return _Request(head.target, list(head.headers), bytes(body)), parser.trailing_data[0]

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from chaos_mode.doors.formats import FORMATS
+from chaos_mode.forwarding.decoding import CODINGS, coding_of, decode
 from chaos_mode.forwarding.head_patience import HeadPatience
 from chaos_mode.forwarding.loopback import Incoming, LoopbackServer, Outgoing
 from chaos_mode.forwarding.upstream import (
@@ -28,14 +29,13 @@ from chaos_mode.forwarding.upstream import (
     UpstreamFailed,
     UpstreamRefused,
     UpstreamResponse,
-    decode,
 )
 from chaos_mode.request.failover import Answer, judge, reject, settle, unreached
 from chaos_mode.request.hedging import Patience, Written, fixed_patience, hedge, stop
 from chaos_mode.request.rate_limited import Reply
 from chaos_mode.request.routed import RoutedRequest
 from chaos_mode.routing.pool import Slot
-from chaos_mode.zai.errors import classify_error
+from chaos_mode.zai.errors import classify_error, cut_error_body
 from chaos_mode.zai.timing import LEFT_VERDICT_SECONDS
 
 log = logging.getLogger("chaos_mode")
@@ -44,7 +44,9 @@ TOKEN_HEADER: Final = "x-chaos-forward"  # the flow's one-time token; stripped b
 NOT_ROUTED: Final = b"chaos-mode forwarder: not a routed flow\n"
 # How often a left attempt looks whether z.ai was seen to queue meanwhile (`Forwarder._unless_held`).
 HELD_RECHECK_SECONDS: Final = 0.1
-MAX_ERROR_BODY: Final = 1 << 20  # an error answer larger than this is passed on, not read for a code
+# An error answer larger than this is passed on, not read for a code; one that decodes to more is read as
+# far as this for its code.
+MAX_ERROR_BODY: Final = 1 << 20
 # A routed body may grow a little past streams.maxBodyBytes on its way here (the model's name rewritten, the
 # body encoded again, other addons): the loopback port's cap leaves it this much room.
 BODY_SLACK: Final = 64 * 1024
@@ -189,7 +191,9 @@ class Forwarder:
         answer_headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers]
         verdict = await settle(
             request,
-            Answer(response.status, answer_headers, decode(decoded, response.header(b"content-encoding"))),
+            Answer(
+                response.status, answer_headers, refusal_body(decoded, response.header(b"content-encoding"))
+            ),
             now=self._now(),
         )
         if verdict is None:  # z.ai's own answer goes to the client
@@ -342,7 +346,7 @@ class Forwarder:
                         self.patience.head(asyncio.get_running_loop().time() - wire.at, size)
                     return
                 _, decoded, complete = await response.read_body(MAX_ERROR_BODY)
-                body = decode(decoded, response.header(b"content-encoding")) if complete else b""
+                body = refusal_body(decoded, response.header(b"content-encoding")) if complete else b""
                 error = classify_error(response.status, body, now=self._now())
                 if error is not None:
                     headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers]
@@ -351,6 +355,19 @@ class Forwarder:
                 response.close()
         finally:
             request.release_left(slot)
+
+
+def refusal_body(body: bytes, coding: bytes | str | None) -> bytes:
+    """An error answer's body as z.ai meant it, for its business code: decoded as its content-encoding
+    says, best effort (a body that is not what its coding says is read as it came); one that decodes to
+    more than `MAX_ERROR_BODY` bytes, or breaks off, read as far as that (`cut_error_body`)."""
+    name = coding_of(coding)
+    if name not in CODINGS:
+        return body
+    decoded = decode(body, name, cap=MAX_ERROR_BODY)
+    if decoded.whole:
+        return decoded.body
+    return cut_error_body(decoded.body) if decoded.body else body
 
 
 def _gateway(request: RoutedRequest, exc: UpstreamRefused) -> Outgoing:

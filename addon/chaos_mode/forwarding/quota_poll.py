@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from chaos_mode.forwarding.upstream import Destination, UpstreamClients, UpstreamFailed, decode
+from chaos_mode.forwarding.decoding import CODINGS, Outcome, coding_of, decode
+from chaos_mode.forwarding.upstream import Destination, UpstreamClients, UpstreamFailed
 from chaos_mode.quota.reading import read_quota
 from chaos_mode.quota.tracker import QuotaTracker
 from chaos_mode.zai.quota import QUOTA_PATH
@@ -26,7 +27,7 @@ log = logging.getLogger("chaos_mode")
 READ_SECONDS: Final = (
     20.0  # one reading, connection included, before it counts as failed (at most the interval)
 )
-MAX_BODY: Final = 256 * 1024
+MAX_BODY: Final = 256 * 1024  # bytes of a quota answer read, as it came and once decoded
 MASK: Final = "<key>"
 
 
@@ -120,7 +121,13 @@ class QuotaPoller:
             return 0, b"", str(exc) or type(exc).__name__
         if not complete:
             return response.status, b"", "the answer broke off or is too large"
-        return response.status, decode(body, response.header(b"content-encoding")), None
+        coding = coding_of(response.header(b"content-encoding"))
+        if coding in CODINGS:
+            decoded = decode(body, coding, cap=MAX_BODY)
+            if decoded.outcome is Outcome.OVER_CAP:
+                return response.status, b"", f"the answer decodes to more than {MAX_BODY} bytes"
+            body = decoded.body if decoded.whole else body  # not what its coding says: read as it came
+        return response.status, body, None
 
     def _warn_once(self, warning: str) -> None:
         if warning not in self._warned:

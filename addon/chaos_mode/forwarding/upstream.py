@@ -24,7 +24,6 @@ import hashlib
 import os
 import select
 import ssl
-import zlib
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Final, SupportsIndex, cast
@@ -308,31 +307,6 @@ class UpstreamResponse:
             self._clients.give_back(self._key, conn)
         else:
             conn[1].transport.abort()
-
-
-def decode(body: bytes, coding: bytes | None) -> bytes:
-    """The body as z.ai meant it (gzip, deflate, br or zstd undone, best effort), for reading a business
-    code."""
-    name = (coding or b"").strip().lower()
-    try:
-        if name in (b"gzip", b"x-gzip"):
-            return zlib.decompress(body, 16 + zlib.MAX_WBITS)
-        if name == b"deflate":
-            try:
-                return zlib.decompress(body)
-            except zlib.error:
-                return zlib.decompress(body, -zlib.MAX_WBITS)
-        if name == b"br":
-            import brotli  # type: ignore[import-untyped]  # mitmproxy's dependency
-
-            return bytes(brotli.decompress(body))
-        if name == b"zstd":
-            from chaos_mode.zai.zstd import zstd
-
-            return bytes(zstd.decompress(body))
-    except Exception:
-        return body
-    return body
 
 
 class UpstreamClients:

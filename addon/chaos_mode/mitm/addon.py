@@ -38,12 +38,14 @@ from chaos_mode.doors.messages import BadRequest
 from chaos_mode.fleet.figures import FleetFigures
 from chaos_mode.fleet.slots import SharedSlots
 from chaos_mode.fleet.state_url import StateUrl, parse_share, parse_state_url
-from chaos_mode.forwarding.forwarder import Forwarder
+from chaos_mode.forwarding.decoding import OverCap
+from chaos_mode.forwarding.forwarder import Forwarder, refusal_body
 from chaos_mode.forwarding.quota_poll import PollPlan, QuotaPoller
 from chaos_mode.forwarding.upstream import UpstreamClients, UpstreamSettings
 from chaos_mode.learning.file import read_state, state_path, write_state
 from chaos_mode.mitm.client_watch import client_alive
 from chaos_mode.mitm.flow_bodies import (
+    MAX_USAGE_BODY,
     SESSION,
     body_encoder,
     is_event_stream,
@@ -633,7 +635,8 @@ class ChaosMode:
         if response.headers.get("server", "").startswith("mitmproxy"):
             answer = unreached(f"HTTP {response.status_code} from the proxy")
         else:
-            answer = Answer(response.status_code, headers, response.get_content(strict=False) or b"")
+            body = refusal_body(response.raw_content or b"", response.headers.get("content-encoding"))
+            answer = Answer(response.status_code, headers, body)
         verdict = await settle(routed, answer, now=now, retry=False)
         if isinstance(verdict, Reply):
             flow.response = _response(verdict)
@@ -646,8 +649,7 @@ class ChaosMode:
         if model and response.status_code == 200:
             usage = routed.usage
             if usage is None and not response.stream:
-                whole = usage_of(response, FORMATS[routed.message.door].observer)
-                usage = (whole[0], whole[1]) if whole else None
+                usage = self._whole_usage(response, routed)
             if usage:
                 routed.usage = usage
                 self.stats.usage(model, usage[0], usage[1])
@@ -658,6 +660,20 @@ class ChaosMode:
         else:
             outcome = "ok" if response.status_code < 400 else "error"
         routed.finish(outcome)
+
+    def _whole_usage(self, response: http.Response, routed: RoutedRequest) -> tuple[int, int] | None:
+        """The usage of an answer that arrived whole; none for one that decodes to more than the proxy
+        reads for it."""
+        try:
+            whole = usage_of(response, FORMATS[routed.message.door].observer)
+        except OverCap:
+            log.warning(
+                "chaos-mode: a whole answer of %s decodes to more than %d bytes: no usage counted for it",
+                routed.model,
+                MAX_USAGE_BODY,
+            )
+            return None
+        return (whole[0], whole[1]) if whole else None
 
     def error(self, flow: http.HTTPFlow) -> None:
         routed = self._requests.get(flow)

@@ -7,10 +7,8 @@ read the content-encoding and content-length headers again.
 
 from __future__ import annotations
 
-import gzip
 import re
-import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Final
 
 from mitmproxy import http
@@ -19,6 +17,7 @@ from mitmproxy.net import encoding
 from chaos_mode.doors.formats import Parse
 from chaos_mode.doors.messages import STICKY_HEADER, BadRequest, MessageRequest, parse_message
 from chaos_mode.doors.messages_stream import SseObserver, StreamObserver, message_usage
+from chaos_mode.forwarding.decoding import CODINGS, Broken, Outcome, coding_of, decode, pieces
 
 CONTENT_ENCODING: Final = b"content-encoding"
 TRANSFER_ENCODING: Final = b"transfer-encoding"
@@ -43,56 +42,21 @@ def find_headers(message: http.Message, names: frozenset[bytes]) -> dict[bytes, 
     return found
 
 
-def decoded_body(message: http.Message, headers: dict[bytes, bytes]) -> bytes:
-    """The decoded body (as `get_content(strict=False)`); no copy when it has no content-encoding."""
-    if headers.get(CONTENT_ENCODING):
-        return message.get_content(strict=False) or b""
-    return message.raw_content or b""
-
-
-def _inflate(raw: bytes, wbits: int) -> bytes:
-    """zlib's `decompress`, but refusing a truncated stream or bytes after its end."""
-    inflater = zlib.decompressobj(wbits)
-    body = inflater.decompress(raw) + inflater.flush()
-    if not inflater.eof or inflater.unused_data:
-        raise ValueError("truncated, or data after the end")
-    return body
-
-
-def _deflate_decode(raw: bytes) -> bytes:
-    try:
-        return _inflate(raw, zlib.MAX_WBITS)
-    except (ValueError, zlib.error):
-        return _inflate(raw, -zlib.MAX_WBITS)  # raw deflate with no zlib header, as mitmproxy accepts
-
-
-def _mitmproxy_decode(coding: str) -> Callable[[bytes], bytes]:
-    def decode(raw: bytes) -> bytes:
-        body = encoding.decode(raw, coding)
-        assert isinstance(body, bytes)
-        return body
-
-    return decode
-
-
-# Strict decoders: a body must decode completely (mitmproxy's own gzip decoder returns what it could read
-# of a truncated stream). Encoding again is mitmproxy's, as `Message.content = ...` does.
-_DECODERS: Final[dict[str, Callable[[bytes], bytes]]] = {
-    "gzip": gzip.decompress,
-    "deflate": _deflate_decode,
-    "br": _mitmproxy_decode("br"),
-    "zstd": _mitmproxy_decode("zstd"),
-}
+# Codings a request body may come in: the addon decodes it (strictly: it must decode completely, within the
+# body limit) and encodes it again with mitmproxy's encoder, as `Message.content = ...` does.
+_REQUEST_CODINGS: Final = frozenset({"gzip", "deflate", "br", "zstd"})
+# Decoded bytes of a whole compressed answer read for its usage: past them, no usage is counted for it.
+MAX_USAGE_BODY: Final = 8 << 20
 _TOKEN: Final = re.compile(r"[a-z0-9._+-]{1,24}")
 
 
 def _coding(headers: dict[bytes, bytes]) -> str | None:
     """The request's content-encoding when the addon can decode it and encode it again exactly
     (None: identity); `BadRequest` for anything else (`utf-8`, `x-foo`, a list of codings)."""
-    value = headers.get(CONTENT_ENCODING, b"").decode("latin-1").strip().lower()
+    value = coding_of(headers.get(CONTENT_ENCODING))
     if value in ("", "identity"):
         return None
-    if value in _DECODERS:
+    if value in _REQUEST_CODINGS:
         return value
     named = repr(value) if _TOKEN.fullmatch(value) else "of an unexpected form"
     raise BadRequest("bad-encoding", f"content-encoding {named} is not one of gzip, deflate, br, zstd")
@@ -111,11 +75,12 @@ def read_message(
     coding = _coding(headers)
     if coding is None:
         return parse(raw, limit=limit)
-    try:
-        content = _DECODERS[coding](raw)
-    except (ValueError, EOFError, zlib.error, gzip.BadGzipFile):
-        raise BadRequest("bad-encoding", f"body does not decode as its content-encoding {coding}") from None
-    return parse(content, limit=limit)
+    decoded = decode(raw, coding, cap=limit)
+    if decoded.outcome is Outcome.OVER_CAP:
+        raise BadRequest("too-large", f"body decodes to more than the {limit}-byte limit")
+    if decoded.outcome is Outcome.BROKEN:
+        raise BadRequest("bad-encoding", f"body does not decode as its content-encoding {coding}")
+    return parse(decoded.body, limit=limit)
 
 
 def body_encoder(headers: dict[bytes, bytes]) -> Callable[[bytes], bytes]:
@@ -154,12 +119,21 @@ def is_event_stream(response: http.Response) -> bool:
 def usage_of(
     response: http.Response, observer_of: Callable[[], StreamObserver] = SseObserver
 ) -> list[int] | None:
-    """[input_tokens, output_tokens] of an answer that arrived whole (JSON, or SSE read at once by the
-    door's observer)."""
+    """[input_tokens, output_tokens] of an answer that arrived whole (JSON, or SSE read by the door's
+    observer as it is decoded), None when it is not readable; OverCap when it decodes to more than
+    `MAX_USAGE_BODY` bytes (the decoded body is never kept)."""
     headers = find_headers(response, _RESPONSE_HEADERS)
-    content = decoded_body(response, headers)
-    if EVENT_STREAM in headers.get(CONTENT_TYPE, b""):
-        observer = observer_of()
-        observer.feed(content + b"\n\n")
-        return [observer.input_tokens, observer.output_tokens]
-    return message_usage(content)
+    raw = response.raw_content or b""
+    coding = coding_of(headers.get(CONTENT_ENCODING))
+    # A coding not decoded here is read as it came, as `get_content(strict=False)` reads it.
+    content: Iterable[bytes] = pieces(raw, coding, cap=MAX_USAGE_BODY) if coding in CODINGS else (raw,)
+    try:
+        if EVENT_STREAM in headers.get(CONTENT_TYPE, b""):
+            observer = observer_of()
+            for piece in content:
+                observer.feed(piece)
+            observer.feed(b"\n\n")
+            return [observer.input_tokens, observer.output_tokens]
+        return message_usage(b"".join(content))
+    except Broken:  # not what its coding says
+        return None

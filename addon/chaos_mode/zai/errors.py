@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -183,3 +184,25 @@ def parse_retry_after(value: str | None, *, now: float) -> float | None:
     if not math.isfinite(seconds):  # NaN, "inf", "1e999": no usable delay
         return None
     return max(seconds, 0.0)  # a date in the past: now
+
+
+# What the first bytes of a body cut at a cap still say: z.ai's error object opens with its code (its `type`
+# may come first), `{"error":{"code":"1302","message":"..."`, the message whole when it is short.
+CUT_WINDOW: Final = 4096
+_CUT_CODE: Final = re.compile(rb'"error"\s*:\s*\{[^{}]*?"code"\s*:\s*"?(\d{3,5})[",}\s]')
+_CUT_MESSAGE: Final = re.compile(rb'"message"\s*:\s*("(?:[^"\\]|\\.)*")')
+
+
+def cut_error_body(prefix: bytes) -> bytes:
+    """The first bytes of an error body too large to read whole, as `classify_error` reads them: z.ai's
+    error object with the business code (and the message) its first `CUT_WINDOW` bytes give, else the bytes
+    as they are."""
+    window = prefix[:CUT_WINDOW]
+    code = _CUT_CODE.search(window)
+    if code is None:
+        return prefix
+    error = {"code": code.group(1).decode("ascii"), "message": ""}
+    if (message := _CUT_MESSAGE.search(window, code.end())) is not None:
+        with contextlib.suppress(ValueError):  # a string literal: nothing nested
+            error["message"] = str(json.loads(message.group(1)))
+    return json.dumps({"error": error}).encode()

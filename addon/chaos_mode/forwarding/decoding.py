@@ -1,0 +1,202 @@
+"""Content-codings undone with a cap on the decoded size: gzip (x-gzip), deflate (zlib or raw), br and zstd.
+
+A body of a few kilobytes can decode to gigabytes. Every body the proxy decodes (z.ai's refusals, its quota
+answers and its whole answers read for their usage, a client's request) is decoded here, by streaming
+decoders fed at most `PIECE` bytes of input and asked for at most `PIECE` bytes of output at a time, and
+stopped at the cap: the memory and the time spent are bounded by the cap, never by what the body would
+decode to. Several gzip members or zstd frames one after another decode as one body, as mitmproxy reads them.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Final, Protocol
+
+import brotli  # type: ignore[import-untyped]  # mitmproxy's dependency
+
+from chaos_mode.zai.zstd import zstd
+
+PIECE: Final = 64 * 1024  # bytes of input fed to a decoder, and of output asked of it, at a time
+CODINGS: Final = frozenset({"gzip", "x-gzip", "deflate", "br", "zstd"})
+_CONCATENATED: Final = frozenset({"gzip", "x-gzip", "zstd"})  # a member or frame may follow another
+_ERRORS: Final = (zlib.error, brotli.error, zstd.ZstdError, EOFError)
+
+
+class OverCap(Exception):
+    """The body decodes to more than the cap."""
+
+
+class Broken(ValueError):
+    """The body does not decode: malformed, cut short, or bytes after its end."""
+
+
+class Outcome(StrEnum):
+    WHOLE = "whole"  # decoded to its end, within the cap
+    OVER_CAP = "over-cap"  # more than the cap: the body is its first `cap` bytes
+    BROKEN = "broken"  # malformed, cut short or bytes after its end: the body is what decoded before that
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    body: bytes
+    outcome: Outcome
+
+    @property
+    def whole(self) -> bool:
+        return self.outcome is Outcome.WHOLE
+
+
+def coding_of(value: bytes | str | None) -> str:
+    """A content-encoding header's value as a coding's name (lower-case; "" when absent)."""
+    if isinstance(value, bytes):
+        value = value.decode("latin-1")
+    return (value or "").strip().lower()
+
+
+def decode(body: bytes, coding: str, *, cap: int) -> Decoded:
+    """`body` decoded as `coding` (one of `CODINGS`, else BROKEN), at most `cap` bytes of it."""
+    decoded = bytearray()
+    outcome = Outcome.WHOLE
+    try:
+        for piece in pieces(body, coding, cap=cap):
+            decoded += piece
+    except OverCap:
+        outcome = Outcome.OVER_CAP
+    except Broken:
+        outcome = Outcome.BROKEN
+    return Decoded(bytes(decoded), outcome)
+
+
+def pieces(body: bytes, coding: str, *, cap: int) -> Iterator[bytes]:
+    """`body` decoded as `coding` (one of `CODINGS`), piece by piece, `cap` bytes in all: OverCap after
+    the first `cap` bytes when it decodes to more, Broken where it stops decoding."""
+    if coding not in CODINGS:
+        raise Broken(f"not a coding decoded here: {coding!r}")
+    left, rest = cap, body
+    while rest:  # an empty body is empty whatever its coding (as mitmproxy reads it)
+        run = _deflate(rest) if coding == "deflate" else _run(_decoder(coding), rest)
+        while True:
+            try:
+                piece = next(run)
+            except StopIteration as end:
+                rest = end.value
+                break
+            if len(piece) > left:
+                if left:
+                    yield piece[:left]
+                raise OverCap(f"decodes to more than {cap} bytes")
+            left -= len(piece)
+            yield piece
+        if rest and coding not in _CONCATENATED:
+            raise Broken("bytes after the end of the body")
+
+
+class _Decoder(Protocol):
+    @property
+    def takes_input(self) -> bool: ...
+    @property
+    def finished(self) -> bool: ...
+    @property
+    def leftover(self) -> bytes: ...
+    def feed(self, data: bytes, limit: int) -> bytes: ...
+
+
+def _run(decoder: _Decoder, body: bytes) -> Generator[bytes, None, bytes]:
+    """The decoder's output for one stream (member, frame) of `body`; returns the bytes after its end."""
+    at = 0
+    while not decoder.finished:
+        data = b""
+        if decoder.takes_input and at < len(body):
+            data = body[at : at + PIECE]
+            at += len(data)
+        try:
+            piece = decoder.feed(data, PIECE)
+        except _ERRORS as exc:
+            raise Broken(f"does not decode: {exc}") from None
+        if piece:
+            yield piece
+        elif not data and not decoder.finished:  # all its input fed, nothing more comes out
+            raise Broken("cut short")
+    return decoder.leftover + body[at:]
+
+
+def _deflate(body: bytes) -> Generator[bytes, None, bytes]:
+    """deflate in its zlib wrapping, or raw when that fails before any output (as mitmproxy reads it)."""
+    run = _run(_Zlib(zlib.MAX_WBITS), body)
+    try:
+        first = next(run)
+    except StopIteration as end:
+        return end.value  # type: ignore[no-any-return]  # StopIteration's value is untyped
+    except Broken:
+        return (yield from _run(_Zlib(-zlib.MAX_WBITS), body))
+    yield first
+    return (yield from run)
+
+
+def _decoder(coding: str) -> _Decoder:
+    if coding == "br":
+        return _Brotli()
+    if coding == "zstd":
+        return _Zstd()
+    return _Zlib(16 + zlib.MAX_WBITS)  # gzip, x-gzip
+
+
+class _Zlib:
+    def __init__(self, wbits: int) -> None:
+        self._inflate = zlib.decompressobj(wbits)
+
+    @property
+    def takes_input(self) -> bool:
+        return not self._inflate.unconsumed_tail  # input left over from the last call goes first
+
+    @property
+    def finished(self) -> bool:
+        return self._inflate.eof
+
+    @property
+    def leftover(self) -> bytes:
+        return self._inflate.unused_data
+
+    def feed(self, data: bytes, limit: int) -> bytes:
+        return self._inflate.decompress(self._inflate.unconsumed_tail or data, limit)
+
+
+class _Brotli:
+    def __init__(self) -> None:
+        self._decompressor = brotli.Decompressor()
+
+    @property
+    def takes_input(self) -> bool:
+        return bool(self._decompressor.can_accept_more_data())
+
+    @property
+    def finished(self) -> bool:
+        return bool(self._decompressor.is_finished())
+
+    leftover = b""  # brotli refuses bytes after the end of its stream
+
+    def feed(self, data: bytes, limit: int) -> bytes:
+        return bytes(self._decompressor.process(data, output_buffer_limit=limit))
+
+
+class _Zstd:
+    def __init__(self) -> None:
+        self._decompressor = zstd.ZstdDecompressor()
+
+    @property
+    def takes_input(self) -> bool:
+        return bool(self._decompressor.needs_input)
+
+    @property
+    def finished(self) -> bool:
+        return bool(self._decompressor.eof)
+
+    @property
+    def leftover(self) -> bytes:
+        return bytes(self._decompressor.unused_data)
+
+    def feed(self, data: bytes, limit: int) -> bytes:
+        return bytes(self._decompressor.decompress(data, max_length=limit))

@@ -1,0 +1,143 @@
+"""Bounded decoding: every coding decoded exactly, within its cap; a bomb stopped at the cap with memory to
+match; malformed, truncated and trailing input told apart; z.ai's refusals read for their code however
+large they decode."""
+
+from __future__ import annotations
+
+import gzip
+import tracemalloc
+import zlib
+from collections.abc import Callable
+
+import brotli  # type: ignore[import-untyped]
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from chaos_mode.forwarding.decoding import PIECE, Outcome, decode, pieces
+from chaos_mode.forwarding.forwarder import MAX_ERROR_BODY, refusal_body
+from chaos_mode.zai.errors import Action, classify_error
+from chaos_mode.zai.zstd import zstd
+from support.hostile import REFUSAL_HEAD, bomb
+
+ENCODERS: dict[str, Callable[[bytes], bytes]] = {
+    "gzip": gzip.compress,
+    "x-gzip": gzip.compress,
+    "deflate": zlib.compress,
+    "br": lambda body: bytes(brotli.compress(body)),
+    "zstd": lambda body: bytes(zstd.compress(body)),
+}
+BODY = b'{"model": "glm-4.7", "text": "' + b"chaos " * 40_000 + b'"}'
+SMALL_BOMB = 64 << 20  # decodes to 64 MiB: enough to tell a cap from none
+
+
+def raw_deflate(body: bytes) -> bytes:
+    compressor = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
+    return compressor.compress(body) + compressor.flush()
+
+
+@pytest.mark.parametrize("coding", sorted(ENCODERS))
+def test_each_coding_decodes_whole_within_its_cap(coding: str) -> None:
+    encoded = ENCODERS[coding](BODY)
+    assert decode(encoded, coding, cap=len(BODY)) == decode(encoded, coding, cap=1 << 30)
+    whole = decode(encoded, coding, cap=len(BODY))
+    assert whole.outcome is Outcome.WHOLE and whole.body == BODY
+    cut = decode(encoded, coding, cap=len(BODY) - 1)
+    assert cut.outcome is Outcome.OVER_CAP and cut.body == BODY[:-1]
+    assert all(len(piece) <= 2 * PIECE for piece in pieces(encoded, coding, cap=len(BODY)))
+
+
+@given(
+    body=st.binary(max_size=4096)
+    | st.builds(lambda b, n: b * n, st.binary(min_size=1, max_size=8), st.integers(0, 30_000)),
+    coding=st.sampled_from(sorted(ENCODERS)),
+    cap=st.integers(0, 300_000),
+)
+def test_a_body_decodes_to_its_first_cap_bytes(body: bytes, coding: str, cap: int) -> None:
+    decoded = decode(ENCODERS[coding](body), coding, cap=cap)
+    assert decoded.body == body[:cap]
+    assert decoded.outcome is (Outcome.WHOLE if len(body) <= cap else Outcome.OVER_CAP)
+
+
+def test_raw_deflate_is_read_as_deflate() -> None:
+    assert decode(raw_deflate(BODY), "deflate", cap=1 << 20) == decode(
+        zlib.compress(BODY), "deflate", cap=1 << 20
+    )
+    assert decode(raw_deflate(BODY), "deflate", cap=1 << 20).body == BODY
+
+
+@pytest.mark.parametrize("coding", ["gzip", "zstd"])
+def test_members_or_frames_one_after_another_are_one_body(coding: str) -> None:
+    encode = ENCODERS[coding]
+    assert decode(encode(b"chaos ") + encode(b"mode"), coding, cap=100).body == b"chaos mode"
+    over = decode(encode(b"chaos ") + encode(b"mode"), coding, cap=8)
+    assert (over.outcome, over.body) == (Outcome.OVER_CAP, b"chaos mo")
+
+
+@pytest.mark.parametrize("coding", sorted(ENCODERS))
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda encoded: encoded[: len(encoded) // 2],  # cut short
+        lambda encoded: encoded[:-1],
+        lambda encoded: encoded + b"junk",  # bytes after its end
+        lambda encoded: encoded[:10] + bytes(b ^ 0x5A for b in encoded[10:40]) + encoded[40:],  # malformed
+        lambda encoded: BODY,  # plain, labelled as compressed
+    ],
+    ids=["half", "last-byte", "trailing", "malformed", "plain"],
+)
+def test_damaged_input_is_broken_never_an_exception(coding: str, damage: Callable[[bytes], bytes]) -> None:
+    decoded = decode(damage(ENCODERS[coding](BODY)), coding, cap=1 << 30)
+    assert decoded.outcome is Outcome.BROKEN and BODY.startswith(decoded.body)
+
+
+def test_an_empty_body_is_empty_and_an_unknown_coding_is_broken() -> None:
+    assert decode(b"", "br", cap=10).outcome is Outcome.WHOLE
+    assert decode(b"{}", "compress", cap=10).outcome is Outcome.BROKEN
+
+
+@pytest.mark.parametrize("coding", ["br", "gzip", "zstd"])
+def test_a_bomb_stops_at_the_cap_in_memory_to_match(coding: str) -> None:
+    """64 MiB of spaces decoded with a 1 MiB cap: no more than a few MiB allocated at any moment."""
+    encoded = bomb(coding, b"{}", size=SMALL_BOMB)
+    tracemalloc.start()
+    try:
+        decoded = decode(encoded, coding, cap=1 << 20)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert decoded.outcome is Outcome.OVER_CAP and len(decoded.body) == 1 << 20
+    assert peak < 4 << 20, peak
+
+
+@pytest.mark.parametrize("coding", ["br", "gzip", "zstd"])
+def test_a_bombed_refusal_is_read_as_far_as_the_cap_for_its_code(coding: str) -> None:
+    """z.ai's 1302 followed by 64 MiB of NULs: not JSON, but its first bytes say 1302."""
+    body = refusal_body(bomb(coding, REFUSAL_HEAD, b"\0", SMALL_BOMB), coding.encode())
+    assert len(body) <= MAX_ERROR_BODY
+    error = classify_error(429, body, now=0.0)
+    assert error is not None and (error.code, error.action) == ("1302", Action.CONCURRENCY)
+
+
+@pytest.mark.parametrize(
+    ("coding", "encode"),
+    [
+        (b"gzip", gzip.compress),
+        (b"deflate", zlib.compress),
+        (b"br", ENCODERS["br"]),
+        (b" ZSTD ", ENCODERS["zstd"]),
+        (None, bytes),
+        (b"identity", bytes),
+        (b"compress", bytes),
+    ],
+)
+def test_refusals_are_decoded_for_their_code(coding: bytes | None, encode: Callable[[bytes], bytes]) -> None:
+    assert refusal_body(encode(REFUSAL_HEAD), coding) == REFUSAL_HEAD
+
+
+def test_an_undecodable_refusal_is_read_as_it_came() -> None:
+    assert refusal_body(b"not gzip", b"gzip") == b"not gzip"
+    assert refusal_body(b"not zstd", b"zstd") == b"not zstd"
+    cut = refusal_body(gzip.compress(REFUSAL_HEAD)[:-12], b"gzip")  # cut short: its first bytes read
+    error = classify_error(429, cut, now=0.0)
+    assert error is not None and error.code == "1302"
