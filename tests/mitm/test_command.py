@@ -103,6 +103,15 @@ def test_main_runs_mitmproxys_own_entry_point(monkeypatch: pytest.MonkeyPatch, t
     assert called == [(tool, [*OURS, "--listen-host", LOOPBACK, "-p", "8080"])]
 
 
+def test_help_names_our_words_before_mitmproxys(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(mitmproxy_main, "mitmdump", lambda args: print("mitmdump's help"))
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("chaos-mode sim") < out.index("chaos-mode path") < out.index("mitmdump's help")
+
+
 @pytest.mark.parametrize("script", [SCRIPT, Path(ADDON_DIR) / "chaos_addon.py"], ids=["package", "checkout"])
 def test_each_load_of_the_script_makes_a_fresh_addon(script: Path) -> None:
     """mitmproxy loads the script again when it changes: a new addon each time, never the old one."""

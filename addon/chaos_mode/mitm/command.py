@@ -19,6 +19,12 @@ import chaos_mode
 SCRIPT: Path = Path(__file__).resolve().with_name("script.py")
 LOOPBACK = "127.0.0.1"  # the proxy carries the agents' API keys: off the network unless asked
 
+USAGE = """chaos-mode [--web] [mitmproxy's options]: mitmdump (mitmweb with --web) with the addon loaded
+chaos-mode sim [options]: the z.ai simulator (chaos-mode sim --help)
+chaos-mode path: the script mitmproxy loads; chaos-mode --version: the versions
+mitmproxy's options:
+"""
+
 Tool = Literal["mitmdump", "mitmweb", "sim", "path", "version"]
 
 
@@ -64,6 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if plan.tool == "sim":  # the simulator is a development tool: the runtime never imports it
         os.execv(sys.executable, [sys.executable, "-m", "chaos_mode.sim", *plan.args])
+    if {"-h", "--help"} & set(plan.args):
+        print(USAGE)
     from mitmproxy.tools import main as mitmproxy
 
     (mitmproxy.mitmweb if plan.tool == "mitmweb" else mitmproxy.mitmdump)(list(plan.args))
