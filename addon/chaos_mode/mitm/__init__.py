@@ -1,1 +1,2 @@
-"""The mitmproxy adapter: the addon and its flow helpers, the only modules that import mitmproxy."""
+"""The mitmproxy adapter: the addon, its script and command, its flow helpers; the only modules that
+import mitmproxy."""

@@ -1,0 +1,78 @@
+"""`chaos-mode`: mitmdump (mitmweb with `--web`) with the addon loaded; other arguments go to mitmproxy.
+
+`chaos-mode sim ...` runs the z.ai simulator, `chaos-mode path` prints the script mitmproxy loads
+(`mitmdump -s "$(chaos-mode path)"`), `chaos-mode --version` the versions.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib.metadata import version
+from pathlib import Path
+from typing import Literal
+
+import chaos_mode
+
+SCRIPT: Path = Path(__file__).resolve().with_name("script.py")
+LOOPBACK = "127.0.0.1"  # the proxy carries the agents' API keys: off the network unless asked
+
+USAGE = """chaos-mode [--web] [mitmproxy's options]: mitmdump (mitmweb with --web) with the addon loaded
+chaos-mode sim [options]: the z.ai simulator (chaos-mode sim --help)
+chaos-mode path: the script mitmproxy loads; chaos-mode --version: the versions
+mitmproxy's options:
+"""
+
+Tool = Literal["mitmdump", "mitmweb", "sim", "path", "version"]
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What `chaos-mode` runs, and with which arguments."""
+
+    tool: Tool
+    args: tuple[str, ...] = ()
+
+
+def names_listen_host(args: Sequence[str]) -> bool:
+    """Whether mitmproxy's arguments set the listen host (`--listen-host`, an abbreviation of it that
+    mitmproxy accepts, or `--set listen_host=`)."""
+    for previous, arg in zip(["", *args], args, strict=False):
+        name = arg.split("=", 1)[0]
+        if len(name) > len("--listen-") and "--listen-host".startswith(name):
+            return True
+        if arg.startswith("--set=listen_host=") or (previous == "--set" and arg.startswith("listen_host=")):
+            return True
+    return False
+
+
+def launch(argv: Sequence[str]) -> Launch:
+    """What `chaos-mode argv` runs: the addon's script first (mitmdump's filter expression, a positional
+    argument, takes every argument after it), the loopback unless the listen host is given."""
+    if argv[:1] == ["sim"]:
+        return Launch("sim", tuple(argv[1:]))
+    if list(argv) in (["path"], ["--version"]):
+        return Launch("path" if argv[0] == "path" else "version")
+    rest = [arg for arg in argv if arg != "--web"]
+    ours = ["-s", str(SCRIPT)] + ([] if names_listen_host(rest) else ["--listen-host", LOOPBACK])
+    return Launch("mitmweb" if len(rest) < len(argv) else "mitmdump", (*ours, *rest))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    plan = launch(sys.argv[1:] if argv is None else argv)
+    if plan.tool == "version":
+        print(f"chaos-mode {chaos_mode.__version__} (mitmproxy {version('mitmproxy')})")
+        return 0
+    if plan.tool == "path":
+        print(SCRIPT)
+        return 0
+    if plan.tool == "sim":  # the simulator is a development tool: the runtime never imports it
+        os.execv(sys.executable, [sys.executable, "-m", "chaos_mode.sim", *plan.args])
+    if {"-h", "--help"} & set(plan.args):
+        print(USAGE)
+    from mitmproxy.tools import main as mitmproxy
+
+    (mitmproxy.mitmweb if plan.tool == "mitmweb" else mitmproxy.mitmdump)(list(plan.args))
+    return 0
