@@ -363,6 +363,14 @@ class Sim:
         """Stats once no request holds a slot any more (streams of aborted clients included)."""
         return await poll(self.stats, lambda s: s["account"]["inFlight"] == 0, timeout)
 
+    async def seen_headers(self) -> list[dict[str, str]]:
+        """The headers of the last requests the simulator got for a model (":model": the model), oldest
+        first, the key's left out."""
+        response = await self.client.get(self.base_url + "/sim/headers")
+        response.raise_for_status()
+        seen: list[dict[str, str]] = response.json()["requests"]
+        return seen
+
     async def rejections(self) -> dict[str, dict[str, int]]:
         """{model: {code: count}} of every model that rejected something."""
         stats = await self.stats()

@@ -4,6 +4,7 @@ nothing left, or the account paused, the client gets a clean Anthropic-format 42
 from __future__ import annotations
 
 import asyncio
+import time
 
 import httpx
 import pytest
@@ -164,7 +165,10 @@ async def test_1308_pauses_the_account(make_proxy: MakeProxy, sim: Sim, http: ht
     for r in later:
         assert r.status == 429, r
         assert "account paused" in r.body["error"]["message"], r.body
-        assert 1 <= int(r.headers["retry-after"]) <= 60, r.headers
+        # a quota window: the client is told to stop until the reset (about 5 h away), not to retry
+        assert int(r.headers["retry-after"]) > 3600, r.headers
+        assert r.headers["anthropic-ratelimit-unified-status"] == "rejected", r.headers
+        assert int(r.headers["anthropic-ratelimit-unified-reset"]) > time.time() + 3600, r.headers
     assert (await sim.stats())["requests"] == 1  # nothing else was sent to z.ai
     document = await status(http, proxy)
     assert document["accountPause"]["remaining"] > 3600 and "1308" in document["accountPause"]["reason"]

@@ -227,9 +227,9 @@ def test_reset_times_from_a_message_are_capped() -> None:
     far = error(
         "1308", "[1308][Usage limit reached for 5 hour. Your limit will reset at 2099-01-01 00:00:00]"
     )
-    assert rig.pool.report_error("h", far) == 6 * 3600.0
+    assert rig.pool.report_error("h", far) == 8 * 86_400.0  # cooldown.maxPauseSeconds: a week and a day
     pause = served(rig.pool.status())["accountPause"]
-    assert pause["remaining"] == 6 * 3600.0
+    assert pause["remaining"] == 8 * 86_400.0
 
 
 def test_when_nothing_is_in_flight_a_cooling_model_takes_a_trial() -> None:

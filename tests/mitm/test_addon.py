@@ -1055,7 +1055,8 @@ async def test_1308_pauses_the_account_passes_through_and_later_requests_get_our
     later = messages_flow("claude-haiku-4-5")
     await env.request(later)
     assert later.response is not None and later.response.status_code == 429
-    assert later.response.headers["retry-after"] == "60"
+    assert later.response.headers["retry-after"] == "10800"  # to the reset: stop, do not retry
+    assert later.response.headers["anthropic-ratelimit-unified-status"] == "rejected"
     assert "account paused" in json.loads(later.response.content or b"")["error"]["message"]
     await env.response(later)
     assert env.stats()["requests"]["rejected"] == 1

@@ -277,10 +277,13 @@ async def test_1308_passes_through_and_pauses_the_account(rig: Rig) -> None:
     assert response is not None and response.status_code == 429
     assert json.loads(response.content or b"")["error"]["code"] == "1308"  # z.ai's answer
     assert TRIED_HEADER not in response.headers
-    assert served(rig.addon.pool.status())["accountPause"] is not None
+    pause = served(rig.addon.pool.status())["accountPause"]
+    assert pause is not None
     later = await rig.run("claude-haiku-4-5")
     assert later.response is not None and later.response.status_code == 429
-    assert 1 <= int(later.response.headers["retry-after"]) <= 60
+    # a quota window: the client is told to stop until the reset, not to retry within a minute
+    assert int(later.response.headers["retry-after"]) >= pause["remaining"] - 1 > 60
+    assert later.response.headers["anthropic-ratelimit-unified-status"] == "rejected"
     assert rig.sim.stats()["requests"] == 1  # the later one never reached z.ai
     assert rig.addon.chaos_stats()["requests"]["rejected"] == 1
 

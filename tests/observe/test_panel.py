@@ -88,7 +88,7 @@ def test_cooldowns_out_of_rotation_and_account_pause_are_shown() -> None:
     clock.now += 1.5
     assert rows(panel(pool))["glm-4.6"].rstrip(" │").endswith("1302 (6.5s)")
     pool.report_error("glm-4.7", fair_use, 30.0)
-    assert "Account paused 30s: fair-use throttle (1313)" in panel(pool)
+    assert "Account paused for 30 s: fair-use throttle (1313)" in panel(pool)
 
 
 def test_chaos_mode_off_is_said() -> None:

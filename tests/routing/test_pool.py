@@ -15,7 +15,7 @@ from chaos_mode.config.schema import ModelRouting, parse_config
 from chaos_mode.routing.pool import ChaosPool, RequestInfo, Slot, Ticket
 from chaos_mode.routing.pool_status import served
 from chaos_mode.zai.catalog import REQUEST_TIERS, TIER_RANK, RequestTier
-from chaos_mode.zai.errors import Action, UpstreamError, classify_error
+from chaos_mode.zai.errors import FAIR_USE_SECONDS, Action, UpstreamError, classify_error
 from support.design_catalog import ALL, CAPS, FIXED_LIMITS, FREE, HEAVY, MEDIUM
 from support.fakes import FakeClock
 
@@ -439,6 +439,7 @@ def test_account_pause_stops_everything_until_the_reset() -> None:
     assert served(h.pool.status())["accountPause"] == {
         "remaining": 7200.0,
         "reason": "5-hour usage limit (1308)",
+        "resetsAt": 1772384400.0,  # 2026-03-02 01:00 Beijing
     }
     h.advance(7199.0)
     assert h.pool.try_acquire(Ticket("light")) is None
@@ -451,9 +452,31 @@ def test_account_pause_stops_everything_until_the_reset() -> None:
 
 
 @pytest.mark.parametrize(
+    "message",
+    [
+        "[1310][Weekly/Monthly Limit Exhausted. Your limit will reset at 2026-03-06 01:00:00]",
+        "[1310][您的周限额已用完，您的限额将在 2026-03-06 01:00:00 重置。]",
+    ],
+)
+def test_a_weekly_limit_pauses_the_account_for_days_and_says_so(message: str) -> None:
+    h = Harness(routing())  # 23:00 Beijing on 2026-03-01: the reset is 4 days and 2 hours away
+    seconds = 4 * 86_400 + 7200.0
+    assert h.pool.report_error("glm-4.7", h.error("1310", message)) == seconds
+    reason = h.pool.unavailable(Ticket("light"))
+    assert reason == "account paused for 4 d 2 h, until 2026-03-05 17:00 UTC: weekly/monthly limit (1310)"
+    assert served(h.pool.status())["accountPause"]["remaining"] == seconds
+    h.advance(seconds - 1.0)
+    assert h.pool.try_acquire(Ticket("light")) is None
+    h.advance(1.0)
+    assert h.pool.try_acquire(Ticket("light")) is not None
+
+
+@pytest.mark.parametrize(
     ("code", "retry_after", "seconds"),
     [
-        ("1313", None, 60.0),  # fair use without a reset time: maxSeconds
+        ("1313", None, FAIR_USE_SECONDS),  # fair use without a reset time
+        ("1313", 30.0, 30.0),  # ...or as its Retry-After says
+        ("1317", None, 300.0),
         ("1310", None, 300.0),  # no reset time: accountPauseSeconds
         ("1308", None, 300.0),
         ("1310", 42.0, 42.0),  # Retry-After when the message gives no time

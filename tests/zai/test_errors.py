@@ -6,8 +6,12 @@ import json
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from chaos_mode.zai.errors import (
+    QUOTA_WINDOW_CODES,
+    QUOTA_WINDOW_REASONS,
     Action,
     UpstreamError,
     classify_error,
@@ -29,6 +33,14 @@ CODE_TABLE: dict[str, Action] = {
     "1308": Action.ACCOUNT_PAUSE,
     "1310": Action.ACCOUNT_PAUSE,
     "1313": Action.ACCOUNT_PAUSE,
+    "1314": Action.ACCOUNT_PAUSE,
+    "1315": Action.ACCOUNT_PAUSE,
+    "1316": Action.ACCOUNT_PAUSE,
+    "1317": Action.ACCOUNT_PAUSE,
+    "1318": Action.ACCOUNT_PAUSE,
+    "1319": Action.ACCOUNT_PAUSE,
+    "1320": Action.ACCOUNT_PAUSE,
+    "1321": Action.ACCOUNT_PAUSE,
     "1113": Action.OUT_OF_ROTATION,
     "1309": Action.FATAL,
     "1311": Action.OUT_OF_ROTATION,
@@ -123,13 +135,65 @@ def test_1310_reset_time_and_a_pause_without_one() -> None:
     ("message", "expected"),
     [
         ("Your limit will reset at 2026-01-01 00:00:00", datetime(2025, 12, 31, 16, 0, tzinfo=UTC)),
+        # z.ai's Chinese 1310 (Beijing time), days away
+        (
+            "每周限额已用完，您的限额将在 2026-08-05 15:16:26 重置。",
+            datetime(2026, 8, 5, 7, 16, 26, tzinfo=UTC),
+        ),
+        ("您的限额将于 2026-09-18 08:00:00 重置", datetime(2026, 9, 18, 0, 0, tzinfo=UTC)),
+        (
+            "[1310][Weekly/Monthly Limit Exhausted. Your limit will reset at 2026-07-14 07:49:08]",
+            datetime(2026, 7, 13, 23, 49, 8, tzinfo=UTC),
+        ),
+        # a time that carries its own offset is read in it
+        ("... Resets at 2026-08-07T05:00:00Z", datetime(2026, 8, 7, 5, 0, tzinfo=UTC)),
+        ("reset at 2026-08-07 13:00:00+08:00", datetime(2026, 8, 7, 5, 0, tzinfo=UTC)),
+        ("reset at 2026-08-07 13:00 UTC+8", datetime(2026, 8, 7, 5, 0, tzinfo=UTC)),
         ("reset at 2026-13-01 00:00:00", None),  # month 13
+        ("将在 2026-02-30 00:00:00 重置", None),  # 30 February
         ("no time here", None),
         ("", None),
     ],
 )
 def test_parse_reset_time(message: str, expected: datetime | None) -> None:
     assert parse_reset_time(message) == (expected.timestamp() if expected else None)
+
+
+@given(st.text(alphabet=st.sampled_from("reset at将在重置 0123456789-:TZ+UTC.")))
+def test_parse_reset_time_never_raises(message: str) -> None:
+    result = parse_reset_time(message)
+    assert result is None or isinstance(result, float)
+
+
+@pytest.mark.parametrize(
+    ("code", "message", "reset"),
+    [
+        ("1316", "[1316][5-hour limit reached. Your limit will reset at 2026-09-11 22:00:00]", (14, 0)),
+        ("1317", "[1317][7-day limit reached. Your limit will reset at 2026-09-11 23:00:00]", (15, 0)),
+        ("1321", "[1321][您的限额将在 2026-09-11 21:30:00 重置。]", (13, 30)),
+    ],
+)
+def test_the_2026_quota_codes_pause_the_account_until_their_reset(
+    code: str, message: str, reset: tuple[int, int]
+) -> None:
+    error = classify_error(429, anthropic_body(code, message), now=NOW)
+    assert error is not None and error.action is Action.ACCOUNT_PAUSE and not error.fails_over
+    assert error.reset_at == datetime(2026, 9, 11, *reset, tzinfo=UTC).timestamp()
+    assert error.reason in QUOTA_WINDOW_REASONS
+
+
+def test_quota_windows_are_the_quota_codes_and_only_them() -> None:
+    assert set(QUOTA_WINDOW_CODES) == {"1308", "1310", "1316", "1317", "1318", "1319", "1320", "1321"}
+    for code in ("1313", "1314", "1315", "1302", "1305"):  # a throttle or an enterprise cap: transient
+        error = classify_error(429, anthropic_body(code), now=NOW)
+        assert error is not None and error.reason not in QUOTA_WINDOW_REASONS
+
+
+def test_1311_takes_the_model_out_of_rotation_at_once() -> None:
+    error = classify_error(
+        400, anthropic_body("1311", "[1311][The current plan does not include access to this model]"), now=NOW
+    )
+    assert error is not None and error.action is Action.OUT_OF_ROTATION and error.fails_over
 
 
 @pytest.mark.parametrize(

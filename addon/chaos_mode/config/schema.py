@@ -173,10 +173,11 @@ class CooldownSettings(_Base):
         default=300.0, gt=0, le=7 * 86_400, description="account-wide pause when z.ai gives no reset time"
     )
     max_pause_seconds: Float = Field(
-        default=6 * 3600.0,
+        default=8 * 86_400.0,
         gt=0,
         le=31 * 86_400,
-        description="the longest a reset time read from z.ai's message (or Retry-After) may pause anything",
+        description="the longest a reset time read from z.ai's message (or Retry-After) may pause anything "
+        "(a week's reset, with a margin)",
     )
     trial_when_idle: bool = Field(
         default=True,

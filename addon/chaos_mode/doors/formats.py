@@ -28,7 +28,7 @@ class Parse(Protocol):
 
 class RateLimitError(Protocol):
     def __call__(
-        self, message: str, *, retry_after: float | None, tried: list[str]
+        self, message: str, *, retry_after: float | None, tried: list[str], resets_at: float | None = None
     ) -> tuple[bytes, dict[str, str]]: ...
 
 

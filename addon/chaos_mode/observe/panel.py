@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from chaos_mode.routing.pool_status import pause_span
+
 
 def _bar(in_flight: int, capacity: int, width: int = 10) -> str:
     cells = min(max(capacity, 1), width)
@@ -150,7 +152,8 @@ def render_panel(stats: dict[str, Any], now: float | None = None) -> str:
     )
     if stats.get("accountPause"):
         pause = stats["accountPause"]
-        rows.append(f"Account paused {pause['remaining']:.0f}s: {pause['reason']}")
+        span = pause_span(pause["remaining"], pause.get("resetsAt") or 0.0)
+        rows.append(f"Account paused for {span}: {pause['reason']}")
     quota = _quota(stats.get("quota"), time.time() if now is None else now)
     if quota is not None:
         rows.append(quota)

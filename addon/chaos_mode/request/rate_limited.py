@@ -2,7 +2,9 @@
 
 It says why (from the pool), when to retry (the account pause, else the quota's reset while pacing holds
 everything until it, else the next cooldown to end, lengthened
-by z.ai's own Retry-After when z.ai answered first), and keeps z.ai's rate-limit headers beside ours.
+by z.ai's own Retry-After when z.ai answered first), and keeps z.ai's rate-limit headers beside ours at the
+Anthropic door. While the account is paused for a quota window (1308, 1310, 1316-1321) it tells the client
+to stop until the reset rather than retry (`doors.error_bodies`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from chaos_mode.doors.door import Door
 from chaos_mode.doors.formats import FORMATS
 from chaos_mode.routing.pool import ChaosPool, Ticket
 from chaos_mode.zai.catalog import RequestTier
-from chaos_mode.zai.errors import parse_retry_after
+from chaos_mode.zai.errors import QUOTA_WINDOW_REASONS, parse_retry_after
 
 UPSTREAM_RETRY_HEADER: Final = "x-upstream-retry-after"  # z.ai's Retry-After, kept on our own 429
 DEFAULT_RETRY_SECONDS: Final = 5.0  # when nothing is cooling down: the queue timed out
@@ -52,11 +54,15 @@ def rate_limited(
     upstream = upstream or ()
     upstream_retry = next((v for k, v in upstream if k.lower() == "retry-after"), None)
     if upstream_retry is not None:
-        # z.ai's own value is kept (verbatim, beside ours) and may lengthen ours, up to 60 s.
+        # z.ai's own value is kept (verbatim, beside ours) and may lengthen ours (up to 60 s but for a
+        # quota window's pause).
         retry = max(retry, parse_retry_after(upstream_retry, now=now) or 0.0)
-    body, ours = FORMATS[door].rate_limit_error(why, retry_after=retry, tried=tried)
+    resets_at = now + pause[0] if pause and pause[1] in QUOTA_WINDOW_REASONS else None
+    body, ours = FORMATS[door].rate_limit_error(why, retry_after=retry, tried=tried, resets_at=resets_at)
     headers = list(ours.items())
-    headers += [(k, v) for k, v in upstream if k.lower().startswith("anthropic-ratelimit-")]
+    if door == "anthropic":
+        kept = ((k, v) for k, v in upstream if k.lower().startswith("anthropic-ratelimit-"))
+        headers += [(k, v) for k, v in kept if k.lower() not in ours]
     if upstream_retry is not None:
         headers.append((UPSTREAM_RETRY_HEADER, upstream_retry))
     return Reply(429, headers, body), why

@@ -2,7 +2,7 @@
 
 How a model is chosen for a request, the rules in the order they apply (`_select`, `_beyond_limits`):
 
-1. **Nothing while the account is paused** (1308/1310/1313: z.ai will refuse everything until its reset).
+1. **Nothing while the account is paused** (1308, 1310, 1313-1321: z.ai refuses everything until its reset).
 2. **Paced** (`quota.pace`, only while the quota runs out before its reset; `quota.pacing`): nothing
    once the paced concurrency is in flight (the request waits in the fair queue, counted in
    `pacer.waits`), and among the models free within the limits only the lightest by `quotaWeight`; and,
@@ -54,6 +54,7 @@ from chaos_mode.routing.pool_status import (
     PoolStatus,
     QueueStatus,
     StickyStatus,
+    pause_span,
 )
 from chaos_mode.routing.served_lately import ServedLately
 from chaos_mode.routing.slots import MemorySlots, ProbeClaim, Seen, SlotStore
@@ -61,7 +62,7 @@ from chaos_mode.routing.sticky import StickyMap
 from chaos_mode.routing.strategies import ModelEntry, Strategy, make_strategy
 from chaos_mode.routing.wait_queue import WaitQueue
 from chaos_mode.zai.catalog import ACCOUNT, REQUEST_TIERS, RequestTier
-from chaos_mode.zai.errors import Action, UpstreamError
+from chaos_mode.zai.errors import FAIR_USE_CODE, FAIR_USE_SECONDS, Action, UpstreamError
 from chaos_mode.zai.quota import SPENT_CODE
 
 NO_ATTEMPTS: frozenset[str] = frozenset()
@@ -851,7 +852,7 @@ class ChaosPool:
         """Why `ticket` cannot be served however long it waits, else None."""
         pause = self._cooldowns.account_pause()
         if pause is not None:
-            return f"account paused for {pause[0]:.0f} s: {pause[1]}"
+            return f"account paused for {pause_span(pause[0], self._wall_clock() + pause[0])}: {pause[1]}"
         spent = self.quota_spent_for()
         if spent is not None and spent > self._config.queue.timeout_seconds:
             return f"the 5-hour quota is spent as pacing counts it: it resets in {spent:.0f} s"
@@ -1060,7 +1061,7 @@ class ChaosPool:
             case Action.ACCOUNT_PAUSE:
                 if error.code == SPENT_CODE:
                     self.quota.spent(error.reset_at)
-                fallback = settings.max_seconds if error.code == "1313" else settings.account_pause_seconds
+                fallback = FAIR_USE_SECONDS if error.code == FAIR_USE_CODE else settings.account_pause_seconds
                 seconds = self._until(error.reset_at, retry_after, fallback)
                 self._cooldowns.pause_account(seconds, error.reason)
                 return seconds
@@ -1186,7 +1187,11 @@ class ChaosPool:
             above_limits=used - out_in_flight - min(in_limits, capacity),
             utilization=round(min(in_limits, capacity) / capacity, 4) if capacity else 0.0,
             out_capacity=OutCapacity(out_slots, out_in_flight, out_models),
-            account_pause=AccountPause(round(pause[0], 3), pause[1]) if pause else None,
+            account_pause=(
+                AccountPause(round(pause[0], 3), pause[1], round(self._wall_clock() + pause[0], 3))
+                if pause
+                else None
+            ),
             queue=QueueStatus(
                 waiting=len(waiting),
                 waiting_by_tier={t: sum(1 for w in waiting if w.ticket.tier == t) for t in REQUEST_TIERS},

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Final
+
+from chaos_mode.zai.quota import WINDOW_SECONDS
 
 FLAT: Final = {"flat": True}
 
@@ -77,6 +80,17 @@ class OutCapacity:
 class AccountPause:
     remaining: float
     reason: str
+    resets_at: float  # unix seconds: when the pause ends (z.ai's reset, when it named one)
+
+
+def pause_span(seconds: float, resets_at: float) -> str:
+    """An account pause's length in words: seconds within z.ai's 5-hour window; beyond it (a weekly or
+    monthly limit) days and hours, and the reset's date (UTC)."""
+    if seconds <= WINDOW_SECONDS:
+        return f"{seconds:.0f} s"
+    days, hours = divmod(round(seconds / 3600), 24)
+    when = datetime.fromtimestamp(resets_at, UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return (f"{days} d {hours} h" if days else f"{hours} h") + f", until {when}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,24 @@ _STATIC_MESSAGES: dict[str, str] = {
     "1309": "[1309][Your GLM Coding Plan package has expired, please renew it]",
     "1311": "[1311][The current plan does not include access to this model]",
     "1312": "[1312][The model is currently overloaded, please try another model]",
-    "1313": "[1313][Fair use policy triggered, please reduce your usage]",
+    "1313": (
+        "[1313][Your account's current usage pattern does not comply with the Fair Usage Policy, and your "
+        "request frequency has been limited. For details, please refer to the Subscription Service "
+        "Agreement. To restore access, please submit a request.]"
+    ),
+    "1314": "[1314][Your enterprise account has reached its usage limit]",
+    "1315": "[1315][Your enterprise account is not allowed to use this service]",
+}
+
+# The quota windows of 2026 (z.ai's "{next_flush_time}" wording): code -> (what is spent, time to reset).
+_WINDOW_MESSAGES: dict[str, tuple[str, dt.timedelta]] = {
+    "1310": ("Weekly/Monthly Limit Exhausted.", dt.timedelta(days=7)),
+    "1316": ("Usage limit reached for 5 hour.", dt.timedelta(hours=5)),
+    "1317": ("Usage limit reached for 7 day.", dt.timedelta(days=7)),
+    "1318": ("Sub-account usage limit reached for 5 hour.", dt.timedelta(hours=5)),
+    "1319": ("Sub-account usage limit reached for 7 day.", dt.timedelta(days=7)),
+    "1320": ("Enterprise usage limit reached for 5 hour.", dt.timedelta(hours=5)),
+    "1321": ("Enterprise usage limit reached for 7 day.", dt.timedelta(days=7)),
 }
 
 _ERROR_TYPES: dict[int, str] = {
@@ -51,10 +68,18 @@ def default_message(code: str, now: dt.datetime | None = None) -> str:
     now = (now or dt.datetime.now(dt.UTC)).astimezone(BEIJING)
     if code == "1308":
         return spent_message(now + dt.timedelta(hours=5))
-    if code == "1310":
-        reset = (now + dt.timedelta(days=7)).strftime("%Y-%m-%d %H:%M:%S")
-        return f"[1310][Weekly/Monthly Limit Exhausted. Your limit will reset at {reset}]"
+    if code in _WINDOW_MESSAGES:
+        spent, until = _WINDOW_MESSAGES[code]
+        reset = (now + until).strftime("%Y-%m-%d %H:%M:%S")
+        return f"[{code}][{spent} Your limit will reset at {reset}]"
     return f"[{code}][Simulated error {code}]"
+
+
+def chinese_window_message(code: str, reset: dt.datetime) -> str:
+    """A quota window's message as z.ai's Chinese endpoint words it (Beijing time), for a fault's
+    `message`: "...您的限额将在 2026-08-05 15:16:26 重置。"."""
+    shown = reset.astimezone(BEIJING).strftime("%Y-%m-%d %H:%M:%S")
+    return f"[{code}][您的额度已用完，您的限额将在 {shown} 重置。]"
 
 
 def spent_message(reset: dt.datetime) -> str:

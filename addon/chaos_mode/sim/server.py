@@ -13,6 +13,7 @@ import json
 import logging
 import ssl
 import uuid
+from collections import deque
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
@@ -55,6 +56,10 @@ def token_text(index: int) -> str:
     return word if index == 0 else " " + word
 
 
+SEEN_HEADERS = 64
+SECRET_HEADERS = frozenset({"authorization", "x-api-key"})
+
+
 class SimServer:
     """The simulator on a loopback port: ``port = await server.start()`` ... ``await server.stop()``."""
 
@@ -68,6 +73,9 @@ class SimServer:
         self.refused = frozenset(self.settings.refuse)
         self.quota = self._new_quota()
         self.content_filter = ContentFilter(tuple(s.filter_phrases), s.filter_scope)
+        # The headers of the last requests for a model (`GET /sim/headers`), the key's left out: a test
+        # checks what reached z.ai on every attempt.
+        self.seen_headers: deque[dict[str, str]] = deque(maxlen=SEEN_HEADERS)
         self._started = 0.0
         self._pending: list[ScheduledChange] = []
         self._timer: asyncio.TimerHandle | None = None
@@ -172,6 +180,7 @@ class SimServer:
         fresh quota window."""
         self.state.reset()
         self.quota = self._new_quota()
+        self.seen_headers.clear()
         self._restart_schedule()
 
     def _new_quota(self) -> SimQuota:
@@ -223,6 +232,7 @@ class SimServer:
                 (CHAT_PATHS, ChatCompletionsHandler, args),
                 (r"/sim/stats", StatsHandler, args),
                 (r"/sim/faults", FaultsHandler, args),
+                (r"/sim/headers", SeenHeadersHandler, args),
                 (r"/sim/reset", ResetHandler, args),
                 (r"/sim/limits", LimitsHandler, args),
                 (r"/sim/quota", SimQuotaHandler, args),
@@ -388,6 +398,11 @@ class FaultsHandler(_SimHandler):
         self.send_json(200, {"ok": True, "faults": []})
 
 
+class SeenHeadersHandler(_SimHandler):
+    def get(self) -> None:
+        self.send_json(200, {"requests": list(self.sim.seen_headers)})
+
+
 class SimQuotaHandler(_SimHandler):
     """``GET`` the quota's true figures; ``POST {"answer": "ok"|"401"|"500"|"junk"|"hang"|"drop"}`` sets
     how the quota endpoint answers, ``{"used": N}`` the prompts used in the window."""
@@ -523,6 +538,8 @@ class MessagesHandler(_SimHandler):
         self.model = model
         self.payload = payload
         self.set_header("x-sim-served-model", model)
+        seen = {k.lower(): v for k, v in self.request.headers.get_all() if k.lower() not in SECRET_HEADERS}
+        sim.seen_headers.append({**seen, ":model": model})
 
         if model in sim.refused:
             state.count_rejection(model, "1113")

@@ -36,6 +36,9 @@ _ACTIONS: dict[str, Action] = {
     "1308": Action.ACCOUNT_PAUSE,
     "1310": Action.ACCOUNT_PAUSE,
     "1313": Action.ACCOUNT_PAUSE,
+    "1314": Action.ACCOUNT_PAUSE,
+    "1315": Action.ACCOUNT_PAUSE,
+    **{str(code): Action.ACCOUNT_PAUSE for code in range(1316, 1322)},
     "1113": Action.OUT_OF_ROTATION,
     "1211": Action.OUT_OF_ROTATION,
     "1311": Action.OUT_OF_ROTATION,
@@ -55,15 +58,37 @@ _REASONS: dict[str, str] = {
     "1311": "model not in plan (1311)",
     "1312": "model overloaded (1312)",
     "1313": "fair-use throttle (1313)",
+    "1314": "enterprise account limit (1314)",
+    "1315": "enterprise account limit (1315)",
+    "1316": "5-hour limit (1316)",
+    "1317": "7-day limit (1317)",
+    "1318": "5-hour sub-account limit (1318)",
+    "1319": "7-day sub-account limit (1319)",
+    "1320": "5-hour enterprise limit (1320)",
+    "1321": "7-day enterprise limit (1321)",
     "1113": "no balance or model not in plan (1113)",
     "1211": "unknown model (1211)",
 }
+
+# The quota windows: the account is spent until the reset z.ai names (the 5-hour one, the week's or
+# the month's). Our own 429 tells the client to stop until then, not to retry (`request.rate_limited`).
+QUOTA_WINDOW_CODES: Final[frozenset[str]] = frozenset({"1308", "1310", *map(str, range(1316, 1322))})
+QUOTA_WINDOW_REASONS: Final[frozenset[str]] = frozenset(_REASONS[code] for code in QUOTA_WINDOW_CODES)
+# 1313 (fair use) cools the account for z.ai's Retry-After or the time its message names, else this long.
+FAIR_USE_CODE: Final = "1313"
+FAIR_USE_SECONDS: Final = 60.0
 
 # Statuses that mean "busy, try elsewhere" even without a business code.
 _BUSY_STATUSES = frozenset({429, 502, 503, 504, 529})
 
 _CODE_IN_MESSAGE = re.compile(r"^\s*\[(\d{3,5})\]")
-_RESET_AT = re.compile(r"reset at (\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2})")
+# The reset a message names: "...will reset at 2026-09-09 05:38:28" or "...将在 2026-08-05 15:16:26 重置",
+# in Beijing time unless the time carries its own offset ("2026-08-14T00:00:00Z").
+_RESET_AT = re.compile(
+    r"(?:resets? at|将在|将于)\s*(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(?::\d{2})?(?:\.\d+)?)"
+    r"(Z|[+-]\d{2}:?\d{2}|\s*UTC[+-]\d{1,2}\b)?",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,15 +134,20 @@ def extract_code(payload: Any) -> tuple[str | None, str]:
 
 
 def parse_reset_time(message: str) -> float | None:
-    """The reset time a 1308/1310 message gives, in Beijing time, as unix time."""
+    """The reset time a quota message names (English or Chinese), as unix time; Beijing time unless the
+    message gives an offset. None when it names none."""
     match = _RESET_AT.search(message)
     if not match:
         return None
+    stamp, zone = match.group(1).replace(" ", "T"), (match.group(2) or "").strip().upper()
+    if zone.startswith("UTC"):
+        sign, hours = zone[3], int(zone[4:])
+        zone = f"{sign}{hours:02d}:00"
     try:
-        moment = datetime.fromisoformat(match.group(1).replace(" ", "T"))
-    except ValueError:
+        moment = datetime.fromisoformat(stamp + zone.replace("Z", "+00:00"))
+        return (moment if moment.tzinfo else moment.replace(tzinfo=BEIJING)).timestamp()
+    except (ValueError, OverflowError):
         return None
-    return moment.replace(tzinfo=BEIJING).timestamp()
 
 
 def next_beijing_midnight(now: float) -> float:
