@@ -3,6 +3,7 @@
 Run ``python -m chaos_mode.sim --port 0``; or in-process ``SimServer``; or as a child with ``SimProcess``.
 """
 
+from chaos_mode.sim.catalog import catalog_settings
 from chaos_mode.sim.errors import error_body
 from chaos_mode.sim.lengths import Lengths
 from chaos_mode.sim.limits import LimitChange, ScheduledChange
@@ -20,6 +21,7 @@ __all__ = [
     "SimServer",
     "SimSettings",
     "SimState",
+    "catalog_settings",
     "default_limits",
     "error_body",
     "sim_subprocess",

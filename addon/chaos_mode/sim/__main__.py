@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from chaos_mode.sim.bands import BAND_SHAPES
+from chaos_mode.sim.catalog import ALIAS_COUNTERS, DEC_2026, EARLY_2026
 from chaos_mode.sim.content_filter import FILTER_SCOPES
 from chaos_mode.sim.server import SimServer
 from chaos_mode.sim.settings import OVER_LIMIT, SimSettings, parse_limit, parse_rate
@@ -28,6 +29,29 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--host", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port to bind; 0 picks a free one (default 0)")
     parser.add_argument("--config", metavar="FILE", help="JSON object of settings; options given here win")
+    parser.add_argument(
+        "--catalog",
+        choices=(EARLY_2026, DEC_2026),
+        help="the models served, routed (aliases), retired (1311) and listed: z.ai's of early 2026 (the "
+        "default) or of December 2026; --config and the options below change it",
+    )
+    parser.add_argument(
+        "--alias",
+        metavar="NAME=MODEL",
+        action="append",
+        help="a name z.ai routes to a served model: answered as MODEL, counted on its slots (repeatable)",
+    )
+    parser.add_argument(
+        "--retire",
+        metavar="NAME",
+        action="append",
+        help="a name the plan no longer serves: 1311 (repeatable)",
+    )
+    parser.add_argument(
+        "--alias-counters",
+        choices=ALIAS_COUNTERS,
+        help="an alias counts on its target's slots (shared, the default) or on its own, with the same limit",
+    )
     parser.add_argument("--latency-ms", type=float, help="time to first token (default 300)")
     parser.add_argument("--token-interval-ms", type=float, help="time between output tokens (default 20)")
     parser.add_argument("--output-tokens", type=int, help="output tokens per answer (default 30)")
@@ -139,19 +163,28 @@ def settings_from_args(argv: Sequence[str] | None = None) -> SimSettings:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        settings = SimSettings.from_file(args.config) if args.config else SimSettings()
+        base = SimSettings.from_mapping({"catalog": args.catalog}) if args.catalog else None
+        settings = SimSettings.from_file(args.config, base) if args.config else base or SimSettings()
         overrides: dict[str, Any] = {}
         for name in (
             "host", "port", "latency_ms", "token_interval_ms", "output_tokens", "reject_delay_ms",
             "abort_detect_ms", "retry_after", "account_limit", "fault_seed", "tls_cert", "tls_key",
             "error_encoding", "verbose", "account_band", "band_shape", "over_limit", "queue_timeout_ms",
             "filter_scope", "head_with_first_token", "output_lengths", "quota", "quota_window_seconds",
+            "alias_counters",
         ):  # fmt: skip
             value = getattr(args, name)
             if value is not None:
                 overrides[name] = value
         if args.refuse:
             overrides["refuse"] = [*settings.refuse, *args.refuse]
+        if args.alias:
+            overrides["aliases"] = {
+                **settings.aliases,
+                **dict(_alias(text) for text in args.alias),
+            }
+        if args.retire:
+            overrides["retired"] = [*settings.retired, *args.retire]
         if args.queue_model:
             overrides["queue_models"] = [*settings.queue_models, *args.queue_model]
         if args.limit:
@@ -177,6 +210,14 @@ def settings_from_args(argv: Sequence[str] | None = None) -> SimSettings:
         return SimSettings.from_mapping(overrides, base=settings)
     except (OSError, ValueError) as exc:
         parser.error(str(exc))
+
+
+def _alias(text: str) -> tuple[str, str]:
+    """``NAME=MODEL`` (the ``--alias`` option)."""
+    name, sep, model = text.partition("=")
+    if not sep or not name or not model:
+        raise ValueError(f"expected NAME=MODEL, got {text!r}")
+    return name, model
 
 
 def _pair(text: str) -> tuple[str, str]:

@@ -1,7 +1,8 @@
 """z.ai's OpenAI-compatible door of the simulator: chat completions on the same account (the same per-model
 and account counts as the Anthropic door), streamed as `chat.completion.chunk` events ending in
 `data: [DONE]` (with a usage chunk first when `stream_options.include_usage` asks), or whole, and errors
-in z.ai's OpenAI shape `{"error": {"code", "message"}}`."""
+in z.ai's OpenAI shape `{"error": {"code", "message"}}`; and the models endpoint, the catalog's listed
+names in OpenAI's list shape."""
 
 from __future__ import annotations
 
@@ -10,10 +11,14 @@ import time
 import uuid
 from typing import Any, Final
 
-from chaos_mode.sim.server import MessagesHandler, SimServer, token_text
+from chaos_mode.sim.server import MessagesHandler, SimServer, _SimHandler, token_text
 
 # z.ai's general API and its Coding Plan's, as tornado routes them.
 CHAT_PATHS: Final = r"/api(?:/coding)?/paas/v4/chat/completions/?"
+MODELS_PATHS: Final = r"/api(?:/coding)?/paas/v4/models/?"
+# The models endpoint's 401s (z.ai's codes 1001: no key, 1002: a key it does not take).
+NO_KEY: Final = {"error": {"code": "1001", "message": "Authentication parameter not received in Header"}}
+BAD_KEY: Final = {"error": {"code": "1002", "message": "Invalid Authentication Token"}}
 DONE: Final = b"data: [DONE]\n\n"
 
 
@@ -97,3 +102,23 @@ class ChatCompletionsHandler(MessagesHandler):
             "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
             "usage": usage(input_tokens, tokens),
         }
+
+
+class ModelsHandler(_SimHandler):
+    """`GET /api/coding/paas/v4/models` (and the general API's): the catalog's listed names (`listed`, or
+    the served models), `{"object": "list", "data": [{"id", "object": "model", "created", "owned_by"}]}`,
+    with a key in `Authorization` (the quota's key when one is set; any key otherwise), else 401."""
+
+    def get(self) -> None:
+        sim = self.sim
+        sim.model_list_reads += 1
+        key, given = sim.settings.quota_key, self.request.headers.get("Authorization", "")
+        if not given:
+            self.send_json(401, NO_KEY)
+            return
+        if key is not None and given not in (key, f"Bearer {key}"):
+            self.send_json(401, BAD_KEY)
+            return
+        names = sim.settings.listed if sim.settings.listed is not None else list(sim.settings.limits)
+        data = [{"id": name, "object": "model", "created": sim.created, "owned_by": "z-ai"} for name in names]
+        self.send_json(200, {"object": "list", "data": data})

@@ -12,6 +12,7 @@ import gzip
 import json
 import logging
 import ssl
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable
@@ -71,6 +72,9 @@ class SimServer:
         self._clock = clock
         self.state = s.new_state(self._time)
         self.refused = frozenset(self.settings.refuse)
+        self.retired = frozenset(self.settings.retired)
+        self.created = int(time.time())  # the models endpoint's `created` of every model
+        self.model_list_reads = 0
         self.quota = self._new_quota()
         self.content_filter = ContentFilter(tuple(s.filter_phrases), s.filter_scope)
         # The headers of the last requests for a model (`GET /sim/headers`), the key's left out: a test
@@ -172,6 +176,7 @@ class SimServer:
         return {
             **self.state.snapshot(),
             "quota": self.quota.snapshot(),
+            "modelListReads": self.model_list_reads,
             "elapsedSeconds": round(self.now(), 3),
         }
 
@@ -181,6 +186,7 @@ class SimServer:
         self.state.reset()
         self.quota = self._new_quota()
         self.seen_headers.clear()
+        self.model_list_reads = 0
         self._restart_schedule()
 
     def _new_quota(self) -> SimQuota:
@@ -223,13 +229,16 @@ class SimServer:
     def make_app(self) -> tornado.web.Application:
         from chaos_mode.sim.openai_door import (
             CHAT_PATHS,
+            MODELS_PATHS,
             ChatCompletionsHandler,
-        )  # it extends this module's handler
+            ModelsHandler,
+        )  # they extend this module's handlers
 
         args = {"sim": self}
         return tornado.web.Application(
             [
                 (CHAT_PATHS, ChatCompletionsHandler, args),
+                (MODELS_PATHS, ModelsHandler, args),
                 (r"/sim/stats", StatsHandler, args),
                 (r"/sim/faults", FaultsHandler, args),
                 (r"/sim/headers", SeenHeadersHandler, args),
@@ -537,23 +546,30 @@ class MessagesHandler(_SimHandler):
             return
         self.model = model
         self.payload = payload
-        self.set_header("x-sim-served-model", model)
+        served = state.served(model)  # what answers it and names itself in the answer
+        self.set_header("x-sim-served-model", served)
         seen = {k.lower(): v for k, v in self.request.headers.get_all() if k.lower() not in SECRET_HEADERS}
         sim.seen_headers.append({**seen, ":model": model})
 
-        if model in sim.refused:
-            state.count_rejection(model, "1113")
+        if model in sim.retired:
+            state.count_retired(model)
+            self.send_error_body(429, default_message("1311"), code="1311", request_id=request_id)
+            return
+        if model in sim.refused or served in sim.refused:
+            state.count_rejection(served, "1113")
             self.send_error_body(
                 429, MSG_1113, code="1113", retry_after=settings.retry_after, request_id=request_id
             )
             return
-        if model not in state.models:
+        if served not in settings.limits:
             state.count_unknown(model)
             self.send_error_body(400, MSG_1211, code="1211", request_id=request_id)
             return
+        if served != model:
+            state.count_aliased(model)
 
         if sim.content_filter.trips(payload):  # before any limit: whatever the load, on every model
-            state.count_filtered(model)
+            state.count_filtered(served)
             self.send_error_body(
                 self.FILTERED_STATUS, default_message("1305"), code="1305", request_id=request_id
             )
@@ -561,7 +577,7 @@ class MessagesHandler(_SimHandler):
 
         if sim.quota.spent():  # the 5-hour quota: every model refused until the window resets
             sim.quota.refused += 1
-            state.count_rejection(model, "1308")
+            state.count_rejection(served, "1308")
             reset = dt.datetime.fromtimestamp(sim.quota.resets_at(), dt.UTC)
             self.send_error_body(
                 429,
@@ -572,10 +588,10 @@ class MessagesHandler(_SimHandler):
             )
             return
 
-        fault = state.take_fault(model)
+        fault = state.take_fault(served)
         broken = fault.code if fault is not None and fault.code in BROKEN_ANSWERS else None
         if fault is not None and broken is None:
-            state.count_rejection(model, fault.code)
+            state.count_rejection(served, fault.code)
             if not await self._wait(fault.delay_ms / 1000.0):
                 return
             if fault.code == DROP:  # the connection breaks with no answer at all
@@ -598,8 +614,9 @@ class MessagesHandler(_SimHandler):
             return
 
         admitted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        counter = state.counter(model)  # the served model's slots, or an alias's own
         admission: Admission | None = state.admit(
-            model, broken=broken, wake=functools.partial(_resolve, admitted)
+            counter, broken=broken, wake=functools.partial(_resolve, admitted)
         )
         if admission is not None and admission.waiter is not None:
             admission = await self._wait_inside_zai(admission.waiter, admitted)
@@ -625,18 +642,18 @@ class MessagesHandler(_SimHandler):
             return
         cut = admission.outcome == "cut"
 
-        slot = _Slot(state, model)
-        sim.quota.charge(model)
+        slot = _Slot(state, counter)
+        sim.quota.charge(served)
         try:
             input_tokens = max(1, len(self.request.body) // 4)
             self.set_header("request-id", request_id)
             if cut:
-                await self._cut_short(model, input_tokens, stream=payload.get("stream") is True)
+                await self._cut_short(served, input_tokens, stream=payload.get("stream") is True)
                 return
             if payload.get("stream") is True:
-                finished = await self._stream(slot, model, input_tokens, latency_ms, interval_ms, tokens)
+                finished = await self._stream(slot, served, input_tokens, latency_ms, interval_ms, tokens)
             else:
-                finished = await self._whole(slot, model, input_tokens, latency_ms, interval_ms, tokens)
+                finished = await self._whole(slot, served, input_tokens, latency_ms, interval_ms, tokens)
             if not finished and not sim.stopping:
                 state.aborted += 1
                 await self._hold_after_abort()

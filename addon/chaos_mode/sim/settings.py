@@ -1,7 +1,8 @@
-"""Settings of the z.ai simulator: timings, model limits (hard, or soft with a band), held slots, refused
-models, a schedule of limit changes, random faults, queuing over the limit, the content filter, when heads
-are sent and how long answers are; loaded from JSON or the CLI. `docs/simulator.md` says what each assumes
-of z.ai and where that comes from."""
+"""Settings of the z.ai simulator: timings, the catalog (served models and their limits, hard or soft with a
+band; names routed to another model; names retired), held slots, refused models, a schedule of limit
+changes, random faults, queuing over the limit, the content filter, when heads are sent and how long answers
+are; loaded from JSON or the CLI. `docs/simulator.md` says what each assumes of z.ai and where that comes
+from."""
 
 from __future__ import annotations
 
@@ -14,17 +15,21 @@ from pathlib import Path
 from typing import Any, Final
 
 from chaos_mode.sim.bands import BAND_SHAPES
+from chaos_mode.sim.catalog import (
+    ALIAS_COUNTERS,
+    AliasCounters,
+    alias_map,
+    catalog_settings,
+    check_catalog,
+    default_limits,
+    model_names,
+)
 from chaos_mode.sim.content_filter import FILTER_SCOPES
 from chaos_mode.sim.lengths import Lengths
 from chaos_mode.sim.limits import ScheduledChange, count_value, model_counts
 from chaos_mode.sim.state import BROKEN_ANSWERS, OverLimit, SimState
-from chaos_mode.zai.catalog import DEFAULT_CATALOG
 
-
-def default_limits() -> dict[str, int]:
-    """Concurrency limit of every model of the built-in catalog."""
-    return {name: row[1] for name, row in DEFAULT_CATALOG.items()}
-
+__all__ = ["OVER_LIMIT", "SimSettings", "default_limits", "parse_limit", "parse_rate"]
 
 ERROR_ENCODINGS: Final = (None, "gzip", "br", "zstd")
 OVER_LIMIT: Final = ("refuse", "queue")
@@ -43,7 +48,15 @@ class SimSettings:
     abort_detect_ms: float = 200.0
     refuse: list[str] = field(default_factory=list)
     retry_after: float | None = None
-    limits: dict[str, int] = field(default_factory=default_limits)
+    limits: dict[str, int] = field(default_factory=default_limits)  # of the served models
+    # The catalog beyond `limits` (sim.catalog; the `catalog` key of a mapping sets all four at once):
+    # names z.ai routes to a served model (answered as that model), names it answers 1311 (model not in
+    # plan), what its models endpoint lists (None: the served models), and whether an alias counts on its
+    # target's slots ("shared") or on a counter of its own with its target's limit ("own").
+    aliases: dict[str, str] = field(default_factory=dict)
+    retired: list[str] = field(default_factory=list)
+    listed: list[str] | None = None
+    alias_counters: AliasCounters = "shared"
     account_limit: int | None = None
     hold: dict[str, int] = field(default_factory=dict)  # slots held by another client of the account
     schedule: list[ScheduledChange] = field(default_factory=list)  # limit changes, seconds after start
@@ -111,6 +124,9 @@ class SimSettings:
         for model, held in self.hold.items():
             if held < 0:
                 raise ValueError(f"hold.{model}: must be >= 0, got {held!r}")
+        check_catalog(self.limits, self.aliases, self.retired)
+        if self.alias_counters not in ALIAS_COUNTERS:
+            raise ValueError(f"alias_counters: shared or own, got {self.alias_counters!r}")
         unknown = [m for m in self.hold if m not in self.limits]
         unknown += [m for c in self.schedule for m in sorted(c.change.models()) if m not in self.limits]
         if unknown:
@@ -186,6 +202,8 @@ class SimSettings:
             queue_models=self.queue_models,
             lengths=self.output_lengths,
             clock=clock,
+            aliases=self.aliases,
+            alias_counters=self.alias_counters,
         )
 
     def to_mapping(self) -> dict[str, Any]:
@@ -196,18 +214,30 @@ class SimSettings:
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], base: SimSettings | None = None) -> SimSettings:
-        """Settings from a dict; keys may be snake_case, camelCase or kebab-case. Unknown keys are errors."""
+        """Settings from a dict; keys may be snake_case, camelCase or kebab-case. Unknown keys are errors.
+        A ``catalog`` key (`sim.catalog`) sets limits, aliases, retired and listed first; the others win."""
         known = {f.name for f in dataclasses.fields(cls)}
         values = {name: getattr(base, name) for name in known} if base is not None else {}
+        keys = {_snake(raw_key): raw_key for raw_key in data}
+        if "catalog" in keys:
+            values.update(catalog_settings(data[keys["catalog"]]))
         for raw_key, value in data.items():
             key = _snake(raw_key)
+            if key == "catalog":
+                continue
             if key not in known:
-                raise ValueError(f"unknown setting {raw_key!r} (known: {', '.join(sorted(known))})")
+                raise ValueError(
+                    f"unknown setting {raw_key!r} (known: {', '.join(sorted({*known, 'catalog'}))})"
+                )
             values[key] = value
         settings = cls(**values)
         settings.limits = model_counts("limits", settings.limits)
         settings.hold = model_counts("hold", settings.hold)
         settings.refuse = [str(m) for m in settings.refuse]
+        settings.aliases = alias_map(settings.aliases)
+        settings.retired = model_names("retired", settings.retired)
+        if settings.listed is not None:
+            settings.listed = model_names("listed", settings.listed)
         settings.queue_models = [str(m) for m in settings.queue_models]
         settings.schedule = _schedule(settings.schedule)
         settings.fault_rates = _rates(settings.fault_rates)

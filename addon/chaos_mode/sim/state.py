@@ -1,6 +1,8 @@
 """The simulator's bookkeeping: per-model and account concurrency slots (hard, or soft with a band above the
 limit), slots held by another client, limit changes, counters, queued and random faults, requests held
-inside z.ai over the limit (stalls), and the random draws, each repeatable from `fault_seed`."""
+inside z.ai over the limit (stalls), and the random draws, each repeatable from `fault_seed`. Slots count
+on the served model: a name z.ai routes to another model (an alias) counts on its target's, or, with
+`alias_counters` "own", on a counter of its own that has its target's limit."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from chaos_mode.sim.bands import refusal_probability
+from chaos_mode.sim.catalog import AliasCounters
 from chaos_mode.sim.errors import default_message
 from chaos_mode.sim.lengths import Lengths
 from chaos_mode.sim.limits import LimitChange
@@ -148,12 +151,20 @@ class SimState:
         queue_models: Iterable[str] = (),
         lengths: Lengths | None = None,
         clock: Callable[[], float] = time.monotonic,
+        aliases: Mapping[str, str] | None = None,
+        alias_counters: AliasCounters = "shared",
     ) -> None:
         """``account_limit`` None: no account limit of its own (it allows what the models allow: the sum of
         their limits, whatever they become, reported as its limit).
-        ``clock``: seconds, for how long requests wait inside z.ai."""
+        ``clock``: seconds, for how long requests wait inside z.ai.
+        ``aliases``: requested name -> served model (one of ``limits``); with ``alias_counters`` "own" each
+        alias is counted on a counter of its own (in ``models``), whose limit follows its target's."""
         self._initial = (dict(limits), account_limit, dict(hold or {}))
+        self.aliases = dict(aliases or {})
+        self.own_counters = dict(self.aliases) if alias_counters == "own" else {}
         self.models: dict[str, ModelCounters] = {m: ModelCounters(limit=n) for m, n in limits.items()}
+        for alias, served in self.own_counters.items():
+            self.models[alias] = ModelCounters(limit=limits[served])
         self.account_cap = account_limit
         self.account_in_flight = 0
         self.account_peak = 0
@@ -161,6 +172,8 @@ class SimState:
         self.requests = 0
         self.aborted = 0
         self.unknown_models: dict[str, int] = {}
+        self.retired_models: dict[str, int] = {}  # requests refused 1311, by the name asked for
+        self.aliased: dict[str, int] = {}  # requests for an alias (past the catalog's checks), by name
         self.broken: dict[str, int] = {}  # answers cut or never given, by BROKEN_ANSWERS kind
         self.reasons: dict[str, int] = {}  # refusals by Reason
         self.filtered: dict[str, int] = {}  # requests the content filter refused, by model
@@ -187,12 +200,23 @@ class SimState:
         self._band_rng.seed(f"{self._seed}/bands")
         self._lengths_rng.seed(f"{self._seed}/lengths")
 
+    def served(self, name: str) -> str:
+        """The model that serves a request for ``name`` (itself unless it is an alias)."""
+        return self.aliases.get(name, name)
+
+    def counter(self, name: str) -> str:
+        """Whose slots a request for ``name`` counts on: the served model's, or the alias's own."""
+        return name if name in self.own_counters else self.served(name)
+
+    def _served_limits(self) -> dict[str, ModelCounters]:
+        return {m: c for m, c in self.models.items() if m not in self.own_counters}
+
     @property
     def account_limit(self) -> int:
-        """The account limit in force: its own, or the sum of the model limits."""
+        """The account limit in force: its own, or the sum of the (served) model limits."""
         if self.account_cap is not None:
             return self.account_cap
-        return sum(c.limit for c in self.models.values())
+        return sum(c.limit for c in self._served_limits().values())
 
     @property
     def account_held(self) -> int:
@@ -203,7 +227,7 @@ class SimState:
     def over(self, model: str) -> Literal["model", "account"] | None:
         """Which limit a request for ``model`` would go over the top of (limit + band), if any."""
         counters = self.models[model]
-        if counters.in_flight + counters.held >= counters.limit + self.bands.get(model, 0):
+        if counters.in_flight + counters.held >= counters.limit + self._band(model):
             return "model"
         # With no limit of its own the account refuses nothing the models would not, even while a model
         # runs over a limit just lowered (its requests of before end normally, and fill no other model's).
@@ -228,7 +252,9 @@ class SimState:
         request over the limit is refused even when z.ai queues)."""
         verdict = self.over(model)
         if verdict is not None:
-            queues = self.over_limit == "queue" or (verdict == "model" and model in self.queue_models)
+            queues = self.over_limit == "queue" or (
+                verdict == "model" and self.served(model) in self.queue_models
+            )
             if queues and wake is not None:
                 waiter = Waiter(model, self._clock(), wake)
                 self.stalls.add(waiter)
@@ -248,12 +274,15 @@ class SimState:
     def _band_refusal(self, model: str) -> Literal["band", "accountBand"] | None:
         counters = self.models[model]
         concurrency = counters.in_flight + counters.held + 1
-        if self._by_chance(concurrency, counters.limit, self.bands.get(model, 0)):
+        if self._by_chance(concurrency, counters.limit, self._band(model)):
             return "band"
         concurrency = self.account_in_flight + self.account_held + 1
         if self.account_cap is not None and self._by_chance(concurrency, self.account_cap, self.account_band):
             return "accountBand"
         return None
+
+    def _band(self, model: str) -> int:
+        return self.bands.get(self.served(model), 0)
 
     def _by_chance(self, concurrency: int, limit: int, width: int) -> bool:
         chance = refusal_probability(concurrency, limit, width, self.band_shape)
@@ -318,6 +347,9 @@ class SimState:
             raise ValueError(f"unknown model(s) {', '.join(unknown)} (known: {', '.join(self.models)})")
         for model, limit in change.limits.items():
             self.models[model].limit = limit
+        for alias, served in self.own_counters.items():
+            if served in change.limits:
+                self.models[alias].limit = change.limits[served]
         for model, held in change.hold.items():
             self.models[model].held = held
         if change.sets_account_limit:
@@ -375,6 +407,12 @@ class SimState:
     def count_unknown(self, model: str) -> None:
         self.unknown_models[model] = self.unknown_models.get(model, 0) + 1
 
+    def count_retired(self, name: str) -> None:
+        self.retired_models[name] = self.retired_models.get(name, 0) + 1
+
+    def count_aliased(self, name: str) -> None:
+        self.aliased[name] = self.aliased.get(name, 0) + 1
+
     def add_fault(self, fault: Fault) -> None:
         self.faults.append(fault)
 
@@ -407,6 +445,8 @@ class SimState:
         self.requests = 0
         self.aborted = 0
         self.unknown_models = {}
+        self.retired_models = {}
+        self.aliased = {}
         self.broken = {}
         self.reasons = {}
         self.filtered = {}
@@ -422,7 +462,7 @@ class SimState:
                     "served": c.served,
                     "rejected": dict(c.rejected),
                     "limit": c.limit,
-                    "band": self.bands.get(name, 0),
+                    "band": self._band(name),
                     "hold": c.held,
                 }
                 for name, c in self.models.items()
@@ -438,6 +478,10 @@ class SimState:
             "requests": self.requests,
             "aborted": self.aborted,
             "unknownModels": dict(self.unknown_models),
+            "retiredModels": dict(self.retired_models),
+            "aliasedRequests": {
+                name: {"servedBy": self.served(name), "requests": n} for name, n in self.aliased.items()
+            },
             "brokenAnswers": dict(self.broken),
             "refusalReasons": dict(sorted(self.reasons.items())),
             "filtered": {"requests": sum(self.filtered.values()), "byModel": dict(self.filtered)},
