@@ -120,3 +120,9 @@ def test_usage_of_a_chat_stream_read_whole() -> None:
     response = http.Response.make(200, stream(), {"content-type": "text/event-stream"})
     assert usage_of(response, FORMATS["openai"].observer) == [2048, 377]
     assert usage_of(response) == [0, 0]  # the Anthropic observer sees no Anthropic events in it
+
+
+def test_a_chunk_nested_too_deeply_is_skipped_and_the_stream_still_read() -> None:
+    nested = b"[" * 100_000 + b"]" * 100_000
+    observer = observe([b'data: {"error":' + nested + b"}\n\n", stream()])
+    assert summary(observer) == (2048, 377, "glm-4.6", "stop", True, None)

@@ -176,3 +176,17 @@ def test_message_usage_reads_the_usage_of_a_whole_message() -> None:
 @pytest.mark.parametrize("content", [b"", b"not json", b'{"usage": 5}', b'{"usage": {"input_tokens": "x"}}'])
 def test_message_usage_of_a_body_without_usable_usage(content: bytes) -> None:
     assert message_usage(content) in (None, [0, 0])
+
+
+NESTED = b"[" * 100_000 + b"]" * 100_000
+
+
+def test_an_event_nested_too_deeply_is_skipped_and_the_stream_still_read() -> None:
+    nested = b'event: message_delta\ndata: {"type":"message_delta","usage":' + NESTED + b"}\n\n"
+    observer = observe([nested, b"event: error\ndata: " + NESTED + b"\n\n", stream()])
+    assert summary(observer) == (2048, 377, "glm-4.6", True, 12 + 8)
+    assert observer.error is None
+
+
+def test_message_usage_of_a_usage_nested_too_deeply_is_none() -> None:
+    assert message_usage(b'{"type":"message","usage":' + NESTED + b"}") is None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -14,9 +15,19 @@ import httpx
 import pytest
 
 from chaos_mode.devtools.processes import ProxyProcess
-from support.hostile import BAD_CHUNK_SIZES, BOMBS, HEADER, MODES, STRAY, STRAY_SETTLE, HostileUpstream
+from support.hostile import (
+    BAD_CHUNK_SIZES,
+    BOMBS,
+    HEADER,
+    MODES,
+    SERVING,
+    STRAY,
+    STRAY_SETTLE,
+    HostileUpstream,
+)
 
-from .support import OPUS, poll, routing, status, wait_status_idle
+from .conftest import MakeProxy
+from .support import OPUS, idle, poll, routing, status, wait_status_idle
 
 pytestmark = [pytest.mark.e2e]
 
@@ -46,12 +57,15 @@ UNREAD = [
 ]  # no attempt got an answer h11 reads: our 429
 STALLED = ["stall-body", "stall-stream"]  # cut after `IDLE` seconds without a byte: the slot given back
 IDLE = 1.0  # streams.idleSeconds of the proxy here
+# Odd JSON: relayed (a stream nested too deeply), or read and failed over (a refusal nested too deeply, a
+# 1302 that is not UTF-8: every model but SERVING refuses).
+ODD_JSON = ["nested-stream", "nested-429", "non-utf8-1302"]
 _keys = itertools.count()
 
 
 def test_every_mode_has_an_expected_outcome() -> None:
     """(The decompression bombs have their own tests: test_hostile_bombs.)"""
-    assert sorted(ANSWERED + BROKEN + UNREAD + STALLED + sorted(BOMBS)) == sorted(MODES)
+    assert sorted(ANSWERED + BROKEN + UNREAD + STALLED + ODD_JSON + sorted(BOMBS)) == sorted(MODES)
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +108,10 @@ async def ask(client: httpx.AsyncClient, mode: str, key: str | None = None) -> S
     if mode in STRAY:
         await asyncio.sleep(STRAY_SETTLE)
     answer_for = None
-    if response.status_code == 200:
+    if response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream"):
+        said = re.search(r'"text": "answer for ([^"]*)"', response.text)
+        answer_for = said.group(1) if said else None
+    elif response.status_code == 200:
         text = json.loads(response.content)["content"][0]["text"]
         answer_for = text.removeprefix("answer for ")
     return Seen(key, response.status_code, answer_for, response.text)
@@ -155,6 +172,45 @@ async def test_a_head_h11_refuses_is_never_read_as_an_answer(
     assert seen.status == 429 and "not reached" in seen.text, seen
     assert seen.key not in seen.text
     await wait_status_idle(client, proxy)
+
+
+async def test_a_stream_nested_too_deeply_reaches_its_client_and_gives_its_slot_back(
+    client: httpx.AsyncClient, proxy: ProxyProcess
+) -> None:
+    """An event nested 100,000 deep crashed mitmproxy's connection: the client hung, holding its slot."""
+    for _ in range(2):
+        async with asyncio.timeout(PROMPT):
+            seen = await ask(client, "nested-stream")
+        assert seen.status == 200 and seen.answer_for == seen.key, seen
+        assert "message_stop" in seen.text, seen
+    document = await wait_status_idle(client, proxy)
+    assert idle(document), document
+
+
+@pytest.mark.parametrize(("mode", "code"), [("nested-429", "http-429"), ("non-utf8-1302", "1302")])
+async def test_a_refusal_of_odd_json_is_read_for_its_code_and_fails_over(
+    make_proxy: MakeProxy, hostile: HostileUpstream, mode: str, code: str
+) -> None:
+    """A 429 nested 100,000 deep reached its client as a 502, with no failover; a 1302 with a latin-1
+    byte was read as a plain busy 429 (it teaches the limits as a 1302). A proxy of its own: the models
+    the refusals cool down would change what the other tests' proxy picks first."""
+    proxy = await make_proxy(upstream=hostile.url, config=routing())
+    async with httpx.AsyncClient(base_url=proxy.url, trust_env=False, timeout=TIMEOUT) as client:
+        for _ in range(3):  # until a model that refuses was tried (the first pick may be SERVING)
+            seen = await ask(client, mode)
+            assert seen.status == 200 and seen.answer_for == seen.key, seen
+            document = await wait_status_idle(client, proxy)
+            if document["failovers"]:
+                break
+    assert idle(document) and document["failovers"] >= 1, document
+    refused = {
+        name: model["upstreamErrors"]
+        for name, model in document["modelDistribution"].items()
+        if model["upstreamErrors"]
+    }
+    assert refused and SERVING not in refused and all(errors == {code: 1} for errors in refused.values()), (
+        refused
+    )
 
 
 async def test_one_client_after_another_each_gets_its_own_answer_across_interim_answers(

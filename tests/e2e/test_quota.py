@@ -128,10 +128,16 @@ async def test_without_a_key_the_estimate_learns_the_scale_from_1308(
         ("401", KEY, "HTTP 401: the key was refused"),
         ("500", KEY, "HTTP 500"),
         ("junk", KEY, "the quota answer is not JSON"),
+        ("nested", KEY, "the quota answer is not JSON"),
+        (
+            "echo",
+            KEY,
+            "the quota answer says code 1001: the authorization token you sent is not valid: <key>",
+        ),
         ("hang", KEY, "no answer within 5 s"),
         ("drop", KEY, "quota not read from 127.0.0.1:"),
     ],
-    ids=["wrong-key", "401", "500", "junk", "nothing", "dropped"],
+    ids=["wrong-key", "401", "500", "junk", "nested", "echo", "nothing", "dropped"],
 )
 async def test_a_failing_quota_endpoint_is_shown_and_the_proxy_serves_on(
     make_sim: MakeSim, make_proxy: MakeProxy, http: httpx.AsyncClient, answer: str, key: str, error: str
@@ -146,7 +152,30 @@ async def test_a_failing_quota_endpoint_is_shown_and_the_proxy_serves_on(
         assert (await ask(client, proxy)).status_code == 200
     metrics = (await http.get(f"http://127.0.0.1:{proxy.web_port}/metrics")).text
     assert "chaos_quota_read_failures_total 1.0" in metrics
-    assert KEY not in proxy.output() and KEY not in shown["error"]
+    raw_status = (await http.get(proxy.status_url)).text
+    assert key_runs(proxy.output()) == key_runs(raw_status) == key_runs(metrics) == []
+
+
+def key_runs(text: str) -> list[str]:
+    """The runs of 8 characters of KEY found in `text` (a cut copy of the key is still the key)."""
+    return [KEY[i : i + 8] for i in range(len(KEY) - 7) if KEY[i : i + 8] in text]
+
+
+async def test_a_quota_answer_nested_too_deeply_is_shown_and_the_poller_reads_on(
+    make_sim: MakeSim, make_proxy: MakeProxy, http: httpx.AsyncClient
+) -> None:
+    """It ended the poller for good, nothing logged, while the status said it was on."""
+    sim = await make_sim(quota=100, quota_window_seconds=600, quota_key=KEY)
+    (await http.post(sim.base_url + "/sim/quota", json={"answer": "nested"})).raise_for_status()
+    config = routing(quota={"pollSeconds": 1, "pollBackoffMaxSeconds": 5, "windowSeconds": 600})
+    proxy = await make_proxy(**keyed_proxy(sim, config))
+    shown = await poll(lambda: quota_of(http, proxy), lambda q: q["error"] is not None, 10.0)
+    assert "not JSON" in (shown["error"] or ""), shown
+    await poll(sim.stats, lambda s: s["quota"]["reads"] >= 2, 10.0)  # read again, 2 s later
+    (await http.post(sim.base_url + "/sim/quota", json={"answer": "ok"})).raise_for_status()
+    read = await poll(lambda: quota_of(http, proxy), lambda q: q["error"] is None, 10.0)  # 4 s later
+    assert (read["error"], read["source"], read["reader"]) == (None, "zai", "on"), read
+    assert "not JSON" in proxy.output()
 
 
 async def test_the_forecast_after_a_tenth_of_the_window_is_within_a_tenth_of_the_exhaustion(

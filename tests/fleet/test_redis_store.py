@@ -948,3 +948,10 @@ async def test_a_clean_answer_counts_the_other_proxies_slots_z_ai_serves_not_tho
         for pool, slot in ((a, unanswered), (b, served), (a, light), (b, more)):
             assert pool.release(slot)
         await until(lambda: fleets[0].slots.serving_elsewhere(None) == 0)  # given back: said at once
+
+
+def test_a_notice_nested_too_deeply_is_ignored() -> None:
+    fleet = make_fleet("redis://127.0.0.1:1", "a", pool=ChaosPool(CONFIG))
+    assert fleet.cooldowns is not None
+    fleet._heard_block('{"kind":' * 100_000 + "1" + "}" * 100_000)
+    assert not fleet.cooldowns.blocked()

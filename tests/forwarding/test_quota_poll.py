@@ -13,6 +13,7 @@ import pytest
 from chaos_mode.forwarding import quota_poll
 from chaos_mode.forwarding.quota_poll import PollPlan, QuotaPoller, next_delay
 from chaos_mode.forwarding.upstream import Destination, UpstreamClients
+from chaos_mode.quota.reading import KEY_RUN
 from chaos_mode.quota.tracker import QuotaTracker
 from chaos_mode.sim import SimServer, SimSettings
 from support.sim_client import FAST, post
@@ -50,6 +51,7 @@ async def test_a_reading_matches_the_simulators_figures(sim: SimServer) -> None:
         ("401", "HTTP 401: the key was refused"),
         ("500", "HTTP 500"),
         ("junk", "not JSON"),
+        ("nested", "not JSON"),
         ("drop", "quota not read from 127.0.0.1:"),
         ("hang", "no answer within 0.3 s"),
     ],
@@ -137,3 +139,58 @@ async def test_asked_for_a_reading_before_the_next_poll_it_reads_at_once(sim: Si
     finally:
         poller.stop()
     assert tracker.read_soon is None
+
+
+LONG_KEY = "5f0c2d9e8b7a41c3a2e1d0f9c8b7a6e5.UnitQuotaKeyNeverShown"  # a z.ai key's length
+
+
+def key_runs(text: str, key: str = LONG_KEY) -> list[str]:
+    """The runs of `KEY_RUN` characters of `key` found in `text`."""
+    return [key[i : i + KEY_RUN] for i in range(len(key) - KEY_RUN + 1) if key[i : i + KEY_RUN] in text]
+
+
+async def test_a_key_the_answer_echoes_is_masked_before_any_cut(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    async with SimServer(SimSettings(**FAST, quota=8, quota_key=LONG_KEY)) as sim:
+        sim.quota.answer = "echo"
+        tracker = QuotaTracker(lambda _: 1.0)
+        assert await QuotaPoller(UpstreamClients(), tracker).read_once(destination(sim), LONG_KEY)
+    status = tracker.status()
+    assert "says code 1001: the authorization token you sent is not valid: <key>" in status["error"]
+    assert key_runs(repr(status)) == [] and key_runs(caplog.text) == []
+    assert "<key>" in caplog.text
+
+
+async def test_whatever_a_reading_raises_is_shown_logged_once_and_retried_with_backoff(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Not only the failures expected: the poller never dies silently (a quota answer nested too deeply
+    once ended it for good, nothing logged, while the status said it was on)."""
+    caplog.set_level(logging.DEBUG)
+    tracker = QuotaTracker(lambda _: 1.0)
+    poller = QuotaPoller(UpstreamClients(), tracker)
+    delays: list[int] = []
+    monkeypatch.setattr(quota_poll, "next_delay", lambda plan, n: delays.append(n) or next_delay(plan, n))
+    read = asyncio.Event()
+
+    async def raising(to: Destination, key: str, *, timeout: float | None = None) -> bool:
+        if len(delays) >= 4:
+            read.set()
+        raise RecursionError(f"maximum recursion depth exceeded near {key[:40]}")
+
+    monkeypatch.setattr(poller, "read_once", raising)
+    plan = PollPlan(Destination("http", "127.0.0.1", 9), every=0.001, backoff_max=0.004)
+    poller.start(plan, lambda: LONG_KEY)
+    try:
+        await asyncio.wait_for(read.wait(), 5.0)
+        assert poller.running
+    finally:
+        poller.stop()
+    assert delays[:4] == [1, 2, 3, 4]  # one failure more each time: the backoff's delay
+    assert tracker.error == "quota not read from 127.0.0.1:9: RecursionError: maximum recursion depth " + (
+        "exceeded near <key>"
+    )
+    assert tracker.read_failures >= 4
+    logged = [r.getMessage() for r in caplog.records if "RecursionError" in r.getMessage()]
+    assert logged == [f"chaos-mode: {tracker.error}"]  # once
+    assert key_runs(repr(tracker.status())) == [] and key_runs(caplog.text) == []

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chaos_mode.quota.reading import QuotaReading, read_quota
+from chaos_mode.quota.reading import KEY_RUN, MASK, QuotaReading, masked, read_quota
 
 
 def body(*limits: dict[str, Any], **top: Any) -> bytes:
@@ -39,6 +39,7 @@ def test_the_five_hour_entry_is_preferred_over_another_tokens_limit() -> None:
     [
         (b"<html>502</html>", "not JSON"),
         (b"\xff\xfe", "not JSON"),
+        (b'{"data":' * 100_000 + b"0" + b"}" * 100_000, "not JSON"),  # nested too deeply
         (b"[1, 2]", "not a JSON object"),
         (
             json.dumps({"code": 401, "msg": "token expired", "success": False}).encode(),
@@ -84,3 +85,36 @@ def test_any_json_is_read_without_an_exception(document: Any) -> None:
         assert 0 <= result.reading.used_percent <= 100
     else:
         assert len(result.warnings) == 1
+
+
+KEYS = st.text(alphabet="0123456789abcdef.ABCDEFGHIJKLMNOP", min_size=KEY_RUN, max_size=64)
+
+
+def key_runs(key: str) -> set[str]:
+    """Every run of `KEY_RUN` characters of `key`."""
+    return {key[i : i + KEY_RUN] for i in range(len(key) - KEY_RUN + 1)}
+
+
+OTHER = st.text(alphabet="xyz -:[]", max_size=120)  # no character of a key
+
+
+@given(KEYS, OTHER, OTHER)
+def test_an_echoed_key_is_masked_before_the_quote_is_cut(key: str, before: str, after: str) -> None:
+    """However long the text before it (the quote is cut at 80 characters, the code at 12), no run of the
+    key's first characters long enough to matter survives in the warning."""
+    for document in (
+        {"code": 1001, "msg": before + key + after, "success": False},
+        {"code": key + after, "msg": before, "success": False},
+    ):
+        warnings = read_quota(json.dumps(document), key).warnings
+        assert len(warnings) == 1
+        assert not [run for run in key_runs(key) if run in warnings[0]], warnings
+
+
+def test_masked_hides_the_key_and_any_cut_copy_of_it() -> None:
+    key = "5f0c2d9e8b7a41c3a2e1d0f9c8b7a6e5.E2eQuotaKeyNeverShown"
+    assert masked(f"a {key} b", key) == f"a {MASK} b"
+    assert masked(f"cut {key[:38]}", key) == f"cut {MASK}"
+    assert masked(f"{key[:8]} {key[:7]} {key[:9]}x", key) == f"{MASK} {key[:7]} {MASK}x"
+    assert masked("no key here", "") == "no key here"
+    assert masked("short", "sho") == "short".replace("sho", MASK)

@@ -314,6 +314,64 @@ async def _bomb_quota(turn: Turn) -> str:
 BOMBS: Final = frozenset(name for name in MODES if name.startswith("bomb-"))
 
 
+NESTED_DEPTH: Final = 100_000
+NESTED: Final = b"[" * NESTED_DEPTH + b"]" * NESTED_DEPTH  # 200 KB: within every bound on a body or event
+SERVING: Final = "glm-4.5-x"  # the model a refusing mode serves (it refuses the others)
+
+
+def sse_event(name: str, data: bytes) -> bytes:
+    return b"event: %s\ndata: %s\n\n" % (name.encode(), data)
+
+
+def sse_answer(key: str, model: str, odd: bytes) -> bytes:
+    """A whole streamed Messages API answer that says whose it is, `odd` (event data) after its start."""
+    start = {"type": "message_start", "message": json.loads(message(key, model)) | {"content": []}}
+    delta = {
+        "type": "content_block_delta",
+        "index": 0,
+        "delta": {"type": "text_delta", "text": f"answer for {key}"},
+    }
+    body = b"".join(
+        [
+            sse_event("message_start", json.dumps(start).encode()),
+            sse_event("message_delta", odd),
+            sse_event("content_block_start", b'{"type":"content_block_start","index":0}'),
+            sse_event("content_block_delta", json.dumps(delta).encode()),
+            sse_event("content_block_stop", b'{"type":"content_block_stop","index":0}'),
+            sse_event("message_delta", b'{"type":"message_delta","usage":{"output_tokens":3}}'),
+            sse_event("message_stop", b'{"type":"message_stop"}'),
+        ]
+    )
+    return answer(body).replace(b"application/json", b"text/event-stream", 1)
+
+
+@mode("nested-stream")
+async def _nested_stream(turn: Turn) -> str:
+    """A stream one of whose events holds JSON nested 100,000 deep."""
+    await turn.send(sse_answer(turn.key, turn.model, b'{"type":"message_delta","usage":' + NESTED + b"}"))
+    return SERVE
+
+
+def _refusing(refusal: bytes) -> Mode:
+    async def refusing(turn: Turn) -> str:
+        """`refusal` (a 429's body) for every model but SERVING, which answers."""
+        if turn.model == SERVING:
+            await turn.send(answer(turn.body))
+        else:
+            await turn.send(answer(refusal, status=b"429 Too Many Requests"))
+        return SERVE
+
+    return refusing
+
+
+# A 429 nested 100,000 deep, and a 1302 whose message has a byte that is not UTF-8 (latin-1's é).
+mode("nested-429")(_refusing(NESTED))
+NON_UTF8_1302: Final = (
+    b'{"type":"error","error":{"type":"rate_limit_error","code":"1302","message":"Trop \xe9lev\xe9"}}'
+)
+mode("non-utf8-1302")(_refusing(NON_UTF8_1302))
+
+
 @dataclass
 class Seen:
     connection: int

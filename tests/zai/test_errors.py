@@ -339,3 +339,16 @@ def test_the_openai_shape_gives_the_reset_time_of_a_1308_and_takes_a_numeric_cod
 def test_other_openai_shaped_answers(status: int, body: str, action: Action | None) -> None:
     error = classify_error(status, body, now=NOW)
     assert (error.action if error is not None else None) is action
+
+
+def test_a_429_nested_too_deeply_is_a_busy_answer() -> None:
+    nested = b'{"error":' * 100_000 + b"1" + b"}" * 100_000
+    error = classify_error(429, nested, now=NOW)
+    assert error is not None and (error.action, error.code, error.fails_over) == (Action.COOLDOWN, None, True)
+
+
+@pytest.mark.parametrize("odd", [b"\xe9", b"\x81\x30", b"\xff\xfe"], ids=["latin-1", "gbk", "invalid"])
+def test_a_1302_whose_body_is_not_utf8_is_read_for_its_code(odd: bytes) -> None:
+    body = b'{"error":{"code":"1302","message":"High concurrency ' + odd + b'"}}'
+    error = classify_error(429, body, now=NOW)
+    assert error is not None and (error.code, error.action) == ("1302", Action.CONCURRENCY)

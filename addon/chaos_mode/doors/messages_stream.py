@@ -6,11 +6,11 @@ It sees network reads (not aligned with events) and never changes or delays a by
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any, Protocol
 
-_DECODER = json.JSONDecoder()
+from chaos_mode.zai import json_body
+
 _USAGE_KEY = b'"usage"'
 _USAGE_VALUE = re.compile(rb'"usage"\s*:\s*')
 _INTERESTING = re.compile(rb"message_(?:start|delta|stop)|error")  # in an event's first 64 bytes
@@ -92,8 +92,8 @@ class SseEvents:
 
     def _data(self, data: bytes) -> bool:
         try:
-            payload = json.loads(data)
-        except ValueError:
+            payload = json_body.loads(data)
+        except ValueError:  # not JSON, or nested too deeply
             return False
         if not isinstance(payload, dict):
             return False
@@ -162,7 +162,7 @@ def message_usage(content: bytes) -> list[int] | None:
     if match is None:
         return None
     try:
-        usage, _ = _DECODER.raw_decode(content[match.end() :].decode("utf-8", "replace"))
+        usage, _ = json_body.raw_decode(content[match.end() :].decode("utf-8", "replace"))
     except ValueError:
         return None
     if not isinstance(usage, dict):

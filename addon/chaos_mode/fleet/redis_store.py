@@ -40,6 +40,7 @@ from chaos_mode.fleet.state_url import StateUrl, redact
 from chaos_mode.routing.cooldowns import Cooldowns
 from chaos_mode.routing.pool import ChaosPool
 from chaos_mode.routing.slots import ProbeClaim, Seen
+from chaos_mode.zai import json_body
 
 log = logging.getLogger("chaos_mode")
 
@@ -404,7 +405,7 @@ class RedisFleet:
         if self.cooldowns is None or self.pool is None:
             return
         try:
-            data = json.loads(text)
+            data = json_body.loads(text)
             if data["proxy"] == self.slots.proxy_id or data["kind"] not in (
                 "cooldown",
                 "out",
@@ -440,7 +441,7 @@ class RedisFleet:
         fleet_rows = {}
         for name, row in zip(flat[::2], flat[1::2], strict=True):
             with contextlib.suppress(ValueError):
-                fleet_rows[_text(name)] = json.loads(_text(row))
+                fleet_rows[_text(name)] = json_body.loads(_text(row))
         if not self._joined_limits:
             self._joined_limits = True
             self.pool.adopt_limits(fleet_rows)

@@ -1,5 +1,6 @@
 """Reading z.ai's quota with the forwarder's own HTTP client: every `pollSeconds`, twice as long after each
-failure (up to `pollBackoffMaxSeconds`), a failure shown in the tracker (`/api/status`), never fatal; and
+failure (up to `pollBackoffMaxSeconds`), a failure shown in the tracker (`/api/status`) and logged once,
+never fatal, whatever it raised; and
 at once when the tracker asks (`read_soon`: pacing's hard stop holds and the requests it let go are all
 answered, so a reading may lift it), unless readings are failing.
 
@@ -18,7 +19,7 @@ from typing import Final
 
 from chaos_mode.forwarding.decoding import CODINGS, Outcome, coding_of, decode
 from chaos_mode.forwarding.upstream import Destination, UpstreamClients, UpstreamFailed
-from chaos_mode.quota.reading import read_quota
+from chaos_mode.quota.reading import masked, read_quota
 from chaos_mode.quota.tracker import QuotaTracker
 from chaos_mode.zai.quota import QUOTA_PATH
 
@@ -28,7 +29,7 @@ READ_SECONDS: Final = (
     20.0  # one reading, connection included, before it counts as failed (at most the interval)
 )
 MAX_BODY: Final = 256 * 1024  # bytes of a quota answer read, as it came and once decoded
-MASK: Final = "<key>"
+SAID: Final = 200  # characters of an unexpected failure's text shown, the key masked first
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +78,7 @@ class QuotaPoller:
     async def _run(self, plan: PollPlan, key: Callable[[], str]) -> None:
         while True:
             self._soon.clear()  # asked for while this reading is on its way: the next one goes at once
-            failed = await self.read_once(plan.destination, key(), timeout=min(READ_SECONDS, plan.every))
+            failed = await self._read_guarded(plan, key)
             self.failures = self.failures + 1 if failed else 0
             delay = next_delay(plan, self.failures)
             if self.failures:
@@ -86,6 +87,21 @@ class QuotaPoller:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):
                     await self._soon.wait()
+
+    async def _read_guarded(self, plan: PollPlan, key: Callable[[], str]) -> bool:
+        """`read_once`, anything it raises a failed reading (shown, logged once), never the poller's end."""
+        secret = ""
+        try:
+            secret = key()
+            return await self.read_once(plan.destination, secret, timeout=min(READ_SECONDS, plan.every))
+        except Exception as exc:  # whatever went wrong, the poller goes on with its backoff
+            said = masked(f"{type(exc).__name__}: {exc}", secret)[:SAID]
+            error = masked(f"quota not read from {plan.destination.authority}: {said}", secret)
+            if error not in self._warned:
+                self._warned.add(error)
+                log.warning("chaos-mode: %s", error)
+            self._tracker.failed(error)
+            return True
 
     async def read_once(self, to: Destination, key: str, *, timeout: float | None = None) -> bool:
         """One reading into the tracker, given up after `timeout` seconds (`READ_SECONDS`); True when it
@@ -96,14 +112,14 @@ class QuotaPoller:
         if error is None and status != 200:
             error = f"HTTP {status}" + (": the key was refused" if status in (401, 403) else "")
         if error is None:
-            result = read_quota(body)
+            result = read_quota(body, key)
             for warning in result.warnings:
-                self._warn_once(_masked(warning, key))
+                self._warn_once(masked(warning, key))
             if result.reading is not None:
                 self._tracker.read(result.reading, asked)
                 return False
             error = result.warnings[0] if result.warnings else "no reading"
-        self._tracker.failed(_masked(f"quota not read from {to.authority}: {error}", key))
+        self._tracker.failed(masked(f"quota not read from {to.authority}: {error}", key))
         return True
 
     async def _fetch(self, to: Destination, key: str, timeout: float) -> tuple[int, bytes, str | None]:
@@ -133,7 +149,3 @@ class QuotaPoller:
         if warning not in self._warned:
             self._warned.add(warning)
             log.warning("chaos-mode: z.ai's quota answer: %s", warning)
-
-
-def _masked(text: str, key: str) -> str:
-    return text.replace(key, MASK) if key else text

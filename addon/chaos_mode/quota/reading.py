@@ -1,17 +1,21 @@
 """z.ai's quota body read defensively: the 5-hour window's used percent and reset, and what was odd.
 
 The body is undocumented (`zai.quota`): a field missing or of another shape is a warning, never an
-exception; a body with no usable percentage is no reading at all.
+exception; a body with no usable percentage is no reading at all. Text quoted from the body has the key
+masked before it is cut (`masked`).
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
+from chaos_mode.zai import json_body
 from chaos_mode.zai.quota import WINDOW_TYPE, WINDOW_UNIT
+
+MASK: Final = "<key>"
+KEY_RUN: Final = 8  # a run of the key's first characters this long or longer is masked too (a cut copy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,18 +35,19 @@ class ReadResult:
     warnings: tuple[str, ...] = ()
 
 
-def read_quota(body: bytes | str) -> ReadResult:
-    """The 5-hour window of a quota body (see the module docstring)."""
+def read_quota(body: bytes | str, key: str = "") -> ReadResult:
+    """The 5-hour window of a quota body (see the module docstring); `key` is masked in what it quotes."""
     try:
-        document = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+        document = json_body.loads(body)
+    except ValueError:  # not JSON, or nested too deeply
         return ReadResult(None, ("the quota answer is not JSON",))
     if not isinstance(document, dict):
         return ReadResult(None, ("the quota answer is not a JSON object",))
     if document.get("success") is False or document.get("code") not in (None, 200, "200"):
         message = document.get("msg") or document.get("message")
-        said = f": {str(message)[:80]}" if isinstance(message, str) and message else ""
-        return ReadResult(None, (f"the quota answer says code {str(document.get('code'))[:12]}{said}",))
+        said = f": {masked(message, key)[:80]}" if isinstance(message, str) and message else ""
+        code = masked(str(document.get("code")), key)[:12]
+        return ReadResult(None, (f"the quota answer says code {code}{said}",))
     data = document.get("data")
     limits = data.get("limits") if isinstance(data, dict) else None
     if not isinstance(limits, list):
@@ -66,6 +71,25 @@ def read_quota(body: bytes | str) -> ReadResult:
         level=level if isinstance(level, str) else None,
     )
     return ReadResult(reading, tuple(warnings))
+
+
+def masked(text: str, key: str) -> str:
+    """`text` with `key` replaced by `MASK`, and so is any run of its first `KEY_RUN` or more characters
+    (what is left of a copy that was cut)."""
+    if not key:
+        return text
+    text = text.replace(key, MASK)
+    head = key[:KEY_RUN]
+    if len(head) < KEY_RUN:
+        return text
+    at = text.find(head)
+    while at != -1:
+        end = at + KEY_RUN
+        while end < len(text) and end - at < len(key) and text[end] == key[end - at]:
+            end += 1
+        text = text[:at] + MASK + text[end:]
+        at = text.find(head, at + len(MASK))
+    return text
 
 
 def _window_entry(limits: list[Any]) -> dict[str, Any] | None:

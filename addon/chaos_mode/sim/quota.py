@@ -1,5 +1,6 @@
 """The simulator's 5-hour quota: prompts counted per window (weighted by model), 1308 once spent, and the
-quota endpoint z.ai serves (`zai.quota`), which tests can make answer 401, 500, junk, hang or drop.
+quota endpoint z.ai serves (`zai.quota`), which tests can make answer 401, 500, junk, hang or drop, with
+JSON nested 100,000 deep (`nested`) or with a refusal that quotes the key it was sent (`echo`).
 
 A window opens with the first prompt served after the last one ended and lasts `window_seconds` (z.ai's:
 5 hours; a test's: seconds). `percentage` is whole, rounded down, as public monitors show it.
@@ -13,7 +14,9 @@ from collections.abc import Callable, Mapping
 from fractions import Fraction
 from typing import Any, Final
 
-QUOTA_ANSWERS: Final = ("ok", "401", "500", "junk", "hang", "drop")
+QUOTA_ANSWERS: Final = ("ok", "401", "500", "junk", "hang", "drop", "nested", "echo")
+NESTED_DEPTH: Final = 100_000
+ECHO_SAYS: Final = "the authorization token you sent is not valid: "  # then the key
 UNAUTHORIZED: Final = {"code": 401, "msg": "token expired or incorrect", "success": False}
 
 

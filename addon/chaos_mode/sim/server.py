@@ -34,7 +34,7 @@ from chaos_mode.sim.errors import (
     spent_message,
 )
 from chaos_mode.sim.limits import LimitChange, ScheduledChange
-from chaos_mode.sim.quota import QUOTA_ANSWERS, UNAUTHORIZED, SimQuota
+from chaos_mode.sim.quota import ECHO_SAYS, NESTED_DEPTH, QUOTA_ANSWERS, UNAUTHORIZED, SimQuota
 from chaos_mode.sim.settings import SimSettings
 from chaos_mode.sim.stalls import Waiter
 from chaos_mode.sim.state import BROKEN_ANSWERS, CUT, HANG, Admission, Fault, SimState
@@ -413,8 +413,8 @@ class SeenHeadersHandler(_SimHandler):
 
 
 class SimQuotaHandler(_SimHandler):
-    """``GET`` the quota's true figures; ``POST {"answer": "ok"|"401"|"500"|"junk"|"hang"|"drop"}`` sets
-    how the quota endpoint answers, ``{"used": N}`` the prompts used in the window."""
+    """``GET`` the quota's true figures; ``POST {"answer": ...}`` (one of `QUOTA_ANSWERS`) sets how the
+    quota endpoint answers, ``{"used": N}`` the prompts used in the window."""
 
     def get(self) -> None:
         self.send_json(200, self.sim.quota.snapshot())
@@ -465,6 +465,11 @@ class QuotaHandler(_SimHandler):
             case "junk":
                 self.set_header("Content-Type", "application/json")
                 self.finish(b"<html><body>502 Bad Gateway</body></html>")
+            case "nested":
+                self.set_header("Content-Type", "application/json")
+                self.finish(b"[" * NESTED_DEPTH + b"]" * NESTED_DEPTH)  # 200 KB, within the reader's bound
+            case "echo":  # a refusal in a 200 that quotes the key it was sent
+                self.send_json(200, {"code": 1001, "msg": ECHO_SAYS + given, "success": False})
             case "hang":  # no answer at all, until the client leaves or the simulator stops
                 await self._closed.wait()
             case "drop":

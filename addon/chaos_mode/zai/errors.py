@@ -11,6 +11,8 @@ from datetime import UTC, datetime, timedelta, timezone
 from enum import StrEnum
 from typing import Any, Final
 
+from chaos_mode.zai import json_body
+
 BEIJING = timezone(timedelta(hours=8), "UTC+8")
 
 
@@ -174,8 +176,8 @@ def classify_error(
     payload: Any = None
     if body:
         try:
-            payload = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
+            payload = json_body.loads(body)  # a byte that is not UTF-8 replaced: the code is still read
+        except ValueError:  # not JSON, or nested too deeply: a plain busy answer
             payload = None
     code, message = extract_code(payload)
     action = _ACTIONS.get(code or "")
