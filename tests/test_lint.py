@@ -4,9 +4,11 @@ command."""
 from __future__ import annotations
 
 import ast
+import io
 import re
 import subprocess
 import sys
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -148,3 +150,45 @@ def test_the_docs_link_to_files_that_are_there() -> None:
             link for link in re.findall(r"\]\(([^)#\s:]+)\)", text) if not (page.parent / link).exists()
         ]
         assert missing == [], page.name
+
+
+def _prose(path: Path) -> list[str]:
+    """The comments and docstrings of a module: the words that may name other modules."""
+    source = path.read_text(encoding="utf-8")
+    comments = [
+        token.string
+        for token in tokenize.generate_tokens(io.StringIO(source).readline)
+        if token.type == tokenize.COMMENT
+    ]
+    documented = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    nodes = [node for node in ast.walk(ast.parse(source)) if isinstance(node, documented)]
+    return comments + [doc for node in nodes if (doc := ast.get_docstring(node, clean=False))]
+
+
+def _dotted_exists(name: str) -> bool:
+    """`chaos_mode.x.y` (or `chaos_mode.x.y.Name`): the longest module it starts with is there, and the name
+    after it, if any, is in that module."""
+    parts = name.split(".")
+    for end in range(len(parts), 1, -1):
+        base = PACKAGE.parent.joinpath(*parts[:end])
+        module = base.with_suffix(".py") if base.with_suffix(".py").exists() else base / "__init__.py"
+        if module.exists():
+            rest = parts[end:]
+            return not rest or re.search(rf"\b{rest[0]}\b", module.read_text(encoding="utf-8")) is not None
+    return False
+
+
+def test_the_modules_docstrings_and_comments_name_are_there() -> None:
+    """A `something.py` (from the repository, `addon/`, the package or the naming module's folder) or a
+    `chaos_mode.x.y` a docstring or comment names exists: a renamed module leaves no stale name behind."""
+    missing = []
+    for _, path in _modules():
+        for text in _prose(path):
+            for name in re.findall(r"[\w./]*\w\.py\b", text):
+                bases = (ROOT, ROOT / "addon", PACKAGE, path.parent)
+                if not any((base / name).is_file() for base in bases):
+                    missing.append(f"{path.relative_to(PACKAGE)} names {name}")
+            for name in re.findall(r"\bchaos_mode(?:\.\w+)+", text):
+                if not _dotted_exists(name):
+                    missing.append(f"{path.relative_to(PACKAGE)} names {name}")
+    assert missing == []

@@ -1,6 +1,7 @@
 """Chaos Mode: one concurrency pool over the whole z.ai GLM catalog.
 
-Everything in this package except :mod:`chaos_mode.mitm.addon` is pure Python and knows nothing of mitmproxy.
+Only the adapter, the `mitm/` package (and `devtools/record.py`, a development tool that writes flow files),
+imports mitmproxy; everything else is pure Python and knows nothing of it.
 """
 
 __version__ = "0.1.0"

@@ -1,7 +1,7 @@
 """The `modelRouting` config block: pydantic models in the design's camelCase keys, and `parse_config`.
 
 Numbers are strict (`maxConcurrency: true` or `1e40` is refused, not read as 1), finite and bounded; a key
-left empty (`key:` or `null`) takes its default. Reading files: config_file.py.
+left empty (`key:` or `null`) takes its default. Reading files: `config.file`.
 """
 
 from __future__ import annotations

@@ -11,10 +11,10 @@ its flows with `-w` (and `store_streamed_bodies`, so streamed answers are kept).
 the anthropic SDK for the streamed case) send the requests; z.ai errors (1302, 1113) are injected with
 `POST /sim/faults`. When mitmdump has stopped, the file is redacted: the values of `x-api-key`,
 `authorization`, `proxy-authorization` and `cookie` request headers (and `set-cookie` response
-headers) become `REDACTED`. The key the clients send is a made-up test key; `tests/test_flows.py` checks
-that no file holds it nor anything shaped like an API key. To add a scenario: write a function
-`scenario(sim_url, proxy_url)` below, add it to `SCENARIOS`, record it, and give it an expectation in
-`tests/test_flows.py`. Recording needs only loopback ports and takes about 20 s.
+headers) become `REDACTED`. The key the clients send is a made-up test key;
+`tests/devtools/test_flows.py` checks that no file holds it nor anything shaped like an API key. To add a
+scenario: write a function `scenario(sim_url, proxy_url)` below, add it to `SCENARIOS`, record it, and give
+it an expectation in `tests/devtools/test_flows.py`. Recording needs only loopback ports and takes about 20 s.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What each door speaks: how its requests are parsed, its streamed answers read and our own 429 written.
 
-The adapter looks the door up once per request (`doors.door_of`) and then uses only these.
+The adapter looks the door up once per request (`doors.door.door_of`) and then uses only these.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The mitmproxy adapter: options, hooks and commands around the pure ChaosPool.
 
-With flow_view.py, flow_bodies.py and waiting.py, the only modules of the package proper that import
-mitmproxy (the flow recorder, a development tool, does too). Each routed flow has one owner, a
+Part of the `mitm/` package, the only one of the runtime that imports mitmproxy (the flow recorder, a
+development tool, does too). Each routed flow has one owner, a
 `RoutedRequest` (its slot, attempts and outcome), found by the flow in a weak map; a plain-values mirror of
 it sits in `flow.metadata["chaos"]`, so saved flows keep it. The request hook admits the request and points
 the flow at the forwarder, which sends it to z.ai (failing over while no byte reached the client);
