@@ -121,7 +121,8 @@ class RoutedRequest:
         self.sent = False  # the current attempt went upstream (z.ai counts it until it ends)
         self.waited = 0.0
         self.outcome: Outcome | None = None
-        self.rejected: str | None = None  # why we answered with our own 429
+        self.rejected: str | None = None  # why we answered with our own 429 (or 403)
+        self.rejected_status = 429
         self.own_refusal: str | None = None  # why z.ai's refusal was found the request's own (see `refusals`)
         self.owed: list[Owed] = []  # cooldowns owed, applied when the refusal turns out to be the model's
         self.usage: tuple[int, int] | None = None
@@ -431,9 +432,9 @@ class RoutedRequest:
         self.view.changed(self)
         return True
 
-    def reject(self, why: str) -> None:
-        """We answer with our own 429."""
-        self.rejected = why
+    def reject(self, why: str, status: int = 429) -> None:
+        """We answer with our own 429 (403: waiting fixes nothing)."""
+        self.rejected, self.rejected_status = why, status
         self.release_slot()
 
     def mirror(self) -> dict[str, Any]:
