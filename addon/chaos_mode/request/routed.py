@@ -262,18 +262,21 @@ class RoutedRequest:
 
     def switch_to(self, slot: Slot) -> bool:
         """Leave the current attempt, unanswered, for `slot` (within the limits): a regular attempt keeps
-        its own slot until z.ai's verdict on it, which the caller awaits (`left`); a probe is given up
-        (it tested nothing; its place back at once). False (`slot` given back) if the request ended."""
+        its own slot until z.ai's verdict on it, which the caller awaits (`left`), and counts a failover; a
+        probe is given up (it tested nothing; its place back at once), no failover. False (`slot` given
+        back) if the request ended."""
         left = self.slot
-        if left is not None and left.probe is not None:
-            self.give_up_probe()
+        given_up = left is not None and left.probe is not None
+        if given_up:
+            self.give_up_probe()  # it tested nothing: no failover
         elif left is not None and self.attempts:
             self.attempts[-1].refusal = "no answer yet"
         self.slot = None
         if not self.hold(slot):
             return False
-        before = self.attempts[-2]
-        self.stats.failover(before.model, slot.model, before.refusal or "")
+        if not given_up:
+            before = self.attempts[-2]
+            self.stats.failover(before.model, slot.model, before.refusal or "")
         return True
 
     # -- z.ai's verdict ---------------------------------------------------------------------------------
