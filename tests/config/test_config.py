@@ -421,3 +421,39 @@ def test_the_quota_section_and_weights() -> None:
 def test_quota_values_are_refused_naming_the_key(block: dict[str, Any], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         routing(**block)
+
+
+@pytest.mark.parametrize(
+    ("data", "line"),
+    [
+        (
+            {"chaosMode": {"enabled": True}},  # forgot the modelRouting level
+            "config: chaosMode: Extra inputs are not permitted"
+            " (a key of modelRouting: write it under modelRouting:)",
+        ),
+        (
+            {"modelRoutng": {}},
+            "config: modelRoutng: Extra inputs are not permitted (did you mean modelRouting?)",
+        ),
+        (
+            {"modelRouting": {"chaosMod": {}}},
+            "config: modelRouting.chaosMod: Extra inputs are not permitted (did you mean chaosMode?)",
+        ),
+        (
+            {"modelRouting": {"chaosMode": {"enabld": True}}},
+            "config: modelRouting.chaosMode.enabld: Extra inputs are not permitted (did you mean enabled?)",
+        ),
+        (
+            {"modelRouting": {"models": {"m": {"tier": "HEAVY", "maxConcurrency": 1, "outputPrise": 1.0}}}},
+            "config: modelRouting.models.m.outputPrise: Extra inputs are not permitted"
+            " (did you mean outputPrice?)",
+        ),
+        ({"modelRouting": {"zzzzzz": 1}}, "config: modelRouting.zzzzzz: Extra inputs are not permitted"),
+    ],
+)
+def test_an_unknown_key_gets_the_closest_known_one_or_the_block_it_belongs_under(
+    data: Any, line: str
+) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_config(data)
+    assert str(raised.value) == line

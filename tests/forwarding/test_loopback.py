@@ -117,3 +117,35 @@ async def test_two_requests_on_one_connection() -> None:
         writer.close()
     finally:
         server.close()
+
+
+async def test_an_answer_without_a_reason_carries_its_status_s_standard_phrase() -> None:
+    """Our own answers (a 429, a 403) name no reason: the status line carries the standard one, never `-`."""
+
+    async def handler(incoming: Incoming) -> Outgoing:
+        status = int(incoming.header(b"x-status") or b"200")
+        reason = incoming.header(b"x-reason") or b""
+        return Outgoing(status, [], b"ok", reason=reason)
+
+    server = LoopbackServer(handler)
+    host, port = server.listen()
+    try:
+        reader, writer = await asyncio.open_connection(host, port)
+        cases = [
+            (b"429", b"", b"429 Too Many Requests"),
+            (b"403", b"", b"403 Forbidden"),
+            (b"299", b"", b"299 -"),
+        ]
+        cases.append((b"429", b"Slow Down", b"429 Slow Down"))  # z.ai's own phrase is kept
+        async with asyncio.timeout(WAIT):
+            for status, reason, line in cases:
+                writer.write(
+                    b"POST / HTTP/1.1\r\nhost: x\r\nx-status: %s\r\nx-reason: %s\r\ncontent-length: 0\r\n\r\n"
+                    % (status, reason)
+                )
+                head = await reader.readuntil(b"\r\n\r\n")
+                assert head.startswith(b"HTTP/1.1 " + line + b"\r\n"), head
+                await reader.readexactly(2)
+        writer.close()
+    finally:
+        server.close()

@@ -499,16 +499,21 @@ async def test_an_encoded_body_is_decoded_rewritten_exactly_and_encoded_again(en
     await serve(env, f)
 
 
-async def test_unknown_model_gets_the_default_tier_and_is_logged_once(env: Env) -> None:
+async def test_each_unknown_model_gets_the_default_tier_and_is_named_once(env: Env) -> None:
     env.configure(enabled="true")
-    for name in ("mystery-model-1", "mystery-model-2"):
+    for name in ("glm-5.4", "mystery-model-2", "glm-5.4"):
         f = messages_flow(name)
         await env.request(f)
         assert meta_of(f)["tier"] == "medium"
         assert body_of(f)["model"] in MEDIUM_UP
         await serve(env, f)
-    assert len([m for m in env.chaos_logs() if "unknown model names" in m]) == 1
-    assert env.stats()["requests"]["ok"] == 2
+    lines = [m for m in env.chaos_logs() if "not in the catalog" in m]
+    assert lines == [
+        "chaos-mode: model 'glm-5.4' is not in the catalog: routed as a medium request (tierRules.default)",
+        "chaos-mode: model 'mystery-model-2' is not in the catalog: routed as a medium request"
+        " (tierRules.default)",
+    ]
+    assert env.stats()["requests"]["ok"] == 3
 
 
 # -- exactly-once release ----------------------------------------------------------------------------------

@@ -13,9 +13,10 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from chaos_mode.config.schema import parse_config
+from chaos_mode.doors.chat import parse_chat
 from chaos_mode.doors.messages import parse_message
 from chaos_mode.observe.stats import Stats
-from chaos_mode.request.failover import Answer, judge, settle
+from chaos_mode.request.failover import Answer, judge, reject, settle
 from chaos_mode.request.rate_limited import Reply
 from chaos_mode.request.refusals import Refusals
 from chaos_mode.request.routed import RoutedRequest
@@ -381,3 +382,62 @@ async def _refusals_scenario(serving: list[str], steps: list[tuple[Any, ...]], f
     for request in running:
         request.finish("ok")
     assert rig.pool.in_flight() == 0 and rig.pool.spurious_releases == 0
+
+
+# -- when waiting fixes nothing: our 403, shown at once ----------------------------------------------------
+
+
+async def test_refused_by_every_model_out_of_rotation_the_client_gets_a_403_naming_why() -> None:
+    rig = Rig()
+    request = rig.request(PLAIN_BODY)
+    verdict: Slot | Reply | None = request.slot
+    while isinstance(verdict, Slot):
+        verdict = await settle(request, zai("1113", 429), now=rig.clock())
+    assert isinstance(verdict, Reply) and verdict.status == 403
+    body = json.loads(verdict.body)
+    assert body["error"]["type"] == "permission_error"
+    assert body["error"]["message"] == (
+        "chaos-mode: every model a heavy request may use is out of rotation "
+        "(a, b, c: no balance or model not in plan (1113))"
+    )
+    assert "retry-after" not in dict(verdict.headers)
+    assert request.rejected_status == 403 and request.rejected is not None
+    request.finish("rejected")
+    assert rig.pool.in_flight() == 0
+    # The next request is not sent to z.ai at all: our 403 at once.
+    later = RoutedRequest(
+        parse_message(PLAIN_BODY, limit=1 << 20),
+        "heavy",
+        pool=rig.pool,
+        stats=rig.stats,
+        later=lambda *_: None,
+    )
+    assert rig.pool.admit_now(later.ticket()) is None
+    reply = reject(later, None, now=rig.clock())
+    assert reply.status == 403 and b"out of rotation" in reply.body
+
+
+async def test_an_expired_plan_is_our_403_naming_it_not_z_ai_s_429() -> None:
+    rig = Rig()
+    request = rig.request(PLAIN_BODY)
+    verdict = await settle(request, zai("1309", 429), now=rig.clock())
+    assert isinstance(verdict, Reply) and verdict.status == 403
+    message = json.loads(verdict.body)["error"]["message"]
+    assert message == "chaos-mode: z.ai refuses every request: plan expired (1309)"
+    request.finish("rejected")
+    assert rig.pool.in_flight() == 0
+
+
+async def test_the_openai_door_s_403_is_shaped_like_openai_s() -> None:
+    rig = Rig()
+    body = json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}).encode()
+    request = RoutedRequest(
+        parse_chat(body, limit=1 << 20), "heavy", pool=rig.pool, stats=rig.stats, later=lambda *_: None
+    )
+    slot = rig.pool.admit_now(request.ticket())
+    assert slot is not None and request.hold(slot)
+    verdict = await settle(request, zai("1309", 429), now=rig.clock())
+    assert isinstance(verdict, Reply) and verdict.status == 403
+    error = json.loads(verdict.body)["error"]
+    assert error["type"] == "permission_error" and error["message"].startswith("chaos-mode: z.ai refuses")
+    request.finish("rejected")

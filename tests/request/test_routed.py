@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -209,3 +210,23 @@ def test_a_request_served_only_after_a_refusal_sets_its_conversation_back_by_the
     filtered.refused_by("1305", broken=False)
     filtered.finish("rejected")
     assert pool.set_backs == [("hit", 2.5)]
+
+
+def test_a_probe_given_up_for_a_slot_within_the_limits_is_no_failover() -> None:
+    """A probe with no head within its patience tested nothing: its request going on in a slot within the
+    limits (the same model, often) is not a failover; a regular attempt left for another slot is one."""
+    request, _, stats, _ = make()
+    first = grant(request)
+    assert first is not None and request.hold(first)
+    request.slot = None
+    request.attempts.pop()
+    probe = replace(first, probe="model")  # the same slot, sent as a probe above its model's limit
+    assert request.hold(probe)
+    spare = grant(request)
+    assert spare is not None and request.switch_to(spare)
+    assert request.attempts[0].refusal == "probe given up"
+    assert (stats.failovers, list(stats.recent_failovers)) == (0, [])
+    other = grant(request)
+    assert other is not None and request.switch_to(other)  # the regular attempt left: a failover
+    assert stats.failovers == 1 and stats.recent_failovers[-1]["reason"] == "no answer yet"
+    request.finish("aborted")

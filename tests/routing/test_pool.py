@@ -809,3 +809,48 @@ def test_status() -> None:
         "probing": False,
     }
     json.dumps(busy)  # serialisable as it is
+
+
+def test_a_model_leaving_rotation_and_coming_back_is_one_line_each(caplog: pytest.LogCaptureFixture) -> None:
+    h = Harness(routing())
+    caplog.set_level("INFO", logger="chaos_mode")
+    for _ in range(3):  # requests in flight refused alike: one line
+        h.pool.report_error("glm-4.5-x", h.error("1113"))
+    h.pool.report_error("glm-4.5", h.error("1304"))  # until the next Beijing midnight, an hour away
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        "chaos-mode: glm-4.5-x leaves rotation: no balance or model not in plan (1113),"
+        " until the proxy restarts",
+        "chaos-mode: glm-4.5 leaves rotation: daily call limit (1304), until 2026-03-01 16:00 UTC",
+    ]
+    caplog.clear()
+    h.advance(3600.0)
+    h.fill("light")
+    h.fill("light")
+    assert [r.getMessage() for r in caplog.records] == [
+        "chaos-mode: glm-4.5 is back in rotation (was out: daily call limit (1304))"
+    ]
+    caplog.clear()
+    h.pool.restore("glm-4.5-x")
+    assert [r.getMessage() for r in caplog.records] == [
+        "chaos-mode: glm-4.5-x is back in rotation (was out: no balance or model not in plan (1113))"
+    ]
+
+
+def test_a_tier_whose_every_model_is_out_for_good_is_a_dead_end() -> None:
+    h = Harness(routing())
+    assert h.pool.dead_end("heavy") is None
+    for model in HEAVY[:-1]:
+        h.pool.report_error(model, h.error("1113"))
+    h.pool.report_error(HEAVY[-1], h.error("1304"))  # until tomorrow: waiting fixes it
+    assert h.pool.dead_end("heavy") is None
+    h.pool.report_error(HEAVY[-1], h.error("1311"))
+    reason = h.pool.dead_end("heavy")
+    assert reason == (
+        "every model a heavy request may use is out of rotation ("
+        f"{', '.join(HEAVY[:-1])}: no balance or model not in plan (1113);"
+        f" {HEAVY[-1]}: model not in plan (1311))"
+    )
+    assert h.pool.dead_end("medium") is None  # the medium models serve it
+    h.pool.restore(HEAVY[0])
+    assert h.pool.dead_end("heavy") is None

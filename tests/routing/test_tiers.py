@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from chaos_mode.config.schema import default_config, parse_config
-from chaos_mode.routing.tiers import TierClassifier
+from chaos_mode.routing.tiers import TierClassifier, UnknownNames
 
 CLASSIFIER = TierClassifier(default_config())
 
@@ -88,3 +88,20 @@ def test_a_custom_catalog_model_maps_to_its_tier() -> None:
     # The catalog wins over a pattern contained in the name.
     assert classifier.classify("big-opus-killer") == "light"
     assert classifier.classify("h") == "heavy"
+
+
+def test_each_unknown_name_is_named_once_in_a_bounded_set() -> None:
+    names = UnknownNames(limit=3)
+    assert names.line("glm-5.4", "medium") == (
+        "model 'glm-5.4' is not in the catalog: routed as a medium request (tierRules.default)"
+    )
+    assert names.line(" GLM-5.4 ", "medium") is None  # the same name, said once
+    assert (
+        names.line(None, "medium")
+        == "a request names no model: routed as a medium request (tierRules.default)"
+    )
+    assert names.line(7, "medium") is None  # no name at all, said once
+    last = names.line("x\n" + "y" * 500, "light")
+    assert last is not None and "\n" not in last and len(last) < 250
+    assert last.endswith("; later unknown names are not logged (3 were)")
+    assert names.line("glm-9", "medium") is None  # the set is full: counted elsewhere, not logged

@@ -21,6 +21,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from chaos_mode.config.hints import unknown_key_hint
 from chaos_mode.config.hosts import host_entry
 from chaos_mode.zai.catalog import (
     DEFAULT_CATALOG,
@@ -417,6 +418,8 @@ def _format_errors(error: ValidationError) -> str:
         if keyed := _KEYED_MESSAGE.match(message):
             where = f"{where}.{keyed['key']}" if where else keyed["key"]
             message = keyed["message"]
+        if item["type"] == "extra_forbidden":
+            message += unknown_key_hint(ConfigFile, item["loc"])
         where = where or "(top level)"
         lines.append(f"{where}: {message}")
     return "; ".join(lines)

@@ -6,7 +6,10 @@ A 429 while the account is paused for a quota window (`resets_at` given) says so
 it, so that the agent stops instead of retrying for hours: `retry-after` the real seconds to the reset
 (Claude Code gives up at once on one over 60 s), and at the Anthropic door
 `anthropic-ratelimit-unified-status: rejected` with `anthropic-ratelimit-unified-reset` (unix seconds).
-Any other 429 is transient: `retry-after` of 1-60 s, and the client retries."""
+Any other 429 is transient: `retry-after` of 1-60 s, and the client retries.
+
+When waiting fixes nothing (every model a request may use is out of rotation, the plan expired) the answer
+is a 403 the clients show at once and do not retry: `permission_error` at either door."""
 
 from __future__ import annotations
 
@@ -58,6 +61,22 @@ def chat_rate_limit_error(
     return json.dumps({"error": error}).encode(), _headers(retry_after, tried, window=resets_at is not None)
 
 
+def permission_error(message: str, tried: list[str]) -> tuple[bytes, dict[str, str]]:
+    """Body and headers of our own 403, shaped like Anthropic's: nothing will serve the request."""
+    body = {
+        "type": "error",
+        "error": {"type": "permission_error", "message": f"chaos-mode: {message}"},
+        "request_id": f"chaos_{uuid.uuid4().hex[:24]}",
+    }
+    return json.dumps(body).encode(), _tried({"content-type": "application/json"}, tried)
+
+
+def chat_permission_error(message: str, tried: list[str]) -> tuple[bytes, dict[str, str]]:
+    """Body and headers of our own 403 at the OpenAI door, shaped like OpenAI's errors."""
+    error = {"message": f"chaos-mode: {message}", "type": "permission_error", "code": "no_usable_model"}
+    return json.dumps({"error": error}).encode(), _tried({"content-type": "application/json"}, tried)
+
+
 def gateway_error(message: str) -> tuple[bytes, dict[str, str]]:
     """Body and headers of our own 502, shaped like Anthropic's errors."""
     body = {
@@ -79,6 +98,10 @@ def _headers(retry_after: float | None, tried: list[str], *, window: bool) -> di
         "content-type": "application/json",
         "retry-after": str(retry_after_seconds(retry_after, None if window else MAX_RETRY_AFTER)),
     }
+    return _tried(headers, tried)
+
+
+def _tried(headers: dict[str, str], tried: list[str]) -> dict[str, str]:
     if tried:
         headers[TRIED_HEADER] = ", ".join(tried)
     return headers

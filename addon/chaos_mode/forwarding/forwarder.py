@@ -197,7 +197,7 @@ class Forwarder:
             now=self._now(),
         )
         if verdict is None:  # z.ai's own answer goes to the client
-            return Outgoing(response.status, _pass_headers(response), decoded, reason=response.reason or b"-")
+            return Outgoing(response.status, _pass_headers(response), decoded, reason=response.reason)
         return self._next(request, verdict)
 
     async def _send(
@@ -391,7 +391,7 @@ def _streamed(
         response.status,
         _pass_headers(response),
         _relay(response, first, ended),
-        reason=response.reason or b"-",
+        reason=response.reason,
         length=response.length,
         chunked=response.chunked,
         closing=[response.close],

@@ -20,6 +20,7 @@ import logging
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Final
 
 import h11
@@ -75,7 +76,7 @@ class Outgoing:
     status: int
     headers: list[tuple[bytes, bytes]]  # framing headers are the server's business and dropped
     body: bytes | AsyncIterator[bytes] = b""
-    reason: bytes = b""
+    reason: bytes = b""  # none: the status's standard phrase
     length: int | None = None  # the length of streamed chunks when known: no chunked framing then
     chunked: bool = False  # the streamed chunks carry their own chunked framing: relayed as they are
     closing: list[Callable[[], None]] = field(default_factory=list)  # run when done, always
@@ -348,8 +349,16 @@ async def _write(outgoing: Outgoing, writer: asyncio.StreamWriter, gone: asyncio
     return True
 
 
+def _phrase(status: int) -> bytes:
+    """The standard reason phrase of `status` (`-` for a status that has none)."""
+    try:
+        return HTTPStatus(status).phrase.encode()
+    except ValueError:
+        return b"-"
+
+
 def _head_lines(outgoing: Outgoing) -> list[bytes]:
     """The status line and the answer's own headers (the framing ones are the caller's)."""
-    head = [b"HTTP/1.1 %d %s\r\n" % (outgoing.status, outgoing.reason or b"-")]
+    head = [b"HTTP/1.1 %d %s\r\n" % (outgoing.status, outgoing.reason or _phrase(outgoing.status))]
     head += [b"%s: %s\r\n" % (k, v) for k, v in outgoing.headers if k.lower() not in FRAMING]
     return head

@@ -72,7 +72,7 @@ from chaos_mode.request.refusals import Refusals
 from chaos_mode.request.routed import RoutedRequest
 from chaos_mode.routing.pool import ChaosPool
 from chaos_mode.routing.pool_status import served
-from chaos_mode.routing.tiers import TierClassifier
+from chaos_mode.routing.tiers import TierClassifier, UnknownNames
 from chaos_mode.zai.errors import UpstreamError
 
 if TYPE_CHECKING:
@@ -123,6 +123,7 @@ class ChaosMode:
         self.stats = Stats(self.config, wall_clock)
         self.refusals = Refusals(clock)  # the conversations z.ai refuses for themselves, and who serves
         self.classifier = TierClassifier(self.config)
+        self.unknown_names = UnknownNames()  # each model name the catalog lacks, logged once
         self.metrics = ChaosMetrics(self.pool, self.stats, self._fleet_figures)
         self.web = WebServer(self.chaos_stats, self.metrics.render)
         self.forwarder = Forwarder(UpstreamClients(), wall_clock=wall_clock)
@@ -539,8 +540,8 @@ class ChaosMode:
             self._pass_bad(flow, exc)
             return
         tier, known = self.classifier.lookup(message.model)
-        if not known:
-            self._warn_once("unknown-model", f"unknown model names are routed as {tier} requests")
+        if not known and (line := self.unknown_names.line(message.model, tier)) is not None:
+            log.warning("chaos-mode: %s", line)
         chaos = self.config.chaos_mode
         header = headers.get(SESSION)
         session = (header.decode("utf-8", "replace").strip() if header else "") or None

@@ -92,7 +92,7 @@ def describe(request: RoutedRequest) -> tuple[str, str]:
     """(comment, mark) of a routed request, as mitmweb lists it."""
     original = request.original_model
     if request.rejected is not None:
-        return f"{original} → 429 from chaos-mode · {request.rejected}", ":no_entry:"
+        return f"{original} → {request.rejected_status} from chaos-mode · {request.rejected}", ":no_entry:"
     attempts = request.attempts
     if not attempts:
         return "", ""

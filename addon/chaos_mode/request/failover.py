@@ -1,4 +1,5 @@
-"""What to do when z.ai refuses an attempt: judge it, then fail over to another model or answer 429.
+"""What to do when z.ai refuses an attempt: judge it, then fail over to another model or answer 429 (403
+when waiting fixes nothing: the plan expired, every model the request may use out of rotation).
 
 Pure: it works on the routed request (which alone speaks to the pool about its slots) and its own parsed
 message (never parsing the body again). Failing over is only for an answer no byte of which has reached
@@ -12,7 +13,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from chaos_mode.request.rate_limited import Reply, rate_limited
+from chaos_mode.request.rate_limited import Reply, rate_limited, refused
 from chaos_mode.request.refusals import Whose
 from chaos_mode.request.routed import RoutedRequest
 from chaos_mode.routing.pool import Slot
@@ -88,6 +89,8 @@ async def settle(
             request.owe(error, parse_retry_after(header(headers, "retry-after"), now=now))
         case Whose.MODEL:
             judge(request, error, headers, now=now)
+    if error.action is Action.FATAL:
+        return _refuse(request, f"z.ai refuses every request: {error.reason}")
     if not error.fails_over:
         return None
     # With learned limits, a full model is not a broken one: within its new limit it may serve.
@@ -104,7 +107,11 @@ async def settle(
 def reject(
     request: RoutedRequest, upstream: Headers | None, *, now: float, error: UpstreamError | None = None
 ) -> Reply:
-    """Our own 429 for `request`: nothing eligible could take it (in time); `error`: the last refusal."""
+    """Our own 429 for `request`: nothing eligible could take it (in time); `error`: the last refusal. Our
+    403 instead when every model it may use is out of rotation for good."""
+    dead_end = request.pool.dead_end(request.tier)
+    if dead_end is not None:
+        return _refuse(request, dead_end)
     reason = error.reason if error is not None else None
     request.pay()  # nothing else will serve it: the refusals were their models' (and the 429 says so)
     reply, why = rate_limited(
@@ -112,3 +119,10 @@ def reject(
     )
     request.reject(why)
     return reply
+
+
+def _refuse(request: RoutedRequest, why: str) -> Reply:
+    """Our own 403 for `request`: nothing will serve it however long it waits."""
+    request.pay()
+    request.reject(why, status=403)
+    return refused(why, request.tried, door=request.message.door)

@@ -1,4 +1,5 @@
-"""Our own 429, for a request no eligible model could take, in the format of the door it came through.
+"""Our own 429, for a request no eligible model could take, in the format of the door it came through (and
+our own 403, `refused`, when waiting fixes nothing).
 
 It says why (from the pool), when to retry (the account pause, else the quota's reset while pacing holds
 everything until it, else the next cooldown to end, lengthened
@@ -66,3 +67,10 @@ def rate_limited(
     if upstream_retry is not None:
         headers.append((UPSTREAM_RETRY_HEADER, upstream_retry))
     return Reply(429, headers, body), why
+
+
+def refused(why: str, tried: list[str], door: Door = "anthropic") -> Reply:
+    """Our own 403 saying `why` nothing will serve the request however long the client waits: the clients
+    show it at once instead of retrying (`doors.error_bodies`)."""
+    body, headers = FORMATS[door].permission_error(why, tried)
+    return Reply(403, list(headers.items()), body)

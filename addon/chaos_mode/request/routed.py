@@ -121,7 +121,8 @@ class RoutedRequest:
         self.sent = False  # the current attempt went upstream (z.ai counts it until it ends)
         self.waited = 0.0
         self.outcome: Outcome | None = None
-        self.rejected: str | None = None  # why we answered with our own 429
+        self.rejected: str | None = None  # why we answered with our own 429 (or 403)
+        self.rejected_status = 429
         self.own_refusal: str | None = None  # why z.ai's refusal was found the request's own (see `refusals`)
         self.owed: list[Owed] = []  # cooldowns owed, applied when the refusal turns out to be the model's
         self.usage: tuple[int, int] | None = None
@@ -261,18 +262,21 @@ class RoutedRequest:
 
     def switch_to(self, slot: Slot) -> bool:
         """Leave the current attempt, unanswered, for `slot` (within the limits): a regular attempt keeps
-        its own slot until z.ai's verdict on it, which the caller awaits (`left`); a probe is given up
-        (it tested nothing; its place back at once). False (`slot` given back) if the request ended."""
+        its own slot until z.ai's verdict on it, which the caller awaits (`left`), and counts a failover; a
+        probe is given up (it tested nothing; its place back at once), no failover. False (`slot` given
+        back) if the request ended."""
         left = self.slot
-        if left is not None and left.probe is not None:
-            self.give_up_probe()
+        given_up = left is not None and left.probe is not None
+        if given_up:
+            self.give_up_probe()  # it tested nothing: no failover
         elif left is not None and self.attempts:
             self.attempts[-1].refusal = "no answer yet"
         self.slot = None
         if not self.hold(slot):
             return False
-        before = self.attempts[-2]
-        self.stats.failover(before.model, slot.model, before.refusal or "")
+        if not given_up:
+            before = self.attempts[-2]
+            self.stats.failover(before.model, slot.model, before.refusal or "")
         return True
 
     # -- z.ai's verdict ---------------------------------------------------------------------------------
@@ -431,9 +435,9 @@ class RoutedRequest:
         self.view.changed(self)
         return True
 
-    def reject(self, why: str) -> None:
-        """We answer with our own 429."""
-        self.rejected = why
+    def reject(self, why: str, status: int = 429) -> None:
+        """We answer with our own 429 (403: waiting fixes nothing)."""
+        self.rejected, self.rejected_status = why, status
         self.release_slot()
 
     def mirror(self) -> dict[str, Any]:

@@ -56,6 +56,7 @@ from chaos_mode.routing.pool_status import (
     StickyStatus,
     pause_span,
 )
+from chaos_mode.routing.rotation import Rotation
 from chaos_mode.routing.served_lately import ServedLately
 from chaos_mode.routing.slots import MemorySlots, ProbeClaim, Seen, SlotStore
 from chaos_mode.routing.sticky import StickyMap
@@ -214,6 +215,7 @@ class ChaosPool:
         self.quota = QuotaTracker(config.quota_weight, wall_clock)
         self.pacer = Pacer(self.quota, clock, wall_clock)  # `quota.pace`
         self.quota.changed = self._quota_changed  # a reading may lift pacing's hard stop
+        self._rotation = Rotation(wall_clock)  # the models logged out of rotation
         self.reconfigure(config)
 
     # -- configuration ----------------------------------------------------------------------------
@@ -323,6 +325,8 @@ class ChaosPool:
         if plan.max_concurrency is not None and slots.total() >= plan.max_concurrency:
             return None, False  # paced: it waits in the fair queue
         blocked = self._cooldowns.blocked()
+        if self._rotation.out:
+            self._rotation.check(self._cooldowns)
         attempted = ticket.attempted
         held = slots.counts().get
         eligible = self._eligible[ticket.tier]
@@ -864,6 +868,20 @@ class ChaosPool:
                 return None
         return f"no usable model left for {ticket.tier} requests"
 
+    def dead_end(self, tier: RequestTier) -> str | None:
+        """Why no request of `tier` can be served until the plan changes (every model it may use out of
+        rotation for good: waiting fixes nothing), else None."""
+        reasons: dict[str, list[str]] = {}
+        for entry in self._eligible[tier]:
+            block = self._cooldowns.block(entry.name)
+            if block is None or block.kind != "out" or block.until is not None:
+                return None
+            reasons.setdefault(block.reason, []).append(entry.name)
+        if not reasons:
+            return None
+        said = "; ".join(f"{', '.join(models)}: {reason}" for reason, models in reasons.items())
+        return f"every model a {tier} request may use is out of rotation ({said})"
+
     def quota_spent_for(self) -> float | None:
         """Seconds until the reset while pacing's hard stop holds every model for good (None: it does not)."""
         until = self.pacer.held_until()
@@ -1053,10 +1071,12 @@ class ChaosPool:
                 return self._cooldowns.hit(model, error.reason, retry_after)
             case Action.OUT_OF_ROTATION:
                 self._cooldowns.take_out(model, error.reason)
+                self._rotation.left(model, error.reason, None)
                 return math.inf
             case Action.MODEL_DAY:
                 seconds = self._until(error.reset_at, retry_after, settings.account_pause_seconds)
                 self._cooldowns.take_out(model, error.reason, seconds)
+                self._rotation.left(model, error.reason, seconds)
                 return seconds
             case Action.ACCOUNT_PAUSE:
                 if error.code == SPENT_CODE:
@@ -1086,6 +1106,7 @@ class ChaosPool:
     def restore(self, model: str) -> bool:
         """Put a model back into rotation (after a plan change, say)."""
         restored = self._cooldowns.restore(model)
+        self._rotation.check(self._cooldowns)
         self._queue.dispatch()
         return restored
 

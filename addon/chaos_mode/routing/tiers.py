@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 from chaos_mode.config.schema import ModelRouting
 from chaos_mode.zai.catalog import RequestTier
 
@@ -40,3 +42,29 @@ class TierClassifier:
             if pattern in name:
                 return tier, True
         return self.default, False
+
+
+MAX_NAMED: Final = 256  # unknown model names remembered (each named once in the log)
+MAX_NAME: Final = 100  # characters of a client's model name shown in the log
+
+
+class UnknownNames:
+    """Model names the catalog lacks and no pattern matches, each named once in the log; at most `limit`
+    remembered (the last one's line says later ones go unnamed). Client input: shown quoted, cut short."""
+
+    def __init__(self, limit: int = MAX_NAMED) -> None:
+        self._seen: set[str] = set()
+        self._limit = limit
+
+    def line(self, model: object, tier: RequestTier) -> str | None:
+        """The log line for a request naming `model` routed as `tier`; None when it was said already."""
+        name = model.strip()[:MAX_NAME] if isinstance(model, str) else None
+        key = name.lower() if name is not None else ""
+        if key in self._seen or len(self._seen) >= self._limit:
+            return None
+        self._seen.add(key)
+        said = f"model {name!r} is not in the catalog" if name is not None else "a request names no model"
+        line = f"{said}: routed as a {tier} request (tierRules.default)"
+        if len(self._seen) == self._limit:
+            line += f"; later unknown names are not logged ({self._limit} were)"
+        return line
