@@ -1,13 +1,13 @@
 """What the proxies of a fleet write to and read from Redis: the Lua scripts and the notices' format.
 
-The protocol between proxies, versions included: keys (with a prefix, `chaos:` by default)
+The protocol between proxies: keys (with a prefix, `chaos:` by default)
 `slots:{model}` and `account` (sorted sets of lease ids scored by expiry, ms on Redis's clock), `fleet`
 (proxy ids scored by when each was last seen), `seq` (the change number), `limits` (a hash of learned
 limits), `probe:{model or *account}` (the right to probe that limit, below), `turn:{group}` (the turn of
 the limits held back, below); channels `freed:{proxy id}`
 (the leases the others take and give back), `freed` (what every proxy hears: a request began to wait, a
-probe was answered cleanly, a proxy left) and `blocks` (cooldowns and the like, JSON). Pure text and
-parsing; `redis_state` runs it.
+probe was answered cleanly, a proxy left) and `blocks` (cooldowns and the like, JSON). The scripts are
+the files of `lua/`; the rest is pure text and parsing, and `redis_store` runs it.
 
 **The right to probe a limit is one for the fleet.** `probe:{limit}` is a hash: `lease` (the probe's
 lease id, so its proxy's), `free_at` (ms, Redis's clock) and `refused` (the limit's probes refused in a
@@ -20,7 +20,7 @@ given up, `free_at` is the prober's wait and `refused` its count. The key outliv
 refused, `learning.limits`): `turn:{lowered or highest}`, a hash of `lease` and `free_at`, claimed in the
 same CONFIRM by a held-back limit's probe (held elsewhere: the slot is refused, and the answer says for how
 long) and held while it is out, then freed by a clean answer or held for the prober's group's share of its
-wait (PROBE_ANSWERED). Proxies of the previous version ignore both and probe on their own.
+wait (PROBE_ANSWERED).
 
 **A notice says what z.ai serves of its sender's slots** (`model=n,...`, the slots z.ai answered cleanly
 and still streams; the one a lease is taken for counts as served until the sender's next notice, but a
@@ -28,11 +28,10 @@ probe's): a clean answer elsewhere counts them with its own, not the slots z.ai 
 **z.ai's verdicts on a request are told as they come**, in a notice `=` on `freed` naming its model
 (`c7:20`, `r8:22m~3010`, `s9:26a~250`: clean, refused, stalled, at the levels its proxy counted on the
 model and the account, a model's or the account's probe, and for a refusal or a stall the ms since its
-request was sent), which every other proxy counts as its own, as sent then; a notice of
-any kind may carry them (the previous version sent them with the lease given back). The learned limits'
-hash is read by a proxy joining the fleet, and written by all. The previous version's notices (without
-either) are read, their sender's slots counted as not served; it reads none of this version's and
-follows it only at each renewal: upgrade together.
+request was sent), which every other proxy counts as its own, as sent then; a notice of any kind may
+carry them. The learned limits' hash is read by a proxy joining the fleet, and written by all. A notice
+has one layout (`parse_notice`); one in any other is ignored, so proxies of different versions follow
+each other only at each renewal: upgrade together.
 """
 
 from __future__ import annotations
@@ -72,7 +71,7 @@ def notice_tail(notice: Notice) -> str:
     waited = round(notice.waited * 1000)
     to = notice.to or NOBODY_NAMED
     serving = _counts_tail(notice.serving)
-    seen = "|".join(_seen_tail(s) for s in notice.seen)
+    seen = "|".join(_seen_tail(s) for s in notice.seen if s.kind == "clean" or s.age is not None)
     return (
         f"{notice.proxy} {notice.model} {notice.waiting} {notice.level} {waited} {to} "
         f"{serving} {seen or NOBODY_NAMED} {_counts_tail(notice.overdue)}"
@@ -80,8 +79,9 @@ def notice_tail(notice: Notice) -> str:
 
 
 def _seen_tail(seen: Seen) -> str:
-    """A verdict as `c7:20`, `r8:22m~250`: kind, levels, probe, and the ms since its request was sent."""
-    age = "" if seen.age is None else f"~{round(max(seen.age, 0.0) * 1000)}"
+    """A verdict as `c7:20`, `r8:22m~250`: kind, levels, probe, and for a refusal or a stall the ms since
+    its request was sent (`notice_tail` says no refusal or stall whose age is not known)."""
+    age = "" if seen.kind == "clean" or seen.age is None else f"~{round(max(seen.age, 0.0) * 1000)}"
     return f"{seen.kind[0]}{seen.level}:{seen.total}{_PROBES.get(seen.probe, '')}{age}"
 
 
@@ -99,35 +99,33 @@ def _counts(text: str) -> dict[str, int]:
     return counts
 
 
+def _seen(text: str) -> tuple[Seen, ...]:
+    seen = []
+    if text != NOBODY_NAMED:
+        for item in text.split("|"):
+            match = _SEEN.fullmatch(item)
+            if match is None:
+                raise ValueError(item)
+            kind, level, total, probe, age = match.groups()
+            if (kind == "c") != (age is None):  # a clean answer has no age, a refusal or a stall has one
+                raise ValueError(item)
+            seconds = None if age is None else int(age) / 1000
+            seen.append(Seen(_KINDS[kind], int(level), int(total), _PROBE_OF.get(probe), seconds))
+    return tuple(seen)
+
+
 def parse_notice(text: str) -> Notice | None:
-    """`seq op proxy [model waiting level waited_ms to serving seen overdue]` from the channel (`* proxy`: it
-    left; `serving` and `overdue` as `model=n,...`; `seen` as `c7:20|s8:22m~250|r3:9a~3010...`: clean, stall,
-    refused at a level on its model and on the account, a model's or the account's probe, the ms since its
-    request was sent (a verdict without them: not said); `-` for none; earlier
-    versions' notices, without `overdue`, or without the last three, are read too); None for anything
-    else."""
+    """`seq op proxy model waiting level waited_ms to serving seen overdue` from the channel, or `seq * proxy`
+    (it left): `serving` and `overdue` as `model=n,...`; `seen` as `c7:20|s8:22m~250|r3:9a~3010...`: clean,
+    stall, refused at a level on its model and on the account, a model's or the account's probe, and for a
+    stall or a refusal the ms since its request was sent; `-` for none. None for anything else."""
     parts = text.split(" ")
     try:
-        if len(parts) == 3:
+        if len(parts) == 3 and parts[1] == "*":
             return Notice(int(parts[0]), parts[1], parts[2])
-        serving: dict[str, int] | None = None
-        overdue: dict[str, int] | None = None
-        seen: list[Seen] = []
-        if len(parts) == 11:
-            overdue = _counts(parts.pop())
-        if len(parts) == 10:
-            serving = _counts(parts[8])
-            if parts[9] != NOBODY_NAMED:
-                for item in parts[9].split("|"):
-                    match = _SEEN.fullmatch(item)
-                    if match is None:
-                        raise ValueError(item)
-                    kind, level, total, probe, age = match.groups()
-                    seconds = None if age is None else int(age) / 1000
-                    seen.append(Seen(_KINDS[kind], int(level), int(total), _PROBE_OF.get(probe), seconds))
-            parts = parts[:8]
-        seq, op, proxy, model, waiting, level, waited, to = parts
-        to = "" if to == NOBODY_NAMED else to
+        if len(parts) != 11:
+            return None
+        seq, op, proxy, model, waiting, level, waited, to, serving, seen, overdue = parts
         return Notice(
             int(seq),
             op,
@@ -136,10 +134,10 @@ def parse_notice(text: str) -> Notice | None:
             int(waiting),
             int(level),
             int(waited) / 1000,
-            to,
-            serving,
-            tuple(seen),
-            overdue,
+            "" if to == NOBODY_NAMED else to,
+            _counts(serving),
+            _seen(seen),
+            _counts(overdue),
         )
     except ValueError:
         return None
