@@ -82,10 +82,9 @@ class Notice:
     `waited`: how many wait there, the place in line of the first (its conversation's admissions lately)
     and how long it has waited (seconds). `to`: the proxy a slot given back is owed to ("" for none named:
     anyone may take it at once). `serving`: its slots z.ai answered cleanly and still serves, per model
-    (None: not said, by a proxy of an earlier version). `seen`: what z.ai's verdicts on a request of
-    `model` said, for the limits (`learning.limits`), told as they come (or, by the previous version,
-    with its lease given back). `overdue`: its attempts riding
-    above the limits until their verdict, per model (`ChaosPool.report_overdue`; None: not said). `seq`
+    (None: not said, as by a proxy leaving). `seen`: what z.ai's verdicts on a request of `model` said,
+    for the limits (`learning.limits`), told as they come. `overdue`: its attempts riding above the
+    limits until their verdict, per model (`ChaosPool.report_overdue`; None: not said). `seq`
     numbers the changes of the store's counts, so a notice already counted by a tally or a verdict read
     after it is not counted twice."""
 
