@@ -1,6 +1,6 @@
 """The fleet's shared slots in Redis: leases in sorted sets, taken and renewed by Lua scripts.
 
-An adapter (redis-py's asyncio client) under `SharedSlots`: it runs `redis_protocol` (the keys, the
+An adapter (redis-py's asyncio client) under `SharedSlots`: it runs `protocol` (the keys, the
 scripts, the notices) against one Redis. Every call has a timeout; when one fails the proxy serves alone
 (see `SharedSlots`), reconnects with backoff and jitter, then writes its leases again.
 """
