@@ -23,23 +23,24 @@ ROOT = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT = 60.0  # seconds for one block; the offline one takes about 5 here
 EXIT_TIMEOUT = 5.0  # seconds for what a block stopped to be gone
 
+OFFLINE = "Try it offline, in front of the simulator #1"
 # Each block by its heading and its place under it: None if it runs here, else why not.
 BLOCKS: dict[str, str | None] = {
     "Quick start #1": "installs from the package index, then runs the proxy in the foreground",
     "Quick start #2": "the test command itself",
-    "Try it offline, in front of the simulator #1": None,
+    OFFLINE: None,
     "Claude Code and other agents #1": "z.ai online, a real key; the proxy and `claude` in the foreground",
     "Claude Code and other agents #2": "the proxy in the foreground, for agents reaching z.ai online",
 }
-PORTS = {"Try it offline, in front of the simulator": (8700, 8080, 9464)}  # fixed in the block
+PORTS = {OFFLINE: (8700, 8080, 9464)}  # fixed in the block: free before it runs
+PRINTS = {OFFLINE: r'"model": ?"glm-[\w.-]+"'}  # what its output shows: a GLM model answered
 
 
-def _named() -> dict[str, tuple[str, str]]:
-    """The README's shell blocks by name ("heading #n"): (heading, text)."""
-    named: dict[str, tuple[str, str]] = {}
+def _named() -> dict[str, str]:
+    """The README's shell blocks by name: their heading and their place under it ("Quick start #2")."""
+    named: dict[str, str] = {}
     for heading, text in readme_blocks("sh"):
-        count = 1 + sum(name.rsplit(" #", 1)[0] == heading for name in named)
-        named[f"{heading} #{count}"] = (heading, text)
+        named[f"{heading} #{1 + sum(name.rsplit(' #', 1)[0] == heading for name in named)}"] = text
     return named
 
 
@@ -71,8 +72,8 @@ def test_every_shell_block_is_classified() -> None:
 def test_a_block_runs_as_pasted(name: str, tmp_path: Path) -> None:
     """bash reads the block as an interactive shell reads a paste (a command that reads its standard input
     would eat the lines after it); it ends with nothing left running and nothing new in the checkout."""
-    heading, text = _named()[name]
-    taken = [port for port in PORTS.get(heading, ()) if port_open("127.0.0.1", port)]
+    text = _named()[name]
+    taken = [port for port in PORTS.get(name, ()) if port_open("127.0.0.1", port)]
     assert taken == [], f"the README block uses ports {taken}, taken here: free them to run this test"
     before = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout
     env = {
@@ -101,9 +102,14 @@ def test_a_block_runs_as_pasted(name: str, tmp_path: Path) -> None:
             os.killpg(shell.pid, signal.SIGKILL)  # after a timeout, or what the block left running
         shell.wait()
     output = "".join(path.read_text(encoding="utf-8", errors="replace") for path in (out, err))
-    assert ended, f"the block did not end within {RUN_TIMEOUT} s:\n{output}"
-    assert left == [], f"still running after the block:\n{left}\n{output}"
     after = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout
-    assert after == before, "the block left files in the checkout"
-    if heading.startswith("Try it offline"):
-        assert re.search(r'"model": ?"glm-[\w.-]+"', output), f"no GLM model in the answer:\n{output}"
+    problems = []
+    if not ended:
+        problems.append(f"the block did not end within {RUN_TIMEOUT} s")
+    if left:
+        problems.append(f"still running after the block: {left}")
+    if after != before:
+        problems.append(f"new in the checkout: {after}")
+    if name in PRINTS and not re.search(PRINTS[name], output):
+        problems.append(f"nothing like {PRINTS[name]} in what it printed")
+    assert problems == [], f"{problems}\n{output}"
