@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -32,6 +33,7 @@ BLOCKS: dict[str, str | None] = {
     "Claude Code and other agents #1": "z.ai online, a real key; the proxy and `claude` in the foreground",
     "Claude Code and other agents #2": "the proxy in the foreground, for agents reaching z.ai online",
 }
+TOOLS = {OFFLINE: ("curl",)}  # what it runs besides bash and `chaos-mode`
 PORTS = {OFFLINE: (8700, 8080, 9464)}  # fixed in the block: free before it runs
 PRINTS = {OFFLINE: r'"model": ?"glm-[\w.-]+"'}  # what its output shows: a GLM model answered
 
@@ -73,6 +75,12 @@ def test_a_block_runs_as_pasted(name: str, tmp_path: Path) -> None:
     """bash reads the block as an interactive shell reads a paste (a command that reads its standard input
     would eat the lines after it); it ends with nothing left running and nothing new in the checkout."""
     text = _named()[name]
+    missing = [tool for tool in TOOLS.get(name, ()) if shutil.which(tool) is None]
+    if missing:
+        why = f"the README block runs {missing}, not on PATH: apt-get install {' '.join(missing)}"
+        if os.environ.get("CI"):
+            pytest.fail(why + " — required when CI is set", pytrace=False)
+        pytest.skip(why)
     taken = [port for port in PORTS.get(name, ()) if port_open("127.0.0.1", port)]
     assert taken == [], f"the README block uses ports {taken}, taken here: free them to run this test"
     before = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout
