@@ -1,5 +1,6 @@
-"""The real Claude Code CLI (`claude -p`) through mitmdump and the simulator: a spent quota window ends it at
-once with a clear error; a transient 429 makes it retry and succeed; its own headers reach z.ai untouched.
+"""The real Claude Code CLI (`claude -p`) through mitmdump and the simulator: a spent quota window, or a plan
+that refuses every model, ends it at once with a clear error; a transient 429 makes it retry and succeed; its
+own headers reach z.ai untouched.
 
 Runs when `claude` is on PATH (`npm install -g @anthropic-ai/claude-code`); under CI it must be there.
 The CLI runs offline: a throwaway HOME, a token, no telemetry, no updater, nothing but loopback.
@@ -19,15 +20,16 @@ import pytest
 
 from chaos_mode.devtools.processes import ProxyProcess
 from chaos_mode.sim.errors import chinese_window_message
+from chaos_mode.zai.catalog import DEFAULT_CATALOG
 
-from .conftest import MakeProxy
+from .conftest import MakeProxy, MakeSim
 from .support import Sim, fault, routing, wait_status_idle
 
 pytestmark = pytest.mark.e2e
 
 CLAUDE = shutil.which("claude")
 RUN_TIMEOUT = 60.0  # seconds: a CLI that retries for minutes is cut here, and the test fails
-STOPS_WITHIN = 10.0  # a spent quota window must end the CLI this fast
+STOPS_WITHIN = 10.0  # a spent quota window, or a plan refusing every model, must end the CLI this fast
 
 
 @pytest.fixture
@@ -117,3 +119,14 @@ async def test_a_transient_429_makes_claude_code_retry_and_succeed(
     document = await wait_status_idle(http, proxy)
     assert document["requests"]["rejected"] >= 1 and document["requests"]["ok"] >= 1, document  # retried
     await assert_headers_untouched(sim)
+
+
+async def test_a_plan_refusing_every_model_ends_claude_code_at_once(
+    claude: str, make_sim: MakeSim, make_proxy: MakeProxy, tmp_path: Path
+) -> None:
+    sim = await make_sim(refuse=list(DEFAULT_CATALOG))  # 1113 from every model: waiting fixes nothing
+    proxy = await make_proxy(upstream=sim.base_url, config=routing())
+    code, output, seconds = await run_claude(claude, proxy, tmp_path)
+    assert code != 0, output
+    assert "403" in output and "out of rotation" in output and "(1113)" in output, output
+    assert seconds < STOPS_WITHIN, (seconds, output)
