@@ -24,9 +24,11 @@ from pydantic.alias_generators import to_camel
 from chaos_mode.config.hints import unknown_key_hint
 from chaos_mode.config.hosts import host_entry
 from chaos_mode.zai.catalog import (
+    DEFAULT_ALIASES,
     DEFAULT_CATALOG,
     DEFAULT_OPENAI_PATHS,
     DEFAULT_UPSTREAM_HOSTS,
+    DEFAULT_VISION,
     MESSAGES_SUFFIX,
     REQUEST_TIERS,
     TIER_RANK,
@@ -81,6 +83,7 @@ class ModelSpec(_Base):
     input_price: Float = Field(default=0.0, ge=0, le=10_000, description="$ per 1M input tokens")
     output_price: Float = Field(default=0.0, ge=0, le=10_000, description="$ per 1M output tokens")
     free: bool = False
+    vision: bool = Field(default=False, description="reads images: a request carrying one goes to these")
     ceiling: Int | None = Field(
         default=None,
         ge=1,
@@ -104,7 +107,12 @@ class ModelSpec(_Base):
 def _default_models() -> dict[str, ModelSpec]:
     return {
         name: ModelSpec(
-            tier=tier, max_concurrency=cap, input_price=price_in, output_price=price_out, free=free
+            tier=tier,
+            max_concurrency=cap,
+            input_price=price_in,
+            output_price=price_out,
+            free=free,
+            vision=name in DEFAULT_VISION,
         )
         for name, (tier, cap, price_in, price_out, free) in DEFAULT_CATALOG.items()
     }
@@ -283,6 +291,11 @@ class ModelRouting(_Base):
 
     chaos_mode: ChaosModeSettings = ChaosModeSettings()
     models: dict[str, ModelSpec] = Field(default_factory=_default_models)
+    aliases: dict[str, str] = Field(
+        default_factory=lambda: dict(DEFAULT_ALIASES),
+        description="names z.ai serves as another catalog model (asked -> served): sent and counted as "
+        "the served one; default: the built-in catalog's, none for a catalog of the config's own",
+    )
     upstream_hosts: tuple[str, ...] = DEFAULT_UPSTREAM_HOSTS
     openai_paths: tuple[str, ...] = Field(
         default=DEFAULT_OPENAI_PATHS,
@@ -338,9 +351,25 @@ class ModelRouting(_Base):
                 raise ValueError(f"{path!r}: is the Anthropic door (paths ending in {MESSAGES_SUFFIX})")
         return tuple(dict.fromkeys(path.rstrip("/") or "/" for path in paths))
 
+    @model_validator(mode="before")
+    @classmethod
+    def _own_catalog_own_aliases(cls, data: Any) -> Any:
+        """The built-in aliases name the built-in models: a catalog of the config's own has none unless it
+        says so."""
+        if isinstance(data, dict) and data.get("models") is not None and data.get("aliases") is None:
+            return {**data, "aliases": {}}
+        return data
+
     @model_validator(mode="after")
     def _consistent(self) -> ModelRouting:
         chaos = self.chaos_mode
+        for name, served in self.aliases.items():
+            if not MODEL_NAME.fullmatch(name) or name.startswith("*"):
+                raise ValueError(f"aliases: {name[:40]!r} is not a model name")
+            if name in self.models:
+                raise ValueError(f"aliases.{name}: is a catalog model; an alias is served as another one")
+            if served not in self.models:
+                raise ValueError(f"aliases.{name}: {served!r} is not in the catalog")
         unknown = [name for name in chaos.exclude_models if name not in self.models]
         if unknown:
             raise ValueError(f"chaosMode.excludeModels: not in the catalog: {', '.join(unknown)}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Final, Literal
 
 ModelTier = Literal["HEAVY", "MEDIUM", "LIGHT"]
@@ -24,6 +25,10 @@ DEFAULT_CATALOG: Final[dict[str, tuple[ModelTier, int, float, float, bool]]] = {
     "glm-4.7-flash": ("LIGHT", 1, 0.0, 0.0, True),
     "glm-4.5-flash": ("LIGHT", 1, 0.0, 0.0, True),
 }
+# Models that read images (`vision: true` in a config): a request carrying one goes to these.
+DEFAULT_VISION: Final[frozenset[str]] = frozenset()
+# Names z.ai serves as another model (asked -> served): the pool sends and counts the served one.
+DEFAULT_ALIASES: Final[dict[str, str]] = {}
 
 # The account (every model's concurrency counted together) where models are named: in learned limits, probes,
 # the fleet's rows. No model may be named so (config refuses a name starting with "*").
@@ -38,3 +43,23 @@ DEFAULT_OPENAI_PATHS: Final[tuple[str, ...]] = (
     "/api/paas/v4/chat/completions",
     "/api/coding/paas/v4/chat/completions",
 )
+
+
+_FLASH = re.compile(r"-flash(x)?$")
+_VISION = re.compile(r"^glm-\d+(\.\d+)?v(-|$)")
+_GLM5 = re.compile(r"^glm-5(\.\d+)?(-|$)")
+
+
+def family_tier(name: str) -> tuple[ModelTier, bool] | None:
+    """(tier, vision) that z.ai's naming gives a model the catalog lacks, or None when it gives none.
+
+    The family rules (an assumption: z.ai's names of 2026 follow them): `*-flash` and `*-flashx` are light,
+    `glm-N.Mv*` light and vision, the rest of `glm-5*` heavy."""
+    name = name.lower()
+    if _FLASH.search(name):
+        return "LIGHT", False
+    if _VISION.match(name):
+        return "LIGHT", True
+    if _GLM5.match(name):
+        return "HEAVY", False
+    return None
