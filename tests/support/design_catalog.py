@@ -48,3 +48,26 @@ DESIGN_MODELS: dict[str, dict[str, object]] = {
     }
     for name in ALL
 }
+
+# z.ai's Coding Plan of December 2026 (DESIGN.md, "z.ai in December 2026"), the built-in catalog:
+# name: (tier, starting limit, $ in, $ out per 1M tokens, vision, quota weight). Heavy 2+3 = 5 slots,
+# medium adds 5 = 10, light adds 2 = 12.
+DEC_2026 = {
+    "glm-5.4": ("HEAVY", 2, 1.40, 4.40, True, 3.0),
+    "glm-5.3": ("HEAVY", 3, 1.40, 4.40, False, 3.0),
+    "glm-5.3-flash": ("MEDIUM", 5, 0.15, 0.50, True, 1.0),
+    "glm-4.6v": ("LIGHT", 2, 0.30, 0.90, True, 1.0),
+}
+DEC_2026_HEAVY = ["glm-5.4", "glm-5.3"]
+DEC_2026_MEDIUM = [*DEC_2026_HEAVY, "glm-5.3-flash"]
+DEC_2026_ALL = [*DEC_2026_MEDIUM, "glm-4.6v"]
+# The older names z.ai serves as one of them.
+DEC_2026_ALIASES = {
+    "glm-5.2": "glm-5.3",
+    "glm-5.1": "glm-5.3",
+    "glm-5": "glm-5.3",
+    "glm-5-turbo": "glm-5.3-flash",
+    "glm-4.7": "glm-5.3-flash",
+    "glm-4.7-flash": "glm-5.3-flash",
+    "glm-4.5-flash": "glm-5.3-flash",
+}

@@ -17,6 +17,7 @@ REQUEST_TIERS: Final[tuple[RequestTier, ...]] = ("heavy", "medium", "light")
 # Higher rank = higher quality. A floor admits every model whose rank is at least the floor's.
 TIER_RANK: Final[dict[ModelTier, int]] = {"HEAVY": 3, "MEDIUM": 2, "LIGHT": 1}
 
+
 @dataclass(frozen=True, slots=True)
 class CatalogModel:
     """One model of a built-in catalog: its tier, starting concurrency limit and list prices ($ per 1M
