@@ -24,15 +24,14 @@ from chaos_mode.observe.metrics import KNOWN_CODES, METRICS, ChaosMetrics, code_
 from chaos_mode.observe.stats import OUTCOMES, WAIT_BUCKETS, Stats
 from chaos_mode.quota.reading import QuotaReading
 from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
-from chaos_mode.zai.catalog import DEFAULT_CATALOG, REQUEST_TIERS
+from chaos_mode.zai.catalog import REQUEST_TIERS
 from chaos_mode.zai.errors import BEIJING, UpstreamError, classify_error
-from support.design_catalog import FIXED_LIMITS
+from support.design_catalog import ALL, CAPS, DESIGN_MODELS, FIXED_LIMITS, FREE, TIERS
 from support.fakes import FakeClock
 from support.learned import learn_account_limit, lower_glm_4_7, probe_glm_4_7
 
 PACKAGE = Path(chaos_mode.__file__).resolve().parent
 ROOT = Path(__file__).resolve().parents[2]
-CATALOG = list(DEFAULT_CATALOG)
 WALL_START = datetime(2026, 3, 1, 15, 0, 0, tzinfo=UTC).timestamp()
 
 
@@ -69,7 +68,8 @@ class Harness:
 
 
 def routing(**block: Any) -> ModelRouting:
-    return parse_config({"modelRouting": {**FIXED_LIMITS, **block}})
+    """A config over the design's (early-2026) catalog unless `block` gives its own `models`."""
+    return parse_config({"modelRouting": {**FIXED_LIMITS, "models": DESIGN_MODELS, **block}})
 
 
 @pytest.fixture
@@ -114,15 +114,16 @@ def test_account_gauges(h: Harness) -> None:
 
 
 def test_model_info_carries_the_catalog_tier(h: Harness) -> None:
-    for name, (tier, *_rest, free) in DEFAULT_CATALOG.items():
-        assert h.value("chaos_model_info", model=name, tier=tier, free=str(free).lower()) == 1.0
+    for name in ALL:
+        free = str(name in FREE).lower()
+        assert h.value("chaos_model_info", model=name, tier=TIERS[name], free=free) == 1.0
 
 
 # -- read from the pool at scrape time ------------------------------------------------------------
 
 
 def test_in_flight_capacity_and_dispatched_follow_the_pool(h: Harness) -> None:
-    for name, (_, capacity, *_rest) in DEFAULT_CATALOG.items():
+    for name, capacity in CAPS.items():
         assert h.value("chaos_model_capacity", model=name) == capacity
         assert h.value("chaos_model_in_flight", model=name) == 0.0
         assert h.value("chaos_model_dispatched_total", model=name) == 0.0
@@ -224,12 +225,14 @@ def test_sticky_gauges() -> None:
 
 def learning(**block: Any) -> Harness:
     """A harness whose pool learns limits (the other tests fix them at the catalog's values)."""
-    return Harness(parse_config({"modelRouting": {"chaosMode": {"enabled": True}, **block}}))
+    return Harness(
+        parse_config({"modelRouting": {"chaosMode": {"enabled": True}, "models": DESIGN_MODELS, **block}})
+    )
 
 
 def test_learned_limits_follow_a_1302_and_an_answered_probe() -> None:
     h = learning()
-    for name, (_, capacity, *_rest) in DEFAULT_CATALOG.items():
+    for name, capacity in CAPS.items():
         assert h.value("chaos_model_learned_limit", model=name) == capacity
         assert h.value("chaos_model_catalog_limit", model=name) == capacity
         assert h.value("chaos_model_probing", model=name) == 0.0
@@ -459,7 +462,7 @@ def test_labels_stay_bounded_when_clients_send_thousands_of_model_names(h: Harne
         h.stats.upstream_error(name, None, 400 + i % 200)
         h.stats.queue_wait("medium", 0.001)
     series = list(_series(h))
-    allowed_models = {*CATALOG, "other"}
+    allowed_models = {*ALL, "other"}
     codes = set()
     for name, labels in series:
         assert labels.get("model", "other") in allowed_models, (name, labels)

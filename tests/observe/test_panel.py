@@ -12,7 +12,7 @@ from chaos_mode.observe.stats import Stats, chaos_stats
 from chaos_mode.routing.pool import ChaosPool, Ticket
 from chaos_mode.routing.pool_status import served
 from chaos_mode.zai.errors import classify_error
-from support.design_catalog import FIXED_LIMITS
+from support.design_catalog import DESIGN_MODELS, FIXED_LIMITS
 from support.learned import learn_account_limit, lower_glm_4_7, probe_glm_4_7
 
 WALL = 1_757_000_000.0
@@ -27,7 +27,9 @@ class Clock:
 
 
 def config(**routing: Any) -> ModelRouting:
-    return parse_config({"modelRouting": {"chaosMode": {"enabled": True}, **FIXED_LIMITS, **routing}})
+    return parse_config(
+        {"modelRouting": {"chaosMode": {"enabled": True}, "models": DESIGN_MODELS, **FIXED_LIMITS, **routing}}
+    )
 
 
 def panel(pool: ChaosPool) -> str:
@@ -107,7 +109,7 @@ def test_long_model_names_keep_the_box_aligned() -> None:
 
 def learning_pool(clock: Clock, **routing: Any) -> ChaosPool:
     """A pool that learns limits (the other tests fix them at the catalog's values)."""
-    routing = {"chaosMode": {"enabled": True}, **routing}
+    routing = {"chaosMode": {"enabled": True}, "models": DESIGN_MODELS, **routing}
     return ChaosPool(
         parse_config({"modelRouting": routing}), clock=clock, wall_clock=lambda: WALL + clock.now
     )
