@@ -36,26 +36,34 @@ from chaos_mode.bench.sampler import read_sample, rebase, stall_figures
 from chaos_mode.bench.scenarios import PINNED, SCENARIOS, parse_scenarios, pinned_models
 from chaos_mode.bench.swarm import RequestRecord, retry_delay
 from chaos_mode.bench.workload import Mix, Request, WorkloadSpec, make_workload, parse_mix
-from chaos_mode.config.schema import default_config
-from support.design_catalog import CAPS, HEAVY, MEDIUM
+from chaos_mode.config.schema import default_config, parse_config
+from support.design_catalog import CAPS, DESIGN_MODELS, HEAVY, MEDIUM
 from support.run import run_module
 
 ROOT = Path(__file__).resolve().parents[2]
 
 ELIGIBLE = {"heavy": HEAVY, "medium": MEDIUM, "light": list(CAPS)}
+DESIGN = parse_config({"modelRouting": {"models": DESIGN_MODELS}})  # the design's (early-2026) catalog
 
 
 # -- the ideal bound ----------------------------------------------------------------------------------
 
 
 def test_slots_come_from_the_configs_eligible_models() -> None:
-    eligible, capacity, account = slots_by_tier(default_config())
+    eligible, capacity, account = slots_by_tier(DESIGN)
     assert {tier: sum(capacity[m] for m in models) for tier, models in eligible.items()} == {
         "heavy": 8,
         "medium": 23,
         "light": 28,
     }
     assert account == 28
+    eligible, capacity, account = slots_by_tier(default_config())  # the built-in catalog: December 2026
+    assert {tier: sum(capacity[m] for m in models) for tier, models in eligible.items()} == {
+        "heavy": 5,
+        "medium": 10,
+        "light": 12,
+    }
+    assert account == 12
 
 
 def test_lower_bound_by_hand_heavy_slots_bind() -> None:
@@ -138,7 +146,7 @@ def test_least_served_by_hand() -> None:
 
 def test_fair_queue_is_never_below_the_bound() -> None:
     workload = make_workload(WorkloadSpec(agents=40, requests=3, seed=7))
-    eligible, capacity, account = slots_by_tier(default_config())
+    eligible, capacity, account = slots_by_tier(DESIGN)
     jobs = [[(r.tier, r.service_seconds) for r in agent] for agent in workload.agents]
     bound = makespan_lower_bound(
         workload.work_by_tier(), eligible, capacity, workload.work_by_agent(), account

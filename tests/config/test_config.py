@@ -62,8 +62,15 @@ def test_defaults_equal_the_seed() -> None:
 def test_the_built_in_catalog_is_the_coding_plan_of_december_2026() -> None:
     config = default_config()
     catalog = {
-        name: (spec.tier, spec.max_concurrency, spec.input_price, spec.output_price, spec.vision, spec.quota_weight)
-        for name, spec in config.models.items()
+        name: (
+            spec.tier,
+            spec.max_concurrency,
+            spec.input_price,
+            spec.output_price,
+            spec.vision,
+            spec.quota_weight,
+        )
+        for name, s in config.models.items()
     }
     assert catalog == DEC_2026
     assert list(config.models) == list(DEC_2026)  # catalog order is the round-robin order
@@ -246,7 +253,9 @@ def test_eligible_models_apply_exclusions_and_free_models() -> None:
 def test_a_lowered_floor_admits_lower_tiers() -> None:
     config = design(chaosMode={"qualityFloor": {"heavy": "MEDIUM"}})
     assert config.eligible_models("heavy") == [*HEAVY_MODELS, "glm-4.5", "glm-4.5-air"]
-    assert routing(chaosMode={"qualityFloor": {"heavy": "MEDIUM"}}).eligible_models("heavy") == DEC_2026_MEDIUM
+    assert (
+        routing(chaosMode={"qualityFloor": {"heavy": "MEDIUM"}}).eligible_models("heavy") == DEC_2026_MEDIUM
+    )
 
 
 @pytest.mark.parametrize(

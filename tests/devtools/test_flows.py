@@ -17,7 +17,7 @@ from mitmproxy import flow as mflow
 from mitmproxy import http, io
 from mitmproxy.test import taddons, tflow, tutils
 
-from chaos_mode.config.schema import default_config
+from chaos_mode.config.schema import parse_config
 from chaos_mode.devtools.processes import ADDON_DIR
 from chaos_mode.devtools.record import (
     REDACTED,
@@ -32,7 +32,7 @@ from chaos_mode.sim import SimServer, SimSettings
 
 FLOWS = Path(__file__).resolve().parents[2] / "flows"
 KEY_SHAPE = re.compile(rb"sk-[A-Za-z0-9]{12,}")
-CATALOG = default_config().models
+CATALOG = parse_config({"modelRouting": proxy_config()}).models  # the design's, as recorded
 HEAVY = {name for name, spec in CATALOG.items() if spec.tier == "HEAVY"}
 MEDIUM_UP = HEAVY | {name for name, spec in CATALOG.items() if spec.tier == "MEDIUM"}
 REPLAY_TIMEOUT = 30.0
