@@ -70,7 +70,7 @@ def test_the_built_in_catalog_is_the_coding_plan_of_december_2026() -> None:
             spec.vision,
             spec.quota_weight,
         )
-        for name, s in config.models.items()
+        for name, spec in config.models.items()
     }
     assert catalog == DEC_2026
     assert list(config.models) == list(DEC_2026)  # catalog order is the round-robin order
