@@ -199,4 +199,5 @@ def test_the_readme_newer_models_example_says_it_replaces_the_catalog(tmp_path: 
     path.write_text(readme_yaml("## Adding models"), encoding="utf-8")
     config = load_config(path)
     assert config.replaces_catalog
-    assert "glm-4.5" not in config.models and "glm-5.1" in config.models
+    assert "glm-4.6v" not in config.models and "glm-5.3" in config.models
+    assert config.aliases == {}  # a catalog of its own: no built-in aliases
