@@ -22,7 +22,7 @@ import pytest
 
 from chaos_mode.devtools.processes import ProxyProcess, RedisProcess
 from chaos_mode.sim import SimProcess, SimSettings, default_limits
-from chaos_mode.zai.catalog import DEFAULT_CATALOG
+from support.design_catalog import CAPS, DESIGN_MODELS, TIERS
 from support.redis_support import require_redis_server
 
 pytestmark = pytest.mark.e2e
@@ -52,7 +52,12 @@ TRUE_LIMITS = {**default_limits(), "glm-4.6": 2, "glm-4.5-x": 3}
 SIM = SimSettings(
     latency_ms=1500, token_interval_ms=50, output_tokens=10, reject_delay_ms=200, limits=TRUE_LIMITS
 )
-PROXY_CONFIG: dict[str, object] = {"chaosMode": {"enabled": True}, "upstreamHosts": ["127.0.0.1"]}
+# The simulator serves the design's (early-2026) catalog: so does the proxy.
+PROXY_CONFIG: dict[str, object] = {
+    "chaosMode": {"enabled": True},
+    "upstreamHosts": ["127.0.0.1"],
+    "models": DESIGN_MODELS,
+}
 TIER_MODELS = {"heavy": "claude-opus-4-1", "medium": "claude-sonnet-4-5", "light": "claude-haiku-4-5"}
 CHAT_MODELS = {"heavy": "glm-4.7", "medium": "glm-4.5", "light": "glm-4.5-flash"}  # the OpenAI door's
 MESSAGES = [{"role": "user", "content": "dashboard test"}]
@@ -196,9 +201,9 @@ async def test_dashboard_follows_a_swarm(chromium: str, sim: SimProcess, proxy: 
             await page.wait_for_selector("#conn-state[data-state='live']")
             await page.wait_for_function("() => document.querySelectorAll('tr[data-model]').length === 8")
             rows = await _rows(page)
-            assert list(rows) == list(DEFAULT_CATALOG)
-            for name, (tier, capacity, *_rest) in DEFAULT_CATALOG.items():
-                assert rows[name]["tier"] == tier
+            assert list(rows) == list(DESIGN_MODELS)
+            for name, capacity in CAPS.items():
+                assert rows[name]["tier"] == TIERS[name]
                 assert rows[name]["capacity"] == capacity
                 assert (rows[name]["state"], rows[name]["inflight"], rows[name]["lit"]) == ("free", 0, 0)
             tiers = await page.eval_on_selector_all("tr.tier", "rows => rows.map(r => r.dataset.tier)")
