@@ -756,6 +756,8 @@ MODEL_KEYS = {
     "limitReason",
     "limitChangedAt",
     "probing",
+    "aliases",
+    "vision",
 }
 
 
@@ -801,6 +803,8 @@ def test_status() -> None:
         "excluded": False,
         "free": False,
         "usable": True,
+        "aliases": [],
+        "vision": False,
         "catalogLimit": 10,
         "learnedLimit": 10,
         "limitCeiling": 40,

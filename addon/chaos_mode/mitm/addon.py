@@ -599,6 +599,8 @@ class ChaosMode:
             if observer.feed(chunk):  # a few events per answer: its start, usage, end
                 routed.usage = (observer.input_tokens, observer.output_tokens)
                 routed.stopped = observer.stopped
+                if observer.model is not None:
+                    self._served(routed, observer.model)
                 view.changed(routed)
             return chunk
 
@@ -653,7 +655,7 @@ class ChaosMode:
                 usage = self._whole_usage(response, routed)
             if usage:
                 routed.usage = usage
-                self.stats.usage(model, usage[0], usage[1])
+                self.stats.usage(routed.served or model, usage[0], usage[1])
         if not routed.routed:
             outcome: Outcome = "passthrough"
         elif routed.rejected:
@@ -666,7 +668,7 @@ class ChaosMode:
         """The usage of an answer that arrived whole; none for one that decodes to more than the proxy
         reads for it."""
         try:
-            whole = usage_of(response, FORMATS[routed.message.door].observer)
+            whole, served = usage_of(response, FORMATS[routed.message.door].observer)
         except OverCap:
             log.warning(
                 "chaos-mode: a whole answer of %s decodes to more than %d bytes: no usage counted for it",
@@ -674,7 +676,14 @@ class ChaosMode:
                 MAX_USAGE_BODY,
             )
             return None
+        self._served(routed, served)
         return (whole[0], whole[1]) if whole else None
+
+    def _served(self, routed: RoutedRequest, model: str | None) -> None:
+        """The model z.ai's answer names as the one that served (`routing.aliases`); one warning when an
+        answer names none that can be read."""
+        if not routed.served_by(model):
+            self._warn_once("served-model", "an answer names no readable model: counted by the name asked")
 
     def error(self, flow: http.HTTPFlow) -> None:
         routed = self._requests.get(flow)
