@@ -137,7 +137,7 @@ class ChaosMode:
         self._loaded = False  # configure() has run once (the script's load)
         self._warned: set[str] = set()
         self._limits_path: Path | None = None
-        self._saved_version = -1  # the learned limits' version last written (or read)
+        self._saved_version = (-1, -1)  # the learned limits' and aliases' version last written (or read)
         self._save_timer: asyncio.TimerHandle | None = None
         self._config_watch: FileWatch | None = None  # the chaos_config file, as last read
         self._watch_timer: asyncio.TimerHandle | None = None
@@ -349,19 +349,17 @@ class ChaosMode:
             return
         try:
             data = read_state(path)
-            restored = 0 if data is None else self.pool.limits.restore(data)
+            restored = 0 if data is None else self.pool.restore_learned(data)
         except ValueError as exc:
             log.warning("chaos-mode: learned limits not restored, starting from the catalog: %s", exc)
             return
-        self._saved_version = self.pool.limits.version
+        self._saved_version = self.pool.learned_version
         if restored:
-            self.pool.reconfigure(self.config)  # re-derive what selection reads from the restored limits
-            self._saved_version = self.pool.limits.version
-            log.info("chaos-mode: %d learned limits restored from %s", restored, path)
+            log.info("chaos-mode: %d learned limits and aliases restored from %s", restored, path)
 
     def _limits_touched(self) -> None:
         """Write the learned limits soon after they change (once for a burst of changes)."""
-        if self.pool.limits.version == self._saved_version or self._save_timer is not None:
+        if self.pool.learned_version == self._saved_version or self._save_timer is not None:
             return
         if self._limits_path is None:
             return
@@ -370,11 +368,11 @@ class ChaosMode:
     def _save_limits(self) -> None:
         self._save_timer = None
         path = self._limits_path
-        if path is None or self.pool.limits.version == self._saved_version:
+        if path is None or self.pool.learned_version == self._saved_version:
             return
-        version = self.pool.limits.version
+        version = self.pool.learned_version
         try:
-            write_state(path, self.pool.limits.dump())
+            write_state(path, self.pool.dump_learned())
         except (OSError, ValueError) as exc:
             self._warn_once("limits-file", f"learned limits could not be written to {path}: {exc}")
             return
@@ -748,7 +746,7 @@ class ChaosMode:
     def reset_limits(self) -> None:
         """Forget every learned concurrency limit: back to the catalog's values (and the saved file too)."""
         self.pool.reset_limits()
-        self._saved_version = -1
+        self._saved_version = (-1, -1)
         self._save_limits()
         log.info("chaos-mode: learned limits reset to the catalog's values")
 

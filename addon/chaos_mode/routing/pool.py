@@ -266,6 +266,36 @@ class ChaosPool:
         self._limits_changed()
         return taken
 
+    def adopt_aliases(self, rows: Mapping[str, Any]) -> int:
+        """Take the aliases other proxies (or an earlier run) learned, where newer than ours."""
+        taken = self.aliases.merge(rows)
+        if taken:
+            self.reconfigure(self._given)
+        return taken
+
+    @property
+    def learned_version(self) -> tuple[int, int]:
+        """Grows whenever what was learned (limits, aliases) changes: when to write it again."""
+        return self._limits.version, self.aliases.version
+
+    def learned_rows(self, since: float = -math.inf) -> dict[str, dict[str, Any]]:
+        """What was learned after `since` (wall clock): the limits' rows and the aliases' (a fleet's)."""
+        return {**self._limits.rows(since), **self.aliases.rows(since)}
+
+    def dump_learned(self) -> dict[str, Any]:
+        """What was learned, as the state file keeps it (`restore_learned` takes it back)."""
+        return {**self._limits.dump(), "aliases": self.aliases.rows()}
+
+    def restore_learned(self, data: Any) -> int:
+        """Take back what `dump_learned` wrote; how many limits and aliases were restored. `ValueError`
+        for data that is not ours (see `LearnedLimits.restore`)."""
+        rows = data.get("aliases") if isinstance(data, dict) else None
+        taken = self.adopt_aliases(rows) if isinstance(rows, Mapping) else 0
+        restored = self._limits.restore(data)
+        if restored:
+            self.reconfigure(self._given)  # re-derive what selection reads from the restored limits
+        return taken + restored
+
     def wake(self, delay: float = 0.0) -> None:
         """Capacity may have been freed elsewhere (another proxy of the fleet): serve the waiters, now or
         after `delay` seconds (the slot was owed to another proxy first)."""
