@@ -16,6 +16,7 @@ import logging
 import os
 import secrets
 import socket
+import sys
 import time
 import weakref
 from collections.abc import Callable
@@ -217,14 +218,14 @@ class ChaosMode:
         except exceptions.OptionsError as exc:
             if not first:
                 raise  # mitmproxy rolls the option back; the config in force stays
-            # Loading the script: mitmproxy would print our traceback. Say it plainly instead; an error
-            # logged at start-up makes mitmdump exit, and meanwhile chaos mode keeps its safe defaults.
-            # mitmproxy brings its servers up meanwhile ("listening at ..."): its start-up check repeats
-            # the error as the last thing printed before the exit.
-            log.error("chaos-mode: %s", exc)
-            errorcheck = ctx.master.addons.get("errorcheck")
-            if errorcheck is not None:
-                errorcheck.repeat_errors_on_stderr = True
+            # Loading the script: mitmproxy would print our traceback. Say it plainly instead.
+            proxy = ctx.master.addons.get("proxyserver")
+            if proxy is not None and not proxy.is_running:
+                # Start-up: mitmproxy loads the script on its loop while its servers come up; they say
+                # "listening at ..." a turn of the loop later. Out first, as mitmproxy does for bad options.
+                sys.stdout.flush()  # mitmproxy's lines before ours, stdout and stderr in one pipe too
+                raise SystemExit(f"chaos-mode: {exc}") from None
+            log.error("chaos-mode: %s", exc)  # the script reloaded: chaos mode keeps its safe defaults
 
     def _configure(self, updated: set[str]) -> None:
         enabled = ctx.options.chaos_enabled
