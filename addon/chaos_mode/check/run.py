@@ -27,6 +27,7 @@ from chaos_mode.zai.catalog import DEFAULT_CATALOG
 
 DEFAULT_BUDGET = 40
 DEFAULT_KEY_ENV = "ZAI_API_KEY"
+MIN_KEY_LENGTH = 8
 BUSY_CODES = frozenset({"1302", "1303", "1305", "1312"})  # refused for load, not for the name
 
 
@@ -154,6 +155,14 @@ def run(upstream: Upstream, host: str, *, settle: float, now: datetime) -> Findi
     return findings
 
 
+def _hider(key: str) -> Callable[[str], str]:
+    """What the check prints goes through this: the key (were z.ai to echo it in a model's name, say)
+    never shows. A key too short to be one is not looked for: it would blot out common words."""
+    if len(key) < MIN_KEY_LENGTH:
+        return lambda text: text
+    return lambda text: text.replace(key, "***")
+
+
 def _refusal(stream: Stream) -> str:
     if stream.code:
         return stream.code
@@ -200,17 +209,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.budget < 1 or args.timeout <= 0 or args.settle < 0:
         print("chaos-mode check: --budget must be >= 1, --timeout > 0, --settle >= 0")
         return 2
+    hide = _hider(key)
     try:
         upstream = Upstream(args.base_url, key, budget=args.budget, timeout=args.timeout, door=args.door)
         findings = run(upstream, args.base_url, settle=args.settle, now=datetime.now(UTC))
     except CheckError as exc:
-        print(f"chaos-mode check: {str(exc).replace(key, '***')}")
+        print(f"chaos-mode check: {hide(str(exc))}")
         return 1
     except KeyboardInterrupt:
         return 130
-    print("\n".join(findings.report()).replace(key, "***"))
+    print(hide("\n".join(findings.report())))
     if args.write:
-        text = json.dumps(findings.document(), indent=2, ensure_ascii=False).replace(key, "***")
+        text = hide(json.dumps(findings.document(), indent=2, ensure_ascii=False))
         try:
             Path(args.write).write_text(text + "\n", encoding="utf-8")
         except OSError as exc:

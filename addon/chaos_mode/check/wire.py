@@ -86,6 +86,7 @@ class Upstream:
             raise CheckError(f"base URL: expected http(s)://host[:port], got {base_url!r}")
         self.scheme, self.host, self.port = url.scheme, url.hostname, url.port
         self.prefix = url.path.rstrip("/")
+        self.origin = f"{url.scheme}://{url.netloc.rpartition('@')[2]}"  # what messages name
         self.key = key
         self.budget = budget
         self.timeout = timeout
@@ -126,7 +127,7 @@ class Upstream:
             response = conn.getresponse()
             body = response.read(BODY_LIMIT)
         except (OSError, http.client.HTTPException) as exc:
-            raise CheckError(f"cannot reach {self.scheme}://{self.host}: {_reason(exc)}") from None
+            raise CheckError(f"cannot reach {self.origin}: {_reason(exc)}") from None
         finally:
             conn.close()
         document = _json(body)
@@ -160,7 +161,7 @@ class Upstream:
             if isinstance(exc, TimeoutError):
                 stream.message = f"no head in {self.timeout:g} s"
                 return stream
-            raise CheckError(f"cannot reach {self.scheme}://{self.host}: {_reason(exc)}") from None
+            raise CheckError(f"cannot reach {self.origin}: {_reason(exc)}") from None
         stream._response = response
         return stream
 
