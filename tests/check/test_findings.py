@@ -23,7 +23,8 @@ NOW = datetime(2026, 12, 5, 7, 40, tzinfo=UTC)
         ([(0.01, 0.30), (0.30, 0.30), (0.29, 0.30)], True),  # the most samples win
         ([(0.01, 0.30), (0.30, 0.30)], None),  # a tie
         ([(0.01, 0.05)], None),  # a first token too soon to tell
-        ([(0.15, 0.30)], None),  # the head half-way: neither
+        ([(0.15, 0.30)], False),  # the head half-way: still well before
+        ([(0.22, 0.30)], None),  # the head 80 ms before: neither
         ([], None),
     ],
 )

@@ -134,8 +134,9 @@ def alias_to_test(names: Mapping[str, NameResult]) -> tuple[str, str] | None:
 
 def heads_verdict(samples: Sequence[tuple[float, float]]) -> Verdict[bool]:
     """Whether stream heads come only with the first token, from (head, first token) seconds after each
-    request was sent: a head within a tenth of the time to the first token came with it, a head before
-    a third of that time came before it; the verdict of most samples, none on a tie."""
+    request was sent: a head at most a tenth of the time to the first token (or 50 ms) before it came with
+    it, one at least a quarter of that time (and 100 ms) before it came before it; the verdict of most
+    samples, none on a tie."""
     votes: list[bool] = []
     for head, first in samples:
         gap = first - head
@@ -143,7 +144,7 @@ def heads_verdict(samples: Sequence[tuple[float, float]]) -> Verdict[bool]:
             continue
         if gap <= max(0.05, 0.1 * first):
             votes.append(True)
-        elif head <= first / 3:
+        elif gap >= max(0.1, 0.25 * first):
             votes.append(False)
     if not samples:
         return Verdict(None, "no stream was answered")
