@@ -1,5 +1,6 @@
-"""`chaos-mode check` against a z.ai that echoes the key in every answer and leaves one name unanswered: the
-key never shows, and a request that gets no head is given up after `--timeout`."""
+"""`chaos-mode check` against a z.ai that echoes the key in every answer, lists names that are no names and
+leaves one unanswered: the key never shows, the odd names are not asked for, and a request that gets no head
+is given up after `--timeout`."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ class Echoing(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         key = self.headers.get("Authorization", "").removeprefix("Bearer ")
-        names = [f"glm-{key}", SILENT, "glm-refused"]
+        names = [f"glm-{key}", "glm-\x1b[31m", "glm-\ud800", "", 7, SILENT, "glm-refused"]
         self._send(200, json.dumps({"object": "list", "data": [{"id": n} for n in names]}).encode())
 
     def do_POST(self) -> None:
@@ -92,3 +93,4 @@ def test_the_key_never_shows_and_a_silent_name_times_out(
     assert document["aliases"] == {"glm-***": "served-as-***"}
     assert document["unchecked"][SILENT] == "no head in 0.5 s"
     assert document["notServed"] == {"glm-refused": "1311"}
+    assert "\x1b" not in out and "glm-\ud800" not in out

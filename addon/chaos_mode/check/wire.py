@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import re
 import socket
 import ssl
 import threading
@@ -31,6 +32,7 @@ DOOR_PATHS: Final[dict[Door, str]] = {
 }
 BODY_LIMIT: Final = 256 * 1024  # an error body or the models list read no further
 LINE_LIMIT: Final = 64 * 1024  # an SSE line read no further
+_MODEL_NAME: Final = re.compile(r"[\w.:/+-]{1,128}", re.ASCII)
 # A held request asks for a long answer, so that it holds its slot for as long as the check needs it.
 LONG_PROMPT: Final = "Count from 1 to 5000, one number per line, nothing else."
 LONG_MAX_TOKENS: Final = 8192
@@ -135,7 +137,7 @@ class Upstream:
         data = document.get("data") if isinstance(document, dict) else None
         if response.status != 200 or not isinstance(data, list):
             raise CheckError(f"the models list answered HTTP {response.status}, not an OpenAI-style list")
-        return [item["id"] for item in data if isinstance(item, dict) and isinstance(item.get("id"), str)]
+        return [item["id"] for item in data if isinstance(item, dict) and model_name(item.get("id"))]
 
     def open(self, name: str, *, long: bool) -> Stream:
         """Send a streamed request for `name` and read its head: a refusal is read whole (code, message);
@@ -236,7 +238,12 @@ def _served_model(event: dict[str, Any], door: Door) -> str | None:
         model = message.get("model") if isinstance(message, dict) else None
     else:
         model = event.get("model")
-    return model if isinstance(model, str) and model else None
+    return model if model_name(model) else None
+
+
+def model_name(value: Any) -> bool:
+    """Whether z.ai's `value` is a model's name the check asks for and prints (not any string at all)."""
+    return isinstance(value, str) and _MODEL_NAME.fullmatch(value) is not None
 
 
 def _is_token(event: dict[str, Any], door: Door) -> bool:
