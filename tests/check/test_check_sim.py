@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from chaos_mode.check.run import main
+from chaos_mode.devtools.certs import make_certs
 from chaos_mode.sim import SimProcess, SimSettings
 from chaos_mode.sim.catalog import DEC_2026_ALIASES, DEC_2026_RETIRED
 from support.run import run_module
@@ -166,3 +167,16 @@ def test_no_key_is_one_line() -> None:
     assert result.stdout.splitlines() == [
         "chaos-mode check: set ZAI_UNSET_FOR_TEST to your z.ai key (or name another with --key-env)"
     ]
+
+
+def test_a_certificate_not_trusted_is_one_line(tmp_path: Path) -> None:
+    certs = make_certs(tmp_path)
+    with sim(tls_cert=str(certs.cert), tls_key=str(certs.key)) as process:
+        result = run_module(
+            "chaos_mode", "check", "--base-url", process.base_url, timeout=60, env={"ZAI_API_KEY": KEY}
+        )
+    assert result.returncode == 1
+    assert result.stdout.splitlines() == [
+        f"chaos-mode check: cannot reach {process.base_url}: TLS: CERTIFICATE_VERIFY_FAILED"
+    ]
+    assert result.stderr == ""
