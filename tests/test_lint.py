@@ -50,6 +50,7 @@ LAYERS = [
     "quota",
     "learning",
     "config",
+    "check",  # `chaos-mode check`, beside the journey: it reads only what z.ai is
     "zai",
 ]
 TOOLS = {"sim", "bench", "devtools"}
