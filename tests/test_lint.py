@@ -46,11 +46,11 @@ LAYERS = [
     "observe",
     "fleet",
     "doors",
+    "check",  # `chaos-mode check`, beside the journey: what z.ai is, saved where the proxy reads it
     "routing",
     "quota",
     "learning",
     "config",
-    "check",  # `chaos-mode check`, beside the journey: it reads only what z.ai is
     "zai",
 ]
 TOOLS = {"sim", "bench", "devtools"}

@@ -14,7 +14,10 @@ from typing import Any
 import pytest
 
 from chaos_mode.check.run import main
+from chaos_mode.config.schema import parse_config
 from chaos_mode.devtools.certs import make_certs
+from chaos_mode.learning.file import read_state
+from chaos_mode.routing.pool import ChaosPool
 from chaos_mode.sim import SimProcess, SimSettings
 from chaos_mode.sim.catalog import DEC_2026_ALIASES, DEC_2026_RETIRED
 from support.run import run_module
@@ -85,6 +88,39 @@ def test_the_map_found_is_the_simulators(
     assert f": {used} requests of 40" in out.splitlines()[0]
     assert used <= 40
     assert KEY not in out and KEY not in written.read_text(encoding="utf-8")
+
+
+def test_the_aliases_found_are_saved_where_the_proxy_reads_them(
+    shared_early: SimProcess,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    limits_file = tmp_path / "chaos-mode-limits.json"
+    code, out = check(shared_early, monkeypatch, capsys, "--save-aliases", str(limits_file))
+    assert code == 0, out
+    assert f"{len(DEC_2026_ALIASES)} aliases saved to {limits_file}" in out
+    # The proxy's next start: an older catalog naming glm-4.7 and glm-5.1 folds them at once.
+    config = parse_config(
+        {
+            "modelRouting": {
+                "models": {
+                    "glm-4.7": {"tier": "HEAVY", "maxConcurrency": 3},
+                    "glm-5.1": {"tier": "HEAVY", "maxConcurrency": 2},
+                    "glm-4.5": {"tier": "MEDIUM", "maxConcurrency": 4},
+                }
+            }
+        }
+    )
+    pool = ChaosPool(config)
+    assert pool.restore_learned(read_state(limits_file)) == len(DEC_2026_ALIASES)
+    assert list(pool.config.models) == ["glm-5.3-flash", "glm-5.3", "glm-4.5"]
+    assert pool.config.eligible_models("heavy") == ["glm-5.3"]
+    assert KEY not in limits_file.read_text(encoding="utf-8")
+    limits_file.write_text('{"not": "ours"}', encoding="utf-8")  # another program's file is left alone
+    code, out = check(shared_early, monkeypatch, capsys, "--save-aliases", str(limits_file))
+    assert code == 1 and "aliases not saved" in out and "Traceback" not in out
+    assert limits_file.read_text(encoding="utf-8") == '{"not": "ours"}'
 
 
 @pytest.mark.parametrize(

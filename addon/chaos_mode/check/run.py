@@ -22,7 +22,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from chaos_mode.check.findings import Counters, Findings, NameResult, Verdict, alias_to_test, heads_verdict
+from chaos_mode.check.save import save_aliases
 from chaos_mode.check.wire import DOORS, BudgetSpent, CheckError, Stream, Upstream
+from chaos_mode.learning.file import FILE_NAME
 from chaos_mode.zai.catalog import DEFAULT_CATALOG
 
 DEFAULT_BUDGET = 40
@@ -197,6 +199,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds to wait after the per-name requests, before holding streams (default 3)",
     )
     parser.add_argument("--write", metavar="FILE", help="write the findings (aliases, facts) to FILE as JSON")
+    parser.add_argument(
+        "--save-aliases",
+        metavar="LIMITS_FILE",
+        nargs="?",
+        const=str(Path("~/.mitmproxy") / FILE_NAME),
+        help="add the aliases found to the proxy's learned-limits file, read at its next start "
+        f"(default ~/.mitmproxy/{FILE_NAME}, the chaos_limits_file option's)",
+    )
     return parser
 
 
@@ -227,6 +237,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"chaos-mode check: cannot write {args.write}: {exc.strerror or exc}")
             return 1
         print(f"findings written to {args.write}")
+    if args.save_aliases and findings.aliases:
+        path = Path(args.save_aliases).expanduser()
+        try:
+            save_aliases(path, findings.aliases, time.time())
+        except ValueError as exc:
+            print(f"chaos-mode check: aliases not saved: {exc}")
+            return 1
+        print(f"{len(findings.aliases)} aliases saved to {path}: the proxy reads them at its next start")
     return 0
 
 
