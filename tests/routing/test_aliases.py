@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chaos_mode.config.schema import ModelRouting, parse_config
-from chaos_mode.routing.aliases import ROW_PREFIX, Aliases, fold
+from chaos_mode.routing.aliases import ROW_PREFIX, Aliases, fold, read_listing
 from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
 from chaos_mode.routing.pool_status import served
 from support.design_catalog import FIXED_LIMITS
@@ -224,7 +224,7 @@ def test_each_slot_counts_once_on_the_model_that_serves_it(ops: list[tuple[Any, 
     held: list[Slot] = []
     for op in ops:
         if op[0] == "take":
-            before = p._counts()
+            before = dict(p._counts())
             slot = p.try_acquire(Ticket(op[1]))
             if slot is not None:
                 capacity = p.config.models[slot.model].max_concurrency
@@ -241,3 +241,45 @@ def test_each_slot_counts_once_on_the_model_that_serves_it(ops: list[tuple[Any, 
     for slot in held:
         p.release(slot)
     assert p.slots.total() == 0
+
+
+# -- what z.ai lists ------------------------------------------------------------------------------------
+
+
+def test_the_listing_is_read_as_openai_lists_models() -> None:
+    document = {
+        "object": "list",
+        "data": [{"id": "glm-5.3"}, {"id": "glm-5.3"}, {"id": 7}, {"id": "a b"}, "x"],
+    }
+    assert read_listing(document) == ["glm-5.3"]
+    for odd in (None, [], {"data": {}}, {"models": []}):
+        assert read_listing(odd) is None
+
+
+def test_a_listed_model_the_catalog_lacks_is_offered_by_its_family_and_an_unlisted_one_leaves() -> None:
+    p = pool()
+    p.aliases.learn("glm-5.1", "glm-5.3")
+    lines = p.listed(["glm-5.1", "glm-5.3", "glm-5.4", "glm-4.6v", "glm-5.3-flash", "mystery", "glm-4.5-air"])
+    assert "glm-5.4: listed by z.ai, offered (HEAVY)" in lines
+    models = p.config.models
+    assert models["glm-5.4"].max_concurrency == 1 and models["glm-4.6v"].vision
+    assert models["glm-5.3-flash"].tier == "LIGHT"
+    assert "mystery" not in models and "glm-5.1" not in models  # no family; served as glm-5.3
+    out = served(p.status())["models"]
+    assert out["glm-4.7"]["outOfRotation"] == "not listed by z.ai's models endpoint"
+    assert out["glm-4.5-flash"]["usable"] is False
+    assert "glm-4.7" not in names(fill(p, "heavy"))
+    assert p.listed(["glm-4.7", "glm-5.3"]) == [
+        "glm-5.4: no longer listed by z.ai, withdrawn",
+        "glm-4.6v: no longer listed by z.ai, withdrawn",
+        "glm-5.3-flash: no longer listed by z.ai, withdrawn",
+        "glm-4.7: listed again, back in rotation",
+        "glm-4.5-air: not listed by z.ai's models endpoint, out of rotation",
+    ]
+
+
+def test_a_listing_naming_nothing_the_pool_serves_is_not_taken() -> None:
+    p = pool()
+    for listing in ([], ["other-model"], ["glm-6"]):
+        assert p.listed(listing) == []
+    assert all(m["usable"] for m in served(p.status())["models"].values())

@@ -131,3 +131,31 @@ def fold(config: ModelRouting, aliases: Aliases) -> tuple[ModelRouting, dict[str
         ),
         folded,
     )
+
+
+NOT_LISTED: Final = "not listed by z.ai's models endpoint"
+LISTED_LIMIT: Final = 1  # a model z.ai lists that the catalog lacks starts here; learning finds the rest
+
+
+def read_listing(document: Any) -> list[str] | None:
+    """The model names of z.ai's models list (OpenAI's shape: `{"data": [{"id": name}, ...]}`); None when
+    it is not one (names that are not model names are left out)."""
+    data = document.get("data") if isinstance(document, dict) else None
+    if not isinstance(data, list):
+        return None
+    names = (item.get("id") for item in data if isinstance(item, dict))
+    return list(dict.fromkeys(n for n in names if isinstance(n, str) and MODEL_NAME.fullmatch(n)))[
+        :MAX_LEARNED
+    ]
+
+
+def offered(listed: list[str], config: ModelRouting, aliases: Aliases) -> dict[str, ModelSpec]:
+    """The models z.ai lists that the catalog lacks and z.ai's naming gives a tier (`family_tier`), each
+    starting at `LISTED_LIMIT`: a name known to be served as another is not one of them."""
+    specs = {}
+    for name in listed:
+        known = name in config.models or aliases.served(name) != name
+        family = None if known or name.startswith("*") else family_tier(name)
+        if family is not None:
+            specs[name] = ModelSpec(tier=family[0], vision=family[1], max_concurrency=LISTED_LIMIT)
+    return specs

@@ -42,7 +42,7 @@ from chaos_mode.config.schema import ModelRouting
 from chaos_mode.learning.limits import LearnedLimits, LimitView, Probe
 from chaos_mode.quota.pacer import Pacer
 from chaos_mode.quota.tracker import QuotaTracker
-from chaos_mode.routing.aliases import Aliases, fold
+from chaos_mode.routing.aliases import NOT_LISTED, Aliases, fold, offered
 from chaos_mode.routing.arrivals import Arrivals
 from chaos_mode.routing.cooldowns import Cooldowns, CooldownState
 from chaos_mode.routing.pool_status import (
@@ -219,6 +219,7 @@ class ChaosPool:
         self.quota.changed = self._quota_changed  # a reading may lift pacing's hard stop
         self._rotation = Rotation(wall_clock)  # the models logged out of rotation
         self.aliases = Aliases(wall_clock)  # names z.ai serves as another model (`routing.aliases`)
+        self._listed: list[str] | None = None  # what z.ai's models endpoint listed last (None: not read)
         self.reconfigure(config)
 
     # -- configuration ----------------------------------------------------------------------------
@@ -309,6 +310,10 @@ class ChaosPool:
         catalog as z.ai does (`routing.aliases.fold`): `config` names the catalog as given."""
         self._given = config
         self.aliases.configure(config.aliases)
+        if self._listed is not None:
+            config = config.model_copy(
+                update={"models": {**config.models, **offered(self._listed, config, self.aliases)}}
+            )
         config, self._folded = fold(config, self.aliases)
         self._config = config
         self._strategy: Strategy = make_strategy(config.chaos_mode.strategy, self._rng)
@@ -824,6 +829,33 @@ class ChaosPool:
             taken_at = self._taken_at.get(slot.slot_id)
             age = None if kind == "clean" or taken_at is None else self._clock() - taken_at
             self._slots.verdicts(slot.model, (Seen(kind, level, total, self._probe_of(slot), age),))
+
+    def listed(self, names: list[str]) -> list[str]:
+        """z.ai's models endpoint listed `names`: a model it lists that the catalog lacks is offered where
+        its naming gives it a tier (`routing.aliases.offered`); a catalog model it no longer lists leaves
+        rotation, and comes back once listed again. A list naming no model the pool serves is not taken
+        (another host's, or a broken one). Returns what changed, a line each."""
+        serving = [name for name in self._config.models if name not in self._folded]
+        if not names or not any(self.aliases.served(n) in serving or n in serving for n in names):
+            return []
+        before = list(self._config.models)
+        self._listed = names
+        self.reconfigure(self._given)
+        models = self._config.models
+        lines = [
+            f"{name}: listed by z.ai, offered ({models[name].tier})" for name in models if name not in before
+        ]
+        lines += [f"{name}: no longer listed by z.ai, withdrawn" for name in before if name not in models]
+        listed = set(names)
+        for name in self._config.models:
+            block = self._cooldowns.block(name)
+            if name not in listed and block is None:
+                self._cooldowns.take_out(name, NOT_LISTED)
+                lines.append(f"{name}: {NOT_LISTED}, out of rotation")
+            elif name in listed and block is not None and block.reason == NOT_LISTED:
+                self._cooldowns.restore(name)
+                lines.append(f"{name}: listed again, back in rotation")
+        return lines
 
     def report_served(self, slot: Slot, served: str) -> bool:
         """z.ai named the model that served `slot`'s request: a catalog model served as another is folded
