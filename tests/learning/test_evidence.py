@@ -231,7 +231,7 @@ def test_driven_by_a_hard_limit_it_settles_at_the_limit(seed: int, true: int) ->
 
 
 def replay(events: list[tuple[int, bool, float, float]], start: int | None) -> tuple[LevelEvidence, float]:
-    """A limit fed `events` (level, refused, seconds after the last one, weight); the evidence and the time."""
+    """A limit fed `events` (level, refused, seconds since the last one, weight): the evidence, the time."""
     evidence = LevelEvidence(start, 12, FADE)
     now = 0.0
     for level, refused, later, weight in events:
