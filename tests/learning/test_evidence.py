@@ -261,6 +261,7 @@ EVENTS = st.lists(
     at=st.integers(0, 40),
     level=st.integers(1, 8),
     refused=st.booleans(),
+    weight=st.sampled_from([1.0, 0.5]),
     start=st.sampled_from([None, 3, 6]),
     cost=st.sampled_from([0.5, 3.0, 10.0]),
     later=st.sampled_from([0.0, 2.0, 300.0]),
@@ -270,6 +271,7 @@ def test_a_refusal_never_raises_a_limit_and_a_clean_answer_never_lowers_one(
     at: int,
     level: int,
     refused: bool,
+    weight: float,
     start: int | None,
     cost: float,
     later: float,
@@ -278,7 +280,7 @@ def test_a_refusal_never_raises_a_limit_and_a_clean_answer_never_lowers_one(
     end or later: a refusal leaves the limit where it was or lower, a clean answer where it was or higher."""
     at = min(at, len(events))
     without, now = replay(events, start)
-    extra = (level, refused, 0.0, 1.0)
+    extra = (level, refused, 0.0, weight)
     with_it, _ = replay([*events[:at], extra, *events[at:]], start)
     before, after = as_bound(without.limit(now + later, cost)), as_bound(with_it.limit(now + later, cost))
     assert after <= before if refused else after >= before

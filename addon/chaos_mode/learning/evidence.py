@@ -188,13 +188,15 @@ class LevelEvidence:
         takes to refuse over how long a slot serves); `weights`: `_weights(now)`, when already worked out."""
         weights = self._weights(now) if weights is None else weights
         rise = max(1.0 / (1.0 + cost) - NOISE, 0.0)  # the rise of p over the noise a slot's answers pay for
+        top = len(weights) - 1  # the highest level observed: the windows above it read up to it
         refusals = [refused for _, refused in weights]
-        for level in range(1, len(weights)):
-            if sum(refusals[max(level - WINDOW + 1, 0) : level + 1]) <= 1.0:
+        for level in range(1, min(top + WINDOW, self.ceiling + 2)):
+            lowest = max(level - WINDOW + 1, 1)
+            if sum(refusals[lowest : level + 1]) <= 1.0:
                 continue  # one refusal never passes
             pays = NOISE + rise / level  # tau_n: the highest rate worth the level
             refused = clean = 0.0
-            for under in range(level, max(level - WINDOW, 0), -1):
+            for under in range(min(level, top), lowest - 1, -1):
                 clean += weights[under][0]
                 refused += weights[under][1]
                 total = refused + clean + PRIOR
