@@ -46,6 +46,7 @@ LAYERS = [
     "observe",
     "fleet",
     "doors",
+    "check",  # `chaos-mode check`, beside the journey: what z.ai is, saved where the proxy reads it
     "routing",
     "quota",
     "learning",

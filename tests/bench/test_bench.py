@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from chaos_mode.bench import learner_bench
 from chaos_mode.bench.__main__ import main as bench_main
 from chaos_mode.bench.__main__ import parse_seeds
 from chaos_mode.bench.field import PRESETS, field_bound, parse_presets, planned_changes, true_timeline
@@ -37,6 +38,7 @@ from chaos_mode.bench.scenarios import PINNED, SCENARIOS, parse_scenarios, pinne
 from chaos_mode.bench.swarm import RequestRecord, retry_delay
 from chaos_mode.bench.workload import Mix, Request, WorkloadSpec, make_workload, parse_mix
 from chaos_mode.config.schema import default_config, parse_config
+from chaos_mode.learning import evidence
 from support.design_catalog import CAPS, DESIGN_MODELS, HEAVY, MEDIUM
 from support.run import run_module
 
@@ -748,3 +750,11 @@ def test_the_virtual_model_runs_a_learning_setting_and_refuses_a_bad_one(
     with pytest.raises(SystemExit):
         virtual.main(["--preset", "noisy", "--seeds", "1", "--learning", "probeEvery=3"])
     assert "probeEvery" in capsys.readouterr().err
+
+
+def test_the_learner_bench_times_this_evidence_against_another_side_by_side(capsys: Any) -> None:
+    """`--against` another evidence.py (here the same file): one line per shape, both timed, both limits."""
+    assert learner_bench.main(["--number", "2", "--against", str(evidence.__file__)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(learner_bench.SHAPES)
+    assert all(line.count("µs") == 2 and line.count("(limit ") == 2 for line in lines)

@@ -435,3 +435,12 @@ async def test_dashboard_shows_the_quota_read_from_zai(chromium: str) -> None:
             finally:
                 await browser.close()
         assert QUOTA_KEY not in proxy.output()
+
+
+async def test_dashboard_names_the_aliases_each_model_serves(chromium: str) -> None:
+    """A catalog model z.ai serves as another is no row of its own: the model serving it names it."""
+    config = {**PROXY_CONFIG, "aliases": {"glm-4.6": "glm-4.7", "glm-5.1": "glm-4.7"}}
+    async with dashboard_of(chromium, config=config) as page:
+        await page.wait_for_selector('tr.model[data-model="glm-4.7"] .aliases')
+        assert await page.text_content('tr.model[data-model="glm-4.7"] .aliases') == "as glm-4.6, glm-5.1"
+        assert await page.locator('tr.model[data-model="glm-4.6"]').count() == 0

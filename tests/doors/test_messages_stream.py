@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chaos_mode.doors.messages_stream import SseObserver, message_usage
+from chaos_mode.doors.messages_stream import SseObserver, answer_model, message_usage
 
 
 def event(name: str, data: dict[str, Any], *, sep: str = "\n") -> bytes:
@@ -190,3 +190,35 @@ def test_an_event_nested_too_deeply_is_skipped_and_the_stream_still_read() -> No
 
 def test_message_usage_of_a_usage_nested_too_deeply_is_none() -> None:
     assert message_usage(b'{"type":"message","usage":' + NESTED + b"}") is None
+
+
+# -- the model that served --------------------------------------------------------------------------------
+
+
+def test_the_served_model_of_a_whole_answer_is_its_top_level_model() -> None:
+    text = [{"type": "text", "text": "hi"}]
+    anthropic = {"id": "m", "type": "message", "model": "glm-5.3", "content": text}
+    assert answer_model(json.dumps(anthropic).encode()) == "glm-5.3"
+    # named after the content, and a "model" inside the content is not the answer's
+    late = b'{"content": [{"model": "inner"}], "usage": {"input_tokens": 1}, "model" : "glm-5.3-flash"}'
+    assert answer_model(late) == "glm-5.3-flash"
+    assert answer_model(b'{"a\\"model": 1, "model": "x"}') == "x"
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"", b"[]", b'{"model": 7}', b'{"model": null}', b'{"id": "x"}', b'{"id": ', b"not json", b'{"a" 1}'],
+)
+def test_an_answer_naming_no_readable_model_gives_none(content: bytes) -> None:
+    assert answer_model(content) is None
+
+
+def test_a_deeply_nested_answer_gives_none_not_a_recursion_error() -> None:
+    assert answer_model(b'{"content": ' + b"[" * 100_000 + b"]" * 100_000 + b', "model": "x"}') is None
+
+
+def test_the_stream_names_its_served_model_from_message_start() -> None:
+    observer = SseObserver()
+    start = {"type": "message_start", "message": {"model": "glm-5.3", "usage": {"input_tokens": 3}}}
+    observer.feed(f"event: message_start\ndata: {json.dumps(start)}\n\n".encode())
+    assert observer.model == "glm-5.3"

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -78,7 +81,7 @@ def test_a_bad_config_file_at_start_is_one_line_and_an_exit(
     make(path)
     proxy.extra_args = ["--set", f"chaos_config={path}"]
     output = refuses_to_start(proxy)
-    # One error, said where it happened and again as the last line (mitmproxy's start-up check repeats it).
+    # One error, said where it happened.
     errors = {
         line[line.index("chaos-mode:") :]
         for line in output.splitlines()
@@ -94,11 +97,44 @@ def test_an_unknown_chaos_enabled_value_is_refused_at_start(value: str) -> None:
     assert f"chaos-mode: chaos_enabled: must be one of auto, true, false, not '{value}'" in output
 
 
-def test_the_config_error_is_the_last_thing_printed_before_the_exit() -> None:
-    """mitmproxy brings its servers up while the script loads ("listening at ..."): the error comes last."""
-    output = refuses_to_start(ProxyProcess(config={"chaosMode": {"enabled": "maybe"}}, start_timeout=30))
+class _Entry(ProxyProcess):
+    """ProxyProcess's `mitmdump -s chaos_addon.py`, or `chaos-mode` (`python -m chaos_mode`), same options."""
+
+    def __init__(self, entry: str, **kwargs: Any) -> None:
+        super().__init__(start_timeout=30, **kwargs)
+        self.entry = entry
+
+    def command(self) -> list[str]:
+        mitmdump = super().command()
+        if self.entry == "mitmdump":
+            return mitmdump
+        script = mitmdump.index("-s")
+        return [sys.executable, "-m", "chaos_mode", *mitmdump[1:script], *mitmdump[script + 2 :]]
+
+
+@pytest.mark.parametrize("entry", ["mitmdump", "chaos-mode"])
+def test_a_bad_config_exits_before_mitmproxy_says_listening(entry: str) -> None:
+    """stdout and stderr in one pipe, buffered as a user's `2>&1 | tee` has them: the error comes last."""
+    proxy = _Entry(entry, config={"chaosMode": {"enabled": "maybe"}})
+    env = {name: value for name, value in proxy.environment().items() if name != "PYTHONUNBUFFERED"}
+    try:
+        done = subprocess.run(
+            proxy.command(),
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        proxy.stop()
+    output = done.stdout.decode()
+    assert done.returncode != 0, output
+    assert "listening" not in output and "Traceback" not in output, output
     last = [line for line in output.splitlines() if line.strip()][-1]
-    assert "chaos-mode: chaos_config: " in last and "modelRouting.chaosMode.enabled" in last, output
+    assert last.startswith("chaos-mode: chaos_config: ") and "modelRouting.chaosMode.enabled" in last, output
+    with _Entry(entry, config={"chaosMode": {"enabled": True}}) as good:  # a good one starts
+        assert f"listening at 127.0.0.1:{good.port}" in good.output()
 
 
 def warnings_at_start(proxy: ProxyProcess) -> list[str]:

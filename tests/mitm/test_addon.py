@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from mitmproxy import exceptions, http
 from mitmproxy import flow as mflow
+from mitmproxy.addons.proxyserver import Proxyserver
 from mitmproxy.connection import ConnectionState
 from mitmproxy.net import encoding
 from mitmproxy.test import taddons, tflow, tutils
@@ -1168,6 +1169,32 @@ async def test_a_bad_config_file_names_the_option_and_the_key(env: Env) -> None:
     path = env.write({"chaosMode": {"enabled": True, "strategy": "fastest"}})
     with pytest.raises(exceptions.OptionsError, match=r"chaos_config.*chaosMode\.strategy"):
         env.tctx.configure(env.addon, chaos_config=path)
+
+
+@pytest.mark.parametrize("running", [False, True])
+def test_a_bad_config_as_the_script_loads_exits_only_before_the_proxy_runs(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, running: bool
+) -> None:
+    """At start-up: out with the one line, before mitmproxy's servers say they listen. The script reloaded
+    under a running proxy: the line is logged and chaos mode keeps its safe defaults."""
+    path = tmp_path / "chaos.yaml"
+    path.write_text("modelRouting: {chaosMode: {enabled: true, strategy: fastest}}\n", encoding="utf-8")
+    proxy, addon = Proxyserver(), ChaosMode()
+    options = {"chaos_config": str(path), "chaos_web": "", "chaos_limits_file": "off"}
+    with taddons.context(proxy, addon) as tctx:
+        if running:
+            proxy.running()
+            tctx.configure(addon, **options)
+        else:
+            with pytest.raises(SystemExit, match=r"^chaos-mode: chaos_config: .*chaosMode\.strategy"):
+                tctx.configure(addon, **options)
+    assert addon.config == default_config()
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    if running:
+        assert len(errors) == 1 and errors[0].startswith("chaos-mode: chaos_config: "), errors
+        assert "chaosMode.strategy" in errors[0]
+    else:
+        assert errors == []  # the exit's message is the one line
 
 
 async def test_a_bad_config_after_a_good_one_keeps_the_good_one(env: Env) -> None:

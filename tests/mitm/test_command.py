@@ -57,8 +57,8 @@ def test_other_arguments_name_no_listen_host(argv: list[str]) -> None:
 @given(st.lists(st.text(max_size=12), max_size=6))
 def test_every_argument_reaches_mitmproxy_in_order_after_ours(argv: list[str]) -> None:
     plan = launch(argv)
-    if argv[:1] == ["sim"]:
-        assert plan == Launch("sim", tuple(argv[1:]))
+    if argv[:1] in (["sim"], ["check"]):
+        assert plan == Launch(argv[0], tuple(argv[1:]))  # type: ignore[arg-type]
     elif argv in (["path"], ["--version"]):
         assert plan.args == ()
     else:
@@ -69,8 +69,9 @@ def test_every_argument_reaches_mitmproxy_in_order_after_ours(argv: list[str]) -
         assert names_listen_host(plan.args)
 
 
-def test_sim_takes_the_rest() -> None:
+def test_sim_and_check_take_the_rest() -> None:
     assert launch(["sim", "--port", "8700"]) == Launch("sim", ("--port", "8700"))
+    assert launch(["check", "--budget", "9"]) == Launch("check", ("--budget", "9"))
 
 
 def test_version_and_path_print_one_line(capsys: pytest.CaptureFixture[str]) -> None:

@@ -230,3 +230,22 @@ def test_a_probe_given_up_for_a_slot_within_the_limits_is_no_failover() -> None:
     assert other is not None and request.switch_to(other)  # the regular attempt left: a failover
     assert stats.failovers == 1 and stats.recent_failovers[-1]["reason"] == "no answer yet"
     request.finish("aborted")
+
+
+def test_the_served_model_is_told_to_the_pool_once_and_odd_names_are_not() -> None:
+    request, pool, _, _ = make()
+    assert request.served_by("glm-5.3-flash")  # no slot yet: nothing to say
+    slot = grant(request)
+    assert slot is not None and request.hold(slot)
+    for odd in (None, 7, "", "two words", "x" * 200):
+        assert not request.served_by(odd)
+    assert request.served is None
+    assert request.served_by(slot.model.upper())  # the same model: no alias
+    assert request.served is None and pool.aliases.learned() == {}
+    assert request.served_by("glm-9-served")
+    assert request.served == "glm-9-served" and pool.aliases.learned() == {slot.model: "glm-9-served"}
+    assert slot.model not in pool.config.models
+    assert request.served_by("glm-other")  # the first name an answer gives is the one kept
+    assert pool.aliases.learned() == {slot.model: "glm-9-served"}
+    request.finish("ok")
+    assert pool.slots.total() == 0

@@ -757,6 +757,8 @@ MODEL_KEYS = {
     "limitReason",
     "limitChangedAt",
     "probing",
+    "aliases",
+    "vision",
 }
 
 
@@ -802,6 +804,8 @@ def test_status() -> None:
         "excluded": False,
         "free": False,
         "usable": True,
+        "aliases": [],
+        "vision": False,
         "catalogLimit": 10,
         "learnedLimit": 10,
         "limitCeiling": 40,

@@ -30,6 +30,8 @@ def model(limit: ModelLimit | None) -> ModelStatus:
         excluded=False,
         free=False,
         usable=True,
+        aliases=[],
+        vision=False,
     )
 
 

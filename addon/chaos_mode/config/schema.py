@@ -293,8 +293,9 @@ class ModelRouting(_Base):
     models: dict[str, ModelSpec] = Field(default_factory=_default_models)
     aliases: dict[str, str] = Field(
         default_factory=lambda: dict(DEFAULT_ALIASES),
-        description="names z.ai serves as another catalog model (asked -> served): sent and counted as "
-        "the served one; default: the built-in catalog's, none for a catalog of the config's own",
+        description="names z.ai serves as another model (asked -> served): a catalog model named here is "
+        "sent and counted as the one serving it; default: the built-in catalog's, none for a catalog of the "
+        "config's own",
     )
     upstream_hosts: tuple[str, ...] = DEFAULT_UPSTREAM_HOSTS
     openai_paths: tuple[str, ...] = Field(
@@ -364,12 +365,11 @@ class ModelRouting(_Base):
     def _consistent(self) -> ModelRouting:
         chaos = self.chaos_mode
         for name, served in self.aliases.items():
-            if not MODEL_NAME.fullmatch(name) or name.startswith("*"):
-                raise ValueError(f"aliases: {name[:40]!r} is not a model name")
-            if name in self.models:
-                raise ValueError(f"aliases.{name}: is a catalog model; an alias is served as another one")
-            if served not in self.models:
-                raise ValueError(f"aliases.{name}: {served!r} is not in the catalog")
+            for each in (name, served):
+                if not MODEL_NAME.fullmatch(each) or each.startswith("*"):
+                    raise ValueError(f"aliases: {each[:40]!r} is not a model name")
+            if name == served:
+                raise ValueError(f"aliases.{name}: names itself")
         unknown = [name for name in chaos.exclude_models if name not in self.models]
         if unknown:
             raise ValueError(f"chaosMode.excludeModels: not in the catalog: {', '.join(unknown)}")

@@ -69,6 +69,15 @@ class MessageRequest:
         """What the client says bounds the output (`max_tokens`), as it came: the cost guard reads it."""
         return self.body.get("max_tokens")
 
+    @property
+    def images(self) -> bool:
+        """Whether a message carries an image (a content block of type `image`, also inside a tool's
+        result; the OpenAI door's `image_url` parts): it goes to a model that reads them."""
+        messages = self.body.get("messages")
+        return isinstance(messages, list) and any(
+            _has_image(message.get("content")) for message in messages if isinstance(message, dict)
+        )
+
     def sticky_key(self, session_id: str | None) -> str | None:
         """The conversation key: Claude Code's session header, else a hash of the system prompt
         and first message (None when those are nested too deeply to serialise)."""
@@ -91,6 +100,22 @@ class MessageRequest:
         """The body with the bytes of the top-level `model` value replaced, and no other byte changed."""
         start, end = self.model_span
         return self.raw[:start] + _json_string(model) + self.raw[end:]
+
+
+_IMAGE_TYPES: Final = frozenset({"image", "image_url"})
+
+
+def _has_image(content: object, depth: int = 0) -> bool:
+    """A content list holding an image block, looked for in blocks and in tool results' content."""
+    if not isinstance(content, list) or depth > 1:
+        return False
+    for block in content:
+        if isinstance(block, dict):
+            if block.get("type") in _IMAGE_TYPES:
+                return True
+            if _has_image(block.get("content"), depth + 1):
+                return True
+    return False
 
 
 def _json_string(text: str) -> bytes:

@@ -22,6 +22,7 @@ class StreamObserver(Protocol):
 
     input_tokens: int
     output_tokens: int
+    model: str | None  # the model that served, as the answer names it
     stopped: bool
 
     def feed(self, chunk: bytes) -> bool: ...
@@ -168,6 +169,39 @@ def message_usage(content: bytes) -> list[int] | None:
     if not isinstance(usage, dict):
         return None
     return usage_counts(usage)
+
+
+_SPACE = re.compile(r"[ \t\n\r]*")
+_KEY = re.compile(r'"((?:[^"\\]|\\.)*)"[ \t\n\r]*:[ \t\n\r]*')
+
+
+def answer_model(content: bytes) -> str | None:
+    """The top-level `model` of a whole answer of either door (the model that served it), else None.
+
+    Only the top level is walked, member by member: both doors name the model before the content, so the
+    content is seldom parsed."""
+    text = content.decode("utf-8", "replace")
+    at = _past_space(text, 0)
+    if not text.startswith("{", at):
+        return None
+    at += 1
+    try:
+        while (key := _KEY.match(text, _past_space(text, at))) is not None:
+            value, at = json_body.raw_decode(text, key.end())
+            if key.group(1) == "model":
+                return value if isinstance(value, str) else None
+            at = _past_space(text, at)
+            if not text.startswith(",", at):
+                return None
+            at += 1
+    except ValueError:
+        return None
+    return None
+
+
+def _past_space(text: str, at: int) -> int:
+    space = _SPACE.match(text, at)
+    return space.end() if space is not None else at
 
 
 def usage_counts(usage: dict[str, Any]) -> list[int]:

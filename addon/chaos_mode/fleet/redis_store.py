@@ -430,9 +430,9 @@ class RedisFleet:
         after joining the fleet (or coming back to it), take the newer ones (the last change of each limit
         wins): from then on every proxy learns from the fleet's verdicts (the notices' `seen`), and
         taking another's limit would replace that evidence with the limit's value."""
-        if self.pool is None or not self.pool.limits.enabled:
+        if self.pool is None:
             return
-        rows = self.pool.limits.rows(since=self._pushed)
+        rows = self.pool.learned_rows(since=self._pushed)
         args = [part for name, row in rows.items() for part in (name, json.dumps(row))]
         async with asyncio.timeout(self.timeout):
             flat = await self._push_limits(keys=(self._limits,), args=args)
@@ -442,6 +442,7 @@ class RedisFleet:
         for name, row in zip(flat[::2], flat[1::2], strict=True):
             with contextlib.suppress(ValueError):
                 fleet_rows[_text(name)] = json_body.loads(_text(row))
+        self.pool.adopt_aliases(fleet_rows)  # an alias is a fact of z.ai's, not evidence: taken as it comes
         if not self._joined_limits:
             self._joined_limits = True
             self.pool.adopt_limits(fleet_rows)

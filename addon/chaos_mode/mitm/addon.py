@@ -16,6 +16,7 @@ import logging
 import os
 import secrets
 import socket
+import sys
 import time
 import weakref
 from collections.abc import Callable
@@ -137,7 +138,7 @@ class ChaosMode:
         self._loaded = False  # configure() has run once (the script's load)
         self._warned: set[str] = set()
         self._limits_path: Path | None = None
-        self._saved_version = -1  # the learned limits' version last written (or read)
+        self._saved_version = (-1, -1)  # the learned limits' and aliases' version last written (or read)
         self._save_timer: asyncio.TimerHandle | None = None
         self._config_watch: FileWatch | None = None  # the chaos_config file, as last read
         self._watch_timer: asyncio.TimerHandle | None = None
@@ -217,14 +218,14 @@ class ChaosMode:
         except exceptions.OptionsError as exc:
             if not first:
                 raise  # mitmproxy rolls the option back; the config in force stays
-            # Loading the script: mitmproxy would print our traceback. Say it plainly instead; an error
-            # logged at start-up makes mitmdump exit, and meanwhile chaos mode keeps its safe defaults.
-            # mitmproxy brings its servers up meanwhile ("listening at ..."): its start-up check repeats
-            # the error as the last thing printed before the exit.
-            log.error("chaos-mode: %s", exc)
-            errorcheck = ctx.master.addons.get("errorcheck")
-            if errorcheck is not None:
-                errorcheck.repeat_errors_on_stderr = True
+            # Loading the script: mitmproxy would print our traceback. Say it plainly instead.
+            proxy = ctx.master.addons.get("proxyserver")
+            if proxy is not None and not proxy.is_running:
+                # Start-up: mitmproxy loads the script on its loop while its servers come up; they say
+                # "listening at ..." a turn of the loop later. Out first, as mitmproxy does for bad options.
+                sys.stdout.flush()  # mitmproxy's lines before ours, stdout and stderr in one pipe too
+                raise SystemExit(f"chaos-mode: {exc}") from None
+            log.error("chaos-mode: %s", exc)  # the script reloaded: chaos mode keeps its safe defaults
 
     def _configure(self, updated: set[str]) -> None:
         enabled = ctx.options.chaos_enabled
@@ -349,19 +350,17 @@ class ChaosMode:
             return
         try:
             data = read_state(path)
-            restored = 0 if data is None else self.pool.limits.restore(data)
+            restored = 0 if data is None else self.pool.restore_learned(data)
         except ValueError as exc:
             log.warning("chaos-mode: learned limits not restored, starting from the catalog: %s", exc)
             return
-        self._saved_version = self.pool.limits.version
+        self._saved_version = self.pool.learned_version
         if restored:
-            self.pool.reconfigure(self.config)  # re-derive what selection reads from the restored limits
-            self._saved_version = self.pool.limits.version
-            log.info("chaos-mode: %d learned limits restored from %s", restored, path)
+            log.info("chaos-mode: %d learned limits and aliases restored from %s", restored, path)
 
     def _limits_touched(self) -> None:
         """Write the learned limits soon after they change (once for a burst of changes)."""
-        if self.pool.limits.version == self._saved_version or self._save_timer is not None:
+        if self.pool.learned_version == self._saved_version or self._save_timer is not None:
             return
         if self._limits_path is None:
             return
@@ -370,11 +369,11 @@ class ChaosMode:
     def _save_limits(self) -> None:
         self._save_timer = None
         path = self._limits_path
-        if path is None or self.pool.limits.version == self._saved_version:
+        if path is None or self.pool.learned_version == self._saved_version:
             return
-        version = self.pool.limits.version
+        version = self.pool.learned_version
         try:
-            write_state(path, self.pool.limits.dump())
+            write_state(path, self.pool.dump_learned())
         except (OSError, ValueError) as exc:
             self._warn_once("limits-file", f"learned limits could not be written to {path}: {exc}")
             return
@@ -599,6 +598,8 @@ class ChaosMode:
             if observer.feed(chunk):  # a few events per answer: its start, usage, end
                 routed.usage = (observer.input_tokens, observer.output_tokens)
                 routed.stopped = observer.stopped
+                if observer.model is not None:
+                    self._served(routed, observer.model)
                 view.changed(routed)
             return chunk
 
@@ -653,7 +654,7 @@ class ChaosMode:
                 usage = self._whole_usage(response, routed)
             if usage:
                 routed.usage = usage
-                self.stats.usage(model, usage[0], usage[1])
+                self.stats.usage(routed.served or model, usage[0], usage[1])
         if not routed.routed:
             outcome: Outcome = "passthrough"
         elif routed.rejected:
@@ -666,7 +667,7 @@ class ChaosMode:
         """The usage of an answer that arrived whole; none for one that decodes to more than the proxy
         reads for it."""
         try:
-            whole = usage_of(response, FORMATS[routed.message.door].observer)
+            whole, served = usage_of(response, FORMATS[routed.message.door].observer)
         except OverCap:
             log.warning(
                 "chaos-mode: a whole answer of %s decodes to more than %d bytes: no usage counted for it",
@@ -674,7 +675,14 @@ class ChaosMode:
                 MAX_USAGE_BODY,
             )
             return None
+        self._served(routed, served)
         return (whole[0], whole[1]) if whole else None
+
+    def _served(self, routed: RoutedRequest, model: str | None) -> None:
+        """The model z.ai's answer names as the one that served (`routing.aliases`); one warning when an
+        answer names none that can be read."""
+        if not routed.served_by(model):
+            self._warn_once("served-model", "an answer names no readable model: counted by the name asked")
 
     def error(self, flow: http.HTTPFlow) -> None:
         routed = self._requests.get(flow)
@@ -739,7 +747,7 @@ class ChaosMode:
     def reset_limits(self) -> None:
         """Forget every learned concurrency limit: back to the catalog's values (and the saved file too)."""
         self.pool.reset_limits()
-        self._saved_version = -1
+        self._saved_version = (-1, -1)
         self._save_limits()
         log.info("chaos-mode: learned limits reset to the catalog's values")
 

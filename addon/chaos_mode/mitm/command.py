@@ -1,6 +1,7 @@
 """`chaos-mode`: mitmdump (mitmweb with `--web`) with the addon loaded; other arguments go to mitmproxy.
 
-`chaos-mode sim ...` runs the z.ai simulator, `chaos-mode path` prints the script mitmproxy loads
+`chaos-mode sim ...` runs the z.ai simulator, `chaos-mode check ...` checks what z.ai does on the user's
+account (chaos_mode.check), `chaos-mode path` prints the script mitmproxy loads
 (`mitmdump -s "$(chaos-mode path)"`), `chaos-mode --version` the versions.
 """
 
@@ -21,11 +22,12 @@ LOOPBACK = "127.0.0.1"  # the proxy carries the agents' API keys: off the networ
 
 USAGE = """chaos-mode [--web] [mitmproxy's options]: mitmdump (mitmweb with --web) with the addon loaded
 chaos-mode sim [options]: the z.ai simulator (chaos-mode sim --help)
+chaos-mode check [options]: what z.ai does on your account (chaos-mode check --help)
 chaos-mode path: the script mitmproxy loads; chaos-mode --version: the versions
 mitmproxy's options:
 """
 
-Tool = Literal["mitmdump", "mitmweb", "sim", "path", "version"]
+Tool = Literal["mitmdump", "mitmweb", "sim", "check", "path", "version"]
 
 
 @dataclass(frozen=True)
@@ -51,8 +53,8 @@ def names_listen_host(args: Sequence[str]) -> bool:
 def launch(argv: Sequence[str]) -> Launch:
     """What `chaos-mode argv` runs: the addon's script first (mitmdump's filter expression, a positional
     argument, takes every argument after it), the loopback unless the listen host is given."""
-    if argv[:1] == ["sim"]:
-        return Launch("sim", tuple(argv[1:]))
+    if argv[:1] in (["sim"], ["check"]):
+        return Launch("sim" if argv[0] == "sim" else "check", tuple(argv[1:]))
     if list(argv) in (["path"], ["--version"]):
         return Launch("path" if argv[0] == "path" else "version")
     rest = [arg for arg in argv if arg != "--web"]
@@ -68,6 +70,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if plan.tool == "path":
         print(SCRIPT)
         return 0
+    if plan.tool == "check":
+        from chaos_mode.check.run import main as check
+
+        return check(plan.args)
     if plan.tool == "sim":  # the simulator is a development tool: the runtime never imports it
         os.execv(sys.executable, [sys.executable, "-m", "chaos_mode.sim", *plan.args])
     if {"-h", "--help"} & set(plan.args):

@@ -16,7 +16,7 @@ from mitmproxy.net import encoding
 
 from chaos_mode.doors.formats import Parse
 from chaos_mode.doors.messages import STICKY_HEADER, BadRequest, MessageRequest, parse_message
-from chaos_mode.doors.messages_stream import SseObserver, StreamObserver, message_usage
+from chaos_mode.doors.messages_stream import SseObserver, StreamObserver, answer_model, message_usage
 from chaos_mode.forwarding.decoding import CODINGS, Broken, Outcome, coding_of, decode, pieces
 
 CONTENT_ENCODING: Final = b"content-encoding"
@@ -118,10 +118,10 @@ def is_event_stream(response: http.Response) -> bool:
 
 def usage_of(
     response: http.Response, observer_of: Callable[[], StreamObserver] = SseObserver
-) -> list[int] | None:
-    """[input_tokens, output_tokens] of an answer that arrived whole (JSON, or SSE read by the door's
-    observer as it is decoded), None when it is not readable; OverCap when it decodes to more than
-    `MAX_USAGE_BODY` bytes (the decoded body is never kept)."""
+) -> tuple[list[int] | None, str | None]:
+    """([input_tokens, output_tokens], the model that served) of an answer that arrived whole (JSON, or SSE
+    read by the door's observer as it is decoded), each None when it is not readable; OverCap when it
+    decodes to more than `MAX_USAGE_BODY` bytes (the decoded body is never kept)."""
     headers = find_headers(response, _RESPONSE_HEADERS)
     raw = response.raw_content or b""
     coding = coding_of(headers.get(CONTENT_ENCODING))
@@ -133,7 +133,8 @@ def usage_of(
             for piece in content:
                 observer.feed(piece)
             observer.feed(b"\n\n")
-            return [observer.input_tokens, observer.output_tokens]
-        return message_usage(b"".join(content))
+            return [observer.input_tokens, observer.output_tokens], observer.model
+        whole = b"".join(content)
+        return message_usage(whole), answer_model(whole)
     except Broken:  # not what its coding says
-        return None
+        return None, None

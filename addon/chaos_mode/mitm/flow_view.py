@@ -104,6 +104,8 @@ def describe(request: RoutedRequest) -> tuple[str, str]:
             ":speech_balloon:",
         )
     comment = f"{original} → {last.model} · "
+    if last.served is not None:
+        comment = f"{original} → {last.served} (asked as {last.model}) · "
     refused = [f"{a.model} ({a.refusal})" for a in attempts[:-1] if a.refusal]
     if refused:
         comment += f"failover from {', '.join(refused)} · "

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Final, Protocol
 
+from chaos_mode.config.schema import MODEL_NAME
 from chaos_mode.doors.messages import MessageRequest
 from chaos_mode.observe.stats import Outcome, Stats
 from chaos_mode.request.refusals import Refusal, Refusals, Whose, of_kind
@@ -67,6 +68,7 @@ class Attempt:
     refusal: str | None = None  # the business code (or reason) z.ai refused this attempt with
     stalled: bool = False  # z.ai held its head far longer than its heads take (it queued it)
     overdue: bool = False  # no head within its patience: it rode above the limits until its verdict
+    served: str | None = None  # the model z.ai named in its answer, where it differs from the one asked
 
     @property
     def model(self) -> str:
@@ -141,6 +143,11 @@ class RoutedRequest:
         return self.attempts[-1].model if self.attempts else None
 
     @property
+    def served(self) -> str | None:
+        """The model that served the latest attempt, where z.ai named another than the one asked."""
+        return self.attempts[-1].served if self.attempts else None
+
+    @property
     def tried(self) -> list[str]:
         return [attempt.model for attempt in self.attempts]
 
@@ -173,6 +180,7 @@ class RoutedRequest:
             self.sticky_key,
             self.session,
             first,
+            images=self.message.images,
         )
 
     def body_for(self, model: str) -> bytes:
@@ -280,6 +288,20 @@ class RoutedRequest:
         return True
 
     # -- z.ai's verdict ---------------------------------------------------------------------------------
+
+    def served_by(self, model: object) -> bool:
+        """z.ai's answer to the current attempt names the model that served it (`routing.aliases`); False
+        when the name is not one (the request stays counted by the name asked)."""
+        attempt = self.attempts[-1] if self.attempts and self.slot is not None else None
+        if attempt is None or attempt.served is not None:
+            return True
+        if not isinstance(model, str) or not MODEL_NAME.fullmatch(model):
+            return False
+        if model.lower() != attempt.model.lower():
+            attempt.served = model
+            self.pool.report_served(attempt.slot, model)
+            self.view.changed(self)
+        return True
 
     def answered(self, slot: Slot | None = None, *, at_once: bool = True) -> None:
         """z.ai answered cleanly the attempt sent with `slot` (default: the current one, once per

@@ -42,6 +42,7 @@ from chaos_mode.config.schema import ModelRouting
 from chaos_mode.learning.limits import LearnedLimits, LimitView, Probe
 from chaos_mode.quota.pacer import Pacer
 from chaos_mode.quota.tracker import QuotaTracker
+from chaos_mode.routing.aliases import NOT_LISTED, Aliases, fold, offered
 from chaos_mode.routing.arrivals import Arrivals
 from chaos_mode.routing.cooldowns import Cooldowns, CooldownState
 from chaos_mode.routing.pool_status import (
@@ -112,6 +113,7 @@ class Ticket:
     session: str | None = None  # the conversation: its place in the queue (`shares`), never the model
     counts: bool = True  # admitting it counts toward its conversation's share (a failover's does not)
     may_probe: bool = True  # False: only a slot within the limits (one to replace an unanswered probe)
+    images: bool = False  # it carries an image: only models that read them, where the catalog has any
 
 
 # (model, reason, probe): what `_select` found, before a slot is taken
@@ -169,7 +171,7 @@ class ChaosPool:
         self._queue: WaitQueue[Ticket, Slot] = WaitQueue(
             attempt=self._attempt,
             release=self.release,
-            group=lambda ticket: (ticket.tier, ticket.attempted, ticket.may_probe),
+            group=lambda ticket: (ticket.tier, ticket.attempted, ticket.may_probe, ticket.images),
             clock=clock,
         )
         self._timer: asyncio.TimerHandle | None = None
@@ -216,6 +218,8 @@ class ChaosPool:
         self.pacer = Pacer(self.quota, clock, wall_clock)  # `quota.pace`
         self.quota.changed = self._quota_changed  # a reading may lift pacing's hard stop
         self._rotation = Rotation(wall_clock)  # the models logged out of rotation
+        self.aliases = Aliases(wall_clock)  # names z.ai serves as another model (`routing.aliases`)
+        self._listed: list[str] | None = None  # what z.ai's models endpoint listed last (None: not read)
         self.reconfigure(config)
 
     # -- configuration ----------------------------------------------------------------------------
@@ -263,6 +267,36 @@ class ChaosPool:
         self._limits_changed()
         return taken
 
+    def adopt_aliases(self, rows: Mapping[str, Any]) -> int:
+        """Take the aliases other proxies (or an earlier run) learned, where newer than ours."""
+        taken = self.aliases.merge(rows)
+        if taken:
+            self.reconfigure(self._given)
+        return taken
+
+    @property
+    def learned_version(self) -> tuple[int, int]:
+        """Grows whenever what was learned (limits, aliases) changes: when to write it again."""
+        return self._limits.version, self.aliases.version
+
+    def learned_rows(self, since: float = -math.inf) -> dict[str, dict[str, Any]]:
+        """What was learned after `since` (wall clock): the limits' rows and the aliases' (a fleet's)."""
+        return {**self._limits.rows(since), **self.aliases.rows(since)}
+
+    def dump_learned(self) -> dict[str, Any]:
+        """What was learned, as the state file keeps it (`restore_learned` takes it back)."""
+        return {**self._limits.dump(), "aliases": self.aliases.rows()}
+
+    def restore_learned(self, data: Any) -> int:
+        """Take back what `dump_learned` wrote; how many limits and aliases were restored. `ValueError`
+        for data that is not ours (see `LearnedLimits.restore`)."""
+        rows = data.get("aliases") if isinstance(data, dict) else None
+        taken = self.adopt_aliases(rows) if isinstance(rows, Mapping) else 0
+        restored = self._limits.restore(data)
+        if restored:
+            self.reconfigure(self._given)  # re-derive what selection reads from the restored limits
+        return taken + restored
+
     def wake(self, delay: float = 0.0) -> None:
         """Capacity may have been freed elsewhere (another proxy of the fleet): serve the waiters, now or
         after `delay` seconds (the slot was owed to another proxy first)."""
@@ -272,7 +306,15 @@ class ChaosPool:
             self._queue.dispatch()
 
     def reconfigure(self, config: ModelRouting) -> None:
-        """Apply a new config; in-flight counts, cooldowns and sticky entries are kept."""
+        """Apply a new config; in-flight counts, cooldowns and sticky entries are kept. The pool serves its
+        catalog as z.ai does (`routing.aliases.fold`): `config` names the catalog as given."""
+        self._given = config
+        self.aliases.configure(config.aliases)
+        if self._listed is not None:
+            config = config.model_copy(
+                update={"models": {**config.models, **offered(self._listed, config, self.aliases)}}
+            )
+        config, self._folded = fold(config, self.aliases)
         self._config = config
         self._strategy: Strategy = make_strategy(config.chaos_mode.strategy, self._rng)
         self._limits.reconfigure(config)
@@ -298,6 +340,12 @@ class ChaosPool:
         self._entries = _entries(config, limits)
         self._eligible: dict[RequestTier, list[ModelEntry]] = {
             tier: [self._entries[name] for name in config.eligible_models(tier)] for tier in REQUEST_TIERS
+        }
+        vision = {name for name, spec in config.models.items() if spec.vision}
+        # A request carrying an image: the models of its floor that read them, where its floor has any.
+        self._seeing: dict[RequestTier, list[ModelEntry]] = {
+            tier: [e for e in entries if e.name in vision] or entries
+            for tier, entries in self._eligible.items()
         }
         if limits.enabled:
             account = limits.account()
@@ -328,8 +376,8 @@ class ChaosPool:
         if self._rotation.out:
             self._rotation.check(self._cooldowns)
         attempted = ticket.attempted
-        held = slots.counts().get
-        eligible = self._eligible[ticket.tier]
+        held = self._counts().get
+        eligible = (self._seeing if ticket.images else self._eligible)[ticket.tier]
         if attempted or blocked:
             eligible = [e for e in eligible if e.name not in attempted and e.name not in blocked]
         above = self._above()
@@ -391,6 +439,19 @@ class ChaosPool:
             reason += f" (sticky moved from {stuck})"
         return (chosen.name, reason, None), moved
 
+    def _counts(self) -> Mapping[str, int]:
+        """Slots held per model, counted by the model that serves them: those taken under a catalog name
+        before it was found to be served as another count on that one (`routing.aliases`)."""
+        counts = self._slots.counts()
+        folded = self._folded
+        if not folded or not any(name in counts for name in folded):
+            return counts
+        merged = dict(counts)
+        for name, served in folded.items():
+            if name in merged:
+                merged[served] = merged.get(served, 0) + merged.pop(name)
+        return merged
+
     def _above(self) -> Callable[[str, int], int]:
         """Slots riding above a limit, called as `above(limit, 0)` (a model's name, or ACCOUNT): probes and
         overdue attempts here, and in a fleet the other proxies' overdue attempts (their places are the
@@ -427,7 +488,7 @@ class ChaosPool:
         """Nothing eligible is free within the limits, so the request would wait. A probe one above a
         learned limit when one is due; else, when nothing at all is in flight, a trial on the cooling
         model that ends first; else None."""
-        limits, held = self._limits, self._slots.counts().get
+        limits, held = self._limits, self._counts().get
         if limits.enabled and ticket.may_probe:
             affordable = self._affordable(ticket, eligible)
             if account_full:
@@ -447,7 +508,7 @@ class ChaosPool:
         if not self._config.cooldown.trial_when_idle or self._slots.total():
             return None
         cooling = []
-        for entry in self._eligible[ticket.tier]:
+        for entry in (self._seeing if ticket.images else self._eligible)[ticket.tier]:
             block = self._cooldowns.block(entry.name)
             if entry.name not in ticket.attempted and entry.capacity and block and block.kind == "cooldown":
                 cooling.append((self._cooldowns.remaining(entry.name), entry.index, entry.name))
@@ -488,6 +549,9 @@ class ChaosPool:
         elif probe == "account":
             account_cap += 1
         slots = self._slots
+        if self._folded:  # slots still held under a name found to be served as this model count here
+            counts = slots.counts()
+            cap -= sum(counts.get(name, 0) for name, served in self._folded.items() if served == model)
         if not slots.try_acquire(model, cap, account_cap):
             return None
         self.dispatched[model] = self.dispatched.get(model, 0) + 1
@@ -766,6 +830,41 @@ class ChaosPool:
             age = None if kind == "clean" or taken_at is None else self._clock() - taken_at
             self._slots.verdicts(slot.model, (Seen(kind, level, total, self._probe_of(slot), age),))
 
+    def listed(self, names: list[str]) -> list[str]:
+        """z.ai's models endpoint listed `names`: a model it lists that the catalog lacks is offered where
+        its naming gives it a tier (`routing.aliases.offered`); a catalog model it no longer lists leaves
+        rotation, and comes back once listed again. A list naming no model the pool serves is not taken
+        (another host's, or a broken one). Returns what changed, a line each."""
+        serving = [name for name in self._config.models if name not in self._folded]
+        if not names or not any(self.aliases.served(n) in serving or n in serving for n in names):
+            return []
+        before = list(self._config.models)
+        self._listed = names
+        self.reconfigure(self._given)
+        models = self._config.models
+        lines = [
+            f"{name}: listed by z.ai, offered ({models[name].tier})" for name in models if name not in before
+        ]
+        lines += [f"{name}: no longer listed by z.ai, withdrawn" for name in before if name not in models]
+        listed = set(names)
+        for name in self._config.models:
+            block = self._cooldowns.block(name)
+            if name not in listed and block is None:
+                self._cooldowns.take_out(name, NOT_LISTED)
+                lines.append(f"{name}: {NOT_LISTED}, out of rotation")
+            elif name in listed and block is not None and block.reason == NOT_LISTED:
+                self._cooldowns.restore(name)
+                lines.append(f"{name}: listed again, back in rotation")
+        return lines
+
+    def report_served(self, slot: Slot, served: str) -> bool:
+        """z.ai named the model that served `slot`'s request: a catalog model served as another is folded
+        into it from now on (`routing.aliases`). True when the catalog changed."""
+        if served.lower() == slot.model.lower() or not self.aliases.learn(slot.model, served):
+            return False
+        self.reconfigure(self._given)
+        return True
+
     def seen_elsewhere(self, model: str, seen: Sequence[Seen]) -> None:
         """z.ai's verdicts on a request of `model` another proxy of the fleet holds, told as they came: each
         counts here as if this proxy had it (`learning.limits`), at the levels that proxy counted, and a
@@ -860,7 +959,7 @@ class ChaosPool:
         spent = self.quota_spent_for()
         if spent is not None and spent > self._config.queue.timeout_seconds:
             return f"the 5-hour quota is spent as pacing counts it: it resets in {spent:.0f} s"
-        for entry in self._eligible[ticket.tier]:
+        for entry in (self._seeing if ticket.images else self._eligible)[ticket.tier]:
             if entry.name in ticket.attempted:
                 continue
             block = self._cooldowns.block(entry.name)
@@ -870,7 +969,11 @@ class ChaosPool:
 
     def dead_end(self, tier: RequestTier) -> str | None:
         """Why no request of `tier` can be served until the plan changes (every model it may use out of
-        rotation for good: waiting fixes nothing), else None."""
+        rotation for good, or none left once the names z.ai serves as others are folded: waiting fixes
+        nothing), else None."""
+        if not self._eligible[tier]:
+            said = ", ".join(f"{asked} is served as {served}" for asked, served in self._folded.items())
+            return f"no model of the catalog serves {tier} requests at their floor ({said or 'none listed'})"
         reasons: dict[str, list[str]] = {}
         for entry in self._eligible[tier]:
             block = self._cooldowns.block(entry.name)
@@ -1148,6 +1251,7 @@ class ChaosPool:
         out_models: dict[str, str] = {}
         probes = Counter(self._probes.values())  # per limit: a model's name, or ACCOUNT
         overdue = Counter(self._overdue.values())
+        served_as = self.aliases.all()
         for name in names:
             spec = self._config.models.get(name)
             block = self._cooldowns.block(name)
@@ -1155,6 +1259,8 @@ class ChaosPool:
             remaining = self._cooldowns.remaining(name)
             entry = self._entries.get(name)
             unusable = _unusable_reason(self._config, name, block.reason if out and block else None, serving)
+            if name in served_as and name not in self._config.models:
+                unusable = f"served as {served_as[name]}"
             in_flight, capacity = held.get(name, 0), entry.capacity if entry else 0
             if unusable is not None:
                 out_models[name] = unusable
@@ -1178,6 +1284,8 @@ class ChaosPool:
                 excluded=name in self._config.chaos_mode.exclude_models,
                 free=bool(spec and spec.free),
                 usable=unusable is None,
+                aliases=sorted(asked for asked, model in served_as.items() if model == name),
+                vision=bool(spec and spec.vision),
             )
         pause = self._cooldowns.account_pause()
         waiting = self._queue.waiting()

@@ -46,6 +46,8 @@ class ModelStatus:
     excluded: bool
     free: bool
     usable: bool
+    aliases: list[str]  # names z.ai serves as this model (the config's and the learned)
+    vision: bool
 
 
 @dataclass(frozen=True, slots=True)

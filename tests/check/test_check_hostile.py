@@ -1,0 +1,96 @@
+"""`chaos-mode check` against a z.ai that echoes the key in every answer, lists names that are no names and
+leaves one unanswered: the key never shows, the odd names are not asked for, and a request that gets no head
+is given up after `--timeout`."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from chaos_mode.check.run import main
+
+pytestmark = pytest.mark.e2e
+
+KEY = "sk-echoed-0123456789abcdef"
+SILENT = "glm-silent"  # never answered
+
+
+class Echoing(BaseHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def _send(self, status: int, body: bytes, kind: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        key = self.headers.get("Authorization", "").removeprefix("Bearer ")
+        names = [f"glm-{key}", "glm-\x1b[31m", "glm-\ud800", "", 7, SILENT, "glm-refused"]
+        self._send(200, json.dumps({"object": "list", "data": [{"id": n} for n in names]}).encode())
+
+    def do_POST(self) -> None:
+        key = self.headers.get("Authorization", "").removeprefix("Bearer ")
+        model = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["model"]
+        if model == SILENT:
+            time.sleep(3)
+            return
+        if model == "glm-refused":
+            error = {"type": "error", "error": {"code": "1311", "message": f"[1311][no plan for {key}]"}}
+            self._send(429, json.dumps(error).encode())
+            return
+        start = {"type": "message_start", "message": {"model": f"served-as-{key}", "content": []}}
+        self._send(
+            200, b"event: message_start\ndata: " + json.dumps(start).encode() + b"\n\n", "text/event-stream"
+        )
+
+
+@pytest.fixture
+def echoing() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Echoing)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_key_never_shows_and_a_silent_name_times_out(
+    echoing: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("ZAI_API_KEY", KEY)
+    written = tmp_path / "found.json"
+    argv = [
+        "--base-url",
+        echoing,
+        "--budget",
+        "4",
+        "--timeout",
+        "0.5",
+        "--settle",
+        "0",
+        "--write",
+        str(written),
+    ]
+    started = time.monotonic()
+    assert main(argv) == 0
+    assert time.monotonic() - started < 2.5  # the silent name given up after its timeout, not its 3 s
+    out = capsys.readouterr().out
+    text = written.read_text(encoding="utf-8")
+    assert KEY not in out and KEY not in text
+    document = json.loads(text)
+    assert document["aliases"] == {"glm-***": "served-as-***"}
+    assert document["unchecked"][SILENT] == "no head in 0.5 s"
+    assert document["notServed"] == {"glm-refused": "1311"}
+    assert "\x1b" not in out and "glm-\ud800" not in out
