@@ -184,6 +184,15 @@ async def replay_offline(addon: ChaosMode, recorded: http.HTTPFlow) -> http.HTTP
     await addon.request(f)
     if response is not None and f.response is None:
         body = response.raw_content or b""
+        # The recording's answer, as the model chosen now would give it: z.ai names the model that served.
+        routed = META in f.metadata
+        asked = request_json(recorded.request).get("model") if routed else None
+        chosen = request_json(f.request).get("model") if routed else None
+        if asked != chosen and not response.headers.get("content-encoding"):
+            body = body.replace(f'"model":"{asked}"'.encode(), f'"model":"{chosen}"'.encode())
+            body = body.replace(f'"model": "{asked}"'.encode(), f'"model": "{chosen}"'.encode())
+            response.set_content(None)
+            response.raw_content = body
         f.response = response
         addon.responseheaders(f)
         stream = f.response.stream

@@ -41,7 +41,7 @@ def table(module: ModuleType, rate: Callable[[int], float]) -> Any:
 
 
 def load(path: Path) -> ModuleType:
-    """Another version of `evidence.py`, as a module of its own."""
+    """Another version of `learning/evidence.py`, as a module of its own."""
     spec = importlib.util.spec_from_file_location("evidence_against", path)
     if spec is None or spec.loader is None:
         raise ValueError(f"cannot load {path}")
