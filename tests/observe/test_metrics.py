@@ -15,6 +15,7 @@ from typing import Any
 import prometheus_client
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from tests.support.quota_readings import five_hours
 
 import chaos_mode
 from chaos_mode.config.schema import ModelRouting, parse_config
@@ -22,7 +23,6 @@ from chaos_mode.doors.messages import BAD_KINDS
 from chaos_mode.fleet.figures import FleetFigures
 from chaos_mode.observe.metrics import KNOWN_CODES, METRICS, ChaosMetrics, code_label
 from chaos_mode.observe.stats import OUTCOMES, WAIT_BUCKETS, Stats
-from chaos_mode.quota.reading import QuotaReading
 from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
 from chaos_mode.zai.catalog import DEFAULT_CATALOG, REQUEST_TIERS
 from chaos_mode.zai.errors import BEIJING, UpstreamError, classify_error
@@ -612,7 +612,7 @@ def test_the_pacing_metrics() -> None:
     assert h.value("chaos_quota_paced_waits_total") == 0.0
     held = [h.pool.try_acquire(Ticket("light")) for _ in range(6)]
     h.advance(100)
-    h.pool.quota.read(QuotaReading(60.0, h.wall() + 5 * 3600 - 1.5 * 3600))  # 40%/h, 3.5 h to go
+    h.pool.quota.read(five_hours(60.0, h.wall() + 5 * 3600 - 1.5 * 3600))  # 40%/h, 3.5 h to go
     h.pool.try_acquire(Ticket("light"))  # the plan is worked out at a selection
     assert h.value("chaos_quota_paced_max_concurrency") == 1.0  # 6 x 10.6 / 40
     for slot in held:
