@@ -15,11 +15,16 @@ window resets (`engaged`), even once the quota lasts (because of the cap). (3) I
 budget's last margin before the reset) no cap: what is left goes at once, held to the budget by the
 hard stop. A quota that lasts and was never paced in this window is not paced; nor, beyond step (1), one
 whose reset is unknown.
+
+Each of z.ai's windows (the 5-hour one, the week) is paced so, on its own, and the tightest plan binds
+(`tightest`): the week's rest is spread over the days left to its reset, within what the 5-hour window
+allows.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
@@ -35,6 +40,7 @@ class PacePlan:
     prefer_lower_weight: bool = False
     max_concurrency: int | None = None  # None: no cap
     reason: str = "the quota lasts"
+    window: str | None = None  # the window whose plan this is (`tightest`)
 
 
 NOT_PACED: Final = PacePlan()
@@ -88,3 +94,13 @@ def pace(
         cap = max(cap, math.ceil(concurrency))
     cap = max(cap, 1)
     return PacePlan(True, cap, f"what the window affords until its reset: at most {cap} at once")
+
+
+def tightest(plans: Iterable[PacePlan]) -> PacePlan:
+    """The plan that asks most of the pool: a cap before none, the lower cap first, then lighter models
+    first; NOT_PACED when none asks anything."""
+    return min(
+        plans,
+        key=lambda p: (p.max_concurrency is None, p.max_concurrency or 0, not p.prefer_lower_weight),
+        default=NOT_PACED,
+    )

@@ -211,8 +211,8 @@ class QuotaTracker:
 
     @property
     def horizon(self) -> float:
-        """The burn's horizon: an hour, or a fifth of a shorter window."""
-        return min(BURN_HORIZON, self.window_seconds / 5)
+        """The 5-hour window's burn horizon (`horizon_of`)."""
+        return self.horizon_of(FIVE_HOURS)
 
     def _fresh(self) -> bool:
         return self.read_at is not None and self._clock() - self.read_at <= self.fresh_seconds
@@ -228,14 +228,14 @@ class QuotaTracker:
         others = [name for name in self._windows if name != FIVE_HOURS] if self._fresh() else []
         return [FIVE_HOURS, *others]
 
-    def _seconds(self, name: str) -> float:
+    def seconds_of(self, name: str) -> float:
         """The window's length: the 5-hour one's as configured (a test's may be seconds), else z.ai's."""
         track = self._windows.get(name)
         return self.window_seconds if name == FIVE_HOURS or track is None else track.reading.seconds
 
     def horizon_of(self, name: str) -> float:
         """The burn's horizon in `name`: an hour, or a fifth of a shorter window."""
-        return min(BURN_HORIZON, self._seconds(name) / 5)
+        return min(BURN_HORIZON, self.seconds_of(name) / 5)
 
     def _samples(self, name: str = FIVE_HOURS) -> tuple[list[Sample], float | None, float | None]:
         """(samples, window start, reset) of the source in use for the window `name`."""
@@ -245,7 +245,7 @@ class QuotaTracker:
             resets_at = track.reading.resets_at
             if resets_at is not None and now >= resets_at:
                 return [], None, None  # z.ai's window reset since: nothing known of the next one yet
-            start = resets_at - self._seconds(name) if resets_at is not None else None
+            start = resets_at - self.seconds_of(name) if resets_at is not None else None
             return list(track.samples), start, resets_at
         if name != FIVE_HOURS:
             return [], None, None
@@ -295,7 +295,7 @@ class QuotaTracker:
         window = track.reading if track is not None else None
         return {
             "name": name,
-            "seconds": self._seconds(name),
+            "seconds": self.seconds_of(name),
             "source": "zai" if window is not None else "estimate",
             "started": True if window is None else window.started,
             "usedPercent": None if seen is None else round(seen.used_percent, 1),
