@@ -74,7 +74,7 @@ async def test_with_a_key_the_status_is_the_simulators_figures_and_the_key_shows
     assert read["resetsAt"] == round(truth["resetsAt"])
     assert read["estimate"]["units"] == 5.0 and read["estimate"]["scale"] == 20.0  # calibrated by z.ai
     metrics = (await http.get(f"http://127.0.0.1:{proxy.web_port}/metrics")).text
-    assert "chaos_quota_used_ratio 0.25" in metrics
+    assert 'chaos_quota_used_ratio{window="5h"} 0.25' in metrics
     assert 'chaos_quota_source_info{source="zai"} 1.0' in metrics
     raw_status = (await http.get(proxy.status_url)).text
     await asyncio.to_thread(proxy.stop)
