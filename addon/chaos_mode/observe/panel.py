@@ -110,7 +110,7 @@ def _quota(quota: dict[str, Any] | None, now: float) -> str | None:
         return None
     line = f"Quota ({quota['source']}): "
     windows = {w["name"]: w for w in quota.get("windows", [])}
-    five = {**windows.get("5h", {}), **quota}  # the same figures: a test may set the top ones
+    five = {**windows.get("5h", {}), **quota}  # the top figures are the 5-hour window's too
     if five["usedPercent"] is None:
         counted = quota["estimate"]["units"]
         line += f"not known yet ({counted:g} prompts counted; the scale comes with a 1308 or a reading)"
