@@ -229,9 +229,12 @@ class QuotaTracker:
         return [FIVE_HOURS, *others]
 
     def seconds_of(self, name: str) -> float:
-        """The window's length: the 5-hour one's as configured (a test's may be seconds), else z.ai's."""
+        """The window's length: the 5-hour one's as configured (`quota.windowSeconds`), any other z.ai's
+        scaled alike (a simulator's short windows keep z.ai's proportions)."""
         track = self._windows.get(name)
-        return self.window_seconds if name == FIVE_HOURS or track is None else track.reading.seconds
+        if name == FIVE_HOURS or track is None:
+            return self.window_seconds
+        return track.reading.seconds * self.window_seconds / WINDOW_SECONDS
 
     def horizon_of(self, name: str) -> float:
         """The burn's horizon in `name`: an hour, or a fifth of a shorter window."""
