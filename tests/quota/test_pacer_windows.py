@@ -3,6 +3,8 @@ credits spread over the days left to its reset, within what the 5-hour window al
 
 from __future__ import annotations
 
+import pytest
+
 from chaos_mode.quota.pacer import Pacer
 from chaos_mode.quota.pacing import NOT_PACED, PacePlan, tightest
 from chaos_mode.quota.reading import QuotaReading, WindowReading
@@ -96,3 +98,16 @@ def test_tightest_orders_caps_then_lighter_models_then_nothing() -> None:
     assert tightest([NOT_PACED, lighter, cap5, cap2]) is cap2
     assert tightest([NOT_PACED, lighter]) is lighter
     assert tightest([]) is NOT_PACED
+
+
+def test_a_short_five_hour_window_scales_the_week_alike() -> None:
+    """A simulator's 60-s "5 hours" make its week 33.6 minutes: the week's start and burn follow."""
+    _, tracker, clock = pacer_in_flight(8)
+    tracker.reconfigure(lambda _: 1.0, poll_seconds=1.0, window_seconds=60.0)
+    week_seconds = 60.0 * 33.6
+    window = WindowReading("1w", WEEK, 30.0, clock() + week_seconds * 0.8, 100.0, 30.0, 70.0)
+    tracker.read(QuotaReading((window,)))
+    assert tracker.seconds_of("1w") == week_seconds
+    forecast = tracker.forecast("1w")
+    assert forecast is not None
+    assert forecast.burn_per_hour == pytest.approx(30.0 / (week_seconds * 0.2) * HOUR)  # from its start

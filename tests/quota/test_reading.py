@@ -186,3 +186,13 @@ def test_masked_hides_the_key_and_any_cut_copy_of_it() -> None:
     assert masked(f"{key[:8]} {key[:7]} {key[:9]}x", key) == f"{MASK} {key[:7]} {MASK}x"
     assert masked("no key here", "") == "no key here"
     assert masked("short", "sho") == "short".replace("sho", MASK)
+
+
+@given(st.permutations([CREDITS_5H, CREDITS_WEEK, MONTH, {"type": "SOMETHING_NEW", "unit": 3, "number": 5}]))
+def test_the_windows_read_do_not_depend_on_the_rows_order(rows: list[dict[str, Any]]) -> None:
+    result = read_quota(body(*rows))
+    assert result.reading is not None and result.warnings == ()
+    assert sorted(result.reading.windows, key=lambda w: w.name) == sorted(
+        read_quota(body(CREDITS_5H, CREDITS_WEEK)).reading.windows,  # type: ignore[union-attr]
+        key=lambda w: w.name,
+    )
