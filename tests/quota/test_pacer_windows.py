@@ -111,3 +111,19 @@ def test_a_short_five_hour_window_scales_the_week_alike() -> None:
     forecast = tracker.forecast("1w")
     assert forecast is not None
     assert forecast.burn_per_hour == pytest.approx(30.0 / (week_seconds * 0.2) * HOUR)  # from its start
+
+
+def test_ahead_of_an_even_week_even_one_agent_waits_until_back_on_it() -> None:
+    """60% of the week in a day with one request at a time: one burns ten times what the days left
+    afford, so none goes until the week's even line comes down to what is left (3.33 days on)."""
+    pacer, tracker, clock = pacer_in_flight(1)
+    reset = clock() + 6 * DAY
+    tracker.read(QuotaReading((week(60.0, 1.0, clock()),)))
+    held = plan(pacer)
+    assert (held.window, held.max_concurrency) == ("1w", 0) and pacer.capped(0)
+    back = reset - 37 / 97 * WEEK
+    assert held.back_at == pytest.approx(back) and pacer.lifts_in() == pytest.approx(back - clock())
+    clock.advance(back - clock() + 1)
+    tracker.read(QuotaReading((WindowReading("1w", WEEK, 60.0, reset, 10000.0, 6000.0, 4000.0),)))
+    again = plan(pacer)
+    assert again.max_concurrency == 1 and not pacer.capped(0) and pacer.lifts_in() is None

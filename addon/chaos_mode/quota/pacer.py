@@ -113,9 +113,10 @@ class Pacer:
         forecast = tracker.forecast(name)
         if forecast is None or forecast.resets_at is None:
             return (None if forecast is None else spend_of_forecast(forecast)), None
-        if now < forecast.resets_at - tracker.seconds_of(name) + tracker.horizon_of(name) / 2:
+        start = forecast.resets_at - tracker.seconds_of(name)
+        if now < start + tracker.horizon_of(name) / 2:
             return None, None
-        return spend_of_forecast(forecast), (forecast.resets_at, False)
+        return spend_of_forecast(forecast, now=now, start=start), (forecast.resets_at, False)
 
     def budget(self) -> Budget | None:
         """What may still be sent this window (None: not known, or a fleet's: no hard stop)."""
@@ -143,9 +144,13 @@ class Pacer:
         return held.resets_at if held is not None and held.settled else None
 
     def lifts_in(self) -> float | None:
-        """Seconds until the reset while the hard stop holds every model (when the waiters may go)."""
+        """Seconds until the waiters may go: the reset while the hard stop holds every model, else the
+        return to an even pace while the plan holds every request (None: neither holds)."""
         held = self._held()
-        return None if held is None else max(held.resets_at - self._wall_clock(), 0.0)
+        if held is not None:
+            return max(held.resets_at - self._wall_clock(), 0.0)
+        back_at = self._plan.back_at if self.on and self._plan.max_concurrency == 0 else None
+        return None if back_at is None else max(back_at - self._wall_clock(), PACE_EVERY)
 
     def drained(self) -> None:
         """A request ended: while the hard stop holds, the reading that may lift it is asked for now."""
