@@ -59,17 +59,24 @@ async def run(pace: bool, *, window: float, credits: float, agents: int, share: 
         )
         with proxy:
             async with httpx.AsyncClient(trust_env=False, timeout=300) as client:
-                end = started + share * week - 1.0
+                end = started + share * week - 0.5  # the week's end (or the share's), less a margin
+
+                async def truth() -> dict[str, Any]:  # the credits, read just before the week ends
+                    await asyncio.sleep(max(end - time.monotonic(), 0.0))
+                    stats: dict[str, Any] = (await client.get(sim.base_url + "/sim/stats")).json()["credits"]
+                    return stats
+
+                reading = asyncio.ensure_future(truth())
                 answers, refused, longest = await _swarm(client, proxy, agents, end)
-                truth = (await client.get(sim.base_url + "/sim/stats")).json()["credits"]
+                counted = await reading
                 shown = (await client.get(proxy.status_url)).json()["quota"]
-    spent = truth["windows"]["1w"]
+    spent = counted["windows"]["1w"]
     return {
         "pace": pace,
         "seconds": round(time.monotonic() - started, 1),
         "answers": answers,
         "refusedToClients": refused,
-        "zai": truth["refused"],
+        "zai": counted["refused"],
         "weekCreditsUsed": spent["used"],
         "weekCap": spent["cap"],
         "longestRequestSeconds": round(longest, 2),
@@ -80,8 +87,8 @@ async def run(pace: bool, *, window: float, credits: float, agents: int, share: 
 async def _swarm(
     client: httpx.AsyncClient, proxy: ProxyProcess, agents: int, until: float
 ) -> tuple[int, dict[str, int], float]:
-    """(answers, the non-200 statuses by status, the longest request): each agent asks again as soon as
-    answered, a second after a refusal, until `until` (monotonic)."""
+    """(answers by `until`, the non-200 statuses by status, the longest request): each agent asks again as
+    soon as answered, a second after a refusal, until `until` (monotonic)."""
     answers, refused, longest = 0, dict[str, int](), 0.0
 
     async def agent() -> None:
@@ -91,7 +98,7 @@ async def _swarm(
             response = await client.post(proxy.url + "/api/anthropic/v1/messages", json=BODY, headers=HEADERS)
             longest = max(longest, time.monotonic() - started)
             if response.status_code == 200:
-                answers += 1
+                answers += time.monotonic() <= until
                 continue
             refused[str(response.status_code)] = refused.get(str(response.status_code), 0) + 1
             await asyncio.sleep(1.0)
