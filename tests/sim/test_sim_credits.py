@@ -66,6 +66,7 @@ def test_1308_when_the_five_hours_are_spent_1310_when_the_week_is_even_after_a_r
     week_reset = dt.datetime.fromtimestamp(1_700_000_000.0 + 7 * DAY, dt.UTC).astimezone(BEIJING)
     assert code == "1310" and f"您的限额将在 {week_reset:%Y-%m-%d %H:%M:%S} 重置" in message
     assert plan.snapshot()["refused"] == {"1308": 1, "1310": 1}
+    assert plan.snapshot()["windows"]["1w"]["spentAt"] == 1_700_000_000.0 + 5 * HOUR  # 117 + 162
     week = plan.body()["data"]["limits"][1]
     assert week["currentValue"] == 303 and week["remaining"] == 0 and week["percentage"] == 100
 

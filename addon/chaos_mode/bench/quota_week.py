@@ -79,6 +79,9 @@ async def run(pace: bool, *, window: float, credits: float, agents: int, share: 
         "zai": counted["refused"],
         "weekCreditsUsed": spent["used"],
         "weekCap": spent["cap"],
+        "weekSpentAtShare": None  # of the week, when its credits ran out
+        if spent["spentAt"] is None
+        else round((spent["spentAt"] - spent["windowStart"]) / week, 3),
         "longestRequestSeconds": round(longest, 2),
         "pacedWaits": shown["pacing"]["pacedWaits"],
     }

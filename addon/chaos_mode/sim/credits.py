@@ -47,6 +47,7 @@ class CreditWindow:
     starts_at_first_use: bool
     start: float | None = None
     used: float = 0.0
+    spent_at: float | None = None  # when this window's credits ran out
 
     def roll(self, now: float) -> None:
         """A window past its end: the next one, not started (the 5-hour) or from where this one ended."""
@@ -56,7 +57,7 @@ class CreditWindow:
             self.start = None
         else:
             self.start += (now - self.start) // self.seconds * self.seconds
-        self.used = 0.0
+        self.used, self.spent_at = 0.0, None
 
     @property
     def spent(self) -> bool:
@@ -145,6 +146,8 @@ class SimCredits:
             if window.start is None:
                 window.start = now
             window.used += credits
+            if window.spent and window.spent_at is None:
+                window.spent_at = now
 
     def body(self, level: str = "sim") -> dict[str, Any]:
         """The quota endpoint's answer for a credit plan."""
@@ -161,6 +164,7 @@ class SimCredits:
                     "used": round(w.used, 3),
                     "windowStart": w.start,
                     "resetsAt": w.resets_at,
+                    "spentAt": w.spent_at,
                     "row": w.row(),
                 }
                 for w in self._rolled()
