@@ -287,3 +287,5 @@ def test_the_quota_line_has_every_window_in_credits_and_what_paces() -> None:
         "Quota (zai): not started (2000 credits; it starts at first use); 1w: 40.0% used (4000 of 10000"
         " credits), resets in 6d00h, 1.7%/h, runs out in 1d12h; paced by 1w: at most 1 at once"
     )
+    held = {**shown, "pacing": {**pacing, "maxConcurrency": 0}}
+    assert quota_line(quota_panel(held)).endswith("; paced by 1w: none until back on an even pace")

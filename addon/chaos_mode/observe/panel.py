@@ -122,7 +122,9 @@ def _quota(quota: dict[str, Any] | None, now: float) -> str | None:
     pacing = quota.get("pacing")
     if pacing and pacing["enabled"]:
         by = f" by {pacing['window']}" if pacing.get("window") not in (None, "5h") else ""
-        if pacing["maxConcurrency"] is not None:
+        if pacing["maxConcurrency"] == 0:
+            line += f"; paced{by}: none until back on an even pace"
+        elif pacing["maxConcurrency"] is not None:
             line += f"; paced{by}: at most {pacing['maxConcurrency']} at once"
         elif pacing["preferLowerWeight"]:
             line += f"; paced{by}: lighter models first"
