@@ -15,6 +15,7 @@ from typing import Any
 import prometheus_client
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from tests.support.quota_readings import five_hours
 
 import chaos_mode
 from chaos_mode.config.schema import ModelRouting, parse_config
@@ -22,7 +23,7 @@ from chaos_mode.doors.messages import BAD_KINDS
 from chaos_mode.fleet.figures import FleetFigures
 from chaos_mode.observe.metrics import KNOWN_CODES, METRICS, ChaosMetrics, code_label
 from chaos_mode.observe.stats import OUTCOMES, WAIT_BUCKETS, Stats
-from chaos_mode.quota.reading import QuotaReading
+from chaos_mode.quota.reading import QuotaReading, WindowReading
 from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
 from chaos_mode.zai.catalog import REQUEST_TIERS
 from chaos_mode.zai.errors import BEIJING, UpstreamError, classify_error
@@ -584,7 +585,10 @@ def test_fleet_figures_only_with_a_fleet() -> None:
 
 
 def test_the_quota_gauges_follow_the_estimate(h: Harness) -> None:
-    assert h.value("chaos_quota_used_ratio") is None and h.value("chaos_quota_resets_at_seconds") is None
+    assert (
+        h.value("chaos_quota_used_ratio", window="5h") is None
+        and h.value("chaos_quota_resets_at_seconds", window="5h") is None
+    )
     assert h.value("chaos_quota_source_info", source="estimate") == 1.0
     for _ in range(4):
         slot = h.pool.try_acquire(Ticket("light"))
@@ -593,13 +597,13 @@ def test_the_quota_gauges_follow_the_estimate(h: Harness) -> None:
         h.pool.release(slot)
         h.advance(60)
     assert h.value("chaos_quota_counted_prompts") == 4.0
-    assert h.value("chaos_quota_used_ratio") is None  # no scale yet
+    assert h.value("chaos_quota_used_ratio", window="5h") is None  # no scale yet
     reset = datetime.fromtimestamp(h.wall() + 3600, UTC).astimezone(BEIJING).strftime("%Y-%m-%d %H:%M:%S")
     h.pool.report_error("glm-4.5", h.error("1308", message=f"[1308][Your limit will reset at {reset}]"))
-    assert h.value("chaos_quota_used_ratio") == 1.0
-    assert h.value("chaos_quota_resets_at_seconds") == pytest.approx(h.wall() + 3600, abs=1)
-    assert h.value("chaos_quota_runs_out_at_seconds") == h.wall()  # spent now
-    assert h.value("chaos_quota_burn_ratio_per_hour") == pytest.approx(1.0 / (4 * 60) * 3600)
+    assert h.value("chaos_quota_used_ratio", window="5h") == 1.0
+    assert h.value("chaos_quota_resets_at_seconds", window="5h") == pytest.approx(h.wall() + 3600, abs=1)
+    assert h.value("chaos_quota_runs_out_at_seconds", window="5h") == h.wall()  # spent now
+    assert h.value("chaos_quota_burn_ratio_per_hour", window="5h") == pytest.approx(1.0 / (4 * 60) * 3600)
 
 
 def test_quota_read_failures_are_counted(h: Harness) -> None:
@@ -615,9 +619,28 @@ def test_the_pacing_metrics() -> None:
     assert h.value("chaos_quota_paced_waits_total") == 0.0
     held = [h.pool.try_acquire(Ticket("light")) for _ in range(6)]
     h.advance(100)
-    h.pool.quota.read(QuotaReading(60.0, h.wall() + 5 * 3600 - 1.5 * 3600))  # 40%/h, 3.5 h to go
+    h.pool.quota.read(five_hours(60.0, h.wall() + 5 * 3600 - 1.5 * 3600))  # 40%/h, 3.5 h to go
     h.pool.try_acquire(Ticket("light"))  # the plan is worked out at a selection
     assert h.value("chaos_quota_paced_max_concurrency") == 1.0  # 6 x 10.6 / 40
     for slot in held:
         assert slot is not None
         h.pool.release(slot)
+
+
+def test_every_window_read_has_its_gauges_and_credits(h: Harness) -> None:
+    now = h.wall()
+    h.pool.quota.read(
+        QuotaReading(
+            (
+                WindowReading("5h", 5 * 3600.0, 0.0, None, 2000.0, 0.0, 2000.0),  # not started
+                WindowReading("1w", 7 * 86400.0, 40.0, now + 6 * 86400, 10000.0, 4000.0, 6000.0),
+            )
+        )
+    )
+    assert h.value("chaos_quota_used_ratio", window="5h") == 0.0
+    assert h.value("chaos_quota_resets_at_seconds", window="5h") is None  # starts at first use
+    assert h.value("chaos_quota_used_ratio", window="1w") == 0.4
+    assert h.value("chaos_quota_resets_at_seconds", window="1w") == now + 6 * 86400
+    assert h.value("chaos_quota_runs_out_at_seconds", window="1w") == pytest.approx(now + 1.5 * 86400)
+    assert h.value("chaos_quota_credits", window="1w", figure="used") == 4000.0
+    assert h.value("chaos_quota_credits", window="5h", figure="left") == 2000.0

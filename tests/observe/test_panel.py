@@ -261,3 +261,33 @@ def test_the_quota_line_says_used_reset_burn_and_forecast() -> None:
     assert quota_line(quota_panel(lasting)) == (
         "Quota (zai): 40.0% used, resets in 3h00m, 30.0%/h, lasts; quota not read: HTTP 500"
     )
+
+
+def test_the_quota_line_has_every_window_in_credits_and_what_paces() -> None:
+    pool = ChaosPool(config(), clock=Clock(), wall_clock=lambda: WALL)
+    quota = pool.quota.status()
+    five = {
+        "name": "5h",
+        "seconds": 18000.0,
+        "source": "zai",
+        "started": False,
+        "usedPercent": 0.0,
+        "used": 0.0,
+        "cap": 2000.0,
+        "left": 2000.0,
+        "resetsAt": None,
+        "burnPerHour": 0.0,
+        "runsOutAt": None,
+    }
+    week = {**five, "name": "1w", "seconds": 604800.0, "started": True, "usedPercent": 40.0, "used": 4000.0,
+            "cap": 10000.0, "left": 6000.0, "resetsAt": WALL + 6 * 86400, "burnPerHour": 1.67,
+            "runsOutAt": WALL + 36 * 3600}  # fmt: skip
+    pacing = {"enabled": True, "preferLowerWeight": True, "maxConcurrency": 1, "reason": "",
+              "pacedWaits": 0, "window": "1w"}  # fmt: skip
+    shown = {**quota, "source": "zai", "usedPercent": 0.0, "windows": [five, week], "pacing": pacing}
+    assert quota_line(quota_panel(shown)) == (
+        "Quota (zai): not started (2000 credits; it starts at first use); 1w: 40.0% used (4000 of 10000"
+        " credits), resets in 6d00h, 1.7%/h, runs out in 1d12h; paced by 1w: at most 1 at once"
+    )
+    held = {**shown, "pacing": {**pacing, "maxConcurrency": 0}}
+    assert quota_line(quota_panel(held)).endswith("; paced by 1w: none until back on an even pace")

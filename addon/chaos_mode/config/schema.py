@@ -276,7 +276,7 @@ class QuotaSettings(_Base):
         default=WINDOW_SECONDS,
         ge=1,
         le=31 * 86_400,
-        description="the quota's window: z.ai's 5 hours (another length for a simulator's short window)",
+        description="the quota's 5-hour window (another length for a simulator's: the week scales alike)",
     )
 
     @model_validator(mode="after")
