@@ -398,7 +398,7 @@ async def test_dashboard_shows_the_quota_read_from_zai(chromium: str) -> None:
             (
                 await client.post(sim.anthropic_base_url + "/v1/messages", json=body, headers=headers)
             ).raise_for_status()
-        extra = ["--set", "chaos_quota=DASHBOARD_QUOTA_KEY"]
+        extra = ["--set", "chaos_key=DASHBOARD_QUOTA_KEY"]
         async with (
             ProxyProcess(
                 upstream=sim.base_url,
@@ -472,7 +472,7 @@ async def test_dashboard_shows_a_credit_plans_windows(chromium: str) -> None:
             ProxyProcess(
                 upstream=sim.base_url,
                 config=config,
-                extra_args=["--set", "chaos_quota=DASHBOARD_QUOTA_KEY"],
+                extra_args=["--set", "chaos_key=DASHBOARD_QUOTA_KEY"],
                 env={"DASHBOARD_QUOTA_KEY": QUOTA_KEY},
                 start_timeout=30.0,
             ) as proxy,

@@ -60,7 +60,7 @@ def hostile() -> Iterator[HostileUpstream]:
 def proxy(hostile: HostileUpstream) -> Iterator[ProxyProcess]:
     """The quota read with the key `bomb-quota`: the hostile z.ai's quota answer is a bomb after the first."""
     config = routing(quota={"pollSeconds": 2, "pollBackoffMaxSeconds": 5})
-    extra = ["--set", f"chaos_quota={QUOTA_VARIABLE}"]
+    extra = ["--set", f"chaos_key={QUOTA_VARIABLE}"]
     env = {QUOTA_VARIABLE: "bomb-quota"}
     with ProxyProcess(upstream=hostile.url, config=config, extra_args=extra, env=env) as proxy:
         yield proxy

@@ -32,7 +32,7 @@ def keyed_proxy(sim: Sim, config: dict[str, Any], key: str = KEY, **extra: Any) 
     return {
         "upstream": sim.base_url,
         "config": config,
-        "extra_args": ["--set", f"chaos_quota={VARIABLE}", *extra.pop("extra_args", [])],
+        "extra_args": ["--set", f"chaos_key={VARIABLE}", *extra.pop("extra_args", [])],
         "env": {VARIABLE: key},
         **extra,
     }

@@ -110,9 +110,11 @@ async def test_a_reading_carries_the_count_as_it_was_asked_for(
     tracker.sent(1, "glm-4.5")
     fetch, seen = poller._fetch, []
 
-    async def answered_meanwhile(to: Destination, key: str, timeout: float) -> tuple[int, bytes, str | None]:
+    async def answered_meanwhile(
+        to: Destination, path: str, key: str, timeout: float
+    ) -> tuple[int, bytes, str | None]:
         tracker.answered("glm-4.5", 1)
-        return await fetch(to, key, timeout)
+        return await fetch(to, path, key, timeout)
 
     monkeypatch.setattr(poller, "_fetch", answered_meanwhile)
     monkeypatch.setattr(tracker, "read", lambda reading, asked=None: seen.append(asked))

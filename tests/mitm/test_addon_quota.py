@@ -1,4 +1,4 @@
-"""The chaos_quota option: the name of a variable holding the key, where the quota is read, and a poller
+"""The chaos_key option: the name of a variable holding the key, where the quota is read, and a poller
 that runs only with a key, whose failures are shown, not fatal, and never show the key."""
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ def test_a_key_given_as_the_option_is_refused_without_repeating_it() -> None:
     addon = ChaosMode()
     with taddons.context(addon) as tctx:
         tctx.configure(addon, chaos_web="", chaos_limits_file="off")
-        with pytest.raises(exceptions.OptionsError, match=r"^chaos_quota: must be the NAME") as info:
-            tctx.configure(addon, chaos_quota=KEY)
+        with pytest.raises(exceptions.OptionsError, match=r"^chaos_key: must be the NAME") as info:
+            tctx.configure(addon, chaos_key=KEY)
     assert KEY not in str(info.value)
 
 
@@ -71,7 +71,7 @@ def running_addon(**options: Any) -> Iterator[tuple[ChaosMode, taddons.context]]
     """The addon configured with `options` and running (its forwarder, its poller), stopped after."""
     addon = ChaosMode()
     with taddons.context(addon) as tctx:
-        tctx.configure(addon, chaos_web="", chaos_limits_file="off", chaos_quota="ZAI_QUOTA_KEY", **options)
+        tctx.configure(addon, chaos_web="", chaos_limits_file="off", chaos_key="ZAI_QUOTA_KEY", **options)
         addon.running()
         try:
             yield addon, tctx
@@ -103,7 +103,7 @@ async def test_a_variable_not_set_is_said_and_the_estimate_serves(
         quota = addon.chaos_stats()["quota"]
         assert not addon.quota_poller.running
         assert quota["source"] == "estimate" and quota["reader"] == "off"
-        assert quota["error"] == "chaos_quota: the environment variable it names is not set"
+        assert quota["error"] == "chaos_key: the environment variable it names is not set"
     assert "names an environment variable that is not set" in caplog.text
 
 
@@ -114,5 +114,5 @@ async def test_a_refused_key_is_shown_not_fatal(sim: SimServer, monkeypatch: pyt
         quota = addon.chaos_stats()["quota"]
         assert "HTTP 401: the key was refused" in quota["error"] and quota["usedPercent"] is None
         assert addon.quota_poller.running  # it tries again, later
-        tctx.configure(addon, chaos_quota="")
+        tctx.configure(addon, chaos_key="")
         assert not addon.quota_poller.running and addon.chaos_stats()["quota"]["reader"] == "off"

@@ -54,7 +54,7 @@ async def run(pace: bool, *, window: float, credits: float, agents: int, share: 
         proxy = ProxyProcess(
             upstream=sim.base_url,
             config=config,
-            extra_args=["--set", f"chaos_quota={VARIABLE}"],
+            extra_args=["--set", f"chaos_key={VARIABLE}"],
             env={VARIABLE: KEY},
         )
         with proxy:

@@ -21,11 +21,11 @@ from typing import Any, Final, Literal
 import certifi
 
 from chaos_mode.zai import json_body
+from chaos_mode.zai.catalog import MODELS_PATH
 from chaos_mode.zai.errors import extract_code
 
 Door = Literal["anthropic", "openai"]
 DOORS: Final[tuple[Door, ...]] = ("anthropic", "openai")
-MODELS_PATH: Final = "/api/coding/paas/v4/models"
 DOOR_PATHS: Final[dict[Door, str]] = {
     "anthropic": "/api/anthropic/v1/messages",
     "openai": "/api/coding/paas/v4/chat/completions",

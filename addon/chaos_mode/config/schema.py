@@ -260,14 +260,14 @@ class StreamSettings(_Base):
 
 
 class QuotaSettings(_Base):
-    """The Coding Plan's 5-hour quota: read (the `chaos_quota` option), estimated, forecast, paced."""
+    """The Coding Plan's 5-hour quota: read (the `chaos_key` option), estimated, forecast, paced."""
 
     pace: bool = Field(
         default=False,
         description="when the forecast runs out before the reset: lighter models first, then fewer at once",
     )
     poll_seconds: Float = Field(
-        default=60.0, ge=1, le=3600, description="how often z.ai's quota is read (with a chaos_quota key)"
+        default=60.0, ge=1, le=3600, description="how often z.ai's quota is read (with a chaos_key key)"
     )
     poll_backoff_max_seconds: Float = Field(
         default=900.0, ge=5, le=86_400, description="failed reads wait twice as long each time, up to this"

@@ -204,7 +204,7 @@ class ProxyProcess(ChildProcess):
         **kwargs: float,
     ) -> None:
         super().__init__(**kwargs)
-        self.env = dict(env or {})  # more environment variables for mitmdump (a chaos_quota key, say)
+        self.env = dict(env or {})  # more environment variables for mitmdump (a chaos_key key, say)
         self.upstream = upstream  # reverse mode to this URL; None: regular proxy mode
         self.config = config
         self.addon = addon

@@ -1,4 +1,5 @@
-"""Reading z.ai's quota with the forwarder's own HTTP client: every `pollSeconds`, twice as long after each
+"""Reading the account with the forwarder's own HTTP client: z.ai's model list every `MODELS_SECONDS` (handed
+to `listing`: `ChaosPool.listed`), and its quota every `pollSeconds`, twice as long after each
 failure (up to `pollBackoffMaxSeconds`), a failure shown in the tracker (`/api/status`) and logged once,
 never fatal, whatever it raised; and
 at once when the tracker asks (`read_soon`: pacing's hard stop holds and the requests it let go are all
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
@@ -21,6 +23,9 @@ from chaos_mode.forwarding.decoding import CODINGS, Outcome, coding_of, decode
 from chaos_mode.forwarding.upstream import Destination, UpstreamClients, UpstreamFailed
 from chaos_mode.quota.reading import masked, read_quota
 from chaos_mode.quota.tracker import QuotaTracker
+from chaos_mode.routing.aliases import read_listing
+from chaos_mode.zai import json_body
+from chaos_mode.zai.catalog import MODELS_PATH
 from chaos_mode.zai.quota import QUOTA_PATH
 
 log = logging.getLogger("chaos_mode")
@@ -30,6 +35,7 @@ READ_SECONDS: Final = (
 )
 MAX_BODY: Final = 256 * 1024  # bytes of a quota answer read, as it came and once decoded
 SAID: Final = 200  # characters of an unexpected failure's text shown, the key masked first
+MODELS_SECONDS: Final = 300.0  # how often z.ai's model list is read (a failed reading waits as long)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,9 +56,16 @@ def next_delay(plan: PollPlan, failures: int) -> float:
 class QuotaPoller:
     """One task reading the quota into `tracker` while started."""
 
-    def __init__(self, clients: UpstreamClients, tracker: QuotaTracker) -> None:
+    def __init__(
+        self,
+        clients: UpstreamClients,
+        tracker: QuotaTracker,
+        listing: Callable[[list[str]], None] | None = None,
+    ) -> None:
         self._clients = clients
         self._tracker = tracker
+        self._listing = listing  # what z.ai's model list names is handed here
+        self._models_due = -math.inf  # the loop's time the model list is read next
         self._task: asyncio.Task[None] | None = None
         self._soon = asyncio.Event()  # the tracker asked for a reading before the next poll
         self._warned: set[str] = set()
@@ -78,6 +91,10 @@ class QuotaPoller:
     async def _run(self, plan: PollPlan, key: Callable[[], str]) -> None:
         while True:
             self._soon.clear()  # asked for while this reading is on its way: the next one goes at once
+            loop = asyncio.get_running_loop()
+            if self._listing is not None and loop.time() >= self._models_due:
+                self._models_due = loop.time() + MODELS_SECONDS
+                await self._list_guarded(plan, key)
             failed = await self._read_guarded(plan, key)
             self.failures = self.failures + 1 if failed else 0
             delay = next_delay(plan, self.failures)
@@ -103,18 +120,40 @@ class QuotaPoller:
             self._tracker.failed(error)
             return True
 
+    async def _list_guarded(self, plan: PollPlan, key: Callable[[], str]) -> None:
+        """Read z.ai's model list into `listing`; a failure is logged once (masked) and read again later."""
+        secret = ""
+        try:
+            secret = key()
+            timeout = min(READ_SECONDS, plan.every)
+            bearer = f"Bearer {secret}"
+            status, body, error = await self._fetch(plan.destination, MODELS_PATH, bearer, timeout)
+            if error is None and status != 200:
+                error = f"HTTP {status}"
+            names = None if error is not None else read_listing(json_body.loads(body))
+            if names is None:
+                raise ValueError(error or "not an OpenAI-style list")
+        except Exception as exc:  # whatever went wrong, the quota is still read
+            said = masked(f"{exc}", secret)[:SAID]
+            self._warn_once(masked(f"model list not read from {plan.destination.authority}: {said}", secret))
+            return
+        assert self._listing is not None
+        self._listing(names)
+
     async def read_once(self, to: Destination, key: str, *, timeout: float | None = None) -> bool:
         """One reading into the tracker, given up after `timeout` seconds (`READ_SECONDS`); True when it
         failed (the tracker says why)."""
         self.reads += 1
         asked = self._tracker.asked()  # the proxy's count as the reading is asked for (pacing's bounds)
-        status, body, error = await self._fetch(to, key, READ_SECONDS if timeout is None else timeout)
+        status, body, error = await self._fetch(
+            to, QUOTA_PATH, key, READ_SECONDS if timeout is None else timeout
+        )
         if error is None and status != 200:
             error = f"HTTP {status}" + (": the key was refused" if status in (401, 403) else "")
         if error is None:
             result = read_quota(body, key)
             for warning in result.warnings:
-                self._warn_once(masked(warning, key))
+                self._warn_once(masked(f"z.ai's quota answer: {warning}", key))
             if result.reading is not None:
                 self._tracker.read(result.reading, asked)
                 return False
@@ -122,11 +161,13 @@ class QuotaPoller:
         self._tracker.failed(masked(f"quota not read from {to.authority}: {error}", key))
         return True
 
-    async def _fetch(self, to: Destination, key: str, timeout: float) -> tuple[int, bytes, str | None]:
+    async def _fetch(
+        self, to: Destination, path: str, key: str, timeout: float
+    ) -> tuple[int, bytes, str | None]:
         headers = [(b"authorization", key.encode("latin-1", "replace")), (b"accept", b"application/json")]
         try:
             async with asyncio.timeout(timeout):
-                response = await self._clients.send(to, b"GET", QUOTA_PATH.encode(), headers, b"")
+                response = await self._clients.send(to, b"GET", path.encode(), headers, b"")
                 try:
                     _, body, complete = await response.read_body(MAX_BODY)
                 finally:
@@ -148,4 +189,4 @@ class QuotaPoller:
     def _warn_once(self, warning: str) -> None:
         if warning not in self._warned:
             self._warned.add(warning)
-            log.warning("chaos-mode: z.ai's quota answer: %s", warning)
+            log.warning("chaos-mode: %s", warning)

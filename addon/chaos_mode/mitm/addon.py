@@ -101,7 +101,7 @@ SAVE_DELAY: Final = 1.0  # seconds: learned limits that change in a burst are wr
 WATCH_SECONDS: Final = 1.0  # how often the chaos_config file's stat is looked at
 STATE_OPTIONS: Final = frozenset({"chaos_state", "chaos_state_share", "chaos_state_lease_ms"})
 OPTIONS: Final = frozenset(
-    {"chaos_config", "chaos_enabled", "chaos_limits_file", "chaos_quota", "chaos_web"} | STATE_OPTIONS
+    {"chaos_config", "chaos_enabled", "chaos_limits_file", "chaos_key", "chaos_web"} | STATE_OPTIONS
 )
 MIN_LEASE_MS: Final = 300
 
@@ -128,8 +128,8 @@ class ChaosMode:
         self.metrics = ChaosMetrics(self.pool, self.stats, self._fleet_figures)
         self.web = WebServer(self.chaos_stats, self.metrics.render)
         self.forwarder = Forwarder(UpstreamClients(), wall_clock=wall_clock)
-        self.quota_poller = QuotaPoller(self.forwarder.clients, self.pool.quota)
-        self._quota_env: str | None = None  # chaos_quota: the variable holding the key, never the key
+        self.quota_poller = QuotaPoller(self.forwarder.clients, self.pool.quota, self._listed)
+        self._quota_env: str | None = None  # chaos_key: the variable holding the key, never the key
         # The owner of each routed flow (and its face in the flow), gone with the flow.
         self._requests: weakref.WeakKeyDictionary[http.HTTPFlow, RoutedRequest] = weakref.WeakKeyDictionary()
         self._views: weakref.WeakKeyDictionary[http.HTTPFlow, FlowView] = weakref.WeakKeyDictionary()
@@ -195,7 +195,7 @@ class ChaosMode:
             "while the request runs). A proxy that dies gives its slots back within this time.",
         )
         loader.add_option(
-            "chaos_quota",
+            "chaos_key",
             str,
             "",
             "The NAME of an environment variable holding a z.ai key used only to read the account's 5-hour "
@@ -247,8 +247,8 @@ class ChaosMode:
             self._restore_limits()
         if updated & STATE_OPTIONS:
             self._configure_state()
-        if "chaos_quota" in updated:
-            self._quota_env = _option("chaos_quota", parse_quota_option)
+        if "chaos_key" in updated:
+            self._quota_env = _option("chaos_key", parse_quota_option)
             if self._running:
                 self._start_quota()
         if "chaos_web" in updated:
@@ -459,8 +459,13 @@ class ChaosMode:
                 host,
             )
 
+    def _listed(self, names: list[str]) -> None:
+        """z.ai's model list, read with the `chaos_key` key: what it changed in the catalog, a line each."""
+        for line in self.pool.listed(names):
+            log.info("chaos-mode: %s", line)
+
     def _start_quota(self) -> None:
-        """Read z.ai's quota with the key `chaos_quota` names, or stop reading it."""
+        """Read z.ai's quota with the key `chaos_key` names, or stop reading it."""
         tracker, name = self.pool.quota, self._quota_env
         was_on = self.quota_poller.running
         self.quota_poller.stop()
@@ -469,9 +474,9 @@ class ChaosMode:
             return
         if not os.environ.get(name):
             # Not the name: a key given by mistake may look like one, and an unset name is no key to read.
-            tracker.failed("chaos_quota: the environment variable it names is not set")
+            tracker.failed("chaos_key: the environment variable it names is not set")
             log.warning(
-                "chaos-mode: chaos_quota names an environment variable that is not set or empty: the quota "
+                "chaos-mode: chaos_key names an environment variable that is not set or empty: the quota "
                 "is estimated from the traffic"
             )
             return

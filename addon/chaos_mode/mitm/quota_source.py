@@ -1,4 +1,4 @@
-"""Where and with what key the addon reads z.ai's quota: the `chaos_quota` option names an environment
+"""Where and with what key the addon reads z.ai's quota: the `chaos_key` option names an environment
 variable holding the key (never the key itself), and the quota is read from the host the proxy forwards to
 (the reverse mode's target, else `https://` and the first of `upstreamHosts`)."""
 
@@ -23,7 +23,7 @@ def parse_quota_option(value: str) -> str | None:
     if not _ENV_NAME.fullmatch(value):
         raise ValueError(
             "must be the NAME of an environment variable that holds the key (letters, digits, _), not the "
-            "key itself: export ZAI_QUOTA_KEY=... and --set chaos_quota=ZAI_QUOTA_KEY"
+            "key itself: export ZAI_QUOTA_KEY=... and --set chaos_key=ZAI_QUOTA_KEY"
         )
     return value
 

@@ -90,7 +90,7 @@ METRICS: Final[tuple[MetricSpec, ...]] = (
         "quota_used_ratio",
         "gauge",
         ("window",),
-        "Share of a quota window (5h, 1w) used, 0 to 1: z.ai's reading (chaos_quota), else (5h) the "
+        "Share of a quota window (5h, 1w) used, 0 to 1: z.ai's reading (chaos_key), else (5h) the "
         "proxy's estimate; no sample while neither knows.",
     ),
     _spec(

@@ -93,6 +93,9 @@ DEFAULT_UPSTREAM_HOSTS: Final[tuple[str, ...]] = ("api.z.ai", "open.bigmodel.cn"
 
 # The Anthropic door: any path ending so (the base URL a client is given varies), the query string aside.
 MESSAGES_SUFFIX: Final = "/v1/messages"
+# z.ai's list of the Coding Plan's model names (OpenAI's shape; `Authorization: Bearer <key>`). Listed is not
+# served as itself: a retired name may be listed and answer 1311 (a client saw glm-4.5 listed, 2026-09-16).
+MODELS_PATH: Final = "/api/coding/paas/v4/models"
 # z.ai's OpenAI-compatible chat completions: the general API and the Coding Plan's.
 DEFAULT_OPENAI_PATHS: Final[tuple[str, ...]] = (
     "/api/paas/v4/chat/completions",
