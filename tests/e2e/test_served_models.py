@@ -137,3 +137,34 @@ async def test_two_proxies_share_the_aliases_one_of_them_learned(
             )
             models = doc["modelDistribution"]
             assert models["glm-5.3-flash"]["aliases"] == ["glm-4.7"]
+
+
+async def test_with_a_key_the_model_list_is_read_at_start(
+    make_sim: MakeSim, make_proxy: MakeProxy, http: httpx.AsyncClient
+) -> None:
+    """z.ai's list, read with the chaos_key key: a listed model the catalog lacks is offered by its family,
+    a catalog model no longer listed leaves rotation; the key shows nowhere."""
+    key = "9d8c7b6a5f4e3d2c1b0a.ServedModelsListKey"
+    sim = await make_sim(**DEC, quota_key=key)
+    models = {
+        "glm-5.3": {"tier": "HEAVY", "maxConcurrency": 3},
+        "glm-4.9-gone": {"tier": "HEAVY", "maxConcurrency": 2},
+    }
+    proxy = await make_proxy(
+        upstream=sim.base_url,
+        config=routing(
+            models=models, aliases={"glm-5.1": "glm-5.3", "glm-5.2": "glm-5.3", "glm-5": "glm-5.3"}
+        ),
+        extra_args=["--set", "chaos_key=CHAOS_E2E_LIST_KEY"],
+        env={"CHAOS_E2E_LIST_KEY": key},
+    )
+    doc = await poll(lambda: status(http, proxy), lambda d: "glm-5.4" in d["modelDistribution"], timeout=10.0)
+    got = doc["modelDistribution"]
+    assert got["glm-5.4"]["tier"] == "LIGHT" and got["glm-5.4"]["capacity"] == 1  # until seen serving
+    assert got["glm-5-turbo"]["tier"] == "LIGHT"  # listed, and in truth served by glm-5.3-flash
+    assert got["glm-4.9-gone"]["outOfRotation"] == "not listed by z.ai's models endpoint"
+    assert "glm-5.1" not in got and got["glm-5.3"]["aliases"] == ["glm-5", "glm-5.1", "glm-5.2"]
+    client = sdk_client(proxy.url, key=HEADERS["x-api-key"])
+    results = await asyncio.gather(*(sdk_stream(client, OPUS, headers={}) for _ in range(4)))
+    assert {r.served for r in results} == {"glm-5.3"} and all(r.status == 200 for r in results)
+    assert key not in proxy.output()

@@ -260,10 +260,14 @@ def test_a_listed_model_the_catalog_lacks_is_offered_by_its_family_and_an_unlist
     p = pool()
     p.aliases.learn("glm-5.1", "glm-5.3")
     lines = p.listed(["glm-5.1", "glm-5.3", "glm-5.4", "glm-4.6v", "glm-5.3-flash", "mystery", "glm-4.5-air"])
-    assert "glm-5.4: listed by z.ai, offered (HEAVY)" in lines
+    assert "glm-5.4: listed by z.ai, offered (LIGHT)" in lines  # until it is seen served as itself
     models = p.config.models
     assert models["glm-5.4"].max_concurrency == 1 and models["glm-4.6v"].vision
     assert models["glm-5.3-flash"].tier == "LIGHT"
+    seen = p.acquire("glm-5.4")
+    assert seen is not None and p.report_served(seen, "glm-5.4")
+    assert p.config.models["glm-5.4"].tier == "HEAVY" and not p.report_served(seen, "glm-5.4")
+    p.release(seen)
     assert "mystery" not in models and "glm-5.1" not in models  # no family; served as glm-5.3
     out = served(p.status())["models"]
     assert out["glm-4.7"]["outOfRotation"] == "not listed by z.ai's models endpoint"

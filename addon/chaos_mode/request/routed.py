@@ -299,8 +299,8 @@ class RoutedRequest:
             return False
         if model.lower() != attempt.model.lower():
             attempt.served = model
-            self.pool.report_served(attempt.slot, model)
             self.view.changed(self)
+        self.pool.report_served(attempt.slot, model)
         return True
 
     def answered(self, slot: Slot | None = None, *, at_once: bool = True) -> None:

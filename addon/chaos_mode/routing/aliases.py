@@ -32,6 +32,7 @@ class Aliases:
         self._wall_clock = wall_clock
         self._given: dict[str, str] = {}
         self._learned: dict[str, tuple[str, float]] = {}  # asked -> (served, learned at, wall clock)
+        self.confirmed: set[str] = set()  # names seen served as themselves (a listed model's tier is trusted)
         self.version = 0  # grows with every change of the learned map
 
     def configure(self, given: Mapping[str, str]) -> None:
@@ -151,11 +152,14 @@ def read_listing(document: Any) -> list[str] | None:
 
 def offered(listed: list[str], config: ModelRouting, aliases: Aliases) -> dict[str, ModelSpec]:
     """The models z.ai lists that the catalog lacks and z.ai's naming gives a tier (`family_tier`), each
-    starting at `LISTED_LIMIT`: a name known to be served as another is not one of them."""
+    starting at `LISTED_LIMIT`: a name known to be served as another is not one of them. Until an answer
+    shows it served as itself it is the lowest tier: a listed name may be an alias of a lighter model (z.ai
+    lists glm-5-turbo, served by glm-5.3-flash), and a floor is never broken on a name's word."""
     specs = {}
     for name in listed:
         known = name in config.models or aliases.served(name) != name
         family = None if known or name.startswith("*") else family_tier(name)
         if family is not None:
-            specs[name] = ModelSpec(tier=family[0], vision=family[1], max_concurrency=LISTED_LIMIT)
+            tier = family[0] if name in aliases.confirmed else "LIGHT"
+            specs[name] = ModelSpec(tier=tier, vision=family[1], max_concurrency=LISTED_LIMIT)
     return specs

@@ -310,10 +310,9 @@ class ChaosPool:
         catalog as z.ai does (`routing.aliases.fold`): `config` names the catalog as given."""
         self._given = config
         self.aliases.configure(config.aliases)
-        if self._listed is not None:
-            config = config.model_copy(
-                update={"models": {**config.models, **offered(self._listed, config, self.aliases)}}
-            )
+        self._offered = {} if self._listed is None else offered(self._listed, config, self.aliases)
+        if self._offered:
+            config = config.model_copy(update={"models": {**config.models, **self._offered}})
         config, self._folded = fold(config, self.aliases)
         self._config = config
         self._strategy: Strategy = make_strategy(config.chaos_mode.strategy, self._rng)
@@ -859,8 +858,13 @@ class ChaosPool:
 
     def report_served(self, slot: Slot, served: str) -> bool:
         """z.ai named the model that served `slot`'s request: a catalog model served as another is folded
-        into it from now on (`routing.aliases`). True when the catalog changed."""
-        if served.lower() == slot.model.lower() or not self.aliases.learn(slot.model, served):
+        into it from now on, a listed model served as itself takes its family's tier (`routing.aliases`).
+        True when the catalog changed."""
+        if served.lower() == slot.model.lower():
+            if slot.model not in self._offered or slot.model in self.aliases.confirmed:
+                return False
+            self.aliases.confirmed.add(slot.model)  # a listed model served as itself: its family's tier
+        elif not self.aliases.learn(slot.model, served):
             return False
         self.reconfigure(self._given)
         return True
