@@ -164,12 +164,17 @@ class RoutedRequest:
     @property
     def may_fail_over(self) -> bool:
         """Another attempt is allowed: at once, up to `streams.maxFailovers` in a row since it last waited;
-        refused for capacity since then, once a slot frees (`fail_over`), the queue on."""
-        return not self._burst_spent or (bool(self.busy) and self.pool.config.queue.enabled)
+        its latest refused for capacity, once a slot frees (`fail_over`)."""
+        return not self._burst_spent or self._storm
 
     @property
     def _burst_spent(self) -> bool:
         return len(self.attempts) - self._burst - 1 >= self.pool.config.streams.max_failovers
+
+    @property
+    def _storm(self) -> bool:
+        """Its latest attempt was refused for capacity, and the fair queue is there to wait in."""
+        return bool(self.attempts) and self.attempts[-1].model in self.busy and self.pool.config.queue.enabled
 
     @functools.cached_property
     def conversation(self) -> str | None:
@@ -226,19 +231,19 @@ class RoutedRequest:
         return True
 
     async def fail_over(self, why: str) -> Slot | None:
-        """After the current attempt was refused (`refused_by`): a slot on another model, held, after a
-        fair wait in line from the request's first arrival; None when no model could take it within the
-        queue's timeout from then (or the request ended meanwhile: then `finished`). Refused for capacity
-        by every model it may try, or by as many in a row as `streams.maxFailovers` allows, it waits for a
-        slot to free (one held here given back), and those models are eligible again."""
+        """After the current attempt was refused (`refused_by`): a slot on another model, held, at once or
+        after a fair wait in line from the request's first arrival; None when no model could take it
+        within the queue's timeout from then (or the request ended meanwhile: then `finished`). Its latest
+        attempt refused for capacity, with no other model left to try or as many attempts in a row as
+        `streams.maxFailovers` allows (the queue on), it first waits for a slot held here to be given
+        back; then the models that refused it for capacity are eligible again, and a new burst begins."""
         failed = self.model or ""
         ticket = self.ticket()
-        storm = self.busy and self.pool.config.queue.enabled
-        if storm and (self._burst_spent or self.pool.unavailable(ticket) is not None):
+        if self._storm and (self._burst_spent or self.pool.unavailable(ticket) is not None):
             self.busy, self._burst = frozenset(), len(self.attempts)
             ticket = replace(self.ticket(), may_probe=False)  # a slot within the learned limits
-            if self.pool.in_flight() and self.pool.unavailable(ticket) is None:
-                await self.pool.freed(self._time_left())  # nothing held here would free: none to wait for
+            if self.pool.in_flight() and self.pool.unavailable(ticket) is None:  # else none would free
+                await self.pool.freed(self._time_left())
         slot = await self.pool.admit(ticket, since=self.arrived, timeout=self._time_left())
         if slot is None:
             self.stats.failover(failed, None, why)
