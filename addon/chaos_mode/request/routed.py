@@ -244,6 +244,8 @@ class RoutedRequest:
             ticket = replace(self.ticket(), may_probe=False)  # a slot within the learned limits
             if self.pool.in_flight() and self.pool.unavailable(ticket) is None:  # else none would free
                 await self.pool.freed(self._time_left())
+                if self.finished:
+                    return None
         slot = await self.pool.admit(ticket, since=self.arrived, timeout=self._time_left())
         if slot is None:
             self.stats.failover(failed, None, why)
