@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from chaos_mode.bench import learner_bench
 from chaos_mode.bench.__main__ import main as bench_main
 from chaos_mode.bench.__main__ import parse_seeds
 from chaos_mode.bench.field import PRESETS, field_bound, parse_presets, planned_changes, true_timeline
@@ -36,26 +37,35 @@ from chaos_mode.bench.sampler import read_sample, rebase, stall_figures
 from chaos_mode.bench.scenarios import PINNED, SCENARIOS, parse_scenarios, pinned_models
 from chaos_mode.bench.swarm import RequestRecord, retry_delay
 from chaos_mode.bench.workload import Mix, Request, WorkloadSpec, make_workload, parse_mix
-from chaos_mode.config.schema import default_config
-from support.design_catalog import CAPS, HEAVY, MEDIUM
+from chaos_mode.config.schema import default_config, parse_config
+from chaos_mode.learning import evidence
+from support.design_catalog import CAPS, DESIGN_MODELS, HEAVY, MEDIUM
 from support.run import run_module
 
 ROOT = Path(__file__).resolve().parents[2]
 
 ELIGIBLE = {"heavy": HEAVY, "medium": MEDIUM, "light": list(CAPS)}
+DESIGN = parse_config({"modelRouting": {"models": DESIGN_MODELS}})  # the design's (early-2026) catalog
 
 
 # -- the ideal bound ----------------------------------------------------------------------------------
 
 
 def test_slots_come_from_the_configs_eligible_models() -> None:
-    eligible, capacity, account = slots_by_tier(default_config())
+    eligible, capacity, account = slots_by_tier(DESIGN)
     assert {tier: sum(capacity[m] for m in models) for tier, models in eligible.items()} == {
         "heavy": 8,
         "medium": 23,
         "light": 28,
     }
     assert account == 28
+    eligible, capacity, account = slots_by_tier(default_config())  # the built-in catalog: December 2026
+    assert {tier: sum(capacity[m] for m in models) for tier, models in eligible.items()} == {
+        "heavy": 5,
+        "medium": 10,
+        "light": 12,
+    }
+    assert account == 12
 
 
 def test_lower_bound_by_hand_heavy_slots_bind() -> None:
@@ -138,7 +148,7 @@ def test_least_served_by_hand() -> None:
 
 def test_fair_queue_is_never_below_the_bound() -> None:
     workload = make_workload(WorkloadSpec(agents=40, requests=3, seed=7))
-    eligible, capacity, account = slots_by_tier(default_config())
+    eligible, capacity, account = slots_by_tier(DESIGN)
     jobs = [[(r.tier, r.service_seconds) for r in agent] for agent in workload.agents]
     bound = makespan_lower_bound(
         workload.work_by_tier(), eligible, capacity, workload.work_by_agent(), account
@@ -740,3 +750,11 @@ def test_the_virtual_model_runs_a_learning_setting_and_refuses_a_bad_one(
     with pytest.raises(SystemExit):
         virtual.main(["--preset", "noisy", "--seeds", "1", "--learning", "probeEvery=3"])
     assert "probeEvery" in capsys.readouterr().err
+
+
+def test_the_learner_bench_times_this_evidence_against_another_side_by_side(capsys: Any) -> None:
+    """`--against` another evidence.py (here the same file): one line per shape, both timed, both limits."""
+    assert learner_bench.main(["--number", "2", "--against", str(evidence.__file__)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(learner_bench.SHAPES)
+    assert all(line.count("µs") == 2 and line.count("(limit ") == 2 for line in lines)

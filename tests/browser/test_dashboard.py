@@ -22,7 +22,7 @@ import pytest
 
 from chaos_mode.devtools.processes import ProxyProcess, RedisProcess
 from chaos_mode.sim import SimProcess, SimSettings, default_limits
-from chaos_mode.zai.catalog import DEFAULT_CATALOG
+from support.design_catalog import CAPS, DESIGN_MODELS, TIERS
 from support.redis_support import require_redis_server
 
 pytestmark = pytest.mark.e2e
@@ -52,7 +52,12 @@ TRUE_LIMITS = {**default_limits(), "glm-4.6": 2, "glm-4.5-x": 3}
 SIM = SimSettings(
     latency_ms=1500, token_interval_ms=50, output_tokens=10, reject_delay_ms=200, limits=TRUE_LIMITS
 )
-PROXY_CONFIG: dict[str, object] = {"chaosMode": {"enabled": True}, "upstreamHosts": ["127.0.0.1"]}
+# The simulator serves the design's (early-2026) catalog: so does the proxy.
+PROXY_CONFIG: dict[str, object] = {
+    "chaosMode": {"enabled": True},
+    "upstreamHosts": ["127.0.0.1"],
+    "models": DESIGN_MODELS,
+}
 TIER_MODELS = {"heavy": "claude-opus-4-1", "medium": "claude-sonnet-4-5", "light": "claude-haiku-4-5"}
 CHAT_MODELS = {"heavy": "glm-4.7", "medium": "glm-4.5", "light": "glm-4.5-flash"}  # the OpenAI door's
 MESSAGES = [{"role": "user", "content": "dashboard test"}]
@@ -196,9 +201,9 @@ async def test_dashboard_follows_a_swarm(chromium: str, sim: SimProcess, proxy: 
             await page.wait_for_selector("#conn-state[data-state='live']")
             await page.wait_for_function("() => document.querySelectorAll('tr[data-model]').length === 8")
             rows = await _rows(page)
-            assert list(rows) == list(DEFAULT_CATALOG)
-            for name, (tier, capacity, *_rest) in DEFAULT_CATALOG.items():
-                assert rows[name]["tier"] == tier
+            assert list(rows) == list(DESIGN_MODELS)
+            for name, capacity in CAPS.items():
+                assert rows[name]["tier"] == TIERS[name]
                 assert rows[name]["capacity"] == capacity
                 assert (rows[name]["state"], rows[name]["inflight"], rows[name]["lit"]) == ("free", 0, 0)
             tiers = await page.eval_on_selector_all("tr.tier", "rows => rows.map(r => r.dataset.tier)")
@@ -439,3 +444,53 @@ async def test_dashboard_names_the_aliases_each_model_serves(chromium: str) -> N
         await page.wait_for_selector('tr.model[data-model="glm-4.7"] .aliases')
         assert await page.text_content('tr.model[data-model="glm-4.7"] .aliases') == "as glm-4.6, glm-5.1"
         assert await page.locator('tr.model[data-model="glm-4.6"]').count() == 0
+
+
+async def test_dashboard_shows_a_credit_plans_windows(chromium: str) -> None:
+    """A credit plan: the card's windows line has the 5-hour window and the week in credits."""
+    settings = SimSettings(
+        latency_ms=20,
+        token_interval_ms=5,
+        output_tokens=100,
+        quota_key=QUOTA_KEY,
+        credit_caps={"5h": 400, "1w": 2000},
+        credit_window_seconds={"5h": 600, "1w": 600 * 33.6},  # the proxy scales z.ai's week alike
+    )
+    config = {**PROXY_CONFIG, "quota": {"windowSeconds": 600}}
+    async with (
+        asyncio.timeout(TEST_BUDGET),
+        SimProcess(settings) as sim,
+        httpx.AsyncClient(trust_env=False, timeout=30.0) as client,
+    ):
+        headers = {"x-api-key": "test-key", "anthropic-version": "2023-06-01"}
+        body = {"model": "glm-4.5", "max_tokens": 16, "messages": MESSAGES}
+        (
+            await client.post(sim.anthropic_base_url + "/v1/messages", json=body, headers=headers)
+        ).raise_for_status()
+        spent = (await client.get(sim.base_url + "/sim/stats")).json()["credits"]["windows"]["1w"]["row"]
+        async with (
+            ProxyProcess(
+                upstream=sim.base_url,
+                config=config,
+                extra_args=["--set", "chaos_quota=DASHBOARD_QUOTA_KEY"],
+                env={"DASHBOARD_QUOTA_KEY": QUOTA_KEY},
+                start_timeout=30.0,
+            ) as proxy,
+            async_playwright() as pw,
+        ):
+            browser = await pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
+            try:
+                page = await browser.new_page()
+                page.set_default_timeout(WAIT_MS)
+                await page.goto(f"http://127.0.0.1:{proxy.web_port}/")
+                await page.wait_for_function(
+                    "() => document.getElementById('quota-windows').textContent.includes('1w')"
+                )
+                shown = await page.text_content("#quota-windows") or ""
+                used = spent["currentValue"]
+                assert shown.startswith("5h ") and f"({used} / 400 credits)" in shown, shown
+                assert re.search(rf"1w [\d.]+% \({used} / 2,000 credits\), resets in 5 h \d+ min", shown), (
+                    shown
+                )
+            finally:
+                await browser.close()

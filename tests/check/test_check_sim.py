@@ -75,7 +75,12 @@ def test_the_map_found_is_the_simulators(
     assert code == 0, out
     document = json.loads(written.read_text(encoding="utf-8"))
     assert document["aliases"] == DEC_2026_ALIASES
-    assert document["served"] == ["glm-5.3", "glm-5.3-flash", "glm-5.4"]
+    assert document["served"] == [
+        "glm-4.6v",
+        "glm-5.3",
+        "glm-5.3-flash",
+        "glm-5.4",
+    ]  # glm-4.6v: not listed, built in
     assert document["notServed"] == dict.fromkeys(DEC_2026_RETIRED, "1311")
     assert document["unchecked"] == {}
     assert document["facts"] == {

@@ -8,6 +8,14 @@ import pytest
 from pydantic import ValidationError
 
 from chaos_mode.config.schema import ConfigError, ModelRouting, default_config, parse_config
+from support.design_catalog import (
+    DEC_2026,
+    DEC_2026_ALIASES,
+    DEC_2026_ALL,
+    DEC_2026_HEAVY,
+    DEC_2026_MEDIUM,
+    DESIGN_MODELS,
+)
 
 # The Chaos Mode design's catalog, written out (not imported) so the built-in table is checked against it.
 SEED_CATALOG: dict[str, tuple[str, int, float, float, bool]] = {
@@ -28,6 +36,11 @@ def routing(**block: Any) -> ModelRouting:
     return parse_config({"modelRouting": block})
 
 
+def design(**block: Any) -> ModelRouting:
+    """A config over the design's (early-2026) catalog."""
+    return routing(models=DESIGN_MODELS, **block)
+
+
 def test_defaults_equal_the_seed() -> None:
     config = default_config()
     chaos = config.chaos_mode
@@ -42,14 +55,41 @@ def test_defaults_equal_the_seed() -> None:
     assert chaos.max_cost_per_request is None
     assert chaos.include_free_models is True
     assert chaos.sticky_conversations is False
+    assert config.upstream_hosts == ("api.z.ai", "open.bigmodel.cn")
+    assert config.account_concurrency is None
+
+
+def test_the_built_in_catalog_is_the_coding_plan_of_december_2026() -> None:
+    config = default_config()
+    catalog = {
+        name: (
+            spec.tier,
+            spec.max_concurrency,
+            spec.input_price,
+            spec.output_price,
+            spec.vision,
+            spec.quota_weight,
+        )
+        for name, spec in config.models.items()
+    }
+    assert catalog == DEC_2026
+    assert list(config.models) == list(DEC_2026)  # catalog order is the round-robin order
+    assert not any(spec.free for spec in config.models.values())
+    assert config.aliases == DEC_2026_ALIASES
+    assert not config.replaces_catalog
+    assert config.total_capacity == 12
+
+
+def test_the_design_catalog_as_a_config_equals_the_seed() -> None:
+    config = design()
     catalog = {
         name: (spec.tier, spec.max_concurrency, spec.input_price, spec.output_price, spec.free)
         for name, spec in config.models.items()
     }
     assert catalog == SEED_CATALOG
-    assert list(config.models) == list(SEED_CATALOG)  # catalog order is the round-robin order
-    assert config.upstream_hosts == ("api.z.ai", "open.bigmodel.cn")
-    assert config.account_concurrency is None
+    assert list(config.models) == list(SEED_CATALOG)
+    assert not any(spec.vision for spec in config.models.values())
+    assert config.aliases == {}  # a catalog of the config's own has no built-in aliases
     assert config.total_capacity == 28
 
 
@@ -118,7 +158,8 @@ def test_camel_case_keys_reach_the_python_fields() -> None:
 
 
 def test_account_cap_above_the_catalog_sum_is_the_catalog_sum() -> None:
-    assert routing(accountConcurrency=1000).total_capacity == 28
+    assert design(accountConcurrency=1000).total_capacity == 28
+    assert routing(accountConcurrency=1000).total_capacity == 12
 
 
 @pytest.mark.parametrize(
@@ -129,7 +170,7 @@ def test_account_cap_above_the_catalog_sum_is_the_catalog_sum() -> None:
         ({"chaosMode": {"strategy": "fastest"}}, r"modelRouting\.chaosMode\.strategy: Input should be"),
         ({"chaosMode": {"excludeModels": ["gpt-5"]}}, r"chaosMode\.excludeModels: not in the catalog: gpt-5"),
         (
-            {"chaosMode": {"excludeModels": HEAVY_MODELS}},
+            {"chaosMode": {"excludeModels": DEC_2026_HEAVY}},
             r"modelRouting\.chaosMode\.qualityFloor\.heavy: HEAVY leaves no model to serve heavy",
         ),
         (
@@ -174,7 +215,7 @@ def test_config_objects_are_frozen() -> None:
     with pytest.raises(ValidationError, match="frozen"):
         config.account_concurrency = 3  # type: ignore[misc]
     with pytest.raises(ValidationError, match="frozen"):
-        config.models["glm-4.7"].max_concurrency = 99  # type: ignore[misc]
+        config.models["glm-5.3"].max_concurrency = 99  # type: ignore[misc]
 
 
 @pytest.mark.parametrize(
@@ -186,6 +227,17 @@ def test_config_objects_are_frozen() -> None:
     ],
 )
 def test_quality_floor_matrix(tier: Any, models: list[str], slots: int) -> None:
+    config = design()
+    eligible = config.eligible_models(tier)
+    assert eligible == models
+    assert sum(config.models[name].max_concurrency for name in eligible) == slots
+
+
+@pytest.mark.parametrize(
+    ("tier", "models", "slots"),
+    [("heavy", DEC_2026_HEAVY, 5), ("medium", DEC_2026_MEDIUM, 10), ("light", DEC_2026_ALL, 12)],
+)
+def test_quality_floor_matrix_of_the_built_in_catalog(tier: Any, models: list[str], slots: int) -> None:
     config = default_config()
     eligible = config.eligible_models(tier)
     assert eligible == models
@@ -193,14 +245,17 @@ def test_quality_floor_matrix(tier: Any, models: list[str], slots: int) -> None:
 
 
 def test_eligible_models_apply_exclusions_and_free_models() -> None:
-    config = routing(chaosMode={"excludeModels": ["glm-4.5"], "includeFreeModels": False})
+    config = design(chaosMode={"excludeModels": ["glm-4.5"], "includeFreeModels": False})
     assert config.eligible_models("medium") == [*HEAVY_MODELS, "glm-4.5-air"]
     assert config.eligible_models("light") == [*HEAVY_MODELS, "glm-4.5-air", "glm-4.7-flashx"]
 
 
 def test_a_lowered_floor_admits_lower_tiers() -> None:
-    config = routing(chaosMode={"qualityFloor": {"heavy": "MEDIUM"}})
+    config = design(chaosMode={"qualityFloor": {"heavy": "MEDIUM"}})
     assert config.eligible_models("heavy") == [*HEAVY_MODELS, "glm-4.5", "glm-4.5-air"]
+    assert (
+        routing(chaosMode={"qualityFloor": {"heavy": "MEDIUM"}}).eligible_models("heavy") == DEC_2026_MEDIUM
+    )
 
 
 @pytest.mark.parametrize(

@@ -18,9 +18,9 @@ modelRouting:
   chaosMode:
     enabled: true
     strategy: round-robin
-    excludeModels: [glm-4.5-x]
+    excludeModels: [glm-5.4]
     maxCostPerRequest: 0.02
-  accountConcurrency: 20
+  accountConcurrency: 10
 """
 
 
@@ -33,10 +33,10 @@ def test_load_config_reads_yaml_and_json(tmp_path: Path, suffix: str) -> None:
                 "chaosMode": {
                     "enabled": True,
                     "strategy": "round-robin",
-                    "excludeModels": ["glm-4.5-x"],
+                    "excludeModels": ["glm-5.4"],
                     "maxCostPerRequest": 0.02,
                 },
-                "accountConcurrency": 20,
+                "accountConcurrency": 10,
             }
         }
         path.write_text(json.dumps(data), encoding="utf-8")
@@ -45,10 +45,10 @@ def test_load_config_reads_yaml_and_json(tmp_path: Path, suffix: str) -> None:
     config = load_config(path)
     assert config.chaos_mode.enabled is True
     assert config.chaos_mode.strategy == "round-robin"
-    assert config.chaos_mode.exclude_models == ("glm-4.5-x",)
+    assert config.chaos_mode.exclude_models == ("glm-5.4",)
     assert config.chaos_mode.max_cost_per_request == 0.02
-    assert config.total_capacity == 20
-    assert config.eligible_models("heavy") == ["glm-4.7", "glm-4.6"]
+    assert config.total_capacity == 10
+    assert config.eligible_models("heavy") == ["glm-5.3"]
 
 
 def test_an_empty_yaml_file_gives_the_defaults(tmp_path: Path) -> None:
@@ -199,4 +199,5 @@ def test_the_readme_newer_models_example_says_it_replaces_the_catalog(tmp_path: 
     path.write_text(readme_yaml("## Adding models"), encoding="utf-8")
     config = load_config(path)
     assert config.replaces_catalog
-    assert "glm-4.5" not in config.models and "glm-5.1" in config.models
+    assert "glm-4.6v" not in config.models and "glm-5.3" in config.models
+    assert config.aliases == {}  # a catalog of its own: no built-in aliases

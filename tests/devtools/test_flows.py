@@ -17,7 +17,7 @@ from mitmproxy import flow as mflow
 from mitmproxy import http, io
 from mitmproxy.test import taddons, tflow, tutils
 
-from chaos_mode.config.schema import default_config
+from chaos_mode.config.schema import parse_config
 from chaos_mode.devtools.processes import ADDON_DIR
 from chaos_mode.devtools.record import (
     REDACTED,
@@ -32,7 +32,7 @@ from chaos_mode.sim import SimServer, SimSettings
 
 FLOWS = Path(__file__).resolve().parents[2] / "flows"
 KEY_SHAPE = re.compile(rb"sk-[A-Za-z0-9]{12,}")
-CATALOG = default_config().models
+CATALOG = parse_config({"modelRouting": proxy_config()}).models  # the design's, as recorded
 HEAVY = {name for name, spec in CATALOG.items() if spec.tier == "HEAVY"}
 MEDIUM_UP = HEAVY | {name for name, spec in CATALOG.items() if spec.tier == "MEDIUM"}
 REPLAY_TIMEOUT = 30.0
@@ -184,6 +184,15 @@ async def replay_offline(addon: ChaosMode, recorded: http.HTTPFlow) -> http.HTTP
     await addon.request(f)
     if response is not None and f.response is None:
         body = response.raw_content or b""
+        # The recording's answer, as the model chosen now would give it: z.ai names the model that served.
+        routed = META in f.metadata
+        asked = request_json(recorded.request).get("model") if routed else None
+        chosen = request_json(f.request).get("model") if routed else None
+        if asked != chosen and not response.headers.get("content-encoding"):
+            body = body.replace(f'"model":"{asked}"'.encode(), f'"model":"{chosen}"'.encode())
+            body = body.replace(f'"model": "{asked}"'.encode(), f'"model": "{chosen}"'.encode())
+            response.set_content(None)
+            response.raw_content = body
         f.response = response
         addon.responseheaders(f)
         stream = f.response.stream

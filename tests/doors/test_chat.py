@@ -10,13 +10,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chaos_mode.config.schema import default_config
+from chaos_mode.config.schema import default_config, parse_config
 from chaos_mode.doors.chat import ChatRequest, parse_chat
 from chaos_mode.doors.messages import BadRequest, MessageRequest, parse_message
 from chaos_mode.routing.pool import ChaosPool, RequestInfo, Ticket
 from chaos_mode.routing.tiers import TierClassifier
+from support.design_catalog import DESIGN_MODELS
 from support.fakes import FakeClock
 from support.json_bodies import JSON_VALUES, Case, check_exact_rewrite, message_bodies
+
+DESIGN = parse_config({"modelRouting": {"models": DESIGN_MODELS}})  # the design's (early-2026) catalog
 
 
 def chat(**fields: Any) -> ChatRequest:
@@ -83,13 +86,18 @@ def test_the_output_budget_for_the_cost_guard(fields: dict[str, Any], budget: in
     ],
 )
 def test_the_tier_is_the_catalog_models_own_else_the_rules(model: str, tier: str) -> None:
+    assert TierClassifier(DESIGN).classify(chat(model=model).model) == tier
+
+
+@pytest.mark.parametrize(
+    ("model", "tier"), [("glm-5.4", "heavy"), ("GLM-5.3-Flash", "medium"), ("glm-4.6v", "light")]
+)
+def test_the_built_in_catalog_models_keep_their_tiers(model: str, tier: str) -> None:
     assert TierClassifier(default_config()).classify(chat(model=model).model) == tier
 
 
 def test_a_request_for_a_heavy_catalog_model_may_be_served_by_any_heavy_model() -> None:
-    config = default_config().model_copy(
-        update={"chaos_mode": default_config().chaos_mode.model_copy(update={"enabled": True})}
-    )
+    config = parse_config({"modelRouting": {"chaosMode": {"enabled": True}, "models": DESIGN_MODELS}})
     pool = ChaosPool(config, clock=FakeClock(0.0), wall_clock=FakeClock(0.0))
     tier = TierClassifier(config).classify(chat(model="glm-4.7").model)
     served = set()

@@ -21,6 +21,7 @@ from mitmproxy import io
 from chaos_mode.devtools.processes import ProxyProcess
 from chaos_mode.sim import SimProcess
 from chaos_mode.sim.server import token_text
+from support.design_catalog import DESIGN_MODELS
 
 HEAVY = frozenset({"glm-4.7", "glm-4.6", "glm-4.5-x"})
 MEDIUM = frozenset({"glm-4.5", "glm-4.5-air"})
@@ -47,10 +48,16 @@ FIXED_LIMITS: dict[str, Any] = {"learning": {"enabled": False}}
 
 
 def routing(**overrides: Any) -> dict[str, Any]:
-    """A modelRouting block for the simulator on loopback, chaos mode on, with `overrides` on top."""
-    base: dict[str, Any] = {"upstreamHosts": ["127.0.0.1"], "chaosMode": {"enabled": True}, **FIXED_LIMITS}
+    """A modelRouting block for the simulator on loopback, chaos mode on, with `overrides` on top; over the
+    design's (early-2026) catalog, the simulator's default, unless `overrides` gives its own `models`."""
+    base: dict[str, Any] = {
+        "upstreamHosts": ["127.0.0.1"],
+        "chaosMode": {"enabled": True},
+        "models": DESIGN_MODELS,
+        **FIXED_LIMITS,
+    }
     for key, value in overrides.items():
-        if isinstance(value, dict) and isinstance(base.get(key), dict):
+        if isinstance(value, dict) and isinstance(base.get(key), dict) and key != "models":
             base[key] = {**base[key], **value}
         else:
             base[key] = value

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from chaos_mode.devtools.processes import ProxyProcess
-from chaos_mode.zai.catalog import DEFAULT_CATALOG
+from support.design_catalog import DESIGN_MODELS
 
 from .support import HAIKU, OPUS, SONNET, routing
 
@@ -176,7 +176,7 @@ def _dispatched(status: dict[str, Any]) -> int:
 
 def _json_string_of_a_catalog_model(value: bytes) -> bool:
     """Exactly `"glm-…"`: a catalog name as a JSON string, not one byte more."""
-    return any(value == json.dumps(name).encode() for name in DEFAULT_CATALOG)
+    return any(value == json.dumps(name).encode() for name in DESIGN_MODELS)
 
 
 @settings(

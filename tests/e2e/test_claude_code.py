@@ -20,7 +20,7 @@ import pytest
 
 from chaos_mode.devtools.processes import ProxyProcess
 from chaos_mode.sim.errors import chinese_window_message
-from chaos_mode.zai.catalog import DEFAULT_CATALOG
+from support.design_catalog import DESIGN_MODELS
 
 from .conftest import MakeProxy, MakeSim
 from .support import Sim, fault, routing, wait_status_idle
@@ -124,7 +124,7 @@ async def test_a_transient_429_makes_claude_code_retry_and_succeed(
 async def test_a_plan_refusing_every_model_ends_claude_code_at_once(
     claude: str, make_sim: MakeSim, make_proxy: MakeProxy, tmp_path: Path
 ) -> None:
-    sim = await make_sim(refuse=list(DEFAULT_CATALOG))  # 1113 from every model: waiting fixes nothing
+    sim = await make_sim(refuse=list(DESIGN_MODELS))  # 1113 from every model: waiting fixes nothing
     proxy = await make_proxy(upstream=sim.base_url, config=routing())
     code, output, seconds = await run_claude(claude, proxy, tmp_path)
     assert code != 0, output

@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from chaos_mode.zai.catalog import DEFAULT_CATALOG
+from support.design_catalog import DESIGN_MODELS
 
 from .conftest import MakeProxy, MakeSim
 from .support import CLIENT_TIMEOUT, OPUS, SONNET, httpx_stream, routing
@@ -23,7 +23,7 @@ WITHIN = 10.0  # seconds: the client knows before this
 async def test_a_plan_refusing_every_model_is_a_clear_error_within_seconds(
     make_sim: MakeSim, make_proxy: MakeProxy
 ) -> None:
-    sim = await make_sim(refuse=list(DEFAULT_CATALOG))
+    sim = await make_sim(refuse=list(DESIGN_MODELS))
     proxy = await make_proxy(upstream=sim.base_url, config=routing())
     url = proxy.url + "/api/anthropic/v1/messages"
     started = time.monotonic()

@@ -78,7 +78,7 @@ def _routes_a_request(chaos_mode: Path, workdir: Path) -> None:
         *("--set", f"confdir={workdir}", "--set", f"chaos_limits_file={workdir / 'limits.json'}"),
     ]
     with (
-        Installed([str(chaos_mode), "sim", "--port", str(sim_port)], sim_port),
+        Installed([str(chaos_mode), "sim", "--port", str(sim_port), "--catalog", "2026-12"], sim_port),
         Installed([str(chaos_mode), *proxy_args], web_port) as proxy,
     ):
         answer = httpx.post(

@@ -74,7 +74,7 @@ async def test_with_a_key_the_status_is_the_simulators_figures_and_the_key_shows
     assert read["resetsAt"] == round(truth["resetsAt"])
     assert read["estimate"]["units"] == 5.0 and read["estimate"]["scale"] == 20.0  # calibrated by z.ai
     metrics = (await http.get(f"http://127.0.0.1:{proxy.web_port}/metrics")).text
-    assert "chaos_quota_used_ratio 0.25" in metrics
+    assert 'chaos_quota_used_ratio{window="5h"} 0.25' in metrics
     assert 'chaos_quota_source_info{source="zai"} 1.0' in metrics
     raw_status = (await http.get(proxy.status_url)).text
     await asyncio.to_thread(proxy.stop)
@@ -260,3 +260,42 @@ async def test_pacing_spreads_the_quota_over_the_window_without_a_1308(
     assert shown["pacing"]["pacedWaits"] > 0, said
     assert paced_answers >= answered, said
     assert longest < 60, said  # the queue's timeout: nobody got its 429
+
+
+async def test_a_credit_plans_two_windows_read_are_the_simulators_figures(
+    make_sim: MakeSim, make_proxy: MakeProxy, http: httpx.AsyncClient
+) -> None:
+    """CREDIT_LIMIT rows of a 5-hour window (not started until the first answer) and a week: the status
+    shows both as the simulator counts them, in credits, and the metrics too."""
+    caps = {"5h": 400.0, "1w": 2000.0}
+    sim = await make_sim(
+        credit_caps=caps, credit_window_seconds={"5h": 600}, quota_key=KEY, output_tokens=100
+    )
+    proxy = await make_proxy(**keyed_proxy(sim, quota_routing(600)))
+    first = await poll(lambda: quota_of(http, proxy), lambda q: q["readAt"] is not None, 10.0)
+    windows = {w["name"]: w for w in first["windows"]}
+    assert not windows["5h"]["started"] and windows["5h"]["resetsAt"] is None
+    assert (windows["5h"]["cap"], windows["1w"]["cap"], windows["1w"]["used"]) == (400.0, 2000.0, 0.0)
+    async with httpx.AsyncClient(trust_env=False, timeout=CLIENT_TIMEOUT) as client:
+        for _ in range(5):
+            assert (await ask(client, proxy)).status_code == 200
+    truth = (await sim.stats())["credits"]["windows"]
+    spent = truth["5h"]["row"]["currentValue"]
+    assert spent >= 5 * 2.4  # 100 output tokens at 24 per thousand, each answer
+
+    def caught_up(quota: dict[str, Any]) -> bool:
+        return all(w["used"] == spent for w in quota["windows"])
+
+    read = await poll(lambda: quota_of(http, proxy), caught_up, 12.0)
+    shown = {w["name"]: w for w in read["windows"]}
+    for name in ("5h", "1w"):
+        row = truth[name]["row"]
+        assert shown[name]["source"] == "zai" and shown[name]["started"]
+        assert (shown[name]["used"], shown[name]["cap"], shown[name]["left"]) == (
+            row["currentValue"], row["usage"], row["remaining"],
+        )  # fmt: skip
+        assert shown[name]["usedPercent"] == round(row["currentValue"] * 100 / row["usage"], 1)
+        assert shown[name]["resetsAt"] == round(truth[name]["resetsAt"])
+    assert read["usedPercent"] == shown["5h"]["usedPercent"] and read["resetsAt"] == shown["5h"]["resetsAt"]
+    metrics = (await http.get(f"http://127.0.0.1:{proxy.web_port}/metrics")).text
+    assert f'chaos_quota_credits{{figure="used",window="1w"}} {float(spent)}' in metrics

@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chaos_mode.config.schema import default_config
+from chaos_mode.config.schema import parse_config
 from chaos_mode.devtools.certs import make_certs
 from chaos_mode.devtools.processes import RedisProcess
 from chaos_mode.fleet.protocol import PROBE_MEMORY_MS, notice_tail, parse_notice
@@ -29,12 +29,13 @@ from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
 from chaos_mode.routing.slots import ProbeClaim, Seen
 from chaos_mode.zai.catalog import ACCOUNT
 from chaos_mode.zai.errors import classify_error
+from support.design_catalog import DESIGN_MODELS
 from support.fakes import FakeClock
 from support.learned import as_on_the_benchmark
 from support.pool_rig import error, routing
 from support.redis_support import redis_process, require_redis_server
 
-CONFIG = default_config()
+CONFIG = parse_config({"modelRouting": {"models": DESIGN_MODELS}})  # the design's (early-2026) catalog
 MODELS = list(CONFIG.models)
 
 

@@ -6,10 +6,11 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from chaos_mode.config.schema import default_config
+from chaos_mode.config.schema import parse_config
 from chaos_mode.fleet.slots import FALLBACK_SHARE, HOLD_BACK, Notice, SharedSlots, Tally, Verdict
 from chaos_mode.routing.pool import ChaosPool, Ticket
 from chaos_mode.routing.slots import ProbeClaim, Seen
+from support.design_catalog import DESIGN_MODELS
 
 
 class FakeFleet:
@@ -304,7 +305,7 @@ async def test_a_race_lost_does_not_count_as_service_so_the_loser_keeps_its_plac
     """A conversation whose slot another proxy took first was not served: waiting again, it goes before
     one that came after it (counted as served, it went behind every conversation served less)."""
     fleet = FakeFleet()
-    pool = ChaosPool(default_config())
+    pool = ChaosPool(parse_config({"modelRouting": {"models": DESIGN_MODELS}}))  # heavy: 3 + 3 + 2 slots
     slots = SharedSlots("b", on_freed=pool.wake, waiting=pool.first_in_line)
     slots.connected(fleet)
     pool.use_slots(slots)

@@ -3,11 +3,12 @@ limit, noise, a soft band, a limit that moves. Pure: time is a number passed in.
 
 from __future__ import annotations
 
+import math
 import random
 from math import comb
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from chaos_mode.learning.evidence import MEMORY, NOISE, LevelEvidence, chance_of_as_many
@@ -60,15 +61,18 @@ def test_a_hard_limit_under_the_catalog_is_found_at_its_second_refusal() -> None
     served=st.lists(st.integers(0, 2 * MEMORY), min_size=12, max_size=12),
     at=st.integers(1, 13),
     cost=st.floats(0.05, 20.0),
+    later=st.sampled_from([1.0, 60.0]),
 )
-def test_one_refusal_alone_never_moves_a_limit(served: list[int], at: int, cost: float) -> None:
-    """Whatever z.ai served before (nothing at all, or some levels), one refusal anywhere is chance."""
+def test_one_refusal_alone_never_moves_a_limit(served: list[int], at: int, cost: float, later: float) -> None:
+    """Whatever z.ai served before (nothing at all, or some levels), one refusal anywhere is chance. Later,
+    it refuses no level either (the clean answers it contradicts fade: rule 1, not a refused level)."""
     evidence = LevelEvidence(6, 12, FADE)
     for level, count in enumerate(served, start=1):
         fill(evidence, level, count)
     before = evidence.limit(0.0, cost)
     evidence.observe(at, refused=True, now=0.0)
     assert evidence.limit(0.0, cost) == before
+    assert evidence.refused_level(later, cost) is None
 
 
 def test_one_refusal_among_the_clean_answers_of_a_level_moves_nothing() -> None:
@@ -86,9 +90,8 @@ def test_one_refusal_under_a_limit_that_fell_does_not_drag_it_down_with_the_refu
     later: float,
 ) -> None:
     """A full pool at 10 hears its clean answers at its top. z.ai halves the limit: refusals at 6 to 10, and
-    one at 3 (another limit's, or chance), where nothing else was heard. Pooled with the refusals above it
-    (rates that do not rise), the one at 3 was judged with their weight: the limit fell to 2, and only a
-    probe, paced, could bring it back. Refusals above a level say nothing of it: the limit is 5."""
+    one at 3 (another limit's, or chance), where nothing else was heard. Refusals above a level say nothing
+    of it: the limit is 5, not 2 (from where only a probe, paced, could bring it back)."""
     evidence = LevelEvidence(10, 40, FADE)
     for level in range(8, 11):
         fill(evidence, level, MEMORY)
@@ -225,3 +228,83 @@ def test_driven_by_a_hard_limit_it_settles_at_the_limit(seed: int, true: int) ->
         level = value + 1 if rng.random() < 0.1 else rng.randint(max(value - 1, 1), max(value, 1))
         evidence.observe(level, refused=level > true, now=now)
     assert evidence.limit(now, COST) == true
+
+
+def replay(events: list[tuple[int, bool, float, float]], start: int | None) -> tuple[LevelEvidence, float]:
+    """A limit fed `events` (level, refused, seconds since the last one, weight): the evidence, the time."""
+    evidence = LevelEvidence(start, 12, FADE)
+    now = 0.0
+    for level, refused, later, weight in events:
+        now += later
+        evidence.observe(level, refused=refused, now=now, weight=weight)
+    return evidence, now
+
+
+def as_bound(limit: int | None) -> float:
+    return math.inf if limit is None else limit  # no limit known bounds nothing
+
+
+EVENTS = st.lists(
+    st.tuples(
+        st.integers(1, 8),
+        st.booleans(),
+        st.sampled_from([0.0, 0.0, 0.0, 0.1, 1.0, 4.0, 60.0, 900.0]),  # one instant, or fading by time
+        st.sampled_from([1.0, 1.0, 0.5, 0.2]),  # a refusal shared with another limit counts in part
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(
+    events=EVENTS,
+    at=st.integers(0, 40),
+    level=st.integers(1, 8),
+    refused=st.booleans(),
+    weight=st.sampled_from([1.0, 0.5]),
+    start=st.sampled_from([None, 3, 6]),
+    cost=st.sampled_from([0.5, 3.0, 10.0]),
+    later=st.sampled_from([0.0, 2.0, 300.0]),
+)
+def test_a_refusal_never_raises_a_limit_and_a_clean_answer_never_lowers_one(
+    events: list[tuple[int, bool, float, float]],
+    at: int,
+    level: int,
+    refused: bool,
+    weight: float,
+    start: int | None,
+    cost: float,
+    later: float,
+) -> None:
+    """One more verdict anywhere in a history (memory, fading and contradicted words included), read at its
+    end or later: a refusal leaves the limit where it was or lower, a clean answer where it was or higher."""
+    at = min(at, len(events))
+    without, now = replay(events, start)
+    extra = (level, refused, 0.0, weight)
+    with_it, _ = replay([*events[:at], extra, *events[at:]], start)
+    before, after = as_bound(without.limit(now + later, cost)), as_bound(with_it.limit(now + later, cost))
+    assert after <= before if refused else after >= before
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    served=st.lists(st.integers(0, 2 * MEMORY), min_size=12, max_size=12),
+    at=st.integers(1, 13),
+    cost=st.floats(0.05, 20.0),
+    apart=st.sampled_from([0.0, 1.0, 30.0]),
+)
+def test_two_refusals_at_a_level_never_served_move_the_limit_under_it(
+    served: list[int], at: int, cost: float, apart: float
+) -> None:
+    """z.ai served the levels under `at` (any number of times) and never `at` or above: two refusals there
+    are a limit, wherever the level is worth fewer refusals than one in six (its tau_n: the refusals of a
+    level its extra slot pays for). Cheap refusals at low levels are worth more (level 1 at a cost of 3
+    slot-times: one in four), and two are not enough there."""
+    assume(NOISE + (1.0 / (1.0 + cost) - NOISE) / at < 1.0 / 6.0)
+    evidence = LevelEvidence(13, 13, FADE)
+    for level, count in enumerate(served[: at - 1], start=1):
+        fill(evidence, level, count)
+    evidence.observe(at, refused=True, now=0.0)
+    evidence.observe(at, refused=True, now=apart)
+    limit = evidence.limit(apart, cost)
+    assert limit is not None and limit < at

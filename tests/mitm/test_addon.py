@@ -502,7 +502,7 @@ async def test_an_encoded_body_is_decoded_rewritten_exactly_and_encoded_again(en
 
 async def test_each_unknown_model_gets_the_default_tier_and_is_named_once(env: Env) -> None:
     env.configure(enabled="true")
-    for name in ("glm-5.4", "mystery-model-2", "glm-5.4"):
+    for name in ("glm-9", "mystery-model-2", "glm-9"):
         f = messages_flow(name)
         await env.request(f)
         assert meta_of(f)["tier"] == "medium"
@@ -510,7 +510,7 @@ async def test_each_unknown_model_gets_the_default_tier_and_is_named_once(env: E
         await serve(env, f)
     lines = [m for m in env.chaos_logs() if "not in the catalog" in m]
     assert lines == [
-        "chaos-mode: model 'glm-5.4' is not in the catalog: routed as a medium request (tierRules.default)",
+        "chaos-mode: model 'glm-9' is not in the catalog: routed as a medium request (tierRules.default)",
         "chaos-mode: model 'mystery-model-2' is not in the catalog: routed as a medium request"
         " (tierRules.default)",
     ]
@@ -908,7 +908,7 @@ def chat_response(model: str, prompt_tokens: int, completion_tokens: int) -> htt
 @pytest.mark.parametrize("path", [CHAT, CODING_CHAT, CHAT + b"?x=1"], ids=["paas", "coding", "query"])
 async def test_chat_completions_are_routed_by_the_same_pool(env: Env, path: bytes) -> None:
     env.configure(enabled="true")
-    f = chat_flow("glm-4.7", path=path)
+    f = chat_flow("glm-5.3", path=path)
     raw = f.request.raw_content or b""
     await env.request(f)
     meta = meta_of(f)
@@ -916,7 +916,7 @@ async def test_chat_completions_are_routed_by_the_same_pool(env: Env, path: byte
     assert (meta["door"], meta["tier"], meta["held"]) == ("openai", "heavy", chosen)
     assert chosen in HEAVY  # a catalog model's own tier is its floor
     # only the model's bytes changed
-    assert f.request.raw_content == raw.replace(b'"glm-4.7"', json.dumps(chosen).encode(), 1)
+    assert f.request.raw_content == raw.replace(b'"glm-5.3"', json.dumps(chosen).encode(), 1)
     assert f.request.headers["content-length"] == str(len(f.request.raw_content or b""))
     await serve(env, f, chat_response(chosen, 3, 4))
     assert env.stats()["requestsByDoor"]["openai"]["ok"] == 1
@@ -926,12 +926,12 @@ async def test_chat_completions_are_routed_by_the_same_pool(env: Env, path: byte
 async def test_both_doors_share_one_pool_and_its_caps(env: Env) -> None:
     env.configure({**ON, "queue": {"timeoutSeconds": 0.05}})
     capacity = sum(CATALOG[name].max_concurrency for name in HEAVY)
-    flows = [chat_flow("glm-4.7") if i % 2 else messages_flow("claude-opus-4-5") for i in range(capacity)]
+    flows = [chat_flow("glm-5.3") if i % 2 else messages_flow("claude-opus-4-5") for i in range(capacity)]
     for f in flows:
         await env.request(f)
     assert env.in_flight() == capacity
     assert all(env.in_flight(name) == CATALOG[name].max_concurrency for name in HEAVY)
-    late = chat_flow("glm-4.6")
+    late = chat_flow("glm-5.4")
     async with asyncio.timeout(WAIT):
         await env.request(late)
     response = late.response
@@ -952,7 +952,7 @@ async def test_both_doors_share_one_pool_and_its_caps(env: Env) -> None:
     assert doors["anthropic"]["ok"] == capacity - capacity // 2
     metrics = env.addon.metrics.render()[0].decode()
     assert (
-        'chaos_requests_total{door="openai",model="glm-4.6",outcome="rejected",tier="heavy"} 1.0' in metrics
+        'chaos_requests_total{door="openai",model="glm-5.4",outcome="rejected",tier="heavy"} 1.0' in metrics
     )
 
 
@@ -1285,7 +1285,7 @@ async def test_the_status_command_shows_every_model(env: Env) -> None:
     assert text == env.addon.status()
     for name in CATALOG:
         assert name in text
-    assert "least-loaded" in text and "1/28" in text
+    assert "least-loaded" in text and "1/12" in text  # the built-in catalog's 12 slots
     await serve(env, f)
 
 

@@ -16,16 +16,15 @@ import pytest
 from mitmproxy import http
 from mitmproxy.test import taddons, tflow, tutils
 
-from chaos_mode.config.schema import default_config
 from chaos_mode.doors.error_bodies import TRIED_HEADER
 from chaos_mode.forwarding.forwarder import TOKEN_HEADER
 from chaos_mode.mitm.addon import META, ChaosMode
 from chaos_mode.routing.pool_status import served
 from chaos_mode.sim import Fault, SimServer, SimSettings
 from chaos_mode.sim.content_filter import ContentFilter
-from support.design_catalog import FIXED_LIMITS
+from support.design_catalog import DESIGN_MODELS, FIXED_LIMITS
 
-HEAVY = [name for name, spec in default_config().models.items() if spec.tier == "HEAVY"]
+HEAVY = [name for name, spec in DESIGN_MODELS.items() if spec["tier"] == "HEAVY"]
 FAST: dict[str, Any] = {"latency_ms": 5, "token_interval_ms": 1, "output_tokens": 4, "reject_delay_ms": 0}
 API_KEY = "sk-ant-api03-FailoverTestKey0123456789"
 MESSAGES = b"/api/anthropic/v1/messages?beta=true"
@@ -55,7 +54,14 @@ class Rig:
     tmp: Path
 
     def configure(self, **routing: Any) -> None:
-        config = {"chaosMode": {"enabled": True}, "upstreamHosts": ["127.0.0.1"], **FIXED_LIMITS, **routing}
+        # The simulator serves the design's (early-2026) catalog: so does the proxy.
+        config = {
+            "chaosMode": {"enabled": True},
+            "upstreamHosts": ["127.0.0.1"],
+            "models": DESIGN_MODELS,
+            **FIXED_LIMITS,
+            **routing,
+        }
         path = self.tmp / "chaos.json"
         path.write_text(json.dumps({"modelRouting": config}), encoding="utf-8")
         self.tctx.configure(self.addon, chaos_config=str(path), chaos_enabled="auto", chaos_web="")

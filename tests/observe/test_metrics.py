@@ -15,6 +15,7 @@ from typing import Any
 import prometheus_client
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from tests.support.quota_readings import five_hours
 
 import chaos_mode
 from chaos_mode.config.schema import ModelRouting, parse_config
@@ -22,17 +23,16 @@ from chaos_mode.doors.messages import BAD_KINDS
 from chaos_mode.fleet.figures import FleetFigures
 from chaos_mode.observe.metrics import KNOWN_CODES, METRICS, ChaosMetrics, code_label
 from chaos_mode.observe.stats import OUTCOMES, WAIT_BUCKETS, Stats
-from chaos_mode.quota.reading import QuotaReading
+from chaos_mode.quota.reading import QuotaReading, WindowReading
 from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
-from chaos_mode.zai.catalog import DEFAULT_CATALOG, REQUEST_TIERS
+from chaos_mode.zai.catalog import REQUEST_TIERS
 from chaos_mode.zai.errors import BEIJING, UpstreamError, classify_error
-from support.design_catalog import FIXED_LIMITS
+from support.design_catalog import ALL, CAPS, DESIGN_MODELS, FIXED_LIMITS, FREE, TIERS
 from support.fakes import FakeClock
 from support.learned import learn_account_limit, lower_glm_4_7, probe_glm_4_7
 
 PACKAGE = Path(chaos_mode.__file__).resolve().parent
 ROOT = Path(__file__).resolve().parents[2]
-CATALOG = list(DEFAULT_CATALOG)
 WALL_START = datetime(2026, 3, 1, 15, 0, 0, tzinfo=UTC).timestamp()
 
 
@@ -69,7 +69,8 @@ class Harness:
 
 
 def routing(**block: Any) -> ModelRouting:
-    return parse_config({"modelRouting": {**FIXED_LIMITS, **block}})
+    """A config over the design's (early-2026) catalog unless `block` gives its own `models`."""
+    return parse_config({"modelRouting": {**FIXED_LIMITS, "models": DESIGN_MODELS, **block}})
 
 
 @pytest.fixture
@@ -114,15 +115,16 @@ def test_account_gauges(h: Harness) -> None:
 
 
 def test_model_info_carries_the_catalog_tier(h: Harness) -> None:
-    for name, (tier, *_rest, free) in DEFAULT_CATALOG.items():
-        assert h.value("chaos_model_info", model=name, tier=tier, free=str(free).lower()) == 1.0
+    for name in ALL:
+        free = str(name in FREE).lower()
+        assert h.value("chaos_model_info", model=name, tier=TIERS[name], free=free) == 1.0
 
 
 # -- read from the pool at scrape time ------------------------------------------------------------
 
 
 def test_in_flight_capacity_and_dispatched_follow_the_pool(h: Harness) -> None:
-    for name, (_, capacity, *_rest) in DEFAULT_CATALOG.items():
+    for name, capacity in CAPS.items():
         assert h.value("chaos_model_capacity", model=name) == capacity
         assert h.value("chaos_model_in_flight", model=name) == 0.0
         assert h.value("chaos_model_dispatched_total", model=name) == 0.0
@@ -224,12 +226,14 @@ def test_sticky_gauges() -> None:
 
 def learning(**block: Any) -> Harness:
     """A harness whose pool learns limits (the other tests fix them at the catalog's values)."""
-    return Harness(parse_config({"modelRouting": {"chaosMode": {"enabled": True}, **block}}))
+    return Harness(
+        parse_config({"modelRouting": {"chaosMode": {"enabled": True}, "models": DESIGN_MODELS, **block}})
+    )
 
 
 def test_learned_limits_follow_a_1302_and_an_answered_probe() -> None:
     h = learning()
-    for name, (_, capacity, *_rest) in DEFAULT_CATALOG.items():
+    for name, capacity in CAPS.items():
         assert h.value("chaos_model_learned_limit", model=name) == capacity
         assert h.value("chaos_model_catalog_limit", model=name) == capacity
         assert h.value("chaos_model_probing", model=name) == 0.0
@@ -459,7 +463,7 @@ def test_labels_stay_bounded_when_clients_send_thousands_of_model_names(h: Harne
         h.stats.upstream_error(name, None, 400 + i % 200)
         h.stats.queue_wait("medium", 0.001)
     series = list(_series(h))
-    allowed_models = {*CATALOG, "other"}
+    allowed_models = {*ALL, "other"}
     codes = set()
     for name, labels in series:
         assert labels.get("model", "other") in allowed_models, (name, labels)
@@ -581,7 +585,10 @@ def test_fleet_figures_only_with_a_fleet() -> None:
 
 
 def test_the_quota_gauges_follow_the_estimate(h: Harness) -> None:
-    assert h.value("chaos_quota_used_ratio") is None and h.value("chaos_quota_resets_at_seconds") is None
+    assert (
+        h.value("chaos_quota_used_ratio", window="5h") is None
+        and h.value("chaos_quota_resets_at_seconds", window="5h") is None
+    )
     assert h.value("chaos_quota_source_info", source="estimate") == 1.0
     for _ in range(4):
         slot = h.pool.try_acquire(Ticket("light"))
@@ -590,13 +597,13 @@ def test_the_quota_gauges_follow_the_estimate(h: Harness) -> None:
         h.pool.release(slot)
         h.advance(60)
     assert h.value("chaos_quota_counted_prompts") == 4.0
-    assert h.value("chaos_quota_used_ratio") is None  # no scale yet
+    assert h.value("chaos_quota_used_ratio", window="5h") is None  # no scale yet
     reset = datetime.fromtimestamp(h.wall() + 3600, UTC).astimezone(BEIJING).strftime("%Y-%m-%d %H:%M:%S")
     h.pool.report_error("glm-4.5", h.error("1308", message=f"[1308][Your limit will reset at {reset}]"))
-    assert h.value("chaos_quota_used_ratio") == 1.0
-    assert h.value("chaos_quota_resets_at_seconds") == pytest.approx(h.wall() + 3600, abs=1)
-    assert h.value("chaos_quota_runs_out_at_seconds") == h.wall()  # spent now
-    assert h.value("chaos_quota_burn_ratio_per_hour") == pytest.approx(1.0 / (4 * 60) * 3600)
+    assert h.value("chaos_quota_used_ratio", window="5h") == 1.0
+    assert h.value("chaos_quota_resets_at_seconds", window="5h") == pytest.approx(h.wall() + 3600, abs=1)
+    assert h.value("chaos_quota_runs_out_at_seconds", window="5h") == h.wall()  # spent now
+    assert h.value("chaos_quota_burn_ratio_per_hour", window="5h") == pytest.approx(1.0 / (4 * 60) * 3600)
 
 
 def test_quota_read_failures_are_counted(h: Harness) -> None:
@@ -612,9 +619,28 @@ def test_the_pacing_metrics() -> None:
     assert h.value("chaos_quota_paced_waits_total") == 0.0
     held = [h.pool.try_acquire(Ticket("light")) for _ in range(6)]
     h.advance(100)
-    h.pool.quota.read(QuotaReading(60.0, h.wall() + 5 * 3600 - 1.5 * 3600))  # 40%/h, 3.5 h to go
+    h.pool.quota.read(five_hours(60.0, h.wall() + 5 * 3600 - 1.5 * 3600))  # 40%/h, 3.5 h to go
     h.pool.try_acquire(Ticket("light"))  # the plan is worked out at a selection
     assert h.value("chaos_quota_paced_max_concurrency") == 1.0  # 6 x 10.6 / 40
     for slot in held:
         assert slot is not None
         h.pool.release(slot)
+
+
+def test_every_window_read_has_its_gauges_and_credits(h: Harness) -> None:
+    now = h.wall()
+    h.pool.quota.read(
+        QuotaReading(
+            (
+                WindowReading("5h", 5 * 3600.0, 0.0, None, 2000.0, 0.0, 2000.0),  # not started
+                WindowReading("1w", 7 * 86400.0, 40.0, now + 6 * 86400, 10000.0, 4000.0, 6000.0),
+            )
+        )
+    )
+    assert h.value("chaos_quota_used_ratio", window="5h") == 0.0
+    assert h.value("chaos_quota_resets_at_seconds", window="5h") is None  # starts at first use
+    assert h.value("chaos_quota_used_ratio", window="1w") == 0.4
+    assert h.value("chaos_quota_resets_at_seconds", window="1w") == now + 6 * 86400
+    assert h.value("chaos_quota_runs_out_at_seconds", window="1w") == pytest.approx(now + 1.5 * 86400)
+    assert h.value("chaos_quota_credits", window="1w", figure="used") == 4000.0
+    assert h.value("chaos_quota_credits", window="5h", figure="left") == 2000.0

@@ -12,7 +12,7 @@ from chaos_mode.observe.stats import Stats, chaos_stats
 from chaos_mode.routing.pool import ChaosPool, Ticket
 from chaos_mode.routing.pool_status import served
 from chaos_mode.zai.errors import classify_error
-from support.design_catalog import FIXED_LIMITS
+from support.design_catalog import DESIGN_MODELS, FIXED_LIMITS
 from support.learned import learn_account_limit, lower_glm_4_7, probe_glm_4_7
 
 WALL = 1_757_000_000.0
@@ -27,7 +27,9 @@ class Clock:
 
 
 def config(**routing: Any) -> ModelRouting:
-    return parse_config({"modelRouting": {"chaosMode": {"enabled": True}, **FIXED_LIMITS, **routing}})
+    return parse_config(
+        {"modelRouting": {"chaosMode": {"enabled": True}, "models": DESIGN_MODELS, **FIXED_LIMITS, **routing}}
+    )
 
 
 def panel(pool: ChaosPool) -> str:
@@ -107,7 +109,7 @@ def test_long_model_names_keep_the_box_aligned() -> None:
 
 def learning_pool(clock: Clock, **routing: Any) -> ChaosPool:
     """A pool that learns limits (the other tests fix them at the catalog's values)."""
-    routing = {"chaosMode": {"enabled": True}, **routing}
+    routing = {"chaosMode": {"enabled": True}, "models": DESIGN_MODELS, **routing}
     return ChaosPool(
         parse_config({"modelRouting": routing}), clock=clock, wall_clock=lambda: WALL + clock.now
     )
@@ -259,3 +261,33 @@ def test_the_quota_line_says_used_reset_burn_and_forecast() -> None:
     assert quota_line(quota_panel(lasting)) == (
         "Quota (zai): 40.0% used, resets in 3h00m, 30.0%/h, lasts; quota not read: HTTP 500"
     )
+
+
+def test_the_quota_line_has_every_window_in_credits_and_what_paces() -> None:
+    pool = ChaosPool(config(), clock=Clock(), wall_clock=lambda: WALL)
+    quota = pool.quota.status()
+    five = {
+        "name": "5h",
+        "seconds": 18000.0,
+        "source": "zai",
+        "started": False,
+        "usedPercent": 0.0,
+        "used": 0.0,
+        "cap": 2000.0,
+        "left": 2000.0,
+        "resetsAt": None,
+        "burnPerHour": 0.0,
+        "runsOutAt": None,
+    }
+    week = {**five, "name": "1w", "seconds": 604800.0, "started": True, "usedPercent": 40.0, "used": 4000.0,
+            "cap": 10000.0, "left": 6000.0, "resetsAt": WALL + 6 * 86400, "burnPerHour": 1.67,
+            "runsOutAt": WALL + 36 * 3600}  # fmt: skip
+    pacing = {"enabled": True, "preferLowerWeight": True, "maxConcurrency": 1, "reason": "",
+              "pacedWaits": 0, "window": "1w"}  # fmt: skip
+    shown = {**quota, "source": "zai", "usedPercent": 0.0, "windows": [five, week], "pacing": pacing}
+    assert quota_line(quota_panel(shown)) == (
+        "Quota (zai): not started (2000 credits; it starts at first use); 1w: 40.0% used (4000 of 10000"
+        " credits), resets in 6d00h, 1.7%/h, runs out in 1d12h; paced by 1w: at most 1 at once"
+    )
+    held = {**shown, "pacing": {**pacing, "maxConcurrency": 0}}
+    assert quota_line(quota_panel(held)).endswith("; paced by 1w: none until back on an even pace")

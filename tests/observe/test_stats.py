@@ -6,13 +6,15 @@ import json
 
 import pytest
 
-from chaos_mode.config.schema import default_config, parse_config
+from chaos_mode.config.schema import parse_config
 from chaos_mode.observe.stats import OTHER_MODEL, OUTCOMES, WAIT_BUCKETS, Stats, chaos_stats
 from chaos_mode.routing.pool import ChaosPool, Ticket
 from chaos_mode.routing.pool_status import served
+from support.design_catalog import DESIGN_MODELS
 
-CONFIG = default_config()
+CONFIG = parse_config({"modelRouting": {"models": DESIGN_MODELS}})
 CATALOG = set(CONFIG.models)
+DESIGN_ON = {"modelRouting": {"chaosMode": {"enabled": True}, "models": DESIGN_MODELS}}
 
 
 def make_stats() -> Stats:
@@ -120,7 +122,9 @@ def test_recent_failovers_are_bounded() -> None:
 
 
 def test_chaos_stats_has_the_seed_keys_and_per_model_extras() -> None:
-    pool = ChaosPool(parse_config({"modelRouting": {"chaosMode": {"enabled": True}}}))
+    pool = ChaosPool(
+        parse_config({"modelRouting": {"chaosMode": {"enabled": True}, "models": DESIGN_MODELS}})
+    )
     stats = Stats(pool.config)
     assert pool.try_acquire(Ticket("heavy")) is not None
     stats.usage("glm-4.5", 10, 20)
@@ -150,7 +154,9 @@ def test_chaos_stats_has_the_seed_keys_and_per_model_extras() -> None:
 
 
 def test_refusals_found_the_requests_own_are_counted_apart_from_the_models() -> None:
-    pool = ChaosPool(parse_config({"modelRouting": {"chaosMode": {"enabled": True}}}))
+    pool = ChaosPool(
+        parse_config({"modelRouting": {"chaosMode": {"enabled": True}, "models": DESIGN_MODELS}})
+    )
     stats = Stats(pool.config)
     stats.request_refusal("1305", 529)
     stats.request_refusal("1305", 429)

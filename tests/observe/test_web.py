@@ -20,6 +20,7 @@ from chaos_mode.observe.stats import Stats, chaos_stats
 from chaos_mode.observe.web import WebServer, dashboard_page, parse_listen
 from chaos_mode.routing.pool import ChaosPool
 from chaos_mode.routing.pool_status import served
+from support.design_catalog import DESIGN_MODELS
 
 SEED_KEYS = {
     "enabled",
@@ -35,7 +36,7 @@ class Addon:
     """What the addon wires into its WebServer: chaos_stats() and the metrics of a real pool."""
 
     def __init__(self) -> None:
-        config = parse_config({"modelRouting": {"chaosMode": {"enabled": True}}})
+        config = parse_config({"modelRouting": {"chaosMode": {"enabled": True}, "models": DESIGN_MODELS}})
         self.pool = ChaosPool(config)
         self.stats = Stats(config)
         self.metrics = ChaosMetrics(self.pool, self.stats)

@@ -1,4 +1,4 @@
-"""z.ai's quota body: the 5-hour window read, and every odd shape one warning, never an exception."""
+"""z.ai's quota body: its windows read, and every odd shape one warning, never an exception."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chaos_mode.quota.reading import KEY_RUN, MASK, QuotaReading, masked, read_quota
+from chaos_mode.quota.reading import KEY_RUN, MASK, QuotaReading, WindowReading, masked, read_quota
 
 
 def body(*limits: dict[str, Any], **top: Any) -> bytes:
@@ -22,16 +22,84 @@ WINDOW = {"type": "TOKENS_LIMIT", "unit": 3, "number": 5, "percentage": 18, "nex
 MONTH = {"type": "TIME_LIMIT", "unit": 5, "number": 1, "usage": 4000, "percentage": 2, "nextResetTime": 1}
 
 
+FIVE = WindowReading("5h", 5 * 3600.0, 18.0, 1767225600.0)
+CREDITS_5H = {"type": "CREDIT_LIMIT", "unit": 3, "number": 5, "usage": 2000, "currentValue": 27,
+              "remaining": 1972, "percentage": 1, "nextResetTime": 1786717056698}  # fmt: skip
+CREDITS_WEEK = {"type": "CREDIT_LIMIT", "unit": 6, "number": 1, "usage": 10000, "currentValue": 27,
+                "remaining": 9972, "percentage": 1, "nextResetTime": 1787301777997}  # fmt: skip
+WEEK = 7 * 86400.0
+
+
 def test_the_public_monitors_shape() -> None:
     result = read_quota(body(MONTH, WINDOW))
-    assert result.reading == QuotaReading(18.0, 1767225600.0, "max")
+    assert result.reading == QuotaReading((FIVE,), "max")
     assert result.warnings == ()
 
 
-def test_the_five_hour_entry_is_preferred_over_another_tokens_limit() -> None:
-    weekly = {**WINDOW, "unit": 6, "number": 1, "percentage": 70}
-    assert read_quota(body(weekly, WINDOW)).reading == QuotaReading(18.0, 1767225600.0, "max")
-    assert read_quota(body(weekly)).reading == QuotaReading(70.0, 1767225600.0, "max")
+def test_a_credit_plan_reads_both_windows_in_credits_whatever_their_order() -> None:
+    five = WindowReading("5h", 5 * 3600.0, 1.35, 1786717056.698, 2000.0, 27.0, 1972.0)
+    week = WindowReading("1w", WEEK, 0.27, 1787301777.997, 10000.0, 27.0, 9972.0)
+    for rows in ((CREDITS_5H, CREDITS_WEEK), (CREDITS_WEEK, MONTH, CREDITS_5H)):
+        result = read_quota(body(*rows))
+        assert result.warnings == ()
+        assert result.reading is not None
+        assert result.reading.window("5h") == five and result.reading.window("1w") == week
+        assert len(result.reading.windows) == 2
+
+
+def test_old_and_new_rows_mixed_are_read_by_unit() -> None:
+    reading = read_quota(body(CREDITS_WEEK, WINDOW)).reading
+    assert reading is not None and reading.window() == FIVE
+    assert reading.window("1w") is not None and reading.window("1w").cap == 10000.0  # type: ignore[union-attr]
+
+
+def test_a_weekly_row_alone_is_the_week_not_the_five_hours() -> None:
+    for weekly in (CREDITS_WEEK, {**WINDOW, "unit": 6, "number": 1, "percentage": 70}):
+        reading = read_quota(body(weekly)).reading
+        assert reading is not None and reading.window() is None
+        assert reading.window("1w") is not None and reading.window("1w").seconds == WEEK  # type: ignore[union-attr]
+
+
+def test_a_window_not_started_is_shown_as_such_without_a_warning() -> None:
+    fresh = {k: v for k, v in CREDITS_5H.items() if k != "nextResetTime"} | {
+        "currentValue": 0, "remaining": 2000, "percentage": 0}  # fmt: skip
+    result = read_quota(body(fresh, CREDITS_WEEK))
+    five = result.reading.window() if result.reading is not None else None
+    assert five is not None and not five.started and five.resets_at is None and five.used_percent == 0
+    assert result.warnings == ()
+    assert read_quota(body(CREDITS_5H)).reading.window().started  # type: ignore[union-attr]
+
+
+def test_an_overshoot_of_the_week_is_read_as_it_is_and_the_percent_clamped() -> None:
+    over = {**CREDITS_WEEK, "currentValue": 10480, "remaining": 0, "percentage": 100}
+    result = read_quota(body(CREDITS_5H, over))
+    week = result.reading.window("1w") if result.reading is not None else None
+    assert week is not None and week.used == 10480.0 and week.left == 0.0 and week.used_percent == 100.0
+    assert result.warnings == ()
+
+
+def test_the_percent_serves_where_credits_are_not_given() -> None:
+    row = {k: v for k, v in CREDITS_5H.items() if k not in ("usage", "currentValue")}
+    five = read_quota(body(row)).reading.window()  # type: ignore[union-attr]
+    assert five is not None and five.used_percent == 1.0 and five.cap is None and five.left == 1972.0
+
+
+@pytest.mark.parametrize(
+    ("rows", "warning"),
+    [
+        ((CREDITS_5H, {**CREDITS_WEEK, "unit": 9}), "unit 9 number 1 is no window known"),
+        ((CREDITS_5H, {**CREDITS_WEEK, "unit": "6"}), "no window known"),
+        ((CREDITS_5H, {**CREDITS_WEEK, "percentage": "x", "usage": None}), "1w.percentage is missing"),
+        ((CREDITS_5H, {**CREDITS_WEEK, "nextResetTime": None}), "1w.nextResetTime is missing"),
+        ((CREDITS_5H, CREDITS_5H), "5h comes twice"),
+    ],
+)
+def test_an_odd_row_is_one_warning_and_the_rest_is_read(
+    rows: tuple[dict[str, Any], ...], warning: str
+) -> None:
+    result = read_quota(body(*rows))
+    assert result.reading is not None and result.reading.window() is not None
+    assert len(result.warnings) == 1 and warning in result.warnings[0], result.warnings
 
 
 @pytest.mark.parametrize(
@@ -47,7 +115,7 @@ def test_the_five_hour_entry_is_preferred_over_another_tokens_limit() -> None:
         ),
         (json.dumps({"code": 200, "data": {}}).encode(), "no data.limits list"),
         (json.dumps({"code": 200, "data": None}).encode(), "no data.limits list"),
-        (body(MONTH), "no TOKENS_LIMIT entry"),
+        (body(MONTH), "no TOKENS_LIMIT or CREDIT_LIMIT entry"),
         (body({**WINDOW, "percentage": "18%"}), "percentage is missing or not a number"),
         (body({**WINDOW, "percentage": True}), "percentage is missing or not a number"),
         (body({k: v for k, v in WINDOW.items() if k != "percentage"}), "percentage is missing"),
@@ -61,13 +129,13 @@ def test_an_unusable_body_is_one_warning_and_no_reading(raw: bytes, warning: str
 
 def test_a_missing_reset_still_reads_the_percent() -> None:
     result = read_quota(body({k: v for k, v in WINDOW.items() if k != "nextResetTime"}))
-    assert result.reading == QuotaReading(18.0, None, "max")
-    assert result.warnings == ("TOKENS_LIMIT.nextResetTime is missing or not a number",)
+    assert result.reading == QuotaReading((WindowReading("5h", 5 * 3600.0, 18.0, None),), "max")
+    assert result.warnings == ("TOKENS_LIMIT 5h.nextResetTime is missing or not a number",)
 
 
 def test_a_percent_out_of_range_is_clamped_and_said() -> None:
     result = read_quota(body({**WINDOW, "percentage": 130}))
-    assert result.reading is not None and result.reading.used_percent == 100.0
+    assert result.reading is not None and result.reading.windows[0].used_percent == 100.0
     assert "outside 0-100" in result.warnings[0]
 
 
@@ -82,7 +150,7 @@ def test_any_json_is_read_without_an_exception(document: Any) -> None:
         json.dumps({"code": 200, "data": {"limits": [document, WINDOW | {"percentage": document}]}})
     )
     if result.reading is not None:
-        assert 0 <= result.reading.used_percent <= 100
+        assert all(0 <= w.used_percent <= 100 for w in result.reading.windows)
     else:
         assert len(result.warnings) == 1
 
@@ -118,3 +186,13 @@ def test_masked_hides_the_key_and_any_cut_copy_of_it() -> None:
     assert masked(f"{key[:8]} {key[:7]} {key[:9]}x", key) == f"{MASK} {key[:7]} {MASK}x"
     assert masked("no key here", "") == "no key here"
     assert masked("short", "sho") == "short".replace("sho", MASK)
+
+
+@given(st.permutations([CREDITS_5H, CREDITS_WEEK, MONTH, {"type": "SOMETHING_NEW", "unit": 3, "number": 5}]))
+def test_the_windows_read_do_not_depend_on_the_rows_order(rows: list[dict[str, Any]]) -> None:
+    result = read_quota(body(*rows))
+    assert result.reading is not None and result.warnings == ()
+    assert sorted(result.reading.windows, key=lambda w: w.name) == sorted(
+        read_quota(body(CREDITS_5H, CREDITS_WEEK)).reading.windows,  # type: ignore[union-attr]
+        key=lambda w: w.name,
+    )

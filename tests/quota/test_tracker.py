@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from tests.support.quota_readings import five_hours
 
 from chaos_mode.config.schema import default_config, parse_config
-from chaos_mode.quota.reading import QuotaReading
 from chaos_mode.quota.tracker import FRESH_SECONDS, QuotaTracker
 from chaos_mode.routing.pool import ChaosPool, Ticket
 from chaos_mode.zai.errors import classify_error
@@ -30,7 +30,7 @@ def test_zai_while_fresh_then_the_estimate() -> None:
     reset = T0 + 4.5 * HOUR  # the window started half an hour ago
     for _ in range(20):
         tracker.answered("glm-4.7")
-    tracker.read(QuotaReading(20.0, reset))
+    tracker.read(five_hours(20.0, reset))
     status = tracker.status()
     assert status["source"] == "zai"
     assert status["usedPercent"] == 20.0 and status["resetsAt"] == round(reset)
@@ -46,14 +46,14 @@ def test_a_failure_is_shown_until_a_reading_succeeds() -> None:
     tracker = QuotaTracker(lambda _: 1.0, FakeClock(T0))
     tracker.failed("HTTP 500")
     assert tracker.status()["error"] == "HTTP 500"
-    tracker.read(QuotaReading(1.0, None))
+    tracker.read(five_hours(1.0, None))
     assert tracker.status()["error"] is None
 
 
 def test_a_reading_past_its_reset_says_nothing_of_the_next_window() -> None:
     clock = FakeClock(T0)
     tracker = QuotaTracker(lambda _: 1.0, clock)
-    tracker.read(QuotaReading(90.0, T0 + 60))
+    tracker.read(five_hours(90.0, T0 + 60))
     clock.now += 61
     assert tracker.status()["usedPercent"] is None
 
@@ -116,7 +116,7 @@ def spend_and_read(
             tracker.answered("glm-4.7", key)
         clock.now += 1
         asked = tracker.asked()
-        tracker.read(QuotaReading(float(key * 100 // total), reset), asked)
+        tracker.read(five_hours(float(key * 100 // total), reset), asked)
     return key
 
 
@@ -152,7 +152,7 @@ def test_the_budget_ends_with_its_window_and_a_new_window_starts_again() -> None
     assert tracker.budget() is not None
     clock.now = T0 + 60  # reset
     assert tracker.budget() is None
-    tracker.read(QuotaReading(0.0, T0 + 60 + WINDOW_SECONDS), tracker.asked())
+    tracker.read(five_hours(0.0, T0 + 60 + WINDOW_SECONDS), tracker.asked())
     assert tracker.budget() is None  # nothing known of the new window's total yet
     assert last == 180
 

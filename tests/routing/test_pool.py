@@ -16,7 +16,7 @@ from chaos_mode.routing.pool import ChaosPool, RequestInfo, Slot, Ticket
 from chaos_mode.routing.pool_status import served
 from chaos_mode.zai.catalog import REQUEST_TIERS, TIER_RANK, RequestTier
 from chaos_mode.zai.errors import FAIR_USE_SECONDS, Action, UpstreamError, classify_error
-from support.design_catalog import ALL, CAPS, FIXED_LIMITS, FREE, HEAVY, MEDIUM
+from support.design_catalog import ALL, CAPS, DESIGN_MODELS, FIXED_LIMITS, FREE, HEAVY, MEDIUM
 from support.fakes import FakeClock
 
 # 23:00 in Beijing on 2026-03-01: the next Beijing midnight is an hour away.
@@ -53,7 +53,8 @@ class Harness:
 
 
 def routing(**block: Any) -> ModelRouting:
-    return parse_config({"modelRouting": {**FIXED_LIMITS, **block}})
+    """A config over the design's (early-2026) catalog unless `block` gives its own `models`."""
+    return parse_config({"modelRouting": {**FIXED_LIMITS, "models": DESIGN_MODELS, **block}})
 
 
 def chaos(**chaos_mode: Any) -> ModelRouting:

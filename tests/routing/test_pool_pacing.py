@@ -7,9 +7,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from tests.support.quota_readings import five_hours
+
 from chaos_mode.config.schema import ModelRouting, parse_config
 from chaos_mode.quota.pacer import PACE_EVERY
-from chaos_mode.quota.reading import QuotaReading
 from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
 from chaos_mode.zai.quota import WINDOW_SECONDS
 from support.fakes import FakeClock
@@ -42,12 +43,12 @@ def pool_of(routing: ModelRouting) -> tuple[ChaosPool, FakeClock, FakeClock]:
 
 def running_out(pool: ChaosPool, wall: FakeClock) -> None:
     """60% used 1.5 h into the window: 40%/h, spent in an hour, 3.5 h before the reset."""
-    pool.quota.read(QuotaReading(60.0, wall() + WINDOW_SECONDS - 1.5 * HOUR))
+    pool.quota.read(five_hours(60.0, wall() + WINDOW_SECONDS - 1.5 * HOUR))
 
 
 def lasting(pool: ChaosPool, wall: FakeClock) -> None:
     """10% used 2 h into the window: 5%/h, it lasts."""
-    pool.quota.read(QuotaReading(10.0, wall() + WINDOW_SECONDS - 2 * HOUR))
+    pool.quota.read(five_hours(10.0, wall() + WINDOW_SECONDS - 2 * HOUR))
 
 
 def take(pool: ChaosPool, n: int = 1) -> list[Slot]:
@@ -122,7 +123,7 @@ def test_once_paced_in_a_window_the_cap_holds_until_the_window_resets() -> None:
     reset = wall() + WINDOW_SECONDS - 1.5 * HOUR
     wall.advance(HOUR)
     clock.advance(HOUR)
-    pool.quota.read(QuotaReading(65.0, reset))  # 2 at once for an hour: 5 %/h, it lasts now
+    pool.quota.read(five_hours(65.0, reset))  # 2 at once for an hour: 5 %/h, it lasts now
     forecast = pool.quota.forecast()
     assert forecast is not None and forecast.runs_out_at is None
     # Still paced in this window, at what it affords: (97 - 65) / 2.5 h = 12.8 %/h at 2.5 %/h a request.

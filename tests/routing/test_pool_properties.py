@@ -18,7 +18,7 @@ from chaos_mode.routing.pool_status import served
 from chaos_mode.routing.strategies import STRATEGIES, ModelEntry, make_strategy
 from chaos_mode.zai.catalog import TIER_RANK, RequestTier
 from chaos_mode.zai.errors import BEIJING, classify_error
-from support.design_catalog import FIXED_LIMITS
+from support.design_catalog import DESIGN_MODELS, FIXED_LIMITS
 
 
 class FakeClock:
@@ -86,6 +86,7 @@ def build(options: dict[str, Any], account_cap: int | None) -> ModelRouting:
         "chaosMode": options,
         "sticky": {"ttlSeconds": 60, "maxEntries": 2},
         "cooldown": {"trialWhenIdle": False},  # this machine's model of cooldowns has no trials
+        "models": DESIGN_MODELS,
         **FIXED_LIMITS,
     }
     if account_cap is not None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.support.quota_readings import five_hours
 
 from chaos_mode.config.schema import parse_config
 from chaos_mode.quota.reading import QuotaReading
@@ -53,7 +54,7 @@ class Zai:
     def reading(self, now: float, rounding: str = "down") -> QuotaReading:
         share = self.used / self.total * 100
         whole = {"down": math.floor(share), "nearest": math.floor(share + 0.5), "up": math.ceil(share)}
-        return QuotaReading(float(min(whole[rounding], 100)), self.resets_at(now))
+        return five_hours(float(min(whole[rounding], 100)), self.resets_at(now))
 
 
 @dataclass

@@ -8,8 +8,10 @@ import pytest
 
 from chaos_mode.config.schema import default_config, parse_config
 from chaos_mode.routing.tiers import TierClassifier, UnknownNames
+from support.design_catalog import DESIGN_MODELS
 
 CLASSIFIER = TierClassifier(default_config())
+DESIGN = TierClassifier(parse_config({"modelRouting": {"models": DESIGN_MODELS}}))
 
 
 @pytest.mark.parametrize(
@@ -46,6 +48,15 @@ def test_claude_names(model: str, tier: str) -> None:
     ],
 )
 def test_a_catalog_name_keeps_its_own_tier(model: str, tier: str) -> None:
+    assert DESIGN.classify(model) == tier
+    assert DESIGN.is_known(model)
+
+
+@pytest.mark.parametrize(
+    ("model", "tier"),
+    [("glm-5.4", "heavy"), ("GLM-5.3", "heavy"), ("glm-5.3-flash", "medium"), ("glm-4.6v", "light")],
+)
+def test_a_built_in_catalog_name_keeps_its_own_tier(model: str, tier: str) -> None:
     assert CLASSIFIER.classify(model) == tier
     assert CLASSIFIER.is_known(model)
 
@@ -70,7 +81,7 @@ def test_the_default_and_the_patterns_are_configurable() -> None:
     assert classifier.classify("something-else") == "light"
     # The configured patterns replace the built-in ones; catalog names still map to their own tier.
     assert classifier.classify("claude-opus-4-5") == "light"
-    assert classifier.classify("glm-4.6") == "heavy"
+    assert classifier.classify("glm-5.3") == "heavy"
 
 
 def test_a_custom_catalog_model_maps_to_its_tier() -> None:

@@ -22,7 +22,7 @@ from chaos_mode.devtools.certs import make_certs
 from chaos_mode.sim import Fault, SimProcess, SimServer, SimSettings, SimState, sim_subprocess
 from chaos_mode.sim.__main__ import settings_from_args
 from chaos_mode.sim.limits import LimitChange, ScheduledChange
-from chaos_mode.zai.catalog import DEFAULT_CATALOG
+from support.design_catalog import CAPS
 from support.sim_client import FAST, MSGS, TIMEOUT, MakeSim, assert_zai_error, post, sdk, stats, wait_for
 
 
@@ -213,10 +213,8 @@ async def test_account_limit(make_sim: MakeSim, http: httpx.AsyncClient) -> None
 
 async def test_default_limits_come_from_catalog(sim: SimServer, http: httpx.AsyncClient) -> None:
     s = await stats(http, sim)
-    assert {name: m["limit"] for name, m in s["models"].items()} == {
-        name: row[1] for name, row in DEFAULT_CATALOG.items()
-    }
-    assert s["account"]["limit"] == sum(row[1] for row in DEFAULT_CATALOG.values())
+    assert {name: m["limit"] for name, m in s["models"].items()} == CAPS  # the early-2026 catalog
+    assert s["account"]["limit"] == sum(CAPS.values())
 
 
 # -- errors --------------------------------------------------------------------------------------------
@@ -469,7 +467,7 @@ def test_cli_settings() -> None:
     assert settings.effective_account_limit == 4
     assert settings.reject_delay_ms == 3000 and settings.error_encoding is None
     assert settings_from_args(["--error-encoding", "zstd"]).error_encoding == "zstd"
-    assert settings_from_args([]).effective_account_limit == sum(r[1] for r in DEFAULT_CATALOG.values())
+    assert settings_from_args([]).effective_account_limit == sum(CAPS.values())
     with pytest.raises(SystemExit):
         settings_from_args(["--limit", "glm-4.7"])
     with pytest.raises(SystemExit):

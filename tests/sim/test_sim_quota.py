@@ -42,7 +42,7 @@ def test_the_percentage_is_whole_and_rounded_down() -> None:
     quota.charge("m")
     assert quota.percentage() == 33
     reading = read_quota(json.dumps(quota.body())).reading
-    assert reading is not None and reading.used_percent == 33
+    assert reading is not None and reading.windows[0].used_percent == 33
     exact = SimQuota(100, 60.0, {}, FakeClock(1_700_000_000.0))
     for _ in range(29):
         exact.charge("m")
@@ -110,8 +110,8 @@ async def test_spent_is_1308_on_every_model_with_the_reset_time(
     figures = (await stats(http, server))["quota"]
     assert figures["used"] == 3.0 and figures["refused"] == 2 and figures["percentage"] == 100
     reading = read_quota((await read(http, server)).content).reading
-    assert reading is not None and reading.used_percent == 100
-    assert reading.resets_at == pytest.approx(server.quota.resets_at(), abs=0.001)
+    assert reading is not None and reading.windows[0].used_percent == 100
+    assert reading.windows[0].resets_at == pytest.approx(server.quota.resets_at(), abs=0.001)
 
 
 async def test_the_endpoint_takes_only_its_key(make_sim: MakeSim, http: httpx.AsyncClient) -> None:

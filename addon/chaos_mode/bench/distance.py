@@ -33,6 +33,7 @@ from chaos_mode.devtools.distance import DistantPort
 from chaos_mode.devtools.processes import ProxyProcess
 from chaos_mode.sim import SimProcess, SimSettings
 from chaos_mode.sim.settings import default_limits
+from chaos_mode.zai.catalog import EARLY_2026_CATALOG, models_block
 
 SIDES = ("plain", "addon", "addon-eager")
 HEADERS = {"x-sim-latency-ms": "0", "x-sim-output-tokens": "2", "x-api-key": "bench-key"}
@@ -110,7 +111,11 @@ def _proxy(side: str, relay: DistantPort, ca: Path, workdir: Path) -> ProxyProce
         script = workdir / "eager.py"
         script.write_text(EAGER_SCRIPT, encoding="utf-8")
         args += ["-s", str(script)]
-    config: dict[str, object] = {"chaosMode": {"enabled": True}, "upstreamHosts": ["localhost"]}
+    config: dict[str, object] = {
+        "chaosMode": {"enabled": True},
+        "upstreamHosts": ["localhost"],
+        "models": models_block(EARLY_2026_CATALOG),
+    }
     return ProxyProcess(upstream=upstream, config=config, extra_args=args)
 
 

@@ -29,6 +29,7 @@ from chaos_mode.bench.overhead import ADDON_MODEL, PLAIN_MODEL, ZERO_LATENCY, fi
 from chaos_mode.devtools.client import httpx
 from chaos_mode.devtools.processes import ProxyProcess
 from chaos_mode.sim import SimProcess, SimSettings, default_limits
+from chaos_mode.zai.catalog import EARLY_2026_CATALOG, models_block
 
 STREAM_TOKENS = 5
 BATCH = 5  # failed-over requests per addon process (the sonnet tier has six models)
@@ -88,7 +89,11 @@ async def measure(requests: int, no_ms: float, batch: int = BATCH) -> dict[str, 
 async def _batch(
     sim: SimProcess, through_plain: httpx.AsyncClient, indices: range, no_ms: float, samples: Samples
 ) -> None:
-    config: dict[str, object] = {"upstreamHosts": ["127.0.0.1"], "chaosMode": {"enabled": True}}
+    config: dict[str, object] = {
+        "upstreamHosts": ["127.0.0.1"],
+        "chaosMode": {"enabled": True},
+        "models": models_block(EARLY_2026_CATALOG),
+    }
     fault = {"model": "*", "code": "1302", "count": 1, "delayMs": no_ms}
     with ProxyProcess(upstream=sim.base_url, config=config) as addon:
         async with (

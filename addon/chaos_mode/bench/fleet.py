@@ -411,13 +411,13 @@ async def lease_latency(redis_url: str, samples: int = 2000) -> dict[str, float]
     script awaited too), through the pool as the addon uses it, with another proxy in the fleet (so each
     script tells it, as in a fleet of two); side by side (alternating, so both see the same machine), two
     bare PINGs on a redis-py client: the two round trips no lease can do without."""
-    from chaos_mode.config.schema import default_config
+    from chaos_mode.config.schema import parse_config
     from chaos_mode.fleet.redis_store import RedisFleet
     from chaos_mode.fleet.slots import SharedSlots
     from chaos_mode.fleet.state_url import parse_state_url
     from chaos_mode.routing.pool import ChaosPool, Ticket
 
-    config = default_config()
+    config = parse_config({"modelRouting": SCENARIO.config()})
     pool = ChaosPool(config)
     slots = SharedSlots("bench", on_freed=pool.wake, waiting=pool.first_in_line, serving=pool.serving_here)
     pool.use_slots(slots)

@@ -31,6 +31,7 @@ from chaos_mode.config.schema import ModelRouting
 from chaos_mode.fleet.slots import Notice, SharedSlots, Tally, Verdict
 from chaos_mode.routing.pool import ChaosPool, Ticket
 from chaos_mode.routing.slots import ProbeClaim, Seen
+from chaos_mode.zai.catalog import EARLY_2026_CATALOG, models_block
 
 HOP = 0.002  # seconds from the proxy to the upstream, and from the answer's end to the agent's next request
 RENEW = 1.0  # seconds between tallies (a third of bench.fleet's 3 s leases)
@@ -159,7 +160,10 @@ async def run_fleet(count: int, shared: bool, workload: Workload, seed: int, del
     `shared`, else each on its own slots (one pool alone: the reference)."""
     loop = asyncio.get_running_loop()
     rng = random.Random(seed)
-    config = ModelRouting.model_validate({"learning": {"enabled": False}})  # fixed limits, as bench.fleet
+    # Fixed limits on the early-2026 catalog, as bench.fleet.
+    config = ModelRouting.model_validate(
+        {"learning": {"enabled": False}, "models": models_block(EARLY_2026_CATALOG)}
+    )
     store = Store(loop, delays, config, rng)
     pools, fleets = [], []
     for i in range(count):

@@ -26,6 +26,7 @@ from chaos_mode.bench.figures import percentile
 from chaos_mode.bench.swarm import DELTA, MESSAGES_PATH
 from chaos_mode.devtools.client import httpx
 from chaos_mode.devtools.processes import ProxyProcess
+from chaos_mode.zai.catalog import EARLY_2026_CATALOG, models_block
 
 # The addon routes Claude's name; plain mitmdump must send a model the simulator knows.
 ADDON_MODEL = "claude-sonnet-4-5"
@@ -140,7 +141,11 @@ async def measure_overhead(
     sim_url: str, options: OverheadOptions, log: Callable[[str], None] = lambda _: None
 ) -> dict[str, Any]:
     """Run both proxies side by side against `sim_url` (a zero-latency-capable simulator)."""
-    config: dict[str, object] = {"chaosMode": {"enabled": True}, "upstreamHosts": ["127.0.0.1"]}
+    config: dict[str, object] = {
+        "chaosMode": {"enabled": True},
+        "upstreamHosts": ["127.0.0.1"],
+        "models": models_block(EARLY_2026_CATALOG),
+    }
     addon = ProxyProcess(upstream=sim_url, config=config)
     plain = ProxyProcess(upstream=sim_url, addon=False)
     sides = [_Side("addon", addon, ADDON_MODEL, [], []), _Side("plain", plain, PLAIN_MODEL, [], [])]

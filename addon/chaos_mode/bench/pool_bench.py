@@ -22,7 +22,7 @@ from typing import Any
 from chaos_mode.config.schema import ModelRouting, parse_config
 from chaos_mode.routing.pool import ChaosPool, RequestInfo, Ticket
 from chaos_mode.routing.strategies import STRATEGIES
-from chaos_mode.zai.catalog import MODEL_TIERS
+from chaos_mode.zai.catalog import EARLY_2026_CATALOG, MODEL_TIERS, models_block
 
 REQUEST = RequestInfo(input_tokens=20_000, max_output_tokens=4_096)
 MAX_COST = 0.05  # $ per request: filters part of each catalog for REQUEST
@@ -51,8 +51,7 @@ CATALOGS: dict[str, dict[str, dict[str, Any]] | None] = {
 
 def bench_config(catalog: dict[str, dict[str, Any]] | None, strategy: str) -> ModelRouting:
     block: dict[str, Any] = {"chaosMode": {"strategy": strategy, "maxCostPerRequest": MAX_COST}}
-    if catalog is not None:
-        block["models"] = catalog
+    block["models"] = models_block(EARLY_2026_CATALOG) if catalog is None else catalog
     return parse_config({"modelRouting": block})
 
 

@@ -24,6 +24,7 @@ import httpx
 from chaos_mode.devtools.processes import ProxyProcess
 from chaos_mode.sim.process import SimProcess
 from chaos_mode.sim.settings import SimSettings
+from chaos_mode.zai.catalog import EARLY_2026_CATALOG, models_block
 
 KEY: Final = "bench0quota0key.NeverShownAnywhere"
 VARIABLE: Final = "CHAOS_BENCH_QUOTA_KEY"
@@ -39,6 +40,7 @@ async def run(pace: bool, *, window: float, prompts: int, agents: int) -> dict[s
     config: dict[str, object] = {
         "upstreamHosts": ["127.0.0.1"],
         "chaosMode": {"enabled": True},
+        "models": models_block(EARLY_2026_CATALOG),
         "quota": {"pollSeconds": 1, "windowSeconds": window, "pace": pace},
     }
     with SimProcess(settings) as sim:

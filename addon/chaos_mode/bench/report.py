@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from chaos_mode.zai.catalog import DEFAULT_CATALOG
+from chaos_mode.zai.catalog import DEFAULT_CATALOG, EARLY_2026_CATALOG
 
-MODEL_ORDER = tuple(DEFAULT_CATALOG)
+MODEL_ORDER = (*EARLY_2026_CATALOG, *DEFAULT_CATALOG)  # the simulator's early-2026 names, then today's
 
 
 def fmt_num(value: Any, fmt: str, missing: str = "-") -> str:

@@ -8,7 +8,7 @@ from typing import Any, Final
 
 from chaos_mode.bench.workload import CLAUDE_MODELS, ZAI_DEFAULT_MODELS
 from chaos_mode.config.schema import StrategyName
-from chaos_mode.zai.catalog import RequestTier
+from chaos_mode.zai.catalog import EARLY_2026_CATALOG, RequestTier, models_block
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +28,7 @@ class Scenario:
         return dict(CLAUDE_MODELS if self.chaos else ZAI_DEFAULT_MODELS)
 
     def config(self, upstream_host: str = "127.0.0.1") -> dict[str, object]:
-        """The `modelRouting` mapping for the proxy (the built-in catalog, the simulator as upstream)."""
+        """The `modelRouting` mapping for the proxy (the simulator as upstream, its early-2026 catalog)."""
         block: dict[str, object] = {
             "chaosMode": {
                 "enabled": self.chaos,
@@ -36,6 +36,7 @@ class Scenario:
                 "stickyConversations": self.sticky,
             },
             "upstreamHosts": [upstream_host],
+            "models": models_block(EARLY_2026_CATALOG),
         }
         if self.learning:
             block["learning"] = dict(self.learning)

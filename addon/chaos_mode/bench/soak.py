@@ -25,6 +25,7 @@ from chaos_mode.bench.soak_client import CLIENT_FAULTS, OUTCOMES, plan_request, 
 from chaos_mode.devtools.client import httpx
 from chaos_mode.devtools.processes import ProxyProcess, free_port
 from chaos_mode.sim import SimProcess, SimSettings
+from chaos_mode.zai.catalog import EARLY_2026_CATALOG, models_block
 
 REFUSED: Final = ("glm-4.5-x", "glm-4.7-flashx")
 # Shares of the fault budget: what the client does, and what the simulator does at random.
@@ -33,6 +34,7 @@ UPSTREAM_SHARES: Final = {"1302": 0.2, "1305": 0.15, "cut": 0.15, "hang": 0.08, 
 PROXY_CONFIG: Final[dict[str, Any]] = {
     "upstreamHosts": ["127.0.0.1"],
     "chaosMode": {"enabled": True},
+    "models": models_block(EARLY_2026_CATALOG),
     # Short pauses and cooldowns: a soak is about what is left behind, not about waiting out a 1308.
     "cooldown": {"defaultSeconds": 0.5, "maxSeconds": 2, "maxPauseSeconds": 1, "accountPauseSeconds": 1},
     "streams": {"abortGraceSeconds": 0.2},

@@ -25,7 +25,7 @@ from chaos_mode.check.findings import Counters, Findings, NameResult, Verdict, a
 from chaos_mode.check.save import save_aliases
 from chaos_mode.check.wire import DOORS, BudgetSpent, CheckError, Stream, Upstream
 from chaos_mode.learning.file import FILE_NAME
-from chaos_mode.zai.catalog import DEFAULT_CATALOG
+from chaos_mode.zai.catalog import DEFAULT_ALIASES, DEFAULT_CATALOG, EARLY_2026_CATALOG
 
 DEFAULT_BUDGET = 40
 DEFAULT_KEY_ENV = "ZAI_API_KEY"
@@ -50,9 +50,11 @@ class Check:
         self.held: list[Held] = []
 
     def names(self, listed: Sequence[str]) -> dict[str, NameResult]:
-        """What a request for each name (listed first, then the built-in catalog's) is answered as; a name
-        refused for load (its model's slots still taken by the requests before it) is asked once more."""
-        results = {name: self.name(name) for name in dict.fromkeys([*listed, *DEFAULT_CATALOG])}
+        """What a request for each name (listed first, then the built-in catalog's, its aliases and early
+        2026's) is answered as; a name refused for load (its model's slots still taken by the requests
+        before it) is asked once more."""
+        known = [*DEFAULT_CATALOG, *DEFAULT_ALIASES, *EARLY_2026_CATALOG]
+        results = {name: self.name(name) for name in dict.fromkeys([*listed, *known])}
         busy = [name for name, result in results.items() if result.code in BUSY_CODES]
         if busy:
             self.sleep(self.settle)

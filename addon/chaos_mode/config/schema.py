@@ -28,7 +28,6 @@ from chaos_mode.zai.catalog import (
     DEFAULT_CATALOG,
     DEFAULT_OPENAI_PATHS,
     DEFAULT_UPSTREAM_HOSTS,
-    DEFAULT_VISION,
     MESSAGES_SUFFIX,
     REQUEST_TIERS,
     TIER_RANK,
@@ -107,14 +106,15 @@ class ModelSpec(_Base):
 def _default_models() -> dict[str, ModelSpec]:
     return {
         name: ModelSpec(
-            tier=tier,
-            max_concurrency=cap,
-            input_price=price_in,
-            output_price=price_out,
-            free=free,
-            vision=name in DEFAULT_VISION,
+            tier=m.tier,
+            max_concurrency=m.limit,
+            input_price=m.input_price,
+            output_price=m.output_price,
+            free=m.free,
+            vision=m.vision,
+            quota_weight=m.quota_weight,
         )
-        for name, (tier, cap, price_in, price_out, free) in DEFAULT_CATALOG.items()
+        for name, m in DEFAULT_CATALOG.items()
     }
 
 
@@ -276,7 +276,7 @@ class QuotaSettings(_Base):
         default=WINDOW_SECONDS,
         ge=1,
         le=31 * 86_400,
-        description="the quota's window: z.ai's 5 hours (another length for a simulator's short window)",
+        description="the quota's 5-hour window (another length for a simulator's: the week scales alike)",
     )
 
     @model_validator(mode="after")

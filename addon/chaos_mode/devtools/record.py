@@ -35,6 +35,7 @@ from chaos_mode.devtools.client import httpx
 from chaos_mode.devtools.processes import ProxyProcess
 from chaos_mode.sim.process import SimProcess
 from chaos_mode.sim.settings import SimSettings
+from chaos_mode.zai.catalog import EARLY_2026_CATALOG, models_block
 
 TEST_API_KEY = "sk-RecordTestKey0123456789abcdef"  # made up; never left in a file
 REDACTED = "REDACTED"
@@ -59,6 +60,7 @@ def proxy_config() -> dict[str, object]:
         "chaosMode": {"enabled": True},
         "upstreamHosts": ["127.0.0.1"],
         "streams": {"abortGraceSeconds": 0},
+        "models": models_block(EARLY_2026_CATALOG),  # the simulator's default catalog
     }
 
 

@@ -23,17 +23,15 @@ One estimator, three rules:
    a band) the gap is short and so is the discount.
 2. **A level is refused** when using it loses answers. Operating at n (a full pool sends every request
    at its top level), z.ai answers n·(1 - p(n)) slots' worth while each refusal costs its request `cost`
-   slot-times (z.ai's 3-6 s to refuse, over how long a slot serves): n pays over n - 1 only while p rises
-   there by less than (1/(1 + cost) - p(n - 1)) / n. So a level is refused when its refusals say that its
-   rate rises above the rate of the levels under it (at least `NOISE`) by more than that: an exact binomial
-   test of its refusals (its prior included) against that rate, at `SIGNIFICANCE`. One refusal never
-   passes it (one in two tries is that likely at `NOISE`); two at a level nobody was served at do (a hard
-   limit is found at its second refusal); noise does not move a limit (it is the same at every level: no
-   rise); a band that rises does (a soft limit, or a limit that fell). Since p never falls as n grows,
-   adjacent levels whose rates do not rise are pooled first (isotonic regression): a rate above the next
-   level's is noise, and equal rates add confidence. In a pooled block found refused, the level refused is
-   the lowest whose own evidence, with the block's levels under it, passes the test: refusals above a level
-   say nothing of it (one refusal low in the levels is not taken for a fallen limit's refusals above it).
+   slot-times (z.ai's 3-6 s to refuse, over how long a slot serves): over levels refused at `NOISE`, n pays
+   while p(n) is at most tau_n = NOISE + (1/(1 + cost) - NOISE) / n, a threshold set by the price alone.
+   Level n is refused when the evidence of n with the levels just under it (each window of up to `WINDOW`
+   levels ending at n: p never falls as n grows, so their rate is at most p(n)) holds more refusals than
+   tau_n explains: an exact binomial test (a prior clean answer included) at `SIGNIFICANCE`. Refusals
+   above a level say nothing of it. The thresholds do not depend on the evidence, so a refusal never
+   raises a limit and a clean answer never lowers one. One refusal never passes (one in two tries is that
+   likely at `NOISE`); two at a level nobody was served at do (a hard limit is found at its second
+   refusal); noise under tau_n moves no limit; a band that rises over it does (a soft limit, a fallen one).
 3. **A level is served** when z.ai answered cleanly at it or above it (its memory holds such an answer),
    or when it is within the catalog's value. **The limit is the highest served level under the lowest
    refused one.** Above it, only probes go (the pool's, one at a time, paced: see `limits`).
@@ -50,17 +48,20 @@ from chaos_mode.zai.timing import EARLIEST_REFUSAL_SECONDS
 MEMORY: Final = 12  # observations a level remembers (older ones fade by 1 - 1/MEMORY per new one)
 SERVED_WEIGHT: Final = 0.05  # a clean answer this faded no longer shows a level as served
 PRIOR: Final = 1.0  # a clean answer assumed at every level before any is seen (it never fades)
-# The refusals z.ai sends at any level, whatever the load ("works again a few seconds later"): a level's rate
-# counts as risen only above this, or above the rate of the levels under it when that is higher. A full pool
-# sends at its top level only, so the levels under it rarely show the noise themselves.
+# The refusals z.ai sends at any level, whatever the load ("works again a few seconds later"): the rate a
+# level's rise is measured from (rule 2). More noise than this is taken for a limit where a level is worth
+# less (10% at a cost of 3: from level 5 up).
 NOISE: Final = 0.05
 # A level is refused when its refusals are less likely than this under the highest rate worth the level:
-# as likely as one refusal in two tries at the noise rate (one refusal and a level's prior), so that one
-# refusal alone never refuses a level.
+# as likely as one refusal in two tries at the noise rate (one refusal and the prior), so that one refusal
+# alone never refuses a level.
 SIGNIFICANCE: Final = 1.0 - (1.0 - NOISE) ** 2
 # The half-life of a word contradicted by a newer one (rule 1): z.ai's quickest refusal. A z.ai that still
 # served a level would have answered there again within that; one that moved has not.
 CONTRADICTED_HALF_LIFE: Final = EARLIEST_REFUSAL_SECONDS
+# The levels a level's test reads, itself included (rule 2): a limit that fell is refused over the levels a
+# full pool sends at, a refusal or two at each.
+WINDOW: Final = 3
 
 type Weights = list[tuple[float, float]]  # each level's (clean, refused) as they count now; index = level
 
@@ -186,37 +187,27 @@ class LevelEvidence:
         """The lowest level refused (rule 2), else None. `cost`: a refusal's cost in slot-times (how long z.ai
         takes to refuse over how long a slot serves); `weights`: `_weights(now)`, when already worked out."""
         weights = self._weights(now) if weights is None else weights
-        blocks: list[list[float]] = []  # [first level, refused, clean]: rates non-decreasing, level order
-        for level, (clean, refused) in enumerate(weights):
-            if clean + refused <= 0.0:
-                continue  # no evidence: neither for nor against (the prior is the level's own, below)
-            block = [float(level), refused, clean]
-            # Pool adjacent levels whose rates do not rise (isotonic regression, "pool adjacent
-            # violators"): p never falls as n grows, so a rate above the next level's is noise.
-            while blocks and blocks[-1][1] * (block[1] + block[2]) >= block[1] * (
-                blocks[-1][1] + blocks[-1][2]
-            ):
-                first, refused, clean = blocks.pop()
-                block = [first, refused + block[1], clean + block[2]]
-            blocks.append(block)
-        below_refused = below_clean = 0.0
-        worth = 1.0 / (1.0 + cost)  # the refusal rate at which a slot's answers stop paying for refusals
-        for first, refused, clean in blocks:
-            background = max(below_refused / (below_refused + below_clean + PRIOR), NOISE)
-            pays = background + max(worth - background, 0.0) / first  # the highest rate worth the level
-            if chance_of_as_many(refused, refused + clean + PRIOR, pays) < SIGNIFICANCE:
-                # the block's lowest level whose own evidence and that of the block's levels under it
-                # suffice: refusals above a level say nothing of it (p may rise above it); the whole block
-                # suffices, so this returns within it (the last line only guards rounding)
-                up_refused = up_clean = 0.0
-                for level in range(int(first), len(weights)):
-                    up_clean += weights[level][0]
-                    up_refused += weights[level][1]
-                    if chance_of_as_many(up_refused, up_refused + up_clean + PRIOR, pays) < SIGNIFICANCE:
-                        return level
-                return int(first)
-            below_refused += refused
-            below_clean += clean
+        rise = max(1.0 / (1.0 + cost) - NOISE, 0.0)  # the rise of p over the noise a slot's answers pay for
+        top = len(weights) - 1  # the highest level observed: the windows above it read up to it
+        refusals = [refused for _, refused in weights]
+        for level in range(1, min(top + WINDOW, self.ceiling + 2)):
+            lowest = max(level - WINDOW + 1, 1)
+            if sum(refusals[lowest : level + 1]) <= 1.0:
+                continue  # one refusal never passes
+            pays = NOISE + rise / level  # tau_n: the highest rate worth the level
+            refused = clean = 0.0
+            for under in range(min(level, top), lowest - 1, -1):
+                clean += weights[under][0]
+                refused += weights[under][1]
+                total = refused + clean + PRIOR
+                above = refused - pays * total  # the refusals over those the rate explains
+                # the tail read only a standard deviation over (passing takes 1.29 or more)
+                if (
+                    above > 0.0
+                    and above * above > total * pays * (1.0 - pays)
+                    and chance_of_as_many(refused, total, pays) < SIGNIFICANCE
+                ):
+                    return level
         return None
 
     def served_level(self, now: float, weights: Weights | None = None) -> int:

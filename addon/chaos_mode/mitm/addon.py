@@ -482,7 +482,7 @@ class ChaosMode:
         tracker.reader = "on"
         if not was_on:
             log.info(
-                "chaos-mode: reading the 5-hour quota from %s every %g s (key from %s)",
+                "chaos-mode: reading the quota from %s every %g s (key from %s)",
                 destination.url(b"/"),
                 settings.poll_seconds,
                 name,

@@ -89,27 +89,34 @@ METRICS: Final[tuple[MetricSpec, ...]] = (
     _spec(
         "quota_used_ratio",
         "gauge",
-        (),
-        "Share of the 5-hour quota used, 0 to 1: z.ai's reading (chaos_quota), else the proxy's estimate; "
-        "no sample while neither knows.",
+        ("window",),
+        "Share of a quota window (5h, 1w) used, 0 to 1: z.ai's reading (chaos_quota), else (5h) the "
+        "proxy's estimate; no sample while neither knows.",
     ),
     _spec(
         "quota_resets_at_seconds",
         "gauge",
-        (),
-        "Unix time the 5-hour window resets; no sample while not known.",
+        ("window",),
+        "Unix time a quota window resets; no sample while not known (or not started).",
     ),
     _spec(
         "quota_burn_ratio_per_hour",
         "gauge",
-        (),
-        "Share of the 5-hour quota used per hour over the last hour (the forecast's burn).",
+        ("window",),
+        "Share of a quota window used per hour over the last hour (the forecast's burn).",
     ),
     _spec(
         "quota_runs_out_at_seconds",
         "gauge",
-        (),
-        "Unix time the quota runs out at the current burn, before the reset; 0 when it lasts.",
+        ("window",),
+        "Unix time a quota window runs out at the current burn, before its reset; 0 when it lasts.",
+    ),
+    _spec(
+        "quota_credits",
+        "gauge",
+        ("window", "figure"),
+        "A credit plan's window as z.ai reads it: figure cap, used (may pass the cap) or left; no sample "
+        "where z.ai does not say.",
     ),
     _spec(
         "quota_source_info",
@@ -465,13 +472,17 @@ class PoolCollector(Collector):
     @staticmethod
     def _quota(f: _Families, pool: ChaosPool) -> None:
         quota = pool.quota
-        forecast = quota.forecast()
-        if forecast is not None:
-            f.gauge("quota_used_ratio").add_metric([], forecast.used_percent / 100)
-            if forecast.resets_at is not None:
-                f.gauge("quota_resets_at_seconds").add_metric([], forecast.resets_at)
-            f.gauge("quota_burn_ratio_per_hour").add_metric([], forecast.burn_per_hour / 100)
-            f.gauge("quota_runs_out_at_seconds").add_metric([], forecast.runs_out_at or 0.0)
+        for window in quota.status()["windows"]:
+            name, forecast = window["name"], quota.forecast(window["name"])
+            if forecast is not None:
+                f.gauge("quota_used_ratio").add_metric([name], forecast.used_percent / 100)
+                if forecast.resets_at is not None:
+                    f.gauge("quota_resets_at_seconds").add_metric([name], forecast.resets_at)
+                f.gauge("quota_burn_ratio_per_hour").add_metric([name], forecast.burn_per_hour / 100)
+                f.gauge("quota_runs_out_at_seconds").add_metric([name], forecast.runs_out_at or 0.0)
+            for figure in ("cap", "used", "left"):
+                if window[figure] is not None:
+                    f.gauge("quota_credits").add_metric([name, figure], float(window[figure]))
         f.gauge("quota_source_info").add_metric([quota.source], 1.0)
         f.gauge("quota_counted_prompts").add_metric([], quota.estimate.units)
         pacing = pool.quota_status()["pacing"] if pool.config.quota.pace else None

@@ -84,30 +84,50 @@ def _slots(model: dict[str, Any]) -> str:
 
 def _duration(seconds: float) -> str:
     minutes = max(round(seconds / 60), 0)
+    if minutes >= 24 * 60:
+        return f"{minutes // 1440}d{minutes % 1440 // 60:02d}h"
     return f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m"
 
 
+def _window(window: dict[str, Any], now: float) -> str:
+    """One window known: used (credits where said), the reset, the burn and the forecast."""
+    if not window.get("started", True):
+        return f"not started ({window['cap']:g} credits; it starts at first use)"
+    line = f"{window['usedPercent']:.1f}% used"
+    if window.get("used") is not None and window.get("cap") is not None:
+        line += f" ({window['used']:g} of {window['cap']:g} credits)"
+    if window["resetsAt"] is not None:
+        line += f", resets in {_duration(window['resetsAt'] - now)}"
+    line += f", {window['burnPerHour']:.1f}%/h, "
+    runs_out = window["runsOutAt"]
+    return line + ("lasts" if runs_out is None else f"runs out in {_duration(runs_out - now)}")
+
+
 def _quota(quota: dict[str, Any] | None, now: float) -> str | None:
-    """The 5-hour quota in one line: used, the reset, the burn and the forecast; what failed."""
+    """The quota in one line: each window's used, reset, burn and forecast (the 5-hour one first, read
+    or estimated); pacing; what failed."""
     if quota is None:
         return None
     line = f"Quota ({quota['source']}): "
-    if quota["usedPercent"] is None:
+    windows = {w["name"]: w for w in quota.get("windows", [])}
+    five = {**windows.get("5h", {}), **quota}  # the top figures are the 5-hour window's too
+    if five["usedPercent"] is None:
         counted = quota["estimate"]["units"]
         line += f"not known yet ({counted:g} prompts counted; the scale comes with a 1308 or a reading)"
     else:
-        line += f"{quota['usedPercent']:.1f}% used"
-        if quota["resetsAt"] is not None:
-            line += f", resets in {_duration(quota['resetsAt'] - now)}"
-        line += f", {quota['burnPerHour']:.1f}%/h, "
-        runs_out = quota["runsOutAt"]
-        line += "lasts" if runs_out is None else f"runs out in {_duration(runs_out - now)}"
+        line += _window(five, now)
+    for name, window in windows.items():
+        if name != "5h" and window["usedPercent"] is not None:
+            line += f"; {name}: {_window(window, now)}"
     pacing = quota.get("pacing")
     if pacing and pacing["enabled"]:
-        if pacing["maxConcurrency"] is not None:
-            line += f"; paced: at most {pacing['maxConcurrency']} at once"
+        by = f" by {pacing['window']}" if pacing.get("window") not in (None, "5h") else ""
+        if pacing["maxConcurrency"] == 0:
+            line += f"; paced{by}: none until back on an even pace"
+        elif pacing["maxConcurrency"] is not None:
+            line += f"; paced{by}: at most {pacing['maxConcurrency']} at once"
         elif pacing["preferLowerWeight"]:
-            line += "; paced: lighter models first"
+            line += f"; paced{by}: lighter models first"
         if pacing.get("budget") is not None:
             line += f"; {pacing['budget']:g} prompts left to send"
         if pacing["pacedWaits"]:

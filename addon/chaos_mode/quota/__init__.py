@@ -1,1 +1,1 @@
-"""The Coding Plan's 5-hour quota: z.ai's reading, the proxy's own estimate, the forecast, the pacing rule."""
+"""The Coding Plan's quota windows: z.ai's reading, the proxy's estimate, the forecast, the pacing rule."""

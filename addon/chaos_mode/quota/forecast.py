@@ -1,4 +1,4 @@
-"""The forecast of the 5-hour window: used, burn per hour, and when it runs out at the current pace.
+"""The forecast of a quota window: used, burn per hour, and when it runs out at the current pace.
 
 One estimator: the **burn** is the rise of the used percent over the last `BURN_HORIZON` (an hour, or a fifth
 of a shorter window), measured

@@ -1,7 +1,8 @@
 """The pool's pacing (`quota.pace`): the plan in force (`quota.pacing`), worked out again at most once a
-`PACE_EVERY`, from the budget (else the forecast), the mean in flight and whether a lighter model is left
-to prefer; the window it was engaged in (it stays engaged until that window resets); the hard stop (no
-request whose weight is over the budget, worked out at each request); the waits it caused.
+`PACE_EVERY` for each window the tracker knows (the 5-hour one from the budget, else the forecast; any
+other from its forecast), the tightest binding, from the mean in flight and whether a lighter model is
+left to prefer; the window instance each was engaged in (it stays engaged until that window resets); the
+hard stop (no request whose weight is over the budget, worked out at each request); the waits it caused.
 
 The hard stop needs the budget (`tracker.budget`), which counts this proxy's requests only: with a fleet
 sharing the account (`alone` False) there is none, and the plan aims at `pacing.TARGET_PERCENT`."""
@@ -10,11 +11,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Final
 
 from chaos_mode.quota.concurrency import MeanConcurrency
-from chaos_mode.quota.pacing import NOT_PACED, PacePlan, Spend, pace, spend_of_budget, spend_of_forecast
+from chaos_mode.quota.pacing import (
+    NOT_PACED,
+    PacePlan,
+    Spend,
+    pace,
+    spend_of_budget,
+    spend_of_forecast,
+    tightest,
+)
 from chaos_mode.quota.tracker import SAME_WINDOW, Budget, QuotaTracker
+from chaos_mode.zai.quota import FIVE_HOURS
 
 PACE_EVERY: Final = 1.0  # seconds: the plan is worked out at most this often (the forecast is not cheap)
 ENDGAME_ROUNDS: Final = 3  # the end game: this many polls of the quota and requests (its readings settle
@@ -38,7 +49,7 @@ class Pacer:
         self._lightest = 1.0
         self._plan: PacePlan = NOT_PACED
         self._planned_at = -math.inf
-        self._window: tuple[float, bool] | None = None  # the window pacing was engaged in (as `_spend`)
+        self._engaged: dict[str, tuple[float, bool]] = {}  # by window: the instance engaged in (`_spend`)
         self._concurrency = MeanConcurrency(clock)
         self._tiers: dict[int, str] = {}  # the request tier of each held slot (its quality floor)
         self.waits = 0  # requests that waited because of pacing: its concurrency in flight, or the hard stop
@@ -61,28 +72,36 @@ class Pacer:
         now = self._clock()
         if now - self._planned_at >= PACE_EVERY:
             self._planned_at = now
-            spend, window = self._spend()
-            engaged = (
-                window is not None
-                and self._window is not None
-                and window[1] == self._window[1]
-                and abs(window[0] - self._window[0]) < SAME_WINDOW
-            )
-            self._plan = pace(
-                spend,
-                now=self._wall_clock(),
-                concurrency=self._concurrency.mean(),
-                lighter_left=lighter_left(self._tiers),
-                engaged=engaged,
-            )
-            self._window = window if self._plan.prefer_lower_weight else None
+            plans, engaged_in = [], {}
+            concurrency, lighter = self._concurrency.mean(), lighter_left(self._tiers)
+            for name in self._tracker.windows():
+                spend, window = self._spend(name)
+                was = self._engaged.get(name)
+                engaged = (
+                    window is not None
+                    and was is not None
+                    and window[1] == was[1]
+                    and abs(window[0] - was[0]) < SAME_WINDOW
+                )
+                plan = pace(
+                    spend,
+                    now=self._wall_clock(),
+                    concurrency=concurrency,
+                    lighter_left=lighter,
+                    engaged=engaged,
+                )
+                if plan.prefer_lower_weight and window is not None:
+                    engaged_in[name] = window
+                plans.append(replace(plan, window=name) if plan is not NOT_PACED else plan)
+            self._engaged, self._plan = engaged_in, tightest(plans)
         return self._plan
 
-    def _spend(self) -> tuple[Spend | None, tuple[float, bool] | None]:
-        """(what is left and its burn, (the reset of its window, whether the budget's)): the budget's, else
-        the forecast's once the window is half a horizon old (a younger one's burn is its first burst)."""
+    def _spend(self, name: str) -> tuple[Spend | None, tuple[float, bool] | None]:
+        """(what is left of the window `name` and its burn, (the reset of its instance, whether the
+        budget's)): the 5-hour window's budget, else the forecast's once the window is half a horizon old
+        (a younger one's burn is its first burst)."""
         tracker, now = self._tracker, self._wall_clock()
-        budget = self.budget()
+        budget = self.budget() if name == FIVE_HOURS else None
         if budget is not None:
             burn = tracker.estimate.burn(now, tracker.horizon)
             request = self._concurrency.mean() / burn * 3600 if burn > 0 else 0.0  # seconds (Little's law)
@@ -91,12 +110,13 @@ class Pacer:
             endgame = min(endgame, ENDGAME_SHARE * tracker.window_seconds)
             spend = spend_of_budget(budget.likely, burn, now=now, resets_at=budget.resets_at, endgame=endgame)
             return spend, (budget.resets_at, True)
-        forecast = tracker.forecast()
+        forecast = tracker.forecast(name)
         if forecast is None or forecast.resets_at is None:
             return (None if forecast is None else spend_of_forecast(forecast)), None
-        if now < forecast.resets_at - tracker.window_seconds + tracker.horizon / 2:
+        start = forecast.resets_at - tracker.seconds_of(name)
+        if now < start + tracker.horizon_of(name) / 2:
             return None, None
-        return spend_of_forecast(forecast), (forecast.resets_at, False)
+        return spend_of_forecast(forecast, now=now, start=start), (forecast.resets_at, False)
 
     def budget(self) -> Budget | None:
         """What may still be sent this window (None: not known, or a fleet's: no hard stop)."""
@@ -124,9 +144,13 @@ class Pacer:
         return held.resets_at if held is not None and held.settled else None
 
     def lifts_in(self) -> float | None:
-        """Seconds until the reset while the hard stop holds every model (when the waiters may go)."""
+        """Seconds until the waiters may go: the reset while the hard stop holds every model, else the
+        return to an even pace while the plan holds every request (None: neither holds)."""
         held = self._held()
-        return None if held is None else max(held.resets_at - self._wall_clock(), 0.0)
+        if held is not None:
+            return max(held.resets_at - self._wall_clock(), 0.0)
+        back_at = self._plan.back_at if self.on and self._plan.max_concurrency == 0 else None
+        return None if back_at is None else max(back_at - self._wall_clock(), PACE_EVERY)
 
     def drained(self) -> None:
         """A request ended: while the hard stop holds, the reading that may lift it is asked for now."""
@@ -165,5 +189,6 @@ class Pacer:
             "maxConcurrency": plan.max_concurrency,
             "budget": None if budget is None else round(max(budget.left, 0.0), 2),
             "reason": plan.reason if self.on else "quota.pace is off",
+            "window": plan.window if self.on else None,
             "pacedWaits": self.waits,
         }

@@ -8,18 +8,25 @@ at all of it: only the budget's hard stop, in `pacer`, may go to the last unit).
 
 In order: (1) prefer models of a lower `quotaWeight` within the request's quality floor, as long as
 lighter models are left to prefer; (2) once none is, admit fewer requests at once: the concurrency
-scaled by the burn the rest affords over the burn now (at least one). The concurrency is the mean in
+scaled by the burn the rest affords over the burn now (at least one; none while even one burns more than
+the rest affords and the window is ahead of an even pace from its start, `Spend.line`, until it is back
+on it: a week is not spent in its first days by a single agent either). The concurrency is the mean in
 flight over the burn's horizon, so a cap in force is not lowered again for the burn it inherited: in
 force, the cap is what the rest affords at the burn per request, and it stays worked out so until the
 window resets (`engaged`), even once the quota lasts (because of the cap). (3) In the end game (the
 budget's last margin before the reset) no cap: what is left goes at once, held to the budget by the
 hard stop. A quota that lasts and was never paced in this window is not paced; nor, beyond step (1), one
 whose reset is unknown.
+
+Each of z.ai's windows (the 5-hour one, the week) is paced so, on its own, and the tightest plan binds
+(`tightest`): the week's rest is spread over the days left to its reset, within what the 5-hour window
+allows.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
@@ -35,6 +42,8 @@ class PacePlan:
     prefer_lower_weight: bool = False
     max_concurrency: int | None = None  # None: no cap
     reason: str = "the quota lasts"
+    window: str | None = None  # the window whose plan this is (`tightest`)
+    back_at: float | None = None  # with a cap of 0: when it is lifted (unix s)
 
 
 NOT_PACED: Final = PacePlan()
@@ -49,12 +58,20 @@ class Spend:
     burn: float
     until: float | None
     runs_out: bool
+    line: float | None = None  # what an even pace from the window's start to `until` leaves now
+    back_at: float | None = None  # when that pace's line comes down to `left` (unix s)
 
 
-def spend_of_forecast(forecast: Forecast) -> Spend:
-    """z.ai's percent: `TARGET_PERCENT` less the used, by the reset."""
+def spend_of_forecast(forecast: Forecast, *, now: float | None = None, start: float | None = None) -> Spend:
+    """z.ai's percent: `TARGET_PERCENT` less the used, by the reset; with the window's `start`, its even
+    pace's line at `now`."""
     left = max(TARGET_PERCENT - forecast.used_percent, 0.0)
-    return Spend(left, forecast.burn_per_hour, forecast.resets_at, forecast.runs_out_at is not None)
+    until, runs_out = forecast.resets_at, forecast.runs_out_at is not None
+    if now is None or start is None or until is None or until <= start:
+        return Spend(left, forecast.burn_per_hour, until, runs_out)
+    line = TARGET_PERCENT * min(max((until - now) / (until - start), 0.0), 1.0)
+    back_at = until - left / TARGET_PERCENT * (until - start)
+    return Spend(left, forecast.burn_per_hour, until, runs_out, line, back_at)
 
 
 def spend_of_budget(left: float, burn: float, *, now: float, resets_at: float, endgame: float) -> Spend:
@@ -86,5 +103,19 @@ def pace(
     cap = math.floor(max(concurrency, 1.0) * allowed / burn) if burn > 0 else 0
     if allowed >= burn:  # a burn the rest affords never lowers the concurrency it runs at
         cap = max(cap, math.ceil(concurrency))
+    if cap < 1 and spend.line is not None and spend.left < spend.line:
+        return PacePlan(
+            True, 0, "ahead of an even pace to the reset: none until back on it", back_at=spend.back_at
+        )
     cap = max(cap, 1)
     return PacePlan(True, cap, f"what the window affords until its reset: at most {cap} at once")
+
+
+def tightest(plans: Iterable[PacePlan]) -> PacePlan:
+    """The plan that asks most of the pool: a cap before none, the lower cap first, then lighter models
+    first; NOT_PACED when none asks anything."""
+    return min(
+        plans,
+        key=lambda p: (p.max_concurrency is None, p.max_concurrency or 0, not p.prefer_lower_weight),
+        default=NOT_PACED,
+    )

@@ -1,8 +1,8 @@
-"""z.ai's quota body read defensively: the 5-hour window's used percent and reset, and what was odd.
+"""z.ai's quota body read defensively: each window's used share, credits and reset, and what was odd.
 
-The body is undocumented (`zai.quota`): a field missing or of another shape is a warning, never an
-exception; a body with no usable percentage is no reading at all. Text quoted from the body has the key
-masked before it is cut (`masked`).
+The body is undocumented (`zai.quota`): rows are told apart by `type` and by `unit` and `number`, never by
+their place; a row, field or unit missing or new is a warning, never an exception; a body with no window
+read is no reading at all. Text quoted from the body has the key masked before it is cut (`masked`).
 """
 
 from __future__ import annotations
@@ -12,19 +12,40 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from chaos_mode.zai import json_body
-from chaos_mode.zai.quota import WINDOW_TYPE, WINDOW_UNIT
+from chaos_mode.zai.quota import FIVE_HOURS, WINDOW_TYPES, window_of
 
 MASK: Final = "<key>"
 KEY_RUN: Final = 8  # a run of the key's first characters this long or longer is masked too (a cut copy)
 
 
 @dataclass(frozen=True, slots=True)
-class QuotaReading:
-    """The 5-hour window as z.ai counts it: percent used (0-100) and when it resets (unix s, if said)."""
+class WindowReading:
+    """One window as z.ai counts it: percent used (0-100), when it resets (unix s; None: not said, or
+    not started); in credits, when said, the cap, the spent (which may overshoot the cap) and the rest."""
 
+    name: str  # "5h", "1w" (`zai.quota.window_of`)
+    seconds: float
     used_percent: float
     resets_at: float | None
+    cap: float | None = None
+    used: float | None = None
+    left: float | None = None
+
+    @property
+    def started(self) -> bool:
+        """A credit window with no reset and nothing spent has not started (it starts at first use)."""
+        return self.resets_at is not None or self.cap is None or bool(self.used)
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaReading:
+    """The windows z.ai counts the account against (each once, by name) and the plan, if said."""
+
+    windows: tuple[WindowReading, ...]
     level: str | None = None  # the plan ("lite", "pro", "max"), if said
+
+    def window(self, name: str = FIVE_HOURS) -> WindowReading | None:
+        return next((w for w in self.windows if w.name == name), None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +57,7 @@ class ReadResult:
 
 
 def read_quota(body: bytes | str, key: str = "") -> ReadResult:
-    """The 5-hour window of a quota body (see the module docstring); `key` is masked in what it quotes."""
+    """The windows of a quota body (see the module docstring); `key` is masked in what it quotes."""
     try:
         document = json_body.loads(body)
     except ValueError:  # not JSON, or nested too deeply
@@ -52,25 +73,47 @@ def read_quota(body: bytes | str, key: str = "") -> ReadResult:
     limits = data.get("limits") if isinstance(data, dict) else None
     if not isinstance(limits, list):
         return ReadResult(None, ("the quota answer has no data.limits list",))
-    entry = _window_entry(limits)
-    if entry is None:
-        return ReadResult(None, (f"the quota answer has no {WINDOW_TYPE} entry",))
-    percent = _number(entry.get("percentage"))
-    if percent is None:
-        return ReadResult(None, (f"{WINDOW_TYPE}.percentage is missing or not a number",))
+    rows = [e for e in limits if isinstance(e, dict) and e.get("type") in WINDOW_TYPES]
+    if not rows:
+        return ReadResult(None, (f"the quota answer has no {' or '.join(WINDOW_TYPES)} entry",))
+    windows: dict[str, WindowReading] = {}
     warnings: list[str] = []
-    if not 0 <= percent <= 100:
-        warnings.append(f"{WINDOW_TYPE}.percentage {percent:g} is outside 0-100: clamped")
-    reset_ms = _number(entry.get("nextResetTime"))
-    if reset_ms is None or reset_ms <= 0:
-        warnings.append(f"{WINDOW_TYPE}.nextResetTime is missing or not a number")
+    for row in rows:
+        window = _window(row, warnings)
+        if window is not None and window.name in windows:
+            warnings.append(f"{row['type']} {window.name} comes twice: the first is read")
+        elif window is not None:
+            windows[window.name] = window
+    if not windows:
+        return ReadResult(None, (warnings[0],))
     level = data.get("level") if isinstance(data, dict) else None
-    reading = QuotaReading(
-        used_percent=min(max(percent, 0.0), 100.0),
-        resets_at=reset_ms / 1000 if reset_ms is not None and reset_ms > 0 else None,
-        level=level if isinstance(level, str) else None,
-    )
+    reading = QuotaReading(tuple(windows.values()), level if isinstance(level, str) else None)
     return ReadResult(reading, tuple(warnings))
+
+
+def _window(row: dict[str, Any], warnings: list[str]) -> WindowReading | None:
+    """One row's window, its oddities added to `warnings`; None: no window to read."""
+    kind, unit, number = row["type"], row.get("unit"), row.get("number")
+    known = window_of(unit, number) if type(unit) is int and type(number) is int else None
+    if known is None:
+        warnings.append(f"{kind} of unit {str(unit)[:12]} number {str(number)[:12]} is no window known")
+        return None
+    name, seconds = known
+    cap, used, left = (_number(row.get(field)) for field in ("usage", "currentValue", "remaining"))
+    percent = _number(row.get("percentage"))
+    if cap is not None and cap > 0 and used is not None:
+        percent = used * 100 / cap  # finer than the whole percent; an overshoot is z.ai's, not odd
+    elif percent is None:
+        warnings.append(f"{kind} {name}.percentage is missing or not a number")
+        return None
+    elif not 0 <= percent <= 100:
+        warnings.append(f"{kind} {name}.percentage {percent:g} is outside 0-100: clamped")
+    reset_ms = _number(row.get("nextResetTime"))
+    resets_at = reset_ms / 1000 if reset_ms is not None and reset_ms > 0 else None
+    if resets_at is None and (cap is None or used is None or used > 0):  # only a fresh window has none
+        warnings.append(f"{kind} {name}.nextResetTime is missing or not a number")
+    percent = min(max(percent, 0.0), 100.0)
+    return WindowReading(name, seconds, percent, resets_at, cap, used, left)
 
 
 def masked(text: str, key: str) -> str:
@@ -90,14 +133,6 @@ def masked(text: str, key: str) -> str:
         text = text[:at] + MASK + text[end:]
         at = text.find(head, at + len(MASK))
     return text
-
-
-def _window_entry(limits: list[Any]) -> dict[str, Any] | None:
-    """The 5-hour window's entry: TOKENS_LIMIT with unit 3 and number 5, else the first TOKENS_LIMIT."""
-    entries = [e for e in limits if isinstance(e, dict) and e.get("type") == WINDOW_TYPE]
-    exact = [e for e in entries if (e.get("unit"), e.get("number")) == WINDOW_UNIT]
-    chosen = exact or entries
-    return chosen[0] if chosen else None
 
 
 def _number(value: Any) -> float | None:

@@ -1,22 +1,22 @@
-"""The quota as the proxy knows it: z.ai's readings while they are fresh, else its own estimate; the
-forecast of either; what is left to send (`budget()`: the window's readings bounding it with the proxy's
-own count, or without a key the total a 1308 taught); what `/api/status` shows of it (`status()`), the
-failures of the reading included."""
+"""The quota as the proxy knows it: z.ai's readings of each window while they are fresh, else (the
+5-hour window) its own estimate; the forecast of each; what is left to send (`budget()`: the 5-hour
+window's readings bounding it with the proxy's own count, or without a key the total a 1308 taught); what
+`/api/status` shows of it (`status()`), the failures of the reading included."""
 
 from __future__ import annotations
 
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from chaos_mode.quota.bounds import Bounds
 from chaos_mode.quota.estimate import TrafficEstimate
 from chaos_mode.quota.forecast import BURN_HORIZON, Forecast, Sample, forecast
 from chaos_mode.quota.ledger import Ledger
-from chaos_mode.quota.reading import QuotaReading
-from chaos_mode.zai.quota import WINDOW_SECONDS
+from chaos_mode.quota.reading import QuotaReading, WindowReading
+from chaos_mode.zai.quota import FIVE_HOURS, WINDOW_SECONDS
 
 FRESH_SECONDS: Final = 900.0  # a reading of z.ai older than this gives way to the estimate
 HISTORY_POINTS: Final = 60  # samples of the burn chart at most
@@ -44,6 +44,14 @@ class Budget:
     total: float
     resets_at: float
     settled: bool
+
+
+@dataclass(slots=True)
+class Track:
+    """One of z.ai's windows: its latest reading and the used percents read in it (time order)."""
+
+    reading: WindowReading
+    samples: deque[Sample] = field(default_factory=lambda: deque(maxlen=1024))
 
 
 class QuotaTracker:
@@ -75,8 +83,8 @@ class QuotaTracker:
         self.reader = "off"  # "on" while a key is configured to read z.ai's quota with
         self.read_failures = 0
         self.read_at: float | None = None
-        self._reading: QuotaReading | None = None
-        self._readings: deque[Sample] = deque(maxlen=1024)  # z.ai's, this window's
+        self.level: str | None = None  # the plan, as the latest reading said
+        self._windows: dict[str, Track] = {}  # z.ai's windows as the latest reading had them, by name
 
     def reconfigure(
         self,
@@ -149,16 +157,24 @@ class QuotaTracker:
     def read(self, reading: QuotaReading, asked: Asked | None = None) -> None:
         """z.ai's reading, asked for when the count was `asked` (None: not known, so no lower bound)."""
         now = self._clock()
-        previous = self._reading
-        if previous is not None and previous.resets_at != reading.resets_at:
-            self._readings.clear()  # a new window
-        self._reading, self.read_at, self.error = reading, now, None
-        self._readings.append((now, reading.used_percent))
-        self.estimate.calibrate(reading.used_percent, now)
-        self._bound(reading, asked)
+        windows: dict[str, Track] = {}
+        for window in reading.windows:
+            track = self._windows.get(window.name)
+            if track is None or track.reading.resets_at != window.resets_at:
+                track = Track(window)  # a new window
+            track.reading = window
+            track.samples.append((now, window.used_percent))
+            windows[window.name] = track
+        self._windows, self.level, self.read_at, self.error = windows, reading.level, now, None
+        five = reading.window()
+        if five is not None:
+            self.estimate.calibrate(five.used_percent, now)
+            self._bound(five, asked)
+        else:
+            self._bounds = self._bounds_reset = None
         self._tell()
 
-    def _bound(self, reading: QuotaReading, asked: Asked | None) -> None:
+    def _bound(self, reading: WindowReading, asked: Asked | None) -> None:
         resets_at = reading.resets_at
         if resets_at is None:
             self._bounds = self._bounds_reset = None  # no window known
@@ -195,23 +211,47 @@ class QuotaTracker:
 
     @property
     def horizon(self) -> float:
-        """The burn's horizon: an hour, or a fifth of a shorter window."""
-        return min(BURN_HORIZON, self.window_seconds / 5)
+        """The 5-hour window's burn horizon (`horizon_of`)."""
+        return self.horizon_of(FIVE_HOURS)
+
+    def _fresh(self) -> bool:
+        return self.read_at is not None and self._clock() - self.read_at <= self.fresh_seconds
 
     @property
     def source(self) -> Source:
-        fresh = self.read_at is not None and self._clock() - self.read_at <= self.fresh_seconds
-        return "zai" if fresh and self._reading is not None else "estimate"
+        """The 5-hour window's: z.ai's reading while fresh, else the estimate."""
+        return "zai" if self._fresh() and FIVE_HOURS in self._windows else "estimate"
 
-    def _samples(self) -> tuple[list[Sample], float | None, float | None]:
-        """(samples, window start, reset) of the source in use."""
+    def windows(self) -> list[str]:
+        """The windows known now: the 5-hour one (read or estimated) and every other z.ai's fresh reading
+        has."""
+        others = [name for name in self._windows if name != FIVE_HOURS] if self._fresh() else []
+        return [FIVE_HOURS, *others]
+
+    def seconds_of(self, name: str) -> float:
+        """The window's length: the 5-hour one's as configured (`quota.windowSeconds`), any other z.ai's
+        scaled alike (a simulator's short windows keep z.ai's proportions)."""
+        track = self._windows.get(name)
+        if name == FIVE_HOURS or track is None:
+            return self.window_seconds
+        return track.reading.seconds * self.window_seconds / WINDOW_SECONDS
+
+    def horizon_of(self, name: str) -> float:
+        """The burn's horizon in `name`: an hour, or a fifth of a shorter window."""
+        return min(BURN_HORIZON, self.seconds_of(name) / 5)
+
+    def _samples(self, name: str = FIVE_HOURS) -> tuple[list[Sample], float | None, float | None]:
+        """(samples, window start, reset) of the source in use for the window `name`."""
         now = self._clock()
-        if self.source == "zai" and self._reading is not None:
-            resets_at = self._reading.resets_at
+        track = self._windows.get(name) if self._fresh() else None
+        if track is not None:
+            resets_at = track.reading.resets_at
             if resets_at is not None and now >= resets_at:
                 return [], None, None  # z.ai's window reset since: nothing known of the next one yet
-            start = resets_at - self.window_seconds if resets_at is not None else None
-            return list(self._readings), start, resets_at
+            start = resets_at - self.seconds_of(name) if resets_at is not None else None
+            return list(track.samples), start, resets_at
+        if name != FIVE_HOURS:
+            return [], None, None
         estimate = self.estimate
         return estimate.samples(now), estimate.start, estimate.end
 
@@ -242,14 +282,33 @@ class QuotaTracker:
         bounds = self._current_bounds(self._clock())
         return bounds.total() if bounds is not None and bounds.known else None
 
-    def forecast(self) -> Forecast | None:
-        """The forecast, None while nothing says how much of the window is used."""
-        samples, start, resets_at = self._samples()
+    def forecast(self, name: str = FIVE_HOURS) -> Forecast | None:
+        """The forecast of the window `name`, None while nothing says how much of it is used."""
+        samples, start, resets_at = self._samples(name)
         if not samples:
             return None
         return forecast(
-            samples, now=self._clock(), window_start=start, resets_at=resets_at, horizon=self.horizon
+            samples, now=self._clock(), window_start=start, resets_at=resets_at, horizon=self.horizon_of(name)
         )
+
+    def _window_status(self, name: str) -> dict[str, Any]:
+        """One window as `status` shows it: z.ai's figures (credits where said) and the forecast."""
+        seen = self.forecast(name)
+        track = self._windows.get(name) if self._fresh() else None
+        window = track.reading if track is not None else None
+        return {
+            "name": name,
+            "seconds": self.seconds_of(name),
+            "source": "zai" if window is not None else "estimate",
+            "started": True if window is None else window.started,
+            "usedPercent": None if seen is None else round(seen.used_percent, 1),
+            "used": None if window is None or window.used is None else round(window.used, 2),
+            "cap": None if window is None or window.cap is None else round(window.cap, 2),
+            "left": None if window is None or window.left is None else round(window.left, 2),
+            "resetsAt": None if seen is None or seen.resets_at is None else round(seen.resets_at),
+            "burnPerHour": None if seen is None else round(seen.burn_per_hour, 2),
+            "runsOutAt": None if seen is None or seen.runs_out_at is None else round(seen.runs_out_at),
+        }
 
     def status(self) -> dict[str, Any]:
         """`/api/status`'s `quota`: times in unix seconds, percents of the window."""
@@ -267,7 +326,8 @@ class QuotaTracker:
             "reader": self.reader,
             "error": self.error,
             "readAt": None if self.read_at is None else round(self.read_at),
-            "level": self._reading.level if self._reading is not None else None,
+            "level": self.level,
+            "windows": [self._window_status(name) for name in self.windows()],
             "total": None if total is None else [round(total[0], 1), round(total[1], 1)],
             "estimate": {
                 "units": round(estimate.units, 2),

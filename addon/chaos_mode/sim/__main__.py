@@ -147,6 +147,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--quota-weight", metavar="MODEL=W", action="append", help="what one prompt on MODEL counts (1)"
     )
     parser.add_argument(
+        "--credit-plan",
+        choices=("lite", "pro", "max"),
+        help="count credits over a 5-hour window and a week with this plan's caps (CREDIT_LIMIT rows)",
+    )
+    parser.add_argument(
         "--quota-key-env",
         metavar="NAME",
         help="the quota endpoint takes only the key in this environment variable (default: any key)",
@@ -171,7 +176,7 @@ def settings_from_args(argv: Sequence[str] | None = None) -> SimSettings:
             "abort_detect_ms", "retry_after", "account_limit", "fault_seed", "tls_cert", "tls_key",
             "error_encoding", "verbose", "account_band", "band_shape", "over_limit", "queue_timeout_ms",
             "filter_scope", "head_with_first_token", "output_lengths", "quota", "quota_window_seconds",
-            "alias_counters",
+            "alias_counters", "credit_plan",
         ):  # fmt: skip
             value = getattr(args, name)
             if value is not None:

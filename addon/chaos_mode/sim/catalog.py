@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
-from chaos_mode.zai.catalog import DEFAULT_CATALOG
+from chaos_mode.zai.catalog import DEFAULT_ALIASES, DEFAULT_CATALOG, EARLY_2026_CATALOG
 
 AliasCounters = Literal["shared", "own"]
 ALIAS_COUNTERS: Final[tuple[AliasCounters, ...]] = ("shared", "own")
@@ -19,21 +19,13 @@ DEC_2026: Final = "2026-12"
 
 
 def default_limits() -> dict[str, int]:
-    """Concurrency limit of every model of the built-in catalog."""
-    return {name: row[1] for name, row in DEFAULT_CATALOG.items()}
+    """Concurrency limit of every model of the early-2026 catalog (the simulator's default)."""
+    return {name: model.limit for name, model in EARLY_2026_CATALOG.items()}
 
 
-# The Coding Plan of December 2026: every plan serves these (limits unpublished: assumed).
-DEC_2026_LIMITS: Final = {"glm-5.4": 2, "glm-5.3": 3, "glm-5.3-flash": 5, "glm-4.6v": 2}
-DEC_2026_ALIASES: Final = {
-    "glm-5.2": "glm-5.3",
-    "glm-5.1": "glm-5.3",
-    "glm-5": "glm-5.3",
-    "glm-5-turbo": "glm-5.3-flash",
-    "glm-4.7": "glm-5.3-flash",
-    "glm-4.7-flash": "glm-5.3-flash",  # assumed: glm-4.7-flash's own route is not published
-    "glm-4.5-flash": "glm-5.3-flash",  # by way of glm-4.7-flash (routed there from 2026-01-30)
-}
+# The Coding Plan of December 2026, as the proxy's built-in catalog assumes it (limits unpublished: assumed).
+DEC_2026_LIMITS: Final = {name: model.limit for name, model in DEFAULT_CATALOG.items()}
+DEC_2026_ALIASES: Final = dict(DEFAULT_ALIASES)
 DEC_2026_RETIRED: Final = ("glm-4.5", "glm-4.5-air", "glm-4.6", "glm-4.5-x", "glm-4.7-flashx")
 # What one client saw listed on 2026-09-16 (retired names included), and glm-5.4 since (assumed).
 DEC_2026_LISTED: Final = (

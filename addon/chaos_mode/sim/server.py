@@ -25,6 +25,7 @@ import tornado.web
 from tornado.iostream import StreamClosedError
 
 from chaos_mode.sim.content_filter import ContentFilter
+from chaos_mode.sim.credits import SimCredits
 from chaos_mode.sim.errors import (
     MSG_1113,
     MSG_1211,
@@ -76,6 +77,7 @@ class SimServer:
         self.created = int(time.time())  # the models endpoint's `created` of every model
         self.model_list_reads = 0
         self.quota = self._new_quota()
+        self.credits = self._new_credits()
         self.content_filter = ContentFilter(tuple(s.filter_phrases), s.filter_scope)
         # The headers of the last requests for a model (`GET /sim/headers`), the key's left out: a test
         # checks what reached z.ai on every attempt.
@@ -176,6 +178,7 @@ class SimServer:
         return {
             **self.state.snapshot(),
             "quota": self.quota.snapshot(),
+            "credits": None if self.credits is None else self.credits.snapshot(),
             "modelListReads": self.model_list_reads,
             "elapsedSeconds": round(self.now(), 3),
         }
@@ -185,6 +188,7 @@ class SimServer:
         fresh quota window."""
         self.state.reset()
         self.quota = self._new_quota()
+        self.credits = self._new_credits()
         self.seen_headers.clear()
         self.model_list_reads = 0
         self._restart_schedule()
@@ -192,6 +196,10 @@ class SimServer:
     def _new_quota(self) -> SimQuota:
         s = self.settings
         return SimQuota(s.quota, s.quota_window_seconds, s.quota_weights)
+
+    def _new_credits(self) -> SimCredits | None:
+        s = self.settings
+        return SimCredits(s.caps, s.credit_window_seconds, s.credit_weights) if s.caps else None
 
     def now(self) -> float:
         """Seconds since the simulator started (or was last reset)."""
@@ -476,7 +484,8 @@ class QuotaHandler(_SimHandler):
                 self.request.connection.close()  # type: ignore[union-attr]
                 self._finished = True
             case _:
-                self.send_json(200, quota.body())
+                credits = self.sim.credits
+                self.send_json(200, quota.body() if credits is None else credits.body())
 
 
 class CountTokensHandler(_SimHandler):
@@ -593,6 +602,15 @@ class MessagesHandler(_SimHandler):
             )
             return
 
+        refusal = sim.credits.refusal() if sim.credits is not None else None
+        if refusal is not None:  # a credit window spent: the week (1310) or the 5 hours (1308)
+            code, message = refusal
+            state.count_rejection(served, code)
+            self.send_error_body(
+                429, message, code=code, retry_after=settings.retry_after, request_id=request_id
+            )
+            return
+
         fault = state.take_fault(served)
         broken = fault.code if fault is not None and fault.code in BROKEN_ANSWERS else None
         if fault is not None and broken is None:
@@ -659,6 +677,8 @@ class MessagesHandler(_SimHandler):
                 finished = await self._stream(slot, served, input_tokens, latency_ms, interval_ms, tokens)
             else:
                 finished = await self._whole(slot, served, input_tokens, latency_ms, interval_ms, tokens)
+            if sim.credits is not None:  # the answer's usage, charged as it ends (sim.credits)
+                sim.credits.charge(served, input_tokens, tokens)
             if not finished and not sim.stopping:
                 state.aborted += 1
                 await self._hold_after_abort()

@@ -25,6 +25,7 @@ from chaos_mode.sim.catalog import (
     model_names,
 )
 from chaos_mode.sim.content_filter import FILTER_SCOPES
+from chaos_mode.sim.credits import PLANS, check_credits
 from chaos_mode.sim.lengths import Lengths
 from chaos_mode.sim.limits import ScheduledChange, count_value, model_counts
 from chaos_mode.sim.state import BROKEN_ANSWERS, OverLimit, SimState
@@ -93,6 +94,12 @@ class SimSettings:
     quota_window_seconds: float = 5 * 3600.0
     quota_weights: dict[str, float] = field(default_factory=dict)
     quota_key: str | None = None
+    # A credit plan (sim.credits): the plan's caps (lite, pro, max), or credits per window by name (5h,
+    # 1w; each overrides the plan's), a window's length if not z.ai's (tests), credit weights by model.
+    credit_plan: str | None = None
+    credit_caps: dict[str, float] = field(default_factory=dict)
+    credit_window_seconds: dict[str, float] = field(default_factory=dict)
+    credit_weights: dict[str, list[float]] = field(default_factory=dict)
     error_encoding: str | None = None  # gzip, br or zstd: every error body sent so (as a front may send it)
     verbose: bool = False
 
@@ -155,6 +162,14 @@ class SimSettings:
                 raise ValueError(f"quota_weights.{model}: expected a number >= 0, got {weight!r}")
         if self.quota_key is not None and not self.quota_key:
             raise ValueError("quota_key: must not be empty")
+        if self.credit_plan is not None and self.credit_plan not in PLANS:
+            raise ValueError(f"credit_plan: one of {', '.join(PLANS)}, got {self.credit_plan!r}")
+        check_credits(self.caps, self.credit_window_seconds, self.credit_weights)
+
+    @property
+    def caps(self) -> dict[str, float]:
+        """The credit windows' caps: the plan's, then `credit_caps` (empty: no credit plan)."""
+        return {**PLANS.get(self.credit_plan or "", {}), **self.credit_caps}
 
     def _validate_shapes(self) -> None:
         for model, width in self.bands.items():
