@@ -127,8 +127,9 @@ ONE_MODEL = "glm-4.7-flash"  # limit 1 at the simulator
 
 
 async def exhausted(make_proxy: MakeProxy, sim: Sim, fault: dict[str, object]) -> Result:
-    """One request to a one-model catalog whose only model answers `fault`: nothing left to fail over to."""
-    config = routing(models={ONE_MODEL: {"tier": "HEAVY", "maxConcurrency": 1}})
+    """One request to a one-model catalog whose only model answers `fault`: nothing left to fail over to,
+    and no queue to wait in for a slot to free (with one, a request refused for capacity waits)."""
+    config = routing(models={ONE_MODEL: {"tier": "HEAVY", "maxConcurrency": 1}}, queue={"enabled": False})
     proxy = await make_proxy(upstream=sim.base_url, config=config)
     await sim.add_faults(fault)
     async with (

@@ -224,8 +224,22 @@ async def test_1302_fails_over_to_another_eligible_model(rig: Rig) -> None:
     assert stats["modelDistribution"][second]["tokensOut"] == FAST["output_tokens"]
 
 
-async def test_after_max_failovers_our_429_lists_the_models_tried(rig: Rig) -> None:
+async def test_refused_for_capacity_after_max_failovers_it_waits_and_is_served(rig: Rig) -> None:
     rig.configure(streams={"maxFailovers": 1})
+    rig.sim.add_fault(Fault(model="*", code="1302", count=5, retry_after=7))
+    f = await rig.run()
+    meta = meta_of(f)
+    assert f.response is not None and f.response.status_code == 200
+    assert meta["refusals"] == ["1302"] * 5 + [None] and meta["failovers"] == 5 > 1
+    assert rig.addon.chaos_stats()["requests"]["rejected"] == 0
+    assert rig.sim.stats()["requests"] == 6
+
+
+# Without the fair queue there is nothing to wait in: what would fail over with none left gets our 429.
+
+
+async def test_after_max_failovers_our_429_lists_the_models_tried(rig: Rig) -> None:
+    rig.configure(streams={"maxFailovers": 1}, queue={"enabled": False})
     rig.sim.add_fault(Fault(model="*", code="1302", count=5, retry_after=7))
     f = await rig.run()
     meta = meta_of(f)
@@ -242,6 +256,7 @@ async def test_after_max_failovers_our_429_lists_the_models_tried(rig: Rig) -> N
 
 
 async def test_when_no_model_is_left_our_429_lists_every_one_tried(rig: Rig) -> None:
+    rig.configure(queue={"enabled": False})
     rig.sim.add_fault(Fault(model="*", code="1302", count=10, retry_after=3))
     f = await rig.run()
     meta = meta_of(f)
@@ -324,7 +339,7 @@ async def test_a_refusal_at_the_openai_door_fails_over_and_the_answer_still_stre
 
 
 async def test_at_the_openai_door_our_429_after_the_last_failover_speaks_openai(rig: Rig) -> None:
-    rig.configure(streams={"maxFailovers": 1})
+    rig.configure(streams={"maxFailovers": 1}, queue={"enabled": False})
     rig.sim.add_fault(Fault(model="*", code="1302", count=5, retry_after=7))
     f = await rig.run("glm-4.7", path=CHAT)
     meta = meta_of(f)

@@ -52,26 +52,27 @@ def make_pool(clock: FakeClock) -> tuple[RecordingPool, Stats]:
     return pool, Stats(config, clock)
 
 
-def routed(pool: RecordingPool, stats: Stats, session: str | None, arrived: float) -> RoutedRequest:
+def routed(pool: RecordingPool, stats: Stats, session: str | None, clock: FakeClock) -> RoutedRequest:
     request = RoutedRequest(
         parse_message(BODY, limit=1 << 20),
         "heavy",
         pool=pool,
         stats=stats,
         later=lambda *_: None,
+        clock=clock,
         session=session,
     )
-    request.arrived = arrived
+    request.arrived = clock()
     return request
 
 
 async def test_a_failover_keeps_its_first_arrival_and_does_not_count_again() -> None:
     clock = FakeClock()
     pool, stats = make_pool(clock)
-    first = routed(pool, stats, "conv", clock())
+    first = routed(pool, stats, "conv", clock)
     selection = pool.admit_now(first.ticket())
     assert selection is not None and first.hold(selection)
-    other = pool.admit_now(routed(pool, stats, None, clock()).ticket())  # the other model is taken too
+    other = pool.admit_now(routed(pool, stats, None, clock).ticket())  # the other model is taken too
     assert other is not None
     clock.advance(1.0)
     later = asyncio.create_task(pool.admit(Ticket("heavy")))  # came at 1 s

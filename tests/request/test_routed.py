@@ -149,16 +149,17 @@ def test_the_abort_grace_applies_only_to_an_attempt_z_ai_has_seen(sent: bool, he
     assert pool.in_flight() == 0
 
 
-def test_refusals_move_the_ticket_only_for_broken_models() -> None:
+def test_a_busy_model_leaves_the_ticket_until_the_request_waits_a_broken_one_for_good() -> None:
     request, pool, _, _ = make(learning=True)
     first = grant(request)
     assert first is not None and request.hold(first)
-    request.refused_by("1302", broken=False)  # busy: it may serve within its learned limit
-    assert request.ticket().attempted == frozenset()
+    request.refused_by("1302", broken=False)  # busy: not tried again before the request waited
+    assert request.ticket().attempted == {first.model} and request.busy == {first.model}
     second = grant(request)
     assert second is not None and request.hold(second)
     request.refused_by("1113", broken=True)
-    assert request.ticket().attempted == {second.model}
+    assert request.ticket().attempted == {first.model, second.model}
+    assert request.refused == {second.model}  # `fail_over` clears `busy` once it waited; never this
     assert [a.refusal for a in request.attempts] == ["1302", "1113"]
     assert pool.in_flight() == 0
     request.finish("rejected")

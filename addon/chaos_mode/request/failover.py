@@ -93,9 +93,8 @@ async def settle(
         return _refuse(request, f"z.ai refuses every request: {error.reason}")
     if not error.fails_over:
         return None
-    # With learned limits, a full model is not a broken one: within its new limit it may serve.
-    busy = error.action is Action.CONCURRENCY and request.pool.learns
-    request.refused_by(error.code or error.reason, broken=not busy)
+    # A full model is not a broken one: once a slot frees, it may serve (`RoutedRequest.fail_over`).
+    request.refused_by(error.code or error.reason, broken=error.action is not Action.CONCURRENCY)
     if not retry or not request.may_fail_over:
         return reject(request, headers, now=now, error=error)
     slot = await request.fail_over(error.reason)

@@ -119,6 +119,8 @@ class RoutedRequest:
         self._clock = clock
         self.attempts: list[Attempt] = []
         self.refused: frozenset[str] = frozenset()  # models that cannot serve it (not just busy)
+        self.busy: frozenset[str] = frozenset()  # models that refused it for capacity since it last waited
+        self._burst = 0  # its first attempt since it last waited for a slot to free (`fail_over`)
         self.slot: Slot | None = None  # the slot held now
         self.sent = False  # the current attempt went upstream (z.ai counts it until it ends)
         self.waited = 0.0
@@ -161,8 +163,18 @@ class RoutedRequest:
 
     @property
     def may_fail_over(self) -> bool:
-        """Another attempt is allowed (`streams.maxFailovers`)."""
-        return self.failovers < self.pool.config.streams.max_failovers
+        """Another attempt is allowed: at once, up to `streams.maxFailovers` in a row since it last waited;
+        its latest refused for capacity, once a slot frees (`fail_over`)."""
+        return not self._burst_spent or self._storm
+
+    @property
+    def _burst_spent(self) -> bool:
+        return len(self.attempts) - self._burst - 1 >= self.pool.config.streams.max_failovers
+
+    @property
+    def _storm(self) -> bool:
+        """Its latest attempt was refused for capacity, and the fair queue is there to wait in."""
+        return bool(self.attempts) and self.attempts[-1].model in self.busy and self.pool.config.queue.enabled
 
     @functools.cached_property
     def conversation(self) -> str | None:
@@ -170,12 +182,13 @@ class RoutedRequest:
         return self.message.sticky_key(None)
 
     def ticket(self) -> Ticket:
-        """What the request may use now: its tier, minus the models that refused it. Only the first
-        admission counts toward its conversation's share; a failover's does not."""
+        """What the request may use now: its tier, minus the models that cannot serve it and those that
+        refused it for capacity since it last waited. Only the first admission counts toward its
+        conversation's share; a failover's does not."""
         first = not self.attempts
         return Ticket(
             self.tier,
-            self.refused,
+            self.refused | self.busy,
             RequestInfo.estimate(self.message.size, self.message.output_budget),
             self.sticky_key,
             self.session,
@@ -218,11 +231,22 @@ class RoutedRequest:
         return True
 
     async def fail_over(self, why: str) -> Slot | None:
-        """After the current attempt was refused (`refused_by`): a slot on another model, held, after a
-        fair wait in line from the request's first arrival; None when no model could take it in time (or
-        the request ended meanwhile: then `finished`)."""
+        """After the current attempt was refused (`refused_by`): a slot on another model, held, at once or
+        after a fair wait in line from the request's first arrival; None when no model could take it
+        within the queue's timeout from then (or the request ended meanwhile: then `finished`). Its latest
+        attempt refused for capacity, with no other model left to try or as many attempts in a row as
+        `streams.maxFailovers` allows (the queue on), it first waits for a slot held here to be given
+        back; then the models that refused it for capacity are eligible again, and a new burst begins."""
         failed = self.model or ""
-        slot = await self.pool.admit(self.ticket(), since=self.arrived)
+        ticket = self.ticket()
+        if self._storm and (self._burst_spent or self.pool.unavailable(ticket) is not None):
+            self.busy, self._burst = frozenset(), len(self.attempts)
+            ticket = replace(self.ticket(), may_probe=False)  # a slot within the learned limits
+            if self.pool.in_flight() and self.pool.unavailable(ticket) is None:  # else none would free
+                await self.pool.freed(self._time_left())
+                if self.finished:
+                    return None
+        slot = await self.pool.admit(ticket, since=self.arrived, timeout=self._time_left())
         if slot is None:
             self.stats.failover(failed, None, why)
             return None
@@ -230,6 +254,11 @@ class RoutedRequest:
             return None
         self.stats.failover(failed, slot.model, why)
         return slot
+
+    def _time_left(self) -> float:
+        """What is left of the queue's timeout, counted from the request's first arrival."""
+        arrived = self._clock() if self.arrived is None else self.arrived
+        return max(self.pool.config.queue.timeout_seconds - (self._clock() - arrived), 0.0)
 
     def overdue(self) -> None:
         """The current attempt has had no head within its patience (see `hedging`): z.ai is most likely
@@ -420,11 +449,15 @@ class RoutedRequest:
             self.stats.upstream_error(each.model, each.error.code, each.error.status)
 
     def refused_by(self, refusal: str, *, broken: bool) -> None:
-        """z.ai refused the current attempt; `broken`: the model cannot serve this request (not busy)."""
+        """z.ai refused the current attempt; `broken`: the model cannot serve this request (else it was
+        busy: not tried again before the request waited)."""
         if self.attempts:
             self.attempts[-1].refusal = refusal
+            model = self.attempts[-1].model
             if broken:
-                self.refused = self.refused | {self.attempts[-1].model}
+                self.refused = self.refused | {model}
+            else:
+                self.busy = self.busy | {model}
         self.release_slot()
 
     def release_left(self, slot: Slot) -> None:

@@ -29,6 +29,7 @@ How a model is chosen for a request, the rules in the order they apply (`_select
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import random
 import sys
@@ -175,6 +176,7 @@ class ChaosPool:
             clock=clock,
         )
         self._timer: asyncio.TimerHandle | None = None
+        self._freed: list[asyncio.Future[None]] = []  # `freed` callers, woken by the next `release`
         self._wake_timer: asyncio.TimerHandle | None = None
         self.dispatched: dict[str, int] = {}
         self.admitted = 0  # requests that got a slot through admit / admit_now
@@ -712,7 +714,18 @@ class ChaosPool:
                 self._wake_later(delay)  # another proxy's waiters first (a shared store's fairness)
             else:
                 self._queue.dispatch()
+        freed, self._freed = self._freed, []
+        for future in freed:
+            if not future.done():
+                future.set_result(None)
         return True
+
+    async def freed(self, timeout: float) -> None:
+        """Return once a slot held here is given back, or after `timeout` seconds."""
+        future = asyncio.get_running_loop().create_future()
+        self._freed.append(future)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(future, timeout)
 
     def _wake_later(self, delay: float) -> None:
         try:
