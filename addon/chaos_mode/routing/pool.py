@@ -441,16 +441,19 @@ class ChaosPool:
         return (chosen.name, reason, None), moved
 
     def _counts(self) -> Mapping[str, int]:
-        """Slots held per model, counted by the model that serves them: those taken under a catalog name
-        before it was found to be served as another count on that one (`routing.aliases`)."""
-        counts = self._slots.counts()
-        folded = self._folded
-        if not folded or not any(name in counts for name in folded):
+        """Slots held per model, counted by the model that serves them: those taken under a name since found
+        to be served as another count on that one (`routing.aliases`)."""
+        counts, models = self._slots.counts(), self._config.models
+        if counts.keys() <= models.keys():
+            return counts
+        served = self.aliases.served
+        moved = [name for name in counts if name not in models and served(name) != name]
+        if not moved:
             return counts
         merged = dict(counts)
-        for name, served in folded.items():
-            if name in merged:
-                merged[served] = merged.get(served, 0) + merged.pop(name)
+        for name in moved:
+            target = served(name)
+            merged[target] = merged.get(target, 0) + merged.pop(name)
         return merged
 
     def _above(self) -> Callable[[str, int], int]:
@@ -550,9 +553,8 @@ class ChaosPool:
         elif probe == "account":
             account_cap += 1
         slots = self._slots
-        if self._folded:  # slots still held under a name found to be served as this model count here
-            counts = slots.counts()
-            cap -= sum(counts.get(name, 0) for name, served in self._folded.items() if served == model)
+        # slots still held under a name found to be served as this model count here
+        cap -= self._counts().get(model, 0) - slots.in_flight(model)
         if not slots.try_acquire(model, cap, account_cap):
             return None
         self.dispatched[model] = self.dispatched.get(model, 0) + 1
