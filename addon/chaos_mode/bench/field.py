@@ -19,7 +19,16 @@ from chaos_mode.bench.ideal import (
 from chaos_mode.bench.scenarios import SCENARIOS, Scenario, parse_names
 from chaos_mode.bench.workload import Workload, WorkloadSpec
 from chaos_mode.config.schema import parse_config
-from chaos_mode.sim import Lengths, LimitChange, ScheduledChange, SimSettings, SimState, default_limits
+from chaos_mode.routing.aliases import Aliases, fold
+from chaos_mode.sim import (
+    Lengths,
+    LimitChange,
+    ScheduledChange,
+    SimSettings,
+    SimState,
+    catalog_settings,
+    default_limits,
+)
 from chaos_mode.zai.catalog import RequestTier
 
 # The proxy in every preset: chaos mode, least-loaded, on the built-in catalog (whose limits are guesses).
@@ -60,6 +69,7 @@ class FieldPreset:
     filtered_agent: int | None = None
     twin: Mapping[str, Any] | None = None
     sample_seconds: float = 0.25  # how often the proxy's /api/status is read
+    catalog: str = "early-2026"  # the simulator's catalog (`sim.catalog`); 2026-12: the proxy's built-in one
 
     def spec(self, **overrides: Any) -> WorkloadSpec:
         """The workload: FIELD_SPEC with this preset's agents, requests and `workload`, then `overrides`."""
@@ -79,12 +89,14 @@ class FieldPreset:
         """The simulator's settings (`timings`: reject_delay_ms, retry_after), the change's schedule
         included; ValueError naming a bad setting of `shapes`."""
         spec = workload.spec
+        catalog = catalog_settings(self.catalog)
         base = SimSettings.from_mapping(
             {
                 "latency_ms": spec.latency_ms,
                 "token_interval_ms": spec.token_interval_ms,
                 "output_tokens": spec.output_tokens,
-                "limits": {**default_limits(), **self.limits},
+                **catalog,
+                "limits": {**catalog["limits"], **self.limits},
                 "account_limit": self.account_limit,
                 "hold": dict(self.hold),
                 "refuse": list(self.refuse),
@@ -97,13 +109,22 @@ class FieldPreset:
         )
         if self.change is None:
             return base
-        period = middle_third_period(workload, base, self.change)
+        period = middle_third_period(workload, base, self.change, self.catalog)
         return dataclasses.replace(base, schedule=middle_third_schedule(base, self.change, period))
 
 
 PRESETS: Final[dict[str, FieldPreset]] = {
     p.name: p
     for p in (
+        FieldPreset(
+            "today",
+            "the Coding Plan of December 2026 (the simulator's 2026-12 catalog: glm-5.4 2, glm-5.3 3, "
+            "glm-5.3-flash 5, glm-4.6v 2, older names on their served model's counter) and the built-in "
+            "catalog",
+            agents=40,
+            requests=6,
+            catalog="2026-12",
+        ),
         FieldPreset(
             "lower",
             "true limits below the catalog: glm-4.7 takes 2, another client holds a glm-4.6 slot, "
@@ -265,18 +286,26 @@ def true_timeline(
     return timeline
 
 
-def eligible_by_tier() -> dict[RequestTier, list[str]]:
-    """The models each tier may use under the proxy's quality floors (the catalog's tiers)."""
-    eligible, _, _ = slots_by_tier(parse_config({"modelRouting": PROXY.config()}))
+def eligible_by_tier(catalog: str = "early-2026") -> dict[RequestTier, list[str]]:
+    """The models that serve what each tier may use under the proxy's quality floors, on the simulator's
+    `catalog`: the proxy's catalog folded by the simulator's aliases (`routing.aliases.fold`), each name
+    counted on the model serving it and judged by that one's tier."""
+    config = parse_config({"modelRouting": dataclasses.replace(PROXY, catalog=catalog).config()})
+    aliases = Aliases(lambda: 0.0)
+    aliases.configure(catalog_settings(catalog)["aliases"])
+    eligible, _, _ = slots_by_tier(fold(config, aliases)[0])
     return eligible
 
 
-def field_bound(workload: Workload, timeline: Sequence[Capacity]) -> LowerBound:
+def field_bound(workload: Workload, timeline: Sequence[Capacity], catalog: str = "early-2026") -> LowerBound:
     """LB of the workload on the true slots over time (see `ideal.timed_lower_bound`)."""
-    return timed_lower_bound(workload.work_by_tier(), eligible_by_tier(), timeline, workload.work_by_agent())
+    eligible = eligible_by_tier(catalog)
+    return timed_lower_bound(workload.work_by_tier(), eligible, timeline, workload.work_by_agent())
 
 
-def field_queue_makespan(workload: Workload, timeline: Sequence[Capacity]) -> float | None:
+def field_queue_makespan(
+    workload: Workload, timeline: Sequence[Capacity], catalog: str = "early-2026"
+) -> float | None:
     """The makespan of an ideal proxy on the true slots: the proxy's own queue order
     (`ideal.least_served_makespan`: agents served least so far first), the true (clean) limits known from
     the start, no overhead, no refusal. What a proxy that learns the limits can approach, where LB may be out
@@ -285,7 +314,7 @@ def field_queue_makespan(workload: Workload, timeline: Sequence[Capacity]) -> fl
     if len(timeline) != 1:
         return None
     step = timeline[0]
-    return least_served_makespan(workload.jobs(), eligible_by_tier(), step.models, step.account)
+    return least_served_makespan(workload.jobs(), eligible_by_tier(catalog), step.models, step.account)
 
 
 def middle_third_schedule(base: SimSettings, change: LimitChange, period: float) -> list[ScheduledChange]:
@@ -299,14 +328,17 @@ def middle_third_schedule(base: SimSettings, change: LimitChange, period: float)
     return [ScheduledChange(period / 3, change), ScheduledChange(2 * period / 3, back)]
 
 
-def middle_third_period(workload: Workload, base: SimSettings, change: LimitChange) -> float:
+def middle_third_period(
+    workload: Workload, base: SimSettings, change: LimitChange, catalog: str = "early-2026"
+) -> float:
     """The T for which the LB with `change` from T/3 to 2T/3 is T itself (by bisection: above that T
     the LB is below T, under it above; a change that adds slots has it below the LB without the change,
     one that takes slots away above it)."""
 
     def bound(period: float) -> float:
         settings = dataclasses.replace(base, schedule=middle_third_schedule(base, change, period))
-        return field_bound(workload, true_timeline(planned_changes(settings), settings.refuse)).seconds
+        timeline = true_timeline(planned_changes(settings), settings.refuse)
+        return field_bound(workload, timeline, catalog).seconds
 
     low, high = 0.0, bound(0.0)
     while bound(high) > high:  # a change that takes slots away ends later than without it: widen

@@ -78,13 +78,15 @@ async def run_preset(
     """One preset, start to end; the figures as one JSON-ready dict. `others_of`: an agent whose requests
     the makespan and the bound leave out (the filtered agent, in its run and its twin's)."""
     others_of = preset.filtered_agent if others_of is None else others_of
-    proxy_scenario = dataclasses.replace(PROXY, learning=tuple(options.learning.items()))
+    proxy_scenario = dataclasses.replace(
+        PROXY, learning=tuple(options.learning.items()), catalog=preset.catalog
+    )
     workload = make_workload(preset.spec(**options.overrides))
     served = without_agent(workload, others_of)
     settings = preset.sim_settings(
         workload, reject_delay_ms=options.reject_delay_ms, retry_after=options.retry_after
     )
-    planned = field_bound(served, true_timeline(planned_changes(settings), settings.refuse))
+    planned = field_bound(served, true_timeline(planned_changes(settings), settings.refuse), preset.catalog)
     log(
         f"field {preset.name}: {preset.description}; {workload.size} requests "
         f"({workload.spec.agents} agents x {workload.spec.requests}), LB {planned.seconds:.2f} s "
@@ -109,8 +111,8 @@ async def run_preset(
             filtered=filtered,
         )
     timeline = true_timeline(run.sim_stats["limitChanges"], settings.refuse, lead=run.reset_lead)
-    bound = field_bound(served, timeline)
-    queue = field_queue_makespan(served, timeline)
+    bound = field_bound(served, timeline, preset.catalog)
+    queue = field_queue_makespan(served, timeline, preset.catalog)
     others = None if others_of is None else field_figures.makespan_of_others(run.records, others_of)
     makespan = run.makespan if others is None else others
     summary = summarize(

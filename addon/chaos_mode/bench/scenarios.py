@@ -21,6 +21,7 @@ class Scenario:
     pinned: bool = False  # each agent sends one model of its own (see `pinned_models`), whatever the tier
     openai_every: int = 0  # every n-th agent speaks OpenAI chat completions (0: none)
     learning: tuple[tuple[str, Any], ...] = ()  # settings of the proxy's learning block (none: defaults)
+    catalog: str = "early-2026"  # the simulator's catalog; the proxy's: its models, or the built-in one
 
     @property
     def models(self) -> dict[RequestTier, str]:
@@ -28,7 +29,8 @@ class Scenario:
         return dict(CLAUDE_MODELS if self.chaos else ZAI_DEFAULT_MODELS)
 
     def config(self, upstream_host: str = "127.0.0.1") -> dict[str, object]:
-        """The `modelRouting` mapping for the proxy (the simulator as upstream, its early-2026 catalog)."""
+        """The `modelRouting` mapping for the proxy (the simulator as upstream): its early-2026 catalog by
+        name, or for the simulator's 2026-12 one the built-in catalog (today's)."""
         block: dict[str, object] = {
             "chaosMode": {
                 "enabled": self.chaos,
@@ -36,8 +38,9 @@ class Scenario:
                 "stickyConversations": self.sticky,
             },
             "upstreamHosts": [upstream_host],
-            "models": models_block(EARLY_2026_CATALOG),
         }
+        if self.catalog == "early-2026":
+            block["models"] = models_block(EARLY_2026_CATALOG)
         if self.learning:
             block["learning"] = dict(self.learning)
         return block
