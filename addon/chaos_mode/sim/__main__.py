@@ -174,10 +174,11 @@ def settings_from_args(argv: Sequence[str] | None = None) -> SimSettings:
         overrides: dict[str, Any] = {}
         for name in (
             "host", "port", "latency_ms", "token_interval_ms", "output_tokens", "reject_delay_ms",
+            "refused_holds",
             "abort_detect_ms", "retry_after", "account_limit", "fault_seed", "tls_cert", "tls_key",
             "error_encoding", "verbose", "account_band", "band_shape", "over_limit", "queue_timeout_ms",
             "filter_scope", "head_with_first_token", "output_lengths", "quota", "quota_window_seconds",
-            "alias_counters", "refused_holds",
+            "alias_counters",
         ):  # fmt: skip
             value = getattr(args, name)
             if value is not None:
