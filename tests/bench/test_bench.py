@@ -425,6 +425,11 @@ def test_parse_presets() -> None:
         "realistic",
         "prompts",
         "mixed",
+        "queuing-late-heads",
+        "fallen",
+        "other-client",
+        "noisy-held",
+        "soft-held",
     ]
     with pytest.raises(ValueError, match="unknown field preset"):
         parse_presets("lower,fastest")
