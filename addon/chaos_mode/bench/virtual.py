@@ -10,20 +10,19 @@ after it arrived, and an attempt with no head at its stall (`head_patience`: fou
 0.25 s) is reported as one, as the forwarder does. Hedging (`request.hedging`) is modelled, not run: after
 `patience` seconds the request waits for a slot within the limits too, and the first of the two wins (a probe
 left is given up; a regular attempt left keeps its slot until its 1302, which the pool still hears); from then
-on a regular attempt is overdue and lends its place (not modelled: one such attempt per request at a time).
-A z.ai that queues (the attempt waits among the simulator's waiters until a slot frees), sends heads with the
+on a regular attempt is overdue and lends its place (not modelled: one such attempt per request at a time). A
+z.ai that queues (the attempt waits among the simulator's waiters until a slot frees), sends heads with the
 first token (the head comes the request's latency after z.ai served it), or both, is read through the
 forwarder's own `HeadPatience`, fed every clean head: its patience and stalls, no regular attempt left while
 z.ai queues (a probe given up at its stall), an attempt left before that let go once held past its stall or
-answered unread; a refusal that holds its slot (`refused_holds`) gives it back at its 1302, or when its
-probe is given up. The other presets keep a fixed patience (`FixedHeads`). Presets with refused models, the
-content filter, other random faults than 1302, a queue's time-out or prompts of their own sizes are not
-modelled. Against the benchmark (the same presets through mitmdump, 16 seeds
-here, 2-4 runs there, 2026-12-03): soft 0.98 of the bound here against 0.86-0.96 there, with 8.3 refusals per
-50 against 8.1-11.7; noisy 0.89 against 0.86-0.87; halved 0.91 against 0.85-0.90; higher 0.90 against 0.88.
-Its figures rank changes to the pool; the benchmark measures them. Each run also says how soon the learned
-limits followed each change of the true ones (within a step, sampled every 0.1 s, as the benchmark reports
-it); `--watch` prints them as they go.
+answered unread; a refusal that holds its slot (`refused_holds`) gives it back at its 1302, or when its probe
+is given up. The other presets keep a fixed patience (`FixedHeads`). Presets with refused models, the content
+filter, other random faults than 1302, a queue's time-out or prompts of their own sizes are not modelled.
+Against the benchmark (the same presets through mitmdump, 16 seeds here, 2-4 runs there, 2026-12-03): soft
+0.98 of the bound here against 0.86-0.96 there, with 8.3 refusals per 50 against 8.1-11.7; noisy 0.89 against
+0.86-0.87; halved 0.91 against 0.85-0.90; higher 0.90 against 0.88. Its figures rank changes to the pool; the
+benchmark measures them. Each run also says how soon the learned limits followed each change of the true ones
+(within a step, sampled every 0.1 s, as the benchmark reports it); `--watch` prints them as they go.
 
     python -m chaos_mode.bench.virtual [--preset soft] [--seeds 12] [--learning probeIntervalSeconds=3]
                                        [--watch 1] [--requests 30]
