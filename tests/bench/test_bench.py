@@ -435,6 +435,11 @@ def test_parse_presets() -> None:
         "realistic",
         "prompts",
         "mixed",
+        "queuing-late-heads",
+        "fallen",
+        "other-client",
+        "noisy-held",
+        "soft-held",
     ]
     with pytest.raises(ValueError, match="unknown field preset"):
         parse_presets("lower,fastest")
@@ -708,7 +713,7 @@ def test_the_virtual_model_runs_the_field_shapes_on_the_simulators_own_draws() -
     for outcome in (noisy, virtual.run("soft", 1), virtual.run("halved", 1)):
         assert outcome.refused > 0 and outcome.bound <= outcome.makespan
     with pytest.raises(ValueError, match="not modelled"):
-        virtual.run("queuing", 1)
+        virtual.run("prompts", 1)  # prompts of their own sizes
 
 
 def test_the_virtual_model_runs_a_preset_with_more_requests_per_agent() -> None:

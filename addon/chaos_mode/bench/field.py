@@ -39,6 +39,9 @@ FIELD_SPEC: Final = WorkloadSpec(latency_ms=250.0, output_tokens=26, token_inter
 SOFT_CLEAN: Final = {"glm-4.7": 5, "glm-4.5-air": 7, "glm-4.5": 8}
 # The true limits of the presets where z.ai queues over them (queuing, mixed): under the catalog's.
 QUEUING_LIMITS: Final = {"glm-4.7": 2, "glm-4.6": 2, "glm-4.5": 6, "glm-4.5-air": 3}
+# The limits that fall for good `FALLS_AT_SECONDS` into the `fallen` preset: four models to a half or less.
+FALLEN_LIMITS: Final = {"glm-4.7": 1, "glm-4.6": 1, "glm-4.5": 5, "glm-4.5-air": 2}
+FALLS_AT_SECONDS: Final = 8.0
 # The phrase z.ai's content filter refused in the system prompt (NousResearch/hermes-agent #60118, #63534).
 FILTER_PHRASE: Final = "You run on Hermes Agent"
 
@@ -48,8 +51,9 @@ class FieldPreset:
     """True limits for the simulator (the catalog's, changed by `limits`), and the swarm to run on them.
 
     `change` is applied for the middle third of the run and taken back after it: from T/3 to 2T/3, where
-    T is the lower bound of the run on that very schedule. `shapes`: more simulator settings (soft bands,
-    queuing, heads with the first token...), `workload`: WorkloadSpec fields (latency, answer lengths).
+    T is the lower bound of the run on that very schedule; `schedule`: changes at fixed times, kept.
+    `shapes`: more simulator settings (soft bands, queuing, heads with the first token...), `workload`:
+    WorkloadSpec fields (latency, answer lengths).
     `filtered_agent`: that agent's system prompt trips z.ai's content filter (`FILTER_PHRASE`). `twin`:
     the fields that make the same run without the shape under test, run after it for comparison.
     """
@@ -64,6 +68,7 @@ class FieldPreset:
     refuse: tuple[str, ...] = ()
     fault_rates: Mapping[str, float] = field(default_factory=dict)
     change: LimitChange | None = None
+    schedule: tuple[ScheduledChange, ...] = ()
     shapes: Mapping[str, Any] = field(default_factory=dict)
     workload: Mapping[str, Any] = field(default_factory=dict)
     filtered_agent: int | None = None
@@ -103,6 +108,7 @@ class FieldPreset:
                 "fault_rates": dict(self.fault_rates),
                 "fault_seed": spec.seed,
                 "filter_phrases": [FILTER_PHRASE] if self.filtered_agent is not None else [],
+                "schedule": list(self.schedule),
                 **self.shapes,
                 **timings,
             }
@@ -245,8 +251,51 @@ PRESETS: Final[dict[str, FieldPreset]] = {
             limits=QUEUING_LIMITS,
             shapes={"queue_models": ["glm-4.7", "glm-4.6"]},
         ),
+        # -- the shapes the learner missed (issue 46) -------------------------------------------------
+        FieldPreset(
+            "queuing-late-heads",
+            "queuing's true limits and z.ai holding what is over them, every head sent with the first token "
+            "(0.3 s): a request held inside z.ai looks like a slow one",
+            agents=40,
+            requests=6,
+            limits=QUEUING_LIMITS,
+            shapes={"over_limit": "queue", "head_with_first_token": True},
+            workload={"latency_ms": 300.0},
+        ),
+        FieldPreset(
+            "fallen",
+            f"catalog limits until {FALLS_AT_SECONDS:g} s in, then, for good, glm-4.7 1 (catalog 3), "
+            "glm-4.6 1 (3), glm-4.5 5 (10), glm-4.5-air 2 (5)",
+            agents=40,
+            requests=12,
+            schedule=(ScheduledChange(FALLS_AT_SECONDS, LimitChange(limits=FALLEN_LIMITS)),),
+        ),
+        FieldPreset(
+            "other-client",
+            "queuing's true limits as hard ones (1302 over them), and another client of the account holding "
+            "a glm-4.7 slot and a glm-4.5 slot the whole run",
+            agents=40,
+            requests=6,
+            limits=QUEUING_LIMITS,
+            hold={"glm-4.7": 1, "glm-4.5": 1},
+        ),
     )
 }
+
+
+def refused_held(preset: FieldPreset) -> FieldPreset:
+    """`preset` on a z.ai that holds the slot of a request it refuses until its 1302 (`refused_holds`),
+    named `<name>-held`, without a twin."""
+    return dataclasses.replace(
+        preset,
+        name=f"{preset.name}-held",
+        description=f"{preset.name}'s, with z.ai holding a refused request's slot until its 1302",
+        shapes={**preset.shapes, "refused_holds": True},
+        twin=None,
+    )
+
+
+PRESETS.update((held.name, held) for held in (refused_held(PRESETS["noisy"]), refused_held(PRESETS["soft"])))
 
 
 def parse_presets(text: str) -> list[FieldPreset]:

@@ -10,14 +10,19 @@ after it arrived, and an attempt with no head at its stall (`head_patience`: fou
 0.25 s) is reported as one, as the forwarder does. Hedging (`request.hedging`) is modelled, not run: after
 `patience` seconds the request waits for a slot within the limits too, and the first of the two wins (a probe
 left is given up; a regular attempt left keeps its slot until its 1302, which the pool still hears); from then
-on a regular attempt is overdue and lends its place (not modelled: one such attempt per request at a time).
-Presets with refused models, the content filter, other random faults than 1302, a queuing z.ai or heads sent
-with the first token are not modelled. Against the benchmark (the same presets through mitmdump, 16 seeds
-here, 2-4 runs there, 2026-12-03): soft 0.98 of the bound here against 0.86-0.96 there, with 8.3 refusals per
-50 against 8.1-11.7; noisy 0.89 against 0.86-0.87; halved 0.91 against 0.85-0.90; higher 0.90 against 0.88.
-Its figures rank changes to the pool; the benchmark measures them. Each run also says how soon the learned
-limits followed each change of the true ones (within a step, sampled every 0.1 s, as the benchmark reports
-it); `--watch` prints them as they go.
+on a regular attempt is overdue and lends its place (not modelled: one such attempt per request at a time). A
+z.ai that queues (the attempt waits among the simulator's waiters until a slot frees), sends heads with the
+first token (the head comes the request's latency after z.ai served it), or both, is read through the
+forwarder's own `HeadPatience`, fed every clean head: its patience and stalls, no regular attempt left while
+z.ai queues (a probe given up at its stall), an attempt left before that let go once held past its stall or
+answered unread; a refusal that holds its slot (`refused_holds`) gives it back at its 1302, or when its probe
+is given up. The other presets keep a fixed patience (`FixedHeads`). Presets with refused models, the content
+filter, other random faults than 1302, a queue's time-out or prompts of their own sizes are not modelled.
+Against the benchmark (the same presets through mitmdump, 16 seeds here, 2-4 runs there, 2026-12-03): soft
+0.98 of the bound here against 0.86-0.96 there, with 8.3 refusals per 50 against 8.1-11.7; noisy 0.89 against
+0.86-0.87; halved 0.91 against 0.85-0.90; higher 0.90 against 0.88. Its figures rank changes to the pool; the
+benchmark measures them. Each run also says how soon the learned limits followed each change of the true ones
+(within a step, sampled every 0.1 s, as the benchmark reports it); `--watch` prints them as they go.
 
     python -m chaos_mode.bench.virtual [--preset soft] [--seeds 12] [--learning probeIntervalSeconds=3]
                                        [--watch 1] [--requests 30]
@@ -28,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import functools
 import json
 import random
 import statistics
@@ -41,8 +47,11 @@ from chaos_mode.bench.scenarios import SCENARIOS
 from chaos_mode.bench.virtual_loop import VirtualLoop
 from chaos_mode.bench.workload import Request, make_workload
 from chaos_mode.config.schema import parse_config
-from chaos_mode.forwarding.head_patience import FLOOR_SECONDS, STALL_FACTOR, STALL_FLOOR_SECONDS
+from chaos_mode.forwarding.forwarder import HELD_RECHECK_SECONDS
+from chaos_mode.forwarding.head_patience import FLOOR_SECONDS, STALL_FACTOR, STALL_FLOOR_SECONDS, HeadPatience
+from chaos_mode.request.hedging import UNKNOWN_PATIENCE_RECHECK_SECONDS
 from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
+from chaos_mode.sim.stalls import Waiter
 from chaos_mode.sim.state import SimState
 from chaos_mode.zai.errors import classify_error
 
@@ -51,6 +60,19 @@ REFUSAL = json.dumps(
 )
 FOREVER = 1e9
 SAMPLE_SECONDS = 0.1  # how often the learned limits are looked at, as the field benchmark samples them
+# The simulator's shapes modelled (the rest: refused models, the filter, other faults, a queue's timeout not).
+MODELLED_SHAPES = frozenset(
+    {
+        "bands",
+        "account_band",
+        "band_shape",
+        "over_limit",
+        "queue_models",
+        "head_with_first_token",
+        "refused_holds",
+    }
+)
+STUCK_FACTOR = 50.0  # a run not ended by this many times its bound is a model stuck (an error, not a figure)
 CONVERGED_SECONDS = 5.0  # issue 21's target: each learned limit within a step of the truth 5 s after a change
 
 
@@ -66,6 +88,29 @@ class Outcome:
     converged: list[float | None] = dataclasses.field(default_factory=list)
 
 
+class FixedHeads:
+    """The heads of a z.ai that sends them at once and never queues, as the model has them: a patience of
+    `FLOOR_SECONDS`, a stall at `STALL_FACTOR` times the head (at least its floor), nothing learned."""
+
+    def __init__(self, head: float) -> None:
+        self._stall = max(STALL_FACTOR * head, STALL_FLOOR_SECONDS)
+
+    def head(self, seconds: float) -> None:
+        pass
+
+    def seconds(self) -> float | None:
+        return FLOOR_SECONDS
+
+    def stall_after(self) -> float:
+        return self._stall
+
+    def queues(self) -> bool:
+        return False
+
+    def leaves_none(self) -> bool:
+        return False
+
+
 async def swarm(
     preset: FieldPreset,
     seed: int,
@@ -78,10 +123,12 @@ async def swarm(
     watch: float = 0.0,
 ) -> Outcome:
     loop = asyncio.get_running_loop()
-    unmodelled = set(preset.shapes) - {"bands", "account_band", "band_shape"}
+    unmodelled = set(preset.shapes) - MODELLED_SHAPES
     if preset.refuse or preset.filtered_agent is not None or set(preset.fault_rates) - {"1302"} or unmodelled:
         raise ValueError(f"preset {preset.name} is not modelled (refused models, filter, faults or shapes)")
     workload = make_workload(preset.spec(seed=seed))
+    if workload.spec.prompt_tokens:
+        raise ValueError(f"preset {preset.name} is not modelled (prompts of their own sizes)")
     proxy = dataclasses.replace(SCENARIOS["least-loaded"], learning=tuple((learning or {}).items()))
     config = parse_config({"modelRouting": proxy.config()})
     pool = ChaosPool(config, clock=loop.time, wall_clock=loop.time, rng=random.Random(seed))
@@ -95,82 +142,161 @@ async def swarm(
     timeline = true_timeline(planned_changes(settings), ())
     outcome = Outcome(0.0, field_bound(workload, timeline).seconds)
     outcome.requests = sum(len(requests) for requests in workload.agents)
+    # A z.ai that queues or sends heads with the first token is read as the forwarder reads it (its
+    # `HeadPatience`, fed each clean head); else as before, a fixed patience.
+    late = settings.head_with_first_token
+    watched_heads = late or settings.over_limit == "queue" or bool(settings.queue_models)
+    heads: HeadPatience | FixedHeads = HeadPatience(clock=loop.time) if watched_heads else FixedHeads(head)
 
-    def accepted(model: str) -> bool:
-        served = zai.admit(model).outcome == "served"
-        outcome.refused += not served
-        return served
+    def head_after(request: Request) -> float:
+        """From z.ai serving the request to its head: its first token's latency when heads come with it."""
+        return request.latency_ms / 1000.0 if late else head
 
-    async def slot_within_limits(selection: Slot, ticket: Ticket, since: float) -> Slot | None:
-        await asyncio.sleep(FLOOR_SECONDS)
+    async def outwaited(written: float, probe_held: bool) -> None:
+        """Once the attempt written at `written` waited its patience (its stall: a probe while z.ai queues),
+        as known at each moment (`request.hedging`)."""
+        while True:
+            seconds = heads.stall_after() if probe_held else heads.seconds()
+            waited = loop.time() - written
+            if seconds is not None and waited >= seconds - 1e-9:  # in float time, a sleep may fall short
+                return
+            await asyncio.sleep(UNKNOWN_PATIENCE_RECHECK_SECONDS if seconds is None else seconds - waited)
+
+    async def slot_within_limits(
+        selection: Slot, ticket: Ticket, since: float, written: float
+    ) -> Slot | None:
+        await outwaited(written, False)
         pool.report_overdue(selection)  # it lends its place until its verdict (`RoutedRequest.overdue`)
         riding = {selection.model} if pool.rides(selection) else set()
         spare = dataclasses.replace(ticket, attempted=ticket.attempted | riding, may_probe=False)
         return await pool.admit(spare, since=since, timeout=FOREVER)
 
-    async def verdict_later(selection: Slot, answer: asyncio.Future[None]) -> None:
-        """A regular attempt left unanswered: its 1302 comes when it would have, then its slot goes."""
-        await answer
-        pool.report_error(selection.model, busy, None, selection)
+    def give_up(selection: Slot) -> None:
+        """A probe left (closed: it tested nothing): out of z.ai's queue, or its refusal's slot back."""
+        if (waiter := waiters.pop(selection.slot_id, None)) is not None:
+            zai.leave(waiter)
+            del served_unread[selection.slot_id]
+        if (slot_back := held_refusals.pop(selection.slot_id, None)) is not None:
+            slot_back.cancel()
+            zai.release(selection.model)
+        pool.report_unanswered(selection, probe_given_up=True)
         pool.release(selection)
 
-    async def refused(selection: Slot, ticket: Ticket, since: float) -> Slot | None:
-        """The slot that replaces a refused attempt, else None once the 1302 came. A probe left is given
-        up; a regular attempt left keeps its slot until its 1302, which the pool still hears."""
-        if not hedge:
-            await asyncio.sleep(reject)
+    async def spare_slot(ticket: Ticket, since: float) -> Slot | None:
+        return await pool.admit(dataclasses.replace(ticket, may_probe=False), since=since, timeout=FOREVER)
+
+    async def hedged(
+        selection: Slot, ticket: Ticket, since: float, written: float, answer: asyncio.Future[None]
+    ) -> Slot | None:
+        """`request.hedging` on an attempt whose `answer` (a 1302, or z.ai serving it) comes when it does:
+        None once it came, else the slot that replaced the attempt. A probe left is given up; a regular
+        attempt left keeps its slot until its verdict (`left`). While z.ai queues, no regular attempt is
+        left, and a probe is given up at its stall (its request then waits for a slot within the limits)."""
+        if not hedge or (heads.leaves_none() and selection.probe is None):
+            await answer
             return None
-        answer = asyncio.ensure_future(asyncio.sleep(reject))
-        waiting = asyncio.ensure_future(slot_within_limits(selection, ticket, since))
-        await asyncio.wait({answer, waiting}, return_when=asyncio.FIRST_COMPLETED)
-        if waiting.done() and not answer.done() and selection.probe is None:
-            detached.append(asyncio.ensure_future(verdict_later(selection, answer)))
-            return waiting.result()
-        if waiting.done() and not answer.done():
+        if heads.leaves_none():  # a probe
+            pool.report_queued(selection)
+            stall = asyncio.ensure_future(outwaited(written, True))
+            await asyncio.wait({answer, stall}, return_when=asyncio.FIRST_COMPLETED)
+            if answer.done():
+                stall.cancel()
+                await asyncio.gather(stall, return_exceptions=True)
+                return None
             answer.cancel()
+            give_up(selection)
+            return await spare_slot(ticket, since)
+        waiting = asyncio.ensure_future(slot_within_limits(selection, ticket, since, written))
+        either: set[asyncio.Future[Any]] = {answer, waiting}
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        if waiting.done() and not answer.done():
+            if selection.probe is None:
+                detached.append(asyncio.ensure_future(left(selection, written, answer)))
+            else:
+                answer.cancel()
+                give_up(selection)
             return waiting.result()
         if waiting.done():
-            if (late := waiting.result()) is not None:
-                pool.release(late)
+            if (late_slot := waiting.result()) is not None:
+                pool.release(late_slot)
         else:
             waiting.cancel()
             await asyncio.gather(waiting, return_exceptions=True)
-        await answer
         return None
+
+    async def left(selection: Slot, written: float, answer: asyncio.Future[None]) -> None:
+        """A regular attempt left for another slot: its 1302 comes when it would have, then its slot goes;
+        one z.ai holds is let go once z.ai is seen to queue and it is held past its stall, or served unread
+        (`Forwarder._unless_held`)."""
+        waiter = waiters.get(selection.slot_id)
+        while not answer.done():
+            if waiter is not None and heads.leaves_none() and loop.time() - written >= heads.stall_after():
+                zai.leave(waiters.pop(selection.slot_id))
+                pool.report_unanswered(selection)
+                pool.release(selection)
+                return
+            await asyncio.wait({answer}, timeout=HELD_RECHECK_SECONDS)
+        if waiter is None:
+            pool.report_error(selection.model, busy, None, selection)
+            pool.release(selection)
+            return
+        del waiters[selection.slot_id]
+        await asyncio.sleep(head_after(served_unread.pop(selection.slot_id)))
+        pool.report_success(selection, at_once=False)  # answered unread, closed at its head
+        await asyncio.sleep(settings.abort_detect_ms / 1000.0)
+        zai.release(selection.model)
+        pool.release(selection)
+
+    waiters: dict[int, Waiter] = {}  # attempts z.ai holds, by slot id
+    served_unread: dict[int, Request] = {}  # their requests
+    held_refusals: dict[int, asyncio.TimerHandle] = {}  # refused attempts holding a slot until their 1302
 
     async def one(agent: int, request: Request) -> None:
         since = loop.time()
         ticket = Ticket(request.tier, session=f"agent-{agent}")
         selection = await pool.admit(ticket, timeout=FOREVER)
         retry = dataclasses.replace(ticket, counts=False)
-        first = held = loop.time()  # when its first attempt's slot, and the current one's, were held
+        first = held_at = loop.time()  # when its first attempt's slot, and the current one's, were held
         while selection is not None:
             # the forwarder's stall: no head this long after sending is evidence at once (a no-op once
             # the verdict came)
-            loop.call_later(max(STALL_FACTOR * head, STALL_FLOOR_SECONDS), pool.report_stall, selection)
+            loop.call_later(heads.stall_after(), pool.report_stall, selection)
             await asyncio.sleep(on_the_way.uniform(0.0, transit))
             pool.report_sent(selection)  # written as it reaches z.ai: the network adds no more
-            if accepted(selection.model):
-                await asyncio.sleep(head)
-                pool.report_success(selection)
-                if held > first:  # served only after losing an attempt, as `RoutedRequest.answered`
-                    pool.set_back(ticket.session, held - first)
-                await asyncio.sleep(max(request.service_seconds - head, 0.0))
-                zai.release(selection.model)
-                pool.release(selection)
-                return
-            instead = await refused(selection, retry, since)
-            if instead is not None:
-                outcome.given_up += 1
-                if selection.probe is not None:
-                    pool.report_unanswered(selection, probe_given_up=True)
+            written, slot_id = loop.time(), selection.slot_id
+            admitted = loop.create_future()
+            admission = zai.admit(selection.model, wake=functools.partial(_resolve, admitted))
+            if admission.outcome == "refused":
+                outcome.refused += 1
+                if admission.holds:
+                    held_refusals[slot_id] = loop.call_later(reject, zai.release, selection.model)
+                instead = await hedged(selection, retry, since, written, _after(reject))
+                held_refusals.pop(slot_id, None)
+                if instead is None:
+                    pool.report_error(selection.model, busy, None, selection)
                     pool.release(selection)
-                selection, held = instead, loop.time()
+                    instead = await pool.admit(retry, since=since, timeout=FOREVER)
+                else:
+                    outcome.given_up += 1
+                selection, held_at = instead, loop.time()
                 continue
-            pool.report_error(selection.model, busy, None, selection)
+            if admission.waiter is not None:
+                waiters[slot_id], served_unread[slot_id] = admission.waiter, request
+                instead = await hedged(selection, retry, since, written, admitted)
+                if instead is not None:
+                    outcome.given_up += 1
+                    selection, held_at = instead, loop.time()
+                    continue
+                del waiters[slot_id], served_unread[slot_id]
+            await asyncio.sleep(head_after(request))
+            heads.head(loop.time() - written)
+            pool.report_success(selection, at_once=not heads.queues())
+            if held_at > first:  # served only after losing an attempt, as `RoutedRequest.answered`
+                pool.set_back(ticket.session, held_at - first)
+            await asyncio.sleep(max(request.service_seconds - head_after(request), 0.0))
+            zai.release(selection.model)
             pool.release(selection)
-            selection = await pool.admit(retry, since=since, timeout=FOREVER)
-            held = loop.time()
+            return
 
     async def agent(index: int, requests: tuple[Request, ...]) -> float:
         for request in requests:
@@ -191,13 +317,24 @@ async def swarm(
 
     detached: list[asyncio.Future[None]] = []
     sampler = asyncio.ensure_future(sampling())
-    ends = await asyncio.gather(*(agent(i, requests) for i, requests in enumerate(workload.agents)))
+    agents = asyncio.gather(*(agent(i, requests) for i, requests in enumerate(workload.agents)))
+    ends = await asyncio.wait_for(agents, timeout=STUCK_FACTOR * outcome.bound)  # a model stuck: an error
     await asyncio.gather(*detached)
     sampler.cancel()
+    assert zai.in_flight == 0 and not zai.stalls.waiting, "a slot of z.ai's left taken"
     outcome.makespan = max(ends)
     slots = [{"at": c.start, "models": dict(c.models)} for c in timeline]
     outcome.converged = [change["seconds"] for change in convergence(samples, slots)]
     return outcome
+
+
+def _after(seconds: float) -> asyncio.Future[None]:
+    return asyncio.ensure_future(asyncio.sleep(seconds))
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def watched(pool: ChaosPool, zai: SimState, now: float) -> str:

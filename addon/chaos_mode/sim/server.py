@@ -651,17 +651,22 @@ class MessagesHandler(_SimHandler):
             return
         if admission.outcome == "refused":
             code = admission.code or "1302"  # the model's limit and the account's look the same on the wire
-            # Like z.ai: the 429 takes a while, and the waiting request holds no slot (a request that
-            # waited inside z.ai for its maximum is refused at once).
+            # Like z.ai: the 429 takes a while, and the waiting request holds no slot unless it `holds`
+            # (`refused_holds`) until it is sent (a request that waited inside z.ai for its maximum is
+            # refused at once).
             delay = 0.0 if admission.reason == "timeout" else settings.reject_delay_ms / 1000.0
-            if await self._wait(delay):
-                self.send_error_body(
-                    429,
-                    default_message(code),
-                    code=code,
-                    retry_after=settings.retry_after,
-                    request_id=request_id,
-                )
+            try:
+                if await self._wait(delay):
+                    self.send_error_body(
+                        429,
+                        default_message(code),
+                        code=code,
+                        retry_after=settings.retry_after,
+                        request_id=request_id,
+                    )
+            finally:
+                if admission.holds:
+                    state.release(counter)
             return
         cut = admission.outcome == "cut"
 

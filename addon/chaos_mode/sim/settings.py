@@ -82,6 +82,9 @@ class SimSettings:
     filter_phrases: list[str] = field(default_factory=list)
     filter_scope: str = "system"
     head_with_first_token: bool = False  # a stream's head (and first events) only with its first token
+    # A request refused 1302 holds a slot of its model and of the account until its refusal is sent
+    # (reject_delay_ms), as a queue with a timeout would; default: it holds none.
+    refused_holds: bool = False
     # How many output tokens an answer has around `output_tokens` when the request does not say
     # (x-sim-output-tokens): fixed, or lognormal / pareto, capped (sim.lengths).
     output_lengths: Lengths = field(default_factory=Lengths)
@@ -197,8 +200,9 @@ class SimSettings:
             raise ValueError(f"filter_phrases: expected non-empty strings, got {self.filter_phrases!r}")
         if self.filter_scope not in FILTER_SCOPES:
             raise ValueError(f"filter_scope: one of {', '.join(FILTER_SCOPES)}, got {self.filter_scope!r}")
-        if not isinstance(self.head_with_first_token, bool):
-            raise ValueError(f"head_with_first_token: expected a boolean, got {self.head_with_first_token!r}")
+        for name in ("head_with_first_token", "refused_holds"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}: expected a boolean, got {getattr(self, name)!r}")
         self.output_lengths.validate()
 
     def new_state(self, clock: Callable[[], float]) -> SimState:
@@ -219,6 +223,7 @@ class SimSettings:
             clock=clock,
             aliases=self.aliases,
             alias_counters=self.alias_counters,
+            refused_holds=self.refused_holds,
         )
 
     def to_mapping(self) -> dict[str, Any]:

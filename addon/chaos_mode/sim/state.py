@@ -116,12 +116,14 @@ class Fault:
 class Admission:
     """What z.ai does with a request: `served` (a slot taken), `cut` (a slot taken; the answer will break
     off), `hang` (no slot, no answer), `refused` (with `code`, for `reason`), `queued` (`waiter` waits
-    inside z.ai for a slot)."""
+    inside z.ai for a slot). A refused one `holds` a slot of its model and of the account until its 1302 is
+    sent, with `refused_holds`: the caller releases it then."""
 
     outcome: Outcome
     code: str | None = None
     reason: Reason | None = None
     waiter: Waiter | None = None
+    holds: bool = False  # a refused request that holds a slot until its refusal is sent (`refused_holds`)
 
 
 class SimState:
@@ -132,7 +134,9 @@ class SimState:
     own limit whatever it says); in a soft band it is refused 1302 by chance
     (`chaos_mode.sim.bands`); within every limit a random fault may still refuse or break it
     (`fault_rates`); else it takes a slot. A queued request gets a slot within the limits (not in a band)
-    as soon as one frees, first come first served. Every draw comes from a RNG of its own, seeded from
+    as soon as one frees, first come first served. With `refused_holds`, a request refused 1302 takes a slot
+    of its model and of the account all the same (not counted served), which its caller gives back when the
+    1302 is sent (a queue with a timeout, as z.ai may be). Every draw comes from a RNG of its own, seeded from
     `fault_seed`, so one shape turned on does not change another's draws.
     """
 
@@ -153,6 +157,7 @@ class SimState:
         clock: Callable[[], float] = time.monotonic,
         aliases: Mapping[str, str] | None = None,
         alias_counters: AliasCounters = "shared",
+        refused_holds: bool = False,
     ) -> None:
         """``account_limit`` None: no account limit of its own (it allows what the models allow: the sum of
         their limits, whatever they become, reported as its limit).
@@ -184,6 +189,7 @@ class SimState:
         self.band_shape = band_shape
         self.over_limit: OverLimit = over_limit
         self.queue_models = frozenset(queue_models)  # they queue over their own limit whatever over_limit
+        self.refused_holds = refused_holds
         self.lengths = lengths if lengths is not None else Lengths()
         self.stalls = Stalls()
         self._clock = clock
@@ -250,6 +256,13 @@ class SimState:
         """Decide a request for ``model`` (see the class). ``broken``: a queued fault (cut or hang) that
         stands in for the random draw; ``wake``: called once a queued request got its slot (without it, a
         request over the limit is refused even when z.ai queues)."""
+        admission = self._decide(model, broken, wake)
+        if self.refused_holds and admission.outcome == "refused" and admission.code == "1302":
+            self._take(model, served=False)
+            return Admission("refused", admission.code, admission.reason, holds=True)
+        return admission
+
+    def _decide(self, model: str, broken: str | None, wake: Callable[[], None] | None) -> Admission:
         verdict = self.over(model)
         if verdict is not None:
             queues = self.over_limit == "queue" or (
@@ -305,11 +318,11 @@ class SimState:
         """A queued request's client went away: out of the queue (nothing if it got its slot already)."""
         self.stalls.leave(waiter, self._clock(), "left")
 
-    def _take(self, model: str) -> None:
+    def _take(self, model: str, *, served: bool = True) -> None:
         counters = self.models[model]
         counters.in_flight += 1
         counters.peak = max(counters.peak, counters.in_flight)
-        counters.served += 1
+        counters.served += served
         self.account_in_flight += 1
         self.account_peak = max(self.account_peak, self.account_in_flight)
 
