@@ -423,6 +423,7 @@ def test_the_changing_preset_doubles_the_limits_for_the_middle_third_of_its_boun
 def test_parse_presets() -> None:
     assert [p.name for p in parse_presets("soak,lower")] == ["soak", "lower"]
     assert [p.name for p in parse_presets("all")] == [
+        "today",
         "lower",
         "higher",
         "changing",

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import statistics
 import sys
@@ -76,12 +77,20 @@ class FleetSpec:
         """The lower bound of the makespan: the catalog's slots, or the field preset's true ones."""
         if self.field is None:
             return ideal_for(workload).bound.seconds
-        settings = self.sim_settings(workload)
-        return field_bound(workload, true_timeline(planned_changes(settings), settings.refuse)).seconds
+        settings, catalog = self.sim_settings(workload), self.preset_catalog()
+        return field_bound(
+            workload, true_timeline(planned_changes(settings), settings.refuse), catalog
+        ).seconds
+
+    def preset_catalog(self) -> str:
+        preset = self.preset()
+        return "early-2026" if preset is None else preset.catalog
 
     def proxy_config(self) -> dict[str, Any]:
         """Fixed limits on the catalog's field; learned ones (the default) on a field preset's."""
-        return proxy_config() if self.field is None else SCENARIO.config()
+        if self.field is None:
+            return proxy_config()
+        return dataclasses.replace(SCENARIO, catalog=self.preset_catalog()).config()
 
     def workload(self) -> Workload:
         preset = self.preset()

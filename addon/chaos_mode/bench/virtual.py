@@ -129,7 +129,9 @@ async def swarm(
     workload = make_workload(preset.spec(seed=seed))
     if workload.spec.prompt_tokens:
         raise ValueError(f"preset {preset.name} is not modelled (prompts of their own sizes)")
-    proxy = dataclasses.replace(SCENARIOS["least-loaded"], learning=tuple((learning or {}).items()))
+    proxy = dataclasses.replace(
+        SCENARIOS["least-loaded"], learning=tuple((learning or {}).items()), catalog=preset.catalog
+    )
     config = parse_config({"modelRouting": proxy.config()})
     pool = ChaosPool(config, clock=loop.time, wall_clock=loop.time, rng=random.Random(seed))
     on_the_way = random.Random(-seed)
@@ -140,7 +142,7 @@ async def swarm(
     for scheduled in settings.schedule:
         loop.call_at(loop.time() + scheduled.at_seconds, zai.apply, scheduled.change, scheduled.at_seconds)
     timeline = true_timeline(planned_changes(settings), ())
-    outcome = Outcome(0.0, field_bound(workload, timeline).seconds)
+    outcome = Outcome(0.0, field_bound(workload, timeline, preset.catalog).seconds)
     outcome.requests = sum(len(requests) for requests in workload.agents)
     # A z.ai that queues or sends heads with the first token is read as the forwarder reads it (its
     # `HeadPatience`, fed each clean head); else as before, a fixed patience.
