@@ -116,3 +116,17 @@ def test_each_unknown_name_is_named_once_in_a_bounded_set() -> None:
     assert last is not None and "\n" not in last and len(last) < 250
     assert last.endswith("; later unknown names are not logged (3 were)")
     assert names.line("glm-9", "medium") is None  # the set is full: counted elsewhere, not logged
+
+
+@pytest.mark.parametrize(
+    ("model", "tier"),
+    [
+        ("glm-5.1", "heavy"),  # a built-in alias: the tier of glm-5.3, which serves it
+        ("GLM-4.7", "medium"),  # served by glm-5.3-flash
+        ("glm-5.9", "heavy"),  # not known at all: z.ai's naming (glm-5*)
+        ("glm-9-flash", "light"),
+        ("glm-5v-turbo", "light"),
+    ],
+)
+def test_a_name_the_catalog_lacks_takes_its_served_models_tier_else_its_family(model: str, tier: str) -> None:
+    assert TierClassifier(default_config()).lookup(model) == (tier, True)

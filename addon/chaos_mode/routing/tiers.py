@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Final
 
 from chaos_mode.config.schema import ModelRouting
-from chaos_mode.zai.catalog import RequestTier
+from chaos_mode.zai.catalog import RequestTier, family_tier
 
 _MODEL_TIER_TO_REQUEST: dict[str, RequestTier] = {"HEAVY": "heavy", "MEDIUM": "medium", "LIGHT": "light"}
 
@@ -13,14 +13,18 @@ _MODEL_TIER_TO_REQUEST: dict[str, RequestTier] = {"HEAVY": "heavy", "MEDIUM": "m
 class TierClassifier:
     """Classify the `model` field of a request, by the config's tier rules.
 
-    A catalog model name maps to its own tier; otherwise the first configured pattern found in the
-    lower-cased name decides; anything else (including no name at all) gets the default tier.
+    A catalog model name maps to its own tier, an alias to the tier of the model serving it; otherwise the
+    first configured pattern found in the lower-cased name decides, then the tier z.ai's naming gives the
+    name (`zai.catalog.family_tier`); anything else (including no name at all) gets the default tier.
     """
 
     def __init__(self, config: ModelRouting) -> None:
         self._catalog: dict[str, RequestTier] = {
             name.lower(): _MODEL_TIER_TO_REQUEST[spec.tier] for name, spec in config.models.items()
         }
+        for alias, served in config.aliases.items():
+            if served in config.models:
+                self._catalog.setdefault(alias.lower(), _MODEL_TIER_TO_REQUEST[config.models[served].tier])
         self._patterns = tuple(config.tier_rules.patterns.items())
         self.default: RequestTier = config.tier_rules.default
 
@@ -41,6 +45,8 @@ class TierClassifier:
         for pattern, tier in self._patterns:
             if pattern in name:
                 return tier, True
+        if family := family_tier(name):
+            return _MODEL_TIER_TO_REQUEST[family[0]], True
         return self.default, False
 
 
