@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 from bisect import bisect_left
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from itertools import accumulate
 from typing import Any, Literal
 
-from chaos_mode.config.schema import ModelRouting
+from chaos_mode.config.schema import ModelRouting, ModelSpec
 from chaos_mode.doors.door import DOORS, Door
 from chaos_mode.zai.errors import KNOWN_CODES
 
@@ -20,10 +20,17 @@ WAIT_BUCKETS: tuple[float, ...] = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 
 
 
 class Stats:
-    """Counters the pool does not keep. Labels come only from the catalog and fixed sets."""
+    """Counters the pool does not keep. Labels come only from the catalog and fixed sets: the catalog the
+    pool serves (`catalog`: the served models, folded as `routing.aliases` folds them), else the config's."""
 
-    def __init__(self, config: ModelRouting, wall_clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        config: ModelRouting,
+        wall_clock: Callable[[], float] = time.time,
+        catalog: Callable[[], Mapping[str, ModelSpec]] | None = None,
+    ) -> None:
         self._wall_clock = wall_clock
+        self._catalog = catalog
         self.requests: Counter[tuple[str, str, Outcome, Door]] = Counter()  # (model, tier, outcome, door)
         self.upstream_errors: Counter[tuple[str, str]] = Counter()  # (model, code)
         self.request_refusals: Counter[str] = Counter()  # z.ai's refusals found the request's own, by code
@@ -46,9 +53,13 @@ class Stats:
     def reconfigure(self, config: ModelRouting) -> None:
         self._config = config
 
+    @property
+    def models(self) -> Mapping[str, ModelSpec]:
+        return self._config.models if self._catalog is None else self._catalog()
+
     def label(self, model: str | None) -> str:
         """A metrics-safe model label: a catalog name, or `other`."""
-        return model if model is not None and model in self._config.models else OTHER_MODEL
+        return model if model is not None and model in self.models else OTHER_MODEL
 
     def queue_wait(self, tier: str, seconds: float) -> None:
         hits = self._wait_hits.setdefault(tier, [0] * (len(WAIT_BUCKETS) + 1))
@@ -85,7 +96,7 @@ class Stats:
         label = self.label(model)
         self.input_tokens[label] += input_tokens
         self.output_tokens[label] += output_tokens
-        spec = self._config.models.get(model)
+        spec = self.models.get(model)
         if spec is not None:
             cost = (input_tokens * spec.input_price + output_tokens * spec.output_price) / 1e6
             self.spend[label] = self.spend.get(label, 0.0) + cost
