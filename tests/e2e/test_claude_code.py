@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from chaos_mode.devtools.processes import ProxyProcess
+from chaos_mode.sim import catalog_settings
 from chaos_mode.sim.errors import chinese_window_message
 from support.design_catalog import DESIGN_MODELS
 
@@ -107,7 +108,8 @@ async def test_a_spent_week_ends_claude_code_at_once(
 async def test_a_transient_429_makes_claude_code_retry_and_succeed(
     claude: str, make_proxy: MakeProxy, sim: Sim, http: httpx.AsyncClient, tmp_path: Path
 ) -> None:
-    proxy = await make_proxy(upstream=sim.base_url, config=routing())
+    # Without the queue a refusal storm is our 429 (with it the request waits for a slot instead).
+    proxy = await make_proxy(upstream=sim.base_url, config=routing(queue={"enabled": False}))
     # Every model of the tier refuses once (1302): our own 429, a short retry-after; then z.ai serves.
     await sim.add_faults(fault("1302", count=4))
     code, output, _ = await run_claude(claude, proxy, tmp_path)
@@ -130,3 +132,20 @@ async def test_a_plan_refusing_every_model_ends_claude_code_at_once(
     assert code != 0, output
     assert "403" in output and "out of rotation" in output and "(1113)" in output, output
     assert seconds < STOPS_WITHIN, (seconds, output)
+
+
+async def test_claude_code_on_the_plan_of_december_2026_is_served_under_served_names(
+    claude: str, make_sim: MakeSim, make_proxy: MakeProxy, tmp_path: Path
+) -> None:
+    """The built-in catalog in front of today's z.ai: the CLI is answered, every request went out under a
+    model's own name (none through an alias, none retired or unknown), and its headers reached z.ai."""
+    sim = await make_sim(**catalog_settings("2026-12"))
+    config = {"upstreamHosts": ["127.0.0.1"], "chaosMode": {"enabled": True}}  # the built-in catalog
+    proxy = await make_proxy(upstream=sim.base_url, config=config)
+    code, output, _ = await run_claude(claude, proxy, tmp_path)
+    assert code == 0 and output.strip(), output
+    stats = await sim.stats()
+    served = {name for name, m in stats["models"].items() if m["served"]}
+    assert served and served <= {"glm-5.4", "glm-5.3", "glm-5.3-flash", "glm-4.6v"}, stats["models"]
+    assert stats["aliasedRequests"] == {} and stats["retiredModels"] == {} and stats["unknownModels"] == {}
+    await assert_headers_untouched(sim)

@@ -1394,3 +1394,36 @@ async def test_a_dashboard_port_in_use_is_one_warning_naming_the_option(env: Env
         )
         assert not [r for r in env.caplog.records if r.levelno >= logging.ERROR]  # no exit at start-up
         env.addon.done()
+
+
+# -- the model that served -------------------------------------------------------------------------------
+
+
+async def test_an_answer_naming_another_model_folds_the_name_and_counts_on_the_served_one(env: Env) -> None:
+    env.configure(enabled="true")
+    f = messages_flow("claude-haiku-4-5")
+    await env.request(f)
+    asked = meta_of(f)["model"]
+    await serve(env, f, message_response("glm-9-served", input_tokens=11, output_tokens=2))
+    status = env.stats()["modelDistribution"]
+    assert asked not in status and asked in status["glm-9-served"]["aliases"]
+    assert (status["glm-9-served"]["tokensIn"], status["glm-9-served"]["tokensOut"]) == (11, 2)
+    assert f.comment.startswith(f"claude-haiku-4-5 → glm-9-served (asked as {asked}) · ")
+
+
+@pytest.mark.parametrize("named", [None, 7, "", "two words"])
+async def test_an_answer_naming_no_readable_model_counts_by_the_name_asked_with_one_warning(
+    env: Env, named: object
+) -> None:
+    env.configure(enabled="true")
+    for _ in range(2):
+        f = messages_flow("claude-haiku-4-5")
+        await env.request(f)
+        model = meta_of(f)["model"]
+        response = message_response(model, input_tokens=5, output_tokens=1)
+        body = json.loads(response.raw_content or b"")
+        body["model"] = named
+        response.raw_content = json.dumps(body).encode()
+        await serve(env, f, response)
+        assert model in env.stats()["modelDistribution"]  # not folded
+    assert len([m for m in env.chaos_logs() if "names no readable model" in m]) == 1
