@@ -250,17 +250,21 @@ async def test_a_new_client_connection_opens_none_to_the_upstream(
 
 
 async def test_clients_with_their_own_keys_never_receive_each_others_unasked_answers(
-    proxy: ProxyProcess,
+    hostile: HostileUpstream,
 ) -> None:
     """30 clients with their own keys, every other answer followed by one nobody asked for, which lands on
-    whatever request its connection carries next: never one of another key (`upstream.PoolKey`)."""
+    whatever request its connection carries next: never one of another key (`upstream.PoolKey`). A proxy of
+    its own: an unasked answer names the model of the request it was for, so the proxy learns aliases that
+    are not z.ai's (`routing.aliases`) and would route the module's later tests by them."""
 
-    async def agent(n: int) -> list[Seen]:
+    async def agent(proxy: ProxyProcess, n: int) -> list[Seen]:
         key = f"sk-hostile-agent-{n:02d}-{next(_keys):04d}"
         async with httpx.AsyncClient(base_url=proxy.url, trust_env=False, timeout=TIMEOUT) as own:
             return [await ask(own, "late-answer" if i % 2 else "ok", key) for i in range(10)]
 
-    seen = [one for answers in await asyncio.gather(*map(agent, range(30))) for one in answers]
+    with ProxyProcess(upstream=hostile.url, config=routing(streams={"idleSeconds": IDLE})) as proxy:
+        answers = await asyncio.gather(*(agent(proxy, n) for n in range(30)))
+    seen = [one for each in answers for one in each]
     crossed = [one for one in seen if one.answer_for not in (None, one.key)]
     assert not crossed, f"{len(crossed)} of {len(seen)} answers were another key's: {crossed[:3]}"
     assert sum(one.answer_for == one.key for one in seen) >= len(seen) // 2
