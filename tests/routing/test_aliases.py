@@ -288,3 +288,12 @@ def test_a_listing_naming_nothing_the_pool_serves_is_not_taken() -> None:
     for listing in ([], ["other-model"], ["glm-6"]):
         assert p.listed(listing) == []
     assert all(m["usable"] for m in served(p.status())["models"].values())
+
+
+def test_a_reset_forgets_the_learned_aliases_not_the_configs() -> None:
+    p = pool(config(aliases={"glm-5.1": "glm-5.3"}))
+    slot = p.acquire("glm-4.7")
+    assert slot is not None and p.report_served(slot, "glm-5.3-flash")
+    p.release(slot)
+    p.reset_limits()
+    assert "glm-4.7" in p.config.models and "glm-5.1" not in p.config.models

@@ -750,7 +750,7 @@ class ChaosMode:
 
     @command.command("chaos.limits.reset")
     def reset_limits(self) -> None:
-        """Forget every learned concurrency limit: back to the catalog's values (and the saved file too)."""
+        """Forget every learned concurrency limit and alias: back to the catalog's (the saved file too)."""
         self.pool.reset_limits()
         self._saved_version = (-1, -1)
         self._save_limits()

@@ -65,6 +65,12 @@ class Aliases:
         self.version += 1
         return True
 
+    def forget(self) -> None:
+        """Forget what was learned (the config's aliases stay)."""
+        self._learned.clear()
+        self.confirmed.clear()
+        self.version += 1
+
     def learned(self) -> dict[str, str]:
         return {asked: served for asked, (served, _) in self._learned.items()}
 

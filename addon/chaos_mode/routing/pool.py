@@ -1221,7 +1221,9 @@ class ChaosPool:
         return min(seconds, self._config.cooldown.max_pause_seconds)
 
     def reset_limits(self) -> None:
-        """Forget every learned limit: back to the catalog's (and the config's) values."""
+        """Forget every learned limit and alias: back to the catalog's (and the config's) values."""
+        self.aliases.forget()
+        self.reconfigure(self._given)
         self._limits.reset()
         self._limits_changed()
 
