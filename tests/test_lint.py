@@ -193,3 +193,39 @@ def test_the_modules_docstrings_and_comments_name_are_there() -> None:
                 if not _dotted_exists(name):
                     missing.append(f"{path.relative_to(PACKAGE)} names {name}")
     assert missing == []
+
+
+def _assumptions() -> dict[str, str]:
+    """`zai/assumptions.py`'s constants, each with its docstring (empty when it has none)."""
+    body = ast.parse((PACKAGE / "zai" / "assumptions.py").read_text(encoding="utf-8")).body
+    found = {}
+    for node, after in zip(body, [*body[1:], None], strict=True):
+        if isinstance(node, ast.AnnAssign | ast.Assign):
+            target = node.target if isinstance(node, ast.AnnAssign) else node.targets[0]
+            assert isinstance(target, ast.Name)
+            doc = ""
+            if isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant):
+                doc = str(after.value.value)
+            found[target.id] = doc
+    return found
+
+
+def test_each_zai_assumption_is_named_once_and_followed() -> None:
+    """Every `zai.assumptions.NAME` a module names exists, each assumption has its docstring, the table in
+    docs/zai.md, and a module outside `zai/` that rests on it (one that imports it, or names it so)."""
+    assumptions = _assumptions()
+    assert assumptions and all(assumptions.values())
+    named: dict[str, set[str]] = {}
+    for folder, path in _modules():
+        text = path.read_text(encoding="utf-8")
+        names = set(re.findall(r"\bzai\.assumptions\.(\w+)", text))
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ImportFrom) and node.module == "chaos_mode.zai.assumptions":
+                names |= {alias.name for alias in node.names}
+        for name in names:
+            named.setdefault(name, set()).add(folder)
+    assert sorted(set(named) - set(assumptions)) == []
+    unfollowed = [name for name in assumptions if not named.get(name, set()) - {"zai"}]
+    assert unfollowed == []
+    table = (ROOT / "docs" / "zai.md").read_text(encoding="utf-8")
+    assert [name for name in assumptions if f"`{name}`" not in table] == []

@@ -80,7 +80,8 @@ class Check:
         return stream
 
     def alias_counters(self, names: dict[str, NameResult]) -> tuple[Verdict[Counters], dict[str, int]]:
-        """Hold the target of an alias full, then send the alias (see the module's docstring)."""
+        """Hold the target of an alias full, then send the alias (see the module's docstring): measures
+        `zai.assumptions.ALIAS_SHARES_COUNTER`."""
         pair = alias_to_test(names)
         if pair is None:
             return Verdict(None, "no name was answered as another model"), {}

@@ -178,7 +178,8 @@ class Forwarder:
         response = sent
         try:
             if response.status < 400:
-                # z.ai seen to queue lately may have held it before serving it (`ChaosPool.report_success`)
+                # z.ai seen to queue lately may have held it before serving it (`ChaosPool.report_success`;
+                # zai.assumptions.MAY_QUEUE)
                 request.answered(at_once=not self.patience.queues())
                 return _streamed(response, ended=request.ended)
             raw, decoded, complete = await response.read_body(MAX_ERROR_BODY)
@@ -217,7 +218,7 @@ class Forwarder:
         nothing of its verdict. Counted from before, every new connection's head was late at 150 ms: each
         attempt was left for another, on another new connection, left in turn (a burst of 16 took 4 s)."""
         streamed, slot = request.message.stream, request.slot
-        size = len(body)  # a larger prompt's head comes later (`head_patience`)
+        size = len(body)  # a larger prompt's head comes later (zai.assumptions.HEAD_GROWS_WITH_PROMPT)
         loop = asyncio.get_running_loop()
         wire = Written()
         stall: asyncio.TimerHandle | None = None
@@ -228,8 +229,9 @@ class Forwarder:
             if slot is None:
                 return
             request.written(slot)
-            # A head held this long is a stall (z.ai queues the request): the pool hears it at once; the
-            # request goes on (z.ai may be serving it). A verdict before then makes it a no-op.
+            # A head held this long is a stall (z.ai queues the request: zai.assumptions.MAY_QUEUE): the pool
+            # hears it at once; the request goes on (z.ai may be serving it). A verdict before then makes it a
+            # no-op.
             if streamed:
                 if stall is not None:
                     stall.cancel()
@@ -237,13 +239,15 @@ class Forwarder:
 
         method, target = incoming.method, incoming.target
         send = self.clients.send(destination, method, target, headers, body, written=written)
-        queuing = streamed and self.patience.leaves_none()  # z.ai queues: no attempt is left
+        # z.ai queues: no attempt is left (zai.assumptions.MAY_QUEUE)
+        queuing = streamed and self.patience.leaves_none()
         patience: Patience | None = (
             functools.partial(self.patience.seconds, size) if streamed and not queuing else None
         )
         if queuing and slot is not None and slot.probe is not None:
-            # A probe z.ai holds past its stall found no room above the limit, and z.ai would serve it only
-            # once a slot frees, keeping what comes after it waiting. So it is given up then (`hedging`),
+            # zai.assumptions.MAY_QUEUE, zai.assumptions.DROPS_ON_CLOSE: a probe z.ai holds past its stall
+            # found no room above the limit, and z.ai would serve it only once a slot frees, keeping what
+            # comes after it waiting. So it is given up then (`hedging`),
             # its request waiting for a slot. Until then, a slot of its limit that frees is the probe's:
             # z.ai serves it there, and would hold the next request instead.
             patience = fixed_patience(self.patience.stall_after(size))
@@ -277,7 +281,8 @@ class Forwarder:
         """A left attempt's answer; None once z.ai is seen to queue and the attempt is held past its stall.
         Left before z.ai was seen to queue (a swarm's first burst), such an attempt is one z.ai holds and
         serves once a slot frees: its request, gone on elsewhere, would be served twice (the prompt paid
-        twice, a slot of z.ai's taken for an answer nobody reads)."""
+        twice, a slot of z.ai's taken for an answer nobody reads). zai.assumptions.MAY_QUEUE,
+        zai.assumptions.DROPS_ON_CLOSE."""
         loop = asyncio.get_running_loop()
         while not sending.done():
             written_at = wire.at
@@ -335,13 +340,16 @@ class Forwarder:
                 if isinstance(exc, UpstreamFailed | UpstreamRefused | TimeoutError):
                     return  # no verdict on the model
                 raise
-            if response is None:  # held: its stall counts (once), and it is closed (z.ai drops it, assumed)
+            # held: its stall counts (once), and it is closed (zai.assumptions.DROPS_ON_CLOSE)
+            if response is None:
                 request.stalled(slot)
                 await stop(sending)
                 return
             try:
                 if response.status < 400:
-                    request.answered(slot, at_once=False)  # accepted after all, later than its patience
+                    # accepted after all, later than its patience
+                    # (zai.assumptions.HEAD_MAY_WAIT_FOR_FIRST_TOKEN)
+                    request.answered(slot, at_once=False)
                     if wire.at is not None:  # its head counts; held past its stall, it says z.ai queues
                         self.patience.head(asyncio.get_running_loop().time() - wire.at, size)
                     return

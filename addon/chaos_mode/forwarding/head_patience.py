@@ -1,25 +1,26 @@
 """How long an unanswered attempt is worth waiting for, and when its wait is a stall. Pure: the forwarder
 feeds it the head times of clean streamed answers.
 
-z.ai sends an accepted stream's head at once (or with its first token) and takes seconds to refuse
-(`zai.timing`). So an attempt with no head after `seconds()` (1.5 times the upper quartile of recent heads:
-not the slowest, so that heads z.ai held do not stretch it) is most likely being refused: it may be left
-for a slot within the limits (hedging). One with no head after `stall_after()` (four times z.ai's quickest
-recent heads, at least `FLOOR_SECONDS`: z.ai may hold most heads when it queues, never its quickest) is
-held: z.ai queues it instead of refusing, which says a limit was passed as a 1302 does. A head that comes
+z.ai sends an accepted stream's head at once (or with its first token:
+`zai.assumptions.HEAD_MAY_WAIT_FOR_FIRST_TOKEN`) and takes seconds to refuse (`zai.timing`). So an attempt
+with no head after `seconds()` (1.5 times the upper quartile of recent heads: not the slowest, so that heads
+z.ai held do not stretch it) is most likely being refused: it may be left for a slot within the limits
+(hedging). One with no head after `stall_after()` (four times z.ai's quickest recent heads, at least
+`FLOOR_SECONDS`: z.ai may hold most heads when it queues, never its quickest) is held: z.ai queues it instead
+of refusing (`zai.assumptions.MAY_QUEUE`), which says a limit was passed as a 1302 does. A head that comes
 after its stall says z.ai queues: for `QUEUE_MEMORY_SECONDS` no attempt is left (leaving a held request
 would throw away what z.ai is about to serve), and such heads never count among the recent ones.
 
 **A larger prompt takes longer.** When z.ai sends a head with its first token, the head comes after the
-prompt was read (prefill), which grows with the prompt. So each recent head is kept with its request's size,
-the recent heads give how much later a head comes per byte of request (Theil-Sen: the median of the slopes
-between pairs of heads, never below 0, so robust to a quarter of odd heads and to time that has nothing to do
-with the size), and for an attempt larger than a head's request, that head counts as it would for the
-attempt's size: that much later per byte more; never earlier for a smaller one. Heads sent at once (no
-prefill in them) give a slope of about 0 and nothing changes. Without it, with prompts of heavy-tailed sizes
-(`prompts` in the field benchmark), the largest prompts' heads read as stalls and refusals: limits fell below
-the truth ("stall at 3 in flight" on a true 3) and prompts were served twice (left as refused, accepted
-after all).
+prompt was read (prefill), which grows with the prompt (`zai.assumptions.HEAD_GROWS_WITH_PROMPT`). So each
+recent head is kept with its request's size, the recent heads give how much later a head comes per byte of
+request (Theil-Sen: the median of the slopes between pairs of heads, never below 0, so robust to a quarter of
+odd heads and to time that has nothing to do with the size), and for an attempt larger than a head's request,
+that head counts as it would for the attempt's size: that much later per byte more; never earlier for a
+smaller one. Heads sent at once (no prefill in them) give a slope of about 0 and nothing changes. Without it,
+with prompts of heavy-tailed sizes (`prompts` in the field benchmark), the largest prompts' heads read as
+stalls and refusals: limits fell below the truth ("stall at 3 in flight" on a true 3) and prompts were served
+twice (left as refused, accepted after all).
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ class HeadPatience:
     def head(self, seconds: float, size: int | None = None) -> None:
         """A clean answer's head came `seconds` after its request (of `size` bytes, if known) was sent."""
         if seconds >= self.stall_after(size):
-            self._queued_at = self._clock()  # z.ai held it, then served it: it queues
+            # z.ai held it, then served it: it queues (zai.assumptions.MAY_QUEUE)
+            self._queued_at = self._clock()
             return
         self._heads.append((max(seconds, 0.0), size))
         self._new_heads += 1

@@ -1,6 +1,7 @@
 """What z.ai said at each level of one limit, and the limit that evidence supports.
 
-The model of z.ai it assumes (the field's shapes, docs/learning.md): z.ai refuses a request that arrives
+The model of z.ai it assumes (`zai.assumptions.REFUSALS_RISE_WITH_LOAD`, `zai.assumptions.NOISE`,
+`zai.assumptions.MAY_QUEUE`; the field's shapes, docs/learning.md): z.ai refuses a request that arrives
 with n requests in flight on a limit (a model's, or the account's; the request itself included) with a
 probability p(n) that never falls as n grows. Zero up to a clean level, then rising: at once (a hard
 limit) or through a band (a soft one), and a little at any level (noise: "works again a few seconds
@@ -43,6 +44,7 @@ import math
 from dataclasses import dataclass
 from typing import Final
 
+from chaos_mode.zai.assumptions import NOISE
 from chaos_mode.zai.timing import EARLIEST_REFUSAL_SECONDS
 
 MEMORY: Final = 12  # observations a level remembers (older ones fade by 1 - 1/MEMORY per new one)
@@ -51,7 +53,6 @@ PRIOR: Final = 1.0  # a clean answer assumed at every level before any is seen (
 # The refusals z.ai sends at any level, whatever the load ("works again a few seconds later"): the rate a
 # level's rise is measured from (rule 2). More noise than this is taken for a limit where a level is worth
 # less (10% at a cost of 3: from level 5 up).
-NOISE: Final = 0.05
 # A level is refused when its refusals are less likely than this under the highest rate worth the level:
 # as likely as one refusal in two tries at the noise rate (one refusal and the prior), so that one refusal
 # alone never refuses a level.

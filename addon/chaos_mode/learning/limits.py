@@ -404,7 +404,7 @@ class LearnedLimits:
     ) -> None:
         """z.ai held the head of a request (sent at `sent`, as for `refused`) that came when it served
         `in_flight` on its model and `total` on the account far longer than its heads take: a limit passed,
-        as a 1302 says (z.ai queues it instead of refusing)."""
+        as a 1302 says (z.ai queues it instead of refusing: zai.assumptions.MAY_QUEUE)."""
         self._passed(model, in_flight, total, probe, sent, "stall")
 
     def _passed(
@@ -416,6 +416,7 @@ class LearnedLimits:
         entry = self._models.get(model)
         account = self._account
         since = now - self._refusal_seconds if sent is None else sent
+        # whose refusal it is: zai.assumptions.COUNTS_PER_MODEL_AND_ACCOUNT
         if probe == "account" or entry is None:
             share = 0.0
         elif probe == "model" or not entry.evidence.answered_since(in_flight, since):
@@ -434,7 +435,8 @@ class LearnedLimits:
     def _refusal(self, entry: Limit, level: int, weight: float, now: float, why: str) -> None:
         entry.evidence.observe(level, refused=True, now=now, weight=weight)
         self._settle(entry, now, why)
-        # p never falls as n grows: refused at any level, z.ai refuses above the limit too (no probe now)
+        # p never falls as n grows (zai.assumptions.REFUSALS_RISE_WITH_LOAD): refused at any level, z.ai
+        # refuses above the limit too (no probe now)
         entry.no_probe_until = max(entry.no_probe_until, now + self._interval)
 
     def _probe_refused(self, entry: Limit, now: float) -> None:
@@ -443,10 +445,10 @@ class LearnedLimits:
         entry.refused_probes += 1
         wait = min(self._interval * 2.0**doublings, self._backoff_max)
         entry.no_probe_until = now + wait
-        # z.ai moves its limits plan-wide, so one refused probe says the others' of its group (lowered, or at
-        # their highest) would be refused now too: the next probe of the group waits its share of this wait,
-        # so that their probes spread over it instead of going (and being refused) together, and a move is
-        # found within a share
+        # z.ai moves its limits plan-wide (zai.assumptions.LIMITS_MOVE_TOGETHER), so one refused probe says
+        # the others' of its group (lowered, or at their highest) would be refused now too: the next probe of
+        # the group waits its share of this wait, so that their probes spread over it instead of going (and
+        # being refused) together, and a move is found within a share
         lowered = self._lowered(entry, now)
         turns = sum(1 for other in self._all() if other.held_back and self._lowered(other, now) == lowered)
         self._next_turn[lowered] = max(self._next_turn[lowered], now + wait / max(turns, 1))

@@ -6,13 +6,14 @@ its request meanwhile, the request goes on there: a probe is given up (closed: i
 attempt is handed to `leave` with its slot, to await z.ai's verdict without its request (the limits still
 learn from it). A refusal then costs the request no more than the wait it would have had anyway. From its
 patience on, a regular attempt is overdue (`RoutedRequest.overdue`): z.ai holds no slot for a request it
-refuses (assumed), so it rides above the limits until its verdict, and its place goes to the next request at
-once. While z.ai queues, only probes are hedged, with their stall as the patience, and given up at once then:
-z.ai would serve a held probe only once a slot frees, keeping the requests after it waiting; its request waits
-for a slot within the limits. The patience is asked as the attempt waits, not once when it is sent: the first
-attempts go before any head was seen, when nobody knows it yet. It counts from when the attempt was written to
-z.ai (`Written`), not while a connection to z.ai is being opened: z.ai judges nothing before it has the
-request. Generic over the answer: the transport's, never read here.
+refuses (`zai.assumptions.REFUSED_HOLDS_NO_SLOT`), so it rides above the limits until its verdict, and its
+place goes to the next request at once. While z.ai queues (`zai.assumptions.MAY_QUEUE`), only probes are
+hedged, with their stall as the patience, and given up (closed: `zai.assumptions.DROPS_ON_CLOSE`) at once
+then: z.ai would serve a held probe only once a slot frees, keeping the requests after it waiting; its request
+waits for a slot within the limits. The patience is asked as the attempt waits, not once when it is sent: the
+first attempts go before any head was seen, when nobody knows it yet. It counts from when the attempt was
+written to z.ai (`Written`), not while a connection to z.ai is being opened: z.ai judges nothing before it has
+the request. Generic over the answer: the transport's, never read here.
 """
 
 from __future__ import annotations
@@ -105,13 +106,14 @@ async def _spare_after[A](
     queuing: bool,
 ) -> Slot | None:
     await _outwaited(patience, written)
+    # zai.assumptions.MAY_QUEUE, zai.assumptions.DROPS_ON_CLOSE: a probe z.ai holds is closed at its stall
     if queuing and request.slot is not None and request.slot.probe is not None and not sending.done():
         await stop(sending)
         if not sending.cancelled():
             return None  # answered just then: its answer decides
         request.give_up_probe()
     elif not sending.done():
-        request.overdue()  # most likely being refused: its place goes to the next request meanwhile
+        request.overdue()  # most likely refused: its place goes on (zai.assumptions.REFUSED_HOLDS_NO_SLOT)
     return await request.spare_slot()
 
 

@@ -75,7 +75,7 @@ class Activity(Protocol):
 
 def of_kind(error: UpstreamError) -> bool:
     """Whether the refusal may be the request's own (a load or content code), not about capacity, the
-    account, the model's day or its rotation."""
+    account, the model's day or its rotation (zai.assumptions.FILTER_REFUSES_EVERY_MODEL)."""
     return error.action is Action.COOLDOWN and error.code is not None
 
 

@@ -262,7 +262,8 @@ class RoutedRequest:
 
     def overdue(self) -> None:
         """The current attempt has had no head within its patience (see `hedging`): z.ai is most likely
-        refusing it, so it rides above the limits until its verdict (`ChaosPool.report_overdue`), its place
+        refusing it and holds no slot for it (`zai.assumptions.REFUSED_HOLDS_NO_SLOT`), so it rides above
+        the limits until its verdict (`ChaosPool.report_overdue`), its place
         going to the next request. One attempt of a request rides at a time: z.ai refuses a second of the
         same request for the same reason."""
         slot = self.slot
@@ -319,7 +320,8 @@ class RoutedRequest:
     # -- z.ai's verdict ---------------------------------------------------------------------------------
 
     def served_by(self, model: object) -> bool:
-        """z.ai's answer to the current attempt names the model that served it (`routing.aliases`); False
+        """z.ai's answer to the current attempt names the model that served it (`routing.aliases`;
+        `zai.assumptions.ANSWERS_NAME_SERVED_MODEL`); False
         when the name is not one (the request stays counted by the name asked)."""
         attempt = self.attempts[-1] if self.attempts and self.slot is not None else None
         if attempt is None or attempt.served is not None:
@@ -357,12 +359,13 @@ class RoutedRequest:
         self.pool.report_sent(slot)
 
     def queued(self, slot: Slot) -> None:
-        """z.ai queues, and may hold the probe sent with `slot`: the first slot of its limit that a request
-        z.ai served gives back is the probe's (`ChaosPool.report_queued`)."""
+        """z.ai queues (`zai.assumptions.MAY_QUEUE`), and may hold the probe sent with `slot`: the first slot
+        of its limit that a request z.ai served gives back is the probe's (`ChaosPool.report_queued`)."""
         self.pool.report_queued(slot)
 
     def stalled(self, slot: Slot) -> None:
-        """z.ai holds the head of the attempt sent with `slot` far longer than its heads take (it queues it):
+        """z.ai holds the head of the attempt sent with `slot` far longer than its heads take (it queues it,
+        `zai.assumptions.MAY_QUEUE`):
         the pool learns a limit was passed; the attempt goes on, and the flow says so."""
         if not self.pool.report_stall(slot):
             return  # its verdict came first

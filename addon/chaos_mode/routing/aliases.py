@@ -2,11 +2,12 @@
 
 z.ai routes older names to newer models silently (`zai.catalog.DEFAULT_ALIASES`) and names the model that
 served in every answer. Concurrency belongs to the model that serves (the safe reading of "each model has its
-own concurrency limit": whether an alias shares its target's counter is unpublished), so the pool counts,
+own concurrency limit": whether an alias shares its target's counter is unpublished:
+`zai.assumptions.ALIAS_SHARES_COUNTER`), so the pool counts,
 sends and learns by the served model: a catalog model found to be served as another is folded into that
 one (`fold`), and a request is sent under the served model's own name. A served model the catalog lacks takes
-the tier z.ai's naming gives it (`zai.catalog.family_tier`), else the lowest: a floor is judged by what
-serves, never by the name asked.
+the tier z.ai's naming gives it (`zai.catalog.family_tier`, `zai.assumptions.FAMILY_TIERS`), else the lowest:
+a floor is judged by what serves, never by the name asked.
 
 The map holds the config's aliases and the learned ones (asked -> served, each with when it was learned),
 kept with the learned limits and shared by a fleet (`rows`, `merge`: the last one learned wins).
@@ -122,7 +123,7 @@ def fold(config: ModelRouting, aliases: Aliases) -> tuple[ModelRouting, dict[str
         folded[name] = served
         if served in config.models or served in models:
             continue
-        tier, vision = family_tier(served) or ("LIGHT", False)
+        tier, vision = family_tier(served) or ("LIGHT", False)  # zai.assumptions.FAMILY_TIERS
         models[served] = spec.model_copy(update={"tier": tier, "vision": vision, "ceiling": None})
     if not folded:
         return config, folded
@@ -164,7 +165,7 @@ def offered(listed: list[str], config: ModelRouting, aliases: Aliases) -> dict[s
     specs = {}
     for name in listed:
         known = name in config.models or aliases.served(name) != name
-        family = None if known or name.startswith("*") else family_tier(name)
+        family = None if known or name.startswith("*") else family_tier(name)  # zai.assumptions.FAMILY_TIERS
         if family is not None:
             tier = family[0] if name in aliases.confirmed else "LIGHT"
             specs[name] = ModelSpec(tier=tier, vision=family[1], max_concurrency=LISTED_LIMIT)

@@ -2,15 +2,15 @@
 
 z.ai judges a request by what it serves when the request comes: the requests it accepted and has not
 finished. The pool counts more than that in flight: requests whose verdict has not come yet, among them
-requests z.ai is refusing, which it does not count (a 1302 takes seconds, a head comes at once). So the
-level of a refusal or a stall is taken when its verdict comes, from the slots that were held beside its
-own when it was taken and not finished: those z.ai turned out to accept at once (a clean answer, not after
-a stall), itself on top, and what other proxies of a fleet said z.ai served of theirs then (for a clean
-answer, which comes within ms, only as far as they still say it now: a slot another proxy just took
-counts as served until its next notice says otherwise; for a refusal, which comes seconds later, as they
-said it then or as they say it now, whichever is more: by then their 1-s requests of then have ended and
-others run, so what they say now alone fell under z.ai's level, and in a fleet's first burst they had
-said nothing yet when the request came, their requests written with it answered only after it).
+requests z.ai is refusing, which it does not count (`zai.assumptions.REFUSED_HOLDS_NO_SLOT`; a 1302 takes
+seconds, a head comes at once). So the level of a refusal or a stall is taken when its verdict comes, from the
+slots that were held beside its own when it was taken and not finished: those z.ai turned out to accept at
+once (a clean answer, not after a stall), itself on top, and what other proxies of a fleet said z.ai served of
+theirs then (for a clean answer, which comes within ms, only as far as they still say it now: a slot another
+proxy just took counts as served until its next notice says otherwise; for a refusal, which comes seconds
+later, as they said it then or as they say it now, whichever is more: by then their 1-s requests of then have
+ended and others run, so what they say now alone fell under z.ai's level, and in a fleet's first burst they
+had said nothing yet when the request came, their requests written with it answered only after it).
 Counted at the taking instead (the pool's in flight), every refusal after a limit fell would be counted at
 the old limit: the requests being refused there hold the pool's slots for seconds, never z.ai's.
 
@@ -22,7 +22,8 @@ any order): those written just after it that z.ai accepted count beside it too. 
 written so, all within a millisecond. Counted by the takings, the first one taken would often be refused
 "at 1 in flight", under a level z.ai had just served: noise that holds the limit up while it is learned.
 Counted with the burst, each refused request is at the level z.ai had filled. Assumed of z.ai, unchecked:
-that it judges a request as it reads it, and that the network reorders requests by no more than that.
+that it judges a request as it reads it, and that the network reorders requests by no more than that
+(`zai.assumptions.ARRIVAL_ORDER_SECONDS`).
 
 A clean answer's level leaves those written just after it out. Each verdict is taken on the side where it
 says least: a refusal counted with the requests that may have come first says z.ai refused at a level
@@ -40,8 +41,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from chaos_mode.zai.assumptions import ARRIVAL_ORDER_SECONDS
+
 KEEP: Final = 4096  # slots accepted at once remembered after they went back (their verdicts come in seconds)
-AT_ONCE_SECONDS: Final = 0.02  # requests written this close together reach z.ai in any order
+AT_ONCE_SECONDS: Final = ARRIVAL_ORDER_SECONDS  # requests written this close together reach z.ai in any order
 
 
 @dataclass(frozen=True, slots=True)

@@ -191,11 +191,13 @@ class ChaosPool:
         # model's and on the account's.
         self._riding_on: dict[str, int] = {}
         # Attempts overdue (`report_overdue`): slot id -> model. z.ai holds no slot for a request it is
-        # refusing, so until its verdict such an attempt rides above its model's and the account's limits.
+        # refusing (zai.assumptions.REFUSED_HOLDS_NO_SLOT), so until its verdict such an attempt rides above
+        # its model's and the account's limits.
         self._overdue: dict[int, str] = {}
-        # Probes z.ai queues (`report_queued`), still riding. z.ai serves such a probe in the first slot of
-        # its limit that frees: that slot becomes the probe's (`seated`: out of `_probes`, it counts within
-        # the limit from then on), not the next request's, which z.ai would hold in turn behind it.
+        # Probes z.ai queues (`report_queued`; zai.assumptions.MAY_QUEUE), still riding. z.ai serves such a
+        # probe in the first slot of its limit that frees: that slot becomes the probe's (`seated`: out of
+        # `_probes`, it counts within the limit from then on), not the next request's, which z.ai would hold
+        # in turn behind it.
         self._queued_probes: dict[int, Slot] = {}
         self._seated: set[int] = set()
         # Slots whose request z.ai has not answered yet: slot id -> model. Requests overtake each other on
@@ -632,10 +634,10 @@ class ChaosPool:
 
     def report_overdue(self, slot: Slot) -> None:
         """`slot`'s request has had no head within its patience (see `request.hedging`): z.ai is most
-        likely refusing it, and holds no slot for a request it refuses (assumed, unchecked: docs/learning.md),
-        so until its verdict it rides above its model's and the account's limits, its place going to the
-        next request. No-op without learning (a 1302 then cools the model down), for a probe (it rides
-        already), a request z.ai seated or one with its verdict."""
+        likely refusing it, and holds no slot for a request it refuses
+        (zai.assumptions.REFUSED_HOLDS_NO_SLOT), so until its verdict it rides above its model's and the
+        account's limits, its place going to the next request. No-op without learning (a 1302 then cools the
+        model down), for a probe (it rides already), a request z.ai seated or one with its verdict."""
         slot_id = slot.slot_id
         if (
             not self._limits.enabled
@@ -661,7 +663,7 @@ class ChaosPool:
         return dict(Counter(self._overdue.values()))
 
     def report_queued(self, slot: Slot) -> None:
-        """z.ai queues (it holds what is over a limit until a slot frees), and `slot`'s probe, unanswered,
+        """z.ai queues (zai.assumptions.MAY_QUEUE), and `slot`'s probe, unanswered,
         is held so: the first slot of its limit that a request z.ai served gives back is the probe's. No-op
         for a slot that is no probe, or whose probe was answered."""
         if slot.slot_id in self._probes:
@@ -872,9 +874,10 @@ class ChaosPool:
         return lines
 
     def report_served(self, slot: Slot, served: str) -> bool:
-        """z.ai named the model that served `slot`'s request: a catalog model served as another is folded
-        into it from now on, a listed model served as itself takes its family's tier (`routing.aliases`).
-        True when the catalog changed."""
+        """z.ai named the model that served `slot`'s request (zai.assumptions.ANSWERS_NAME_SERVED_MODEL): a
+        catalog model served as another is folded into it (zai.assumptions.ALIAS_SHARES_COUNTER) from now on,
+        a listed model served as itself takes its family's tier (`routing.aliases`). True when the catalog
+        changed."""
         if served.lower() == slot.model.lower():
             if slot.model not in self._offered or slot.model in self.aliases.confirmed:
                 return False
@@ -1049,7 +1052,8 @@ class ChaosPool:
         """A clean answer from z.ai to the request `selection` sent: confirms (or raises) its limits and
         ends the model's run of busy answers. `at_once`: z.ai served it from its arrival (False: z.ai was
         seen to queue lately, and may have held it until a slot freed)."""
-        held = selection.slot_id in self._stalled  # z.ai queued it, and serves it now
+        # z.ai queued it, and serves it now (zai.assumptions.MAY_QUEUE)
+        held = selection.slot_id in self._stalled
         seated = selection.slot_id in self._seated  # z.ai held it until a slot freed, then served it there
         # a probe z.ai held was judged at its stall or its seat: served once a slot freed, it found no room
         # above its limit
@@ -1060,7 +1064,8 @@ class ChaosPool:
         if selection.slot_id in self._held:
             self._served.add(selection.slot_id)
         # z.ai served at least this many at once: what it serves now, or what it served when the request
-        # came (heads sent with the first token leave much of what z.ai serves without a head here); not
+        # came (heads sent with the first token leave much of what z.ai serves without a head here:
+        # zai.assumptions.HEAD_MAY_WAIT_FOR_FIRST_TOKEN); not
         # for a request z.ai may have held: it was full then, and served it only once a slot freed
         queued = held or seated or not at_once
         arrived, arrived_total = (0, 0) if queued else self._arrival_levels(selection, (0, 0), clean=True)
@@ -1126,8 +1131,8 @@ class ChaosPool:
 
     def report_stall(self, slot: Slot) -> bool:
         """z.ai holds the head of `slot`'s request far longer than its heads take: a limit passed, as a 1302
-        says. Once per slot; the request goes on (z.ai may serve it), and a 1302 that comes for it later is
-        not counted again. False: its verdict came first."""
+        says (zai.assumptions.MAY_QUEUE). Once per slot; the request goes on (z.ai may serve it), and a 1302
+        that comes for it later is not counted again. False: its verdict came first."""
         slot_id = slot.slot_id
         if slot_id not in self._unanswered or slot_id in self._stalled:
             return False

@@ -45,7 +45,7 @@ class TierClassifier:
         for pattern, tier in self._patterns:
             if pattern in name:
                 return tier, True
-        if family := family_tier(name):
+        if family := family_tier(name):  # zai.assumptions.FAMILY_TIERS
             return _MODEL_TIER_TO_REQUEST[family[0]], True
         return self.default, False
 

@@ -111,8 +111,8 @@ _GLM5 = re.compile(r"^glm-5(\.\d+)?(-|$)")
 def family_tier(name: str) -> tuple[ModelTier, bool] | None:
     """(tier, vision) that z.ai's naming gives a model the catalog lacks, or None when it gives none.
 
-    The family rules (an assumption: z.ai's names of 2026 follow them): `*-flash` and `*-flashx` are light,
-    `glm-N.Mv*` light and vision, the rest of `glm-5*` heavy."""
+    The family rules (`zai.assumptions.FAMILY_TIERS`: z.ai's names of 2026 follow them): `*-flash` and
+    `*-flashx` are light, `glm-N.Mv*` light and vision, the rest of `glm-5*` heavy."""
     name = name.lower()
     if _FLASH.search(name):
         return "LIGHT", False

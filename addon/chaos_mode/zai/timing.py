@@ -2,7 +2,8 @@
 
 Measured by others (the Chaos Mode design's sources: "api.z.ai takes 3-6s to return 429"); unchecked here
 on the real z.ai. Whether an accepted stream's head comes at once or with the first token is not known: the
-rules assume either (an accepted stream's head is much faster than a refusal, which is what hedging reads).
+rules assume either (`zai.assumptions.HEAD_MAY_WAIT_FOR_FIRST_TOKEN`; an accepted stream's head is much faster
+than a refusal, which is what hedging reads).
 """
 
 from typing import Final
