@@ -108,18 +108,18 @@ def test_usage_of_a_whole_chat_answer() -> None:
         "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
     }
     content = json.dumps(answer).encode()
-    assert message_usage(content) == [11, 7]
+    assert message_usage(content) == [11, 0, 7]
     observer = ChatStreamObserver()
     observer.observe(answer)
     assert (observer.input_tokens, observer.output_tokens, observer.stopped) == (11, 7, True)
     response = http.Response.make(200, content, {"content-type": "application/json"})
-    assert usage_of(response, FORMATS["openai"].observer) == ([11, 7], "glm-4.5")
+    assert usage_of(response, FORMATS["openai"].observer) == ([11, 0, 7], "glm-4.5")
 
 
 def test_usage_of_a_chat_stream_read_whole() -> None:
     response = http.Response.make(200, stream(), {"content-type": "text/event-stream"})
-    assert usage_of(response, FORMATS["openai"].observer) == ([2048, 377], "glm-4.6")
-    assert usage_of(response) == ([0, 0], None)  # the Anthropic observer sees no Anthropic events in it
+    assert usage_of(response, FORMATS["openai"].observer) == ([2048, 0, 377], "glm-4.6")
+    assert usage_of(response) == ([0, 0, 0], None)  # the Anthropic observer sees no Anthropic events in it
 
 
 def test_a_chunk_nested_too_deeply_is_skipped_and_the_stream_still_read() -> None:

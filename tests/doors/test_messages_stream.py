@@ -170,12 +170,12 @@ def test_message_usage_reads_the_usage_of_a_whole_message() -> None:
         "content": [{"type": "tool_use", "input": {"usage": {"input_tokens": 999}}}],
         "usage": {"input_tokens": 12, "output_tokens": 7},
     }
-    assert message_usage(json.dumps(body, indent=2).encode()) == [12, 7]
+    assert message_usage(json.dumps(body, indent=2).encode()) == [12, 0, 7]
 
 
 @pytest.mark.parametrize("content", [b"", b"not json", b'{"usage": 5}', b'{"usage": {"input_tokens": "x"}}'])
 def test_message_usage_of_a_body_without_usable_usage(content: bytes) -> None:
-    assert message_usage(content) in (None, [0, 0])
+    assert message_usage(content) in (None, [0, 0, 0])
 
 
 NESTED = b"[" * 100_000 + b"]" * 100_000

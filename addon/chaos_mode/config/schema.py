@@ -34,7 +34,7 @@ from chaos_mode.zai.catalog import (
     ModelTier,
     RequestTier,
 )
-from chaos_mode.zai.quota import WINDOW_SECONDS
+from chaos_mode.zai.quota import CREDIT_UNIT_TOKENS, GLM_5_3_CREDITS, WINDOW_SECONDS
 
 StrategyName = Literal["least-loaded", "round-robin", "weighted-random"]
 
@@ -74,6 +74,18 @@ class _Base(BaseModel):
         return data
 
 
+class CreditWeights(_Base):
+    """What an answer on a model costs on a credit plan: credits per 1,000 tokens of each kind."""
+
+    input: Float = Field(ge=0, le=100_000, description="credits per 1,000 fresh input tokens")
+    cached_input: Float = Field(ge=0, le=100_000, description="credits per 1,000 cached input tokens")
+    output: Float = Field(ge=0, le=100_000, description="credits per 1,000 output tokens")
+
+    def cost(self, fresh: int, cached: int, output: int) -> float:
+        """The credits of an answer with this usage (`quota.credits`)."""
+        return (fresh * self.input + cached * self.cached_input + output * self.output) / CREDIT_UNIT_TOKENS
+
+
 class ModelSpec(_Base):
     """One model of the catalog."""
 
@@ -95,12 +107,22 @@ class ModelSpec(_Base):
         le=100,
         description="how many prompts of the 5-hour quota one request counts (the GLM-5 family: about 3)",
     )
+    credit_weights: CreditWeights | None = Field(
+        default=None,
+        description="a credit plan's credits per 1,000 input, cached input and output tokens; default: "
+        "the built-in catalog's (GLM-5.3's), else the heaviest of the catalog's",
+    )
 
     @model_validator(mode="after")
     def _ceiling_covers_start(self) -> ModelSpec:
         if self.ceiling is not None and self.ceiling < self.max_concurrency:
             raise ValueError("ceiling: must be at least maxConcurrency")
         return self
+
+
+def _credit_weights(weights: tuple[float, float, float]) -> CreditWeights:
+    fresh, cached, output = weights
+    return CreditWeights(input=fresh, cached_input=cached, output=output)
 
 
 def _default_models() -> dict[str, ModelSpec]:
@@ -113,6 +135,7 @@ def _default_models() -> dict[str, ModelSpec]:
             free=m.free,
             vision=m.vision,
             quota_weight=m.quota_weight,
+            credit_weights=None if m.credits is None else _credit_weights(m.credits),
         )
         for name, m in DEFAULT_CATALOG.items()
     }
@@ -278,6 +301,12 @@ class QuotaSettings(_Base):
         le=31 * 86_400,
         description="the quota's 5-hour window (another length for a simulator's: the week scales alike)",
     )
+    unit: Literal["prompts", "credits"] = Field(
+        default="prompts",
+        description="what the plan's quota counts, for the estimate: prompts (each request its model's "
+        "quotaWeight) or credits (each answer's tokens by its model's creditWeights); a reading of credit "
+        "rows (chaos_key) says credits",
+    )
 
     @model_validator(mode="after")
     def _backoff_covers_poll(self) -> QuotaSettings:
@@ -399,6 +428,24 @@ class ModelRouting(_Base):
         """What one request on `model` counts of the 5-hour quota (1 for a model not in the catalog)."""
         spec = self.models.get(model)
         return spec.quota_weight if spec is not None else 1.0
+
+    def credit_weights(self, model: str) -> tuple[CreditWeights, bool]:
+        """(the credit weights of `model`, whether they are assumed): its own, else the catalog's heaviest
+        (each weight the greatest any model has), else GLM-5.3's (`zai.quota`)."""
+        spec = self.models.get(model)
+        if spec is not None and spec.credit_weights is not None:
+            return spec.credit_weights, False
+        return self._heaviest_credits(), True
+
+    def _heaviest_credits(self) -> CreditWeights:
+        known = [spec.credit_weights for spec in self.models.values() if spec.credit_weights is not None]
+        if not known:
+            return _credit_weights(GLM_5_3_CREDITS)
+        return CreditWeights(
+            input=max(w.input for w in known),
+            cached_input=max(w.cached_input for w in known),
+            output=max(w.output for w in known),
+        )
 
     def eligible_models(self, tier: RequestTier) -> list[str]:
         """Models that may serve `tier` by configuration alone (floor, exclusions, free models)."""

@@ -18,8 +18,8 @@ _INTERESTING = re.compile(rb'"usage"|"error"|\[DONE\]|"finish_reason"\s*:\s*"')
 
 
 class ChatStreamObserver(SseEvents):
-    """Feed it every chunk; read `input_tokens`, `output_tokens`, `model`, `finish_reason`, `stopped`
-    (`[DONE]` came), `error`."""
+    """Feed it every chunk; read `input_tokens`, `cached_tokens`, `output_tokens`, `model`,
+    `finish_reason`, `stopped` (`[DONE]` came), `error`."""
 
     __slots__ = ("finish_reason",)
 

@@ -20,7 +20,8 @@ _MAX_EVENT = 1 << 20  # an event larger than this is skipped, not buffered witho
 class StreamObserver(Protocol):
     """What the adapter reads of a streamed answer, whichever door it came through."""
 
-    input_tokens: int
+    input_tokens: int  # fresh (not cached) input
+    cached_tokens: int  # input read from z.ai's prompt cache
     output_tokens: int
     model: str | None  # the model that served, as the answer names it
     stopped: bool
@@ -35,6 +36,7 @@ class SseEvents:
     __slots__ = (
         "_buffer",
         "_skipping",
+        "cached_tokens",
         "error",
         "events",
         "input_tokens",
@@ -47,6 +49,7 @@ class SseEvents:
         self._buffer = bytearray()
         self._skipping = False
         self.input_tokens = 0
+        self.cached_tokens = 0
         self.output_tokens = 0
         self.model: str | None = None
         self.stopped = False
@@ -106,8 +109,9 @@ class SseEvents:
     def _usage(self, usage: object) -> None:
         if not isinstance(usage, dict):
             return
-        tokens_in, tokens_out = usage_counts(usage)
+        tokens_in, cached, tokens_out = usage_counts(usage)
         self.input_tokens = max(self.input_tokens, tokens_in)
+        self.cached_tokens = max(self.cached_tokens, cached)
         self.output_tokens = max(self.output_tokens, tokens_out)
 
     def _error(self, error: object) -> bool:
@@ -116,8 +120,8 @@ class SseEvents:
 
 
 class SseObserver(SseEvents):
-    """An Anthropic stream: feed it every chunk; read `input_tokens`, `output_tokens`, `model`, `stopped`,
-    `error`."""
+    """An Anthropic stream: feed it every chunk; read `input_tokens`, `cached_tokens`, `output_tokens`,
+    `model`, `stopped`, `error`."""
 
     __slots__ = ()
 
@@ -154,7 +158,7 @@ class SseObserver(SseEvents):
 
 
 def message_usage(content: bytes) -> list[int] | None:
-    """[input_tokens, output_tokens] of a whole (non-streamed) answer of either door, else None.
+    """[input, cached input, output] tokens of a whole (non-streamed) answer of either door, else None.
 
     The answer may be long: only its last `"usage"` object is decoded, not the whole text.
     """
@@ -205,10 +209,17 @@ def _past_space(text: str, at: int) -> int:
 
 
 def usage_counts(usage: dict[str, Any]) -> list[int]:
-    """[input, output] tokens of a usage object: Anthropic's names, else OpenAI's (prompt, completion)."""
-    tokens_in = usage.get("input_tokens", usage.get("prompt_tokens"))
-    tokens_out = usage.get("output_tokens", usage.get("completion_tokens"))
-    return [_count(tokens_in), _count(tokens_out)]
+    """[fresh input, cached input, output] tokens of a usage object: Anthropic's names (`input_tokens` is
+    the fresh input, `cache_read_input_tokens` the cached), else OpenAI's (`prompt_tokens` holds the cached
+    `prompt_tokens_details.cached_tokens`; `completion_tokens`)."""
+    if "input_tokens" in usage or "output_tokens" in usage:
+        fresh = _count(usage.get("input_tokens"))
+        cached = _count(usage.get("cache_read_input_tokens"))
+        return [fresh, cached, _count(usage.get("output_tokens"))]
+    details = usage.get("prompt_tokens_details")
+    cached = _count(details.get("cached_tokens")) if isinstance(details, dict) else 0
+    prompt = _count(usage.get("prompt_tokens"))
+    return [max(prompt - cached, 0), min(cached, prompt), _count(usage.get("completion_tokens"))]
 
 
 def _count(value: object) -> int:

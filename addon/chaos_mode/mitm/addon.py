@@ -602,6 +602,7 @@ class ChaosMode:
         def observe(chunk: bytes) -> bytes:
             if observer.feed(chunk):  # a few events per answer: its start, usage, end
                 routed.usage = (observer.input_tokens, observer.output_tokens)
+                view.cached = observer.cached_tokens
                 routed.stopped = observer.stopped
                 if observer.model is not None:
                     self._served(routed, observer.model)
@@ -624,7 +625,7 @@ class ChaosMode:
             refused = answer.status_code >= 400 and not answer.stream
             if refused and routed.slot is not None and not view.forwarded:
                 await self._judge_direct(flow, routed)  # no forwarder: z.ai's refusal is judged here
-            self._record(flow, routed)
+            self._record(flow, routed, view)
         except Exception:
             log.exception("chaos-mode: internal error while finishing a response")
         finally:
@@ -649,17 +650,21 @@ class ChaosMode:
             flow.response = _response(verdict)
         self._views[flow].changed(routed)
 
-    def _record(self, flow: http.HTTPFlow, routed: RoutedRequest) -> None:
+    def _record(self, flow: http.HTTPFlow, routed: RoutedRequest, view: FlowView) -> None:
         response = flow.response
         assert response is not None
         model = routed.model
         if model and response.status_code == 200:
             usage = routed.usage
             if usage is None and not response.stream:
-                usage = self._whole_usage(response, routed)
+                usage = self._whole_usage(response, routed, view)
             if usage:
                 routed.usage = usage
-                self.stats.usage(routed.served or model, usage[0], usage[1])
+                served = routed.served or model
+                self.stats.usage(served, usage[0], usage[1])
+                weights, assumed = self.config.credit_weights(served)
+                credits = weights.cost(usage[0], view.cached, usage[1])
+                self.pool.quota.charged(served, credits, assumed=assumed)
         if not routed.routed:
             outcome: Outcome = "passthrough"
         elif routed.rejected:
@@ -668,7 +673,9 @@ class ChaosMode:
             outcome = "ok" if response.status_code < 400 else "error"
         routed.finish(outcome)
 
-    def _whole_usage(self, response: http.Response, routed: RoutedRequest) -> tuple[int, int] | None:
+    def _whole_usage(
+        self, response: http.Response, routed: RoutedRequest, view: FlowView
+    ) -> tuple[int, int] | None:
         """The usage of an answer that arrived whole; none for one that decodes to more than the proxy
         reads for it."""
         try:
@@ -681,7 +688,10 @@ class ChaosMode:
             )
             return None
         self._served(routed, served)
-        return (whole[0], whole[1]) if whole else None
+        if not whole:
+            return None
+        view.cached = whole[1]
+        return whole[0], whole[2]
 
     def _served(self, routed: RoutedRequest, model: str | None) -> None:
         """The model z.ai's answer names as the one that served (`routing.aliases`); one warning when an

@@ -119,9 +119,9 @@ def is_event_stream(response: http.Response) -> bool:
 def usage_of(
     response: http.Response, observer_of: Callable[[], StreamObserver] = SseObserver
 ) -> tuple[list[int] | None, str | None]:
-    """([input_tokens, output_tokens], the model that served) of an answer that arrived whole (JSON, or SSE
-    read by the door's observer as it is decoded), each None when it is not readable; OverCap when it
-    decodes to more than `MAX_USAGE_BODY` bytes (the decoded body is never kept)."""
+    """([input, cached input, output] tokens, the model that served) of an answer that arrived whole
+    (JSON, or SSE read by the door's observer as it is decoded), each None when it is not readable;
+    OverCap when it decodes to more than `MAX_USAGE_BODY` bytes (the decoded body is never kept)."""
     headers = find_headers(response, _RESPONSE_HEADERS)
     raw = response.raw_content or b""
     coding = coding_of(headers.get(CONTENT_ENCODING))
@@ -133,7 +133,7 @@ def usage_of(
             for piece in content:
                 observer.feed(piece)
             observer.feed(b"\n\n")
-            return [observer.input_tokens, observer.output_tokens], observer.model
+            return [observer.input_tokens, observer.cached_tokens, observer.output_tokens], observer.model
         whole = b"".join(content)
         return message_usage(whole), answer_model(whole)
     except Broken:  # not what its coding says

@@ -26,12 +26,13 @@ class FlowView:
     It holds its flow weakly: the addon keeps views (and routed requests, which hold their view) in weak maps
     keyed by the flow, and a value that held its key would keep every flow alive forever."""
 
-    __slots__ = ("_flow", "_original", "forwarded", "token")
+    __slots__ = ("_flow", "_original", "cached", "forwarded", "token")
 
     def __init__(self, flow: http.HTTPFlow) -> None:
         self._flow = weakref.ref(flow)
         self.token: str | None = None  # while the flow is pointed at the forwarder
         self.forwarded = False  # the forwarder took the request (it, not mitmproxy, talks to z.ai)
+        self.cached = 0  # the answer's cached input tokens (the routed request's usage: the rest)
         self._original: tuple[bytes, str, int] | None = None
 
     @property

@@ -1,8 +1,9 @@
 """The proxy's own count of the 5-hour window, for when z.ai's reading is not to be had.
 
-Each answer z.ai served counts its model's `quotaWeight` (1 by default) in the current window. A window
+Each answer z.ai served counts its units in the current window: its model's `quotaWeight` on a plan of
+prompts, its credits (usage by the served model's `creditWeights`) on a credit plan. A window
 opens with the first answer after the last one ended and lasts `quota.windowSeconds` (z.ai's 5 hours), or
-until the reset a 1308 names. The **scale** (the weight a whole window holds) is learned: at a 1308 the
+until the reset a 1308 names. The **scale** (the units a whole window holds) is learned: at a 1308 the
 window is spent, so what was counted then is 100%; a reading from z.ai of at least `CALIBRATE_FROM` percent
 sets it too (counted / used). Until a scale is known the estimate counts but says no percent. It counts
 only this proxy's traffic: other clients of the account (or other proxies of a fleet) make it read low.
@@ -11,7 +12,6 @@ only this proxy's traffic: other clients of the account (or other proxies of a f
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
 from typing import Final
 
 from chaos_mode.quota.forecast import Sample, burn_per_hour
@@ -24,10 +24,9 @@ MAX_SAMPLES: Final = 4096
 
 
 class TrafficEstimate:
-    """The weight counted in the current window, by model, and the learned scale."""
+    """The units counted in the current window, by model, and the learned scale."""
 
-    def __init__(self, weight: Callable[[str], float], window_seconds: float = WINDOW_SECONDS) -> None:
-        self.weight = weight
+    def __init__(self, window_seconds: float = WINDOW_SECONDS) -> None:
         self.window_seconds = window_seconds
         self.scale: float | None = None
         self.start: float | None = None
@@ -36,12 +35,11 @@ class TrafficEstimate:
         self.by_model: dict[str, float] = {}
         self._samples: deque[Sample] = deque(maxlen=MAX_SAMPLES)  # (unix s, units counted)
 
-    def answered(self, model: str, now: float) -> None:
-        """z.ai served a request on `model`: its weight counts in the window."""
+    def answered(self, model: str, units: float, now: float) -> None:
+        """z.ai served a request on `model` that counts `units` in the window."""
         self._roll(now)
         if self.start is None:
             self.start, self.end = now, now + self.window_seconds
-        units = self.weight(model)
         self.units += units
         self.by_model[model] = self.by_model.get(model, 0.0) + units
         every = min(SAMPLE_EVERY, self.window_seconds / SAMPLES_PER_WINDOW)

@@ -22,6 +22,7 @@ FRESH_SECONDS: Final = 900.0  # a reading of z.ai older than this gives way to t
 HISTORY_POINTS: Final = 60  # samples of the burn chart at most
 SAME_WINDOW: Final = 2.0  # seconds: readings whose resets are this close are of one window
 Source = Literal["zai", "estimate"]
+Unit = Literal["prompts", "credits"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +70,11 @@ class QuotaTracker:
         self.window_seconds = WINDOW_SECONDS
         self.poll_seconds = 60.0
         self.whole = True  # every weight a whole number: the bounds pin whole units
-        self.estimate = TrafficEstimate(weight)
+        self.weight = weight  # a request's quotaWeight: the ledger's unit, and the estimate's on prompts
+        self.unit: Unit = "prompts"  # what the estimate counts: credits once configured or read so
+        self._configured: Unit = "prompts"
+        self.assumed: set[str] = set()  # models whose credits the estimate counted with assumed weights
+        self.estimate = TrafficEstimate()
         self.ledger = Ledger()
         self.changed: Callable[[], None] | None = None  # told when a reading or a 1308 moved the budget
         self.read_soon: Callable[[], None] | None = None  # the poller's: read before the next poll
@@ -93,10 +98,14 @@ class QuotaTracker:
         poll_seconds: float,
         window_seconds: float = WINDOW_SECONDS,
         whole: bool = True,
+        unit: Unit = "prompts",
     ) -> None:
-        """New weights (`whole`: all whole numbers) and window; a reading stays fresh for three polls (at
-        least `FRESH_SECONDS`)."""
-        self.estimate.weight = weight
+        """New weights (`whole`: all whole numbers), window and estimate's unit; a reading stays fresh for
+        three polls (at least `FRESH_SECONDS`)."""
+        self.weight = weight
+        if unit != self._configured:
+            self._configured = unit
+            self._count_in(unit)
         self.estimate.window_seconds = self.window_seconds = window_seconds
         self.poll_seconds = poll_seconds
         self.fresh_seconds = max(FRESH_SECONDS, 3 * poll_seconds)
@@ -107,17 +116,36 @@ class QuotaTracker:
 
     def sent(self, key: int, model: str) -> None:
         """A request went to z.ai on `model` (`key`: its slot)."""
-        self.ledger.sent(key, self.estimate.weight(model))
+        self.ledger.sent(key, self.weight(model))
 
     def answered(self, model: str, key: int | None = None) -> None:
-        """z.ai answered the request `key` cleanly."""
-        estimate, now = self.estimate, self._clock()
-        opened = not self._window_open(now)
-        estimate.answered(model, now)
-        if opened:
-            self._window_lo = self.ledger.lo  # this answer opened the estimate's window: it counts in it
+        """z.ai answered the request `key` cleanly: on a plan of prompts its model's weight counts."""
+        if self.unit == "prompts":
+            self._count(model, self.weight(model))
         if key is not None:
             self.ledger.answered(key)
+
+    def charged(self, model: str, credits: float, *, assumed: bool = False) -> None:
+        """An answer served by `model` ended, costing `credits` by its usage (`assumed`: by weights the
+        catalog does not give `model`): on a credit plan they count."""
+        if self.unit != "credits":
+            return
+        self._count(model, credits)
+        if assumed:
+            self.assumed.add(model)
+
+    def _count_in(self, unit: Unit) -> None:
+        """The estimate counts `unit` from now on: what it counted in another unit is dropped."""
+        if unit != self.unit:
+            self.unit, self.assumed, self._taught = unit, set(), None
+            self.estimate = TrafficEstimate(self.window_seconds)
+
+    def _count(self, model: str, units: float) -> None:
+        estimate, now = self.estimate, self._clock()
+        opened = not self._window_open(now)
+        estimate.answered(model, units, now)
+        if opened:
+            self._window_lo = self.ledger.lo  # this answer opened the estimate's window: it counts in it
 
     def refused(self, key: int) -> None:
         """z.ai refused the request `key` with an error answer: not charged."""
@@ -167,6 +195,8 @@ class QuotaTracker:
             windows[window.name] = track
         self._windows, self.level, self.read_at, self.error = windows, reading.level, now, None
         five = reading.window()
+        if five is not None and five.cap is not None:
+            self._count_in("credits")  # z.ai counts this plan in credits
         if five is not None:
             self.estimate.calibrate(five.used_percent, now)
             self._bound(five, asked)
@@ -267,8 +297,8 @@ class QuotaTracker:
             least, greatest = self._headroom
             likely = (least + greatest) / 2 - ledger.hi
             return Budget(least - ledger.hi, likely, bounds.total()[1], self._bounds_reset, settled)
-        if self._taught is None or self.source == "zai":
-            return None
+        if self._taught is None or self.source == "zai" or self.unit == "credits":
+            return None  # the ledger counts quotaWeight, not credits
         estimate = self.estimate
         window_lo = self._window_lo if self._window_open(now) else ledger.lo
         end = (
@@ -296,19 +326,31 @@ class QuotaTracker:
         seen = self.forecast(name)
         track = self._windows.get(name) if self._fresh() else None
         window = track.reading if track is not None else None
+        used, cap, left = (window.used, window.cap, window.left) if window is not None else self._counted()
         return {
             "name": name,
             "seconds": self.seconds_of(name),
             "source": "zai" if window is not None else "estimate",
             "started": True if window is None else window.started,
             "usedPercent": None if seen is None else round(seen.used_percent, 1),
-            "used": None if window is None or window.used is None else round(window.used, 2),
-            "cap": None if window is None or window.cap is None else round(window.cap, 2),
-            "left": None if window is None or window.left is None else round(window.left, 2),
+            "used": None if used is None else round(used, 2),
+            "cap": None if cap is None else round(cap, 2),
+            "left": None if left is None else round(left, 2),
             "resetsAt": None if seen is None or seen.resets_at is None else round(seen.resets_at),
             "burnPerHour": None if seen is None else round(seen.burn_per_hour, 2),
             "runsOutAt": None if seen is None or seen.runs_out_at is None else round(seen.runs_out_at),
         }
+
+    def _counted(self) -> tuple[float | None, float | None, float | None]:
+        """(used, cap, left) in credits as the estimate counts them (cap and left once its scale is
+        known); nothing on a plan of prompts."""
+        if self.unit != "credits":
+            return None, None, None
+        estimate = self.estimate
+        estimate.used_percent(self._clock())  # rolls a window past its end
+        scale = estimate.scale
+        left = None if scale is None else max(scale - estimate.units, 0.0)
+        return estimate.units, scale, left
 
     def status(self) -> dict[str, Any]:
         """`/api/status`'s `quota`: times in unix seconds, percents of the window."""
@@ -330,7 +372,9 @@ class QuotaTracker:
             "windows": [self._window_status(name) for name in self.windows()],
             "total": None if total is None else [round(total[0], 1), round(total[1], 1)],
             "estimate": {
+                "unit": self.unit,
                 "units": round(estimate.units, 2),
+                "assumedWeights": sorted(self.assumed),
                 "byModel": {name: round(units, 2) for name, units in estimate.by_model.items()},
                 "scale": None if estimate.scale is None else round(estimate.scale, 2),
             },

@@ -333,6 +333,7 @@ class ChaosPool:
             poll_seconds=quota.poll_seconds,
             window_seconds=quota.window_seconds,
             whole=all(float(w).is_integer() for w in weights.values()),
+            unit=quota.unit,
         )
         self.pacer.reconfigure(quota.pace, weights)
         self._queue.dispatch()  # capacity may have grown

@@ -4,10 +4,9 @@ rows (`zai.quota`).
 
 An answer costs, from its usage, input x 6.9 + cached input x 1.7 + output x 24 credits per
 `UNIT_TOKENS` tokens (GLM-5.3's weights as one source reports them, for every model unless
-`credit_weights` names it). **Assumed**: the unit of the weights is a thousand tokens, so that a Lite
-5-hour window (2,000 credits) holds a few hundred of the simulator's answers and a benchmark run spends
-a window; z.ai does not say. An answer is charged when it ends (as z.ai bills usage), so the answers in
-flight when a window runs out all count: its `currentValue` may pass its cap.
+`credit_weights` names it; the unit of the weights, a thousand tokens, is `zai.quota`'s assumption). An
+answer is charged when it ends (as z.ai bills usage), so the answers in flight when a window runs out all
+count: its `currentValue` may pass its cap.
 
 The 5-hour window starts at an account's first answer after the last one ended (no `nextResetTime`
 before); the week starts when the simulator does and runs back to back. Each window is independent: a
@@ -25,10 +24,10 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from chaos_mode.sim.errors import chinese_window_message, spent_message
+from chaos_mode.zai.quota import CREDIT_UNIT_TOKENS as UNIT_TOKENS
 from chaos_mode.zai.quota import FIVE_HOURS, SPENT_CODE, WEEK_SPENT_CODE, window_of
+from chaos_mode.zai.quota import GLM_5_3_CREDITS as GLM_5_3
 
-UNIT_TOKENS: Final = 1000.0  # the tokens the credit weights are per (assumed; see the module docstring)
-GLM_5_3: Final = (6.9, 1.7, 24.0)  # credits per unit of input, cached input, output tokens (unverified)
 ROWS: Final = {"5h": (3, 5), "1w": (6, 1)}  # the windows the simulator can count: (unit, number)
 PLANS: Final[dict[str, dict[str, float]]] = {  # the caps reported for each plan (`zai.quota`)
     "lite": {"5h": 2000.0, "1w": 10000.0},

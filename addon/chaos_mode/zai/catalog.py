@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from chaos_mode.zai.quota import GLM_5_3_CREDITS
+
 ModelTier = Literal["HEAVY", "MEDIUM", "LIGHT"]
 RequestTier = Literal["heavy", "medium", "light"]
 
@@ -30,6 +32,7 @@ class CatalogModel:
     free: bool = False
     vision: bool = False  # reads images
     quota_weight: float = 1.0  # prompts of the 5-hour quota one request counts
+    credits: tuple[float, float, float] | None = None  # a credit plan's (input, cached, output) weights
 
 
 # The Coding Plan of December 2026 (docs/catalog.md gives each row's source): the models every plan serves.
@@ -37,7 +40,7 @@ class CatalogModel:
 # learning corrects.
 DEFAULT_CATALOG: Final[dict[str, CatalogModel]] = {
     "glm-5.4": CatalogModel("HEAVY", 2, 1.40, 4.40, vision=True, quota_weight=3.0),
-    "glm-5.3": CatalogModel("HEAVY", 3, 1.40, 4.40, quota_weight=3.0),
+    "glm-5.3": CatalogModel("HEAVY", 3, 1.40, 4.40, quota_weight=3.0, credits=GLM_5_3_CREDITS),
     "glm-5.3-flash": CatalogModel("MEDIUM", 5, 0.15, 0.50, vision=True),
     "glm-4.6v": CatalogModel("LIGHT", 2, 0.30, 0.90, vision=True),
 }
@@ -81,6 +84,9 @@ def models_block(catalog: Mapping[str, CatalogModel]) -> dict[str, dict[str, Any
         row |= {"free": True} if m.free else {}
         row |= {"vision": True} if m.vision else {}
         row |= {"quotaWeight": m.quota_weight} if m.quota_weight != 1.0 else {}
+        if m.credits is not None:
+            fresh, cached, output = m.credits
+            row["creditWeights"] = {"input": fresh, "cachedInput": cached, "output": output}
         block[name] = row
     return block
 
