@@ -299,3 +299,70 @@ async def test_a_credit_plans_two_windows_read_are_the_simulators_figures(
     assert read["usedPercent"] == shown["5h"]["usedPercent"] and read["resetsAt"] == shown["5h"]["resetsAt"]
     metrics = (await http.get(f"http://127.0.0.1:{proxy.web_port}/metrics")).text
     assert f'chaos_quota_credits{{figure="used",window="1w"}} {float(spent)}' in metrics
+
+
+async def test_without_a_key_a_credit_plans_estimate_counts_credits_and_learns_its_scale_from_1308(
+    make_sim: MakeSim, make_proxy: MakeProxy, http: httpx.AsyncClient
+) -> None:
+    """Lite's credit plan with a short, small 5-hour window; answers of very different sizes, on models
+    of different weights: the estimate counts each answer's credits by the served model's weights, so
+    after the 1308 that taught its scale it follows the simulator's credits (a count of prompts would
+    not: the next window's answers are all large)."""
+    window, cap = 8.0, 200.0
+    weights = {"glm-4.5": [2.0, 0.5, 8.0], "glm-4.5-air": [6.9, 1.7, 24.0]}
+    sim = await make_sim(
+        credit_plan="lite",
+        credit_caps={"5h": cap},
+        credit_window_seconds={"5h": window},
+        credit_weights=weights,
+        latency_ms=10,
+        token_interval_ms=0,
+    )
+    config = quota_routing(window, chaosMode={"enabled": True, "qualityFloor": {"heavy": "MEDIUM"}})
+    config["quota"]["unit"] = "credits"
+    config["models"] = {
+        name: {
+            "tier": "MEDIUM",
+            "maxConcurrency": 5,
+            "creditWeights": {"input": w[0], "cachedInput": w[1], "output": w[2]},
+        }
+        for name, w in weights.items()
+    }
+    proxy = await make_proxy(upstream=sim.base_url, config=config)
+
+    async def answer(client: httpx.AsyncClient, big: bool) -> httpx.Response:
+        text = "quota " * (1300 if big else 5)  # about 2,000 input tokens as the simulator counts them
+        body = {
+            "model": "claude-sonnet-4-5",
+            "max_tokens": 16,
+            "messages": [{"role": "user", "content": text}],
+        }
+        headers = {**HEADERS, "x-sim-output-tokens": "400" if big else "20"}
+        return await client.post(proxy.url + "/api/anthropic/v1/messages", json=body, headers=headers)
+
+    async with httpx.AsyncClient(trust_env=False, timeout=CLIENT_TIMEOUT) as client:
+        answered = 0
+        while answered < 200:  # until the window is spent: 1308, passed on as the proxy's 429
+            response = await answer(client, big=answered % 4 == 0)
+            if response.status_code != 200:
+                break
+            answered += 1
+        assert response.status_code == 429
+        truth = (await sim.stats())["credits"]["windows"]["5h"]
+        spent = await quota_of(http, proxy)
+        assert spent["estimate"]["unit"] == "credits" and spent["usedPercent"] == 100.0
+        assert spent["estimate"]["scale"] == pytest.approx(truth["used"], rel=0.01)
+        # The next window: only large answers (a count of prompts would say a few percent).
+        await asyncio.sleep(max(truth["resetsAt"] + 0.2 - time.time(), 0))
+        await poll(lambda: status(http, proxy), lambda s: s["accountPause"] is None, 3.0)
+        for _ in range(4):
+            assert (await answer(client, big=True)).status_code == 200
+    truth = (await sim.stats())["credits"]["windows"]["5h"]
+    estimate = await quota_of(http, proxy)
+    five = next(w for w in estimate["windows"] if w["name"] == "5h")
+    said = f"{estimate} vs {truth}"
+    assert five["source"] == "estimate" and estimate["estimate"]["assumedWeights"] == [], said
+    assert five["used"] == pytest.approx(truth["used"], rel=0.15), said  # the target
+    assert five["usedPercent"] == pytest.approx(truth["used"] / cap * 100, rel=0.15), said
+    metrics = (await http.get(f"http://127.0.0.1:{proxy.web_port}/metrics")).text
+    assert f'chaos_quota_credits{{figure="used",window="5h"}} {five["used"]}' in metrics
