@@ -644,3 +644,15 @@ def test_every_window_read_has_its_gauges_and_credits(h: Harness) -> None:
     assert h.value("chaos_quota_runs_out_at_seconds", window="1w") == pytest.approx(now + 1.5 * 86400)
     assert h.value("chaos_quota_credits", window="1w", figure="used") == 4000.0
     assert h.value("chaos_quota_credits", window="5h", figure="left") == 2000.0
+
+
+def test_the_estimate_in_credits_has_its_credit_gauges() -> None:
+    h = Harness(routing(chaosMode={"enabled": True}, quota={"unit": "credits"}))
+    assert h.value("chaos_quota_credits", window="5h", figure="used") == 0.0
+    h.pool.quota.charged("glm-4.5", 12.5)
+    assert h.value("chaos_quota_counted_prompts") == 12.5  # credits, on a credit plan
+    assert h.value("chaos_quota_credits", window="5h", figure="used") == 12.5
+    assert h.value("chaos_quota_credits", window="5h", figure="cap") is None  # no scale yet
+    h.pool.quota.spent(h.wall() + 3600)
+    assert h.value("chaos_quota_credits", window="5h", figure="cap") == 12.5
+    assert h.value("chaos_quota_credits", window="5h", figure="left") == 0.0

@@ -250,6 +250,10 @@ def test_the_quota_line_says_used_reset_burn_and_forecast() -> None:
     pool = ChaosPool(config(), clock=Clock(), wall_clock=lambda: WALL)
     quota = pool.quota.status()
     assert quota_line(quota_panel(quota)).startswith("Quota (estimate): not known yet (0 prompts counted")
+    credits = {**quota, "estimate": {**quota["estimate"], "unit": "credits", "units": 12.5}}
+    assert quota_line(quota_panel(credits)).startswith(
+        "Quota (estimate): not known yet (12.5 credits counted"
+    )
     known = {**quota, "usedPercent": 40.0, "resetsAt": WALL + 3 * 3600, "burnPerHour": 30.0}
     assert quota_line(quota_panel({**known, "runsOutAt": WALL + 7200})) == (
         "Quota (estimate): 40.0% used, resets in 3h00m, 30.0%/h, runs out in 2h00m"

@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chaos_mode.quota.reading import QuotaReading, WindowReading
 from chaos_mode.quota.tracker import QuotaTracker
 from chaos_mode.zai.quota import FIVE_HOURS, WINDOW_SECONDS
 from support.fakes import FakeClock
@@ -57,7 +56,9 @@ def test_a_model_counted_with_assumed_weights_is_named() -> None:
     assert estimate["byModel"] == {"glm-5.3": 2.0, "glm-5.3-flash": 2.0}
 
 
-def test_on_a_plan_of_prompts_credits_count_nothing_until_a_reading_says_credits() -> None:
+def test_on_a_plan_of_prompts_or_with_a_key_credits_count_nothing() -> None:
+    """With a key the estimate counts the ledger's unit, prompts by quotaWeight (the budget paces by
+    its burn); readings calibrate its scale."""
     clock = FakeClock(T0)
     tracker = QuotaTracker(lambda _: 3.0, clock)
     tracker.answered("glm-5.3")
@@ -65,13 +66,14 @@ def test_on_a_plan_of_prompts_credits_count_nothing_until_a_reading_says_credits
     assert tracker.status()["estimate"] == {
         "unit": "prompts", "units": 3.0, "assumedWeights": [], "byModel": {"glm-5.3": 3.0}, "scale": None,
     }  # fmt: skip
-    credit_row = WindowReading(
-        FIVE_HOURS, WINDOW_SECONDS, 10.0, T0 + 3600, cap=2000.0, used=200.0, left=1800.0
-    )
-    tracker.read(QuotaReading((credit_row,), "lite"))
-    tracker.charged("glm-5.3", 9.0)
-    tracker.answered("glm-5.3")
-    assert tracker.unit == "credits" and tracker.estimate.units == 9.0  # the prompts counted are dropped
+    keyed = credit_tracker(clock)
+    keyed.reader = "on"
+    keyed.charged("glm-5.3", 9.0)
+    keyed.answered("glm-5.3")
+    assert keyed.status()["estimate"]["unit"] == "prompts" and keyed.estimate.units == 3.0
+    keyed.reader = "off"  # the key is gone: credits from now on, the prompts counted dropped
+    keyed.charged("glm-5.3", 9.0)
+    assert keyed.status()["estimate"]["unit"] == "credits" and keyed.estimate.units == 9.0
 
 
 @given(st.lists(st.floats(min_value=0.0, max_value=1000.0), min_size=1, max_size=30))

@@ -115,8 +115,8 @@ METRICS: Final[tuple[MetricSpec, ...]] = (
         "quota_credits",
         "gauge",
         ("window", "figure"),
-        "A credit plan's window as z.ai reads it: figure cap, used (may pass the cap) or left; no sample "
-        "where z.ai does not say.",
+        "A credit plan's window as z.ai reads it, else (5h) as the proxy's estimate counts it: figure cap, "
+        "used (may pass the cap) or left; no sample where neither says.",
     ),
     _spec(
         "quota_source_info",
@@ -128,7 +128,8 @@ METRICS: Final[tuple[MetricSpec, ...]] = (
         "quota_counted_prompts",
         "gauge",
         (),
-        "Prompts (each weighted by its model's quotaWeight) this proxy counted in the current window.",
+        "What this proxy counted in the current 5-hour window: prompts (each weighted by its model's "
+        "quotaWeight), or credits on a credit plan (quota.unit).",
     ),
     _spec(
         "quota_paced_max_concurrency",

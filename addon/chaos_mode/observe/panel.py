@@ -112,8 +112,8 @@ def _quota(quota: dict[str, Any] | None, now: float) -> str | None:
     windows = {w["name"]: w for w in quota.get("windows", [])}
     five = {**windows.get("5h", {}), **quota}  # the top figures are the 5-hour window's too
     if five["usedPercent"] is None:
-        counted = quota["estimate"]["units"]
-        line += f"not known yet ({counted:g} prompts counted; the scale comes with a 1308 or a reading)"
+        counted, unit = quota["estimate"]["units"], quota["estimate"].get("unit", "prompts")
+        line += f"not known yet ({counted:g} {unit} counted; the scale comes with a 1308 or a reading)"
     else:
         line += _window(five, now)
     for name, window in windows.items():

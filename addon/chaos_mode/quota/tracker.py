@@ -71,8 +71,8 @@ class QuotaTracker:
         self.poll_seconds = 60.0
         self.whole = True  # every weight a whole number: the bounds pin whole units
         self.weight = weight  # a request's quotaWeight: the ledger's unit, and the estimate's on prompts
-        self.unit: Unit = "prompts"  # what the estimate counts: credits once configured or read so
-        self._configured: Unit = "prompts"
+        self.unit: Unit = "prompts"  # what the estimate counts (`_counting`)
+        self._configured: Unit = "prompts"  # quota.unit
         self.assumed: set[str] = set()  # models whose credits the estimate counted with assumed weights
         self.estimate = TrafficEstimate()
         self.ledger = Ledger()
@@ -103,9 +103,7 @@ class QuotaTracker:
         """New weights (`whole`: all whole numbers), window and estimate's unit; a reading stays fresh for
         three polls (at least `FRESH_SECONDS`)."""
         self.weight = weight
-        if unit != self._configured:
-            self._configured = unit
-            self._count_in(unit)
+        self._configured = unit
         self.estimate.window_seconds = self.window_seconds = window_seconds
         self.poll_seconds = poll_seconds
         self.fresh_seconds = max(FRESH_SECONDS, 3 * poll_seconds)
@@ -120,7 +118,7 @@ class QuotaTracker:
 
     def answered(self, model: str, key: int | None = None) -> None:
         """z.ai answered the request `key` cleanly: on a plan of prompts its model's weight counts."""
-        if self.unit == "prompts":
+        if self._counting() == "prompts":
             self._count(model, self.weight(model))
         if key is not None:
             self.ledger.answered(key)
@@ -128,17 +126,21 @@ class QuotaTracker:
     def charged(self, model: str, credits: float, *, assumed: bool = False) -> None:
         """An answer served by `model` ended, costing `credits` by its usage (`assumed`: by weights the
         catalog does not give `model`): on a credit plan they count."""
-        if self.unit != "credits":
+        if self._counting() != "credits":
             return
         self._count(model, credits)
         if assumed:
             self.assumed.add(model)
 
-    def _count_in(self, unit: Unit) -> None:
-        """The estimate counts `unit` from now on: what it counted in another unit is dropped."""
+    def _counting(self) -> Unit:
+        """What the estimate counts now: credits on a credit plan (`quota.unit`) without a key; with one,
+        prompts by quotaWeight, the unit of the ledger whose budget paces by the estimate's burn (the
+        readings calibrate its scale). What it counted in another unit is dropped."""
+        unit = self._configured if self.reader != "on" else "prompts"
         if unit != self.unit:
             self.unit, self.assumed, self._taught = unit, set(), None
             self.estimate = TrafficEstimate(self.window_seconds)
+        return unit
 
     def _count(self, model: str, units: float) -> None:
         estimate, now = self.estimate, self._clock()
@@ -195,8 +197,6 @@ class QuotaTracker:
             windows[window.name] = track
         self._windows, self.level, self.read_at, self.error = windows, reading.level, now, None
         five = reading.window()
-        if five is not None and five.cap is not None:
-            self._count_in("credits")  # z.ai counts this plan in credits
         if five is not None:
             self.estimate.calibrate(five.used_percent, now)
             self._bound(five, asked)
@@ -297,7 +297,7 @@ class QuotaTracker:
             least, greatest = self._headroom
             likely = (least + greatest) / 2 - ledger.hi
             return Budget(least - ledger.hi, likely, bounds.total()[1], self._bounds_reset, settled)
-        if self._taught is None or self.source == "zai" or self.unit == "credits":
+        if self._taught is None or self.source == "zai" or self._counting() == "credits":
             return None  # the ledger counts quotaWeight, not credits
         estimate = self.estimate
         window_lo = self._window_lo if self._window_open(now) else ledger.lo
@@ -344,7 +344,7 @@ class QuotaTracker:
     def _counted(self) -> tuple[float | None, float | None, float | None]:
         """(used, cap, left) in credits as the estimate counts them (cap and left once its scale is
         known); nothing on a plan of prompts."""
-        if self.unit != "credits":
+        if self._counting() != "credits":
             return None, None, None
         estimate = self.estimate
         estimate.used_percent(self._clock())  # rolls a window past its end
@@ -372,7 +372,7 @@ class QuotaTracker:
             "windows": [self._window_status(name) for name in self.windows()],
             "total": None if total is None else [round(total[0], 1), round(total[1], 1)],
             "estimate": {
-                "unit": self.unit,
+                "unit": self._counting(),
                 "units": round(estimate.units, 2),
                 "assumedWeights": sorted(self.assumed),
                 "byModel": {name: round(units, 2) for name, units in estimate.by_model.items()},
