@@ -1427,3 +1427,49 @@ async def test_an_answer_naming_no_readable_model_counts_by_the_name_asked_with_
         await serve(env, f, response)
         assert model in env.stats()["modelDistribution"]  # not folded
     assert len([m for m in env.chaos_logs() if "names no readable model" in m]) == 1
+
+
+@pytest.mark.parametrize("door", ["anthropic", "openai"])
+@pytest.mark.parametrize("streamed", [True, False])
+async def test_on_a_credit_plan_each_answer_counts_its_credits_cached_input_included(
+    env: Env, door: str, streamed: bool
+) -> None:
+    """No key, `quota.unit: credits`: the answer's fresh, cached and output tokens by the served model's
+    weights (the built-in catalog's: GLM-5.3's, the heaviest, for every model)."""
+    env.configure({**ON, "quota": {"unit": "credits"}})
+    f = messages_flow("claude-haiku-4-5") if door == "anthropic" else chat_flow("glm-5.3-flash")
+    await env.request(f)
+    model = meta_of(f)["model"]
+    if door == "anthropic":
+        usage = {"input_tokens": 300, "cache_read_input_tokens": 1700, "output_tokens": 50}
+        if streamed:
+            body = sse(
+                "message_start", {"type": "message_start", "message": {"model": model, "usage": usage}}
+            )
+            body += sse("message_stop", {"type": "message_stop"})
+        else:
+            body = json.dumps({"type": "message", "model": model, "usage": usage}).encode()
+    else:
+        usage = {
+            "prompt_tokens": 2000,
+            "completion_tokens": 50,
+            "prompt_tokens_details": {"cached_tokens": 1700},
+        }
+        chunk = {"object": "chat.completion.chunk", "model": model, "choices": [], "usage": usage}
+        whole = {"object": "chat.completion", "model": model, "choices": [], "usage": usage}
+        body = (
+            f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode()
+            if streamed
+            else json.dumps(whole).encode()
+        )
+    if streamed:
+        stream = sse_headers_arrive(env, f)
+        stream(body)
+        stream(b"")
+    else:
+        f.response = http.Response.make(200, body, {"content-type": "application/json"})
+    await env.response(f)
+    estimate = env.addon.pool.quota.status()["estimate"]
+    assert estimate["unit"] == "credits"
+    assert estimate["units"] == pytest.approx(0.3 * 6.9 + 1.7 * 1.7 + 0.05 * 24, abs=0.01)
+    assert estimate["assumedWeights"] == ([] if model == "glm-5.3" else [model])
