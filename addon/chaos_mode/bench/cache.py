@@ -44,7 +44,9 @@ def _text(rng: random.Random, tokens: int) -> str:
     return "".join(rng.choice("abcdefgh ") for _ in range(tokens * BYTES_PER_TOKEN))
 
 
-async def run(mode: str, *, seconds: float, agents: int, seed: int, start: int, growth: int) -> dict[str, Any]:
+async def run(
+    mode: str, *, seconds: float, agents: int, seed: int, start: int, growth: int
+) -> dict[str, Any]:
     """One swarm through one proxy for `seconds`; its figures."""
     settings = SimSettings(
         latency_ms=800,  # a long prompt's first token, cold; a warm one sooner (sim.prompt_cache)
@@ -162,7 +164,12 @@ async def main(argv: list[str] | None = None) -> int:
     for seed in range(args.seeds):
         for mode in args.modes.split(","):
             figures = await run(
-                mode, seconds=args.seconds, agents=args.agents, seed=seed, start=args.start, growth=args.growth
+                mode,
+                seconds=args.seconds,
+                agents=args.agents,
+                seed=seed,
+                start=args.start,
+                growth=args.growth,
             )
             runs.append(figures)
             print(json.dumps(figures), flush=True)

@@ -35,6 +35,7 @@ class SseEvents:
     __slots__ = (
         "_buffer",
         "_skipping",
+        "cached_tokens",
         "error",
         "events",
         "input_tokens",
@@ -47,6 +48,7 @@ class SseEvents:
         self._buffer = bytearray()
         self._skipping = False
         self.input_tokens = 0
+        self.cached_tokens = 0  # input read from z.ai's prompt cache (`cached_count`)
         self.output_tokens = 0
         self.model: str | None = None
         self.stopped = False
@@ -108,6 +110,7 @@ class SseEvents:
             return
         tokens_in, tokens_out = usage_counts(usage)
         self.input_tokens = max(self.input_tokens, tokens_in)
+        self.cached_tokens = max(self.cached_tokens, cached_count(usage))
         self.output_tokens = max(self.output_tokens, tokens_out)
 
     def _error(self, error: object) -> bool:
@@ -209,6 +212,15 @@ def usage_counts(usage: dict[str, Any]) -> list[int]:
     tokens_in = usage.get("input_tokens", usage.get("prompt_tokens"))
     tokens_out = usage.get("output_tokens", usage.get("completion_tokens"))
     return [_count(tokens_in), _count(tokens_out)]
+
+
+def cached_count(usage: dict[str, Any]) -> int:
+    """Input tokens read from the prompt cache: Anthropic's `cache_read_input_tokens` (beside the fresh
+    `input_tokens`), else OpenAI's `prompt_tokens_details.cached_tokens` (within `prompt_tokens`)."""
+    if "cache_read_input_tokens" in usage:
+        return _count(usage["cache_read_input_tokens"])
+    details = usage.get("prompt_tokens_details")
+    return _count(details.get("cached_tokens")) if isinstance(details, dict) else 0
 
 
 def _count(value: object) -> int:

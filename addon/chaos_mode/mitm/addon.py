@@ -104,6 +104,7 @@ OPTIONS: Final = frozenset(
     {"chaos_config", "chaos_enabled", "chaos_limits_file", "chaos_key", "chaos_web"} | STATE_OPTIONS
 )
 MIN_LEASE_MS: Final = 300
+CACHED: Final = "chaos-mode.cached-tokens"  # flow.metadata: a streamed answer's cached input tokens
 
 
 class ChaosMode:
@@ -602,6 +603,7 @@ class ChaosMode:
         def observe(chunk: bytes) -> bytes:
             if observer.feed(chunk):  # a few events per answer: its start, usage, end
                 routed.usage = (observer.input_tokens, observer.output_tokens)
+                flow.metadata[CACHED] = observer.cached_tokens
                 routed.stopped = observer.stopped
                 if observer.model is not None:
                     self._served(routed, observer.model)
@@ -659,7 +661,8 @@ class ChaosMode:
                 usage = self._whole_usage(response, routed)
             if usage:
                 routed.usage = usage
-                self.stats.usage(routed.served or model, usage[0], usage[1])
+                cached = flow.metadata.get(CACHED, 0)
+                self.stats.usage(routed.served or model, usage[0], usage[1], cached)
         if not routed.routed:
             outcome: Outcome = "passthrough"
         elif routed.rejected:
