@@ -2,11 +2,11 @@
 
     python -m chaos_mode.bench.cache [--seconds 20] [--agents 10] [--seeds 2] [--json FILE]
 
-Each agent is one conversation (its own `x-claude-code-session-id`) asking the heavy tier again as soon as it
-is answered, its prompt long and growing (`start` tokens, `growth` more each turn, as an agent's history
-grows). The simulator keeps each prompt warm on the model that read it (`prompt_cache_seconds`) and counts
-credits (cached input at its lower weight, `sim.credits`), so a conversation moved to another model pays
-its whole prompt again. Three proxies, each on a fresh simulator:
+Each agent is one conversation (its own `x-claude-code-session-id`) asking the heavy tier again, streamed,
+as soon as it is answered, its prompt long and growing (`start` tokens, `growth` more each turn, as an
+agent's history grows). The simulator keeps each prompt warm on the model that read it
+(`prompt_cache_seconds`) and counts credits (cached input at its lower weight, `sim.credits`), so a
+conversation moved to another model pays its whole prompt again. Three proxies, each on a fresh simulator:
 
 - `least-loaded`: chaos mode, least-loaded, `stickyConversations` off (each turn where there is room);
 - `cache-rule`: the same with `stickyConversations` on (`routing.cache_rule`);
@@ -37,6 +37,7 @@ from chaos_mode.zai.catalog import EARLY_2026_CATALOG, models_block
 MODES: Final = ("least-loaded", "cache-rule", "pinned")
 HEAVY: Final = [name for name, model in EARLY_2026_CATALOG.items() if model.tier == "HEAVY"]
 HEADERS: Final = {"x-api-key": "sk-bench", "anthropic-version": "2023-06-01"}
+ANSWER_TOKENS: Final = 60  # the simulator's answers (`output_tokens`)
 BYTES_PER_TOKEN: Final = 4  # the simulator counts a request's input tokens as its body's bytes / 4
 
 
@@ -51,7 +52,7 @@ async def run(
     settings = SimSettings(
         latency_ms=800,  # a long prompt's first token, cold; a warm one sooner (sim.prompt_cache)
         token_interval_ms=10,
-        output_tokens=60,
+        output_tokens=ANSWER_TOKENS,
         prompt_cache_seconds=300,
         credit_caps={"5h": 1e9, "1w": 1e9},  # counted, never spent
         fault_seed=seed,
@@ -77,6 +78,9 @@ async def run(
             truth = (await client.get(sim.base_url + "/sim/stats")).json()
             shown = (await client.get(proxy.status_url)).json()
     answers = sum(answered for answered, _ in counts)
+    seen = shown.get("modelDistribution", {}).values()
+    cached = sum(m.get("tokensCached", 0) for m in seen)
+    read = cached + sum(m.get("tokensIn", 0) for m in seen)
     used = truth["credits"]["windows"]["5h"]["used"]
     return {
         "mode": mode,
@@ -85,6 +89,7 @@ async def run(
         "answersPerSecond": round(answers / elapsed, 3),
         "creditsPerAnswer": round(used / answers, 2) if answers else None,
         "cachedShare": truth["promptCache"]["cachedShare"],
+        "cachedShareShown": round(cached / read, 4) if read else None,  # as the proxy's status counts it
         "moves": shown["sticky"]["moves"],
         "moveCredits": round(shown["sticky"].get("moveCredits", 0.0), 1),
         "refusedToAgents": sum(refused for _, refused in counts),
@@ -110,7 +115,7 @@ async def _agent(
     headers = {**HEADERS, "x-claude-code-session-id": f"bench-{index}-{salt}"}
     answers = refused = 0
     while time.monotonic() < until:
-        body = {"model": model, "max_tokens": 256, "system": system, "messages": messages}
+        body = {"model": model, "max_tokens": 256, "system": system, "messages": messages, "stream": True}
         response = await client.post(url + "/api/anthropic/v1/messages", json=body, headers=headers)
         if response.status_code != 200:
             refused += 1
@@ -118,9 +123,12 @@ async def _agent(
             continue
         if time.monotonic() > until:
             break
-        answers += 1
-        text = "".join(block.get("text", "") for block in response.json().get("content", []))
-        messages += [{"role": "assistant", "content": text}, {"role": "user", "content": _text(rng, growth)}]
+        answers += 1  # the answer streamed whole; its text stands in as `ANSWER_TOKENS` of history
+        answer = _text(rng, ANSWER_TOKENS)
+        messages += [
+            {"role": "assistant", "content": answer},
+            {"role": "user", "content": _text(rng, growth)},
+        ]
     return answers, refused
 
 
