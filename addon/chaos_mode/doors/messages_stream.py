@@ -21,6 +21,7 @@ class StreamObserver(Protocol):
     """What the adapter reads of a streamed answer, whichever door it came through."""
 
     input_tokens: int
+    cached_tokens: int  # input read from z.ai's prompt cache
     output_tokens: int
     model: str | None  # the model that served, as the answer names it
     stopped: bool
