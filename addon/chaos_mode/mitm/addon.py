@@ -36,6 +36,7 @@ from chaos_mode.doors.door import door_of
 from chaos_mode.doors.error_bodies import TRIED_HEADER
 from chaos_mode.doors.formats import FORMATS, DoorFormat
 from chaos_mode.doors.messages import BadRequest
+from chaos_mode.doors.messages_stream import StreamObserver
 from chaos_mode.fleet.figures import FleetFigures
 from chaos_mode.fleet.slots import SharedSlots
 from chaos_mode.fleet.state_url import StateUrl, parse_share, parse_state_url
@@ -104,7 +105,6 @@ OPTIONS: Final = frozenset(
     {"chaos_config", "chaos_enabled", "chaos_limits_file", "chaos_key", "chaos_web"} | STATE_OPTIONS
 )
 MIN_LEASE_MS: Final = 300
-CACHED: Final = "chaos-mode.cached-tokens"  # flow.metadata: a streamed answer's cached input tokens
 
 
 class ChaosMode:
@@ -134,6 +134,9 @@ class ChaosMode:
         # The owner of each routed flow (and its face in the flow), gone with the flow.
         self._requests: weakref.WeakKeyDictionary[http.HTTPFlow, RoutedRequest] = weakref.WeakKeyDictionary()
         self._views: weakref.WeakKeyDictionary[http.HTTPFlow, FlowView] = weakref.WeakKeyDictionary()
+        self._observers: weakref.WeakKeyDictionary[http.HTTPFlow, StreamObserver] = (
+            weakref.WeakKeyDictionary()
+        )
         self._listen: tuple[str, int] | None = None
         self._running = False
         self._loaded = False  # configure() has run once (the script's load)
@@ -598,12 +601,12 @@ class ChaosMode:
         if not is_event_stream(response):
             return
         observer = FORMATS[routed.message.door].observer()
+        self._observers[flow] = observer  # its cached input, read in `_record`
         view = self._views[flow]
 
         def observe(chunk: bytes) -> bytes:
             if observer.feed(chunk):  # a few events per answer: its start, usage, end
                 routed.usage = (observer.input_tokens, observer.output_tokens)
-                flow.metadata[CACHED] = observer.cached_tokens
                 routed.stopped = observer.stopped
                 if observer.model is not None:
                     self._served(routed, observer.model)
@@ -661,7 +664,8 @@ class ChaosMode:
                 usage = self._whole_usage(response, routed)
             if usage:
                 routed.usage = usage
-                cached = flow.metadata.get(CACHED, 0)
+                observer = self._observers.get(flow)
+                cached = observer.cached_tokens if observer is not None else 0
                 self.stats.usage(routed.served or model, usage[0], usage[1], cached)
         if not routed.routed:
             outcome: Outcome = "passthrough"
