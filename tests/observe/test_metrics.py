@@ -474,8 +474,8 @@ def test_labels_stay_bounded_when_clients_send_thousands_of_model_names(h: Harne
     assert codes <= {*KNOWN_CODES, "other"} | {f"http-{s}" for s in range(400, 600)}
     assert not any(code.isdigit() and code not in KNOWN_CODES for code in codes)
     # Only the series of the catalog, the fixed sets and `other` were added; never one per client name.
-    # requests (1), tokens in/out and cost of `other` (3), upstream errors: http-4xx/5xx
-    assert len(series) - before <= 1 + 3 + 200
+    # requests (1), tokens in/out/cached and cost of `other` (4), upstream errors: http-4xx/5xx
+    assert len(series) - before <= 1 + 4 + 200
     assert (
         h.value("chaos_requests_total", model="other", tier="medium", outcome="ok", door="anthropic")
         == 5000.0

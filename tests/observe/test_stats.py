@@ -173,3 +173,16 @@ def test_reconfigure_changes_what_is_a_catalog_label() -> None:
     stats.reconfigure(config)
     assert stats.label("tiny") == "tiny"
     assert stats.label("glm-4.6") == OTHER_MODEL
+
+
+def test_the_cached_share_of_input_per_model() -> None:
+    pool = ChaosPool(
+        parse_config({"modelRouting": {"chaosMode": {"enabled": True}, "models": DESIGN_MODELS}})
+    )
+    stats = Stats(pool.config)
+    stats.usage("glm-4.7", 1000, 10)  # cold
+    stats.usage("glm-4.7", 500, 10, cached_tokens=1500)  # warm: 1,500 read from the cache, 500 fresh
+    distribution = chaos_stats(served(pool.status()), stats)["modelDistribution"]
+    assert distribution["glm-4.7"]["tokensCached"] == 1500
+    assert distribution["glm-4.7"]["cachedShare"] == 0.5  # 1,500 of 3,000
+    assert distribution["glm-4.6"]["cachedShare"] == 0.0

@@ -534,7 +534,7 @@ def test_a_conversation_keeps_its_model() -> None:
     assert other is not None and other.model != first.model
     taken.append(other)
     status = served(h.pool.status())["sticky"]
-    assert status == {"enabled": True, "entries": 2, "moves": 0}
+    assert status == {"enabled": True, "entries": 2, "moves": 0, "moveCredits": 0.0}
     for s in taken:
         assert s is not None and h.pool.release(s)
     assert h.pool.in_flight() == 0
@@ -592,7 +592,12 @@ def test_sticky_is_off_unless_configured() -> None:
     taken = [h.pool.try_acquire(Ticket("heavy", sticky_key="conv")) for _ in range(3)]
     picks = {s.model for s in taken if s}
     assert len(picks) > 1
-    assert served(h.pool.status())["sticky"] == {"enabled": False, "entries": 0, "moves": 0}
+    assert served(h.pool.status())["sticky"] == {
+        "enabled": False,
+        "entries": 0,
+        "moves": 0,
+        "moveCredits": 0.0,
+    }
     for s in taken:
         assert s is not None and h.pool.release(s)
 

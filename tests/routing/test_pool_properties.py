@@ -140,6 +140,19 @@ class PoolMachine(RuleBasedStateMachine):
             for model in MODELS
         )
 
+    def waits_warm(self, tier: RequestTier, attempted: frozenset[str], key: str | None) -> bool:
+        """The cache rule may hold a request back for a model its conversation is warm on: one eligible,
+        usable and full (`routing.cache_rule`)."""
+        if key is None or not self.config.chaos_mode.sticky_conversations:
+            return False
+        return any(
+            eligible(self.config, model, tier)
+            and model not in attempted
+            and self.pool.cooldowns.block(model) is None
+            and self.pool.in_flight(model) >= self.caps[model]
+            for model in self.pool._sticky.warm(key)
+        )
+
     def check_selection(self, selection: Slot, tier: RequestTier, attempted: frozenset[str]) -> None:
         model = selection.model
         assert eligible(self.config, model, tier), selection
@@ -164,9 +177,10 @@ class PoolMachine(RuleBasedStateMachine):
         before = self.counts()
         total = self.pool.in_flight()
         expected = self.could_serve(tier, attempted)
+        waits = self.waits_warm(tier, attempted, sticky_key)
         selection = self.pool.try_acquire(Ticket(tier, attempted, request=request, sticky_key=sticky_key))
         if selection is None:
-            assert not expected, "backpressure while an eligible model had a free slot"
+            assert not expected or waits, "backpressure while an eligible model had a free slot"
             assert self.counts() == before
             return
         assert expected
@@ -194,8 +208,9 @@ class PoolMachine(RuleBasedStateMachine):
         as they were."""
         before = self.counts()
         expected = self.could_serve(tier, attempted)
+        waits = self.waits_warm(tier, attempted, sticky_key)
         selection = self.pool.try_acquire(Ticket(tier, attempted, request=request, sticky_key=sticky_key))
-        assert (selection is not None) == expected
+        assert (selection is not None) == expected or (selection is None and waits)
         if selection is not None:
             self.check_selection(selection, tier, attempted)
             assert before[selection.model] < self.caps[selection.model]

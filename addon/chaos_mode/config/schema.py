@@ -34,7 +34,7 @@ from chaos_mode.zai.catalog import (
     ModelTier,
     RequestTier,
 )
-from chaos_mode.zai.quota import CREDIT_UNIT_TOKENS, GLM_5_3_CREDITS, WINDOW_SECONDS
+from chaos_mode.zai.quota import CREDIT_UNIT_TOKENS, GLM_5_3_CREDITS, PROMPT_CACHE_SECONDS, WINDOW_SECONDS
 
 StrategyName = Literal["least-loaded", "round-robin", "weighted-random"]
 
@@ -162,7 +162,7 @@ class ChaosModeSettings(_Base):
     exclude_models: tuple[str, ...] = ()
     max_cost_per_request: Float | None = Field(default=None, gt=0, le=10_000)
     include_free_models: bool = True
-    sticky_conversations: bool = False
+    sticky_conversations: bool = False  # conversations stay on their cache (routing.cache_rule)
 
 
 _DEFAULT_PATTERNS: dict[str, RequestTier] = {"opus": "heavy", "sonnet": "medium", "haiku": "light"}
@@ -257,9 +257,11 @@ class LearningSettings(_Base):
 
 
 class StickySettings(_Base):
-    """Sticky conversations: a conversation key keeps its model."""
+    """Sticky conversations: the models that served a conversation lately, where its prompt is cached."""
 
-    ttl_seconds: Float = Field(default=1800.0, gt=0, le=30 * 86_400)
+    ttl_seconds: Float = Field(
+        default=PROMPT_CACHE_SECONDS, gt=0, le=30 * 86_400, description="how long a model stays warm for it"
+    )
     max_entries: Int = Field(default=10_000, ge=1, le=10_000_000)
 
 

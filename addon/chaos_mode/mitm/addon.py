@@ -661,7 +661,7 @@ class ChaosMode:
             if usage:
                 routed.usage = usage
                 served = routed.served or model
-                self.stats.usage(served, usage[0], usage[1])
+                self.stats.usage(served, usage[0], usage[1], view.cached)
                 weights, assumed = self.config.credit_weights(served)
                 credits = weights.cost(usage[0], view.cached, usage[1])
                 self.pool.quota.charged(served, credits, assumed=assumed)

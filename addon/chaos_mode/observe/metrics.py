@@ -233,7 +233,8 @@ METRICS: Final[tuple[MetricSpec, ...]] = (
         "tokens_total",
         "counter",
         ("model", "direction"),
-        "Tokens reported by z.ai's usage, direction input or output.",
+        "Tokens reported by z.ai's usage, direction input, output or cached (input read from z.ai's prompt "
+        "cache: the cached share is cached / (cached + input)).",
     ),
     _spec(
         "estimated_cost_dollars_total",
@@ -265,7 +266,13 @@ METRICS: Final[tuple[MetricSpec, ...]] = (
         "sticky_moves_total",
         "counter",
         (),
-        "Sticky conversations moved off their model because it was full or unusable.",
+        "Conversations moved to a model where their prompt was not cached (routing.cache_rule).",
+    ),
+    _spec(
+        "sticky_move_credits_total",
+        "counter",
+        (),
+        "Credits the moved conversations' prompts cost again, by GLM-5.3's weights (assumed).",
     ),
     _spec("sticky_entries", "gauge", (), "Conversations remembered by the sticky map."),
     _spec(
@@ -382,6 +389,7 @@ class PoolCollector(Collector):
         self._quota(f, self._pool)
         f.counter("failovers").add_metric([], float(self._stats.failovers))
         f.counter("sticky_moves").add_metric([], float(status.sticky.moves))
+        f.counter("sticky_move_credits").add_metric([], status.sticky.move_credits)
         f.gauge("sticky_entries").add_metric([], float(status.sticky.entries))
         kinds: dict[str, float] = dict.fromkeys(BAD_KINDS, 0.0)
         for kind, n in self._stats.bad_requests.items():
@@ -464,10 +472,12 @@ class PoolCollector(Collector):
         names = [*names, *sorted(seen - catalog)]  # every catalog model, zeros included
         tokens_in = _fold((model(m), float(stats.input_tokens.get(m, 0))) for m in names)
         tokens_out = _fold((model(m), float(stats.output_tokens.get(m, 0))) for m in names)
+        tokens_cached = _fold((model(m), float(stats.cached_tokens.get(m, 0))) for m in names)
         spend = _fold((model(m), float(stats.spend.get(m, 0.0))) for m in names)
         for name in tokens_in:
             f.counter("tokens").add_metric([name, "input"], tokens_in[name])
             f.counter("tokens").add_metric([name, "output"], tokens_out[name])
+            f.counter("tokens").add_metric([name, "cached"], tokens_cached[name])
             f.counter("estimated_cost_dollars").add_metric([name], spend[name])
 
     @staticmethod

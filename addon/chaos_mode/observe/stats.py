@@ -39,6 +39,7 @@ class Stats:
         self.unread_answers: Counter[str] = Counter()
         self.input_tokens: Counter[str] = Counter()
         self.output_tokens: Counter[str] = Counter()
+        self.cached_tokens: Counter[str] = Counter()  # input from z.ai's prompt cache
         self.spend: dict[str, float] = {}  # estimated $
         self.failovers = 0
         self.recent_failovers: deque[dict[str, Any]] = deque(maxlen=20)
@@ -92,10 +93,12 @@ class Stats:
             {"at": self._wall_clock(), "from": from_model, "to": to_model, "reason": reason}
         )
 
-    def usage(self, model: str, input_tokens: int, output_tokens: int) -> None:
+    def usage(self, model: str, input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> None:
         label = self.label(model)
         self.input_tokens[label] += input_tokens
         self.output_tokens[label] += output_tokens
+        if cached_tokens:
+            self.cached_tokens[label] += cached_tokens
         spec = self.models.get(model)
         if spec is not None:
             cost = (input_tokens * spec.input_price + output_tokens * spec.output_price) / 1e6
@@ -129,6 +132,8 @@ def chaos_stats(status: dict[str, Any], stats: Stats) -> dict[str, Any]:
             "unreadAnswers": stats.unread_answers.get(name, 0),
             "tokensIn": stats.input_tokens.get(name, 0),
             "tokensOut": stats.output_tokens.get(name, 0),
+            "tokensCached": stats.cached_tokens.get(name, 0),
+            "cachedShare": _share(stats.cached_tokens.get(name, 0), stats.input_tokens.get(name, 0)),
             "estimatedSpend": round(stats.spend.get(name, 0.0), 6),
         }
         for name, model in status["models"].items()
@@ -158,3 +163,8 @@ def chaos_stats(status: dict[str, Any], stats: Stats) -> dict[str, Any]:
         "failovers": stats.failovers,
         "recentFailovers": list(stats.recent_failovers),
     }
+
+
+def _share(cached: int, fresh: int) -> float:
+    """The share of a model's input read from the prompt cache (`fresh`: the input counted beside it)."""
+    return round(cached / (cached + fresh), 4) if cached else 0.0

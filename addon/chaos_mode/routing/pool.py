@@ -16,7 +16,9 @@ How a model is chosen for a request, the rules in the order they apply (`_select
    attempt overdue (no head within its patience: most likely being refused) rides above its model's and
    the account's. In a fleet whose Redis is away, each model's share of its limit (the proxy serves
    alone).
-5. **Sticky**: a conversation keeps its model while that model qualifies (a move is counted).
+5. **Warm** (`stickyConversations`, `routing.cache_rule`): a conversation goes to a model where its prompt
+   is cached while one qualifies, waits for one while that costs less than reading its prompt cold, else
+   moves (counted, with the credits the move costs).
 6. **Cost guard** (`maxCostPerRequest`): only the models under it, else the cheapest eligible; the floor
    always wins.
 7. **Strategy**: least-loaded, round-robin or weighted-random among what is left.
@@ -45,6 +47,7 @@ from chaos_mode.quota.pacer import Pacer
 from chaos_mode.quota.tracker import QuotaTracker
 from chaos_mode.routing.aliases import NOT_LISTED, Aliases, fold, offered
 from chaos_mode.routing.arrivals import Arrivals
+from chaos_mode.routing.cache_rule import WAIT, CacheRule, reread_credits
 from chaos_mode.routing.cooldowns import Cooldowns, CooldownState
 from chaos_mode.routing.pool_status import (
     AccountPause,
@@ -168,11 +171,12 @@ class ChaosPool:
         self._cooldowns: CooldownState = cooldowns or Cooldowns(config.cooldown, clock)
         self._limits = LearnedLimits(config, clock=clock, wall_clock=wall_clock)
         self._sticky = StickyMap(config.sticky.ttl_seconds, config.sticky.max_entries, clock)
+        self._cache_rule = CacheRule()
         self._shares = ServedLately(clock)
         self._queue: WaitQueue[Ticket, Slot] = WaitQueue(
             attempt=self._attempt,
             release=self.release,
-            group=lambda ticket: (ticket.tier, ticket.attempted, ticket.may_probe, ticket.images),
+            group=lambda t: (t.tier, t.attempted, t.may_probe, t.images, t.sticky_key),  # each its warm
             clock=clock,
         )
         self._timer: asyncio.TimerHandle | None = None
@@ -411,12 +415,15 @@ class ChaosPool:
         moved = False
         stuck: str | None = None
         if self._sticky_on and ticket.sticky_key is not None:
-            stuck = self._sticky.get(ticket.sticky_key)
-            if stuck is not None:
-                for entry in candidates:
-                    if entry.name == stuck:
-                        return (stuck, "sticky", None), False
-                moved = True
+            warm = self._sticky.warm(ticket.sticky_key)
+            if warm:
+                size = 0 if ticket.request is None else ticket.request.input_tokens
+                step = self._cache_rule.step(warm, candidates, eligible, held, size)
+                if step == WAIT:
+                    return None, False  # it waits in the fair queue for a warm model
+                if step is not None:
+                    return (step, "sticky", None), False
+                moved, stuck = True, warm[0]
 
         request = ticket.request
         if request is None:
@@ -701,6 +708,7 @@ class ChaosPool:
         self.quota.ended(slot.slot_id)
         self._arrivals.released(slot.slot_id)
         taken_at = self._taken_at.pop(slot.slot_id)
+        self._cache_rule.ended(model, self._clock() - taken_at)
         ended = self._ended.pop(slot.slot_id, None)
         if ended is not None:
             _count(self._ended_on, ended, -1)
@@ -761,9 +769,11 @@ class ChaosPool:
             return None
         self.pacer.taken(slot.slot_id, ticket.tier, self._slots.total())
         if self._sticky_on and ticket.sticky_key is not None:
-            self._sticky.put(ticket.sticky_key, model)
+            size = 0 if ticket.request is None else ticket.request.input_tokens
+            self._sticky.put(ticket.sticky_key, model, size)
             if moved:
                 self._sticky.moves += 1
+                self._sticky.moved_tokens += size
         if ticket.counts:
             self._shares.served(ticket.session)
         return slot
@@ -1357,7 +1367,12 @@ class ChaosPool:
                 rejected=self.rejected,
                 avg_wait_ms=round(1000 * self.total_wait / self.admitted, 1) if self.admitted else 0.0,
             ),
-            sticky=StickyStatus(self._sticky_on, len(self._sticky), self._sticky.moves),
+            sticky=StickyStatus(
+                self._sticky_on,
+                len(self._sticky),
+                self._sticky.moves,
+                reread_credits(self._sticky.moved_tokens),
+            ),
             spurious_releases=self.spurious_releases,
         )
 

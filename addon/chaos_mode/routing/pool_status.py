@@ -110,7 +110,8 @@ class QueueStatus:
 class StickyStatus:
     enabled: bool
     entries: int
-    moves: int
+    moves: int  # conversations that went cold (`routing.cache_rule`)
+    move_credits: float  # what their prompts cost again, by GLM-5.3's weights (`zai.quota`)
 
 
 @dataclass(frozen=True, slots=True)

@@ -158,6 +158,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="count credits over a 5-hour window and a week with this plan's caps (CREDIT_LIMIT rows)",
     )
     parser.add_argument(
+        "--prompt-cache-seconds",
+        type=float,
+        metavar="SECONDS",
+        help="keep a conversation's prompt warm on the model that read it this long (cached input tokens)",
+    )
+    parser.add_argument(
         "--quota-key-env",
         metavar="NAME",
         help="the quota endpoint takes only the key in this environment variable (default: any key)",
@@ -183,7 +189,7 @@ def settings_from_args(argv: Sequence[str] | None = None) -> SimSettings:
             "abort_detect_ms", "retry_after", "account_limit", "fault_seed", "tls_cert", "tls_key",
             "error_encoding", "verbose", "account_band", "band_shape", "over_limit", "queue_timeout_ms",
             "filter_scope", "head_with_first_token", "output_lengths", "quota", "quota_window_seconds",
-            "alias_counters", "credit_plan",
+            "alias_counters", "credit_plan", "prompt_cache_seconds",
         ):  # fmt: skip
             value = getattr(args, name)
             if value is not None:

@@ -46,12 +46,15 @@ def chunk_event(chunk: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
 
 
-def usage(input_tokens: int, output_tokens: int) -> dict[str, int]:
-    return {
+def usage(input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
+    counts: dict[str, Any] = {
         "prompt_tokens": input_tokens,
         "completion_tokens": output_tokens,
         "total_tokens": input_tokens + output_tokens,
     }
+    if cached_tokens:
+        counts["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
+    return counts
 
 
 class ChatCompletionsHandler(MessagesHandler):
@@ -90,7 +93,7 @@ class ChatCompletionsHandler(MessagesHandler):
             last = {
                 **self._head(model, "chat.completion.chunk"),
                 "choices": [],
-                "usage": usage(input_tokens, tokens),
+                "usage": usage(input_tokens, tokens, self.cached_tokens),
             }
             closing += chunk_event(last)
         return closing + DONE
@@ -100,7 +103,7 @@ class ChatCompletionsHandler(MessagesHandler):
         return {
             **self._head(model, "chat.completion"),
             "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-            "usage": usage(input_tokens, tokens),
+            "usage": usage(input_tokens, tokens, self.cached_tokens),
         }
 
 

@@ -35,6 +35,7 @@ from chaos_mode.sim.errors import (
     spent_message,
 )
 from chaos_mode.sim.limits import LimitChange, ScheduledChange
+from chaos_mode.sim.prompt_cache import SESSION_HEADER, PromptCache, conversation
 from chaos_mode.sim.quota import ECHO_SAYS, NESTED_DEPTH, QUOTA_ANSWERS, UNAUTHORIZED, SimQuota
 from chaos_mode.sim.settings import SimSettings
 from chaos_mode.sim.stalls import Waiter
@@ -78,6 +79,7 @@ class SimServer:
         self.model_list_reads = 0
         self.quota = self._new_quota()
         self.credits = self._new_credits()
+        self.prompt_cache = self._new_prompt_cache()
         self.content_filter = ContentFilter(tuple(s.filter_phrases), s.filter_scope)
         # The headers of the last requests for a model (`GET /sim/headers`), the key's left out: a test
         # checks what reached z.ai on every attempt.
@@ -179,6 +181,7 @@ class SimServer:
             **self.state.snapshot(),
             "quota": self.quota.snapshot(),
             "credits": None if self.credits is None else self.credits.snapshot(),
+            "promptCache": None if self.prompt_cache is None else self.prompt_cache.snapshot(),
             "modelListReads": self.model_list_reads,
             "elapsedSeconds": round(self.now(), 3),
         }
@@ -189,6 +192,7 @@ class SimServer:
         self.state.reset()
         self.quota = self._new_quota()
         self.credits = self._new_credits()
+        self.prompt_cache = self._new_prompt_cache()
         self.seen_headers.clear()
         self.model_list_reads = 0
         self._restart_schedule()
@@ -200,6 +204,10 @@ class SimServer:
     def _new_credits(self) -> SimCredits | None:
         s = self.settings
         return SimCredits(s.caps, s.credit_window_seconds, s.credit_weights) if s.caps else None
+
+    def _new_prompt_cache(self) -> PromptCache | None:
+        ttl = self.settings.prompt_cache_seconds
+        return None if ttl is None else PromptCache(ttl, self._time)
 
     def now(self) -> float:
         """Seconds since the simulator started (or was last reset)."""
@@ -524,6 +532,7 @@ class MessagesHandler(_SimHandler):
         super().initialize(sim)
         self.model: str | None = None
         self.payload: dict[str, Any] = {}  # the request body, once it parsed as an object
+        self.cached_tokens = 0  # of the prompt's, found in the prompt cache (sim.prompt_cache)
         self._closed = asyncio.Event()
         self._closed_at: float | None = None
 
@@ -674,6 +683,10 @@ class MessagesHandler(_SimHandler):
         sim.quota.charge(served)
         try:
             input_tokens = max(1, len(self.request.body) // 4)
+            if sim.prompt_cache is not None:
+                talk = conversation(payload, self.request.headers.get(SESSION_HEADER))
+                self.cached_tokens = sim.prompt_cache.read(served, talk, input_tokens)
+                latency_ms = PromptCache.latency(latency_ms, input_tokens, self.cached_tokens)
             self.set_header("request-id", request_id)
             if cut:
                 await self._cut_short(served, input_tokens, stream=payload.get("stream") is True)
@@ -683,7 +696,8 @@ class MessagesHandler(_SimHandler):
             else:
                 finished = await self._whole(slot, served, input_tokens, latency_ms, interval_ms, tokens)
             if sim.credits is not None:  # the answer's usage, charged as it ends (sim.credits)
-                sim.credits.charge(served, input_tokens, tokens)
+                cached = self.cached_tokens
+                sim.credits.charge(served, input_tokens - cached, tokens, cached)
             if not finished and not sim.stopping:
                 state.aborted += 1
                 await self._hold_after_abort()
@@ -775,7 +789,9 @@ class MessagesHandler(_SimHandler):
         """Start the answer, then close the connection in the middle of it (after the first SSE events,
         or half of a whole message sent chunked): what a dropped upstream looks like to the proxy."""
         self.set_status(200)
-        message = _message(model, input_tokens, output_tokens=1, content=[], stop_reason=None)
+        message = _message(
+            model, input_tokens, self.cached_tokens, output_tokens=1, content=[], stop_reason=None
+        )
         if stream:
             self.set_header("Content-Type", "text/event-stream")
             self.write(_sse("message_start", {"type": "message_start", "message": message}))
@@ -838,7 +854,9 @@ class MessagesHandler(_SimHandler):
 
     def stream_opening(self, model: str, input_tokens: int) -> list[bytes]:
         """The events sent at once, before the first token."""
-        message = _message(model, input_tokens, output_tokens=1, content=[], stop_reason=None)
+        message = _message(
+            model, input_tokens, self.cached_tokens, output_tokens=1, content=[], stop_reason=None
+        )
         block = {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
         return [
             _sse("message_start", {"type": "message_start", "message": message}),
@@ -869,7 +887,10 @@ class MessagesHandler(_SimHandler):
     def whole_answer(self, model: str, input_tokens: int, tokens: int, text: str) -> dict[str, Any]:
         """A whole, non-streamed answer."""
         content = [{"type": "text", "text": text}]
-        return _message(model, input_tokens, output_tokens=tokens, content=content, stop_reason="end_turn")
+        cached = self.cached_tokens
+        return _message(
+            model, input_tokens, cached, output_tokens=tokens, content=content, stop_reason="end_turn"
+        )
 
 
 def _resolve(future: asyncio.Future[None]) -> None:
@@ -880,6 +901,7 @@ def _resolve(future: asyncio.Future[None]) -> None:
 def _message(
     model: str,
     input_tokens: int,
+    cached_tokens: int,
     *,
     output_tokens: int,
     content: list[dict[str, Any]],
@@ -894,10 +916,10 @@ def _message(
         "stop_reason": stop_reason,
         "stop_sequence": None,
         "usage": {
-            "input_tokens": input_tokens,
+            "input_tokens": input_tokens - cached_tokens,  # Anthropic's: the fresh ones
             "output_tokens": output_tokens,
             "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": 0,
+            "cache_read_input_tokens": cached_tokens,
         },
     }
 

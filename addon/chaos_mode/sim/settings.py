@@ -103,6 +103,9 @@ class SimSettings:
     credit_caps: dict[str, float] = field(default_factory=dict)
     credit_window_seconds: dict[str, float] = field(default_factory=dict)
     credit_weights: dict[str, list[float]] = field(default_factory=dict)
+    # The prompt cache (sim.prompt_cache): seconds a conversation's prompt stays warm on the model that
+    # read it (None: no cache, no cached tokens).
+    prompt_cache_seconds: float | None = None
     error_encoding: str | None = None  # gzip, br or zstd: every error body sent so (as a front may send it)
     verbose: bool = False
 
@@ -152,6 +155,8 @@ class SimSettings:
         if self.tls_key is not None and self.tls_cert is None:
             raise ValueError("tls_key: given without tls_cert")
         self._validate_quota()
+        if self.prompt_cache_seconds is not None and not self.prompt_cache_seconds > 0:
+            raise ValueError(f"prompt_cache_seconds: must be > 0, got {self.prompt_cache_seconds!r}")
         if self.error_encoding not in ERROR_ENCODINGS:
             raise ValueError(f"error_encoding: one of gzip, br, zstd, got {self.error_encoding!r}")
 

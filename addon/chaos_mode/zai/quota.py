@@ -20,6 +20,10 @@ An answer costs credits by its usage and model: GLM-5.3 input 6.9, cached input 
 tokens (one source, unverified; `GLM_5_3_CREDITS`). **Assumed**: the unit is a thousand tokens
 (`CREDIT_UNIT_TOKENS`), so that a Lite 5-hour window holds a few hundred agent answers; z.ai does not say.
 The other models' weights are not published.
+
+z.ai's prompt cache is per model: a conversation's prompt read on a model is cached there for a while
+(**assumed** `PROMPT_CACHE_SECONDS`, five minutes, as other providers keep theirs; unchecked on z.ai), and
+a conversation moved to another model reads its whole prompt there at the full input weight.
 """
 
 from typing import Final
@@ -32,6 +36,7 @@ FIVE_HOURS: Final = "5h"  # the name of the 5-hour window (unit 3, number 5)
 SPENT_CODE: Final = "1308"  # "Usage limit reached for 5 hour. Your limit will reset at ..."
 CREDIT_UNIT_TOKENS: Final = 1000.0  # the tokens credit weights are per (assumed)
 GLM_5_3_CREDITS: Final = (6.9, 1.7, 24.0)  # credits per unit of input, cached input, output (unverified)
+PROMPT_CACHE_SECONDS: Final = 300.0  # how long z.ai keeps a prompt warm on a model (assumed)
 WEEK_SPENT_CODE: Final = "1310"  # "...您的限额将在 2026-08-05 15:16:26 重置。" (weekly/monthly)
 
 
