@@ -18,16 +18,20 @@ import pytest
 from mitmproxy import addons, master, options
 from mitmproxy.addons.view import View
 
-from chaos_mode.devtools.processes import RedisProcess
 from chaos_mode.mitm.addon import META, ChaosMode
 from chaos_mode.sim import Fault, SimServer, SimSettings
 from support.design_catalog import DESIGN_MODELS
 from support.journey import followed
-from support.redis_support import redis_process
+from support.redis_support import RedisProcess, redis_process
 from test_lint import LAYERS
 
 FAST: dict[str, Any] = {"latency_ms": 5, "token_interval_ms": 1, "output_tokens": 4, "reject_delay_ms": 0}
-MESSAGE: dict[str, Any] = {"model": "claude-opus-4-5", "max_tokens": 64, "stream": True}
+MESSAGE = {
+    "model": "claude-opus-4-5",
+    "max_tokens": 64,
+    "stream": True,
+    "messages": [{"role": "user", "content": "hi"}],
+}
 WAIT = 5.0
 
 # The calls up the layers, each through an interface the lower folder defines and the upper one fills in.
@@ -39,8 +43,8 @@ CALLBACKS = {
     # The forwarder's learned head patience, asked as a hedged attempt waits (`request.hedging.Patience`).
     ("request", "forwarding"): "Patience",
     # With a fleet, the pool's slots and cooldowns are the fleet's (`routing.slots.SlotStore`,
-    # `fleet.cooldowns`); they call down into the pool again (its queue, its own cooldowns).
-    ("routing", "fleet"): "SlotStore",
+    # `routing.cooldowns.CooldownState`); they call down into the pool again (its queue, its cooldowns).
+    ("routing", "fleet"): "SlotStore, CooldownState",
 }
 
 
@@ -97,12 +101,11 @@ async def test_one_failover_through_mitmproxy_and_a_fleet_calls_up_only_through_
     through the pool (and its fleet); the facts answer and call nothing; every call up the layers is one of
     `CALLBACKS`, and each of them is seen."""
     rig.sim.add_fault(Fault(model="*", code="1302", count=1, retry_after=9))
-    message = MESSAGE | {"messages": [{"role": "user", "content": "hello"}]}
-    async with httpx.AsyncClient(timeout=WAIT) as client:
+    async with httpx.AsyncClient(timeout=WAIT) as client, asyncio.timeout(WAIT):
         with followed() as journey:
             response = await client.post(
                 f"{rig.proxy}/api/anthropic/v1/messages",
-                json=message,
+                json=MESSAGE,
                 headers={"x-api-key": "sk-ant-api03-JourneyTestKey0123456789"},
             )
     assert response.status_code == 200
