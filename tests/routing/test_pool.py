@@ -425,6 +425,16 @@ def test_model_day_lasts_until_the_next_beijing_midnight() -> None:
     assert "glm-4.5" in {s.model for s in h.fill("medium")}
 
 
+def test_a_1310_teaches_the_weeks_scale_a_1308_the_five_hours() -> None:
+    h = Harness(routing())
+    h.pool.quota.answered("glm-4.7")
+    counted = h.pool.quota.week.units
+    error = h.error("1310", "[1310][您的额度已用完，您的限额将在 2026-03-02 01:00:00 重置。]")
+    assert h.pool.report_error("glm-4.7", error) == 7200.0
+    assert h.pool.quota.week.scale == counted > 0 and h.pool.quota.week.end == 1772384400.0
+    assert h.pool.quota.estimate.scale is None  # the 5-hour window learned nothing from the week
+
+
 def test_account_pause_stops_everything_until_the_reset() -> None:
     h = Harness(routing())
     # 23:00 Beijing + 2 h -> resets at 01:00 Beijing on 2026-03-02.

@@ -1,5 +1,5 @@
-"""The quota as the proxy knows it: z.ai's readings of each window while they are fresh, else (the
-5-hour window) its own estimate; the forecast of each; what is left to send (`budget()`: the 5-hour
+"""The quota as the proxy knows it: z.ai's readings of each window while they are fresh, else its own
+estimate (the 5-hour window's; the week's once a 1310 taught its scale); the forecast of each; what is left to send (`budget()`: the 5-hour
 window's readings bounding it with the proxy's own count, or without a key the total a 1308 taught); what
 `/api/status` shows of it (`status()`), the failures of the reading included."""
 
@@ -16,7 +16,7 @@ from chaos_mode.quota.estimate import TrafficEstimate
 from chaos_mode.quota.forecast import BURN_HORIZON, Forecast, Sample, forecast
 from chaos_mode.quota.ledger import Ledger
 from chaos_mode.quota.reading import QuotaReading, WindowReading
-from chaos_mode.zai.quota import FIVE_HOURS, WINDOW_SECONDS
+from chaos_mode.zai.quota import FIVE_HOURS, WEEK, WEEK_SECONDS, WINDOW_SECONDS
 
 FRESH_SECONDS: Final = 900.0  # a reading of z.ai older than this gives way to the estimate
 HISTORY_POINTS: Final = 60  # samples of the burn chart at most
@@ -56,7 +56,7 @@ class Track:
 
 
 class QuotaTracker:
-    """Fed by the pool (answers, 1308s) and the poller (readings, failures); read by status and pacing."""
+    """Fed by the pool (answers, 1308s and 1310s) and the poller (readings, failures); read by status and pacing."""
 
     def __init__(
         self,
@@ -75,6 +75,7 @@ class QuotaTracker:
         self._configured: Unit = "prompts"  # quota.unit
         self.assumed: set[str] = set()  # models whose credits the estimate counted with assumed weights
         self.estimate = TrafficEstimate()
+        self.week = TrafficEstimate(WEEK_SECONDS)  # the week's count, in the estimate's unit
         self.ledger = Ledger()
         self.changed: Callable[[], None] | None = None  # told when a reading or a 1308 moved the budget
         self.read_soon: Callable[[], None] | None = None  # the poller's: read before the next poll
@@ -105,6 +106,7 @@ class QuotaTracker:
         self.weight = weight
         self._configured = unit
         self.estimate.window_seconds = self.window_seconds = window_seconds
+        self.week.window_seconds = self._week_seconds()
         self.poll_seconds = poll_seconds
         self.fresh_seconds = max(FRESH_SECONDS, 3 * poll_seconds)
         if whole != self.whole:
@@ -140,12 +142,14 @@ class QuotaTracker:
         if unit != self.unit:
             self.unit, self.assumed, self._taught = unit, set(), None
             self.estimate = TrafficEstimate(self.window_seconds)
+            self.week = TrafficEstimate(self._week_seconds())
         return unit
 
     def _count(self, model: str, units: float) -> None:
         estimate, now = self.estimate, self._clock()
         opened = not self._window_open(now)
         estimate.answered(model, units, now)
+        self.week.answered(model, units, now)
         if opened:
             self._window_lo = self.ledger.lo  # this answer opened the estimate's window: it counts in it
 
@@ -157,9 +161,14 @@ class QuotaTracker:
         """The request `key` ended; with no verdict of z.ai it may have been charged."""
         self.ledger.ended(key)
 
-    def spent(self, reset_at: float | None) -> None:
-        """z.ai answered 1308 (the refused request already told, `refused`)."""
+    def spent(self, reset_at: float | None, window: str = FIVE_HOURS) -> None:
+        """z.ai answered 1308 (`window` the 5-hour one) or 1310 (the week): the window is spent until
+        `reset_at`; the refused request was already told (`refused`)."""
         now = self._clock()
+        if window == WEEK:
+            self.week.spent(now, reset_at)  # what the week counted is its scale
+            self._tell()
+            return
         estimate = self.estimate
         estimate.spent(now, reset_at)
         if estimate.units > 0:
@@ -253,18 +262,24 @@ class QuotaTracker:
         return "zai" if self._fresh() and FIVE_HOURS in self._windows else "estimate"
 
     def windows(self) -> list[str]:
-        """The windows known now: the 5-hour one (read or estimated) and every other z.ai's fresh reading
-        has."""
+        """The windows known now: the 5-hour one (read or estimated), every other z.ai's fresh reading
+        has, and the week estimated once a 1310 taught its scale."""
         others = [name for name in self._windows if name != FIVE_HOURS] if self._fresh() else []
+        if WEEK not in others and self.week.scale is not None:
+            others.append(WEEK)
         return [FIVE_HOURS, *others]
 
     def seconds_of(self, name: str) -> float:
         """The window's length: the 5-hour one's as configured (`quota.windowSeconds`), any other z.ai's
         scaled alike (a simulator's short windows keep z.ai's proportions)."""
         track = self._windows.get(name)
-        if name == FIVE_HOURS or track is None:
+        if name == FIVE_HOURS or (track is None and name != WEEK):
             return self.window_seconds
-        return track.reading.seconds * self.window_seconds / WINDOW_SECONDS
+        seconds = WEEK_SECONDS if track is None else track.reading.seconds
+        return seconds * self.window_seconds / WINDOW_SECONDS
+
+    def _week_seconds(self) -> float:
+        return WEEK_SECONDS * self.window_seconds / WINDOW_SECONDS
 
     def horizon_of(self, name: str) -> float:
         """The burn's horizon in `name`: an hour, or a fifth of a shorter window."""
@@ -280,9 +295,9 @@ class QuotaTracker:
                 return [], None, None  # z.ai's window reset since: nothing known of the next one yet
             start = resets_at - self.seconds_of(name) if resets_at is not None else None
             return list(track.samples), start, resets_at
-        if name != FIVE_HOURS:
+        if name not in (FIVE_HOURS, WEEK):
             return [], None, None
-        estimate = self.estimate
+        estimate = self.estimate if name == FIVE_HOURS else self.week
         return estimate.samples(now), estimate.start, estimate.end
 
     def budget(self) -> Budget | None:
@@ -326,7 +341,7 @@ class QuotaTracker:
         seen = self.forecast(name)
         track = self._windows.get(name) if self._fresh() else None
         window = track.reading if track is not None else None
-        used, cap, left = (window.used, window.cap, window.left) if window is not None else self._counted()
+        used, cap, left = (window.used, window.cap, window.left) if window is not None else self._counted(name)
         return {
             "name": name,
             "seconds": self.seconds_of(name),
@@ -341,12 +356,12 @@ class QuotaTracker:
             "runsOutAt": None if seen is None or seen.runs_out_at is None else round(seen.runs_out_at),
         }
 
-    def _counted(self) -> tuple[float | None, float | None, float | None]:
-        """(used, cap, left) in credits as the estimate counts them (cap and left once its scale is
-        known); nothing on a plan of prompts."""
+    def _counted(self, name: str) -> tuple[float | None, float | None, float | None]:
+        """(used, cap, left) in credits of the window `name` as the estimate counts them (cap and left
+        once its scale is known); nothing on a plan of prompts."""
         if self._counting() != "credits":
             return None, None, None
-        estimate = self.estimate
+        estimate = self.week if name == WEEK else self.estimate
         estimate.used_percent(self._clock())  # rolls a window past its end
         scale = estimate.scale
         left = None if scale is None else max(scale - estimate.units, 0.0)
