@@ -1,7 +1,8 @@
 """The quota as the proxy knows it: z.ai's readings of each window while they are fresh, else its own
-estimate (the 5-hour window's; the week's once a 1310 taught its scale); the forecast of each; what is left to send (`budget()`: the 5-hour
-window's readings bounding it with the proxy's own count, or without a key the total a 1308 taught); what
-`/api/status` shows of it (`status()`), the failures of the reading included."""
+estimate (the 5-hour window's; the week's once a 1310 taught its scale); the forecast of each; what is
+left to send (`budget()`: the 5-hour window's readings bounding it with the proxy's own count, or without
+a key the total a 1308 taught); what `/api/status` shows of it (`status()`), the failures of the reading
+included."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from chaos_mode.quota.estimate import TrafficEstimate
 from chaos_mode.quota.forecast import BURN_HORIZON, Forecast, Sample, forecast
 from chaos_mode.quota.ledger import Ledger
 from chaos_mode.quota.reading import QuotaReading, WindowReading
+from chaos_mode.quota.weights import AssumedScale
 from chaos_mode.zai.quota import FIVE_HOURS, WEEK, WEEK_SECONDS, WINDOW_SECONDS
 
 FRESH_SECONDS: Final = 900.0  # a reading of z.ai older than this gives way to the estimate
@@ -56,7 +58,7 @@ class Track:
 
 
 class QuotaTracker:
-    """Fed by the pool (answers, 1308s and 1310s) and the poller (readings, failures); read by status and pacing."""
+    """Fed by the pool (answers, 1308s, 1310s) and the poller (readings, failures); read by status, pacing."""
 
     def __init__(
         self,
@@ -74,6 +76,7 @@ class QuotaTracker:
         self.unit: Unit = "prompts"  # what the estimate counts (`_counting`)
         self._configured: Unit = "prompts"  # quota.unit
         self.assumed: set[str] = set()  # models whose credits the estimate counted with assumed weights
+        self.scale_of_assumed = AssumedScale()  # their weights' factor, learned from readings
         self.estimate = TrafficEstimate()
         self.week = TrafficEstimate(WEEK_SECONDS)  # the week's count, in the estimate's unit
         self.ledger = Ledger()
@@ -127,10 +130,13 @@ class QuotaTracker:
 
     def charged(self, model: str, credits: float, *, assumed: bool = False) -> None:
         """An answer served by `model` ended, costing `credits` by its usage (`assumed`: by weights the
-        catalog does not give `model`): on a credit plan they count."""
+        catalog does not give `model`: the heaviest's, scaled once readings taught by how much): on a
+        credit plan they count."""
+        self.scale_of_assumed.charged(credits, assumed=assumed)
         if self._counting() != "credits":
             return
-        self._count(model, credits)
+        factor = self.scale_of_assumed.factor if assumed else None
+        self._count(model, credits if factor is None else credits * factor)
         if assumed:
             self.assumed.add(model)
 
@@ -196,6 +202,11 @@ class QuotaTracker:
     def read(self, reading: QuotaReading, asked: Asked | None = None) -> None:
         """z.ai's reading, asked for when the count was `asked` (None: not known, so no lower bound)."""
         now = self._clock()
+        credits = reading.window(WEEK) or reading.window()  # either rises by the same credits
+        if credits is not None and credits.used is not None:
+            last = self._windows.get(credits.name)
+            same = last is not None and last.reading.resets_at == credits.resets_at
+            self.scale_of_assumed.read(credits.used, same=same)
         windows: dict[str, Track] = {}
         for window in reading.windows:
             track = self._windows.get(window.name)
@@ -341,7 +352,8 @@ class QuotaTracker:
         seen = self.forecast(name)
         track = self._windows.get(name) if self._fresh() else None
         window = track.reading if track is not None else None
-        used, cap, left = (window.used, window.cap, window.left) if window is not None else self._counted(name)
+        counted = (window.used, window.cap, window.left) if window is not None else self._counted(name)
+        used, cap, left = counted
         return {
             "name": name,
             "seconds": self.seconds_of(name),
@@ -373,7 +385,7 @@ class QuotaTracker:
         samples, _, _ = self._samples()
         step = max(1, -(-len(samples) // HISTORY_POINTS))
         history = [[round(t), round(used, 1)] for t, used in samples[::step]]
-        estimate, total = self.estimate, self.total()
+        estimate, total, factor = self.estimate, self.total(), self.scale_of_assumed.factor
         return {
             "usedPercent": None if seen is None else round(seen.used_percent, 1),
             "resetsAt": None if seen is None or seen.resets_at is None else round(seen.resets_at),
@@ -390,6 +402,7 @@ class QuotaTracker:
                 "unit": self._counting(),
                 "units": round(estimate.units, 2),
                 "assumedWeights": sorted(self.assumed),
+                "assumedScale": None if factor is None else round(factor, 3),
                 "byModel": {name: round(units, 2) for name, units in estimate.by_model.items()},
                 "scale": None if estimate.scale is None else round(estimate.scale, 2),
             },
