@@ -33,6 +33,7 @@ class Asked:
 
     lo: float
     changes: int
+    credits: float = 0.0  # the credits counted (`QuotaTracker.credits`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +78,9 @@ class QuotaTracker:
         self._configured: Unit = "prompts"  # quota.unit
         self.assumed: set[str] = set()  # models whose credits the estimate counted with assumed weights
         self.scale_of_assumed = AssumedScale()  # their weights' factor, learned from readings
+        self.credits = 0.0  # every answer's credits counted since the start, with a key or not
+        self.charges = 0  # the answers counted in it
+        self._credits_read = 0.0  # `credits` when the latest reading was asked for
         self.estimate = TrafficEstimate()
         self.week = TrafficEstimate(WEEK_SECONDS)  # the week's count, in the estimate's unit
         self.ledger = Ledger()
@@ -133,9 +137,11 @@ class QuotaTracker:
         catalog does not give `model`: the heaviest's, scaled once readings taught by how much): on a
         credit plan they count."""
         self.scale_of_assumed.charged(credits, assumed=assumed)
+        factor = self.scale_of_assumed.factor if assumed else None
+        self.credits += credits if factor is None else credits * factor
+        self.charges += 1
         if self._counting() != "credits":
             return
-        factor = self.scale_of_assumed.factor if assumed else None
         self._count(model, credits if factor is None else credits * factor)
         if assumed:
             self.assumed.add(model)
@@ -197,7 +203,7 @@ class QuotaTracker:
 
     def asked(self) -> Asked:
         """The count as a reading is asked for: give it back to `read` with the reading."""
-        return Asked(self.ledger.lo, self.ledger.changes)
+        return Asked(self.ledger.lo, self.ledger.changes, self.credits)
 
     def read(self, reading: QuotaReading, asked: Asked | None = None) -> None:
         """z.ai's reading, asked for when the count was `asked` (None: not known, so no lower bound)."""
@@ -216,6 +222,7 @@ class QuotaTracker:
             track.samples.append((now, window.used_percent))
             windows[window.name] = track
         self._windows, self.level, self.read_at, self.error = windows, reading.level, now, None
+        self._credits_read = asked.credits if asked is not None else self.credits
         five = reading.window()
         if five is not None:
             self.estimate.calibrate(five.used_percent, now)
@@ -263,6 +270,20 @@ class QuotaTracker:
     def horizon(self) -> float:
         """The 5-hour window's burn horizon (`horizon_of`)."""
         return self.horizon_of(FIVE_HOURS)
+
+    def credits_left(self, name: str) -> float | None:
+        """What is left of the window `name` in credits at most: its fresh reading's cap less what it
+        said was spent (whole credits: up to one more), what the proxy counted since the reading was
+        asked for (answers it counted before z.ai did, counted twice) and an answer's mean credits (the
+        answer whose end freed a slot is counted a moment later). None: no reading in credits."""
+        track = self._windows.get(name) if self._fresh() else None
+        window = None if track is None else track.reading
+        if window is None or window.cap is None or window.used is None:
+            return None
+        if window.resets_at is not None and self._clock() >= window.resets_at:
+            return None  # the window reset since: the next reading says
+        mean = self.credits / self.charges if self.charges else 0.0
+        return window.cap - window.used - 1 - (self.credits - self._credits_read) - mean
 
     def _fresh(self) -> bool:
         return self.read_at is not None and self._clock() - self.read_at <= self.fresh_seconds

@@ -378,7 +378,7 @@ class ChaosPool:
         if self._cooldowns.account_pause() is not None:
             return None, False
         plan = self.pacer.plan(self._lighter_left)
-        if plan.max_concurrency is not None and slots.total() >= plan.max_concurrency:
+        if self.pacer.spent() or (plan.max_concurrency is not None and slots.total() >= plan.max_concurrency):
             return None, False  # paced: it waits in the fair queue
         blocked = self._cooldowns.blocked()
         if self._rotation.out:
