@@ -168,3 +168,9 @@ def test_in_the_weeks_end_game_what_is_left_goes_at_once() -> None:
     clock.advance(61)
     last = plan(pacer)
     assert last.max_concurrency is None and "end game" in last.reason, last
+
+
+def test_a_credit_row_of_no_cap_holds_nothing() -> None:
+    pacer, tracker, clock = pacer_in_flight(1)
+    tracker.read(QuotaReading((WindowReading("1w", WEEK, 0.0, clock() + DAY, 0.0, 5.0, 0.0),)))
+    assert tracker.credits_left("1w") is None and not pacer.spent()

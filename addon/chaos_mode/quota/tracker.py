@@ -278,8 +278,8 @@ class QuotaTracker:
         answer whose end freed a slot is counted a moment later). None: no reading in credits."""
         track = self._windows.get(name) if self._fresh() else None
         window = None if track is None else track.reading
-        if window is None or window.cap is None or window.used is None:
-            return None
+        if window is None or window.cap is None or window.cap <= 0 or window.used is None:
+            return None  # no cap in credits said (0: not one to hold requests to)
         if window.resets_at is not None and self._clock() >= window.resets_at:
             return None  # the window reset since: the next reading says
         mean = self.credits / self.charges if self.charges else 0.0
