@@ -366,3 +366,69 @@ async def test_without_a_key_a_credit_plans_estimate_counts_credits_and_learns_i
     assert five["usedPercent"] == pytest.approx(truth["used"] / cap * 100, rel=0.15), said
     metrics = (await http.get(f"http://127.0.0.1:{proxy.web_port}/metrics")).text
     assert f'chaos_quota_credits{{figure="used",window="5h"}} {five["used"]}' in metrics
+
+
+async def test_without_a_key_a_1310_teaches_the_weeks_scale(
+    make_sim: MakeSim, make_proxy: MakeProxy, http: httpx.AsyncClient
+) -> None:
+    """A weekly row alone (the 5-hour window of 1 s scales the week to 33.6 s): answers of very different
+    sizes until the week's 1310, whose count is the week's scale; in the next week the estimate follows
+    the simulator's credits (a count of prompts would not: its answers are all large)."""
+    window, cap = 1.0, 200.0
+    week = window * 7 * 24 / 5
+    sim = await make_sim(
+        credit_caps={"1w": cap},
+        credit_window_seconds={"1w": week},
+        latency_ms=10,
+        token_interval_ms=0,
+    )
+    config = quota_routing(window, chaosMode={"enabled": True, "qualityFloor": {"heavy": "MEDIUM"}})
+    config["quota"]["unit"] = "credits"
+    config["models"] = {
+        name: {
+            "tier": "MEDIUM",
+            "maxConcurrency": 5,
+            "creditWeights": {"input": 6.9, "cachedInput": 1.7, "output": 24},
+        }
+        for name in ("glm-4.5", "glm-4.5-air")
+    }
+    proxy = await make_proxy(upstream=sim.base_url, config=config)
+
+    async def answer(client: httpx.AsyncClient, big: bool) -> httpx.Response:
+        text = "quota " * (1300 if big else 5)
+        body = {
+            "model": "claude-sonnet-4-5",
+            "max_tokens": 16,
+            "messages": [{"role": "user", "content": text}],
+        }
+        headers = {**HEADERS, "x-sim-output-tokens": "400" if big else "20"}
+        return await client.post(proxy.url + "/api/anthropic/v1/messages", json=body, headers=headers)
+
+    async with httpx.AsyncClient(trust_env=False, timeout=CLIENT_TIMEOUT) as client:
+        answered = 0
+        while answered < 200:  # until the week is spent: 1310, passed on as the proxy's 429
+            response = await answer(client, big=answered % 4 == 0)
+            if response.status_code != 200:
+                break
+            answered += 1
+        assert response.status_code == 429
+        truth = (await sim.stats())["credits"]
+        assert truth["refused"] == {"1310": 1}
+        spent = await quota_of(http, proxy)
+        weekly = next(w for w in spent["windows"] if w["name"] == "1w")
+        assert weekly["source"] == "estimate" and weekly["usedPercent"] == 100.0
+        assert weekly["cap"] == pytest.approx(truth["windows"]["1w"]["used"], rel=0.01)
+        # The next week: only large answers (a count of prompts would say a few percent).
+        await asyncio.sleep(max(truth["windows"]["1w"]["resetsAt"] + 0.2 - time.time(), 0))
+        await poll(lambda: status(http, proxy), lambda s: s["accountPause"] is None, 3.0)
+        for _ in range(4):
+            assert (await answer(client, big=True)).status_code == 200
+    truth = (await sim.stats())["credits"]["windows"]["1w"]
+    estimate = await quota_of(http, proxy)
+    weekly = next(w for w in estimate["windows"] if w["name"] == "1w")
+    said = f"{estimate} vs {truth}"
+    assert weekly["source"] == "estimate" and weekly["used"] == pytest.approx(truth["used"], rel=0.15), said
+    assert weekly["usedPercent"] == pytest.approx(truth["used"] / cap * 100, rel=0.15), said
+    assert weekly["resetsAt"] == pytest.approx(truth["resetsAt"], abs=2), said
+    metrics = (await http.get(f"http://127.0.0.1:{proxy.web_port}/metrics")).text
+    assert f'chaos_quota_credits{{figure="used",window="1w"}} {weekly["used"]}' in metrics

@@ -121,9 +121,56 @@ def test_ahead_of_an_even_week_even_one_agent_waits_until_back_on_it() -> None:
     tracker.read(QuotaReading((week(60.0, 1.0, clock()),)))
     held = plan(pacer)
     assert (held.window, held.max_concurrency) == ("1w", 0) and pacer.capped(0)
-    back = reset - 37 / 97 * WEEK
+    until = reset - 3 * 60  # the end game: three polls (and requests, none ended yet) before the reset
+    back = until - 37 / 97 * (until - (reset - WEEK))
     assert held.back_at == pytest.approx(back) and pacer.lifts_in() == pytest.approx(back - clock())
     clock.advance(back - clock() + 1)
     tracker.read(QuotaReading((WindowReading("1w", WEEK, 60.0, reset, 10000.0, 6000.0, 4000.0),)))
     again = plan(pacer)
     assert again.max_concurrency == 1 and not pacer.capped(0) and pacer.lifts_in() is None
+
+
+def test_a_window_read_in_credits_holds_every_request_once_the_count_says_it_is_spent() -> None:
+    """100 credits, 90 read spent (whole credits: up to 91), 6 answers of a credit counted since the
+    reading was asked for, and one more that may not be counted yet: 2 left, requests go; two more
+    answers: none until a reading says more."""
+    pacer, tracker, clock = pacer_in_flight(1)
+    asked = tracker.asked()
+    tracker.charged("glm-5.3", 1.0)  # counted after the reading was asked for: maybe not in it
+    tracker.read(QuotaReading((WindowReading("1w", WEEK, 90.0, clock() + DAY, 100.0, 90.0, 10.0),)), asked)
+    for _ in range(5):
+        tracker.charged("glm-5.3", 1.0)
+    assert tracker.credits_left("1w") == pytest.approx(2.0) and not pacer.capped(0)
+    tracker.charged("glm-5.3", 1.0)
+    tracker.charged("glm-5.3", 1.0)
+    assert pacer.capped(0) and pacer.spent()
+    pacer.reconfigure(False, {"glm-5.3": 1.0})
+    assert not pacer.capped(0)  # pacing off: z.ai's 1310 says it
+    pacer.reconfigure(True, {"glm-5.3": 1.0})
+    clock.advance(DAY)
+    assert tracker.credits_left("1w") is None and not pacer.capped(0)  # the week reset: the next reading says
+
+
+def test_in_the_weeks_end_game_what_is_left_goes_at_once() -> None:
+    """A week paced since its first day; in its end game (three polls and requests before the reset, the
+    requests here of an hour) no cap: what the swarm has in flight then finishes the week."""
+    pacer, tracker, clock = pacer_in_flight(4)
+    for slot in range(4):
+        pacer.released(slot, 3 - slot)  # requests of an hour
+    reset = clock() + 6 * DAY
+    tracker.read(QuotaReading((week(60.0, 1.0, clock()),)))
+    assert plan(pacer).window == "1w"  # engaged in this week
+    endgame = 3 * (60 + pacer.request_seconds)
+    assert endgame == pytest.approx(3 * (60 + HOUR))
+    clock.now = reset - endgame - 60
+    tracker.read(QuotaReading((WindowReading("1w", WEEK, 96.0, reset, 10000.0, 9600.0, 400.0),)))
+    assert "end game" not in plan(pacer).reason
+    clock.advance(61)
+    last = plan(pacer)
+    assert last.max_concurrency is None and "end game" in last.reason, last
+
+
+def test_a_credit_row_of_no_cap_holds_nothing() -> None:
+    pacer, tracker, clock = pacer_in_flight(1)
+    tracker.read(QuotaReading((WindowReading("1w", WEEK, 0.0, clock() + DAY, 0.0, 5.0, 0.0),)))
+    assert tracker.credits_left("1w") is None and not pacer.spent()

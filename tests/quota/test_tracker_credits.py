@@ -64,7 +64,8 @@ def test_on_a_plan_of_prompts_or_with_a_key_credits_count_nothing() -> None:
     tracker.answered("glm-5.3")
     tracker.charged("glm-5.3", 9.0)
     assert tracker.status()["estimate"] == {
-        "unit": "prompts", "units": 3.0, "assumedWeights": [], "byModel": {"glm-5.3": 3.0}, "scale": None,
+        "unit": "prompts", "units": 3.0, "assumedWeights": [], "assumedScale": None,
+        "byModel": {"glm-5.3": 3.0}, "scale": None,
     }  # fmt: skip
     keyed = credit_tracker(clock)
     keyed.reader = "on"

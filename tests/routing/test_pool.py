@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from chaos_mode.config.schema import ModelRouting, parse_config
+from chaos_mode.quota.reading import QuotaReading, WindowReading
 from chaos_mode.routing.pool import ChaosPool, RequestInfo, Slot, Ticket
 from chaos_mode.routing.pool_status import served
 from chaos_mode.zai.catalog import REQUEST_TIERS, TIER_RANK, RequestTier
@@ -423,6 +424,31 @@ def test_model_day_lasts_until_the_next_beijing_midnight() -> None:
     h.advance(1.0)
     assert served(h.pool.status())["models"]["glm-4.5"]["outOfRotation"] is None
     assert "glm-4.5" in {s.model for s in h.fill("medium")}
+
+
+def test_a_1310_teaches_the_weeks_scale_a_1308_the_five_hours() -> None:
+    h = Harness(routing())
+    h.pool.quota.answered("glm-4.7")
+    counted = h.pool.quota.week.units
+    error = h.error("1310", "[1310][您的额度已用完，您的限额将在 2026-03-02 01:00:00 重置。]")
+    assert h.pool.report_error("glm-4.7", error) == 7200.0
+    assert h.pool.quota.week.scale == counted > 0 and h.pool.quota.week.end == 1772384400.0
+    assert h.pool.quota.estimate.scale is None  # the 5-hour window learned nothing from the week
+
+
+def test_paced_a_week_the_count_says_spent_holds_every_request_until_a_reading_says_more() -> None:
+    """A week read in credits whose whole credits may all be spent: nothing goes (no 1310)."""
+    h = Harness(routing(quota={"pace": True}))
+
+    def week(used: float) -> QuotaReading:
+        resets_at = WALL_START + 7 * 86400 - 60  # a minute old: too young for the forecast to pace
+        row = WindowReading("1w", 7 * 86400.0, used, resets_at, 100.0, used, 100.0 - used)
+        return QuotaReading((row,))
+
+    h.pool.quota.read(week(99.0))  # whole credits: up to 100 spent
+    assert h.pool.try_acquire(Ticket("light")) is None
+    h.pool.quota.read(week(50.0))  # a reading that says more
+    assert h.pool.try_acquire(Ticket("light")) is not None
 
 
 def test_account_pause_stops_everything_until_the_reset() -> None:

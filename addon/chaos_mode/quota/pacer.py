@@ -1,8 +1,10 @@
 """The pool's pacing (`quota.pace`): the plan in force (`quota.pacing`), worked out again at most once a
 `PACE_EVERY` for each window the tracker knows (the 5-hour one from the budget, else the forecast; any
-other from its forecast), the tightest binding, from the mean in flight and whether a lighter model is
-left to prefer; the window instance each was engaged in (it stays engaged until that window resets); the
-hard stop (no request whose weight is over the budget, worked out at each request); the waits it caused.
+other from its forecast; each with an end game before its reset), the tightest binding, from the mean in
+flight and whether a lighter model is left to prefer; the window instance each was engaged in (it stays
+engaged until that window resets); the hard stop (no request whose weight is over the budget, worked out
+at each request; none while a window read in credits is spent as the proxy counts it,
+`tracker.credits_left`); the waits it caused.
 
 The hard stop needs the budget (`tracker.budget`), which counts this proxy's requests only: with a fleet
 sharing the account (`alone` False) there is none, and the plan aims at `pacing.TARGET_PERCENT`."""
@@ -32,6 +34,7 @@ ENDGAME_ROUNDS: Final = 3  # the end game: this many polls of the quota and requ
 # what was in flight), and a request for each prompt of the window's last percent (a reading there says
 # only that not all is used: the hard stop lets go a prompt a reading); at most ENDGAME_SHARE of the window
 ENDGAME_SHARE: Final = 0.2
+SMOOTHING: Final = 0.2  # weight of the latest request in the mean time a request holds its slot
 
 
 class Pacer:
@@ -52,6 +55,8 @@ class Pacer:
         self._engaged: dict[str, tuple[float, bool]] = {}  # by window: the instance engaged in (`_spend`)
         self._concurrency = MeanConcurrency(clock)
         self._tiers: dict[int, str] = {}  # the request tier of each held slot (its quality floor)
+        self._taken_at: dict[int, float] = {}  # when each held slot was taken
+        self.request_seconds = 0.0  # the mean time a request held its slot
         self.waits = 0  # requests that waited because of pacing: its concurrency in flight, or the hard stop
 
     def reconfigure(self, on: bool, weights: Mapping[str, float]) -> None:
@@ -113,10 +118,13 @@ class Pacer:
         forecast = tracker.forecast(name)
         if forecast is None or forecast.resets_at is None:
             return (None if forecast is None else spend_of_forecast(forecast)), None
-        start = forecast.resets_at - tracker.seconds_of(name)
+        seconds = tracker.seconds_of(name)
+        start = forecast.resets_at - seconds
         if now < start + tracker.horizon_of(name) / 2:
             return None, None
-        return spend_of_forecast(forecast, now=now, start=start), (forecast.resets_at, False)
+        endgame = min(ENDGAME_ROUNDS * (tracker.poll_seconds + self.request_seconds), ENDGAME_SHARE * seconds)
+        spend = spend_of_forecast(forecast, now=now, start=start, endgame=endgame)
+        return spend, (forecast.resets_at, False)
 
     def budget(self) -> Budget | None:
         """What may still be sent this window (None: not known, or a fleet's: no hard stop)."""
@@ -131,6 +139,15 @@ class Pacer:
         """Whether the hard stop lets a request on `model` go: its weight within the budget."""
         left = self.left()
         return left is None or left >= self.weight(model)
+
+    def spent(self) -> bool:
+        """Whether pacing holds every request because a window read in credits is spent as the proxy
+        counts it (`tracker.credits_left`): z.ai would refuse it (1308, 1310)."""
+        tracker = self._tracker
+        if not self.on:
+            return False
+        lefts = (tracker.credits_left(name) for name in tracker.windows())
+        return any(left is not None and left <= 0 for left in lefts)
 
     def _held(self) -> Budget | None:
         """The budget while the hard stop holds even the lightest model, else None."""
@@ -161,7 +178,8 @@ class Pacer:
         """Whether pacing lets no more requests be in flight: the plan in force (as last worked out) or
         the hard stop."""
         cap = self._plan.max_concurrency if self.on else None
-        return (cap is not None and in_flight >= cap) or self._held() is not None
+        held = self._held() is not None or self.spent()
+        return (cap is not None and in_flight >= cap) or held
 
     def lightest(self, names: Sequence[str]) -> list[int]:
         """The indexes of the lightest of `names` by quotaWeight."""
@@ -173,10 +191,15 @@ class Pacer:
         if self.on:
             if tier is not None:
                 self._tiers[slot_id] = tier
+            self._taken_at[slot_id] = self._clock()
             self._concurrency.level(in_flight)
 
     def released(self, slot_id: int, in_flight: int) -> None:
         self._tiers.pop(slot_id, None)
+        taken_at = self._taken_at.pop(slot_id, None)
+        if taken_at is not None:
+            held, mean = self._clock() - taken_at, self.request_seconds
+            self.request_seconds = held if mean == 0 else mean + SMOOTHING * (held - mean)
         if self.on:
             self._concurrency.level(in_flight)
 

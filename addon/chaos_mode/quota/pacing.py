@@ -62,11 +62,14 @@ class Spend:
     back_at: float | None = None  # when that pace's line comes down to `left` (unix s)
 
 
-def spend_of_forecast(forecast: Forecast, *, now: float | None = None, start: float | None = None) -> Spend:
-    """z.ai's percent: `TARGET_PERCENT` less the used, by the reset; with the window's `start`, its even
-    pace's line at `now`."""
+def spend_of_forecast(
+    forecast: Forecast, *, now: float | None = None, start: float | None = None, endgame: float = 0.0
+) -> Spend:
+    """z.ai's percent: `TARGET_PERCENT` less the used, by `endgame` seconds before the reset; with the
+    window's `start`, its even pace's line at `now`."""
     left = max(TARGET_PERCENT - forecast.used_percent, 0.0)
-    until, runs_out = forecast.resets_at, forecast.runs_out_at is not None
+    until = None if forecast.resets_at is None else forecast.resets_at - endgame
+    runs_out = forecast.runs_out_at is not None
     if now is None or start is None or until is None or until <= start:
         return Spend(left, forecast.burn_per_hour, until, runs_out)
     line = TARGET_PERCENT * min(max((until - now) / (until - start), 0.0), 1.0)

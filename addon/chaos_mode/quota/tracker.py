@@ -1,7 +1,8 @@
-"""The quota as the proxy knows it: z.ai's readings of each window while they are fresh, else (the
-5-hour window) its own estimate; the forecast of each; what is left to send (`budget()`: the 5-hour
-window's readings bounding it with the proxy's own count, or without a key the total a 1308 taught); what
-`/api/status` shows of it (`status()`), the failures of the reading included."""
+"""The quota as the proxy knows it: z.ai's readings of each window while they are fresh, else its own
+estimate (the 5-hour window's; the week's once a 1310 taught its scale); the forecast of each; what is
+left to send (`budget()`: the 5-hour window's readings bounding it with the proxy's own count, or without
+a key the total a 1308 taught); what `/api/status` shows of it (`status()`), the failures of the reading
+included."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from chaos_mode.quota.estimate import TrafficEstimate
 from chaos_mode.quota.forecast import BURN_HORIZON, Forecast, Sample, forecast
 from chaos_mode.quota.ledger import Ledger
 from chaos_mode.quota.reading import QuotaReading, WindowReading
-from chaos_mode.zai.quota import FIVE_HOURS, WINDOW_SECONDS
+from chaos_mode.quota.weights import AssumedScale
+from chaos_mode.zai.quota import FIVE_HOURS, WEEK, WEEK_SECONDS, WINDOW_SECONDS
 
 FRESH_SECONDS: Final = 900.0  # a reading of z.ai older than this gives way to the estimate
 HISTORY_POINTS: Final = 60  # samples of the burn chart at most
@@ -31,6 +33,7 @@ class Asked:
 
     lo: float
     changes: int
+    credits: float = 0.0  # the credits counted (`QuotaTracker.credits`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +59,7 @@ class Track:
 
 
 class QuotaTracker:
-    """Fed by the pool (answers, 1308s) and the poller (readings, failures); read by status and pacing."""
+    """Fed by the pool (answers, 1308s, 1310s) and the poller (readings, failures); read by status, pacing."""
 
     def __init__(
         self,
@@ -74,7 +77,12 @@ class QuotaTracker:
         self.unit: Unit = "prompts"  # what the estimate counts (`_counting`)
         self._configured: Unit = "prompts"  # quota.unit
         self.assumed: set[str] = set()  # models whose credits the estimate counted with assumed weights
+        self.scale_of_assumed = AssumedScale()  # their weights' factor, learned from readings
+        self.credits = 0.0  # every answer's credits counted since the start, with a key or not
+        self.charges = 0  # the answers counted in it
+        self._credits_read = 0.0  # `credits` when the latest reading was asked for
         self.estimate = TrafficEstimate()
+        self.week = TrafficEstimate(WEEK_SECONDS)  # the week's count, in the estimate's unit
         self.ledger = Ledger()
         self.changed: Callable[[], None] | None = None  # told when a reading or a 1308 moved the budget
         self.read_soon: Callable[[], None] | None = None  # the poller's: read before the next poll
@@ -105,6 +113,7 @@ class QuotaTracker:
         self.weight = weight
         self._configured = unit
         self.estimate.window_seconds = self.window_seconds = window_seconds
+        self.week.window_seconds = self._week_seconds()
         self.poll_seconds = poll_seconds
         self.fresh_seconds = max(FRESH_SECONDS, 3 * poll_seconds)
         if whole != self.whole:
@@ -125,10 +134,15 @@ class QuotaTracker:
 
     def charged(self, model: str, credits: float, *, assumed: bool = False) -> None:
         """An answer served by `model` ended, costing `credits` by its usage (`assumed`: by weights the
-        catalog does not give `model`): on a credit plan they count."""
+        catalog does not give `model`: the heaviest's, scaled once readings taught by how much): on a
+        credit plan they count."""
+        self.scale_of_assumed.charged(credits, assumed=assumed)
+        factor = self.scale_of_assumed.factor if assumed else None
+        self.credits += credits if factor is None else credits * factor
+        self.charges += 1
         if self._counting() != "credits":
             return
-        self._count(model, credits)
+        self._count(model, credits if factor is None else credits * factor)
         if assumed:
             self.assumed.add(model)
 
@@ -140,12 +154,14 @@ class QuotaTracker:
         if unit != self.unit:
             self.unit, self.assumed, self._taught = unit, set(), None
             self.estimate = TrafficEstimate(self.window_seconds)
+            self.week = TrafficEstimate(self._week_seconds())
         return unit
 
     def _count(self, model: str, units: float) -> None:
         estimate, now = self.estimate, self._clock()
         opened = not self._window_open(now)
         estimate.answered(model, units, now)
+        self.week.answered(model, units, now)
         if opened:
             self._window_lo = self.ledger.lo  # this answer opened the estimate's window: it counts in it
 
@@ -157,9 +173,14 @@ class QuotaTracker:
         """The request `key` ended; with no verdict of z.ai it may have been charged."""
         self.ledger.ended(key)
 
-    def spent(self, reset_at: float | None) -> None:
-        """z.ai answered 1308 (the refused request already told, `refused`)."""
+    def spent(self, reset_at: float | None, window: str = FIVE_HOURS) -> None:
+        """z.ai answered 1308 (`window` the 5-hour one) or 1310 (the week): the window is spent until
+        `reset_at`; the refused request was already told (`refused`)."""
         now = self._clock()
+        if window == WEEK:
+            self.week.spent(now, reset_at)  # what the week counted is its scale
+            self._tell()
+            return
         estimate = self.estimate
         estimate.spent(now, reset_at)
         if estimate.units > 0:
@@ -182,11 +203,16 @@ class QuotaTracker:
 
     def asked(self) -> Asked:
         """The count as a reading is asked for: give it back to `read` with the reading."""
-        return Asked(self.ledger.lo, self.ledger.changes)
+        return Asked(self.ledger.lo, self.ledger.changes, self.credits)
 
     def read(self, reading: QuotaReading, asked: Asked | None = None) -> None:
         """z.ai's reading, asked for when the count was `asked` (None: not known, so no lower bound)."""
         now = self._clock()
+        credits = reading.window(WEEK) or reading.window()  # either rises by the same credits
+        if credits is not None and credits.used is not None:
+            last = self._windows.get(credits.name)
+            same = last is not None and last.reading.resets_at == credits.resets_at
+            self.scale_of_assumed.read(credits.used, same=same)
         windows: dict[str, Track] = {}
         for window in reading.windows:
             track = self._windows.get(window.name)
@@ -196,6 +222,7 @@ class QuotaTracker:
             track.samples.append((now, window.used_percent))
             windows[window.name] = track
         self._windows, self.level, self.read_at, self.error = windows, reading.level, now, None
+        self._credits_read = asked.credits if asked is not None else self.credits
         five = reading.window()
         if five is not None:
             self.estimate.calibrate(five.used_percent, now)
@@ -244,6 +271,20 @@ class QuotaTracker:
         """The 5-hour window's burn horizon (`horizon_of`)."""
         return self.horizon_of(FIVE_HOURS)
 
+    def credits_left(self, name: str) -> float | None:
+        """What is left of the window `name` in credits at most: its fresh reading's cap less what it
+        said was spent (whole credits: up to one more), what the proxy counted since the reading was
+        asked for (answers it counted before z.ai did, counted twice) and an answer's mean credits (the
+        answer whose end freed a slot is counted a moment later). None: no reading in credits."""
+        track = self._windows.get(name) if self._fresh() else None
+        window = None if track is None else track.reading
+        if window is None or window.cap is None or window.cap <= 0 or window.used is None:
+            return None  # no cap in credits said (0: not one to hold requests to)
+        if window.resets_at is not None and self._clock() >= window.resets_at:
+            return None  # the window reset since: the next reading says
+        mean = self.credits / self.charges if self.charges else 0.0
+        return window.cap - window.used - 1 - (self.credits - self._credits_read) - mean
+
     def _fresh(self) -> bool:
         return self.read_at is not None and self._clock() - self.read_at <= self.fresh_seconds
 
@@ -253,18 +294,24 @@ class QuotaTracker:
         return "zai" if self._fresh() and FIVE_HOURS in self._windows else "estimate"
 
     def windows(self) -> list[str]:
-        """The windows known now: the 5-hour one (read or estimated) and every other z.ai's fresh reading
-        has."""
+        """The windows known now: the 5-hour one (read or estimated), every other z.ai's fresh reading
+        has, and the week estimated once a 1310 taught its scale."""
         others = [name for name in self._windows if name != FIVE_HOURS] if self._fresh() else []
+        if WEEK not in others and self.week.scale is not None:
+            others.append(WEEK)
         return [FIVE_HOURS, *others]
 
     def seconds_of(self, name: str) -> float:
         """The window's length: the 5-hour one's as configured (`quota.windowSeconds`), any other z.ai's
         scaled alike (a simulator's short windows keep z.ai's proportions)."""
         track = self._windows.get(name)
-        if name == FIVE_HOURS or track is None:
+        if name == FIVE_HOURS or (track is None and name != WEEK):
             return self.window_seconds
-        return track.reading.seconds * self.window_seconds / WINDOW_SECONDS
+        seconds = WEEK_SECONDS if track is None else track.reading.seconds
+        return seconds * self.window_seconds / WINDOW_SECONDS
+
+    def _week_seconds(self) -> float:
+        return WEEK_SECONDS * self.window_seconds / WINDOW_SECONDS
 
     def horizon_of(self, name: str) -> float:
         """The burn's horizon in `name`: an hour, or a fifth of a shorter window."""
@@ -280,9 +327,9 @@ class QuotaTracker:
                 return [], None, None  # z.ai's window reset since: nothing known of the next one yet
             start = resets_at - self.seconds_of(name) if resets_at is not None else None
             return list(track.samples), start, resets_at
-        if name != FIVE_HOURS:
+        if name not in (FIVE_HOURS, WEEK):
             return [], None, None
-        estimate = self.estimate
+        estimate = self.estimate if name == FIVE_HOURS else self.week
         return estimate.samples(now), estimate.start, estimate.end
 
     def budget(self) -> Budget | None:
@@ -326,7 +373,8 @@ class QuotaTracker:
         seen = self.forecast(name)
         track = self._windows.get(name) if self._fresh() else None
         window = track.reading if track is not None else None
-        used, cap, left = (window.used, window.cap, window.left) if window is not None else self._counted()
+        counted = (window.used, window.cap, window.left) if window is not None else self._counted(name)
+        used, cap, left = counted
         return {
             "name": name,
             "seconds": self.seconds_of(name),
@@ -341,12 +389,12 @@ class QuotaTracker:
             "runsOutAt": None if seen is None or seen.runs_out_at is None else round(seen.runs_out_at),
         }
 
-    def _counted(self) -> tuple[float | None, float | None, float | None]:
-        """(used, cap, left) in credits as the estimate counts them (cap and left once its scale is
-        known); nothing on a plan of prompts."""
+    def _counted(self, name: str) -> tuple[float | None, float | None, float | None]:
+        """(used, cap, left) in credits of the window `name` as the estimate counts them (cap and left
+        once its scale is known); nothing on a plan of prompts."""
         if self._counting() != "credits":
             return None, None, None
-        estimate = self.estimate
+        estimate = self.week if name == WEEK else self.estimate
         estimate.used_percent(self._clock())  # rolls a window past its end
         scale = estimate.scale
         left = None if scale is None else max(scale - estimate.units, 0.0)
@@ -358,7 +406,7 @@ class QuotaTracker:
         samples, _, _ = self._samples()
         step = max(1, -(-len(samples) // HISTORY_POINTS))
         history = [[round(t), round(used, 1)] for t, used in samples[::step]]
-        estimate, total = self.estimate, self.total()
+        estimate, total, factor = self.estimate, self.total(), self.scale_of_assumed.factor
         return {
             "usedPercent": None if seen is None else round(seen.used_percent, 1),
             "resetsAt": None if seen is None or seen.resets_at is None else round(seen.resets_at),
@@ -375,6 +423,7 @@ class QuotaTracker:
                 "unit": self._counting(),
                 "units": round(estimate.units, 2),
                 "assumedWeights": sorted(self.assumed),
+                "assumedScale": None if factor is None else round(factor, 3),
                 "byModel": {name: round(units, 2) for name, units in estimate.by_model.items()},
                 "scale": None if estimate.scale is None else round(estimate.scale, 2),
             },

@@ -69,7 +69,7 @@ from chaos_mode.routing.strategies import ModelEntry, Strategy, make_strategy
 from chaos_mode.routing.wait_queue import WaitQueue
 from chaos_mode.zai.catalog import ACCOUNT, REQUEST_TIERS, RequestTier
 from chaos_mode.zai.errors import FAIR_USE_CODE, FAIR_USE_SECONDS, Action, UpstreamError
-from chaos_mode.zai.quota import SPENT_CODE
+from chaos_mode.zai.quota import FIVE_HOURS, SPENT_CODE, WEEK, WEEK_SPENT_CODE
 
 NO_ATTEMPTS: frozenset[str] = frozenset()
 NO_ACCOUNT_CAP = sys.maxsize  # no account limit known: only the models' own limits count
@@ -221,7 +221,7 @@ class ChaosPool:
         self._arrivals = Arrivals()  # what z.ai served as each held slot's request came: its verdict's level
         self._next_slot_id = 1
         self.lost_races = 0  # slots taken on the local mirror that another proxy had taken first
-        # The 5-hour quota: every clean answer counts its model's weight, a 1308 says the window is spent.
+        # The quota: each clean answer counts its weight, a 1308 (1310) says the 5 hours (week) are spent.
         self.quota = QuotaTracker(config.quota_weight, wall_clock)
         self.pacer = Pacer(self.quota, clock, wall_clock)  # `quota.pace`
         self.quota.changed = self._quota_changed  # a reading may lift pacing's hard stop
@@ -378,7 +378,7 @@ class ChaosPool:
         if self._cooldowns.account_pause() is not None:
             return None, False
         plan = self.pacer.plan(self._lighter_left)
-        if plan.max_concurrency is not None and slots.total() >= plan.max_concurrency:
+        if self.pacer.spent() or (plan.max_concurrency is not None and slots.total() >= plan.max_concurrency):
             return None, False  # paced: it waits in the fair queue
         blocked = self._cooldowns.blocked()
         if self._rotation.out:
@@ -1217,8 +1217,8 @@ class ChaosPool:
                 self._rotation.left(model, error.reason, seconds)
                 return seconds
             case Action.ACCOUNT_PAUSE:
-                if error.code == SPENT_CODE:
-                    self.quota.spent(error.reset_at)
+                if error.code in (SPENT_CODE, WEEK_SPENT_CODE):
+                    self.quota.spent(error.reset_at, FIVE_HOURS if error.code == SPENT_CODE else WEEK)
                 fallback = FAIR_USE_SECONDS if error.code == FAIR_USE_CODE else settings.account_pause_seconds
                 seconds = self._until(error.reset_at, retry_after, fallback)
                 self._cooldowns.pause_account(seconds, error.reason)
