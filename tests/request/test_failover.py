@@ -20,6 +20,7 @@ from chaos_mode.request.failover import Answer, judge, reject, settle
 from chaos_mode.request.rate_limited import Reply
 from chaos_mode.request.refusals import Refusals
 from chaos_mode.request.routed import RoutedRequest
+from chaos_mode.routing import pool_status
 from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
 from chaos_mode.routing.pool_status import served
 from chaos_mode.zai.errors import classify_error
@@ -178,7 +179,7 @@ class Rig:
 
     def state(self) -> Any:
         """Everything a refusal could move: cooldowns, out of rotation, pauses, learned limits."""
-        status = served(self.pool.status())
+        status = served(pool_status.status(self.pool))
         keys = ("capacity", "learnedLimit", "limitReason", "limitChangedAt", "cooldownRemaining")
         keys += ("cooldownReason", "outOfRotation", "probing")
         models = {name: [m[k] for k in keys] for name, m in status["models"].items()}
@@ -190,9 +191,15 @@ class CountingErrors(ChaosPool):
 
     errors = 0
 
-    def report_error(self, *args: Any, **kwargs: Any) -> float:
-        self.errors += 1
-        return super().report_error(*args, **kwargs)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        error = self.ledger.error
+
+        def counted(*args: Any, **kwargs: Any) -> float:
+            self.errors += 1
+            return error(*args, **kwargs)
+
+        self.ledger.error = counted  # type: ignore[method-assign]
 
 
 async def test_refused_by_two_models_serving_others_it_gets_zais_answer_and_nothing_is_cooled() -> None:

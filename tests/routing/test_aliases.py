@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chaos_mode.config.schema import ModelRouting, parse_config
+from chaos_mode.routing import pool_status
 from chaos_mode.routing.aliases import ROW_PREFIX, Aliases, fold, read_listing
 from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
 from chaos_mode.routing.pool_status import served
@@ -128,7 +129,7 @@ def test_an_opus_request_never_goes_to_a_name_found_to_be_served_by_a_flash_mode
         p.release(slot)
     taken = fill(p, "heavy")
     assert names(taken) == {"glm-5.1", "glm-5.3"}
-    status = served(p.status())
+    status = served(pool_status.status(p))
     assert "glm-4.7" not in status["models"]
     assert status["models"]["glm-5.3-flash"]["aliases"] == ["glm-4.7"]
     assert status["models"]["glm-5.3-flash"]["tier"] == "LIGHT"
@@ -142,7 +143,7 @@ def test_slots_held_under_the_old_name_count_on_the_served_model() -> None:
     others = frozenset({"glm-5.1", "glm-5.3", "glm-4.5-air"})
     assert p.try_acquire(Ticket("light", attempted=others)) is not None
     assert p.acquire("glm-5.3-flash") is None  # 3 held as glm-4.7 count here
-    assert served(p.status())["models"]["glm-4.7"]["usable"] is False
+    assert served(pool_status.status(p))["models"]["glm-4.7"]["usable"] is False
     for slot in held:
         assert slot is not None
         p.release(slot)
@@ -270,7 +271,7 @@ def test_a_listed_model_the_catalog_lacks_is_offered_by_its_family_and_an_unlist
     assert p.config.models["glm-5.4"].tier == "HEAVY" and not p.report_served(seen, "glm-5.4")
     p.release(seen)
     assert "mystery" not in models and "glm-5.1" not in models  # no family; served as glm-5.3
-    out = served(p.status())["models"]
+    out = served(pool_status.status(p))["models"]
     assert out["glm-4.7"]["outOfRotation"] == "not listed by z.ai's models endpoint"
     assert out["glm-4.5-flash"]["usable"] is False
     assert "glm-4.7" not in names(fill(p, "heavy"))
@@ -287,7 +288,7 @@ def test_a_listing_naming_nothing_the_pool_serves_is_not_taken() -> None:
     p = pool()
     for listing in ([], ["other-model"], ["glm-6"]):
         assert p.listed(listing) == []
-    assert all(m["usable"] for m in served(p.status())["models"].values())
+    assert all(m["usable"] for m in served(pool_status.status(p))["models"].values())
 
 
 def test_a_reset_forgets_the_learned_aliases_not_the_configs() -> None:

@@ -76,7 +76,7 @@ class Swarm:
         now = self.wall()
         for done_at, slot in [f for f in self.flying if f[0] <= now]:
             self.flying.remove((done_at, slot))
-            self.pool.report_success(slot)
+            self.pool.ledger.success(slot)
             self.pool.release(slot)
             self.answers += 1
             self.last_answer = now
@@ -91,7 +91,7 @@ class Swarm:
                 self.flying.append((now + self.latency, slot))
                 continue
             spent = UpstreamError(429, "1308", Action.ACCOUNT_PAUSE, "1308", reset_at=self.zai.resets_at(now))
-            self.pool.report_error(slot.model, spent, None, slot)
+            self.pool.ledger.error(slot.model, spent, None, slot)
             self.pool.release(slot)
 
     def advance(self) -> None:
@@ -200,7 +200,7 @@ def known(
             pool.quota.read(zai.reading(swarm.wall()), pool.quota.asked())
             slot = pool.try_acquire(Ticket("heavy"))
         assert slot is not None and zai.arrive(swarm.wall(), int(pool.pacer.weight(slot.model)))
-        pool.report_success(slot)
+        pool.ledger.success(slot)
         pool.release(slot)
     pool.quota.read(zai.reading(swarm.wall()), pool.quota.asked())
     return swarm
@@ -217,7 +217,7 @@ def test_the_hard_stop_lets_go_what_is_left_and_not_one_more() -> None:
     assert pool.quota_status()["pacing"]["budget"] == 0
     for slot in taken:
         assert slot is not None and zai.arrive(WALL)
-        pool.report_success(slot)
+        pool.ledger.success(slot)
         pool.release(slot)
     assert zai.used <= zai.total and zai.refused == 0
 
@@ -229,8 +229,8 @@ def test_a_refusal_gives_its_weight_back_and_a_request_with_no_verdict_keeps_it(
     refused, unreached, gone = (pool.try_acquire(Ticket("heavy")) for _ in range(3))
     assert refused is not None and unreached is not None and gone is not None
     busy = UpstreamError(429, "1302", Action.CONCURRENCY, "1302")
-    pool.report_error(refused.model, busy, None, refused)  # z.ai refused it: not charged
-    pool.report_error(
+    pool.ledger.error(refused.model, busy, None, refused)  # z.ai refused it: not charged
+    pool.ledger.error(
         unreached.model, UpstreamError(502, None, Action.UNREACHED, "no answer"), None, unreached
     )
     for slot in (refused, unreached, gone):
@@ -251,7 +251,7 @@ async def test_held_by_the_hard_stop_a_request_waits_and_a_reading_that_raises_t
     assert not waiter.done() and pool.quota_status()["pacing"]["pacedWaits"] == 1
     for slot in taken:  # answered: the count is exact again, and the next reading says more is left
         assert slot is not None and zai.arrive(WALL)
-        pool.report_success(slot)
+        pool.ledger.success(slot)
         pool.release(slot)
     pool.quota.read(zai.reading(WALL), asked)
     assert not waiter.done()  # asked for before the answers: it says nothing new
@@ -315,7 +315,7 @@ def test_held_with_all_it_let_go_answered_the_pool_asks_for_a_reading_at_once() 
     taken = [pool.try_acquire(Ticket("heavy")) for _ in range(int(left))]
     for slot in taken:
         assert slot is not None and zai.arrive(WALL)
-        pool.report_success(slot)
+        pool.ledger.success(slot)
         pool.release(slot)
     assert asked == [0]  # once, when the last was answered: nothing in flight
     pool.quota.read(zai.reading(WALL), pool.quota.asked())

@@ -71,6 +71,7 @@ from chaos_mode.request.failover import Answer, reject, settle, unreached
 from chaos_mode.request.rate_limited import Reply
 from chaos_mode.request.refusals import Refusals
 from chaos_mode.request.routed import RoutedRequest
+from chaos_mode.routing import pool_status
 from chaos_mode.routing.pool import ChaosPool
 from chaos_mode.routing.pool_status import served
 from chaos_mode.routing.tiers import TierClassifier, UnknownNames
@@ -300,12 +301,12 @@ class ChaosMode:
             _proxy_id(),
             share=share,
             on_freed=self.pool.wake,
-            on_probe_answered=self.pool.probe_answered_elsewhere,
-            on_seen=self.pool.seen_elsewhere,
+            on_probe_answered=self.pool.ledger.probe_answered_elsewhere,
+            on_seen=self.pool.ledger.seen_elsewhere,
             waiting=self.pool.first_in_line,
-            serving=self.pool.serving_here,
-            refusing=self.pool.refusing,
-            overdue=self.pool.overdue_here,
+            serving=self.pool.ledger.serving_here,
+            refusing=self.pool.ledger.refusing,
+            overdue=self.pool.ledger.overdue_here,
         )
         self.pool.use_slots(slots)
         return RedisFleet(
@@ -736,7 +737,7 @@ class ChaosMode:
     # -- status and commands ------------------------------------------------------------------------
 
     def chaos_stats(self) -> dict[str, Any]:
-        stats = chaos_stats(served(self.pool.status()), self.stats)
+        stats = chaos_stats(served(pool_status.status(self.pool)), self.stats)
         stats["quota"] = self.pool.quota_status()
         stats["fleet"] = None
         if self.fleet is not None:

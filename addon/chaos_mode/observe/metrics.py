@@ -18,6 +18,7 @@ from chaos_mode.doors.door import DOORS
 from chaos_mode.doors.messages import BAD_KINDS
 from chaos_mode.fleet.figures import FleetFigures
 from chaos_mode.observe.stats import OTHER_MODEL, OUTCOMES, WAIT_BUCKETS, Stats
+from chaos_mode.routing import pool_status
 from chaos_mode.routing.pool import ChaosPool
 from chaos_mode.routing.pool_status import ModelStatus, PoolStatus, QueueStatus
 from chaos_mode.zai.catalog import REQUEST_TIERS
@@ -363,7 +364,7 @@ class _Families:
 
 
 class PoolCollector(Collector):
-    """Reads `pool.status()` and `stats` at every scrape: the pool stays the single source of truth.
+    """Reads `pool_status.status(pool)` and `stats` at every scrape: the pool stays the one source of truth.
 
     Label values come only from the catalog (unknown models fold into `other`), the request tiers,
     the fixed outcome and kind sets, and the bounded error-code set of `code_label`.
@@ -380,7 +381,7 @@ class PoolCollector(Collector):
         return []  # names are fixed by METRICS; no collect() at registration time
 
     def collect(self) -> Iterable[Metric]:
-        status = self._pool.status()
+        status = pool_status.status(self._pool)
         f = _Families()
         self._account(f, status)
         self._models(f, status.models)
