@@ -831,7 +831,7 @@ def test_a_probe_a_verdict_or_fixed_limits_make_an_attempt_overdue_no_more() -> 
     fixed = Rig(routing(learning={"enabled": False}))
     first, second = fixed.take(), fixed.take()
     fixed.pool.ledger.overdue(second)  # without learning a 1302 cools the model: nothing rides
-    assert not fixed.second.rides
+    assert not second.rides
     assert fixed.pool.try_acquire(Ticket("heavy")) is None
     for selection in (first, second):
         assert fixed.pool.release(selection)

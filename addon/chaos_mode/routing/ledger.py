@@ -21,7 +21,7 @@ from chaos_mode.quota.tracker import QuotaTracker
 from chaos_mode.routing.arrivals import Arrivals
 from chaos_mode.routing.cooldowns import CooldownState
 from chaos_mode.routing.rotation import Rotation
-from chaos_mode.routing.slot_record import Phase, Records, SlotRecord
+from chaos_mode.routing.slot_record import Phase, Place, Records, SlotRecord
 from chaos_mode.routing.slots import ProbeClaim, Seen, SlotStore
 from chaos_mode.zai.catalog import ACCOUNT
 from chaos_mode.zai.errors import FAIR_USE_CODE, FAIR_USE_SECONDS, Action, UpstreamError
@@ -87,7 +87,7 @@ class Ledger:
         record = self.records.get(slot.slot_id)
         if record is None:
             return None
-        self._settle(record)
+        self._settle(record)  # the fleet hears of an overdue one
         self.records.release(slot.slot_id)
         self._quota.ended(slot.slot_id)
         self._arrivals.released(slot.slot_id)
@@ -137,7 +137,7 @@ class Ledger:
         flow ends (a queuing z.ai starts a held request the moment another ends: it must not count)."""
         record = self.records.get(slot.slot_id)
         if record is not None:
-            self.records.end(record)
+            record.ended = True
 
     def overdue(self, slot: Slot) -> None:
         """`slot`'s request has had no head within its patience (see `request.hedging`): z.ai is most
@@ -146,7 +146,7 @@ class Ledger:
         account's limits, its place going to the next request. No-op without learning (a 1302 then cools the
         model down), for a probe (it rides already), a request z.ai seated or one with its verdict."""
         record = self.records.get(slot.slot_id)
-        if not self._limits.enabled or record is None or not self.records.overdue(record):
+        if not self._limits.enabled or record is None or not self.records.move(record, Place.OVERDUE):
             return
         self.store.overdue_changed()
         if len(self._queue):
@@ -158,19 +158,19 @@ class Ledger:
         probe, or whose probe was answered."""
         record = self.records.get(slot.slot_id)
         if record is not None:
-            self.records.queue_probe(record)
+            self.records.move(record, Place.QUEUED)
 
     def _seat_queued_probe(self, model: str) -> None:
         """A slot of `model` z.ai served went back: a probe z.ai queues on that model (else on the account)
         takes it, counting within the limit from now on. z.ai held it, so it found no room above its limit:
         the next probe there waits as after a refusal, and its answer is a regular request's."""
-        if not self.records.queued:
+        record = self.records.queued_probe(model) if self.records.riding_on else None
+        if record is None:
             return
-        for record in self.records.queued_probes(model)[:1]:
-            if record.probe is not None and not record.stalled:  # a stall judged it already
-                self._limits.probe_given_up(record.probe, record.model)
-                self._probe_judged(record)
-            self.records.seat(record)
+        if record.probe is not None and not record.stalled:  # a stall judged it already
+            self._limits.probe_given_up(record.probe, record.model)
+            self._probe_judged(record)
+        self.records.move(record, Place.SEATED)
 
     # -- verdicts -------------------------------------------------------------------------------------
 
@@ -210,7 +210,7 @@ class Ledger:
         says (zai.assumptions.MAY_QUEUE). Once per slot; the request goes on (z.ai may serve it), and a 1302
         that comes for it later is not counted again. False: its verdict came first."""
         record = self.records.get(slot.slot_id)
-        if record is None or not self.records.stall(record):
+        if record is None or not record.stall():
             return False
         if self._limits.enabled:
             level, account_level = self._arrival_levels(slot, (slot.in_flight, slot.total))
@@ -322,11 +322,7 @@ class Ledger:
         """What z.ai serves now, as far as the pool can tell: slots answered cleanly whose answer has not
         ended (of `model`; the account's when None), this proxy's and those other proxies of a fleet said
         they had (their slots z.ai has not answered yet are not z.ai's to serve)."""
-        records = self.records
-        if model is None:
-            here = len(records) - records.awaiting() - records.ended()
-        else:
-            here = records.held_on.get(model, 0) - records.awaiting(model) - records.ended(model)
+        here = self.records.serving(model)
         return here + self.store.serving_elsewhere(model) if self.store.confirms else here
 
     def _arrival_levels(
@@ -359,13 +355,11 @@ class Ledger:
     def serving_here(self) -> dict[str, int]:
         """This proxy's slots z.ai answered cleanly and still serves, per model (none: left out): what it
         tells the fleet with each notice."""
-        records = self.records
-        serving = {}
-        for model, held in records.held_on.items():
-            count = held - records.awaiting(model) - records.ended(model)
-            if count > 0:
-                serving[model] = count
-        return serving
+        serving = {model: self.records.serving(model) for model in self.held_models()}
+        return {model: count for model, count in serving.items() if count > 0}
+
+    def held_models(self) -> dict[str, None]:
+        return dict.fromkeys(r.model for r in self.records.by_id.values())
 
     def overdue_here(self) -> dict[str, int]:
         """This proxy's attempts riding above the limits, per model: what it tells the fleet."""
