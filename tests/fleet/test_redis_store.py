@@ -68,7 +68,7 @@ def make_fleet(
             refusing=pool.ledger.refusing,
             overdue=pool.ledger.overdue_here,
         )
-        pool.use_slots(slots)
+        pool.use(slots=slots)
     parsed = parse_state_url(url, {})
     assert parsed is not None
     models = list(pool.config.models) if pool is not None else MODELS
@@ -311,7 +311,7 @@ async def test_a_slot_freed_goes_to_the_proxy_it_is_owed_to_and_the_others_do_no
         first = asyncio.ensure_future(pools[1].admit(Ticket("heavy", session="first"), timeout=5))
         await until(lambda: fleets[0].slots.next_in_fleet_line() == "p1")
         second = asyncio.ensure_future(pools[2].admit(Ticket("heavy", session="second"), timeout=5))
-        await until(lambda: pools[2].waiting() == 1 and fleets[1].slots.proxies is not None)
+        await until(lambda: pools[2].first_in_line()[0] == 1 and fleets[1].slots.proxies is not None)
         await asyncio.sleep(0.05)  # p2's announce reached p0 (p1's first came earlier, at the same level)
         assert fleets[0].slots.next_in_fleet_line() == "p1"
         selection = held.pop()
@@ -439,7 +439,7 @@ async def test_leases_never_exceed_the_caps_and_come_back_to_zero(
     for fleet in fleets:
         await asyncio.gather(*fleet._background)
     assert await client.zcard("chaos:account") == 0
-    assert all(pool.spurious_releases == 0 and pool.waiting() == 0 for pool in pools)
+    assert all(pool.spurious_releases == 0 and pool.first_in_line()[0] == 0 for pool in pools)
     for fleet in fleets:
         await fleet.close()
     await client.aclose()

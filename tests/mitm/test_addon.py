@@ -121,7 +121,7 @@ async def env(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> AsyncIterator
         # Every test ends with every slot back, nothing waiting, no release that held nothing,
         # and no internal error swallowed by the addon's safety nets.
         assert addon.pool.in_flight() == 0
-        assert addon.pool.waiting() == 0
+        assert addon.pool.first_in_line()[0] == 0
         assert addon.pool.spurious_releases == environment.expect_spurious
         assert addon.forwarder.address is None
         assert not [m for m in environment.chaos_logs() if "internal error" in m]
@@ -637,7 +637,7 @@ async def test_a_request_waits_for_a_slot_and_proceeds_when_one_is_released(env:
     first, second = messages_flow(), messages_flow()
     await env.request(first)
     waiting = asyncio.create_task(env.request(second))
-    await until(lambda: env.addon.pool.waiting() == 1)
+    await until(lambda: env.addon.pool.first_in_line()[0] == 1)
     await asyncio.sleep(0.02)
     assert not waiting.done()
     assert body_of(second)["model"] == "claude-opus-4-5"  # not rewritten while it waits
@@ -682,7 +682,7 @@ async def one_holding_one_waiting(
     first, second = messages_flow(), messages_flow()
     await env.request(first)
     waiting = asyncio.create_task(env.request(second))
-    await until(lambda: env.addon.pool.waiting() == 1)
+    await until(lambda: env.addon.pool.first_in_line()[0] == 1)
     return first, second, waiting
 
 
@@ -696,7 +696,7 @@ async def test_a_waiting_request_whose_client_left_is_killed_and_holds_nothing(
     assert second.error is not None and second.error.msg == mflow.Error.KILLED_MESSAGE
     assert meta_of(second)["held"] is None
     assert meta_of(second)["outcome"] == "aborted"
-    assert env.addon.pool.waiting() == 0
+    assert env.addon.pool.first_in_line()[0] == 0
     env.addon.error(second)
     await serve(env, first)
     assert served(pool_status.status(env.addon.pool))["models"]["tiny"]["dispatched"] == 1

@@ -82,7 +82,7 @@ async def test_a_failover_keeps_its_first_arrival_and_does_not_count_again() -> 
     # z.ai refuses the first request's attempt at 3 s: it waits again, as if it had come at 0 s.
     failing_over = asyncio.create_task(settle(first, REFUSAL, now=clock()))
     await asyncio.sleep(0)
-    assert pool.waiting() == 2
+    assert pool.first_in_line()[0] == 2
     pool.release(other)
     verdict = await asyncio.wait_for(failing_over, 1)
     assert isinstance(verdict, Slot) and verdict.model == other.model
@@ -94,7 +94,7 @@ async def test_a_failover_keeps_its_first_arrival_and_does_not_count_again() -> 
     first.finish("ok")  # gives `verdict` back: the request that came at 1 s has it
     served_later = await asyncio.wait_for(later, 1)
     assert served_later is not None and pool.release(served_later)
-    assert pool.in_flight() == 0 and pool.waiting() == 0
+    assert pool.in_flight() == 0 and pool.first_in_line()[0] == 0
     assert pool.spurious_releases == 0
 
 

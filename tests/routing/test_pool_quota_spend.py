@@ -18,6 +18,7 @@ from chaos_mode.config.schema import parse_config
 from chaos_mode.quota.reading import QuotaReading
 from chaos_mode.quota.tracker import Asked
 from chaos_mode.request.rate_limited import rate_limited
+from chaos_mode.routing import pool_status
 from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
 from chaos_mode.zai.errors import Action, UpstreamError
 from support.fakes import FakeClock
@@ -156,7 +157,7 @@ def test_paced_the_swarm_spends_the_whole_quota_in_the_window_without_a_1308() -
     assert swarm.zai.used == 200 and swarm.zai.refused == 0
     assert swarm.answers == 200 and swarm.last_answer - WALL > 25
     assert swarm.unsafe == []
-    assert swarm.pool.quota_status()["pacing"]["budget"] == 0
+    assert pool_status.quota(swarm.pool)["pacing"]["budget"] == 0
 
 
 @settings(max_examples=40, deadline=None)
@@ -214,7 +215,7 @@ def test_the_hard_stop_lets_go_what_is_left_and_not_one_more() -> None:
     taken = [pool.try_acquire(Ticket("heavy")) for _ in range(int(budget.left))]
     assert all(slot is not None for slot in taken)
     assert pool.try_acquire(Ticket("heavy")) is None  # held: the budget is spent
-    assert pool.quota_status()["pacing"]["budget"] == 0
+    assert pool_status.quota(pool)["pacing"]["budget"] == 0
     for slot in taken:
         assert slot is not None and zai.arrive(WALL)
         pool.ledger.success(slot)
@@ -248,7 +249,7 @@ async def test_held_by_the_hard_stop_a_request_waits_and_a_reading_that_raises_t
     asked = pool.quota.asked()
     waiter = asyncio.ensure_future(pool.admit(Ticket("heavy", session="agent-1"), timeout=5.0))
     await asyncio.sleep(0)
-    assert not waiter.done() and pool.quota_status()["pacing"]["pacedWaits"] == 1
+    assert not waiter.done() and pool_status.quota(pool)["pacing"]["pacedWaits"] == 1
     for slot in taken:  # answered: the count is exact again, and the next reading says more is left
         assert slot is not None and zai.arrive(WALL)
         pool.ledger.success(slot)

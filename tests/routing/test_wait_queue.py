@@ -50,7 +50,7 @@ def make_pool() -> Iterator[MakePool]:
     yield make
     for pool in made:
         assert pool.in_flight() == 0
-        assert pool.waiting() == 0
+        assert pool.first_in_line()[0] == 0
 
 
 async def settle() -> None:
@@ -79,7 +79,7 @@ async def test_waiters_are_served_in_arrival_order(make_pool: MakePool) -> None:
         tasks.append(asyncio.create_task(pool.admit(Ticket("heavy"))))
         await settle()
         clock.advance(1.0)
-    assert pool.waiting() == 3
+    assert pool.first_in_line()[0] == 3
     status = served(pool_status.status(pool))["queue"]
     assert status["waitingByTier"] == {"heavy": 3, "medium": 0, "light": 0}
     assert status["longestWait"] == 3.0
@@ -110,14 +110,14 @@ async def test_no_head_of_line_blocking(make_pool: MakePool) -> None:
     assert heavy == Slot("h", "least-loaded")
     heavy_waiter = asyncio.create_task(pool.admit(Ticket("heavy")))
     await settle()
-    assert pool.waiting() == 1
+    assert pool.first_in_line()[0] == 1
     light = asyncio.create_task(pool.admit(Ticket("light")))
     await asyncio.sleep(0)  # one step: it never waits for a release
     assert light.done()
     light_slot = light.result()
     assert light_slot == Slot("l", "least-loaded")
     assert not heavy_waiter.done()
-    assert pool.waiting() == 1
+    assert pool.first_in_line()[0] == 1
     assert light_slot is not None and pool.release(light_slot)
     assert heavy is not None and pool.release(heavy)
     async with asyncio.timeout(1):
@@ -167,11 +167,11 @@ async def test_a_cancelled_waiter_holds_nothing_and_the_queue_goes_on(make_pool:
     first = asyncio.create_task(pool.admit(Ticket("heavy")))
     second = asyncio.create_task(pool.admit(Ticket("heavy")))
     await settle()
-    assert pool.waiting() == 2
+    assert pool.first_in_line()[0] == 2
     first.cancel()
     with pytest.raises(asyncio.CancelledError):
         await first
-    assert pool.waiting() == 1
+    assert pool.first_in_line()[0] == 1
     assert pool.in_flight() == 1
     assert pool.release(holder)
     async with asyncio.timeout(1):
@@ -456,8 +456,8 @@ async def test_a_conversation_set_back_goes_as_far_ahead_as_it_fell_behind(make_
     for session in ("hit", "ahead", "behind"):
         slot = await pool.admit(Ticket("heavy", session=session))
         assert slot is not None and pool.release(slot)
-    pool.set_back("hit", 2.5)
-    pool.set_back(None, 5.0)  # no conversation: nothing to make up
+    pool.shares.fell_behind("hit", 2.5)
+    pool.shares.fell_behind(None, 5.0)  # no conversation: nothing to make up
     holder = await pool.admit(Ticket("heavy"))
     assert holder is not None
     tasks = []

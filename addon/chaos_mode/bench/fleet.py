@@ -431,7 +431,7 @@ async def lease_latency(redis_url: str, samples: int = 2000) -> dict[str, float]
     slots = SharedSlots(
         "bench", on_freed=pool.wake, waiting=pool.first_in_line, serving=pool.ledger.serving_here
     )
-    pool.use_slots(slots)
+    pool.use(slots=slots)
     url = parse_state_url(redis_url, {})
     assert url is not None
     fleet = RedisFleet(url, slots, models=lambda: list(config.models), lease_seconds=10)

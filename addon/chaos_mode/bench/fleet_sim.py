@@ -177,7 +177,7 @@ async def run_fleet(count: int, shared: bool, workload: Workload, seed: int, del
                 overdue=pool.ledger.overdue_here,
                 clock=loop.time,
             )
-            pool.use_slots(slots)
+            pool.use(slots=slots)
             fleet = StoreFleet(store, slots)
             slots.connected(fleet)
             store.subscribers.append(slots)

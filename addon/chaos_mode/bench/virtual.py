@@ -294,7 +294,7 @@ async def swarm(
             heads.head(loop.time() - written)
             pool.ledger.success(selection, at_once=not heads.queues())
             if held_at > first:  # served only after losing an attempt, as `RoutedRequest.answered`
-                pool.set_back(ticket.session, held_at - first)
+                pool.shares.fell_behind(ticket.session, held_at - first)
             await asyncio.sleep(max(request.service_seconds - head_after(request), 0.0))
             zai.release(selection.model)
             pool.release(selection)

@@ -89,7 +89,7 @@ class RedisFleet:
         self._joined_limits = False  # the fleet's limits were taken since this proxy last (re)joined it
         if pool is not None and isinstance(pool.cooldowns, Cooldowns):
             self.cooldowns = SharedCooldowns(pool.cooldowns, self._tell_block)
-            pool.use_cooldowns(self.cooldowns)
+            pool.use(cooldowns=self.cooldowns)
         self._client: aioredis.Redis = aioredis.Redis(
             host=url.host,
             port=url.port,
@@ -423,7 +423,7 @@ class RedisFleet:
         except (ValueError, KeyError, TypeError):
             return
         self.cooldowns.heard(notice)
-        self.pool.blocks_changed()
+        self.pool.wake()
 
     async def share_limits(self) -> None:
         """Write the learned limits that changed here since the last time, read everyone's, and, once

@@ -308,7 +308,7 @@ class ChaosMode:
             refusing=self.pool.ledger.refusing,
             overdue=self.pool.ledger.overdue_here,
         )
-        self.pool.use_slots(slots)
+        self.pool.use(slots=slots)
         return RedisFleet(
             url, slots, models=lambda: list(self.config.models), lease_seconds=lease_seconds, pool=self.pool
         )
@@ -738,7 +738,7 @@ class ChaosMode:
 
     def chaos_stats(self) -> dict[str, Any]:
         stats = chaos_stats(served(pool_status.status(self.pool)), self.stats)
-        stats["quota"] = self.pool.quota_status()
+        stats["quota"] = pool_status.quota(self.pool)
         stats["fleet"] = None
         if self.fleet is not None:
             from chaos_mode.fleet.redis_store import fleet_status

@@ -497,7 +497,7 @@ class PoolCollector(Collector):
                     f.gauge("quota_credits").add_metric([name, figure], float(window[figure]))
         f.gauge("quota_source_info").add_metric([quota.source], 1.0)
         f.gauge("quota_counted_prompts").add_metric([], quota.estimate.units)
-        pacing = pool.quota_status()["pacing"] if pool.config.quota.pace else None
+        pacing = pool_status.quota(pool)["pacing"] if pool.config.quota.pace else None
         if pacing is not None and pacing["maxConcurrency"] is not None:
             f.gauge("quota_paced_max_concurrency").add_metric([], float(pacing["maxConcurrency"]))
         if pacing is not None and pacing["budget"] is not None:

@@ -356,8 +356,9 @@ class RoutedRequest:
         self._answered = len(self.attempts)
         self.refusals.answered(self.slot.model)
         self.pool.ledger.success(self.slot, at_once=at_once)
-        if self._answered > 1:  # served only after losing an attempt: its conversation fell behind
-            self.pool.set_back(self.session, self.attempts[-1].at - self.attempts[0].at)
+        if self._answered > 1:  # served only after losing an attempt: its conversation's next request
+            # waits in line as if it had come that much earlier (once: its admission clears it)
+            self.pool.shares.fell_behind(self.session, self.attempts[-1].at - self.attempts[0].at)
         self.pay()  # another model serves it: the refusals before were their models'
 
     def written(self, slot: Slot) -> None:

@@ -61,8 +61,8 @@ class Ledger:
         wall_clock: Callable[[], float],
     ) -> None:
         self.records = Records()
-        self.store = store  # the pool's, as `use_slots` sets it
-        self.cooldowns = cooldowns  # the pool's, as `use_cooldowns` sets it
+        self.store = store  # the pool's, as `ChaosPool.use` sets it
+        self.cooldowns = cooldowns  # the pool's, as `ChaosPool.use` sets it
         self.settings = settings  # the config's cooldowns, as `reconfigure` sets them
         self._limits, self._quota, self._rotation, self._queue = limits, quota, rotation, queue
         self._limits_changed, self._arm_timer = limits_changed, arm_timer

@@ -161,12 +161,12 @@ class ChaosPool:
         self._clock = clock
         self._wall_clock = wall_clock
         self._rng = rng or random.Random()
-        self._slots: SlotStore = slots or MemorySlots()
-        self._cooldowns: CooldownState = cooldowns or Cooldowns(config.cooldown, clock)
-        self._limits = LearnedLimits(config, clock=clock, wall_clock=wall_clock)
+        self.slots: SlotStore = slots or MemorySlots()
+        self.cooldowns: CooldownState = cooldowns or Cooldowns(config.cooldown, clock)
+        self.limits = LearnedLimits(config, clock=clock, wall_clock=wall_clock)
         self._sticky = StickyMap(config.sticky.ttl_seconds, config.sticky.max_entries, clock)
         self._cache_rule = CacheRule()
-        self._shares = ServedLately(clock)
+        self.shares = ServedLately(clock)  # each conversation's place in the fair queue
         self._queue: WaitQueue[Ticket, Slot] = WaitQueue(
             attempt=self._attempt,
             release=self.release,
@@ -192,11 +192,11 @@ class ChaosPool:
         self._listed: list[str] | None = None  # what z.ai's models endpoint listed last (None: not read)
         # z.ai's verdicts on the held slots: one record each (`routing.ledger`)
         self.ledger = Ledger(
-            limits=self._limits,
+            limits=self.limits,
             quota=self.quota,
             rotation=self._rotation,
-            store=self._slots,
-            cooldowns=self._cooldowns,
+            store=self.slots,
+            cooldowns=self.cooldowns,
             settings=config.cooldown,
             queue=self._queue,
             limits_changed=self._limits_changed,
@@ -208,46 +208,18 @@ class ChaosPool:
 
     # -- configuration ----------------------------------------------------------------------------
 
-    @property
-    def config(self) -> ModelRouting:
-        return self._config
-
-    @property
-    def cooldowns(self) -> CooldownState:
-        return self._cooldowns
-
-    @property
-    def limits(self) -> LearnedLimits:
-        return self._limits
-
-    @property
-    def learns(self) -> bool:
-        """Whether limits are learned (a 1302 is then evidence, not a cooldown)."""
-        return self._limits.enabled
-
-    @property
-    def slots(self) -> SlotStore:
-        return self._slots
-
-    def use_slots(self, slots: SlotStore) -> None:
-        """Count slots in `slots` from now on (a store shared with other proxies). Only at start-up, while
-        nothing is held: a held slot must be released where it was taken."""
-        self._slots = self.ledger.store = slots
-        self.pacer.alone = not slots.confirms  # pacing's budget counts this proxy's requests only
-
-    def use_cooldowns(self, cooldowns: CooldownState) -> None:
-        """Keep cooldowns in `cooldowns` from now on (one shared with other proxies), at start-up."""
-        self._cooldowns = self.ledger.cooldowns = cooldowns
-
-    def blocks_changed(self) -> None:
-        """Another proxy blocked or restored a model: a restored one may serve the waiters."""
-        if len(self._queue):
-            self._queue.dispatch()
-            self._arm_timer()
+    def use(self, *, slots: SlotStore | None = None, cooldowns: CooldownState | None = None) -> None:
+        """Count slots in `slots` and keep cooldowns in `cooldowns` from now on (shared with other proxies).
+        Only at start-up, while nothing is held: a held slot must be released where it was taken."""
+        if slots is not None:
+            self.slots = self.ledger.store = slots
+            self.pacer.alone = not slots.confirms  # pacing's budget counts this proxy's requests only
+        if cooldowns is not None:
+            self.cooldowns = self.ledger.cooldowns = cooldowns
 
     def adopt_limits(self, rows: Mapping[str, Any]) -> int:
         """Take the limits other proxies learned, where newer than ours (see `LearnedLimits.merge`)."""
-        taken = self._limits.merge(rows)
+        taken = self.limits.merge(rows)
         self._limits_changed()
         return taken
 
@@ -261,33 +233,35 @@ class ChaosPool:
     @property
     def learned_version(self) -> tuple[int, int]:
         """Grows whenever what was learned (limits, aliases) changes: when to write it again."""
-        return self._limits.version, self.aliases.version
+        return self.limits.version, self.aliases.version
 
     def learned_rows(self, since: float = -math.inf) -> dict[str, dict[str, Any]]:
         """What was learned after `since` (wall clock): the limits' rows and the aliases' (a fleet's)."""
-        return {**self._limits.rows(since), **self.aliases.rows(since)}
+        return {**self.limits.rows(since), **self.aliases.rows(since)}
 
     def dump_learned(self) -> dict[str, Any]:
         """What was learned, as the state file keeps it (`restore_learned` takes it back)."""
-        return {**self._limits.dump(), "aliases": self.aliases.rows()}
+        return {**self.limits.dump(), "aliases": self.aliases.rows()}
 
     def restore_learned(self, data: Any) -> int:
         """Take back what `dump_learned` wrote; how many limits and aliases were restored. `ValueError`
         for data that is not ours (see `LearnedLimits.restore`)."""
         rows = data.get("aliases") if isinstance(data, dict) else None
         taken = self.adopt_aliases(rows) if isinstance(rows, Mapping) else 0
-        restored = self._limits.restore(data)
+        restored = self.limits.restore(data)
         if restored:
             self.reconfigure(self._given)  # re-derive what selection reads from the restored limits
         return taken + restored
 
     def wake(self, delay: float = 0.0) -> None:
-        """Capacity may have been freed elsewhere (another proxy of the fleet): serve the waiters, now or
-        after `delay` seconds (the slot was owed to another proxy first)."""
+        """Capacity may have been freed elsewhere (another proxy of the fleet gave a slot back, blocked or
+        restored a model): serve the waiters, now or after `delay` seconds (the slot was owed to another
+        proxy first), and when the earliest block ends."""
         if delay > 0:
             self._wake_later(delay)
         elif len(self._queue):
             self._queue.dispatch()
+            self._arm_timer()
 
     def reconfigure(self, config: ModelRouting) -> None:
         """Apply a new config; in-flight counts, cooldowns and sticky entries are kept. The pool serves its
@@ -298,13 +272,13 @@ class ChaosPool:
         if self._offered:
             config = config.model_copy(update={"models": {**config.models, **self._offered}})
         config, self._folded = fold(config, self.aliases)
-        self._config = config
+        self.config = config
         self._strategy: Strategy = make_strategy(config.chaos_mode.strategy, self._rng)
-        self._limits.reconfigure(config)
+        self.limits.reconfigure(config)
         self._derive()
         self._max_cost = config.chaos_mode.max_cost_per_request
         self._sticky_on = config.chaos_mode.sticky_conversations
-        self._cooldowns.reconfigure(config.cooldown)
+        self.cooldowns.reconfigure(config.cooldown)
         self.ledger.settings = config.cooldown
         self._sticky.reconfigure(config.sticky.ttl_seconds, config.sticky.max_entries)
         quota = config.quota
@@ -321,7 +295,7 @@ class ChaosPool:
 
     def _derive(self) -> None:
         """What selection reads of the limits, rebuilt whenever a learned limit changes."""
-        config, limits = self._config, self._limits
+        config, limits = self.config, self.limits
         self._entries = _entries(config, limits)
         self._eligible: dict[RequestTier, list[ModelEntry]] = {
             tier: [self._entries[name] for name in config.eligible_models(tier)] for tier in REQUEST_TIERS
@@ -341,7 +315,7 @@ class ChaosPool:
 
     def _limits_changed(self) -> bool:
         """Follow the learned limits; waiters may use what a raised limit gives. Whether they changed."""
-        if self._limits_version == self._limits.version:
+        if self._limits_version == self.limits.version:
             return False
         self._derive()
         if len(self._queue):
@@ -353,15 +327,15 @@ class ChaosPool:
     def _select(self, ticket: Ticket) -> tuple[Choice | None, bool]:
         """(choice, moved): moved when a sticky conversation had to leave its model."""
         self._follow_limits()
-        slots = self._slots
-        if self._cooldowns.account_pause() is not None:
+        slots = self.slots
+        if self.cooldowns.account_pause() is not None:
             return None, False
         plan = self.pacer.plan(self._lighter_left)
         if plan.max_concurrency is not None and slots.total() >= plan.max_concurrency:
             return None, False  # paced: it waits in the fair queue
-        blocked = self._cooldowns.blocked()
+        blocked = self.cooldowns.blocked()
         if self._rotation.out:
-            self._rotation.check(self._cooldowns)
+            self._rotation.check(self.cooldowns)
         attempted = ticket.attempted
         held = self._counts().get
         eligible = (self._seeing if ticket.images else self._eligible)[ticket.tier]
@@ -432,7 +406,7 @@ class ChaosPool:
     def _counts(self) -> Mapping[str, int]:
         """Slots held per model, counted by the model that serves them: those taken under a name since found
         to be served as another count on that one (`routing.aliases`)."""
-        counts, models = self._slots.counts(), self._config.models
+        counts, models = self.slots.counts(), self.config.models
         if counts.keys() <= models.keys():
             return counts
         served = self.aliases.served
@@ -450,9 +424,9 @@ class ChaosPool:
         overdue attempts here, and in a fleet the other proxies' overdue attempts (their places are the
         fleet's to use). Alone, the count's own `get`: this runs for every request."""
         riding = self.ledger.records.riding_on
-        if not self._slots.confirms:
+        if not self.slots.confirms:
             return riding.get
-        elsewhere = self._slots.riding_elsewhere
+        elsewhere = self.slots.riding_elsewhere
 
         def above(key: str, default: int) -> int:
             return riding.get(key, default) + elsewhere(None if key == ACCOUNT else key)
@@ -470,18 +444,13 @@ class ChaosPool:
                 return True
         return False
 
-    def quota_status(self) -> dict[str, Any]:
-        """The quota as `/api/status` shows it, with pacing: whether it is on, the plan in force, the waits
-        it caused (counted apart from the queue's other waits)."""
-        return {**self.quota.status(), "pacing": self.pacer.status(self._lighter_left)}
-
     def _beyond_limits(
         self, ticket: Ticket, eligible: list[ModelEntry], *, account_full: bool
     ) -> Choice | None:
         """Nothing eligible is free within the limits, so the request would wait. A probe one above a
         learned limit when one is due; else, when nothing at all is in flight, a trial on the cooling
         model that ends first; else None."""
-        limits, held = self._limits, self._counts().get
+        limits, held = self.limits, self._counts().get
         if limits.enabled and ticket.may_probe:
             affordable = self._affordable(ticket, eligible)
             if account_full:
@@ -498,13 +467,13 @@ class ChaosPool:
                     costs = self._costs(ticket, due)
                     chosen = min(zip(costs, (e.index for e in due), due, strict=True))[2]
                     return chosen.name, f"probing {chosen.name}'s limit ({chosen.capacity}+1)", "model"
-        if not self._config.cooldown.trial_when_idle or self._slots.total():
+        if not self.config.cooldown.trial_when_idle or self.slots.total():
             return None
         cooling = []
         for entry in (self._seeing if ticket.images else self._eligible)[ticket.tier]:
-            block = self._cooldowns.block(entry.name)
+            block = self.cooldowns.block(entry.name)
             if entry.name not in ticket.attempted and entry.capacity and block and block.kind == "cooldown":
-                cooling.append((self._cooldowns.remaining(entry.name), entry.index, entry.name))
+                cooling.append((self.cooldowns.remaining(entry.name), entry.index, entry.name))
         if not cooling:
             return None
         return min(cooling)[2], "trial: nothing in flight, cooldown cut short", None
@@ -541,7 +510,7 @@ class ChaosPool:
             cap += 1
         elif probe == "account":
             account_cap += 1
-        slots = self._slots
+        slots = self.slots
         # slots still held under a name found to be served as this model count here
         cap -= self._counts().get(model, 0) - slots.in_flight(model)
         if not slots.try_acquire(model, cap, account_cap):
@@ -560,13 +529,13 @@ class ChaosPool:
             return False
         model = record.model
         self._cache_rule.ended(model, self._clock() - record.taken_at)
-        if not self._slots.release(model):  # the store lost it (never)
+        if not self.slots.release(model):  # the store lost it (never)
             self.spurious_releases += 1
             return False
-        self.pacer.released(slot.slot_id, self._slots.total())
+        self.pacer.released(slot.slot_id, self.slots.total())
         self.pacer.drained()
         if len(self._queue):
-            delay = self._slots.hold_back()
+            delay = self.slots.hold_back()
             if delay > 0:
                 self._wake_later(delay)  # another proxy's waiters first (a shared store's fairness)
             else:
@@ -611,7 +580,7 @@ class ChaosPool:
         slot = self._take(model, reason, probe, awaits_verdict=True)
         if slot is None:
             return None
-        self.pacer.taken(slot.slot_id, ticket.tier, self._slots.total())
+        self.pacer.taken(slot.slot_id, ticket.tier, self.slots.total())
         if self._sticky_on and ticket.sticky_key is not None:
             size = 0 if ticket.request is None else ticket.request.input_tokens
             self._sticky.put(ticket.sticky_key, model, size)
@@ -619,14 +588,8 @@ class ChaosPool:
                 self._sticky.moves += 1
                 self._sticky.moved_tokens += size
         if ticket.counts:
-            self._shares.served(ticket.session)
+            self.shares.served(ticket.session)
         return slot
-
-    def set_back(self, session: str | None, seconds: float) -> None:
-        """A request of `session`'s conversation was served `seconds` later than its first attempt was
-        sent, which z.ai refused (or left unanswered): the conversation's next request waits in line as
-        if it had come that much earlier (`shares`; once: its admission clears it)."""
-        self._shares.fell_behind(session, seconds)
 
     async def admit(
         self, ticket: Ticket, *, since: float | None = None, timeout: float | None = None
@@ -636,26 +599,26 @@ class ChaosPool:
         how much their `session` was served lately (see `shares`), then by `since` (when the request first
         came: a failover keeps its place; default now). With a shared store, only a slot the fleet
         confirmed is returned, a probe's only with the right to probe its limit (`learning.limits`)."""
-        if not self._slots.confirms:
+        if not self.slots.confirms:
             return await self._admit(ticket, since, timeout)
         started = self._clock()
         since = started if since is None else since
         if timeout is None:
-            timeout = self._config.queue.timeout_seconds
+            timeout = self.config.queue.timeout_seconds
         while True:
             selection = await self._admit(ticket, since, max(timeout - (self._clock() - started), 0.0))
             if selection is None:
                 return None
             claim = self.ledger.claim(selection.probe, selection.model)
             try:
-                confirmed = await self._slots.confirm(selection.model, claim)
+                confirmed = await self.slots.confirm(selection.model, claim)
             except BaseException:  # cancelled (the client left) or broken: never keep the slot
                 if claim is not None and selection.probe is not None:
-                    self._limits.probe_claimed(selection.probe, selection.model, sent=False)
+                    self.limits.probe_claimed(selection.probe, selection.model, sent=False)
                 self.release(selection)
                 raise
             if claim is not None and selection.probe is not None:
-                self._limits.probe_claimed(
+                self.limits.probe_claimed(
                     selection.probe,
                     selection.model,
                     sent=confirmed.taken,
@@ -664,7 +627,7 @@ class ChaosPool:
                     turn_elsewhere=confirmed.turn_held,
                 )
             if confirmed.taken:
-                slots = self._slots
+                slots = self.slots
                 return replace(selection, in_flight=slots.in_flight(selection.model), total=slots.total())
             # Another proxy took it first (the mirror knows now), or holds the right to probe its limit (or
             # its group's turn): pick again or wait, keeping our place.
@@ -672,7 +635,7 @@ class ChaosPool:
                 self.lost_races += 1
             self.admitted -= 1
             if ticket.counts:
-                self._shares.unserved(ticket.session)  # not served: it keeps its place in line
+                self.shares.unserved(ticket.session)  # not served: it keeps its place in line
             self.release(selection)
 
     def listed(self, names: list[str]) -> list[str]:
@@ -680,25 +643,25 @@ class ChaosPool:
         its naming gives it a tier (`routing.aliases.offered`); a catalog model it no longer lists leaves
         rotation, and comes back once listed again. A list naming no model the pool serves is not taken
         (another host's, or a broken one). Returns what changed, a line each."""
-        serving = [name for name in self._config.models if name not in self._folded]
+        serving = [name for name in self.config.models if name not in self._folded]
         if not names or not any(self.aliases.served(n) in serving or n in serving for n in names):
             return []
-        before = list(self._config.models)
+        before = list(self.config.models)
         self._listed = names
         self.reconfigure(self._given)
-        models = self._config.models
+        models = self.config.models
         lines = [
             f"{name}: listed by z.ai, offered ({models[name].tier})" for name in models if name not in before
         ]
         lines += [f"{name}: no longer listed by z.ai, withdrawn" for name in before if name not in models]
         listed = set(names)
-        for name in self._config.models:
-            block = self._cooldowns.block(name)
+        for name in self.config.models:
+            block = self.cooldowns.block(name)
             if name not in listed and block is None:
-                self._cooldowns.take_out(name, NOT_LISTED)
+                self.cooldowns.take_out(name, NOT_LISTED)
                 lines.append(f"{name}: {NOT_LISTED}, out of rotation")
             elif name in listed and block is not None and block.reason == NOT_LISTED:
-                self._cooldowns.restore(name)
+                self.cooldowns.restore(name)
                 lines.append(f"{name}: listed again, back in rotation")
         return lines
 
@@ -723,14 +686,14 @@ class ChaosPool:
         started = self._clock()
         if self._may_wait(ticket):
             if timeout is None:
-                timeout = self._config.queue.timeout_seconds
-            if self.pacer.capped(self._slots.total()):
+                timeout = self.config.queue.timeout_seconds
+            if self.pacer.capped(self.slots.total()):
                 self.pacer.waits += 1  # it waits because pacing holds the concurrency down
             self._arm_timer()
-            self._slots.queued()
+            self.slots.queued()
             if ticket.counts:  # a conversation a refusal held up goes ahead of those that came since
-                since = (self._clock() if since is None else since) - self._shares.behind(ticket.session)
-            selection = await self._queue.wait(ticket, timeout, since, self._shares.level(ticket.session))
+                since = (self._clock() if since is None else since) - self.shares.behind(ticket.session)
+            selection = await self._queue.wait(ticket, timeout, since, self.shares.level(ticket.session))
         elif len(self._queue):
             selection = self._attempt(ticket)  # the queue is full: no place to wait fairly
         if selection is None:
@@ -744,7 +707,7 @@ class ChaosPool:
         """The fast path of `admit`, no coroutine needed: a slot at once when nobody waits
         and one is free, else None (and the caller waits). Somebody waiting means the queue's dispatch
         must decide, so that older waiters go first. A shared store's slot must be confirmed: `admit`."""
-        if self._slots.confirms:
+        if self.slots.confirms:
             return None
         return self._admit_now(ticket)
 
@@ -757,21 +720,21 @@ class ChaosPool:
         return selection
 
     def _may_wait(self, ticket: Ticket) -> bool:
-        queue = self._config.queue
+        queue = self.config.queue
         return queue.enabled and len(self._queue) < queue.max_waiting and self.unavailable(ticket) is None
 
     def unavailable(self, ticket: Ticket) -> str | None:
         """Why `ticket` cannot be served however long it waits, else None."""
-        pause = self._cooldowns.account_pause()
+        pause = self.cooldowns.account_pause()
         if pause is not None:
             return f"account paused for {pause_span(pause[0], self._wall_clock() + pause[0])}: {pause[1]}"
         spent = self.quota_spent_for()
-        if spent is not None and spent > self._config.queue.timeout_seconds:
+        if spent is not None and spent > self.config.queue.timeout_seconds:
             return f"the 5-hour quota is spent as pacing counts it: it resets in {spent:.0f} s"
         for entry in (self._seeing if ticket.images else self._eligible)[ticket.tier]:
             if entry.name in ticket.attempted:
                 continue
-            block = self._cooldowns.block(entry.name)
+            block = self.cooldowns.block(entry.name)
             if block is None or block.until is not None:
                 return None
         return f"no usable model left for {ticket.tier} requests"
@@ -785,7 +748,7 @@ class ChaosPool:
             return f"no model of the catalog serves {tier} requests at their floor ({said or 'none listed'})"
         reasons: dict[str, list[str]] = {}
         for entry in self._eligible[tier]:
-            block = self._cooldowns.block(entry.name)
+            block = self.cooldowns.block(entry.name)
             if block is None or block.kind != "out" or block.until is not None:
                 return None
             reasons.setdefault(block.reason, []).append(entry.name)
@@ -810,7 +773,7 @@ class ChaosPool:
         lifts at the reset: each frees capacity without a release."""
         delays = [
             d
-            for d in (self._cooldowns.next_expiry(), self._limits.next_probe(), self.pacer.lifts_in())
+            for d in (self.cooldowns.next_expiry(), self.limits.next_probe(), self.pacer.lifts_in())
             if d is not None
         ]
         if not delays:
@@ -839,23 +802,20 @@ class ChaosPool:
         """Forget every learned limit and alias: back to the catalog's (and the config's) values."""
         self.aliases.forget()
         self.reconfigure(self._given)
-        self._limits.reset()
+        self.limits.reset()
         self._limits_changed()
 
     def restore(self, model: str) -> bool:
         """Put a model back into rotation (after a plan change, say)."""
-        restored = self._cooldowns.restore(model)
-        self._rotation.check(self._cooldowns)
+        restored = self.cooldowns.restore(model)
+        self._rotation.check(self.cooldowns)
         self._queue.dispatch()
         return restored
 
     # -- status -----------------------------------------------------------------------------------
 
     def in_flight(self, model: str | None = None) -> int:
-        return self._slots.total() if model is None else self._slots.in_flight(model)
-
-    def waiting(self) -> int:
-        return len(self._queue)
+        return self.slots.total() if model is None else self.slots.in_flight(model)
 
     def first_in_line(self) -> tuple[int, int, float]:
         """(requests waiting, the level of the first in line: its conversation's admissions lately, and
@@ -868,6 +828,6 @@ class ChaosPool:
 
     def _follow_limits(self) -> None:
         """Let learned limits drift, and rebuild what derives from them when they changed."""
-        self._limits.tick()
-        if self._limits_version != self._limits.version:
+        self.limits.tick()
+        if self._limits_version != self.limits.version:
             self._derive()

@@ -242,6 +242,12 @@ def status(pool: ChaosPool) -> PoolStatus:
     )
 
 
+def quota(pool: ChaosPool) -> dict[str, Any]:
+    """The quota as `/api/status` shows it, with pacing: whether it is on, the plan in force, the waits it
+    caused (counted apart from the queue's other waits)."""
+    return {**pool.quota.status(), "pacing": pool.pacer.status(pool._lighter_left)}
+
+
 def _unusable_reason(config: ModelRouting, name: str, out: str | None, serving: set[str]) -> str | None:
     """Why no request can use `name` now (its slots are then not usable capacity), else None.
 
