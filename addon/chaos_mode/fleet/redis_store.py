@@ -432,7 +432,7 @@ class RedisFleet:
         taking another's limit would replace that evidence with the limit's value."""
         if self.pool is None:
             return
-        rows = self.pool.learned_rows(since=self._pushed)
+        rows = self.pool.learned.rows(since=self._pushed)
         args = [part for name, row in rows.items() for part in (name, json.dumps(row))]
         async with asyncio.timeout(self.timeout):
             flat = await self._push_limits(keys=(self._limits,), args=args)
@@ -442,10 +442,11 @@ class RedisFleet:
         for name, row in zip(flat[::2], flat[1::2], strict=True):
             with contextlib.suppress(ValueError):
                 fleet_rows[_text(name)] = json_body.loads(_text(row))
-        self.pool.adopt_aliases(fleet_rows)  # an alias is a fact of z.ai's, not evidence: taken as it comes
+        # an alias is a fact of z.ai's, not evidence: taken as it comes
+        self.pool.learned.adopt_aliases(fleet_rows)
         if not self._joined_limits:
             self._joined_limits = True
-            self.pool.adopt_limits(fleet_rows)
+            self.pool.learned.adopt_limits(fleet_rows)
 
     async def tick(self, *, renew_only: bool = True) -> Tally:
         """Renew this proxy's leases (`renew_only` False: write them again, Redis may have lost them), say

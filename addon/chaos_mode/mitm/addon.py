@@ -351,17 +351,17 @@ class ChaosMode:
             return
         try:
             data = read_state(path)
-            restored = 0 if data is None else self.pool.restore_learned(data)
+            restored = 0 if data is None else self.pool.learned.restore(data)
         except ValueError as exc:
             log.warning("chaos-mode: learned limits not restored, starting from the catalog: %s", exc)
             return
-        self._saved_version = self.pool.learned_version
+        self._saved_version = self.pool.learned.version
         if restored:
             log.info("chaos-mode: %d learned limits and aliases restored from %s", restored, path)
 
     def _limits_touched(self) -> None:
         """Write the learned limits soon after they change (once for a burst of changes)."""
-        if self.pool.learned_version == self._saved_version or self._save_timer is not None:
+        if self.pool.learned.version == self._saved_version or self._save_timer is not None:
             return
         if self._limits_path is None:
             return
@@ -370,11 +370,11 @@ class ChaosMode:
     def _save_limits(self) -> None:
         self._save_timer = None
         path = self._limits_path
-        if path is None or self.pool.learned_version == self._saved_version:
+        if path is None or self.pool.learned.version == self._saved_version:
             return
-        version = self.pool.learned_version
+        version = self.pool.learned.version
         try:
-            write_state(path, self.pool.dump_learned())
+            write_state(path, self.pool.learned.dump())
         except (OSError, ValueError) as exc:
             self._warn_once("limits-file", f"learned limits could not be written to {path}: {exc}")
             return
@@ -462,7 +462,7 @@ class ChaosMode:
 
     def _listed(self, names: list[str]) -> None:
         """z.ai's model list, read with the `chaos_key` key: what it changed in the catalog, a line each."""
-        for line in self.pool.listed(names):
+        for line in self.pool.learned.listed(names):
             log.info("chaos-mode: %s", line)
 
     def _start_quota(self) -> None:
@@ -762,7 +762,7 @@ class ChaosMode:
     @command.command("chaos.limits.reset")
     def reset_limits(self) -> None:
         """Forget every learned concurrency limit and alias: back to the catalog's (the saved file too)."""
-        self.pool.reset_limits()
+        self.pool.learned.reset()
         self._saved_version = (-1, -1)
         self._save_limits()
         log.info("chaos-mode: learned limits reset to the catalog's values")

@@ -338,7 +338,7 @@ class RoutedRequest:
         if model.lower() != attempt.model.lower():
             attempt.served = model
             self.view.changed(self)
-        self.pool.report_served(attempt.slot, model)
+        self.pool.learned.served(attempt.slot, model)
         return True
 
     def answered(self, slot: Slot | None = None, *, at_once: bool = True) -> None:

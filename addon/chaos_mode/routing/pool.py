@@ -32,20 +32,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from chaos_mode.config.schema import ModelRouting
 from chaos_mode.learning.limits import LearnedLimits, Probe
 from chaos_mode.quota.pacer import Pacer
 from chaos_mode.quota.tracker import QuotaTracker
-from chaos_mode.routing.aliases import NOT_LISTED, Aliases, fold, offered
+from chaos_mode.routing.aliases import Aliases
 from chaos_mode.routing.cache_rule import WAIT, CacheRule
 from chaos_mode.routing.cooldowns import Cooldowns, CooldownState
+from chaos_mode.routing.learned import Learned
 from chaos_mode.routing.ledger import Ledger
 from chaos_mode.routing.pool_status import (
     NO_ACCOUNT_CAP,
@@ -189,7 +188,13 @@ class ChaosPool:
         self.quota.changed = self._quota_changed  # a reading may lift pacing's hard stop
         self._rotation = Rotation(wall_clock)  # the models logged out of rotation
         self.aliases = Aliases(wall_clock)  # names z.ai serves as another model (`routing.aliases`)
-        self._listed: list[str] | None = None  # what z.ai's models endpoint listed last (None: not read)
+        self.learned = Learned(
+            self.limits,
+            self.aliases,
+            refold=lambda: self.reconfigure(self._given),
+            limits_changed=self._limits_changed,
+            cooldowns=lambda: self.cooldowns,
+        )
         # z.ai's verdicts on the held slots: one record each (`routing.ledger`)
         self.ledger = Ledger(
             limits=self.limits,
@@ -217,42 +222,6 @@ class ChaosPool:
         if cooldowns is not None:
             self.cooldowns = self.ledger.cooldowns = cooldowns
 
-    def adopt_limits(self, rows: Mapping[str, Any]) -> int:
-        """Take the limits other proxies learned, where newer than ours (see `LearnedLimits.merge`)."""
-        taken = self.limits.merge(rows)
-        self._limits_changed()
-        return taken
-
-    def adopt_aliases(self, rows: Mapping[str, Any]) -> int:
-        """Take the aliases other proxies (or an earlier run) learned, where newer than ours."""
-        taken = self.aliases.merge(rows)
-        if taken:
-            self.reconfigure(self._given)
-        return taken
-
-    @property
-    def learned_version(self) -> tuple[int, int]:
-        """Grows whenever what was learned (limits, aliases) changes: when to write it again."""
-        return self.limits.version, self.aliases.version
-
-    def learned_rows(self, since: float = -math.inf) -> dict[str, dict[str, Any]]:
-        """What was learned after `since` (wall clock): the limits' rows and the aliases' (a fleet's)."""
-        return {**self.limits.rows(since), **self.aliases.rows(since)}
-
-    def dump_learned(self) -> dict[str, Any]:
-        """What was learned, as the state file keeps it (`restore_learned` takes it back)."""
-        return {**self.limits.dump(), "aliases": self.aliases.rows()}
-
-    def restore_learned(self, data: Any) -> int:
-        """Take back what `dump_learned` wrote; how many limits and aliases were restored. `ValueError`
-        for data that is not ours (see `LearnedLimits.restore`)."""
-        rows = data.get("aliases") if isinstance(data, dict) else None
-        taken = self.adopt_aliases(rows) if isinstance(rows, Mapping) else 0
-        restored = self.limits.restore(data)
-        if restored:
-            self.reconfigure(self._given)  # re-derive what selection reads from the restored limits
-        return taken + restored
-
     def wake(self, delay: float = 0.0) -> None:
         """Capacity may have been freed elsewhere (another proxy of the fleet gave a slot back, blocked or
         restored a model): serve the waiters, now or after `delay` seconds (the slot was owed to another
@@ -267,12 +236,7 @@ class ChaosPool:
         """Apply a new config; in-flight counts, cooldowns and sticky entries are kept. The pool serves its
         catalog as z.ai does (`routing.aliases.fold`): `config` names the catalog as given."""
         self._given = config
-        self.aliases.configure(config.aliases)
-        self._offered = {} if self._listed is None else offered(self._listed, config, self.aliases)
-        if self._offered:
-            config = config.model_copy(update={"models": {**config.models, **self._offered}})
-        config, self._folded = fold(config, self.aliases)
-        self.config = config
+        self.config = config = self.learned.catalog(config)
         self._strategy: Strategy = make_strategy(config.chaos_mode.strategy, self._rng)
         self.limits.reconfigure(config)
         self._derive()
@@ -638,47 +602,6 @@ class ChaosPool:
                 self.shares.unserved(ticket.session)  # not served: it keeps its place in line
             self.release(selection)
 
-    def listed(self, names: list[str]) -> list[str]:
-        """z.ai's models endpoint listed `names`: a model it lists that the catalog lacks is offered where
-        its naming gives it a tier (`routing.aliases.offered`); a catalog model it no longer lists leaves
-        rotation, and comes back once listed again. A list naming no model the pool serves is not taken
-        (another host's, or a broken one). Returns what changed, a line each."""
-        serving = [name for name in self.config.models if name not in self._folded]
-        if not names or not any(self.aliases.served(n) in serving or n in serving for n in names):
-            return []
-        before = list(self.config.models)
-        self._listed = names
-        self.reconfigure(self._given)
-        models = self.config.models
-        lines = [
-            f"{name}: listed by z.ai, offered ({models[name].tier})" for name in models if name not in before
-        ]
-        lines += [f"{name}: no longer listed by z.ai, withdrawn" for name in before if name not in models]
-        listed = set(names)
-        for name in self.config.models:
-            block = self.cooldowns.block(name)
-            if name not in listed and block is None:
-                self.cooldowns.take_out(name, NOT_LISTED)
-                lines.append(f"{name}: {NOT_LISTED}, out of rotation")
-            elif name in listed and block is not None and block.reason == NOT_LISTED:
-                self.cooldowns.restore(name)
-                lines.append(f"{name}: listed again, back in rotation")
-        return lines
-
-    def report_served(self, slot: Slot, served: str) -> bool:
-        """z.ai named the model that served `slot`'s request (zai.assumptions.ANSWERS_NAME_SERVED_MODEL): a
-        catalog model served as another is folded into it (zai.assumptions.ALIAS_SHARES_COUNTER) from now on,
-        a listed model served as itself takes its family's tier (`routing.aliases`). True when the catalog
-        changed."""
-        if served.lower() == slot.model.lower():
-            if slot.model not in self._offered or slot.model in self.aliases.confirmed:
-                return False
-            self.aliases.confirmed.add(slot.model)  # a listed model served as itself: its family's tier
-        elif not self.aliases.learn(slot.model, served):
-            return False
-        self.reconfigure(self._given)
-        return True
-
     async def _admit(self, ticket: Ticket, since: float | None, timeout: float | None) -> Slot | None:
         selection = self._admit_now(ticket)
         if selection is not None:
@@ -744,7 +667,9 @@ class ChaosPool:
         rotation for good, or none left once the names z.ai serves as others are folded: waiting fixes
         nothing), else None."""
         if not self._eligible[tier]:
-            said = ", ".join(f"{asked} is served as {served}" for asked, served in self._folded.items())
+            said = ", ".join(
+                f"{asked} is served as {served}" for asked, served in self.learned.folded.items()
+            )
             return f"no model of the catalog serves {tier} requests at their floor ({said or 'none listed'})"
         reasons: dict[str, list[str]] = {}
         for entry in self._eligible[tier]:
@@ -797,13 +722,6 @@ class ChaosPool:
             self._arm_timer()
 
     # -- feedback from upstream -------------------------------------------------------------------
-
-    def reset_limits(self) -> None:
-        """Forget every learned limit and alias: back to the catalog's (and the config's) values."""
-        self.aliases.forget()
-        self.reconfigure(self._given)
-        self.limits.reset()
-        self._limits_changed()
 
     def restore(self, model: str) -> bool:
         """Put a model back into rotation (after a plan change, say)."""
