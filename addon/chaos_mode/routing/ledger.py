@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import Any, Literal
 
 from chaos_mode.config.schema import CooldownSettings
 from chaos_mode.learning.limits import LearnedLimits, Probe
@@ -21,52 +21,37 @@ from chaos_mode.quota.tracker import QuotaTracker
 from chaos_mode.routing.arrivals import Arrivals
 from chaos_mode.routing.cooldowns import CooldownState
 from chaos_mode.routing.rotation import Rotation
-from chaos_mode.routing.slot_record import Phase, Place, Records, SlotRecord
+from chaos_mode.routing.slot_record import Phase, Place, Records, Slot, SlotRecord
 from chaos_mode.routing.slots import ProbeClaim, Seen, SlotStore
+from chaos_mode.routing.wait_queue import WaitQueue
 from chaos_mode.zai.catalog import ACCOUNT
 from chaos_mode.zai.errors import FAIR_USE_CODE, FAIR_USE_SECONDS, Action, UpstreamError
 from chaos_mode.zai.quota import SPENT_CODE
 
-if TYPE_CHECKING:
-    from chaos_mode.routing.pool import Slot
-
 Kind = Literal["clean", "refused", "stall"]
-
-
-class Waiters(Protocol):
-    """The pool's fair queue, as far as verdicts free room for its waiters."""
-
-    def __len__(self) -> int: ...
-
-    def dispatch(self) -> object: ...
 
 
 class Ledger:
     """The held slots' records and z.ai's verdicts on them. `limits_changed` (the pool's) follows the
-    learned limits and says whether they changed; `arm_timer` wakes the queue when a block ends."""
+    learned limits and says whether they changed; `arm_timer` wakes the pool's `queue` when a block ends."""
 
     def __init__(
         self,
-        *,
         limits: LearnedLimits,
         quota: QuotaTracker,
         rotation: Rotation,
-        store: SlotStore,
-        cooldowns: CooldownState,
-        settings: CooldownSettings,
-        queue: Waiters,
+        queue: WaitQueue[Any, Any],
         limits_changed: Callable[[], bool],
         arm_timer: Callable[[], None],
-        clock: Callable[[], float],
-        wall_clock: Callable[[], float],
     ) -> None:
         self.records = Records()
-        self.store = store  # the pool's, as `ChaosPool.use` sets it
-        self.cooldowns = cooldowns  # the pool's, as `ChaosPool.use` sets it
-        self.settings = settings  # the config's cooldowns, as `reconfigure` sets them
+        self.store: SlotStore  # the pool's, as `ChaosPool.use` sets it, and its cooldowns
+        self.cooldowns: CooldownState
+        self.settings: CooldownSettings  # the config's cooldowns, as `ChaosPool.reconfigure` sets them
+        self.clock: Callable[[], float]
+        self.wall_clock: Callable[[], float]
         self._limits, self._quota, self._rotation, self._queue = limits, quota, rotation, queue
         self._limits_changed, self._arm_timer = limits_changed, arm_timer
-        self._clock, self._wall_clock = clock, wall_clock
         self._arrivals = Arrivals()  # what z.ai served as each held slot's request came: its verdict's level
         self._refusing: set[str] = set()  # models whose latest verdict (not a probe's) was no clean answer
 
@@ -76,7 +61,7 @@ class Ledger:
         """A slot just taken (`awaits`: z.ai's verdict on its request is awaited)."""
         records = self.records.by_id.values()
         self._arrive(slot_id, model, [r.slot_id for r in records if not r.ended])
-        record = self.records.take(slot_id, model, self._clock(), probe, awaits=awaits)
+        record = self.records.take(slot_id, model, self.clock(), probe, awaits=awaits)
         self._quota.sent(slot_id, model)
         if probe is not None:
             self._limits.probe_sent(probe, model)
@@ -92,7 +77,7 @@ class Ledger:
         self._quota.ended(slot.slot_id)
         self._arrivals.released(slot.slot_id)
         if record.phase is Phase.SERVED:
-            self._limits.served_for(self._clock() - record.taken_at)
+            self._limits.served_for(self.clock() - record.taken_at)
             self._seat_queued_probe(record.model)
         return record
 
@@ -130,7 +115,7 @@ class Ledger:
         written = self._arrivals.written_held()
         beside = [o for o in written if o != slot_id and not ((r := get(o)) is not None and r.ended)]
         self._arrive(slot_id, slot.model, beside)
-        self._arrivals.written(slot_id, self._clock())
+        self._arrivals.written(slot_id, self.clock())
 
     def ended(self, slot: Slot) -> None:
         """z.ai sent `slot`'s answer to its end: it serves it no more, though the slot is held until the
@@ -273,7 +258,7 @@ class Ledger:
             case Action.CONCURRENCY if self._limits.enabled:
                 taken_at = None if record is None else record.taken_at
                 if taken_at is not None:
-                    self._limits.refusal_took(self._clock() - taken_at)
+                    self._limits.refusal_took(self.clock() - taken_at)
                 if counted:
                     return 0.0
                 if slot is None or not slot.in_flight:
@@ -311,7 +296,7 @@ class Ledger:
     def _until(self, reset_at: float | None, retry_after: float | None, fallback: float) -> float:
         """Seconds until a reset z.ai named (capped: a message may name any date), else the fallback."""
         if reset_at is not None:
-            seconds = max(reset_at - self._wall_clock(), 0.0)
+            seconds = max(reset_at - self.wall_clock(), 0.0)
         else:
             seconds = retry_after if retry_after is not None else fallback
         return min(seconds, self.settings.max_pause_seconds)
@@ -399,7 +384,7 @@ class Ledger:
         self._heard(slot.model, kind, probe)
         record = self.records.get(slot.slot_id)
         if self.store.confirms and self._limits.enabled and record is not None:
-            age = None if kind == "clean" else self._clock() - record.taken_at
+            age = None if kind == "clean" else self.clock() - record.taken_at
             self.store.verdicts(slot.model, (Seen(kind, level, total, probe, age),))
 
     def _heard(self, model: str, kind: Kind, probe: Probe | None) -> None:
@@ -422,7 +407,7 @@ class Ledger:
         refusal or a stall as sent when that proxy sent it (whose refusal it is depends on what z.ai served
         since)."""
         limits = self._limits
-        now = self._clock()
+        now = self.clock()
         for verdict in seen:
             sent = None if verdict.age is None else now - verdict.age
             self._heard(model, verdict.kind, verdict.probe)

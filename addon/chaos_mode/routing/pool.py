@@ -7,7 +7,7 @@ How a model is chosen for a request, the rules in the order they apply (`_select
    once the paced concurrency is in flight (the request waits in the fair queue, counted in
    `pacer.waits`), and among the models free within the limits only the lightest by `quotaWeight`; and,
    whether the quota runs out or not, no request whose weight is over what is left of the window as the
-   readings and the proxy's own count bound it (the hard stop, `_attempt`: it waits, for the reset if
+   readings and the proxy's own count bound it (the hard stop, `try_acquire`: it waits, for the reset if
    need be, or hears at once when the reset is beyond the queue's timeout).
 3. **Eligible**: the models the request's tier may use (its quality floor), less those it was refused by
    and those cooling down or out of rotation.
@@ -35,7 +35,7 @@ import contextlib
 import random
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from chaos_mode.config.schema import ModelRouting
 from chaos_mode.learning.limits import LearnedLimits, Probe
@@ -52,66 +52,14 @@ from chaos_mode.routing.pool_status import (
 )
 from chaos_mode.routing.rotation import Rotation
 from chaos_mode.routing.served_lately import ServedLately
-from chaos_mode.routing.slot_record import SlotRecord
+from chaos_mode.routing.slot_record import Slot as Slot
 from chaos_mode.routing.slots import MemorySlots, SlotStore
 from chaos_mode.routing.sticky import StickyMap
 from chaos_mode.routing.strategies import ModelEntry, Strategy, make_strategy
+from chaos_mode.routing.ticket import RequestInfo as RequestInfo
+from chaos_mode.routing.ticket import Ticket as Ticket
 from chaos_mode.routing.wait_queue import WaitQueue
 from chaos_mode.zai.catalog import ACCOUNT, REQUEST_TIERS, RequestTier
-
-NO_ATTEMPTS: frozenset[str] = frozenset()
-
-
-@dataclass(frozen=True, slots=True)
-class Slot:
-    """The model chosen for a request, and why; once a slot is taken, what was in flight with it (this
-    request included) and whether it went above a learned limit (a probe)."""
-
-    model: str
-    reason: str
-    in_flight: int = field(default=0, compare=False)
-    total: int = field(default=0, compare=False)
-    probe: Probe | None = field(default=None, compare=False)
-    slot_id: int = field(default=0, compare=False)  # the slot's own number while z.ai's verdict is out
-    record: SlotRecord | None = field(default=None, compare=False, repr=False)  # its state (`routing.ledger`)
-
-    @property
-    def rides(self) -> bool:
-        """Its attempt is overdue, riding above the limits until its verdict (`Ledger.overdue`)."""
-        return self.record is not None and self.record.rides
-
-
-@dataclass(frozen=True, slots=True)
-class RequestInfo:
-    """What the cost guard knows of a request: estimated input tokens and the output budget."""
-
-    input_tokens: int
-    max_output_tokens: int
-
-    @classmethod
-    def estimate(cls, body_size: int, max_tokens: object) -> RequestInfo:
-        """About four bytes of JSON per input token; `max_tokens` bounds the output."""
-        budget = max_tokens if isinstance(max_tokens, int) and max_tokens > 0 else 4096
-        return cls(input_tokens=max(body_size, 0) // 4, max_output_tokens=budget)
-
-    def cost(self, entry: ModelEntry) -> float:
-        """Estimated $ for this request on `entry`."""
-        return (self.input_tokens * entry.input_price + self.max_output_tokens * entry.output_price) / 1e6
-
-
-@dataclass(frozen=True, slots=True)
-class Ticket:
-    """One request's claim on the pool: what it may use."""
-
-    tier: RequestTier
-    attempted: frozenset[str] = NO_ATTEMPTS
-    request: RequestInfo | None = None
-    sticky_key: str | None = None
-    session: str | None = None  # the conversation: its place in the queue (`shares`), never the model
-    counts: bool = True  # admitting it counts toward its conversation's share (a failover's does not)
-    may_probe: bool = True  # False: only a slot within the limits (one to replace an unanswered probe)
-    images: bool = False  # it carries an image: only models that read them, where the catalog has any
-
 
 # (model, reason, probe): what `_select` found, before a slot is taken
 Choice = tuple[str, str, Probe | None]
@@ -143,8 +91,8 @@ class ChaosPool:
     (the same, only when nobody waits), `await admit(ticket)` (which also queues fairly when nothing
     eligible is free), or `acquire(model)` (one model by name, caps alone). Each is a `Slot`, given back
     with `release(slot)` exactly once: the one way back (a second release of a slot changes nothing and is
-    counted in `spurious_releases`). Between the two, z.ai's verdict on the request the slot was sent with
-    is reported: `report_success`, `report_error`, or `report_unanswered` when none will come.
+    counted in `spurious_releases`). Between the two, z.ai's verdicts on the request the slot was sent with
+    go to `ledger` (`routing.ledger`), and what is learned of z.ai beside the slots to `learned`.
     """
 
     def __init__(
@@ -167,7 +115,7 @@ class ChaosPool:
         self._cache_rule = CacheRule()
         self.shares = ServedLately(clock)  # each conversation's place in the fair queue
         self._queue: WaitQueue[Ticket, Slot] = WaitQueue(
-            attempt=self._attempt,
+            attempt=self.try_acquire,
             release=self.release,
             group=lambda t: (t.tier, t.attempted, t.may_probe, t.images, t.sticky_key),  # each its warm
             clock=clock,
@@ -197,18 +145,10 @@ class ChaosPool:
         )
         # z.ai's verdicts on the held slots: one record each (`routing.ledger`)
         self.ledger = Ledger(
-            limits=self.limits,
-            quota=self.quota,
-            rotation=self._rotation,
-            store=self.slots,
-            cooldowns=self.cooldowns,
-            settings=config.cooldown,
-            queue=self._queue,
-            limits_changed=self._limits_changed,
-            arm_timer=self._arm_timer,
-            clock=clock,
-            wall_clock=wall_clock,
+            self.limits, self.quota, self._rotation, self._queue, self._limits_changed, self._arm_timer
         )
+        self.ledger.clock, self.ledger.wall_clock = clock, wall_clock
+        self.use(slots=self.slots, cooldowns=self.cooldowns)
         self.reconfigure(config)
 
     # -- configuration ----------------------------------------------------------------------------
@@ -531,9 +471,6 @@ class ChaosPool:
 
     def try_acquire(self, ticket: Ticket) -> Slot | None:
         """Select and take the slot in one step, queue or not; None when nothing eligible is free."""
-        return self._attempt(ticket)
-
-    def _attempt(self, ticket: Ticket) -> Slot | None:
         choice, moved = self._select(ticket)
         if choice is None:
             return None
@@ -603,7 +540,7 @@ class ChaosPool:
             self.release(selection)
 
     async def _admit(self, ticket: Ticket, since: float | None, timeout: float | None) -> Slot | None:
-        selection = self._admit_now(ticket)
+        selection = self.admit_now(ticket, unconfirmed=True)
         if selection is not None:
             return selection
         started = self._clock()
@@ -618,7 +555,7 @@ class ChaosPool:
                 since = (self._clock() if since is None else since) - self.shares.behind(ticket.session)
             selection = await self._queue.wait(ticket, timeout, since, self.shares.level(ticket.session))
         elif len(self._queue):
-            selection = self._attempt(ticket)  # the queue is full: no place to wait fairly
+            selection = self.try_acquire(ticket)  # the queue is full: no place to wait fairly
         if selection is None:
             self.rejected += 1
             return None
@@ -626,18 +563,14 @@ class ChaosPool:
         self.total_wait += max(self._clock() - started, 0.0)
         return selection
 
-    def admit_now(self, ticket: Ticket) -> Slot | None:
+    def admit_now(self, ticket: Ticket, *, unconfirmed: bool = False) -> Slot | None:
         """The fast path of `admit`, no coroutine needed: a slot at once when nobody waits
         and one is free, else None (and the caller waits). Somebody waiting means the queue's dispatch
-        must decide, so that older waiters go first. A shared store's slot must be confirmed: `admit`."""
-        if self.slots.confirms:
+        must decide, so that older waiters go first. A shared store's slot must be confirmed: `admit`
+        (`unconfirmed`: its first step)."""
+        if len(self._queue) or (self.slots.confirms and not unconfirmed):
             return None
-        return self._admit_now(ticket)
-
-    def _admit_now(self, ticket: Ticket) -> Slot | None:
-        if len(self._queue):
-            return None
-        selection = self._attempt(ticket)
+        selection = self.try_acquire(ticket)
         if selection is not None:
             self.admitted += 1
         return selection

@@ -15,7 +15,7 @@ it is given back (`Records.take`, `release`); in between:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
 from chaos_mode.learning.limits import Probe
@@ -93,6 +93,25 @@ class SlotRecord:
             return False
         self.stalled = True
         return True
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """The model chosen for a request, and why; once a slot is taken, what was in flight with it (this
+    request included) and whether it went above a learned limit (a probe)."""
+
+    model: str
+    reason: str
+    in_flight: int = field(default=0, compare=False)
+    total: int = field(default=0, compare=False)
+    probe: Probe | None = field(default=None, compare=False)
+    slot_id: int = field(default=0, compare=False)  # the slot's own number while z.ai's verdict is out
+    record: SlotRecord | None = field(default=None, compare=False, repr=False)  # its state
+
+    @property
+    def rides(self) -> bool:
+        """Its attempt is overdue, riding above the limits until its verdict (`Ledger.overdue`)."""
+        return self.record is not None and self.record.rides
 
 
 class Records:
