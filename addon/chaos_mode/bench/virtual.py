@@ -4,7 +4,7 @@ The real `ChaosPool` (its queue, probes and learned limits) serves the preset's 
 simulator's own bookkeeping (`sim.SimState`: the true limits, held slots, soft bands, random 1302s and the
 schedule of a limit change, with the simulator's draws) admits each attempt when it arrives, up to `transit`
 seconds after the pool let it go (drawn at random: attempts overtake each other on the way, as they do through
-a busy proxy), and is reported written then (`report_sent`), as the forwarder reports it. An accepted stream
+a busy proxy), and is reported written then (`Ledger.sent`), as the forwarder reports it. An accepted stream
 sends its head `head` seconds later (the clean answer the pool hears), a refused one its 1302 `reject` seconds
 after it arrived, and an attempt with no head at its stall (`head_patience`: four times the heads, at least
 0.25 s) is reported as one, as the forwarder does. Hedging (`request.hedging`) is modelled, not run: after

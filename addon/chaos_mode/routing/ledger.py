@@ -84,21 +84,20 @@ class Ledger:
     def _arrive(self, slot_id: int, model: str, beside: list[int]) -> None:
         """What `slot_id`'s request comes to z.ai beside (`routing.arrivals`): the slots `beside`, itself
         not among them, and what other proxies say z.ai serves."""
-        store, get = self.store, self.records.by_id.get
-        shared = store.confirms
-        serving = {}
-        for other in beside:
-            record = get(other)
-            if record is not None and record.phase is Phase.SERVED:
-                serving[other] = record.model
+        get, elsewhere = self.records.by_id.get, self._elsewhere()
+        serving = {o: r.model for o in beside if (r := get(o)) is not None and r.phase is Phase.SERVED}
         self._arrivals.taken(
             slot_id,
             model,
             beside,
             serving=serving,
-            model_elsewhere=store.serving_elsewhere(model) if shared else 0,
-            account_elsewhere=store.serving_elsewhere(None) if shared else 0,
+            model_elsewhere=elsewhere(model),
+            account_elsewhere=elsewhere(None),
         )
+
+    def _elsewhere(self) -> Callable[[str | None], int]:
+        """What the other proxies of a fleet say z.ai serves (of a model; the account's for None)."""
+        return self.store.serving_elsewhere if self.store.confirms else lambda _: 0
 
     def _settle(self, record: SlotRecord | None, phase: Phase = Phase.DONE) -> None:
         if record is not None and self.records.settle(record, phase):
@@ -307,24 +306,20 @@ class Ledger:
         """What z.ai serves now, as far as the pool can tell: slots answered cleanly whose answer has not
         ended (of `model`; the account's when None), this proxy's and those other proxies of a fleet said
         they had (their slots z.ai has not answered yet are not z.ai's to serve)."""
-        here = self.records.serving(model)
-        return here + self.store.serving_elsewhere(model) if self.store.confirms else here
+        return self.records.serving(model) + self._elsewhere()(model)
 
     def _arrival_levels(
         self, slot: Slot, otherwise: tuple[int, int], *, clean: bool = False
     ) -> tuple[int, int]:
         """What z.ai served when `slot`'s request came, on its model and on the account, itself included
         (`routing.arrivals`; `clean`: for a clean answer); `otherwise` for a slot no longer held here."""
-        if self.store.confirms:
-            elsewhere = self.store.serving_elsewhere
-            levels = self._arrivals.levels(
-                slot.slot_id,
-                model_elsewhere=elsewhere(slot.model),
-                account_elsewhere=elsewhere(None),
-                clean=clean,
-            )
-        else:
-            levels = self._arrivals.levels(slot.slot_id, clean=clean)
+        elsewhere = self._elsewhere()
+        levels = self._arrivals.levels(
+            slot.slot_id,
+            model_elsewhere=elsewhere(slot.model),
+            account_elsewhere=elsewhere(None),
+            clean=clean,
+        )
         return otherwise if levels is None else levels
 
     # -- what a fleet is told, and hears ----------------------------------------------------------------
@@ -340,15 +335,14 @@ class Ledger:
     def serving_here(self) -> dict[str, int]:
         """This proxy's slots z.ai answered cleanly and still serves, per model (none: left out): what it
         tells the fleet with each notice."""
-        serving = {model: self.records.serving(model) for model in self.held_models()}
+        serving: Counter[str] = Counter()
+        for r in self.records.by_id.values():
+            serving[r.model] += 1 - r.awaiting - r.ended
         return {model: count for model, count in serving.items() if count > 0}
-
-    def held_models(self) -> dict[str, None]:
-        return dict.fromkeys(r.model for r in self.records.by_id.values())
 
     def overdue_here(self) -> dict[str, int]:
         """This proxy's attempts riding above the limits, per model: what it tells the fleet."""
-        return dict(Counter(r.model for r in self.records.by_id.values() if r.rides))
+        return dict(self.riding()[1])
 
     def riding(self) -> tuple[Counter[str], Counter[str]]:
         """Probes out and unanswered per limit (a model's name, or ACCOUNT); overdue attempts per model."""
