@@ -25,7 +25,6 @@ from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
 from chaos_mode.routing.pool_status import served
 from support.fakes import FakeClock
 from support.hostile import bomb
-from support.journey import followed
 
 BODY = json.dumps({"model": "claude-opus-4-5", "max_tokens": 64, "stream": True, "messages": []}).encode()
 REFUSAL = json.dumps(
@@ -217,25 +216,6 @@ async def test_a_refused_attempt_is_sent_again_to_another_model_and_streams(
     assert rig.stats.failovers == 1
     request.finish("ok")
     assert rig.pool.in_flight() == 0
-
-
-async def test_one_failover_passes_through_three_folders_and_never_back(
-    make_rig: Callable[..., Awaitable[Rig]],
-) -> None:
-    """The life of a request refused once and served by another model, as the code runs it: the server
-    hands it to the routed request, the routed request to the pool; everything else (its body, the stats,
-    the learned limits, the quota, z.ai's facts) answers and hands nothing on, and no folder calls back
-    into one it was called from."""
-    rig = await make_rig(sse_answer)
-    request = rig.routed()
-    with followed() as journey:
-        async with asyncio.timeout(WAIT):
-            response = await rig.send(request)
-    request.finish("ok")
-    assert response.status_code == 200 and rig.stats.failovers == 1
-    assert journey.handing_on() == {"forwarding", "request", "routing"}
-    assert journey.returns() == set() and journey.facts_calling_on() == set()
-    assert ("forwarding", "request", "routing", "learning") in journey.chains  # it saw the failover's path
 
 
 async def test_a_request_without_a_known_token_is_not_forwarded(

@@ -1,15 +1,18 @@
 """The folders one request's code passes through: every call into the package, recorded with the folders on
-its call stack (`sys.setprofile`), so a test can say which folders hand control on and in what order.
+its call stack (a profile hook in every thread), so a test can say which folders hand control on and in
+what order. A coroutine resumed by the event loop is a call too, its stack the coroutines awaiting it.
 
 A folder *hands control on* when code in it calls code in another folder that is not one of the facts
 (`FACTS`: what z.ai is and what the configuration says, which answer and call nothing back). A folder the
-stack leaves and enters again (`forwarding > request > forwarding`) is a return: a callback upward.
+stack leaves and enters again (`forwarding > request > forwarding`) is a return: a callback upward. The
+development tools (`TOOLS`: a simulator in the rig, say) count as code outside the package.
 """
 
 from __future__ import annotations
 
 import itertools
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -18,6 +21,7 @@ from typing import Any, Final
 
 PACKAGE: Final = "/chaos_mode/"
 FACTS: Final = frozenset({"zai", "config"})
+TOOLS: Final = frozenset({"sim", "bench", "devtools"})  # not the runtime: a simulator in the rig is outside
 
 
 def _folder(frame: FrameType) -> str | None:
@@ -25,7 +29,8 @@ def _folder(frame: FrameType) -> str | None:
     if PACKAGE not in path:
         return None
     inside = path.split(PACKAGE, 1)[1]
-    return inside.split("/", 1)[0] if "/" in inside else "(package)"
+    folder = inside.split("/", 1)[0] if "/" in inside else "(package)"
+    return None if folder in TOOLS else folder
 
 
 @dataclass
@@ -33,8 +38,10 @@ class Journey:
     """The folder chains seen (outermost first, each folder once per run of frames in it)."""
 
     chains: set[tuple[str, ...]] = field(default_factory=set)
+    threads: set[str] = field(default_factory=set)  # the names of the threads the package ran on
 
     def record(self, frame: FrameType) -> None:
+        self.threads.add(threading.current_thread().name)
         chain: list[str] = []
         at: FrameType | None = frame
         while at is not None:
@@ -47,6 +54,10 @@ class Journey:
     def returns(self) -> set[tuple[str, ...]]:
         """Chains that enter a folder the stack had left."""
         return {chain for chain in self.chains if len(set(chain)) < len(chain)}
+
+    def calls(self) -> set[tuple[str, str]]:
+        """Each (caller, callee) of folders seen, the facts included."""
+        return {pair for chain in self.chains for pair in itertools.pairwise(chain)}
 
     def handing_on(self) -> set[str]:
         """The folders that hand control on to another (not to the facts)."""
@@ -61,7 +72,7 @@ class Journey:
 
 @contextmanager
 def followed() -> Iterator[Journey]:
-    """Record every call into the package until the block ends (this thread only)."""
+    """Record every call into the package until the block ends, in every thread."""
     journey = Journey()
 
     def profile(frame: FrameType, event: str, _arg: Any) -> None:
@@ -69,8 +80,8 @@ def followed() -> Iterator[Journey]:
             journey.record(frame)
 
     previous = sys.getprofile()
-    sys.setprofile(profile)
+    threading.setprofile_all_threads(profile)
     try:
         yield journey
     finally:
-        sys.setprofile(previous)
+        threading.setprofile_all_threads(previous)

@@ -122,7 +122,7 @@ class ChaosMode:
         self._wall_clock = wall_clock
         self.config: ModelRouting = default_config()
         self.pool = ChaosPool(self.config, clock=clock, wall_clock=wall_clock, rng=rng)
-        self.stats = Stats(self.config, wall_clock, lambda: self.pool.config.models)
+        self.stats = Stats(self.config, wall_clock, self.pool)
         self.refusals = Refusals(clock)  # the conversations z.ai refuses for themselves, and who serves
         self.classifier = TierClassifier(self.config)
         self.unknown_names = UnknownNames()  # each model name the catalog lacks, logged once

@@ -7,7 +7,7 @@ from bisect import bisect_left
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from itertools import accumulate
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from chaos_mode.config.schema import ModelRouting, ModelSpec
 from chaos_mode.doors.door import DOORS, Door
@@ -19,18 +19,26 @@ OTHER_MODEL = "other"  # the label of every model name that is not in the catalo
 WAIT_BUCKETS: tuple[float, ...] = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
+class Serving(Protocol):
+    """What serves the catalog (the pool): its config, the served models folded as `routing.aliases` folds
+    them."""
+
+    @property
+    def config(self) -> ModelRouting: ...
+
+
 class Stats:
     """Counters the pool does not keep. Labels come only from the catalog and fixed sets: the catalog the
-    pool serves (`catalog`: the served models, folded as `routing.aliases` folds them), else the config's."""
+    pool serves (`serving`), else the config's."""
 
     def __init__(
         self,
         config: ModelRouting,
         wall_clock: Callable[[], float] = time.time,
-        catalog: Callable[[], Mapping[str, ModelSpec]] | None = None,
+        serving: Serving | None = None,
     ) -> None:
         self._wall_clock = wall_clock
-        self._catalog = catalog
+        self._serving = serving
         self.requests: Counter[tuple[str, str, Outcome, Door]] = Counter()  # (model, tier, outcome, door)
         self.upstream_errors: Counter[tuple[str, str]] = Counter()  # (model, code)
         self.request_refusals: Counter[str] = Counter()  # z.ai's refusals found the request's own, by code
@@ -56,7 +64,7 @@ class Stats:
 
     @property
     def models(self) -> Mapping[str, ModelSpec]:
-        return self._config.models if self._catalog is None else self._catalog()
+        return (self._config if self._serving is None else self._serving.config).models
 
     def label(self, model: str | None) -> str:
         """A metrics-safe model label: a catalog name, or `other`."""

@@ -26,7 +26,9 @@ from chaos_mode.request.routed import RoutedRequest
 from chaos_mode.routing.pool import Slot
 
 type Leave[A] = Callable[[Slot, asyncio.Future[A]], None]
-type Patience = Callable[[], float | None]  # seconds from writing; None: not known (yet)
+# Seconds from writing; None: not known (yet). The forwarder's learned head patience, asked as the attempt
+# waits (`request` calling back up into `forwarding`).
+type Patience = Callable[[], float | None]
 
 # While the patience is not known (no head seen yet, or z.ai queues), it is asked again this often.
 UNKNOWN_PATIENCE_RECHECK_SECONDS: Final = 0.1

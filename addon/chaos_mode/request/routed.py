@@ -34,7 +34,8 @@ CLIENT_POLL_SECONDS: Final = 0.25  # how often a waiting request checks that its
 
 
 class RequestView(Protocol):
-    """What the adapter shows of a routed request (mitmproxy's flow: comment, metadata, request)."""
+    """What the adapter shows of a routed request (mitmproxy's flow: comment, metadata, request). Through it
+    `request` and `forwarding` call the adapter back, their only calls up to `mitm`."""
 
     def received(self) -> None:
         """The forwarder has the request: the flow shows its real destination again."""

@@ -22,8 +22,9 @@ class Block:
 
 
 class CooldownState(Protocol):
-    """What the pool needs of cooldown state; `Cooldowns` keeps it in memory, a shared backend may
-    keep it elsewhere without touching the policy."""
+    """What the pool needs of cooldown state; `Cooldowns` keeps it in memory, a shared backend
+    (`fleet.cooldowns`, which calls back into a `Cooldowns`) may keep it elsewhere without touching the
+    policy."""
 
     def reconfigure(self, settings: CooldownSettings) -> None: ...
     def hit(self, model: str, reason: str, retry_after: float | None = None) -> float: ...

@@ -55,7 +55,8 @@ class Seen:
 
 
 class SlotStore(Protocol):
-    """Where in-flight counts live. The pool's policy only talks to this.
+    """Where in-flight counts live. The pool's policy only talks to this. With a fleet it is
+    `fleet.slots.SharedSlots`: the pool calls up into `fleet` through it, and it calls the pool back.
 
     A store shared by several proxies (`confirms` True) counts a slot taken here at once, on its local
     mirror of the fleet's counts, and `confirm` asks the shared store before the slot is used: not taken
