@@ -1,16 +1,13 @@
 """One record per held slot: where its request stands with z.ai. Made when the slot is taken, dropped when
-it is given back (`Records.take`, `release`); in between:
+it is given back (`Records.take`, `release`); in between (the rules that move it: `routing.ledger`):
 
 - `phase`: AWAITING z.ai's verdict, then SERVED (a clean answer) or DONE (a refusal, no verdict will come,
   or none was awaited: a slot taken by name). A clean answer may follow DONE (a verdict heard late).
-- `place`: WITHIN the limits; PROBE, one above the limit it tests (`probe`: its model's, or the account's);
-  QUEUED, a probe z.ai holds in its queue (`zai.assumptions.MAY_QUEUE`), still above; SEATED, a queued
-  probe that took the first slot of its limit a served request gave back, within it from then on; OVERDUE,
-  an attempt with no head within its patience, above its model's and the account's limits
-  (`zai.assumptions.REFUSED_HOLDS_NO_SLOT`). A place rides above a limit only while the phase is AWAITING,
-  and stays as the attempt's history once its verdict came (its flow shows it).
-- `stalled`: z.ai held its head far longer than its heads take, said once while awaiting; `ended`: z.ai
-  sent its answer to the end (it serves it no more, though the slot is held until the flow ends).
+- `place`: WITHIN the limits; PROBE, one above the limit it tests; QUEUED, a probe z.ai holds in its queue,
+  still above; SEATED, a queued probe within its limit from then on; OVERDUE, above its model's and the
+  account's limits. A place rides above a limit only while the phase is AWAITING, and stays as the
+  attempt's history once its verdict came (its flow shows it).
+- `stalled`: a stall said while awaiting (once); `ended`: z.ai sent its answer to the end.
 """
 
 from __future__ import annotations
