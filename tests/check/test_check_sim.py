@@ -118,7 +118,7 @@ def test_the_aliases_found_are_saved_where_the_proxy_reads_them(
         }
     )
     pool = ChaosPool(config)
-    assert pool.restore_learned(read_state(limits_file)) == len(DEC_2026_ALIASES)
+    assert pool.learned.restore(read_state(limits_file)) == len(DEC_2026_ALIASES)
     assert list(pool.config.models) == ["glm-5.3-flash", "glm-5.3", "glm-4.5"]
     assert pool.config.eligible_models("heavy") == ["glm-5.3"]
     assert KEY not in limits_file.read_text(encoding="utf-8")

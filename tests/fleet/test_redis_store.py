@@ -61,14 +61,14 @@ def make_fleet(
         slots = SharedSlots(
             name,
             on_freed=pool.wake,
-            on_probe_answered=pool.probe_answered_elsewhere,
-            on_seen=pool.seen_elsewhere,
+            on_probe_answered=pool.ledger.probe_answered_elsewhere,
+            on_seen=pool.ledger.seen_elsewhere,
             waiting=pool.first_in_line,
-            serving=pool.serving_here,
-            refusing=pool.refusing,
-            overdue=pool.overdue_here,
+            serving=pool.ledger.serving_here,
+            refusing=pool.ledger.refusing,
+            overdue=pool.ledger.overdue_here,
         )
-        pool.use_slots(slots)
+        pool.use(slots=slots)
     parsed = parse_state_url(url, {})
     assert parsed is not None
     models = list(pool.config.models) if pool is not None else MODELS
@@ -311,7 +311,7 @@ async def test_a_slot_freed_goes_to_the_proxy_it_is_owed_to_and_the_others_do_no
         first = asyncio.ensure_future(pools[1].admit(Ticket("heavy", session="first"), timeout=5))
         await until(lambda: fleets[0].slots.next_in_fleet_line() == "p1")
         second = asyncio.ensure_future(pools[2].admit(Ticket("heavy", session="second"), timeout=5))
-        await until(lambda: pools[2].waiting() == 1 and fleets[1].slots.proxies is not None)
+        await until(lambda: pools[2].first_in_line()[0] == 1 and fleets[1].slots.proxies is not None)
         await asyncio.sleep(0.05)  # p2's announce reached p0 (p1's first came earlier, at the same level)
         assert fleets[0].slots.next_in_fleet_line() == "p1"
         selection = held.pop()
@@ -439,7 +439,7 @@ async def test_leases_never_exceed_the_caps_and_come_back_to_zero(
     for fleet in fleets:
         await asyncio.gather(*fleet._background)
     assert await client.zcard("chaos:account") == 0
-    assert all(pool.spurious_releases == 0 and pool.waiting() == 0 for pool in pools)
+    assert all(pool.spurious_releases == 0 and pool.first_in_line()[0] == 0 for pool in pools)
     for fleet in fleets:
         await fleet.close()
     await client.aclose()
@@ -471,11 +471,11 @@ async def test_a_1113_on_one_proxy_takes_the_model_out_on_the_other_and_a_restor
 ) -> None:
     (a, b), fleets = await two_pools(server)
     try:
-        a.report_error("glm-4.7", zai_error("1113"))
+        a.ledger.error("glm-4.7", zai_error("1113"))
         await until(lambda: "glm-4.7" in b.cooldowns.blocked(), 2)
         block = b.cooldowns.block("glm-4.7")
         assert block is not None and block.kind == "out" and "1113" in block.reason
-        a.report_error("glm-4.6", zai_error("1305"), retry_after=20.0)
+        a.ledger.error("glm-4.6", zai_error("1305"), retry_after=20.0)
         await until(lambda: "glm-4.6" in b.cooldowns.blocked(), 2)
         assert 15 < b.cooldowns.remaining("glm-4.6") <= 20  # the seconds left travel, not a clock
         a.restore("glm-4.7")
@@ -499,13 +499,13 @@ async def test_the_verdicts_on_a_slot_one_proxy_gives_back_count_on_the_other_as
         first = await a.admit(Ticket("heavy"), timeout=1)
         assert first is not None
         model = first.model
-        a.report_success(first)  # z.ai serves one of it...
+        a.ledger.success(first)  # z.ai serves one of it...
         held = []
         while (selection := await a.admit(Ticket("heavy"), timeout=1)) and selection.model != model:
             held.append(selection)  # (the least loaded heavy models first)
         assert selection is not None
         for _ in range(2):  # ...and refuses a second beside it, twice
-            a.report_error(model, zai_error("1302"), selection=selection)
+            a.ledger.error(model, zai_error("1302"), selection=selection)
         lowered = a.limits.limit(model)
         assert lowered < CONFIG.models[model].max_concurrency
         await until(lambda: b.limits.limit(model) == lowered, 2)  # a still holds the slot
@@ -531,7 +531,7 @@ async def test_a_proxy_joining_the_fleet_takes_the_limits_it_learned_so_far(
         assert selection is not None
         model = selection.model
         for _ in range(2):
-            a.report_error(model, zai_error("1302"), selection=replace(selection, in_flight=2))
+            a.ledger.error(model, zai_error("1302"), selection=replace(selection, in_flight=2))
         assert a.release(selection)
         await until(lambda: not fleets[0]._background)
         await asyncio.sleep(0.2)  # a renewal: its row is in Redis
@@ -754,7 +754,7 @@ async def probing(
         await until(lambda: all(pool.in_flight("h") == 2 for pool in pools))
         for i, slot in enumerate(held):
             assert slot is not None
-            pools[i % 2].report_success(slot)
+            pools[i % 2].ledger.success(slot)
         for pool in pools:  # each proxy saw "h" full, served cleanly (the others' answers once they say so)
             pool.limits.succeeded("h", 2, 2, None)
         assert all(pool.limits.can_probe("h") for pool in pools)
@@ -784,7 +784,7 @@ async def test_a_clean_answer_reaches_the_other_proxies_as_it_comes_not_with_its
         assert not b.limits.can_probe("h")  # nobody saw z.ai serve "h" at its limit yet
         for slot in held:
             assert slot is not None
-            a.report_success(slot)  # z.ai serves both: "h" full, cleanly
+            a.ledger.success(slot)  # z.ai serves both: "h" full, cleanly
         await until(lambda: b.limits.can_probe("h"), 2)
         assert b.in_flight("h") == 2  # heard while both slots are still held
         for slot in held:
@@ -812,7 +812,7 @@ async def test_two_proxies_probing_a_limit_at_once_send_one_probe_and_its_clean_
         held = await right(client)
         assert str(held["lease"]).startswith(f"p{0 if prober is a else 1}#")
         assert INTERVAL * 1000 - 1000 < float(held["free_in"]) <= INTERVAL * 1000
-        prober.report_success(probe)  # answered cleanly: the next probe anywhere may follow at once
+        prober.ledger.success(probe)  # answered cleanly: the next probe anywhere may follow at once
         await until(lambda: other.limits.can_probe("h"), 2)
         assert await right(client) == {}
         assert prober.release(probe)
@@ -824,7 +824,7 @@ async def test_a_refused_probe_holds_the_right_for_the_probers_wait_and_the_next
     async with probing(server) as ((a, b), fleets):
         probe = await a.admit(Ticket("heavy"), timeout=0.2)
         assert probe is not None and probe.probe == "model"
-        a.report_error("h", zai_error("1302"), selection=probe)  # refused: a waits the interval
+        a.ledger.error("h", zai_error("1302"), selection=probe)  # refused: a waits the interval
         assert a.release(probe)
         await until(lambda: not fleets[0]._background)
         held = await right(client)
@@ -843,7 +843,7 @@ async def test_a_refused_probe_holds_the_right_for_the_probers_wait_and_the_next
         b_clock.advance(wait)
         second = await b.admit(Ticket("heavy"), timeout=0.2)
         assert second is not None and second.probe == "model"
-        b.report_error("h", zai_error("1302"), selection=second)
+        b.ledger.error("h", zai_error("1302"), selection=second)
         assert b.limits.probe_wait("model", "h") == (pytest.approx(2 * INTERVAL), 2)  # the fleet's second
         assert b.release(second)
         await until(lambda: not fleets[1]._background)
@@ -894,12 +894,12 @@ async def test_the_fleet_probes_each_limit_as_one_proxy_would(
             elif action in ("clean", "refuse") and out:
                 owner, slot = out.pop(proxy % len(out))
                 if action == "clean":
-                    pools[owner].report_success(slot)
+                    pools[owner].ledger.success(slot)
                     limit = ACCOUNT if slot.probe == "account" else slot.model
                     if slot.probe is not None and holder.get(limit) == owner:
                         del holder[limit]  # freed (once Redis has it: until then, still refused)
                 else:
-                    pools[owner].report_error(slot.model, zai_error("1302"), selection=slot)
+                    pools[owner].ledger.error(slot.model, zai_error("1302"), selection=slot)
                 answered.append((owner, slot))
             elif action == "release" and answered:
                 owner, slot = answered.pop(proxy % len(answered))
@@ -928,13 +928,13 @@ async def test_an_overdue_attempt_lends_its_place_to_the_whole_fleet_until_its_v
         assert held[0] is not None and held[1] is not None
         await until(lambda: fleets[1].slots.in_flight("h") == 2)
         assert await b.admit(Ticket("heavy", may_probe=False), timeout=0.05) is None
-        a.report_overdue(held[1])
+        a.ledger.overdue(held[1])
         await until(lambda: fleets[1].slots.riding_elsewhere("h") == 1)
         assert fleets[1].slots.riding_elsewhere(None) == 1
         lent = await b.admit(Ticket("heavy", may_probe=False), timeout=1)  # a's place, on b
         assert lent is not None and lent.model == "h" and await client.zcard("chaos:slots:h") == 3
         assert await b.admit(Ticket("heavy", may_probe=False), timeout=0.05) is None  # one place, no more
-        a.report_error("h", error("1302"), None, held[1])  # its verdict: it rides no more
+        a.ledger.error("h", error("1302"), None, held[1])  # its verdict: it rides no more
         await until(lambda: fleets[1].slots.riding_elsewhere("h") == 0)
         for pool, slot in ((a, held[0]), (a, held[1]), (b, lent)):
             assert pool.release(slot)
@@ -955,12 +955,12 @@ async def test_a_clean_answer_counts_the_other_proxies_slots_z_ai_serves_not_tho
         light = await a.admit(Ticket("light"), timeout=1)  # a's next notice: its "h" has no answer yet
         assert served is not None and light is not None
         await until(lambda: fleets[1].slots.serving_elsewhere("h") == 0)
-        b.report_success(served)  # z.ai served one of "h" at once, not two
+        b.ledger.success(served)  # z.ai served one of "h" at once, not two
         assert not b.limits.evidence("h").answered_at(2, 1000.0)
         more = await b.admit(Ticket("light"), timeout=1)  # b's next notice: its "h" is served
         assert more is not None
         await until(lambda: fleets[0].slots.serving_elsewhere("h") == 1)
-        a.report_success(unanswered)  # now a's answer counts b's: two at once
+        a.ledger.success(unanswered)  # now a's answer counts b's: two at once
         assert a.limits.evidence("h").answered_at(2, 1000.0)
         for pool, slot in ((a, unanswered), (b, served), (a, light), (b, more)):
             assert pool.release(slot)

@@ -49,16 +49,16 @@ def test_blocks_heard_are_applied_on_this_clock_and_not_told_again() -> None:
 def test_a_learned_limit_is_taken_from_another_proxy_only_when_newer() -> None:
     here, there = Rig(), Rig()
     first, second = there.take(), there.take()
-    there.pool.report_success(first)  # z.ai served one of "h", and refuses a second, twice
-    there.pool.report_error("h", error("1302"), 30.0, second)
-    there.pool.report_error("h", error("1302"), 30.0, second)
+    there.pool.ledger.success(first)  # z.ai served one of "h", and refuses a second, twice
+    there.pool.ledger.error("h", error("1302"), 30.0, second)
+    there.pool.ledger.error("h", error("1302"), 30.0, second)
     rows = there.pool.limits.rows()
     assert set(rows) == {"h"}
-    assert here.pool.adopt_limits(rows) == 1 and here.pool.limits.limit("h") == 1
-    assert here.pool.adopt_limits(rows) == 0  # the same change again: nothing newer
+    assert here.pool.learned.adopt_limits(rows) == 1 and here.pool.limits.limit("h") == 1
+    assert here.pool.learned.adopt_limits(rows) == 0  # the same change again: nothing newer
     here.wall.advance(5.0)
-    here.pool.reset_limits()  # a later change here wins over the older one there
-    assert here.pool.adopt_limits(rows) == 0 and here.pool.limits.limit("h") == 2
+    here.pool.learned.reset()  # a later change here wins over the older one there
+    assert here.pool.learned.adopt_limits(rows) == 0 and here.pool.limits.limit("h") == 2
     assert there.pool.limits.rows(since=rows["h"]["changedAt"]) == {}
     assert ACCOUNT not in rows  # no account limit learned yet
     there.pool.release(first)

@@ -308,18 +308,18 @@ async def test_a_race_lost_does_not_count_as_service_so_the_loser_keeps_its_plac
     pool = ChaosPool(parse_config({"modelRouting": {"models": DESIGN_MODELS}}))  # heavy: 3 + 3 + 2 slots
     slots = SharedSlots("b", on_freed=pool.wake, waiting=pool.first_in_line)
     slots.connected(fleet)
-    pool.use_slots(slots)
+    pool.use(slots=slots)
     for i in range(7):  # all the heavy tier's slots but one, held here
         assert await pool.admit(Ticket("heavy", session=f"held{i}"), timeout=0) is not None
     caps = {"glm-4.7": 3, "glm-4.6": 3, "glm-4.5-x": 2}
     free = next(model for model, cap in caps.items() if slots.in_flight(model) < cap)
     fleet.leases[free].add("a#1")  # another proxy took the last one; not yet heard of here
     first = asyncio.ensure_future(pool.admit(Ticket("heavy", session="first"), timeout=5))
-    while pool.waiting() == 0:  # it lost the slot to the other proxy, then waits
+    while pool.first_in_line()[0] == 0:  # it lost the slot to the other proxy, then waits
         await asyncio.sleep(0)
     assert pool.lost_races == 1
     second = asyncio.ensure_future(pool.admit(Ticket("heavy", session="second"), timeout=5))
-    while pool.waiting() < 2:
+    while pool.first_in_line()[0] < 2:
         await asyncio.sleep(0)
     fleet.leases[free].discard("a#1")
     slots.heard(Notice(fleet.seq + 1, "-", "a", free))

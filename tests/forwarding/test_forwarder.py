@@ -20,6 +20,7 @@ from chaos_mode.forwarding.head_patience import STALL_FLOOR_SECONDS, HeadPatienc
 from chaos_mode.forwarding.upstream import Destination, UpstreamClients, UpstreamSettings
 from chaos_mode.observe.stats import Stats
 from chaos_mode.request.routed import RoutedRequest
+from chaos_mode.routing import pool_status
 from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
 from chaos_mode.routing.pool_status import served
 from support.fakes import FakeClock
@@ -339,7 +340,7 @@ async def test_an_unanswered_probe_is_given_up_for_a_slot_within_the_limits(
     occupants = [rig.pool.try_acquire(Ticket("heavy")) for _ in range(2)]
     for occupant in occupants:
         assert occupant is not None
-        rig.pool.report_success(occupant)  # 1 of 1 answered cleanly on each: the next request may probe
+        rig.pool.ledger.success(occupant)  # 1 of 1 answered cleanly on each: the next request may probe
     request = rig.routed()
     probe = request.slot
     assert probe is not None and probe.probe == "model" and probe.model == "h1"
@@ -371,7 +372,7 @@ def probe_beside_an_occupant(rig: Rig) -> tuple[Slot, RoutedRequest]:
     """A heavy request answered cleanly (the limit of one ran full), and a routed request probing above."""
     occupant = rig.pool.try_acquire(Ticket("heavy"))
     assert occupant is not None
-    rig.pool.report_success(occupant)
+    rig.pool.ledger.success(occupant)
     request = rig.routed()
     assert request.slot is not None and request.slot.probe == "model"
     return occupant, request
@@ -410,7 +411,7 @@ async def test_while_z_ai_queues_a_probe_it_holds_is_given_up_at_its_stall(
     occupants = [rig.pool.try_acquire(Ticket("heavy")) for _ in range(2)]
     for occupant in occupants:
         assert occupant is not None
-        rig.pool.report_success(occupant)
+        rig.pool.ledger.success(occupant)
     request = rig.routed()
     assert request.slot is not None and request.slot.probe == "model"
     async with asyncio.timeout(WAIT):
@@ -448,7 +449,7 @@ async def test_while_z_ai_queues_the_slot_a_stream_frees_is_the_held_probes_not_
     occupant, request = probe_beside_an_occupant(rig)
     async with asyncio.timeout(WAIT):
         sending = await rig.sent(request)
-        rig.pool.report_ended(occupant)
+        rig.pool.ledger.ended(occupant)
         assert rig.pool.release(occupant)  # the stream ends: z.ai serves the probe in its slot
         assert rig.pool.try_acquire(Ticket("heavy", may_probe=False)) is None
         freed.set()
@@ -467,7 +468,7 @@ async def test_a_probe_answered_first_keeps_its_slot_and_raises_the_limit(
     async with asyncio.timeout(WAIT):
         response = await rig.send(request)
     assert response.status_code == 200 and len(rig.upstream.requests) == 1
-    assert rig.pool.limits.limit("h") == 2 and rig.pool.waiting() == 0
+    assert rig.pool.limits.limit("h") == 2 and rig.pool.first_in_line()[0] == 0
     request.finish("ok")
     rig.pool.release(occupant)
     assert rig.pool.in_flight() == 0
@@ -529,16 +530,16 @@ async def test_an_overdue_attempt_leaves_its_place_to_the_next_request_while_z_a
         while not request.attempts[0].overdue:
             await asyncio.sleep(0.01)
         assert request.mirror()["overdue"] == ["h1"]
-        assert served(rig.pool.status())["models"]["h1"]["overdue"] == 1
+        assert served(pool_status.status(rig.pool))["models"]["h1"]["overdue"] == 1
         after = rig.unrouted()
         assert await after.admit(lambda: True)  # its place, lent (its own spare waits for h2 meanwhile)
         assert after.slot is not None and after.slot.model == "h1" and after.slot.probe is None
         served_after = await rig.send(after)
         assert served_after.status_code == 200
         refuse_now.set()  # the 1302: the request fails over, and waits for a slot
-        while rig.pool.unanswered("h1"):
+        while rig.pool.ledger.unanswered("h1"):
             await asyncio.sleep(0.01)
-        assert not rig.pool.rides(request.attempts[0].slot)
+        assert not request.attempts[0].slot.rides
         rig.pool.release(occupant)
         response = await sending
     assert response.status_code == 200 and request.tried == ["h1", "h2"]

@@ -13,6 +13,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
+from chaos_mode.routing import pool_status
 from chaos_mode.routing.arrivals import AT_ONCE_SECONDS
 from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
 from chaos_mode.routing.pool_status import served
@@ -25,15 +26,15 @@ def test_a_1302_lowers_the_limit_and_starts_no_cooldown() -> None:
     rig = Rig()
     first, second = rig.take(), rig.take()
     assert (first.in_flight, second.in_flight, second.total) == (1, 2, 2)
-    rig.pool.report_success(first)  # z.ai served one of "h"...
-    assert rig.pool.report_error("h", error("1302"), 30.0, second) == 0.0  # ...never two: refused twice
+    rig.pool.ledger.success(first)  # z.ai served one of "h"...
+    assert rig.pool.ledger.error("h", error("1302"), 30.0, second) == 0.0  # ...never two: refused twice
     assert rig.pool.cooldowns.blocked() == frozenset()
     assert rig.pool.release(second)
     again = rig.take()
-    assert rig.pool.report_error("h", error("1302"), 30.0, again) == 0.0
+    assert rig.pool.ledger.error("h", error("1302"), 30.0, again) == 0.0
     second = again
     assert rig.pool.cooldowns.blocked() == frozenset()
-    status = served(rig.pool.status())["models"]["h"]
+    status = served(pool_status.status(rig.pool))["models"]["h"]
     assert (status["capacity"], status["learnedLimit"], status["catalogLimit"]) == (1, 1, 2)
     assert status["limitReason"] == "1302 at 2 in flight" and status["cooldownReason"] is None
     assert rig.pool.release(first)
@@ -43,7 +44,7 @@ def test_a_1302_lowers_the_limit_and_starts_no_cooldown() -> None:
 def test_with_learning_off_a_1302_cools_the_model_down_as_before() -> None:
     rig = Rig(routing(learning={"enabled": False}))
     selection = rig.take()
-    assert rig.pool.report_error("h", error("1302"), None, selection) == 5.0
+    assert rig.pool.ledger.error("h", error("1302"), None, selection) == 5.0
     assert rig.pool.cooldowns.blocked() == {"h"}
     assert rig.pool.release(selection)
 
@@ -55,22 +56,22 @@ def test_a_request_that_would_wait_probes_one_above_the_limit() -> None:
         rig.pool.try_acquire(Ticket("heavy")) is None
     )  # the catalog's 2 never ran full: nothing to go on yet
     light = rig.take("light")
-    rig.pool.report_success(light)  # another model's answer says nothing about "h"
+    rig.pool.ledger.success(light)  # another model's answer says nothing about "h"
     assert rig.pool.try_acquire(Ticket("heavy")) is None
-    rig.pool.report_success(second)  # 2 in flight, but only one answered: z.ai may serve just that one
+    rig.pool.ledger.success(second)  # 2 in flight, but only one answered: z.ai may serve just that one
     assert rig.pool.try_acquire(Ticket("heavy")) is None
     assert rig.pool.release(light)
     assert rig.pool.release(second)
-    rig.pool.report_success(first)
+    rig.pool.ledger.success(first)
     third = rig.take()
-    rig.pool.report_success(third)  # 2 of 2, answered cleanly
+    rig.pool.ledger.success(third)  # 2 of 2, answered cleanly
     probe = rig.take()
     assert (probe.model, probe.probe, probe.in_flight) == ("h", "model", 3)
     assert probe.reason == "probing h's limit (2+1)"
-    assert served(rig.pool.status())["models"]["h"]["probing"] is True
+    assert served(pool_status.status(rig.pool))["models"]["h"]["probing"] is True
     assert rig.pool.try_acquire(Ticket("heavy")) is None  # one probe at a time: the next one waits
-    rig.pool.report_success(probe)
-    assert served(rig.pool.status())["models"]["h"]["learnedLimit"] == 3
+    rig.pool.ledger.success(probe)
+    assert served(pool_status.status(rig.pool))["models"]["h"]["learnedLimit"] == 3
     for selection in (first, third, probe):
         assert rig.pool.release(selection)
     assert rig.pool.in_flight() == 0
@@ -92,16 +93,16 @@ def test_a_failed_probe_is_not_repeated_within_the_interval() -> None:
     rig = Rig()
     held = rig.fill()
     probe = rig.take()
-    rig.pool.report_error("h", error("1302"), None, probe)
+    rig.pool.ledger.error("h", error("1302"), None, probe)
     assert rig.pool.release(probe)
-    assert served(rig.pool.status())["models"]["h"]["learnedLimit"] == 2
+    assert served(pool_status.status(rig.pool))["models"]["h"]["learnedLimit"] == 2
     assert rig.pool.try_acquire(Ticket("heavy")) is None
     rig.clock.advance(4.9)
     assert rig.pool.try_acquire(Ticket("heavy")) is None
     rig.clock.advance(0.1)  # the probe interval: 5 s by default
     second = rig.take()
     assert second.probe == "model"
-    rig.pool.report_error("h", error("1302"), None, second)
+    rig.pool.ledger.error("h", error("1302"), None, second)
     assert rig.pool.release(second)
     rig.clock.advance(5.0)
     assert rig.pool.try_acquire(Ticket("heavy")) is None  # refused twice: the next waits twice as long
@@ -119,12 +120,14 @@ def test_a_probes_clean_answer_heard_again_from_another_proxy_undoes_no_wait_set
     refused here meanwhile still waits its interval."""
     rig = Rig()
     held = rig.fill()
-    rig.pool.probe_answered_elsewhere("h")  # another proxy's probe above 2 answered cleanly: at once
+    rig.pool.ledger.probe_answered_elsewhere("h")  # another proxy's probe above 2 answered cleanly: at once
     probe = rig.take()
     assert probe.probe == "model"
-    rig.pool.report_error("h", error("1302"), None, probe)  # ours is refused: 5 s before the next
+    rig.pool.ledger.error("h", error("1302"), None, probe)  # ours is refused: 5 s before the next
     assert rig.pool.release(probe)
-    rig.pool.seen_elsewhere("h", [Seen("clean", 3, 3, "model")])  # the other's slot back, with its verdict
+    rig.pool.ledger.seen_elsewhere(
+        "h", [Seen("clean", 3, 3, "model")]
+    )  # the other's slot back, with its verdict
     assert rig.pool.limits.probe_wait("model", "h") == (5.0, 1)
     for selection in held:
         assert rig.pool.release(selection)
@@ -150,10 +153,10 @@ def test_a_stall_another_proxy_heard_counts_here_from_when_its_request_was_sent(
         rig.pool.limits.stalled("l", 2, 2, None, rig.clock() - 0.25)
 
     def elsewhere(rig: Rig) -> None:
-        rig.pool.seen_elsewhere("l", [Seen("stall", 2, 2, None, 0.25)])
+        rig.pool.ledger.seen_elsewhere("l", [Seen("stall", 2, 2, None, 0.25)])
 
     def elsewhere_unaged(rig: Rig) -> None:  # a verdict that does not say when (a previous version's notice)
-        rig.pool.seen_elsewhere("l", [Seen("stall", 2, 2)])
+        rig.pool.ledger.seen_elsewhere("l", [Seen("stall", 2, 2)])
 
     assert learned(here) == learned(elsewhere) == 1
     assert learned(elsewhere_unaged) == 3
@@ -162,15 +165,15 @@ def test_a_stall_another_proxy_heard_counts_here_from_when_its_request_was_sent(
 def test_a_model_is_refusing_from_its_latest_verdict_not_a_probes_here_or_elsewhere() -> None:
     rig = Rig()
     first = rig.take()
-    assert not rig.pool.refusing("h")
-    assert rig.pool.report_stall(first)
-    assert rig.pool.refusing("h") and not rig.pool.refusing("l")
-    rig.pool.seen_elsewhere("h", [Seen("clean", 1, 1)])
-    assert not rig.pool.refusing("h")
-    rig.pool.seen_elsewhere("h", [Seen("refused", 2, 2, None, 3.0)])
-    assert rig.pool.refusing("h")
-    rig.pool.seen_elsewhere("h", [Seen("clean", 3, 3, "model")])  # a probe's verdict: not counted
-    assert rig.pool.refusing("h")
+    assert not rig.pool.ledger.refusing("h")
+    assert rig.pool.ledger.stall(first)
+    assert rig.pool.ledger.refusing("h") and not rig.pool.ledger.refusing("l")
+    rig.pool.ledger.seen_elsewhere("h", [Seen("clean", 1, 1)])
+    assert not rig.pool.ledger.refusing("h")
+    rig.pool.ledger.seen_elsewhere("h", [Seen("refused", 2, 2, None, 3.0)])
+    assert rig.pool.ledger.refusing("h")
+    rig.pool.ledger.seen_elsewhere("h", [Seen("clean", 3, 3, "model")])  # a probe's verdict: not counted
+    assert rig.pool.ledger.refusing("h")
     assert rig.pool.release(first)
 
 
@@ -183,23 +186,23 @@ def test_an_account_limit_learned_from_1302s_is_probed_too() -> None:
                 rig.pool.limits.succeeded(model, level, 4, None)
     held = [rig.take("light") for _ in range(4)]
     for selection in held:
-        rig.pool.report_success(selection)
+        rig.pool.ledger.success(selection)
     # Two models at levels they serve refuse at 5: the account is full at 4.
     for _ in range(2):
         refused = rig.take("light")
         assert refused.total == 5 and refused.in_flight < 3
-        rig.pool.report_error(refused.model, error("1302"), None, refused)
+        rig.pool.ledger.error(refused.model, error("1302"), None, refused)
         rig.pool.release(refused)
-    status = served(rig.pool.status())
+    status = served(pool_status.status(rig.pool))
     assert status["accountLimit"] == 4
     assert [status["models"][m]["learnedLimit"] for m in three] == [3, 3, 3]
     assert rig.pool.try_acquire(Ticket("light")) is None  # within the probe interval of those answers
     rig.clock.advance(10.0)
     probe = rig.take("light")
     assert (probe.probe, probe.reason) == ("account", "probing the account limit (4+1)")
-    rig.pool.report_success(probe)
+    rig.pool.ledger.success(probe)
     # A clean answer at 5 ten seconds after the refusals there: z.ai has moved since, they count little.
-    assert served(rig.pool.status())["accountLimit"] is None
+    assert served(pool_status.status(rig.pool))["accountLimit"] is None
     for selection in [*held, probe]:
         rig.pool.release(selection)
 
@@ -213,7 +216,7 @@ def test_a_probe_respects_the_cost_guard() -> None:
     info = RequestInfo(1000, 100)
     taken = [rig.pool.try_acquire(Ticket("light", request=info)) for _ in range(2)]
     assert taken[0] is not None
-    rig.pool.report_success(taken[0])  # "cheap" ran full
+    rig.pool.ledger.success(taken[0])  # "cheap" ran full
     taken.append(rig.pool.try_acquire(Ticket("light", request=info)))
     # Within the limits the guard's fallback (the cheapest eligible) may reach "dear"; a probe never does.
     assert [(s.model, s.probe) for s in taken if s] == [("cheap", None), ("dear", None), ("cheap", "model")]
@@ -227,14 +230,14 @@ def test_reset_times_from_a_message_are_capped() -> None:
     far = error(
         "1308", "[1308][Usage limit reached for 5 hour. Your limit will reset at 2099-01-01 00:00:00]"
     )
-    assert rig.pool.report_error("h", far) == 8 * 86_400.0  # cooldown.maxPauseSeconds: a week and a day
-    pause = served(rig.pool.status())["accountPause"]
+    assert rig.pool.ledger.error("h", far) == 8 * 86_400.0  # cooldown.maxPauseSeconds: a week and a day
+    pause = served(pool_status.status(rig.pool))["accountPause"]
     assert pause["remaining"] == 8 * 86_400.0
 
 
 def test_when_nothing_is_in_flight_a_cooling_model_takes_a_trial() -> None:
     rig = Rig(routing({"h": {"tier": "HEAVY", "maxConcurrency": 2}}))
-    rig.pool.report_error("h", error("1305"))
+    rig.pool.ledger.error("h", error("1305"))
     trial = rig.take()
     assert trial.reason == "trial: nothing in flight, cooldown cut short"
     assert rig.pool.try_acquire(Ticket("heavy")) is None  # something is in flight now: the cooldown holds
@@ -243,7 +246,7 @@ def test_when_nothing_is_in_flight_a_cooling_model_takes_a_trial() -> None:
 
 def test_no_trial_for_a_model_out_of_rotation() -> None:
     rig = Rig(routing({"h": {"tier": "HEAVY", "maxConcurrency": 2}}))
-    rig.pool.report_error("h", error("1113"))
+    rig.pool.ledger.error("h", error("1113"))
     assert rig.pool.try_acquire(Ticket("heavy")) is None
 
 
@@ -252,11 +255,11 @@ def test_a_probe_that_becomes_due_wakes_a_waiter() -> None:
         pool = ChaosPool(routing(learning={"probeIntervalSeconds": 0.05}), clock=time.monotonic)
         first, second = pool.try_acquire(Ticket("heavy")), pool.try_acquire(Ticket("heavy"))
         assert first is not None and second is not None
-        pool.report_success(first)
-        pool.report_success(second)
+        pool.ledger.success(first)
+        pool.ledger.success(second)
         probe = pool.try_acquire(Ticket("heavy"))
         assert first and second and probe and probe.probe == "model"
-        pool.report_error("h", error("1302"), None, probe)
+        pool.ledger.error("h", error("1302"), None, probe)
         assert pool.release(probe)
         # The pool stays full (2 of 2) and no slot is released: only the probe timer can serve this.
         waiter = await asyncio.wait_for(pool.admit(Ticket("heavy"), timeout=2.0), 2.0)
@@ -287,15 +290,15 @@ def test_a_probe_given_up_paces_the_next_as_a_refused_one() -> None:
     held = rig.fill()
     probe = rig.take()
     assert probe.probe == "model"
-    rig.pool.report_unanswered(probe, probe_given_up=True)
-    rig.pool.report_unanswered(probe, probe_given_up=True)  # idempotent
+    rig.pool.ledger.no_verdict(probe, probe_given_up=True)
+    rig.pool.ledger.no_verdict(probe, probe_given_up=True)  # idempotent
     assert rig.pool.release(probe)
-    assert served(rig.pool.status())["models"]["h"]["learnedLimit"] == 2  # the limit stays
+    assert served(pool_status.status(rig.pool))["models"]["h"]["learnedLimit"] == 2  # the limit stays
     assert rig.pool.try_acquire(Ticket("heavy")) is None
     rig.clock.advance(5.0)
     second = rig.take()
     assert second.probe == "model"
-    rig.pool.report_unanswered(second, probe_given_up=True)
+    rig.pool.ledger.no_verdict(second, probe_given_up=True)
     assert rig.pool.release(second)
     rig.clock.advance(5.0)
     assert rig.pool.try_acquire(Ticket("heavy")) is None  # given up twice: the next waits twice as long
@@ -362,19 +365,19 @@ class LearningMachine(RuleBasedStateMachine):
             return
         if refused:
             if give_up and selection.probe is not None:  # abandoned before z.ai's 1302 came
-                self.pool.report_unanswered(selection, probe_given_up=True)
+                self.pool.ledger.no_verdict(selection, probe_given_up=True)
             else:
-                self.pool.report_error(model, error("1302"), None, selection)
+                self.pool.ledger.error(model, error("1302"), None, selection)
             assert self.pool.release(selection)
             return
         self.upstream[model] += 1
-        self.pool.report_success(selection)
+        self.pool.ledger.success(selection)
         self.held.append(selection)
 
     def _room(self, tier: str) -> bool:
-        status = served(self.pool.status())["models"]
+        status = served(pool_status.status(self.pool))["models"]
         eligible = self.pool.config.eligible_models(tier)  # type: ignore[arg-type]
-        account = served(self.pool.status())["accountLimit"]
+        account = served(pool_status.status(self.pool))["accountLimit"]
         if account is not None and self.pool.in_flight() >= account:
             return False
         return any(status[m]["inFlight"] < status[m]["capacity"] for m in eligible)
@@ -382,7 +385,7 @@ class LearningMachine(RuleBasedStateMachine):
     @rule(index=st.integers(0, 100))
     def overdue(self, index: int) -> None:
         if self.pending:
-            self.pool.report_overdue(self.pending[index % len(self.pending)][0])
+            self.pool.ledger.overdue(self.pending[index % len(self.pending)][0])
 
     @rule(index=st.integers(0, 100))
     def deliver(self, index: int) -> None:
@@ -392,10 +395,10 @@ class LearningMachine(RuleBasedStateMachine):
     def _deliver(self, pending: tuple[Slot, bool]) -> None:
         selection, refused = pending
         if refused:
-            self.pool.report_error(selection.model, error("1302"), None, selection)
+            self.pool.ledger.error(selection.model, error("1302"), None, selection)
             assert self.pool.release(selection)
         else:
-            self.pool.report_success(selection)
+            self.pool.ledger.success(selection)
             self.held.append(selection)
 
     @rule(index=st.integers(0, 100))
@@ -413,7 +416,7 @@ class LearningMachine(RuleBasedStateMachine):
     def limits_stay_in_bounds(self) -> None:
         if not self.truth:
             return
-        status = served(self.pool.status())
+        status = served(pool_status.status(self.pool))
         account = status["account"]
         assert account["limit"] is None or 0 <= account["limit"] <= account["ceiling"]
         assert account["ceiling"] == 3 * sum(spec["maxConcurrency"] for spec in CATALOG.values())
@@ -431,7 +434,7 @@ class LearningMachine(RuleBasedStateMachine):
         for selection in self.held:
             assert self.pool.release(selection)
         if self.truth:
-            assert self.pool.in_flight() == 0 and self.pool.unanswered() == 0
+            assert self.pool.in_flight() == 0 and self.pool.ledger.unanswered() == 0
 
 
 TestLearningMachine = LearningMachine.TestCase
@@ -447,7 +450,7 @@ def test_a_probe_rides_above_the_limit_and_takes_none_of_its_slots() -> None:
     rig.pool.release(held[0])  # a request within the limit ends while the probe waits for its answer
     regular = rig.pool.try_acquire(Ticket("heavy"))
     assert regular is not None and regular.probe is None  # its slot is free again at once
-    rig.pool.report_error("h", error("1302"), None, probe)  # the probe refused: its slot counts no more
+    rig.pool.ledger.error("h", error("1302"), None, probe)  # the probe refused: its slot counts no more
     assert rig.pool.release(probe)
     assert rig.pool.try_acquire(Ticket("heavy")) is None  # back at the limit, which stays 2
     for selection in (held[1], regular):
@@ -459,8 +462,8 @@ def test_an_abandoned_probe_gives_its_place_back_exactly_once() -> None:
     rig = Rig()
     rig.fill()
     probe = rig.take()
-    rig.pool.report_unanswered(probe)
-    rig.pool.report_unanswered(probe)  # idempotent: the owner may end it from several places
+    rig.pool.ledger.no_verdict(probe)
+    rig.pool.ledger.no_verdict(probe)  # idempotent: the owner may end it from several places
     assert rig.pool.release(probe)
     assert rig.pool.try_acquire(Ticket("heavy")) is None  # at the limit: no probe bonus left behind
 
@@ -473,10 +476,10 @@ def test_a_probe_answered_before_an_earlier_request_raises_nothing_until_that_on
     probe = rig.take()
     assert probe.probe == "model"
     # The probe overtook `late`: z.ai may serve only 2 of "h" and refuse `late` seconds from now.
-    rig.pool.report_success(probe)
-    assert served(rig.pool.status())["models"]["h"]["learnedLimit"] == 2
-    rig.pool.report_success(late)  # all 3 answered and running: z.ai serves 3 at once
-    status = served(rig.pool.status())["models"]["h"]
+    rig.pool.ledger.success(probe)
+    assert served(pool_status.status(rig.pool))["models"]["h"]["learnedLimit"] == 2
+    rig.pool.ledger.success(late)  # all 3 answered and running: z.ai serves 3 at once
+    status = served(pool_status.status(rig.pool))["models"]["h"]
     assert (status["learnedLimit"], status["limitReason"]) == (3, "3 answered at once")
     for selection in (held[1], late, probe):
         assert rig.pool.release(selection)
@@ -492,7 +495,7 @@ def test_a_limit_found_full_wakes_a_waiter_to_probe_without_a_release() -> None:
         assert not waiter.done()  # 2 of 2 sent, none answered: nothing to go above yet
         for selection in taken:
             assert selection is not None
-            pool.report_success(selection)  # 2 of 2 answered and running: the limit ran full cleanly
+            pool.ledger.success(selection)  # 2 of 2 answered and running: the limit ran full cleanly
         probe = await asyncio.wait_for(waiter, 1.0)  # no slot was released: the answer woke it
         assert probe is not None and probe.probe == "model"
         for selection in (*taken, probe):
@@ -508,17 +511,19 @@ def test_a_refusal_counts_at_what_z_ai_served_when_it_came_not_at_what_the_pool_
     rig = Rig(routing({"m": {"tier": "HEAVY", "maxConcurrency": 6}}))
     held = [rig.take() for _ in range(6)]
     for selection in held[:3]:
-        rig.pool.report_success(selection)
-    rig.pool.report_ended(held[0])
+        rig.pool.ledger.success(selection)
+    rig.pool.ledger.ended(held[0])
     assert rig.pool.release(held[0])  # one stream ended: its slot goes back
     after = rig.take()
     assert (after.in_flight, after.total) == (6, 6)
-    rig.pool.report_error("m", error("1302"), None, after)
+    rig.pool.ledger.error("m", error("1302"), None, after)
     evidence = rig.pool.limits.evidence("m")
     now = rig.clock()
     assert evidence.refusal_estimate(3, now) > 1 / 3  # one clean answer at 3 of prior, and this refusal
     assert evidence.refusal_estimate(6, now) == 0.5  # nothing seen at 6: the prior alone
-    assert served(rig.pool.status())["models"]["m"]["learnedLimit"] == 6  # once, beside a clean 3: chance
+    assert (
+        served(pool_status.status(rig.pool))["models"]["m"]["learnedLimit"] == 6
+    )  # once, beside a clean 3: chance
     for selection in [*held[1:], after]:
         assert rig.pool.release(selection)
 
@@ -531,13 +536,13 @@ def test_a_refusal_is_judged_by_what_z_ai_served_while_it_decided_that_request()
     first, second = rig.fill()
     account = rig.pool.limits.evidence()
     before = account.refusal_estimate(2, rig.clock())
-    rig.pool.report_ended(first)
+    rig.pool.ledger.ended(first)
     assert rig.pool.release(first)
     rig.clock.advance(0.5)
     after = rig.take()
     assert (after.in_flight, after.total) == (2, 2)
     rig.clock.advance(0.3)
-    assert rig.pool.report_stall(after)
+    assert rig.pool.ledger.stall(after)
     now = rig.clock()
     assert account.refusal_estimate(2, now) == pytest.approx(before, abs=1e-3)  # faded a little, no more
     assert rig.pool.limits.evidence("h").refusal_estimate(2, now) > 1 / 3
@@ -552,15 +557,15 @@ def refused_first(writes: list[int], gap: float) -> list[float]:
     rig = Rig(routing({"m": {"tier": "HEAVY", "maxConcurrency": 3}}))
     taken = [rig.take(), rig.take(), rig.take()]
     for index in writes:
-        rig.pool.report_sent(taken[index])
+        rig.pool.ledger.sent(taken[index])
         rig.clock.advance(gap)
     for index in writes:
         if index:
-            rig.pool.report_success(taken[index])
+            rig.pool.ledger.success(taken[index])
     evidence = rig.pool.limits.evidence("m")
     now = rig.clock()
     before = [evidence.refusal_estimate(level, now) for level in (1, 2, 3)]
-    rig.pool.report_error("m", error("1302"), None, taken[0])
+    rig.pool.ledger.error("m", error("1302"), None, taken[0])
     rises = [evidence.refusal_estimate(level, now) - before[level - 1] for level in (1, 2, 3)]
     for selection in taken:
         assert rig.pool.release(selection)
@@ -595,12 +600,12 @@ def test_a_clean_answer_counts_only_what_was_written_before_it() -> None:
     rig = Rig(routing({"m": {"tier": "HEAVY", "maxConcurrency": 3}}))
     taken = [rig.take(), rig.take(), rig.take()]
     for selection in taken:
-        rig.pool.report_sent(selection)
+        rig.pool.ledger.sent(selection)
         rig.clock.advance(0.005)
     for selection in taken[1:]:
-        rig.pool.report_success(selection)
+        rig.pool.ledger.success(selection)
         assert rig.pool.release(selection)  # answered and ended before the first one's head came
-    rig.pool.report_success(taken[0])
+    rig.pool.ledger.success(taken[0])
     assert not rig.pool.limits.evidence("m").answered_at(3, rig.clock())  # 2 at most, never 3
     assert rig.pool.release(taken[0])
 
@@ -608,11 +613,11 @@ def test_a_clean_answer_counts_only_what_was_written_before_it() -> None:
 def test_a_pool_never_told_of_writing_counts_from_the_takings() -> None:
     rig = Rig(routing({"m": {"tier": "HEAVY", "maxConcurrency": 3}}))
     first, second = rig.take(), rig.take()
-    rig.pool.report_success(first)
+    rig.pool.ledger.success(first)
     evidence = rig.pool.limits.evidence("m")
     now = rig.clock()
     before = evidence.refusal_estimate(2, now)
-    rig.pool.report_error("m", error("1302"), None, second)
+    rig.pool.ledger.error("m", error("1302"), None, second)
     assert evidence.refusal_estimate(2, now) > before  # beside the first, taken (and answered) before it
     for selection in (first, second):
         assert rig.pool.release(selection)
@@ -622,12 +627,12 @@ def test_a_head_z_ai_held_then_served_counts_among_what_it_served_when_the_next_
     """A z.ai that queues serves the requests it held once it has room: those count as its own."""
     rig = Rig(routing({"m": {"tier": "HEAVY", "maxConcurrency": 6}}))
     first, held, waiting = rig.take(), rig.take(), rig.take()
-    rig.pool.report_success(first)
-    assert rig.pool.report_stall(held)  # z.ai queues it...
-    rig.pool.report_success(held)  # ...and serves it later
+    rig.pool.ledger.success(first)
+    assert rig.pool.ledger.stall(held)  # z.ai queues it...
+    rig.pool.ledger.success(held)  # ...and serves it later
     after = rig.take()
     assert after.in_flight == 4
-    rig.pool.report_error("m", error("1302"), None, after)
+    rig.pool.ledger.error("m", error("1302"), None, after)
     evidence = rig.pool.limits.evidence("m")
     assert evidence.refusal_estimate(3, rig.clock()) > 0.5  # at 3: first and held beside it, not waiting
     assert evidence.refusal_estimate(4, rig.clock()) == 0.5
@@ -640,13 +645,13 @@ def test_a_probe_z_ai_held_then_served_found_no_room_above_its_limit() -> None:
     probe follow at once."""
     rig = Rig(routing({"m": {"tier": "HEAVY", "maxConcurrency": 1}}))
     held = rig.take()
-    rig.pool.report_success(held)
+    rig.pool.ledger.success(held)
     probe = rig.take()
     assert probe.probe == "model"
-    assert rig.pool.report_stall(probe)
-    rig.pool.report_ended(held)
+    assert rig.pool.ledger.stall(probe)
+    rig.pool.ledger.ended(held)
     assert rig.pool.release(held)  # a slot freed: z.ai serves the probe
-    rig.pool.report_success(probe)
+    rig.pool.ledger.success(probe)
     assert rig.pool.limits.limit("m") == 1
     assert not rig.pool.limits.can_probe("m")
     assert rig.pool.release(probe)
@@ -657,14 +662,14 @@ def test_a_probe_z_ai_queues_takes_the_first_slot_of_its_limit_that_a_served_req
     not the next request's, which z.ai would hold in turn until the probe ends."""
     rig = Rig(routing({"m": {"tier": "HEAVY", "maxConcurrency": 1}}))
     held = rig.take()
-    rig.pool.report_success(held)
+    rig.pool.ledger.success(held)
     probe = rig.take()
     assert probe.probe == "model"
-    rig.pool.report_queued(probe)
-    rig.pool.report_ended(held)
+    rig.pool.ledger.queued(probe)
+    rig.pool.ledger.ended(held)
     assert rig.pool.release(held)
     assert rig.pool.try_acquire(Ticket("heavy")) is None  # the slot that came back is the probe's
-    rig.pool.report_success(probe)  # served at 1, in the slot that freed: it raises nothing...
+    rig.pool.ledger.success(probe)  # served at 1, in the slot that freed: it raises nothing...
     assert rig.pool.limits.limit("m") == 1
     assert not rig.pool.limits.can_probe("m")  # ...and found no room above: the next probe waits
     assert rig.pool.release(probe)
@@ -679,18 +684,18 @@ def test_a_probe_rides_on_unless_z_ai_queues_it_and_the_slot_back_is_one_z_ai_se
     for queued in (False, True):
         rig = Rig(routing({"m": {"tier": "HEAVY", "maxConcurrency": 2}}))
         first, second = rig.fill()
-        rig.pool.report_ended(second)
+        rig.pool.ledger.ended(second)
         assert rig.pool.release(second)
         unanswered = rig.take()  # 2 of 2 again, this one not answered yet
         probe = rig.take()
         assert probe.probe == "model"
         if queued:
-            rig.pool.report_queued(probe)
-            rig.pool.report_unanswered(unanswered)
+            rig.pool.ledger.queued(probe)
+            rig.pool.ledger.no_verdict(unanswered)
             back = unanswered
         else:
-            rig.pool.report_success(unanswered)
-            rig.pool.report_ended(first)
+            rig.pool.ledger.success(unanswered)
+            rig.pool.ledger.ended(first)
             back = first
         assert rig.pool.release(back)
         regular = rig.take()
@@ -704,20 +709,20 @@ def test_a_seated_probe_given_up_or_refused_gives_its_slot_back_exactly_once() -
     for verdict in ("given up", "1302", "stall"):
         rig = Rig(routing({"m": {"tier": "HEAVY", "maxConcurrency": 1}}))
         held = rig.take()
-        rig.pool.report_success(held)
+        rig.pool.ledger.success(held)
         probe = rig.take()
-        rig.pool.report_queued(probe)
-        rig.pool.report_queued(probe)  # idempotent
+        rig.pool.ledger.queued(probe)
+        rig.pool.ledger.queued(probe)  # idempotent
         assert rig.pool.release(held)
         if verdict == "given up":
-            rig.pool.report_unanswered(probe, probe_given_up=True)
+            rig.pool.ledger.no_verdict(probe, probe_given_up=True)
         elif verdict == "1302":
-            rig.pool.report_error("m", error("1302"), None, probe)
+            rig.pool.ledger.error("m", error("1302"), None, probe)
         else:
-            assert rig.pool.report_stall(probe)
+            assert rig.pool.ledger.stall(probe)
         assert rig.pool.release(probe)
         assert not rig.pool.release(probe)
-        assert rig.pool.in_flight() == 0 and rig.pool.unanswered() == 0
+        assert rig.pool.in_flight() == 0 and rig.pool.ledger.unanswered() == 0
         regular = rig.take()  # the limit's one slot, free again, and no probe riding above it
         assert regular.probe is None and rig.pool.try_acquire(Ticket("heavy")) is None
         assert rig.pool.release(regular)
@@ -728,12 +733,12 @@ def test_a_clean_answer_counts_at_least_what_z_ai_served_when_its_request_came()
     served both at once when the second came."""
     rig = Rig(routing({"m": {"tier": "HEAVY", "maxConcurrency": 6}}))
     first, second = rig.take(), rig.take()
-    rig.pool.report_success(first)
-    rig.pool.report_ended(first)
+    rig.pool.ledger.success(first)
+    rig.pool.ledger.ended(first)
     assert rig.pool.release(first)
     evidence = rig.pool.limits.evidence("m")
     assert not evidence.answered_at(2, rig.clock())
-    rig.pool.report_success(second)  # z.ai serves only it now
+    rig.pool.ledger.success(second)  # z.ai serves only it now
     assert evidence.answered_at(2, rig.clock())
     assert rig.pool.release(second)
 
@@ -742,12 +747,12 @@ def test_a_head_z_ai_held_then_served_counts_at_what_z_ai_serves_not_at_its_arri
     """A queuing z.ai was full when the request came (its stall says so) and served it once a slot freed."""
     rig = Rig(routing({"m": {"tier": "HEAVY", "maxConcurrency": 6}}))
     first, second, held = rig.take(), rig.take(), rig.take()
-    rig.pool.report_success(first)
-    rig.pool.report_success(second)
-    assert rig.pool.report_stall(held)  # z.ai full at 2
-    rig.pool.report_ended(first)
+    rig.pool.ledger.success(first)
+    rig.pool.ledger.success(second)
+    assert rig.pool.ledger.stall(held)  # z.ai full at 2
+    rig.pool.ledger.ended(first)
     assert rig.pool.release(first)  # a slot freed: z.ai serves the held one
-    rig.pool.report_success(held)
+    rig.pool.ledger.success(held)
     assert not rig.pool.limits.evidence("m").answered_at(3, rig.clock())  # 2 at once, never 3
     for selection in (second, held):
         assert rig.pool.release(selection)
@@ -756,10 +761,10 @@ def test_a_head_z_ai_held_then_served_counts_at_what_z_ai_serves_not_at_its_arri
 def test_a_clean_answer_from_a_z_ai_seen_to_queue_counts_only_what_it_serves_now() -> None:
     rig = Rig(routing({"m": {"tier": "HEAVY", "maxConcurrency": 6}}))
     first, second = rig.take(), rig.take()
-    rig.pool.report_success(first)
-    rig.pool.report_ended(first)
+    rig.pool.ledger.success(first)
+    rig.pool.ledger.ended(first)
     assert rig.pool.release(first)
-    rig.pool.report_success(second, at_once=False)  # it may have waited inside z.ai for first's slot
+    rig.pool.ledger.success(second, at_once=False)  # it may have waited inside z.ai for first's slot
     assert not rig.pool.limits.evidence("m").answered_at(2, rig.clock())
     assert rig.pool.release(second)
 
@@ -775,35 +780,35 @@ def test_an_overdue_attempt_leaves_its_place_to_the_next_request_until_its_verdi
     within = Ticket("heavy", may_probe=False)
     assert rig.pool.try_acquire(within) is None  # 2 of 2, and the account's 2 too
     assert rig.pool.try_acquire(Ticket("light", may_probe=False)) is None
-    rig.pool.report_overdue(late)
-    rig.pool.report_overdue(late)  # once: a second report changes nothing
-    assert rig.pool.rides(late)
-    status = served(rig.pool.status())["models"]["h"]
+    rig.pool.ledger.overdue(late)
+    rig.pool.ledger.overdue(late)  # once: a second report changes nothing
+    assert late.rides
+    status = served(pool_status.status(rig.pool))["models"]["h"]
     assert (status["overdue"], status["probes"]) == (1, 0)
     taken = rig.pool.try_acquire(within)
     assert taken is not None and (taken.model, taken.probe, taken.total) == ("h", None, 3)  # account: 2+1
-    assert served(rig.pool.status())["models"]["h"]["aboveLimit"] == 1
+    assert served(pool_status.status(rig.pool))["models"]["h"]["aboveLimit"] == 1
     assert rig.pool.try_acquire(within) is None  # one place per overdue attempt, no more
     assert rig.pool.try_acquire(Ticket("light", may_probe=False)) is None
-    rig.pool.report_error("h", error("1302"), None, late)  # its verdict: it rides no more
-    assert not rig.pool.rides(late)
-    assert served(rig.pool.status())["models"]["h"]["overdue"] == 0
+    rig.pool.ledger.error("h", error("1302"), None, late)  # its verdict: it rides no more
+    assert not late.rides
+    assert served(pool_status.status(rig.pool))["models"]["h"]["overdue"] == 0
     assert rig.pool.release(late)
     assert rig.pool.try_acquire(within) is None  # back at the limit: first and taken
     for selection in (first, taken):
         assert rig.pool.release(selection)
-    assert rig.pool.in_flight() == 0 and rig.pool.unanswered() == 0
+    assert rig.pool.in_flight() == 0 and rig.pool.ledger.unanswered() == 0
 
 
 def test_an_overdue_attempt_answered_after_all_counts_within_the_limits_again() -> None:
     rig = Rig()
     first, late = rig.take(), rig.take()
-    rig.pool.report_overdue(late)
+    rig.pool.ledger.overdue(late)
     taken = rig.pool.try_acquire(Ticket("heavy", may_probe=False))
     assert taken is not None
-    rig.pool.report_success(late)  # z.ai served it after all: 3 held on a limit of 2
-    assert not rig.pool.rides(late)
-    status = served(rig.pool.status())["models"]["h"]
+    rig.pool.ledger.success(late)  # z.ai served it after all: 3 held on a limit of 2
+    assert not late.rides
+    status = served(pool_status.status(rig.pool))["models"]["h"]
     assert (status["inFlight"], status["aboveLimit"], status["overdue"]) == (3, 1, 0)
     assert rig.pool.release(first)
     assert rig.pool.try_acquire(Ticket("heavy", may_probe=False)) is None  # 2 of 2 still
@@ -817,16 +822,16 @@ def test_a_probe_a_verdict_or_fixed_limits_make_an_attempt_overdue_no_more() -> 
     held = rig.fill()
     probe = rig.take()
     assert probe.probe == "model"
-    rig.pool.report_overdue(probe)  # a probe rides above its limit already
-    assert not rig.pool.rides(probe)
-    rig.pool.report_overdue(held[0])  # answered: z.ai serves it
-    assert not rig.pool.rides(held[0])
+    rig.pool.ledger.overdue(probe)  # a probe rides above its limit already
+    assert not probe.rides
+    rig.pool.ledger.overdue(held[0])  # answered: z.ai serves it
+    assert not held[0].rides
     for selection in (*held, probe):
         assert rig.pool.release(selection)
     fixed = Rig(routing(learning={"enabled": False}))
     first, second = fixed.take(), fixed.take()
-    fixed.pool.report_overdue(second)  # without learning a 1302 cools the model: nothing rides
-    assert not fixed.pool.rides(second)
+    fixed.pool.ledger.overdue(second)  # without learning a 1302 cools the model: nothing rides
+    assert not second.rides
     assert fixed.pool.try_acquire(Ticket("heavy")) is None
     for selection in (first, second):
         assert fixed.pool.release(selection)
@@ -840,7 +845,7 @@ def test_an_overdue_attempt_hands_its_place_to_a_waiter_at_once() -> None:
         waiter = asyncio.ensure_future(pool.admit(Ticket("heavy", may_probe=False), timeout=2.0))
         await asyncio.sleep(0)
         assert not waiter.done()
-        pool.report_overdue(taken[1])  # no slot was released: the ride woke it
+        pool.ledger.overdue(taken[1])  # no slot was released: the ride woke it
         slot = await asyncio.wait_for(waiter, 1.0)
         assert slot is not None and slot.model == "h"
         for selection in (*taken, slot):

@@ -28,6 +28,7 @@ from chaos_mode.config.schema import default_config
 from chaos_mode.doors.error_bodies import TRIED_HEADER
 from chaos_mode.mitm.addon import META, ChaosMode
 from chaos_mode.request import routed as routed_module
+from chaos_mode.routing import pool_status
 from chaos_mode.routing.pool_status import served
 from support.design_catalog import FIXED_LIMITS
 from support.hostile import REFUSAL_HEAD, bomb
@@ -120,7 +121,7 @@ async def env(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> AsyncIterator
         # Every test ends with every slot back, nothing waiting, no release that held nothing,
         # and no internal error swallowed by the addon's safety nets.
         assert addon.pool.in_flight() == 0
-        assert addon.pool.waiting() == 0
+        assert addon.pool.first_in_line()[0] == 0
         assert addon.pool.spurious_releases == environment.expect_spurious
         assert addon.forwarder.address is None
         assert not [m for m in environment.chaos_logs() if "internal error" in m]
@@ -262,7 +263,7 @@ async def test_request_is_rewritten_to_a_model_at_or_above_the_floor(
         assert meta["held"] == chosen
         assert f.comment == f"{model} → {chosen} · least-loaded"
     # every eligible slot is taken, none beyond a model's capacity, nothing below the floor
-    status = served(env.addon.pool.status())["models"]
+    status = served(pool_status.status(env.addon.pool))["models"]
     assert {name for name, m in status.items() if m["inFlight"]} == allowed
     assert all(m["inFlight"] == (m["capacity"] if n in allowed else 0) for n, m in status.items())
     for f in flows:
@@ -636,7 +637,7 @@ async def test_a_request_waits_for_a_slot_and_proceeds_when_one_is_released(env:
     first, second = messages_flow(), messages_flow()
     await env.request(first)
     waiting = asyncio.create_task(env.request(second))
-    await until(lambda: env.addon.pool.waiting() == 1)
+    await until(lambda: env.addon.pool.first_in_line()[0] == 1)
     await asyncio.sleep(0.02)
     assert not waiting.done()
     assert body_of(second)["model"] == "claude-opus-4-5"  # not rewritten while it waits
@@ -681,7 +682,7 @@ async def one_holding_one_waiting(
     first, second = messages_flow(), messages_flow()
     await env.request(first)
     waiting = asyncio.create_task(env.request(second))
-    await until(lambda: env.addon.pool.waiting() == 1)
+    await until(lambda: env.addon.pool.first_in_line()[0] == 1)
     return first, second, waiting
 
 
@@ -695,10 +696,10 @@ async def test_a_waiting_request_whose_client_left_is_killed_and_holds_nothing(
     assert second.error is not None and second.error.msg == mflow.Error.KILLED_MESSAGE
     assert meta_of(second)["held"] is None
     assert meta_of(second)["outcome"] == "aborted"
-    assert env.addon.pool.waiting() == 0
+    assert env.addon.pool.first_in_line()[0] == 0
     env.addon.error(second)
     await serve(env, first)
-    assert served(env.addon.pool.status())["models"]["tiny"]["dispatched"] == 1
+    assert served(pool_status.status(env.addon.pool))["models"]["tiny"]["dispatched"] == 1
     assert env.stats()["requests"]["aborted"] == 1
 
 
@@ -713,7 +714,7 @@ async def test_a_waiting_flow_killed_by_the_user_leaves_quietly(
     assert meta_of(second)["outcome"] == "aborted"
     env.addon.error(second)
     await serve(env, first)
-    assert served(env.addon.pool.status())["models"]["tiny"]["dispatched"] == 1
+    assert served(pool_status.status(env.addon.pool))["models"]["tiny"]["dispatched"] == 1
 
 
 # -- streams and usage ----------------------------------------------------------------------------------
@@ -1011,7 +1012,7 @@ async def test_zai_refusals_at_the_openai_door_classify_as_at_the_anthropic_one(
     await env.request(f)
     model = meta_of(f)["model"]
     await serve(env, f, json_response(429, body, {"retry-after": "7"}))
-    row = served(env.addon.pool.status())["models"][model]
+    row = served(pool_status.status(env.addon.pool))["models"][model]
     assert (row["outOfRotation"] is not None) is out
     assert env.stats()["modelDistribution"][model]["upstreamErrors"] == {code: 1}
     response = f.response
@@ -1055,7 +1056,7 @@ async def test_1308_pauses_the_account_passes_through_and_later_requests_get_our
     await serve(env, f, upstream)
     assert f.response is upstream  # z.ai's own answer, untouched
     assert meta_of(f)["failovers"] == 0
-    pause = served(env.addon.pool.status())["accountPause"]
+    pause = served(pool_status.status(env.addon.pool))["accountPause"]
     assert pause is not None and "1308" in pause["reason"]
     assert pause["remaining"] == pytest.approx(3 * 3600, abs=1)
     later = messages_flow("claude-haiku-4-5")
@@ -1103,7 +1104,7 @@ async def test_zai_errors_reach_the_pool_in_every_body_shape(
     content = b"" if body is None else json.dumps(body).encode()
     upstream = http.Response.make(status, content, {"content-type": "application/json", "retry-after": "7"})
     await serve(env, f, upstream)
-    row = served(env.addon.pool.status())["models"][model]
+    row = served(pool_status.status(env.addon.pool))["models"][model]
     if check == "cooldown":
         assert row["cooldownRemaining"] == pytest.approx(7.0)
         assert row["outOfRotation"] is None
@@ -1140,7 +1141,7 @@ async def test_a_client_error_is_not_a_routing_matter(env: Env) -> None:
     upstream = json_response(400, {"type": "error", "error": {"type": "invalid_request_error"}})
     await serve(env, f, upstream)
     assert f.response is upstream
-    assert served(env.addon.pool.status())["models"][model]["cooldownRemaining"] == 0
+    assert served(pool_status.status(env.addon.pool))["models"][model]["cooldownRemaining"] == 0
     assert env.stats()["requests"]["error"] == 1
 
 
@@ -1206,7 +1207,7 @@ async def test_a_bad_config_after_a_good_one_keeps_the_good_one(env: Env) -> Non
             env.tctx.configure(env.addon, chaos_config=env.write(broken))
         assert env.addon.config == good  # (mitmproxy's rollback reads the good file again)
         assert env.addon.pool.config == good
-        assert served(env.addon.pool.status())["strategy"] == "round-robin"
+        assert served(pool_status.status(env.addon.pool))["strategy"] == "round-robin"
     with pytest.raises(exceptions.OptionsError, match="chaos_config"):
         env.tctx.configure(env.addon, chaos_config=str(env.tmp / "missing.yaml"))
     assert env.addon.config == good
@@ -1217,10 +1218,10 @@ async def test_reloading_the_config_keeps_in_flight_counts(env: Env) -> None:
     flows = [messages_flow() for _ in range(3)]
     for f in flows:
         await env.request(f)
-    before = {n: m["inFlight"] for n, m in served(env.addon.pool.status())["models"].items()}
+    before = {n: m["inFlight"] for n, m in served(pool_status.status(env.addon.pool))["models"].items()}
     env.configure({"chaosMode": {"strategy": "round-robin"}}, enabled="true")
     assert env.addon.config.chaos_mode.strategy == "round-robin"
-    after = {n: m["inFlight"] for n, m in served(env.addon.pool.status())["models"].items()}
+    after = {n: m["inFlight"] for n, m in served(pool_status.status(env.addon.pool))["models"].items()}
     assert after == before
     assert env.in_flight() == 3
     for f in flows:

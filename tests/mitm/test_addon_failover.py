@@ -19,6 +19,7 @@ from mitmproxy.test import taddons, tflow, tutils
 from chaos_mode.doors.error_bodies import TRIED_HEADER
 from chaos_mode.forwarding.forwarder import TOKEN_HEADER
 from chaos_mode.mitm.addon import META, ChaosMode
+from chaos_mode.routing import pool_status
 from chaos_mode.routing.pool_status import served
 from chaos_mode.sim import Fault, SimServer, SimSettings
 from chaos_mode.sim.content_filter import ContentFilter
@@ -145,7 +146,7 @@ class Rig:
         return f
 
     def models(self) -> dict[str, dict[str, Any]]:
-        status: dict[str, dict[str, Any]] = served(self.addon.pool.status())["models"]
+        status: dict[str, dict[str, Any]] = served(pool_status.status(self.addon.pool))["models"]
         return status
 
 
@@ -298,7 +299,7 @@ async def test_1308_passes_through_and_pauses_the_account(rig: Rig) -> None:
     assert response is not None and response.status_code == 429
     assert json.loads(response.content or b"")["error"]["code"] == "1308"  # z.ai's answer
     assert TRIED_HEADER not in response.headers
-    pause = served(rig.addon.pool.status())["accountPause"]
+    pause = served(pool_status.status(rig.addon.pool))["accountPause"]
     assert pause is not None
     later = await rig.run("claude-haiku-4-5")
     assert later.response is not None and later.response.status_code == 429

@@ -115,7 +115,7 @@ async def test_one_failover_through_mitmproxy_and_a_fleet_calls_up_only_through_
     assert ("mitm", "forwarding") in journey.calls()  # the flow pointed at the forwarder
     assert ("forwarding", "request", "routing", "learning") in journey.chains  # the failover's path
     assert journey.facts_calling_on() == set()
-    assert journey.handing_on() == {"mitm", "forwarding", "request", "routing", "fleet", "observe"}
+    assert journey.handing_on() == {"mitm", "forwarding", "request", "routing", "fleet"}
     upward = {
         (caller, callee)
         for caller, callee in journey.calls()

@@ -9,6 +9,7 @@ import pytest
 from chaos_mode.config.schema import ModelRouting, parse_config
 from chaos_mode.observe.panel import _bar, render_panel
 from chaos_mode.observe.stats import Stats, chaos_stats
+from chaos_mode.routing import pool_status
 from chaos_mode.routing.pool import ChaosPool, Ticket
 from chaos_mode.routing.pool_status import served
 from chaos_mode.zai.errors import classify_error
@@ -33,7 +34,7 @@ def config(**routing: Any) -> ModelRouting:
 
 
 def panel(pool: ChaosPool) -> str:
-    return render_panel(chaos_stats(served(pool.status()), Stats(pool.config)))
+    return render_panel(chaos_stats(served(pool_status.status(pool)), Stats(pool.config)))
 
 
 def rows(text: str) -> dict[str, str]:
@@ -77,8 +78,8 @@ def test_cooldowns_out_of_rotation_and_account_pause_are_shown() -> None:
     refused = classify_error(429, b'{"type":"error","error":{"type":"1113","message":"no"}}', now=WALL)
     fair_use = classify_error(429, b'{"error":{"code":"1313","message":"[1313]"}}', now=WALL)
     assert busy and refused and fair_use
-    pool.report_error("glm-4.6", busy, 8.0)
-    pool.report_error("glm-4.5-x", refused)
+    pool.ledger.error("glm-4.6", busy, 8.0)
+    pool.ledger.error("glm-4.5-x", refused)
     text = panel(pool)
     row = rows(text)
     assert row["glm-4.6"].rstrip(" │").endswith("1302 (8.0s)")
@@ -89,7 +90,7 @@ def test_cooldowns_out_of_rotation_and_account_pause_are_shown() -> None:
     assert "Account paused" not in text
     clock.now += 1.5
     assert rows(panel(pool))["glm-4.6"].rstrip(" │").endswith("1302 (6.5s)")
-    pool.report_error("glm-4.7", fair_use, 30.0)
+    pool.ledger.error("glm-4.7", fair_use, 30.0)
     assert "Account paused for 30 s: fair-use throttle (1313)" in panel(pool)
 
 
@@ -152,7 +153,7 @@ def test_learned_limits_show_next_to_the_catalog_value_with_probing_marks() -> N
     text = panel(pool)
     assert limit_cell(text, "glm-4.7") == "3→2 (1302 at 3 in flight) probing"
     assert cell(text, "glm-4.7", "Capacity", "Limit") == "2/2 +1 probe"  # never 3/2: the probe apart
-    pool.report_success(probe)
+    pool.ledger.success(probe)
     assert limit_cell(panel(pool), "glm-4.7") == "3"  # the answered probe took it back to the catalog's
 
 
@@ -174,12 +175,12 @@ def test_a_configured_account_limit_raised_by_a_probe() -> None:
     first, second = pool.try_acquire(Ticket("light")), pool.try_acquire(Ticket("light"))
     assert first is not None and second is not None
     assert pool.try_acquire(Ticket("light")) is None  # 2 never ran full with a clean answer: no probe yet
-    pool.report_success(first)
-    pool.report_success(second)
+    pool.ledger.success(first)
+    pool.ledger.success(second)
     probe = pool.try_acquire(Ticket("light"))
     assert probe is not None and (probe.probe, probe.total) == ("account", 3)
     assert "Account limit: 2 (configured) probing" in panel(pool)
-    pool.report_success(probe)
+    pool.ledger.success(probe)
     assert "Account limit: 2→3 (probe at 3 answered)" in panel(pool)
 
 
@@ -205,11 +206,11 @@ def test_utilization_never_passes_100_percent_and_a_probe_is_shown_apart() -> No
     pool = learning_pool(clock)
     lower_glm_4_7(pool, BUSY)  # glm-4.7's limit 2, both held
     clock.now += 10.0
-    models = served(pool.status())["models"]
+    models = served(pool_status.status(pool))["models"]
     held = [pool.acquire(name) for name, m in models.items() for _ in range(m["capacity"] - m["inFlight"])]
     assert all(held)
     probe_glm_4_7(pool)
-    status = served(pool.status())
+    status = served(pool_status.status(pool))
     assert (status["inLimits"], status["totalCapacity"], status["aboveLimits"]) == (27, 27, 1)
     assert status["utilization"] == 1.0
     glm = status["models"]["glm-4.7"]
@@ -229,16 +230,16 @@ def test_an_overdue_attempt_is_shown_apart_from_the_slots_within_the_limit() -> 
         late = pool.try_acquire(Ticket("heavy"))
     assert late is not None and all(taken)
     assert pool.acquire("glm-4.7") is None
-    pool.report_overdue(late)
+    pool.ledger.overdue(late)
     assert pool.acquire("glm-4.7") is not None  # its place, lent
-    glm = served(pool.status())["models"]["glm-4.7"]
+    glm = served(pool_status.status(pool))["models"]["glm-4.7"]
     assert (glm["inFlight"], glm["capacity"], glm["aboveLimit"], glm["overdue"]) == (4, 3, 1, 1)
     assert cell(panel(pool), "glm-4.7", "Capacity", "Limit") == "3/3 +1 overdue"
 
 
 def quota_panel(quota: dict[str, Any]) -> str:
     pool = ChaosPool(config(), clock=Clock(), wall_clock=lambda: WALL)
-    stats = chaos_stats(served(pool.status()), Stats(pool.config))
+    stats = chaos_stats(served(pool_status.status(pool)), Stats(pool.config))
     return render_panel({**stats, "quota": quota}, WALL)
 
 

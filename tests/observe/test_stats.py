@@ -8,6 +8,7 @@ import pytest
 
 from chaos_mode.config.schema import parse_config
 from chaos_mode.observe.stats import OTHER_MODEL, OUTCOMES, WAIT_BUCKETS, Stats, chaos_stats
+from chaos_mode.routing import pool_status
 from chaos_mode.routing.pool import ChaosPool, Ticket
 from chaos_mode.routing.pool_status import served
 from support.design_catalog import DESIGN_MODELS
@@ -41,7 +42,7 @@ def test_thousands_of_unknown_model_names_make_one_label() -> None:
     assert dict(stats.upstream_errors) == {(OTHER_MODEL, "1211"): 5000}
     assert dict(stats.input_tokens) == {OTHER_MODEL: 50_000}
     assert OTHER_MODEL not in stats.spend  # no price for a model that is not in the catalog
-    document = chaos_stats(served(ChaosPool(CONFIG).status()), stats)
+    document = chaos_stats(served(pool_status.status(ChaosPool(CONFIG))), stats)
     assert set(document["modelDistribution"]) == CATALOG
     assert len(json.dumps(document)) < 10_000
 
@@ -89,7 +90,7 @@ def test_requests_per_door_by_outcome_with_both_doors_always_present() -> None:
     assert by_door["anthropic"] == {**empty, "ok": 1}
     assert by_door["openai"] == {**empty, "ok": 1, "rejected": 1, "passthrough": 1}
     assert stats.outcomes() == {**empty, "ok": 2, "rejected": 1, "passthrough": 1}  # over both doors
-    document = chaos_stats(served(ChaosPool(CONFIG).status()), stats)
+    document = chaos_stats(served(pool_status.status(ChaosPool(CONFIG))), stats)
     assert document["requestsByDoor"] == by_door
     assert document["requests"] == stats.outcomes()
 
@@ -131,7 +132,7 @@ def test_chaos_stats_has_the_seed_keys_and_per_model_extras() -> None:
     stats.upstream_error("glm-4.5", "1302", 429)
     stats.unread_answer("glm-4.5")
     stats.bad_requests["not-json"] += 2
-    document = chaos_stats(served(pool.status()), stats)
+    document = chaos_stats(served(pool_status.status(pool)), stats)
     for key in (
         "enabled",
         "strategy",
@@ -161,7 +162,7 @@ def test_refusals_found_the_requests_own_are_counted_apart_from_the_models() -> 
     stats.request_refusal("1305", 529)
     stats.request_refusal("1305", 429)
     stats.request_refusal("1399", 429)  # a code the table does not know: by its status, never raw
-    document = chaos_stats(served(pool.status()), stats)
+    document = chaos_stats(served(pool_status.status(pool)), stats)
     assert document["requestRefusals"] == {"1305": 2, "http-429": 1}
     assert all(not row["upstreamErrors"] for row in document["modelDistribution"].values())
 
@@ -182,7 +183,7 @@ def test_the_cached_share_of_input_per_model() -> None:
     stats = Stats(pool.config)
     stats.usage("glm-4.7", 1000, 10)  # cold
     stats.usage("glm-4.7", 500, 10, cached_tokens=1500)  # warm: 1,500 read from the cache, 500 fresh
-    distribution = chaos_stats(served(pool.status()), stats)["modelDistribution"]
+    distribution = chaos_stats(served(pool_status.status(pool)), stats)["modelDistribution"]
     assert distribution["glm-4.7"]["tokensCached"] == 1500
     assert distribution["glm-4.7"]["cachedShare"] == 0.5  # 1,500 of 3,000
     assert distribution["glm-4.6"]["cachedShare"] == 0.0

@@ -18,6 +18,7 @@ from chaos_mode.config.schema import parse_config
 from chaos_mode.observe.metrics import ChaosMetrics
 from chaos_mode.observe.stats import Stats, chaos_stats
 from chaos_mode.observe.web import WebServer, dashboard_page, parse_listen
+from chaos_mode.routing import pool_status
 from chaos_mode.routing.pool import ChaosPool
 from chaos_mode.routing.pool_status import served
 from support.design_catalog import DESIGN_MODELS
@@ -43,7 +44,7 @@ class Addon:
         self.web = WebServer(self.status, self.metrics.render)
 
     def status(self) -> dict[str, Any]:
-        return chaos_stats(served(self.pool.status()), self.stats)
+        return chaos_stats(served(pool_status.status(self.pool)), self.stats)
 
 
 @pytest.fixture

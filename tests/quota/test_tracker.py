@@ -75,14 +75,14 @@ def test_the_pool_counts_answers_by_weight_and_learns_the_scale_from_1308() -> N
     for _ in range(3):
         slot = pool.try_acquire(Ticket("heavy"))
         assert slot is not None and slot.model == "glm-5"
-        pool.report_success(slot)
+        pool.ledger.success(slot)
         pool.release(slot)
     assert pool.quota.estimate.units == 9.0
     said = "[1308][Usage limit reached for 5 hour. Your limit will reset at 2023-11-15 07:13:20]"
     message = json.dumps({"error": {"code": "1308", "message": said}})
     error = classify_error(429, message, now=wall())
     assert error is not None and error.reset_at is not None
-    pool.report_error("glm-5", error)
+    pool.ledger.error("glm-5", error)
     assert pool.quota.estimate.scale == 9.0
     assert pool.quota.status()["usedPercent"] == 100.0
     assert pool.quota.estimate.end == error.reset_at

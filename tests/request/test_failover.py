@@ -20,6 +20,7 @@ from chaos_mode.request.failover import Answer, judge, reject, settle
 from chaos_mode.request.rate_limited import Reply
 from chaos_mode.request.refusals import Refusals
 from chaos_mode.request.routed import RoutedRequest
+from chaos_mode.routing import pool_status
 from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
 from chaos_mode.routing.pool_status import served
 from chaos_mode.zai.errors import classify_error
@@ -81,7 +82,7 @@ async def test_a_failover_keeps_its_first_arrival_and_does_not_count_again() -> 
     # z.ai refuses the first request's attempt at 3 s: it waits again, as if it had come at 0 s.
     failing_over = asyncio.create_task(settle(first, REFUSAL, now=clock()))
     await asyncio.sleep(0)
-    assert pool.waiting() == 2
+    assert pool.first_in_line()[0] == 2
     pool.release(other)
     verdict = await asyncio.wait_for(failing_over, 1)
     assert isinstance(verdict, Slot) and verdict.model == other.model
@@ -93,7 +94,7 @@ async def test_a_failover_keeps_its_first_arrival_and_does_not_count_again() -> 
     first.finish("ok")  # gives `verdict` back: the request that came at 1 s has it
     served_later = await asyncio.wait_for(later, 1)
     assert served_later is not None and pool.release(served_later)
-    assert pool.in_flight() == 0 and pool.waiting() == 0
+    assert pool.in_flight() == 0 and pool.first_in_line()[0] == 0
     assert pool.spurious_releases == 0
 
 
@@ -178,7 +179,7 @@ class Rig:
 
     def state(self) -> Any:
         """Everything a refusal could move: cooldowns, out of rotation, pauses, learned limits."""
-        status = served(self.pool.status())
+        status = served(pool_status.status(self.pool))
         keys = ("capacity", "learnedLimit", "limitReason", "limitChangedAt", "cooldownRemaining")
         keys += ("cooldownReason", "outOfRotation", "probing")
         models = {name: [m[k] for k in keys] for name, m in status["models"].items()}
@@ -190,9 +191,15 @@ class CountingErrors(ChaosPool):
 
     errors = 0
 
-    def report_error(self, *args: Any, **kwargs: Any) -> float:
-        self.errors += 1
-        return super().report_error(*args, **kwargs)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        error = self.ledger.error
+
+        def counted(*args: Any, **kwargs: Any) -> float:
+            self.errors += 1
+            return error(*args, **kwargs)
+
+        self.ledger.error = counted  # type: ignore[method-assign]
 
 
 async def test_refused_by_two_models_serving_others_it_gets_zais_answer_and_nothing_is_cooled() -> None:

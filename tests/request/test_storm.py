@@ -151,7 +151,9 @@ async def test_refused_for_capacity_while_the_others_are_full_it_waits_in_line_f
     request = rig.request(model="a")
     waiting = asyncio.ensure_future(settle(request, BUSY, now=rig.clock()))
     await ticks()
-    assert not waiting.done() and rig.pool.waiting() == 1  # in the fair queue, for `b` (`a` refused it)
+    assert (
+        not waiting.done() and rig.pool.first_in_line()[0] == 1
+    )  # in the fair queue, for `b` (`a` refused it)
     holder.finish("ok")
     verdict = await asyncio.wait_for(waiting, 1)
     assert isinstance(verdict, Slot) and verdict.model == "b"
@@ -320,5 +322,5 @@ async def _storm(steps: list[tuple[Any, ...]], max_failovers: int, limit: int) -
     for task in tasks.values():
         task.cancel()
     await asyncio.gather(*tasks.values(), return_exceptions=True)
-    assert pool.in_flight() == 0 and pool.waiting() == 0
+    assert pool.in_flight() == 0 and pool.first_in_line()[0] == 0
     assert pool.granted == pool.returned and pool.spurious_releases == 0

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chaos_mode.config.schema import ModelRouting, parse_config
+from chaos_mode.routing import pool_status
 from chaos_mode.routing.aliases import ROW_PREFIX, Aliases, fold, read_listing
 from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
 from chaos_mode.routing.pool_status import served
@@ -123,12 +124,12 @@ def test_an_opus_request_never_goes_to_a_name_found_to_be_served_by_a_flash_mode
     assert first is not None
     heavy = fill(p, "heavy")
     glm47 = next(slot for slot in [first, *heavy] if slot.model == "glm-4.7")
-    assert p.report_served(glm47, "glm-5.3-flash")
+    assert p.learned.served(glm47, "glm-5.3-flash")
     for slot in [first, *heavy]:
         p.release(slot)
     taken = fill(p, "heavy")
     assert names(taken) == {"glm-5.1", "glm-5.3"}
-    status = served(p.status())
+    status = served(pool_status.status(p))
     assert "glm-4.7" not in status["models"]
     assert status["models"]["glm-5.3-flash"]["aliases"] == ["glm-4.7"]
     assert status["models"]["glm-5.3-flash"]["tier"] == "LIGHT"
@@ -138,11 +139,11 @@ def test_slots_held_under_the_old_name_count_on_the_served_model() -> None:
     p = pool()
     held = [p.acquire("glm-4.7") for _ in range(3)]
     assert all(held)
-    assert p.report_served(held[0], "glm-5.3-flash")  # glm-5.3-flash: 3, from glm-4.7's spec
+    assert p.learned.served(held[0], "glm-5.3-flash")  # glm-5.3-flash: 3, from glm-4.7's spec
     others = frozenset({"glm-5.1", "glm-5.3", "glm-4.5-air"})
     assert p.try_acquire(Ticket("light", attempted=others)) is not None
     assert p.acquire("glm-5.3-flash") is None  # 3 held as glm-4.7 count here
-    assert served(p.status())["models"]["glm-4.7"]["usable"] is False
+    assert served(pool_status.status(p))["models"]["glm-4.7"]["usable"] is False
     for slot in held:
         assert slot is not None
         p.release(slot)
@@ -153,9 +154,9 @@ def test_the_same_answer_twice_changes_nothing_and_case_is_not_an_alias() -> Non
     p = pool()
     slot = p.acquire("glm-5.1")
     assert slot is not None
-    assert not p.report_served(slot, "GLM-5.1")
-    assert p.report_served(slot, "glm-5.3")
-    assert not p.report_served(slot, "glm-5.3")
+    assert not p.learned.served(slot, "GLM-5.1")
+    assert p.learned.served(slot, "glm-5.3")
+    assert not p.learned.served(slot, "glm-5.3")
     assert list(p.config.models).count("glm-5.3") == 1
 
 
@@ -173,7 +174,7 @@ def test_no_model_left_for_a_floor_is_a_dead_end_naming_why() -> None:
     )
     p = pool(cfg)
     slot = p.acquire("glm-4.7")
-    assert slot is not None and p.report_served(slot, "glm-4.7-flash")
+    assert slot is not None and p.learned.served(slot, "glm-4.7-flash")
     assert p.dead_end("heavy") == (
         "no model of the catalog serves heavy requests at their floor (glm-4.7 is served as glm-4.7-flash)"
     )
@@ -183,12 +184,12 @@ def test_no_model_left_for_a_floor_is_a_dead_end_naming_why() -> None:
 def test_learned_aliases_are_kept_with_the_learned_limits() -> None:
     p = pool()
     slot = p.acquire("glm-5.1")
-    assert slot is not None and p.report_served(slot, "glm-5.3")
-    data = p.dump_learned()
+    assert slot is not None and p.learned.served(slot, "glm-5.3")
+    data = p.learned.dump()
     again = pool()
-    assert again.restore_learned(data) >= 1
+    assert again.learned.restore(data) >= 1
     assert "glm-5.1" not in again.config.models
-    assert again.learned_version[1] >= 1
+    assert again.learned.version[1] >= 1
 
 
 def test_an_image_goes_to_a_model_that_reads_it_where_its_floor_has_one() -> None:
@@ -234,7 +235,7 @@ def test_each_slot_counts_once_on_the_model_that_serves_it(ops: list[tuple[Any, 
         elif held and op[0] == "release":
             p.release(held.pop(op[1] % len(held)))
         elif held:
-            p.report_served(held[op[1] % len(held)], op[2])
+            p.learned.served(held[op[1] % len(held)], op[2])
         counts = p._counts()
         assert sum(counts.values()) == len(held) == p.slots.total()
         # by the model that serves: no count under a name found to be served as another
@@ -260,21 +261,23 @@ def test_the_listing_is_read_as_openai_lists_models() -> None:
 def test_a_listed_model_the_catalog_lacks_is_offered_by_its_family_and_an_unlisted_one_leaves() -> None:
     p = pool()
     p.aliases.learn("glm-5.1", "glm-5.3")
-    lines = p.listed(["glm-5.1", "glm-5.3", "glm-5.4", "glm-4.6v", "glm-5.3-flash", "mystery", "glm-4.5-air"])
+    lines = p.learned.listed(
+        ["glm-5.1", "glm-5.3", "glm-5.4", "glm-4.6v", "glm-5.3-flash", "mystery", "glm-4.5-air"]
+    )
     assert "glm-5.4: listed by z.ai, offered (LIGHT)" in lines  # until it is seen served as itself
     models = p.config.models
     assert models["glm-5.4"].max_concurrency == 1 and models["glm-4.6v"].vision
     assert models["glm-5.3-flash"].tier == "LIGHT"
     seen = p.acquire("glm-5.4")
-    assert seen is not None and p.report_served(seen, "glm-5.4")
-    assert p.config.models["glm-5.4"].tier == "HEAVY" and not p.report_served(seen, "glm-5.4")
+    assert seen is not None and p.learned.served(seen, "glm-5.4")
+    assert p.config.models["glm-5.4"].tier == "HEAVY" and not p.learned.served(seen, "glm-5.4")
     p.release(seen)
     assert "mystery" not in models and "glm-5.1" not in models  # no family; served as glm-5.3
-    out = served(p.status())["models"]
+    out = served(pool_status.status(p))["models"]
     assert out["glm-4.7"]["outOfRotation"] == "not listed by z.ai's models endpoint"
     assert out["glm-4.5-flash"]["usable"] is False
     assert "glm-4.7" not in names(fill(p, "heavy"))
-    assert p.listed(["glm-4.7", "glm-5.3"]) == [
+    assert p.learned.listed(["glm-4.7", "glm-5.3"]) == [
         "glm-5.4: no longer listed by z.ai, withdrawn",
         "glm-4.6v: no longer listed by z.ai, withdrawn",
         "glm-5.3-flash: no longer listed by z.ai, withdrawn",
@@ -286,14 +289,14 @@ def test_a_listed_model_the_catalog_lacks_is_offered_by_its_family_and_an_unlist
 def test_a_listing_naming_nothing_the_pool_serves_is_not_taken() -> None:
     p = pool()
     for listing in ([], ["other-model"], ["glm-6"]):
-        assert p.listed(listing) == []
-    assert all(m["usable"] for m in served(p.status())["models"].values())
+        assert p.learned.listed(listing) == []
+    assert all(m["usable"] for m in served(pool_status.status(p))["models"].values())
 
 
 def test_a_reset_forgets_the_learned_aliases_not_the_configs() -> None:
     p = pool(config(aliases={"glm-5.1": "glm-5.3"}))
     slot = p.acquire("glm-4.7")
-    assert slot is not None and p.report_served(slot, "glm-5.3-flash")
+    assert slot is not None and p.learned.served(slot, "glm-5.3-flash")
     p.release(slot)
-    p.reset_limits()
+    p.learned.reset()
     assert "glm-4.7" in p.config.models and "glm-5.1" not in p.config.models

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from chaos_mode.config.schema import parse_config
+from chaos_mode.routing import pool_status
 from chaos_mode.routing.cache_rule import (
     REREAD_CREDITS_PER_TOKEN,
     WAIT,
@@ -146,7 +147,7 @@ async def test_a_conversation_waits_for_its_warm_model_and_others_pass_it() -> N
     p.release(warm[0])
     slot = await asyncio.wait_for(waiter, 1.0)
     assert slot is not None and slot.model == first.model and slot.reason == "sticky"
-    status = served(p.status())["sticky"]
+    status = served(pool_status.status(p))["sticky"]
     assert status["moves"] == 0 and status["moveCredits"] == 0.0
     for s in [*warm[1:], *cold[1:], other, slot]:
         assert s is not None and p.release(s)
@@ -165,7 +166,7 @@ def test_a_small_prompt_goes_cold_and_the_move_is_counted_with_its_credits() -> 
     moved = p.try_acquire(heavy("conv", SMALL))  # rereading 10 tokens costs less than any wait
     assert moved is not None and moved.model == cold.model
     assert moved.reason == f"least-loaded (sticky moved from {first.model})"
-    status = served(p.status())["sticky"]
+    status = served(pool_status.status(p))["sticky"]
     assert status["moves"] == 1 and status["moveCredits"] == reread_credits(10)
     clock.advance(1.0)  # now warm on both: the latest one first
     for s in [*mine, moved]:
@@ -188,7 +189,7 @@ def test_a_model_stays_warm_for_the_ttl_only() -> None:
     clock.advance(300.0)  # past z.ai's cache time: a new conversation for the rule, no move counted
     fresh = p.try_acquire(heavy("conv"))
     assert fresh is not None and fresh.reason == "least-loaded"
-    assert served(p.status())["sticky"]["moves"] == 0
+    assert served(pool_status.status(p))["sticky"]["moves"] == 0
     p.release(fresh)
 
 

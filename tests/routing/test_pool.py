@@ -13,6 +13,7 @@ import pytest
 
 from chaos_mode.config.schema import ModelRouting, parse_config
 from chaos_mode.quota.reading import QuotaReading, WindowReading
+from chaos_mode.routing import pool_status
 from chaos_mode.routing.pool import ChaosPool, RequestInfo, Slot, Ticket
 from chaos_mode.routing.pool_status import served
 from chaos_mode.zai.catalog import REQUEST_TIERS, TIER_RANK, RequestTier
@@ -63,7 +64,9 @@ def chaos(**chaos_mode: Any) -> ModelRouting:
 
 
 def held(pool: ChaosPool) -> dict[str, int]:
-    return {name: m["inFlight"] for name, m in served(pool.status())["models"].items() if m["inFlight"]}
+    return {
+        name: m["inFlight"] for name, m in served(pool_status.status(pool))["models"].items() if m["inFlight"]
+    }
 
 
 # -- eligibility ----------------------------------------------------------------------------------
@@ -96,9 +99,9 @@ def test_a_try_acquire_that_finds_nothing_takes_nothing() -> None:
     assert h.pool.release(first)
     assert h.pool.in_flight() == 0
     taken = h.fill("heavy")
-    before = (h.pool.in_flight(), dict(h.pool.dispatched), served(h.pool.status()))
+    before = (h.pool.in_flight(), dict(h.pool.dispatched), served(pool_status.status(h.pool)))
     assert h.pool.try_acquire(Ticket("heavy")) is None  # nothing free: no side effect
-    assert (h.pool.in_flight(), dict(h.pool.dispatched), served(h.pool.status())) == before
+    assert (h.pool.in_flight(), dict(h.pool.dispatched), served(pool_status.status(h.pool))) == before
     for s in taken:
         assert h.pool.release(s)
 
@@ -115,7 +118,7 @@ def test_full_models_are_skipped() -> None:
 def test_excluded_models_are_never_chosen() -> None:
     h = Harness(chaos(excludeModels=["glm-4.5", "glm-4.7"]))
     assert Counter(s.model for s in h.fill("medium")) == {"glm-4.6": 3, "glm-4.5-x": 2, "glm-4.5-air": 5}
-    status = served(h.pool.status())["models"]
+    status = served(pool_status.status(h.pool))["models"]
     assert status["glm-4.5"]["excluded"] is True
     assert status["glm-4.6"]["excluded"] is False
 
@@ -150,7 +153,7 @@ def test_least_loaded_through_the_pool() -> None:
     assert (first, second) == (Slot("glm-4.5-air", "least-loaded"), Slot("glm-4.5", "least-loaded"))
     # Every pick has the best free/cap ratio of the moment.
     for _ in range(21):
-        models = served(h.pool.status())["models"]
+        models = served(pool_status.status(h.pool))["models"]
         best = max((CAPS[m] - models[m]["inFlight"]) / CAPS[m] for m in MEDIUM)
         selection = h.pool.try_acquire(Ticket("medium"))
         assert selection is not None
@@ -240,7 +243,7 @@ def test_acquire_release_tracking_and_dispatched_counts() -> None:
         assert s is not None and h.pool.release(s)
     assert h.pool.in_flight() == 0
     assert h.pool.dispatched == dict(per_model)  # dispatched counts requests, not slots held
-    assert served(h.pool.status())["usedCapacity"] == 0
+    assert served(pool_status.status(h.pool))["usedCapacity"] == 0
 
 
 def test_release_without_a_held_slot_is_clamped() -> None:
@@ -253,7 +256,7 @@ def test_release_without_a_held_slot_is_clamped() -> None:
     assert h.pool.release(slot) is False
     assert h.pool.in_flight("glm-4.7") == 0
     assert h.pool.in_flight() == 0
-    status = served(h.pool.status())
+    status = served(pool_status.status(h.pool))
     assert status["spuriousReleases"] == 3
     assert status["models"]["glm-4.7"]["inFlight"] == 0
     # A later acquire still counts from zero: the clamp left no debt.
@@ -261,7 +264,7 @@ def test_release_without_a_held_slot_is_clamped() -> None:
     assert again and h.pool.in_flight("glm-4.7") == 1
     # A slot given back already gives back nothing else of its model.
     assert h.pool.release(slot) is False and h.pool.in_flight("glm-4.7") == 1
-    assert served(h.pool.status())["spuriousReleases"] == 4
+    assert served(pool_status.status(h.pool))["spuriousReleases"] == 4
     assert h.pool.release(again) is True
 
 
@@ -288,7 +291,7 @@ def test_all_full_is_backpressure() -> None:
 def test_account_cap_is_enforced_below_the_sum(cap: int) -> None:
     h = Harness(routing(accountConcurrency=cap))
     assert len(h.fill("light")) == cap
-    assert served(h.pool.status())["totalCapacity"] == cap
+    assert served(pool_status.status(h.pool))["totalCapacity"] == cap
     # A direct acquire of a model with room of its own is refused too.
     roomy = next(m for m in ALL if h.pool.in_flight(m) < CAPS[m])
     assert h.pool.acquire(roomy) is None
@@ -362,10 +365,10 @@ def test_cost_guard_keeps_the_floor_when_cheaper_models_are_free() -> None:
 
 def test_cooldown_models_are_skipped_until_the_clock_passes() -> None:
     h = Harness(routing())
-    assert h.pool.report_error("glm-4.7", h.error("1302")) == 5.0
-    assert h.pool.report_error("glm-4.6", h.error("1305"), retry_after=20.0) == 20.0
+    assert h.pool.ledger.error("glm-4.7", h.error("1302")) == 5.0
+    assert h.pool.ledger.error("glm-4.6", h.error("1305"), retry_after=20.0) == 20.0
     assert Counter(s.model for s in h.fill("heavy")) == {"glm-4.5-x": 2}
-    status = served(h.pool.status())["models"]
+    status = served(pool_status.status(h.pool))["models"]
     assert status["glm-4.7"]["cooldownRemaining"] == 5.0
     assert status["glm-4.7"]["cooldownReason"] == "concurrency limit (1302)"
     assert status["glm-4.7"]["outOfRotation"] is None
@@ -373,46 +376,46 @@ def test_cooldown_models_are_skipped_until_the_clock_passes() -> None:
     assert Counter(s.model for s in h.fill("heavy")) == {"glm-4.7": 3}
     h.advance(15.0)
     assert Counter(s.model for s in h.fill("heavy")) == {"glm-4.6": 3}
-    assert served(h.pool.status())["models"]["glm-4.6"]["cooldownReason"] is None
+    assert served(pool_status.status(h.pool))["models"]["glm-4.6"]["cooldownReason"] is None
 
 
 def test_retry_after_is_capped_for_cooldowns() -> None:
     h = Harness(routing())
-    assert h.pool.report_error("glm-4.7", h.error("1312"), retry_after=3600.0) == 60.0
+    assert h.pool.ledger.error("glm-4.7", h.error("1312"), retry_after=3600.0) == 60.0
 
 
 def test_out_of_rotation_shows_in_the_status() -> None:
     h = Harness(routing())
-    assert h.pool.report_error("glm-4.5-x", h.error("1113")) == math.inf
+    assert h.pool.ledger.error("glm-4.5-x", h.error("1113")) == math.inf
     h.advance(1e7)
     assert Counter(s.model for s in h.fill("heavy")) == {"glm-4.7": 3, "glm-4.6": 3}
-    status = served(h.pool.status())["models"]["glm-4.5-x"]
+    status = served(pool_status.status(h.pool))["models"]["glm-4.5-x"]
     assert status["outOfRotation"] == "no balance or model not in plan (1113)"
     assert status["cooldownRemaining"] == 0.0
     assert status["cooldownReason"] is None
     assert h.pool.restore("glm-4.5-x") is True
-    assert served(h.pool.status())["models"]["glm-4.5-x"]["outOfRotation"] is None
+    assert served(pool_status.status(h.pool))["models"]["glm-4.5-x"]["outOfRotation"] is None
     assert h.pool.try_acquire(Ticket("heavy")) == Slot("glm-4.5-x", "least-loaded")
 
 
 def test_every_model_of_a_tier_out_makes_it_unavailable() -> None:
     h = Harness(routing())
     for model in HEAVY:
-        h.pool.report_error(model, h.error("1311"))
+        h.pool.ledger.error(model, h.error("1311"))
     assert h.pool.try_acquire(Ticket("heavy")) is None
     assert h.pool.unavailable(Ticket("heavy")) == "no usable model left for heavy requests"
     assert h.pool.unavailable(Ticket("medium")) is None
     # A timed block is not "unusable for good".
     h.pool.restore("glm-4.7")
-    h.pool.report_error("glm-4.7", h.error("1302"))
+    h.pool.ledger.error("glm-4.7", h.error("1302"))
     assert h.pool.unavailable(Ticket("heavy")) is None
 
 
 def test_model_day_lasts_until_the_next_beijing_midnight() -> None:
     h = Harness(routing())
-    seconds = h.pool.report_error("glm-4.5", h.error("1304"))
+    seconds = h.pool.ledger.error("glm-4.5", h.error("1304"))
     assert seconds == 3600.0  # 23:00 -> 00:00 in Beijing
-    status = served(h.pool.status())["models"]["glm-4.5"]
+    status = served(pool_status.status(h.pool))["models"]["glm-4.5"]
     assert status["outOfRotation"] == "daily call limit (1304)"
     taken = h.fill("medium")
     assert "glm-4.5" not in {s.model for s in taken}
@@ -420,9 +423,9 @@ def test_model_day_lasts_until_the_next_beijing_midnight() -> None:
         assert h.pool.release(s)
     assert h.pool.in_flight() == 0
     h.advance(3599.0)
-    assert served(h.pool.status())["models"]["glm-4.5"]["outOfRotation"] is not None
+    assert served(pool_status.status(h.pool))["models"]["glm-4.5"]["outOfRotation"] is not None
     h.advance(1.0)
-    assert served(h.pool.status())["models"]["glm-4.5"]["outOfRotation"] is None
+    assert served(pool_status.status(h.pool))["models"]["glm-4.5"]["outOfRotation"] is None
     assert "glm-4.5" in {s.model for s in h.fill("medium")}
 
 
@@ -431,7 +434,7 @@ def test_a_1310_teaches_the_weeks_scale_a_1308_the_five_hours() -> None:
     h.pool.quota.answered("glm-4.7")
     counted = h.pool.quota.week.units
     error = h.error("1310", "[1310][您的额度已用完，您的限额将在 2026-03-02 01:00:00 重置。]")
-    assert h.pool.report_error("glm-4.7", error) == 7200.0
+    assert h.pool.ledger.error("glm-4.7", error) == 7200.0
     assert h.pool.quota.week.scale == counted > 0 and h.pool.quota.week.end == 1772384400.0
     assert h.pool.quota.estimate.scale is None  # the 5-hour window learned nothing from the week
 
@@ -457,13 +460,13 @@ def test_account_pause_stops_everything_until_the_reset() -> None:
     error = h.error(
         "1308", "[1308][Usage limit reached for 5 hour. Your limit will reset at 2026-03-02 01:00:00]"
     )
-    assert h.pool.report_error("glm-4.7", error) == 7200.0
+    assert h.pool.ledger.error("glm-4.7", error) == 7200.0
     for tier in REQUEST_TIERS:
         assert h.pool.try_acquire(Ticket(tier)) is None
         assert h.pool.in_flight() == 0
         reason = h.pool.unavailable(Ticket(tier))
         assert reason == "account paused for 7200 s: 5-hour usage limit (1308)"
-    assert served(h.pool.status())["accountPause"] == {
+    assert served(pool_status.status(h.pool))["accountPause"] == {
         "remaining": 7200.0,
         "reason": "5-hour usage limit (1308)",
         "resetsAt": 1772384400.0,  # 2026-03-02 01:00 Beijing
@@ -471,7 +474,7 @@ def test_account_pause_stops_everything_until_the_reset() -> None:
     h.advance(7199.0)
     assert h.pool.try_acquire(Ticket("light")) is None
     h.advance(1.0)
-    assert served(h.pool.status())["accountPause"] is None
+    assert served(pool_status.status(h.pool))["accountPause"] is None
     assert h.pool.unavailable(Ticket("light")) is None
     selection = h.pool.try_acquire(Ticket("light"))
     assert selection is not None
@@ -488,10 +491,10 @@ def test_account_pause_stops_everything_until_the_reset() -> None:
 def test_a_weekly_limit_pauses_the_account_for_days_and_says_so(message: str) -> None:
     h = Harness(routing())  # 23:00 Beijing on 2026-03-01: the reset is 4 days and 2 hours away
     seconds = 4 * 86_400 + 7200.0
-    assert h.pool.report_error("glm-4.7", h.error("1310", message)) == seconds
+    assert h.pool.ledger.error("glm-4.7", h.error("1310", message)) == seconds
     reason = h.pool.unavailable(Ticket("light"))
     assert reason == "account paused for 4 d 2 h, until 2026-03-05 17:00 UTC: weekly/monthly limit (1310)"
-    assert served(h.pool.status())["accountPause"]["remaining"] == seconds
+    assert served(pool_status.status(h.pool))["accountPause"]["remaining"] == seconds
     h.advance(seconds - 1.0)
     assert h.pool.try_acquire(Ticket("light")) is None
     h.advance(1.0)
@@ -511,7 +514,7 @@ def test_a_weekly_limit_pauses_the_account_for_days_and_says_so(message: str) ->
 )
 def test_account_pause_fallbacks(code: str, retry_after: float | None, seconds: float) -> None:
     h = Harness(routing())
-    assert h.pool.report_error("glm-4.5", h.error(code), retry_after=retry_after) == seconds
+    assert h.pool.ledger.error("glm-4.5", h.error(code), retry_after=retry_after) == seconds
     assert h.pool.try_acquire(Ticket("light")) is None
     h.advance(seconds)
     assert h.pool.try_acquire(Ticket("light")) is not None
@@ -520,7 +523,7 @@ def test_account_pause_fallbacks(code: str, retry_after: float | None, seconds: 
 def test_a_reset_time_in_the_past_pauses_nothing() -> None:
     h = Harness(routing())
     error = h.error("1308", "reset at 2026-03-01 00:00:00")
-    assert h.pool.report_error("glm-4.5", error) == 0.0
+    assert h.pool.ledger.error("glm-4.5", error) == 0.0
     assert h.pool.try_acquire(Ticket("light")) is not None
 
 
@@ -533,9 +536,9 @@ def test_a_reset_time_in_the_past_pauses_nothing() -> None:
 )
 def test_fatal_and_none_change_nothing(error: UpstreamError) -> None:
     h = Harness(routing())
-    before = served(h.pool.status())
-    assert h.pool.report_error("glm-4.7", error, retry_after=30.0) == 0.0
-    assert served(h.pool.status()) == before
+    before = served(pool_status.status(h.pool))
+    assert h.pool.ledger.error("glm-4.7", error, retry_after=30.0) == 0.0
+    assert served(pool_status.status(h.pool)) == before
     assert h.pool.cooldowns.blocked() == frozenset()
 
 
@@ -559,7 +562,7 @@ def test_a_conversation_keeps_its_model() -> None:
     other = h.pool.try_acquire(Ticket("heavy", sticky_key="conv-2"))
     assert other is not None and other.model != first.model
     taken.append(other)
-    status = served(h.pool.status())["sticky"]
+    status = served(pool_status.status(h.pool))["sticky"]
     assert status == {"enabled": True, "entries": 2, "moves": 0, "moveCredits": 0.0}
     for s in taken:
         assert s is not None and h.pool.release(s)
@@ -570,17 +573,17 @@ def test_a_conversation_moves_off_a_cooling_model_and_sticks_to_the_new_one() ->
     h = Harness(sticky_config())
     first = h.pool.try_acquire(Ticket("heavy", sticky_key="conv"))
     assert first is not None
-    h.pool.report_error(first.model, h.error("1302"))
+    h.pool.ledger.error(first.model, h.error("1302"))
     h.pool.release(first)
     moved = h.pool.try_acquire(Ticket("heavy", sticky_key="conv"))
     assert moved is not None and moved.model != first.model
     assert moved.reason == f"least-loaded (sticky moved from {first.model})"
-    assert served(h.pool.status())["sticky"]["moves"] == 1
+    assert served(pool_status.status(h.pool))["sticky"]["moves"] == 1
     assert h.pool.release(moved)
     h.advance(60.0)  # the old model is usable again; the conversation stays where it went
     stayed = h.pool.try_acquire(Ticket("heavy", sticky_key="conv"))
     assert stayed == Slot(moved.model, "sticky")
-    assert served(h.pool.status())["sticky"]["moves"] == 1
+    assert served(pool_status.status(h.pool))["sticky"]["moves"] == 1
     assert stayed is not None and h.pool.release(stayed)
     assert h.pool.in_flight() == 0
 
@@ -590,7 +593,7 @@ def test_a_conversation_moves_off_a_model_out_of_rotation() -> None:
     first = h.pool.try_acquire(Ticket("light", sticky_key="conv"))
     assert first is not None
     h.pool.release(first)
-    h.pool.report_error(first.model, h.error("1211"))
+    h.pool.ledger.error(first.model, h.error("1211"))
     moved = h.pool.try_acquire(Ticket("light", sticky_key="conv"))
     assert moved is not None and moved.model != first.model and "sticky moved" in moved.reason
     h.pool.release(moved)
@@ -600,15 +603,15 @@ def test_a_move_counts_only_when_a_slot_is_taken() -> None:
     h = Harness(sticky_config())
     first = h.pool.try_acquire(Ticket("heavy", sticky_key="conv"))
     assert first is not None
-    h.pool.report_error(first.model, h.error("1302"))
+    h.pool.ledger.error(first.model, h.error("1302"))
     others = h.fill("heavy")  # every other heavy model full
     assert others and first.model not in {s.model for s in others}
     assert h.pool.try_acquire(Ticket("heavy", sticky_key="conv")) is None  # nothing taken: no move
-    assert served(h.pool.status())["sticky"]["moves"] == 0
+    assert served(pool_status.status(h.pool))["sticky"]["moves"] == 0
     assert h.pool.release(others.pop())
     moved = h.pool.try_acquire(Ticket("heavy", sticky_key="conv"))
     assert moved is not None and moved.model != first.model
-    assert served(h.pool.status())["sticky"]["moves"] == 1
+    assert served(pool_status.status(h.pool))["sticky"]["moves"] == 1
     for s in (first, moved, *others):
         assert h.pool.release(s)
 
@@ -618,7 +621,7 @@ def test_sticky_is_off_unless_configured() -> None:
     taken = [h.pool.try_acquire(Ticket("heavy", sticky_key="conv")) for _ in range(3)]
     picks = {s.model for s in taken if s}
     assert len(picks) > 1
-    assert served(h.pool.status())["sticky"] == {
+    assert served(pool_status.status(h.pool))["sticky"] == {
         "enabled": False,
         "entries": 0,
         "moves": 0,
@@ -641,7 +644,7 @@ def test_sticky_entries_expire() -> None:
     h.advance(10.0)
     after = h.pool.try_acquire(Ticket("heavy", sticky_key="conv"))
     assert after is not None and after.reason == "least-loaded"
-    assert served(h.pool.status())["sticky"]["moves"] == 0  # an expired entry is no move
+    assert served(pool_status.status(h.pool))["sticky"]["moves"] == 0  # an expired entry is no move
     for s in (first, refreshed, again, after):
         assert s is not None and h.pool.release(s)
 
@@ -654,7 +657,7 @@ def test_sticky_entries_are_evicted_least_recent_first() -> None:
         assert selection is not None
         models[key] = selection.model
         h.pool.release(selection)
-    assert served(h.pool.status())["sticky"]["entries"] == 2
+    assert served(pool_status.status(h.pool))["sticky"]["entries"] == 2
     c_again = h.pool.try_acquire(Ticket("light", sticky_key="c"))
     assert c_again == Slot(models["c"], "sticky")
     a_again = h.pool.try_acquire(Ticket("light", sticky_key="a"))
@@ -670,11 +673,11 @@ def test_reconfigure_keeps_in_flight_counts_and_cooldowns() -> None:
     h = Harness(routing())
     taken = h.fill("heavy")
     assert len(taken) == 8
-    h.pool.report_error("glm-4.5", h.error("1302"))
+    h.pool.ledger.error("glm-4.5", h.error("1302"))
     h.pool.reconfigure(chaos(strategy="round-robin", excludeModels=["glm-4.5-air"]))
     assert h.pool.in_flight() == 8
     assert h.pool.try_acquire(Ticket("heavy")) is None  # still full
-    assert served(h.pool.status())["models"]["glm-4.5"]["cooldownRemaining"] == 5.0
+    assert served(pool_status.status(h.pool))["models"]["glm-4.5"]["cooldownRemaining"] == 5.0
     selection = h.pool.try_acquire(Ticket("medium"))
     assert selection is None  # glm-4.5 cooling, glm-4.5-air excluded: no medium-grade slot
     for s in taken:
@@ -688,7 +691,7 @@ def test_reconfigure_lowering_caps_below_what_is_held() -> None:
     assert len(taken) == 8
     h.pool.reconfigure(routing(accountConcurrency=4))
     assert h.pool.try_acquire(Ticket("light")) is None
-    status = served(h.pool.status())
+    status = served(pool_status.status(h.pool))
     assert (status["usedCapacity"], status["inLimits"], status["aboveLimits"]) == (8, 4, 4)
     assert status["utilization"] == 1.0  # never above 100%: the 4 held above the new cap are said apart
 
@@ -706,9 +709,9 @@ def test_capacity_counts_only_slots_a_request_can_use() -> None:
     """glm-4.5-x out of rotation with every other slot full: 26/26, its 2 slots shown apart (issue 13)."""
     h = Harness(routing())
     assert h.pool.acquire("glm-4.5-x")
-    assert h.pool.report_error("glm-4.5-x", h.error("1113")) == math.inf
+    assert h.pool.ledger.error("glm-4.5-x", h.error("1113")) == math.inf
     h.fill("light")
-    status = served(h.pool.status())
+    status = served(pool_status.status(h.pool))
     assert status["totalCapacity"] == 26
     assert status["usedCapacity"] == 27  # every slot held, the one finishing on glm-4.5-x included
     assert status["utilization"] == 1.0
@@ -728,7 +731,7 @@ def test_capacity_counts_only_slots_a_request_can_use() -> None:
 )
 def test_a_model_no_tier_may_use_is_not_usable_capacity(block: dict[str, Any], model: str, why: str) -> None:
     h = Harness(routing(**block))
-    status = served(h.pool.status())
+    status = served(pool_status.status(h.pool))
     out = status["outCapacity"]
     assert why in out["models"][model]
     assert status["totalCapacity"] == 28 - out["slots"]
@@ -741,7 +744,7 @@ def test_reconfigure_dropping_a_model_that_is_held() -> None:
     assert slot is not None
     small = routing(models={"glm-4.7": {"tier": "HEAVY", "maxConcurrency": 3}})
     h.pool.reconfigure(small)
-    status = served(h.pool.status())
+    status = served(pool_status.status(h.pool))
     assert status["models"]["glm-4.5-x"]["inFlight"] == 1
     assert status["models"]["glm-4.5-x"]["capacity"] == 0
     assert status["totalCapacity"] == 3
@@ -795,7 +798,7 @@ MODEL_KEYS = {
 
 def test_status() -> None:
     h = Harness(chaos(enabled=True, strategy="round-robin"))
-    idle = served(h.pool.status())
+    idle = served(pool_status.status(h.pool))
     assert set(idle) == STATUS_KEYS
     assert idle["enabled"] is True
     assert idle["strategy"] == "round-robin"
@@ -818,7 +821,7 @@ def test_status() -> None:
         assert model["free"] is (name in FREE)
         assert model["tier"] == h.pool.config.models[name].tier
     h.fill("medium")
-    busy = served(h.pool.status())
+    busy = served(pool_status.status(h.pool))
     assert busy["usedCapacity"] == 23
     assert busy["utilization"] == round(23 / 28, 4)
     assert busy["models"]["glm-4.5"] | {} == {
@@ -851,8 +854,8 @@ def test_a_model_leaving_rotation_and_coming_back_is_one_line_each(caplog: pytes
     h = Harness(routing())
     caplog.set_level("INFO", logger="chaos_mode")
     for _ in range(3):  # requests in flight refused alike: one line
-        h.pool.report_error("glm-4.5-x", h.error("1113"))
-    h.pool.report_error("glm-4.5", h.error("1304"))  # until the next Beijing midnight, an hour away
+        h.pool.ledger.error("glm-4.5-x", h.error("1113"))
+    h.pool.ledger.error("glm-4.5", h.error("1304"))  # until the next Beijing midnight, an hour away
     lines = [r.getMessage() for r in caplog.records]
     assert lines == [
         "chaos-mode: glm-4.5-x leaves rotation: no balance or model not in plan (1113),"
@@ -877,10 +880,10 @@ def test_a_tier_whose_every_model_is_out_for_good_is_a_dead_end() -> None:
     h = Harness(routing())
     assert h.pool.dead_end("heavy") is None
     for model in HEAVY[:-1]:
-        h.pool.report_error(model, h.error("1113"))
-    h.pool.report_error(HEAVY[-1], h.error("1304"))  # until tomorrow: waiting fixes it
+        h.pool.ledger.error(model, h.error("1113"))
+    h.pool.ledger.error(HEAVY[-1], h.error("1304"))  # until tomorrow: waiting fixes it
     assert h.pool.dead_end("heavy") is None
-    h.pool.report_error(HEAVY[-1], h.error("1311"))
+    h.pool.ledger.error(HEAVY[-1], h.error("1311"))
     reason = h.pool.dead_end("heavy")
     assert reason == (
         "every model a heavy request may use is out of rotation ("

@@ -11,6 +11,7 @@ from tests.support.quota_readings import five_hours
 
 from chaos_mode.config.schema import ModelRouting, parse_config
 from chaos_mode.quota.pacer import PACE_EVERY
+from chaos_mode.routing import pool_status
 from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
 from chaos_mode.zai.quota import WINDOW_SECONDS
 from support.fakes import FakeClock
@@ -64,7 +65,7 @@ def test_running_out_it_prefers_the_lighter_model_within_the_floor() -> None:
     clock.advance(PACE_EVERY)  # the plan is worked out again
     assert [slot.model for slot in take(pool, 2)] == ["glm-4.7", "glm-4.7"]
     assert take(pool)[0].model == "glm-5"  # the lighter one is full: the heavier serves, nobody waits
-    status = pool.quota_status()["pacing"]
+    status = pool_status.quota(pool)["pacing"]
     assert status["enabled"] and status["preferLowerWeight"] and status["maxConcurrency"] is None
 
 
@@ -73,7 +74,7 @@ def test_while_the_quota_lasts_or_pacing_is_off_nothing_changes() -> None:
         pool, _, wall = pool_of(config(pace=pace))
         situation(pool, wall)
         assert take(pool)[0].model == "glm-5", (pace, situation)
-        assert pool.quota_status()["pacing"]["maxConcurrency"] is None
+        assert pool_status.quota(pool)["pacing"]["maxConcurrency"] is None
 
 
 def test_with_no_lighter_model_left_it_admits_fewer_at_once() -> None:
@@ -83,14 +84,14 @@ def test_with_no_lighter_model_left_it_admits_fewer_at_once() -> None:
     running_out(pool, wall)
     # It affords (97 - 60) / 3.5 h = 10.6 %/h of the 40 %/h it burns: 8 x 10.6 / 40 -> 2 at once.
     assert pool.try_acquire(Ticket("heavy")) is None
-    pacing = pool.quota_status()["pacing"]
+    pacing = pool_status.quota(pool)["pacing"]
     assert pacing["maxConcurrency"] == 2 and "at most 2 at once" in pacing["reason"]
     for slot in held[1:]:
         pool.release(slot)
     assert take(pool)[0].model == "glm-4.5"  # 1 in flight: one more
     assert pool.try_acquire(Ticket("heavy")) is None  # 2: the cap
     clock.advance(PACE_EVERY)
-    assert pool.quota_status()["pacing"]["maxConcurrency"] == 2  # not lowered again for what it inherited
+    assert pool_status.quota(pool)["pacing"]["maxConcurrency"] == 2  # not lowered again for what it inherited
 
 
 async def test_paced_requests_wait_in_the_fair_queue_counted_apart_and_get_their_slot() -> None:
@@ -102,8 +103,8 @@ async def test_paced_requests_wait_in_the_fair_queue_counted_apart_and_get_their
         pool.release(slot)
     waiter = asyncio.ensure_future(pool.admit(Ticket("heavy", session="agent-1"), timeout=5.0))
     await asyncio.sleep(0)
-    assert not waiter.done() and pool.waiting() == 1
-    assert pool.quota_status()["pacing"]["pacedWaits"] == 1
+    assert not waiter.done() and pool.first_in_line()[0] == 1
+    assert pool_status.quota(pool)["pacing"]["pacedWaits"] == 1
     pool.release(held[0])
     slot = await asyncio.wait_for(waiter, 1.0)
     assert slot is not None and slot.model == "glm-4.5" and pool.rejected == 0
@@ -127,11 +128,11 @@ def test_once_paced_in_a_window_the_cap_holds_until_the_window_resets() -> None:
     forecast = pool.quota.forecast()
     assert forecast is not None and forecast.runs_out_at is None
     # Still paced in this window, at what it affords: (97 - 65) / 2.5 h = 12.8 %/h at 2.5 %/h a request.
-    assert pool.quota_status()["pacing"]["maxConcurrency"] == 5
+    assert pool_status.quota(pool)["pacing"]["maxConcurrency"] == 5
     held[2:] = take(pool, 3)
     assert pool.try_acquire(Ticket("heavy")) is None
     wall.advance(3 * HOUR)  # a new window: nothing said of it yet, nothing paced
     clock.advance(3 * HOUR)
-    assert pool.quota_status()["pacing"]["maxConcurrency"] is None
+    assert pool_status.quota(pool)["pacing"]["maxConcurrency"] is None
     for slot in held:
         pool.release(slot)

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from chaos_mode.config.schema import ModelRouting, parse_config
+from chaos_mode.routing import pool_status
 from chaos_mode.routing.pool import ChaosPool, RequestInfo, Slot, Ticket
 from chaos_mode.routing.pool_status import served
 from chaos_mode.routing.strategies import STRATEGIES, ModelEntry, make_strategy
@@ -272,7 +273,7 @@ class PoolMachine(RuleBasedStateMachine):
         )
         error = classify_error(status, body, now=self.wall())
         if error is not None:
-            assert self.pool.report_error(model, error, retry_after) >= 0.0
+            assert self.pool.ledger.error(model, error, retry_after) >= 0.0
 
     @rule(seconds=st.sampled_from([0.001, 1.0, 5.0, 30.0, 301.0, 3600.0, 86_400.0]))
     def advance(self, seconds: float) -> None:
@@ -304,19 +305,19 @@ class PoolMachine(RuleBasedStateMachine):
         assert counts == {model: Counter(s.model for s in self.held)[model] for model in MODELS}
         assert self.pool.in_flight() == len(self.held)
         assert self.pool.in_flight() <= max(self.config.total_capacity, self.over_cap_allowance)
-        status = served(self.pool.status())
+        status = served(pool_status.status(self.pool))
         assert status["usedCapacity"] == len(self.held)
         assert sum(m["inFlight"] for m in status["models"].values()) == len(self.held)
         for model, n in counts.items():  # a slot given back awaits no verdict any more
-            assert 0 <= self.pool.unanswered(model) <= n
+            assert 0 <= self.pool.ledger.unanswered(model) <= n
 
     def teardown(self) -> None:
         if not hasattr(self, "pool"):
             return
         while self.held:
             assert self.pool.release(self.held.pop()) is True
-        assert self.pool.in_flight() == 0 and self.pool.unanswered() == 0
-        status = served(self.pool.status())
+        assert self.pool.in_flight() == 0 and self.pool.ledger.unanswered() == 0
+        status = served(pool_status.status(self.pool))
         assert status["usedCapacity"] == 0
         assert all(m["inFlight"] == 0 for m in status["models"].values())
 

@@ -18,6 +18,7 @@ from chaos_mode.config.schema import parse_config
 from chaos_mode.quota.reading import QuotaReading
 from chaos_mode.quota.tracker import Asked
 from chaos_mode.request.rate_limited import rate_limited
+from chaos_mode.routing import pool_status
 from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
 from chaos_mode.zai.errors import Action, UpstreamError
 from support.fakes import FakeClock
@@ -76,7 +77,7 @@ class Swarm:
         now = self.wall()
         for done_at, slot in [f for f in self.flying if f[0] <= now]:
             self.flying.remove((done_at, slot))
-            self.pool.report_success(slot)
+            self.pool.ledger.success(slot)
             self.pool.release(slot)
             self.answers += 1
             self.last_answer = now
@@ -91,7 +92,7 @@ class Swarm:
                 self.flying.append((now + self.latency, slot))
                 continue
             spent = UpstreamError(429, "1308", Action.ACCOUNT_PAUSE, "1308", reset_at=self.zai.resets_at(now))
-            self.pool.report_error(slot.model, spent, None, slot)
+            self.pool.ledger.error(slot.model, spent, None, slot)
             self.pool.release(slot)
 
     def advance(self) -> None:
@@ -156,7 +157,7 @@ def test_paced_the_swarm_spends_the_whole_quota_in_the_window_without_a_1308() -
     assert swarm.zai.used == 200 and swarm.zai.refused == 0
     assert swarm.answers == 200 and swarm.last_answer - WALL > 25
     assert swarm.unsafe == []
-    assert swarm.pool.quota_status()["pacing"]["budget"] == 0
+    assert pool_status.quota(swarm.pool)["pacing"]["budget"] == 0
 
 
 @settings(max_examples=40, deadline=None)
@@ -200,7 +201,7 @@ def known(
             pool.quota.read(zai.reading(swarm.wall()), pool.quota.asked())
             slot = pool.try_acquire(Ticket("heavy"))
         assert slot is not None and zai.arrive(swarm.wall(), int(pool.pacer.weight(slot.model)))
-        pool.report_success(slot)
+        pool.ledger.success(slot)
         pool.release(slot)
     pool.quota.read(zai.reading(swarm.wall()), pool.quota.asked())
     return swarm
@@ -214,10 +215,10 @@ def test_the_hard_stop_lets_go_what_is_left_and_not_one_more() -> None:
     taken = [pool.try_acquire(Ticket("heavy")) for _ in range(int(budget.left))]
     assert all(slot is not None for slot in taken)
     assert pool.try_acquire(Ticket("heavy")) is None  # held: the budget is spent
-    assert pool.quota_status()["pacing"]["budget"] == 0
+    assert pool_status.quota(pool)["pacing"]["budget"] == 0
     for slot in taken:
         assert slot is not None and zai.arrive(WALL)
-        pool.report_success(slot)
+        pool.ledger.success(slot)
         pool.release(slot)
     assert zai.used <= zai.total and zai.refused == 0
 
@@ -229,8 +230,8 @@ def test_a_refusal_gives_its_weight_back_and_a_request_with_no_verdict_keeps_it(
     refused, unreached, gone = (pool.try_acquire(Ticket("heavy")) for _ in range(3))
     assert refused is not None and unreached is not None and gone is not None
     busy = UpstreamError(429, "1302", Action.CONCURRENCY, "1302")
-    pool.report_error(refused.model, busy, None, refused)  # z.ai refused it: not charged
-    pool.report_error(
+    pool.ledger.error(refused.model, busy, None, refused)  # z.ai refused it: not charged
+    pool.ledger.error(
         unreached.model, UpstreamError(502, None, Action.UNREACHED, "no answer"), None, unreached
     )
     for slot in (refused, unreached, gone):
@@ -248,10 +249,10 @@ async def test_held_by_the_hard_stop_a_request_waits_and_a_reading_that_raises_t
     asked = pool.quota.asked()
     waiter = asyncio.ensure_future(pool.admit(Ticket("heavy", session="agent-1"), timeout=5.0))
     await asyncio.sleep(0)
-    assert not waiter.done() and pool.quota_status()["pacing"]["pacedWaits"] == 1
+    assert not waiter.done() and pool_status.quota(pool)["pacing"]["pacedWaits"] == 1
     for slot in taken:  # answered: the count is exact again, and the next reading says more is left
         assert slot is not None and zai.arrive(WALL)
-        pool.report_success(slot)
+        pool.ledger.success(slot)
         pool.release(slot)
     pool.quota.read(zai.reading(WALL), asked)
     assert not waiter.done()  # asked for before the answers: it says nothing new
@@ -315,7 +316,7 @@ def test_held_with_all_it_let_go_answered_the_pool_asks_for_a_reading_at_once() 
     taken = [pool.try_acquire(Ticket("heavy")) for _ in range(int(left))]
     for slot in taken:
         assert slot is not None and zai.arrive(WALL)
-        pool.report_success(slot)
+        pool.ledger.success(slot)
         pool.release(slot)
     assert asked == [0]  # once, when the last was answered: nothing in flight
     pool.quota.read(zai.reading(WALL), pool.quota.asked())

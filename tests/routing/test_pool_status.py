@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from chaos_mode.config.schema import default_config
+from chaos_mode.routing import pool_status
 from chaos_mode.routing.pool import ChaosPool, Ticket
 from chaos_mode.routing.pool_status import ModelLimit, ModelStatus, camel, served
 
@@ -49,7 +50,7 @@ def test_the_pool_status_is_typed_and_serves_as_json() -> None:
     pool = ChaosPool(default_config())
     selection = pool.try_acquire(Ticket("heavy"))
     assert selection is not None
-    status = pool.status()
+    status = pool_status.status(pool)
     assert status.used_capacity == 1 and status.models[selection.model].in_flight == 1
     doc = json.loads(json.dumps(served(status)))  # plain JSON values all the way down
     assert doc["usedCapacity"] == 1 and doc["models"][selection.model]["inFlight"] == 1

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from chaos_mode.config.schema import ModelRouting, parse_config
+from chaos_mode.routing import pool_status
 from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
 from chaos_mode.routing.pool_status import served
 from chaos_mode.routing.wait_queue import WaitQueue
@@ -49,7 +50,7 @@ def make_pool() -> Iterator[MakePool]:
     yield make
     for pool in made:
         assert pool.in_flight() == 0
-        assert pool.waiting() == 0
+        assert pool.first_in_line()[0] == 0
 
 
 async def settle() -> None:
@@ -63,7 +64,7 @@ async def test_a_free_slot_is_taken_at_once(make_pool: MakePool) -> None:
     selection = await pool.admit(Ticket("heavy"))
     assert selection == Slot("solo", "least-loaded")
     assert pool.in_flight("solo") == 1
-    queue = served(pool.status())["queue"]
+    queue = served(pool_status.status(pool))["queue"]
     assert (queue["admitted"], queue["rejected"], queue["waiting"], queue["avgWaitMs"]) == (1, 0, 0, 0.0)
     assert selection is not None and pool.release(selection)
 
@@ -78,8 +79,8 @@ async def test_waiters_are_served_in_arrival_order(make_pool: MakePool) -> None:
         tasks.append(asyncio.create_task(pool.admit(Ticket("heavy"))))
         await settle()
         clock.advance(1.0)
-    assert pool.waiting() == 3
-    status = served(pool.status())["queue"]
+    assert pool.first_in_line()[0] == 3
+    status = served(pool_status.status(pool))["queue"]
     assert status["waitingByTier"] == {"heavy": 3, "medium": 0, "light": 0}
     assert status["longestWait"] == 3.0
     order = []
@@ -97,7 +98,7 @@ async def test_waiters_are_served_in_arrival_order(make_pool: MakePool) -> None:
             order.append(tasks.index(task))
             assert pool.in_flight("solo") == 1
     assert order == [0, 1, 2]
-    queue = served(pool.status())["queue"]
+    queue = served(pool_status.status(pool))["queue"]
     assert queue["admitted"] == 4
     assert queue["avgWaitMs"] == 1000 * (3 + 2 + 1) / 4  # waited 3, 2, 1 s on the fake clock; the first 0
     assert pool.release(holder)
@@ -109,14 +110,14 @@ async def test_no_head_of_line_blocking(make_pool: MakePool) -> None:
     assert heavy == Slot("h", "least-loaded")
     heavy_waiter = asyncio.create_task(pool.admit(Ticket("heavy")))
     await settle()
-    assert pool.waiting() == 1
+    assert pool.first_in_line()[0] == 1
     light = asyncio.create_task(pool.admit(Ticket("light")))
     await asyncio.sleep(0)  # one step: it never waits for a release
     assert light.done()
     light_slot = light.result()
     assert light_slot == Slot("l", "least-loaded")
     assert not heavy_waiter.done()
-    assert pool.waiting() == 1
+    assert pool.first_in_line()[0] == 1
     assert light_slot is not None and pool.release(light_slot)
     assert heavy is not None and pool.release(heavy)
     async with asyncio.timeout(1):
@@ -153,7 +154,7 @@ async def test_a_timeout_returns_none_and_holds_nothing(make_pool: MakePool) -> 
     async with asyncio.timeout(2):
         assert await pool.admit(Ticket("heavy")) is None  # the config's timeout
         assert await pool.admit(Ticket("heavy"), timeout=0) is None  # an explicit one
-    queue = served(pool.status())["queue"]
+    queue = served(pool_status.status(pool))["queue"]
     assert (queue["timeouts"], queue["rejected"], queue["admitted"], queue["waiting"]) == (2, 2, 1, 0)
     assert pool.in_flight() == 1
     assert pool.release(holder)
@@ -166,11 +167,11 @@ async def test_a_cancelled_waiter_holds_nothing_and_the_queue_goes_on(make_pool:
     first = asyncio.create_task(pool.admit(Ticket("heavy")))
     second = asyncio.create_task(pool.admit(Ticket("heavy")))
     await settle()
-    assert pool.waiting() == 2
+    assert pool.first_in_line()[0] == 2
     first.cancel()
     with pytest.raises(asyncio.CancelledError):
         await first
-    assert pool.waiting() == 1
+    assert pool.first_in_line()[0] == 1
     assert pool.in_flight() == 1
     assert pool.release(holder)
     async with asyncio.timeout(1):
@@ -226,7 +227,7 @@ async def test_queue_disabled_answers_at_once(make_pool: MakePool) -> None:
     attempt = asyncio.create_task(pool.admit(Ticket("heavy")))
     await asyncio.sleep(0)
     assert attempt.done() and attempt.result() is None
-    assert served(pool.status())["queue"]["rejected"] == 1
+    assert served(pool_status.status(pool))["queue"]["rejected"] == 1
     assert pool.release(holder)
 
 
@@ -256,15 +257,15 @@ async def test_nothing_waits_for_what_cannot_come(make_pool: MakePool) -> None:
     pool = make_pool(routing(HEAVY_AND_LIGHT))
     heavy = await pool.admit(Ticket("heavy"))
     assert heavy is not None
-    pool.report_error("l", busy("1113"))
+    pool.ledger.error("l", busy("1113"))
     attempt = asyncio.create_task(pool.admit(Ticket("heavy", attempted=frozenset({"h"}))))
     await asyncio.sleep(0)
     assert attempt.done() and attempt.result() is None
-    pool.report_error("h", busy("1308"))  # account-wide pause
+    pool.ledger.error("h", busy("1308"))  # account-wide pause
     paused = asyncio.create_task(pool.admit(Ticket("light")))
     await asyncio.sleep(0)
     assert paused.done() and paused.result() is None
-    assert served(pool.status())["queue"]["rejected"] == 2
+    assert served(pool_status.status(pool))["queue"]["rejected"] == 2
     assert pool.release(heavy)
 
 
@@ -272,7 +273,7 @@ async def test_restore_wakes_a_waiter(make_pool: MakePool) -> None:
     pool = make_pool(routing(HEAVY_AND_LIGHT))
     heavy = await pool.admit(Ticket("heavy"))
     assert heavy is not None
-    pool.report_error("l", busy("1311"))
+    pool.ledger.error("l", busy("1311"))
     waiter = asyncio.create_task(pool.admit(Ticket("light")))
     await settle()
     assert not waiter.done()
@@ -307,7 +308,7 @@ async def test_a_cooldown_ending_wakes_a_waiter(make_pool: MakePool) -> None:
     pool = make_pool(routing(COOLING, cooldown=SHORT_COOLDOWN), time.monotonic)
     first = await pool.admit(Ticket("heavy"))
     assert first is not None
-    pool.report_error("solo", busy())  # a free slot, but cooling for 0.1 s
+    pool.ledger.error("solo", busy())  # a free slot, but cooling for 0.1 s
     started = time.monotonic()
     async with asyncio.timeout(1):
         selection = await pool.admit(Ticket("heavy"), timeout=1)
@@ -324,7 +325,7 @@ async def test_a_cooldown_reported_while_waiting_wakes_the_waiter_when_it_ends(m
     assert first is not None
     waiter = asyncio.create_task(pool.admit(Ticket("heavy"), timeout=0.4))
     await settle()
-    pool.report_error("solo", busy())
+    pool.ledger.error("solo", busy())
     assert pool.release(first)  # freed while cooling: the waiter cannot have it yet
     assert not waiter.done()
     selection = await waiter
@@ -411,7 +412,7 @@ async def test_a_failover_keeps_its_first_arrival_in_the_queue(make_pool: MakePo
     # A request that came at 0.5 s, was refused elsewhere, and waits again now at 2 s: before the one of 1 s.
     tasks.append(asyncio.create_task(pool.admit(Ticket("heavy"), since=start + 0.5)))
     await settle()
-    assert served(pool.status())["queue"]["longestWait"] == 2.0
+    assert served(pool_status.status(pool))["queue"]["longestWait"] == 2.0
     assert await serve_all(pool, tasks, holder) == [0, 2, 1]
 
 
@@ -455,8 +456,8 @@ async def test_a_conversation_set_back_goes_as_far_ahead_as_it_fell_behind(make_
     for session in ("hit", "ahead", "behind"):
         slot = await pool.admit(Ticket("heavy", session=session))
         assert slot is not None and pool.release(slot)
-    pool.set_back("hit", 2.5)
-    pool.set_back(None, 5.0)  # no conversation: nothing to make up
+    pool.shares.fell_behind("hit", 2.5)
+    pool.shares.fell_behind(None, 5.0)  # no conversation: nothing to make up
     holder = await pool.admit(Ticket("heavy"))
     assert holder is not None
     tasks = []

@@ -25,12 +25,12 @@ def lower_glm_4_7(pool: ChaosPool, busy: UpstreamError) -> None:
     sent = [pool.try_acquire(Ticket("heavy", ONLY_GLM_4_7)) for _ in range(2)]
     assert [s.model if s else None for s in sent] == ["glm-4.7"] * 2
     assert sent[0] is not None and sent[1] is not None
-    pool.report_success(sent[0])
-    pool.report_success(sent[1])
+    pool.ledger.success(sent[0])
+    pool.ledger.success(sent[1])
     for _ in range(2):  # z.ai never served 3 of it: refused twice at 3 (once may be chance)
         third = pool.try_acquire(Ticket("heavy", ONLY_GLM_4_7))
         assert third is not None and (third.model, third.in_flight) == ("glm-4.7", 3)
-        pool.report_error("glm-4.7", busy, None, third)
+        pool.ledger.error("glm-4.7", busy, None, third)
         pool.release(third)
 
 
@@ -52,9 +52,9 @@ def learn_account_limit(pool: ChaosPool, busy: UpstreamError) -> None:
     for model in ("glm-4.7", "glm-4.6", "glm-4.5-x"):
         slot = pool.acquire(model)
         assert slot
-        pool.report_success(slot)  # z.ai serves them: the refusals below come with 3 beside them
+        pool.ledger.success(slot)  # z.ai serves them: the refusals below come with 3 beside them
     for only in (ONLY_GLM_4_5, ONLY_GLM_4_5_AIR):
         refused = pool.try_acquire(Ticket("medium", only))
         assert refused is not None and (refused.in_flight, refused.total) == (1, 4)
-        pool.report_error(refused.model, busy, None, refused)
+        pool.ledger.error(refused.model, busy, None, refused)
         pool.release(refused)

@@ -48,5 +48,5 @@ class Rig:
         """`count` requests, all answered cleanly: the limit ran full, so a probe may go above it."""
         taken = [self.take(tier) for _ in range(count)]
         for selection in taken:
-            self.pool.report_success(selection)
+            self.pool.ledger.success(selection)
         return taken

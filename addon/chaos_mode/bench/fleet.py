@@ -428,8 +428,10 @@ async def lease_latency(redis_url: str, samples: int = 2000) -> dict[str, float]
 
     config = parse_config({"modelRouting": SCENARIO.config()})
     pool = ChaosPool(config)
-    slots = SharedSlots("bench", on_freed=pool.wake, waiting=pool.first_in_line, serving=pool.serving_here)
-    pool.use_slots(slots)
+    slots = SharedSlots(
+        "bench", on_freed=pool.wake, waiting=pool.first_in_line, serving=pool.ledger.serving_here
+    )
+    pool.use(slots=slots)
     url = parse_state_url(redis_url, {})
     assert url is not None
     fleet = RedisFleet(url, slots, models=lambda: list(config.models), lease_seconds=10)

@@ -173,11 +173,11 @@ async def run_fleet(count: int, shared: bool, workload: Workload, seed: int, del
                 f"p{i}",
                 on_freed=pool.wake,
                 waiting=pool.first_in_line,
-                serving=pool.serving_here,
-                overdue=pool.overdue_here,
+                serving=pool.ledger.serving_here,
+                overdue=pool.ledger.overdue_here,
                 clock=loop.time,
             )
-            pool.use_slots(slots)
+            pool.use(slots=slots)
             fleet = StoreFleet(store, slots)
             slots.connected(fleet)
             store.subscribers.append(slots)

@@ -4,7 +4,7 @@ The real `ChaosPool` (its queue, probes and learned limits) serves the preset's 
 simulator's own bookkeeping (`sim.SimState`: the true limits, held slots, soft bands, random 1302s and the
 schedule of a limit change, with the simulator's draws) admits each attempt when it arrives, up to `transit`
 seconds after the pool let it go (drawn at random: attempts overtake each other on the way, as they do through
-a busy proxy), and is reported written then (`report_sent`), as the forwarder reports it. An accepted stream
+a busy proxy), and is reported written then (`Ledger.sent`), as the forwarder reports it. An accepted stream
 sends its head `head` seconds later (the clean answer the pool hears), a refused one its 1302 `reject` seconds
 after it arrived, and an attempt with no head at its stall (`head_patience`: four times the heads, at least
 0.25 s) is reported as one, as the forwarder does. Hedging (`request.hedging`) is modelled, not run: after
@@ -168,8 +168,8 @@ async def swarm(
         selection: Slot, ticket: Ticket, since: float, written: float
     ) -> Slot | None:
         await outwaited(written, False)
-        pool.report_overdue(selection)  # it lends its place until its verdict (`RoutedRequest.overdue`)
-        riding = {selection.model} if pool.rides(selection) else set()
+        pool.ledger.overdue(selection)  # it lends its place until its verdict (`RoutedRequest.overdue`)
+        riding = {selection.model} if selection.rides else set()
         spare = dataclasses.replace(ticket, attempted=ticket.attempted | riding, may_probe=False)
         return await pool.admit(spare, since=since, timeout=FOREVER)
 
@@ -181,7 +181,7 @@ async def swarm(
         if (slot_back := held_refusals.pop(selection.slot_id, None)) is not None:
             slot_back.cancel()
             zai.release(selection.model)
-        pool.report_unanswered(selection, probe_given_up=True)
+        pool.ledger.no_verdict(selection, probe_given_up=True)
         pool.release(selection)
 
     async def spare_slot(ticket: Ticket, since: float) -> Slot | None:
@@ -198,7 +198,7 @@ async def swarm(
             await answer
             return None
         if heads.leaves_none():  # a probe
-            pool.report_queued(selection)
+            pool.ledger.queued(selection)
             stall = asyncio.ensure_future(outwaited(written, True))
             await asyncio.wait({answer, stall}, return_when=asyncio.FIRST_COMPLETED)
             if answer.done():
@@ -234,17 +234,17 @@ async def swarm(
         while not answer.done():
             if waiter is not None and heads.leaves_none() and loop.time() - written >= heads.stall_after():
                 zai.leave(waiters.pop(selection.slot_id))
-                pool.report_unanswered(selection)
+                pool.ledger.no_verdict(selection)
                 pool.release(selection)
                 return
             await asyncio.wait({answer}, timeout=HELD_RECHECK_SECONDS)
         if waiter is None:
-            pool.report_error(selection.model, busy, None, selection)
+            pool.ledger.error(selection.model, busy, None, selection)
             pool.release(selection)
             return
         del waiters[selection.slot_id]
         await asyncio.sleep(head_after(served_unread.pop(selection.slot_id)))
-        pool.report_success(selection, at_once=False)  # answered unread, closed at its head
+        pool.ledger.success(selection, at_once=False)  # answered unread, closed at its head
         await asyncio.sleep(settings.abort_detect_ms / 1000.0)
         zai.release(selection.model)
         pool.release(selection)
@@ -262,9 +262,9 @@ async def swarm(
         while selection is not None:
             # the forwarder's stall: no head this long after sending is evidence at once (a no-op once
             # the verdict came)
-            loop.call_later(heads.stall_after(), pool.report_stall, selection)
+            loop.call_later(heads.stall_after(), pool.ledger.stall, selection)
             await asyncio.sleep(on_the_way.uniform(0.0, transit))
-            pool.report_sent(selection)  # written as it reaches z.ai: the network adds no more
+            pool.ledger.sent(selection)  # written as it reaches z.ai: the network adds no more
             written, slot_id = loop.time(), selection.slot_id
             admitted = loop.create_future()
             admission = zai.admit(selection.model, wake=functools.partial(_resolve, admitted))
@@ -275,7 +275,7 @@ async def swarm(
                 instead = await hedged(selection, retry, since, written, _after(reject))
                 held_refusals.pop(slot_id, None)
                 if instead is None:
-                    pool.report_error(selection.model, busy, None, selection)
+                    pool.ledger.error(selection.model, busy, None, selection)
                     pool.release(selection)
                     instead = await pool.admit(retry, since=since, timeout=FOREVER)
                 else:
@@ -292,9 +292,9 @@ async def swarm(
                 del waiters[slot_id], served_unread[slot_id]
             await asyncio.sleep(head_after(request))
             heads.head(loop.time() - written)
-            pool.report_success(selection, at_once=not heads.queues())
+            pool.ledger.success(selection, at_once=not heads.queues())
             if held_at > first:  # served only after losing an attempt, as `RoutedRequest.answered`
-                pool.set_back(ticket.session, held_at - first)
+                pool.shares.fell_behind(ticket.session, held_at - first)
             await asyncio.sleep(max(request.service_seconds - head_after(request), 0.0))
             zai.release(selection.model)
             pool.release(selection)

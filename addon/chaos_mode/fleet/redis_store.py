@@ -89,7 +89,7 @@ class RedisFleet:
         self._joined_limits = False  # the fleet's limits were taken since this proxy last (re)joined it
         if pool is not None and isinstance(pool.cooldowns, Cooldowns):
             self.cooldowns = SharedCooldowns(pool.cooldowns, self._tell_block)
-            pool.use_cooldowns(self.cooldowns)
+            pool.use(cooldowns=self.cooldowns)
         self._client: aioredis.Redis = aioredis.Redis(
             host=url.host,
             port=url.port,
@@ -423,7 +423,7 @@ class RedisFleet:
         except (ValueError, KeyError, TypeError):
             return
         self.cooldowns.heard(notice)
-        self.pool.blocks_changed()
+        self.pool.wake()
 
     async def share_limits(self) -> None:
         """Write the learned limits that changed here since the last time, read everyone's, and, once
@@ -432,7 +432,7 @@ class RedisFleet:
         taking another's limit would replace that evidence with the limit's value."""
         if self.pool is None:
             return
-        rows = self.pool.learned_rows(since=self._pushed)
+        rows = self.pool.learned.rows(since=self._pushed)
         args = [part for name, row in rows.items() for part in (name, json.dumps(row))]
         async with asyncio.timeout(self.timeout):
             flat = await self._push_limits(keys=(self._limits,), args=args)
@@ -442,10 +442,11 @@ class RedisFleet:
         for name, row in zip(flat[::2], flat[1::2], strict=True):
             with contextlib.suppress(ValueError):
                 fleet_rows[_text(name)] = json_body.loads(_text(row))
-        self.pool.adopt_aliases(fleet_rows)  # an alias is a fact of z.ai's, not evidence: taken as it comes
+        # an alias is a fact of z.ai's, not evidence: taken as it comes
+        self.pool.learned.adopt_aliases(fleet_rows)
         if not self._joined_limits:
             self._joined_limits = True
-            self.pool.adopt_limits(fleet_rows)
+            self.pool.learned.adopt_limits(fleet_rows)
 
     async def tick(self, *, renew_only: bool = True) -> Tally:
         """Renew this proxy's leases (`renew_only` False: write them again, Redis may have lost them), say

@@ -19,7 +19,7 @@ slot of the fleet (a slot z.ai has not answered, a 1302 on its way, is none). z.
 request (`Seen`) are told as they come (`verdicts`), and the other proxies count them as their own
 (`on_seen`): one body of evidence for the fleet's limits, at the same time on every proxy. And a notice
 says its sender's attempts riding above the limits until their verdict (`riding_elsewhere`,
-`ChaosPool.report_overdue`): z.ai holds no slot for them, so their places are the fleet's, any proxy's
+`Ledger.overdue`): z.ai holds no slot for them, so their places are the fleet's, any proxy's
 request may take one.
 
 A probe's slot also claims the right to probe its limit, fleet-wide, in the same confirmation (one prober
@@ -84,7 +84,7 @@ class Notice:
     anyone may take it at once). `serving`: its slots z.ai answered cleanly and still serves, per model
     (None: not said, as by a proxy leaving). `seen`: what z.ai's verdicts on a request of `model` said,
     for the limits (`learning.limits`), told as they come. `overdue`: its attempts riding above the
-    limits until their verdict, per model (`ChaosPool.report_overdue`; None: not said). `seq`
+    limits until their verdict, per model (`Ledger.overdue`; None: not said). `seq`
     numbers the changes of the store's counts, so a notice already counted by a tally or a verdict read
     after it is not counted twice."""
 

@@ -178,7 +178,7 @@ class Forwarder:
         response = sent
         try:
             if response.status < 400:
-                # z.ai seen to queue lately may have held it before serving it (`ChaosPool.report_success`;
+                # z.ai seen to queue lately may have held it before serving it (`Ledger.success`;
                 # zai.assumptions.MAY_QUEUE)
                 request.answered(at_once=not self.patience.queues())
                 return _streamed(response, ended=request.ended)

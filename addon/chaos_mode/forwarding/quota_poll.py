@@ -1,5 +1,5 @@
 """Reading the account with the forwarder's own HTTP client: z.ai's model list every `MODELS_SECONDS` (handed
-to `listing`: `ChaosPool.listed`), and its quota every `pollSeconds`, twice as long after each
+to `listing`: `Learned.listed`), and its quota every `pollSeconds`, twice as long after each
 failure (up to `pollBackoffMaxSeconds`), a failure shown in the tracker (`/api/status`) and logged once,
 never fatal, whatever it raised; and
 at once when the tracker asks (`read_soon`: pacing's hard stop holds and the requests it let go are all

@@ -71,6 +71,7 @@ from chaos_mode.request.failover import Answer, reject, settle, unreached
 from chaos_mode.request.rate_limited import Reply
 from chaos_mode.request.refusals import Refusals
 from chaos_mode.request.routed import RoutedRequest
+from chaos_mode.routing import pool_status
 from chaos_mode.routing.pool import ChaosPool
 from chaos_mode.routing.pool_status import served
 from chaos_mode.routing.tiers import TierClassifier, UnknownNames
@@ -300,14 +301,14 @@ class ChaosMode:
             _proxy_id(),
             share=share,
             on_freed=self.pool.wake,
-            on_probe_answered=self.pool.probe_answered_elsewhere,
-            on_seen=self.pool.seen_elsewhere,
+            on_probe_answered=self.pool.ledger.probe_answered_elsewhere,
+            on_seen=self.pool.ledger.seen_elsewhere,
             waiting=self.pool.first_in_line,
-            serving=self.pool.serving_here,
-            refusing=self.pool.refusing,
-            overdue=self.pool.overdue_here,
+            serving=self.pool.ledger.serving_here,
+            refusing=self.pool.ledger.refusing,
+            overdue=self.pool.ledger.overdue_here,
         )
-        self.pool.use_slots(slots)
+        self.pool.use(slots=slots)
         return RedisFleet(
             url, slots, models=lambda: list(self.config.models), lease_seconds=lease_seconds, pool=self.pool
         )
@@ -350,17 +351,17 @@ class ChaosMode:
             return
         try:
             data = read_state(path)
-            restored = 0 if data is None else self.pool.restore_learned(data)
+            restored = 0 if data is None else self.pool.learned.restore(data)
         except ValueError as exc:
             log.warning("chaos-mode: learned limits not restored, starting from the catalog: %s", exc)
             return
-        self._saved_version = self.pool.learned_version
+        self._saved_version = self.pool.learned.version
         if restored:
             log.info("chaos-mode: %d learned limits and aliases restored from %s", restored, path)
 
     def _limits_touched(self) -> None:
         """Write the learned limits soon after they change (once for a burst of changes)."""
-        if self.pool.learned_version == self._saved_version or self._save_timer is not None:
+        if self.pool.learned.version == self._saved_version or self._save_timer is not None:
             return
         if self._limits_path is None:
             return
@@ -369,11 +370,11 @@ class ChaosMode:
     def _save_limits(self) -> None:
         self._save_timer = None
         path = self._limits_path
-        if path is None or self.pool.learned_version == self._saved_version:
+        if path is None or self.pool.learned.version == self._saved_version:
             return
-        version = self.pool.learned_version
+        version = self.pool.learned.version
         try:
-            write_state(path, self.pool.dump_learned())
+            write_state(path, self.pool.learned.dump())
         except (OSError, ValueError) as exc:
             self._warn_once("limits-file", f"learned limits could not be written to {path}: {exc}")
             return
@@ -461,7 +462,7 @@ class ChaosMode:
 
     def _listed(self, names: list[str]) -> None:
         """z.ai's model list, read with the `chaos_key` key: what it changed in the catalog, a line each."""
-        for line in self.pool.listed(names):
+        for line in self.pool.learned.listed(names):
             log.info("chaos-mode: %s", line)
 
     def _start_quota(self) -> None:
@@ -736,8 +737,8 @@ class ChaosMode:
     # -- status and commands ------------------------------------------------------------------------
 
     def chaos_stats(self) -> dict[str, Any]:
-        stats = chaos_stats(served(self.pool.status()), self.stats)
-        stats["quota"] = self.pool.quota_status()
+        stats = chaos_stats(served(pool_status.status(self.pool)), self.stats)
+        stats["quota"] = pool_status.quota(self.pool)
         stats["fleet"] = None
         if self.fleet is not None:
             from chaos_mode.fleet.redis_store import fleet_status
@@ -761,7 +762,7 @@ class ChaosMode:
     @command.command("chaos.limits.reset")
     def reset_limits(self) -> None:
         """Forget every learned concurrency limit and alias: back to the catalog's (the saved file too)."""
-        self.pool.reset_limits()
+        self.pool.learned.reset()
         self._saved_version = (-1, -1)
         self._save_limits()
         log.info("chaos-mode: learned limits reset to the catalog's values")

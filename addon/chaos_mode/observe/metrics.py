@@ -18,6 +18,7 @@ from chaos_mode.doors.door import DOORS
 from chaos_mode.doors.messages import BAD_KINDS
 from chaos_mode.fleet.figures import FleetFigures
 from chaos_mode.observe.stats import OTHER_MODEL, OUTCOMES, WAIT_BUCKETS, Stats
+from chaos_mode.routing import pool_status
 from chaos_mode.routing.pool import ChaosPool
 from chaos_mode.routing.pool_status import ModelStatus, PoolStatus, QueueStatus
 from chaos_mode.zai.catalog import REQUEST_TIERS
@@ -363,7 +364,7 @@ class _Families:
 
 
 class PoolCollector(Collector):
-    """Reads `pool.status()` and `stats` at every scrape: the pool stays the single source of truth.
+    """Reads `pool_status.status(pool)` and `stats` at every scrape: the pool stays the one source of truth.
 
     Label values come only from the catalog (unknown models fold into `other`), the request tiers,
     the fixed outcome and kind sets, and the bounded error-code set of `code_label`.
@@ -380,7 +381,7 @@ class PoolCollector(Collector):
         return []  # names are fixed by METRICS; no collect() at registration time
 
     def collect(self) -> Iterable[Metric]:
-        status = self._pool.status()
+        status = pool_status.status(self._pool)
         f = _Families()
         self._account(f, status)
         self._models(f, status.models)
@@ -496,7 +497,7 @@ class PoolCollector(Collector):
                     f.gauge("quota_credits").add_metric([name, figure], float(window[figure]))
         f.gauge("quota_source_info").add_metric([quota.source], 1.0)
         f.gauge("quota_counted_prompts").add_metric([], quota.estimate.units)
-        pacing = pool.quota_status()["pacing"] if pool.config.quota.pace else None
+        pacing = pool_status.quota(pool)["pacing"] if pool.config.quota.pace else None
         if pacing is not None and pacing["maxConcurrency"] is not None:
             f.gauge("quota_paced_max_concurrency").add_metric([], float(pacing["maxConcurrency"]))
         if pacing is not None and pacing["budget"] is not None:

@@ -127,7 +127,7 @@ class Stats:
 
 
 def chaos_stats(status: dict[str, Any], stats: Stats) -> dict[str, Any]:
-    """What `/api/status` serves, from the pool's served status (`served(pool.status())`): the Chaos Mode
+    """What `/api/status` serves, from the pool's served status (`served(status(pool))`): the Chaos Mode
     design's `chaosStats` keys, plus per-model errors, tokens and spend, the queue and failovers, and the
     refusals found the request's own (`requestRefusals`, by code: not in any model's `upstreamErrors`)."""
     errors: dict[str, dict[str, int]] = {}

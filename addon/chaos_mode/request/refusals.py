@@ -64,7 +64,7 @@ class Whose(StrEnum):
 
 
 class Activity(Protocol):
-    """What the pool says of a model now (`ChaosPool` is one)."""
+    """What the pool says of a model now (its `Ledger` is one)."""
 
     def in_flight(self, model: str) -> int:
         """Slots of `model` held now."""

@@ -64,16 +64,24 @@ class NoView:
 class Attempt:
     """One try on one model: the slot the pool gave, and z.ai's refusal if it refused."""
 
-    slot: Slot
+    slot: Slot  # its record (`routing.slot_record`) says where it stands with z.ai
     at: float  # when its slot was held (the clock's)
     refusal: str | None = None  # the business code (or reason) z.ai refused this attempt with
-    stalled: bool = False  # z.ai held its head far longer than its heads take (it queued it)
-    overdue: bool = False  # no head within its patience: it rode above the limits until its verdict
     served: str | None = None  # the model z.ai named in its answer, where it differs from the one asked
 
     @property
     def model(self) -> str:
         return self.slot.model
+
+    @property
+    def stalled(self) -> bool:
+        """z.ai held its head far longer than its heads take (it queued it)."""
+        return self.slot.record is not None and self.slot.record.stalled
+
+    @property
+    def overdue(self) -> bool:
+        """No head within its patience: it rode above the limits until its verdict."""
+        return self.slot.record is not None and self.slot.record.overdue
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,15 +272,14 @@ class RoutedRequest:
     def overdue(self) -> None:
         """The current attempt has had no head within its patience (see `hedging`): z.ai is most likely
         refusing it and holds no slot for it (`zai.assumptions.REFUSED_HOLDS_NO_SLOT`), so it rides above
-        the limits until its verdict (`ChaosPool.report_overdue`), its place
+        the limits until its verdict (`Ledger.overdue`), its place
         going to the next request. One attempt of a request rides at a time: z.ai refuses a second of the
         same request for the same reason."""
         slot = self.slot
-        if slot is None or any(self.pool.rides(attempt.slot) for attempt in self.attempts):
+        if slot is None or any(attempt.slot.rides for attempt in self.attempts):
             return
-        self.pool.report_overdue(slot)
-        if self.pool.rides(slot):
-            self.attempts[-1].overdue = True
+        self.pool.ledger.overdue(slot)
+        if slot.rides:
             self.view.changed(self)
 
     async def spare_slot(self) -> Slot | None:
@@ -280,7 +287,7 @@ class RoutedRequest:
         `switch_to` it, or give it back with `drop`. Not on the model of an attempt of its own that rides
         overdue: z.ai is refusing that one there."""
         ticket = self.ticket()
-        riding = {attempt.model for attempt in self.attempts if self.pool.rides(attempt.slot)}
+        riding = {attempt.model for attempt in self.attempts if attempt.slot.rides}
         spare = replace(ticket, attempted=ticket.attempted | riding, may_probe=False)
         return await self.pool.admit(spare, since=self.arrived)
 
@@ -296,7 +303,7 @@ class RoutedRequest:
             return
         if self.attempts:
             self.attempts[-1].refusal = "probe given up"
-        self.pool.report_unanswered(probe, probe_given_up=True)
+        self.pool.ledger.no_verdict(probe, probe_given_up=True)
         self.release_slot()
 
     def switch_to(self, slot: Slot) -> bool:
@@ -332,54 +339,51 @@ class RoutedRequest:
         if model.lower() != attempt.model.lower():
             attempt.served = model
             self.view.changed(self)
-        self.pool.report_served(attempt.slot, model)
+        self.pool.learned.served(attempt.slot, model)
         return True
 
     def answered(self, slot: Slot | None = None, *, at_once: bool = True) -> None:
         """z.ai answered cleanly the attempt sent with `slot` (default: the current one, once per
         attempt): what it was sent with held. `at_once`: z.ai served it from its arrival (False: it may
-        have held it first; see `ChaosPool.report_success`). With `slot`, a left attempt's: its answer is
+        have held it first; see `Ledger.success`). With `slot`, a left attempt's: its answer is
         closed unread (the request was answered elsewhere), and counted so."""
         if slot is not None:
             self.refusals.answered(slot.model)
-            self.pool.report_success(slot, at_once=at_once)
+            self.pool.ledger.success(slot, at_once=at_once)
             self.stats.unread_answer(slot.model)
             return
         if self.slot is None or self._answered == len(self.attempts):
             return
         self._answered = len(self.attempts)
         self.refusals.answered(self.slot.model)
-        self.pool.report_success(self.slot, at_once=at_once)
-        if self._answered > 1:  # served only after losing an attempt: its conversation fell behind
-            self.pool.set_back(self.session, self.attempts[-1].at - self.attempts[0].at)
+        self.pool.ledger.success(self.slot, at_once=at_once)
+        if self._answered > 1:  # served only after losing an attempt: its conversation's next request
+            # waits in line as if it had come that much earlier (once: its admission clears it)
+            self.pool.shares.fell_behind(self.session, self.attempts[-1].at - self.attempts[0].at)
         self.pay()  # another model serves it: the refusals before were their models'
 
     def written(self, slot: Slot) -> None:
         """The attempt sent with `slot` was written to z.ai now: what z.ai judges it beside (see
-        `ChaosPool.report_sent`)."""
-        self.pool.report_sent(slot)
+        `Ledger.sent`)."""
+        self.pool.ledger.sent(slot)
 
     def queued(self, slot: Slot) -> None:
         """z.ai queues (`zai.assumptions.MAY_QUEUE`), and may hold the probe sent with `slot`: the first slot
-        of its limit that a request z.ai served gives back is the probe's (`ChaosPool.report_queued`)."""
-        self.pool.report_queued(slot)
+        of its limit that a request z.ai served gives back is the probe's (`Ledger.queued`)."""
+        self.pool.ledger.queued(slot)
 
     def stalled(self, slot: Slot) -> None:
         """z.ai holds the head of the attempt sent with `slot` far longer than its heads take (it queues it,
         `zai.assumptions.MAY_QUEUE`):
         the pool learns a limit was passed; the attempt goes on, and the flow says so."""
-        if not self.pool.report_stall(slot):
-            return  # its verdict came first
-        for attempt in self.attempts:
-            if attempt.slot is slot:
-                attempt.stalled = True
-        self.view.changed(self)
+        if self.pool.ledger.stall(slot):  # else its verdict came first
+            self.view.changed(self)
 
     def ended(self) -> None:
         """z.ai sent the current attempt's answer to its end: it serves it no more (the slot is given back
         when the flow ends, the client perhaps still reading)."""
         if self.slot is not None:
-            self.pool.report_ended(self.slot)
+            self.pool.ledger.ended(self.slot)
 
     def judge(self, error: UpstreamError, retry_after: float | None, slot: Slot | None = None) -> None:
         """z.ai refused the attempt sent with `slot` (default: the current one): the pool learns from it,
@@ -387,7 +391,7 @@ class RoutedRequest:
         slot = slot or self.slot
         if slot is None:
             return
-        self.pool.report_error(slot.model, error, retry_after, slot)
+        self.pool.ledger.error(slot.model, error, retry_after, slot)
         self.stats.upstream_error(slot.model, error.code, error.status)
 
     def whose(self, error: UpstreamError, *, may_fail_over: bool, slot: Slot | None = None) -> Whose:
@@ -405,7 +409,9 @@ class RoutedRequest:
             verdict = Whose.REQUEST if memory.remembered(conversation, code) else Whose.MODEL
         else:
             earlier = [owed.model for owed in self.owed if owed.error.code == code]
-            verdict = memory.whose(Refusal(conversation, code, slot.model, earlier, may_fail_over), self.pool)
+            verdict = memory.whose(
+                Refusal(conversation, code, slot.model, earlier, may_fail_over), self.pool.ledger
+            )
         if verdict is not Whose.REQUEST:  # the request's own refusals are no sign of load
             memory.refused(slot.model, conversation)
         return verdict
@@ -418,7 +424,7 @@ class RoutedRequest:
         slot = slot or self.slot
         if slot is None:
             return
-        self.pool.report_unanswered(slot)
+        self.pool.ledger.no_verdict(slot)
         self.stats.request_refusal(error.code, error.status)
         if left:
             return
@@ -442,14 +448,14 @@ class RoutedRequest:
         slot = self.slot
         if slot is None:
             return
-        self.pool.report_unanswered(slot)
+        self.pool.ledger.no_verdict(slot)
         self.owed.append(Owed(slot.model, error, retry_after))
 
     def pay(self) -> None:
         """The cooldowns owed are applied (late): those refusals were their models' after all."""
         owed, self.owed = self.owed, []
         for each in owed:
-            self.pool.report_error(each.model, each.error, each.retry_after)
+            self.pool.ledger.error(each.model, each.error, each.retry_after)
             self.stats.upstream_error(each.model, each.error.code, each.error.status)
 
     def refused_by(self, refusal: str, *, broken: bool) -> None:
@@ -477,7 +483,7 @@ class RoutedRequest:
         if slot is None:
             return
         if grace > 0:
-            self.pool.report_unanswered(slot)
+            self.pool.ledger.no_verdict(slot)
             self._later(grace, functools.partial(self.pool.release, slot))
         else:
             self.pool.release(slot)

@@ -16,7 +16,7 @@ the old limit: the requests being refused there hold the pool's slots for second
 
 z.ai sees requests in the order they reach it, not the order their slots were taken: each is written on
 its own connection, once it is open. So "beside" is taken again when the request is written
-(`ChaosPool.report_sent`): the slots written before it. And requests written within `AT_ONCE_SECONDS` of
+(`Ledger.sent`): the slots written before it. And requests written within `AT_ONCE_SECONDS` of
 each other reach z.ai in any order (the network's jitter; a server reading the sockets ready at once in
 any order): those written just after it that z.ai accepted count beside it too. A swarm's first burst is
 written so, all within a millisecond. Counted by the takings, the first one taken would often be refused

@@ -7,7 +7,7 @@ How a model is chosen for a request, the rules in the order they apply (`_select
    once the paced concurrency is in flight (the request waits in the fair queue, counted in
    `pacer.waits`), and among the models free within the limits only the lightest by `quotaWeight`; and,
    whether the quota runs out or not, no request whose weight is over what is left of the window as the
-   readings and the proxy's own count bound it (the hard stop, `_attempt`: it waits, for the reset if
+   readings and the proxy's own count bound it (the hard stop, `try_acquire`: it waits, for the reset if
    need be, or hears at once when the reset is beyond the queue's timeout).
 3. **Eligible**: the models the request's tier may use (its quality floor), less those it was refused by
    and those cooling down or out of rotation.
@@ -32,93 +32,34 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import random
-import sys
 import time
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 from chaos_mode.config.schema import ModelRouting
-from chaos_mode.learning.limits import LearnedLimits, LimitView, Probe
+from chaos_mode.learning.limits import LearnedLimits, Probe
 from chaos_mode.quota.pacer import Pacer
 from chaos_mode.quota.tracker import QuotaTracker
-from chaos_mode.routing.aliases import NOT_LISTED, Aliases, fold, offered
-from chaos_mode.routing.arrivals import Arrivals
-from chaos_mode.routing.cache_rule import WAIT, CacheRule, reread_credits
+from chaos_mode.routing.aliases import Aliases
+from chaos_mode.routing.cache_rule import WAIT, CacheRule
 from chaos_mode.routing.cooldowns import Cooldowns, CooldownState
+from chaos_mode.routing.learned import Learned
+from chaos_mode.routing.ledger import Ledger
 from chaos_mode.routing.pool_status import (
-    AccountPause,
-    AccountStatus,
-    LearningStatus,
-    ModelLimit,
-    ModelStatus,
-    OutCapacity,
-    PoolStatus,
-    QueueStatus,
-    StickyStatus,
+    NO_ACCOUNT_CAP,
     pause_span,
 )
 from chaos_mode.routing.rotation import Rotation
 from chaos_mode.routing.served_lately import ServedLately
-from chaos_mode.routing.slots import MemorySlots, ProbeClaim, Seen, SlotStore
+from chaos_mode.routing.slot_record import Slot as Slot
+from chaos_mode.routing.slots import MemorySlots, SlotStore
 from chaos_mode.routing.sticky import StickyMap
 from chaos_mode.routing.strategies import ModelEntry, Strategy, make_strategy
+from chaos_mode.routing.ticket import RequestInfo as RequestInfo
+from chaos_mode.routing.ticket import Ticket as Ticket
 from chaos_mode.routing.wait_queue import WaitQueue
 from chaos_mode.zai.catalog import ACCOUNT, REQUEST_TIERS, RequestTier
-from chaos_mode.zai.errors import FAIR_USE_CODE, FAIR_USE_SECONDS, Action, UpstreamError
-from chaos_mode.zai.quota import FIVE_HOURS, SPENT_CODE, WEEK, WEEK_SPENT_CODE
-
-NO_ATTEMPTS: frozenset[str] = frozenset()
-NO_ACCOUNT_CAP = sys.maxsize  # no account limit known: only the models' own limits count
-
-
-@dataclass(frozen=True, slots=True)
-class Slot:
-    """The model chosen for a request, and why; once a slot is taken, what was in flight with it (this
-    request included) and whether it went above a learned limit (a probe)."""
-
-    model: str
-    reason: str
-    in_flight: int = field(default=0, compare=False)
-    total: int = field(default=0, compare=False)
-    probe: Probe | None = field(default=None, compare=False)
-    slot_id: int = field(default=0, compare=False)  # the slot's own number while z.ai's verdict is out
-
-
-@dataclass(frozen=True, slots=True)
-class RequestInfo:
-    """What the cost guard knows of a request: estimated input tokens and the output budget."""
-
-    input_tokens: int
-    max_output_tokens: int
-
-    @classmethod
-    def estimate(cls, body_size: int, max_tokens: object) -> RequestInfo:
-        """About four bytes of JSON per input token; `max_tokens` bounds the output."""
-        budget = max_tokens if isinstance(max_tokens, int) and max_tokens > 0 else 4096
-        return cls(input_tokens=max(body_size, 0) // 4, max_output_tokens=budget)
-
-    def cost(self, entry: ModelEntry) -> float:
-        """Estimated $ for this request on `entry`."""
-        return (self.input_tokens * entry.input_price + self.max_output_tokens * entry.output_price) / 1e6
-
-
-@dataclass(frozen=True, slots=True)
-class Ticket:
-    """One request's claim on the pool: what it may use."""
-
-    tier: RequestTier
-    attempted: frozenset[str] = NO_ATTEMPTS
-    request: RequestInfo | None = None
-    sticky_key: str | None = None
-    session: str | None = None  # the conversation: its place in the queue (`shares`), never the model
-    counts: bool = True  # admitting it counts toward its conversation's share (a failover's does not)
-    may_probe: bool = True  # False: only a slot within the limits (one to replace an unanswered probe)
-    images: bool = False  # it carries an image: only models that read them, where the catalog has any
-
 
 # (model, reason, probe): what `_select` found, before a slot is taken
 Choice = tuple[str, str, Probe | None]
@@ -150,8 +91,8 @@ class ChaosPool:
     (the same, only when nobody waits), `await admit(ticket)` (which also queues fairly when nothing
     eligible is free), or `acquire(model)` (one model by name, caps alone). Each is a `Slot`, given back
     with `release(slot)` exactly once: the one way back (a second release of a slot changes nothing and is
-    counted in `spurious_releases`). Between the two, z.ai's verdict on the request the slot was sent with
-    is reported: `report_success`, `report_error`, or `report_unanswered` when none will come.
+    counted in `spurious_releases`). Between the two, z.ai's verdicts on the request the slot was sent with
+    go to `ledger` (`routing.ledger`), and what is learned of z.ai beside the slots to `learned`.
     """
 
     def __init__(
@@ -167,14 +108,14 @@ class ChaosPool:
         self._clock = clock
         self._wall_clock = wall_clock
         self._rng = rng or random.Random()
-        self._slots: SlotStore = slots or MemorySlots()
-        self._cooldowns: CooldownState = cooldowns or Cooldowns(config.cooldown, clock)
-        self._limits = LearnedLimits(config, clock=clock, wall_clock=wall_clock)
+        self.slots: SlotStore = slots or MemorySlots()
+        self.cooldowns: CooldownState = cooldowns or Cooldowns(config.cooldown, clock)
+        self.limits = LearnedLimits(config, clock=clock, wall_clock=wall_clock)
         self._sticky = StickyMap(config.sticky.ttl_seconds, config.sticky.max_entries, clock)
         self._cache_rule = CacheRule()
-        self._shares = ServedLately(clock)
+        self.shares = ServedLately(clock)  # each conversation's place in the fair queue
         self._queue: WaitQueue[Ticket, Slot] = WaitQueue(
-            attempt=self._attempt,
+            attempt=self.try_acquire,
             release=self.release,
             group=lambda t: (t.tier, t.attempted, t.may_probe, t.images, t.sticky_key),  # each its warm
             clock=clock,
@@ -187,38 +128,6 @@ class ChaosPool:
         self.rejected = 0  # requests admit answered None
         self.total_wait = 0.0  # seconds waited, over admitted requests
         self.spurious_releases = 0
-        # Probes out and unanswered: probe id -> the model probed (ACCOUNT for the account). A probe rides
-        # above the limit it tests: until z.ai answers it (in seconds, for a 1302), it takes none of the
-        # slots within the limit.
-        self._probes: dict[int, str] = {}
-        # Slots riding above a limit, per limit: probes on the limit they test, overdue attempts on their
-        # model's and on the account's.
-        self._riding_on: dict[str, int] = {}
-        # Attempts overdue (`report_overdue`): slot id -> model. z.ai holds no slot for a request it is
-        # refusing (zai.assumptions.REFUSED_HOLDS_NO_SLOT), so until its verdict such an attempt rides above
-        # its model's and the account's limits.
-        self._overdue: dict[int, str] = {}
-        # Probes z.ai queues (`report_queued`; zai.assumptions.MAY_QUEUE), still riding. z.ai serves such a
-        # probe in the first slot of its limit that frees: that slot becomes the probe's (`seated`: out of
-        # `_probes`, it counts within the limit from then on), not the next request's, which z.ai would hold
-        # in turn behind it.
-        self._queued_probes: dict[int, Slot] = {}
-        self._seated: set[int] = set()
-        # Slots whose request z.ai has not answered yet: slot id -> model. Requests overtake each other on
-        # the way to z.ai, and a 1302 takes seconds to come back, so what the pool counts in flight is more
-        # than z.ai serves until each request has its verdict: a clean answer is evidence of no more than
-        # the slots answered cleanly and still running.
-        self._unanswered: dict[int, str] = {}
-        self._unanswered_on: dict[str, int] = {}
-        self._held: dict[int, str] = {}  # every slot taken and not given back: slot id -> model
-        self._held_on: dict[str, int] = {}  # those per model (a shared store counts the fleet's)
-        self._stalled: set[int] = set()  # unanswered slots whose stall was reported (counted once)
-        self._refusing: set[str] = set()  # models whose latest verdict (not a probe's) was no clean answer
-        self._taken_at: dict[int, float] = {}  # when each held slot was taken: what refusals and answers took
-        self._served: set[int] = set()  # held slots answered cleanly
-        self._ended: dict[int, str] = {}  # held slots whose answer z.ai sent to its end: slot id -> model
-        self._ended_on: dict[str, int] = {}
-        self._arrivals = Arrivals()  # what z.ai served as each held slot's request came: its verdict's level
         self._next_slot_id = 1
         self.lost_races = 0  # slots taken on the local mirror that another proxy had taken first
         # The quota: each clean answer counts its weight, a 1308 (1310) says the 5 hours (week) are spent.
@@ -227,108 +136,54 @@ class ChaosPool:
         self.quota.changed = self._quota_changed  # a reading may lift pacing's hard stop
         self._rotation = Rotation(wall_clock)  # the models logged out of rotation
         self.aliases = Aliases(wall_clock)  # names z.ai serves as another model (`routing.aliases`)
-        self._listed: list[str] | None = None  # what z.ai's models endpoint listed last (None: not read)
+        self.learned = Learned(
+            self.limits,
+            self.aliases,
+            refold=lambda: self.reconfigure(self._given),
+            limits_changed=self._limits_changed,
+            cooldowns=lambda: self.cooldowns,
+        )
+        # z.ai's verdicts on the held slots: one record each (`routing.ledger`)
+        self.ledger = Ledger(
+            self.limits, self.quota, self._rotation, self._queue, self._limits_changed, self._arm_timer
+        )
+        self.ledger.clock, self.ledger.wall_clock = clock, wall_clock
+        self.use(slots=self.slots, cooldowns=self.cooldowns)
         self.reconfigure(config)
 
     # -- configuration ----------------------------------------------------------------------------
 
-    @property
-    def config(self) -> ModelRouting:
-        return self._config
-
-    @property
-    def cooldowns(self) -> CooldownState:
-        return self._cooldowns
-
-    @property
-    def limits(self) -> LearnedLimits:
-        return self._limits
-
-    @property
-    def learns(self) -> bool:
-        """Whether limits are learned (a 1302 is then evidence, not a cooldown)."""
-        return self._limits.enabled
-
-    @property
-    def slots(self) -> SlotStore:
-        return self._slots
-
-    def use_slots(self, slots: SlotStore) -> None:
-        """Count slots in `slots` from now on (a store shared with other proxies). Only at start-up, while
-        nothing is held: a held slot must be released where it was taken."""
-        self._slots = slots
-        self.pacer.alone = not slots.confirms  # pacing's budget counts this proxy's requests only
-
-    def use_cooldowns(self, cooldowns: CooldownState) -> None:
-        """Keep cooldowns in `cooldowns` from now on (one shared with other proxies), at start-up."""
-        self._cooldowns = cooldowns
-
-    def blocks_changed(self) -> None:
-        """Another proxy blocked or restored a model: a restored one may serve the waiters."""
-        if len(self._queue):
-            self._queue.dispatch()
-            self._arm_timer()
-
-    def adopt_limits(self, rows: Mapping[str, Any]) -> int:
-        """Take the limits other proxies learned, where newer than ours (see `LearnedLimits.merge`)."""
-        taken = self._limits.merge(rows)
-        self._limits_changed()
-        return taken
-
-    def adopt_aliases(self, rows: Mapping[str, Any]) -> int:
-        """Take the aliases other proxies (or an earlier run) learned, where newer than ours."""
-        taken = self.aliases.merge(rows)
-        if taken:
-            self.reconfigure(self._given)
-        return taken
-
-    @property
-    def learned_version(self) -> tuple[int, int]:
-        """Grows whenever what was learned (limits, aliases) changes: when to write it again."""
-        return self._limits.version, self.aliases.version
-
-    def learned_rows(self, since: float = -math.inf) -> dict[str, dict[str, Any]]:
-        """What was learned after `since` (wall clock): the limits' rows and the aliases' (a fleet's)."""
-        return {**self._limits.rows(since), **self.aliases.rows(since)}
-
-    def dump_learned(self) -> dict[str, Any]:
-        """What was learned, as the state file keeps it (`restore_learned` takes it back)."""
-        return {**self._limits.dump(), "aliases": self.aliases.rows()}
-
-    def restore_learned(self, data: Any) -> int:
-        """Take back what `dump_learned` wrote; how many limits and aliases were restored. `ValueError`
-        for data that is not ours (see `LearnedLimits.restore`)."""
-        rows = data.get("aliases") if isinstance(data, dict) else None
-        taken = self.adopt_aliases(rows) if isinstance(rows, Mapping) else 0
-        restored = self._limits.restore(data)
-        if restored:
-            self.reconfigure(self._given)  # re-derive what selection reads from the restored limits
-        return taken + restored
+    def use(self, *, slots: SlotStore | None = None, cooldowns: CooldownState | None = None) -> None:
+        """Count slots in `slots` and keep cooldowns in `cooldowns` from now on (shared with other proxies).
+        Only at start-up, while nothing is held: a held slot must be released where it was taken."""
+        if slots is not None:
+            self.slots = self.ledger.store = slots
+            self.pacer.alone = not slots.confirms  # pacing's budget counts this proxy's requests only
+        if cooldowns is not None:
+            self.cooldowns = self.ledger.cooldowns = cooldowns
 
     def wake(self, delay: float = 0.0) -> None:
-        """Capacity may have been freed elsewhere (another proxy of the fleet): serve the waiters, now or
-        after `delay` seconds (the slot was owed to another proxy first)."""
+        """Capacity may have been freed elsewhere (another proxy of the fleet gave a slot back, blocked or
+        restored a model): serve the waiters, now or after `delay` seconds (the slot was owed to another
+        proxy first), and when the earliest block ends."""
         if delay > 0:
             self._wake_later(delay)
         elif len(self._queue):
             self._queue.dispatch()
+            self._arm_timer()
 
     def reconfigure(self, config: ModelRouting) -> None:
         """Apply a new config; in-flight counts, cooldowns and sticky entries are kept. The pool serves its
         catalog as z.ai does (`routing.aliases.fold`): `config` names the catalog as given."""
         self._given = config
-        self.aliases.configure(config.aliases)
-        self._offered = {} if self._listed is None else offered(self._listed, config, self.aliases)
-        if self._offered:
-            config = config.model_copy(update={"models": {**config.models, **self._offered}})
-        config, self._folded = fold(config, self.aliases)
-        self._config = config
+        self.config = config = self.learned.catalog(config)
         self._strategy: Strategy = make_strategy(config.chaos_mode.strategy, self._rng)
-        self._limits.reconfigure(config)
+        self.limits.reconfigure(config)
         self._derive()
         self._max_cost = config.chaos_mode.max_cost_per_request
         self._sticky_on = config.chaos_mode.sticky_conversations
-        self._cooldowns.reconfigure(config.cooldown)
+        self.cooldowns.reconfigure(config.cooldown)
+        self.ledger.settings = config.cooldown
         self._sticky.reconfigure(config.sticky.ttl_seconds, config.sticky.max_entries)
         quota = config.quota
         weights = {name: spec.quota_weight for name, spec in config.models.items()}
@@ -344,7 +199,7 @@ class ChaosPool:
 
     def _derive(self) -> None:
         """What selection reads of the limits, rebuilt whenever a learned limit changes."""
-        config, limits = self._config, self._limits
+        config, limits = self.config, self.limits
         self._entries = _entries(config, limits)
         self._eligible: dict[RequestTier, list[ModelEntry]] = {
             tier: [self._entries[name] for name in config.eligible_models(tier)] for tier in REQUEST_TIERS
@@ -362,27 +217,29 @@ class ChaosPool:
             self._account_cap = config.total_capacity
         self._limits_version = limits.version
 
-    def _limits_changed(self) -> None:
-        """Follow the learned limits; waiters may use what a raised limit gives."""
-        if self._limits_version != self._limits.version:
-            self._derive()
-            if len(self._queue):
-                self._queue.dispatch()
+    def _limits_changed(self) -> bool:
+        """Follow the learned limits; waiters may use what a raised limit gives. Whether they changed."""
+        if self._limits_version == self.limits.version:
+            return False
+        self._derive()
+        if len(self._queue):
+            self._queue.dispatch()
+        return True
 
     # -- selection --------------------------------------------------------------------------------
 
     def _select(self, ticket: Ticket) -> tuple[Choice | None, bool]:
         """(choice, moved): moved when a sticky conversation had to leave its model."""
         self._follow_limits()
-        slots = self._slots
-        if self._cooldowns.account_pause() is not None:
+        slots = self.slots
+        if self.cooldowns.account_pause() is not None:
             return None, False
         plan = self.pacer.plan(self._lighter_left)
         if self.pacer.spent() or (plan.max_concurrency is not None and slots.total() >= plan.max_concurrency):
             return None, False  # paced: it waits in the fair queue
-        blocked = self._cooldowns.blocked()
+        blocked = self.cooldowns.blocked()
         if self._rotation.out:
-            self._rotation.check(self._cooldowns)
+            self._rotation.check(self.cooldowns)
         attempted = ticket.attempted
         held = self._counts().get
         eligible = (self._seeing if ticket.images else self._eligible)[ticket.tier]
@@ -391,7 +248,7 @@ class ChaosPool:
         above = self._above()
         if slots.total() >= self._account_cap + above(ACCOUNT, 0):
             return self._beyond_limits(ticket, eligible, account_full=True), False
-        if self._riding_on or slots.confirms:
+        if self.ledger.records.riding_on or slots.confirms:
             candidates = [e for e in eligible if held(e.name, 0) < e.capacity + above(e.name, 0)]
         else:
             candidates = [e for e in eligible if held(e.name, 0) < e.capacity]
@@ -453,7 +310,7 @@ class ChaosPool:
     def _counts(self) -> Mapping[str, int]:
         """Slots held per model, counted by the model that serves them: those taken under a name since found
         to be served as another count on that one (`routing.aliases`)."""
-        counts, models = self._slots.counts(), self._config.models
+        counts, models = self.slots.counts(), self.config.models
         if counts.keys() <= models.keys():
             return counts
         served = self.aliases.served
@@ -470,10 +327,10 @@ class ChaosPool:
         """Slots riding above a limit, called as `above(limit, 0)` (a model's name, or ACCOUNT): probes and
         overdue attempts here, and in a fleet the other proxies' overdue attempts (their places are the
         fleet's to use). Alone, the count's own `get`: this runs for every request."""
-        riding = self._riding_on
-        if not self._slots.confirms:
+        riding = self.ledger.records.riding_on
+        if not self.slots.confirms:
             return riding.get
-        elsewhere = self._slots.riding_elsewhere
+        elsewhere = self.slots.riding_elsewhere
 
         def above(key: str, default: int) -> int:
             return riding.get(key, default) + elsewhere(None if key == ACCOUNT else key)
@@ -484,17 +341,12 @@ class ChaosPool:
         """Whether a request in flight is served by a model heavier than the lightest its floor admits
         (`tiers`: the request tier of each held slot)."""
         weight = self.pacer.weight
-        for slot_id, model in self._held.items():
-            tier = tiers.get(slot_id)
+        for record in self.ledger.records.by_id.values():
+            tier, model = tiers.get(record.slot_id), record.model
             eligible = self._eligible.get(tier) if tier in REQUEST_TIERS else None
             if eligible and weight(model) > min(weight(e.name) for e in eligible):
                 return True
         return False
-
-    def quota_status(self) -> dict[str, Any]:
-        """The quota as `/api/status` shows it, with pacing: whether it is on, the plan in force, the waits
-        it caused (counted apart from the queue's other waits)."""
-        return {**self.quota.status(), "pacing": self.pacer.status(self._lighter_left)}
 
     def _beyond_limits(
         self, ticket: Ticket, eligible: list[ModelEntry], *, account_full: bool
@@ -502,7 +354,7 @@ class ChaosPool:
         """Nothing eligible is free within the limits, so the request would wait. A probe one above a
         learned limit when one is due; else, when nothing at all is in flight, a trial on the cooling
         model that ends first; else None."""
-        limits, held = self._limits, self._counts().get
+        limits, held = self.limits, self._counts().get
         if limits.enabled and ticket.may_probe:
             affordable = self._affordable(ticket, eligible)
             if account_full:
@@ -519,13 +371,13 @@ class ChaosPool:
                     costs = self._costs(ticket, due)
                     chosen = min(zip(costs, (e.index for e in due), due, strict=True))[2]
                     return chosen.name, f"probing {chosen.name}'s limit ({chosen.capacity}+1)", "model"
-        if not self._config.cooldown.trial_when_idle or self._slots.total():
+        if not self.config.cooldown.trial_when_idle or self.slots.total():
             return None
         cooling = []
         for entry in (self._seeing if ticket.images else self._eligible)[ticket.tier]:
-            block = self._cooldowns.block(entry.name)
+            block = self.cooldowns.block(entry.name)
             if entry.name not in ticket.attempted and entry.capacity and block and block.kind == "cooldown":
-                cooling.append((self._cooldowns.remaining(entry.name), entry.index, entry.name))
+                cooling.append((self.cooldowns.remaining(entry.name), entry.index, entry.name))
         if not cooling:
             return None
         return min(cooling)[2], "trial: nothing in flight, cooldown cut short", None
@@ -562,167 +414,32 @@ class ChaosPool:
             cap += 1
         elif probe == "account":
             account_cap += 1
-        slots = self._slots
+        slots = self.slots
         # slots still held under a name found to be served as this model count here
         cap -= self._counts().get(model, 0) - slots.in_flight(model)
         if not slots.try_acquire(model, cap, account_cap):
             return None
         self.dispatched[model] = self.dispatched.get(model, 0) + 1
         slot_id, self._next_slot_id = self._next_slot_id, self._next_slot_id + 1
-        ended = self._ended
-        self._arrive(slot_id, model, [other for other in self._held if other not in ended])
-        self._held[slot_id] = model
-        _count(self._held_on, model, 1)
-        self.quota.sent(slot_id, model)
-        self._taken_at[slot_id] = self._clock()
-        if awaits_verdict:
-            self._unanswered[slot_id] = model
-            _count(self._unanswered_on, model, 1)
-        if probe is not None:
-            self._limits.probe_sent(probe, model)
-            key = model if probe == "model" else ACCOUNT
-            self._probes[slot_id] = key
-            _count(self._riding_on, key, 1)
-        return Slot(model, reason, slots.in_flight(model), slots.total(), probe, slot_id)
-
-    def _arrive(self, slot_id: int, model: str, beside: list[int]) -> None:
-        """What `slot_id`'s request comes to z.ai beside (`routing.arrivals`): the slots `beside`, itself
-        not among them, and what other proxies say z.ai serves."""
-        shared, slots = self._slots.confirms, self._slots
-        self._arrivals.taken(
-            slot_id,
-            model,
-            beside,
-            serving={other: self._held[other] for other in beside if other in self._served},
-            model_elsewhere=slots.serving_elsewhere(model) if shared else 0,
-            account_elsewhere=slots.serving_elsewhere(None) if shared else 0,
-        )
-
-    def report_sent(self, slot: Slot) -> None:
-        """`slot`'s request was written to z.ai now. z.ai judges it beside the requests that reached it
-        first, which need not be those taken before it (`routing.arrivals`): its arrival is taken again
-        from the slots whose writing was reported. A pool never told of one keeps the takings."""
-        slot_id = slot.slot_id
-        if slot_id not in self._held:
-            return
-        arrivals, ended = self._arrivals, self._ended
-        beside = [other for other in arrivals.written_held() if other not in ended and other != slot_id]
-        self._arrive(slot_id, slot.model, beside)
-        arrivals.written(slot_id, self._clock())
-
-    def _settle(self, slot: Slot) -> None:
-        """`slot`'s request has z.ai's verdict, or will never have one: it awaits nothing any more, and a
-        probe's slot counts within the limit again (a clean answer raised the limit to hold it)."""
-        slot_id = slot.slot_id
-        model = self._unanswered.pop(slot_id, None)
-        if model is not None:
-            _count(self._unanswered_on, model, -1)
-        key = self._probes.pop(slot_id, None)
-        if key is not None:
-            _count(self._riding_on, key, -1)
-        overdue = self._overdue.pop(slot_id, None)
-        if overdue is not None:
-            _count(self._riding_on, overdue, -1)
-            _count(self._riding_on, ACCOUNT, -1)
-            self._slots.overdue_changed()
-        self._queued_probes.pop(slot_id, None)
-        self._seated.discard(slot_id)
-        if slot_id in self._stalled:
-            self._stalled.discard(slot_id)
-
-    def report_unanswered(self, slot: Slot, *, probe_given_up: bool = False) -> None:
-        """No verdict will come for `slot`'s request (it ended first, or its attempt was left). A probe given
-        up unanswered (its request took a slot within the limits instead) rides above its limit no more,
-        and the next probe there waits as after a 1302. Idempotent."""
-        judged = slot.slot_id in self._stalled  # its stall already paced the next probe (a seat is no probe)
-        if probe_given_up and slot.probe is not None and slot.slot_id in self._probes and not judged:
-            self._limits.probe_given_up(slot.probe, slot.model)
-            self._probe_judged(slot)
-        self._settle(slot)
-
-    def report_overdue(self, slot: Slot) -> None:
-        """`slot`'s request has had no head within its patience (see `request.hedging`): z.ai is most
-        likely refusing it, and holds no slot for a request it refuses
-        (zai.assumptions.REFUSED_HOLDS_NO_SLOT), so until its verdict it rides above its model's and the
-        account's limits, its place going to the next request. No-op without learning (a 1302 then cools the
-        model down), for a probe (it rides already), a request z.ai seated or one with its verdict."""
-        slot_id = slot.slot_id
-        if (
-            not self._limits.enabled
-            or slot_id not in self._unanswered
-            or slot_id in self._overdue
-            or slot_id in self._probes
-            or slot_id in self._seated
-        ):
-            return
-        self._overdue[slot_id] = slot.model
-        _count(self._riding_on, slot.model, 1)
-        _count(self._riding_on, ACCOUNT, 1)
-        self._slots.overdue_changed()
-        if len(self._queue):
-            self._queue.dispatch()
-
-    def rides(self, slot: Slot) -> bool:
-        """Whether `slot`'s attempt is overdue, riding above the limits until its verdict."""
-        return slot.slot_id in self._overdue
-
-    def overdue_here(self) -> dict[str, int]:
-        """This proxy's attempts riding above the limits, per model: what it tells the fleet."""
-        return dict(Counter(self._overdue.values()))
-
-    def report_queued(self, slot: Slot) -> None:
-        """z.ai queues (zai.assumptions.MAY_QUEUE), and `slot`'s probe, unanswered,
-        is held so: the first slot of its limit that a request z.ai served gives back is the probe's. No-op
-        for a slot that is no probe, or whose probe was answered."""
-        if slot.slot_id in self._probes:
-            self._queued_probes[slot.slot_id] = slot
-
-    def _seat_queued_probe(self, model: str) -> None:
-        """A slot of `model` z.ai served went back: a probe z.ai queues on that model (else on the account)
-        takes it, counting within the limit from now on. z.ai held it, so it found no room above its limit:
-        the next probe there waits as after a refusal, and its answer is a regular request's."""
-        queued = sorted(self._queued_probes, key=lambda i: (self._probes[i] != model, i))
-        for slot_id in queued:
-            if self._probes[slot_id] in (model, ACCOUNT):
-                probe = self._queued_probes.pop(slot_id)
-                if probe.probe is not None and slot_id not in self._stalled:  # a stall judged it already
-                    self._limits.probe_given_up(probe.probe, probe.model)
-                    self._probe_judged(probe)
-                _count(self._riding_on, self._probes.pop(slot_id), -1)
-                self._seated.add(slot_id)
-                return
-
-    def _probe_of(self, slot: Slot) -> Probe | None:
-        """The limit `slot`'s request probes, as its verdict counts: none once it is seated within it."""
-        return None if slot.slot_id in self._seated else slot.probe
+        record = self.ledger.take(slot_id, model, probe, awaits=awaits_verdict)
+        return Slot(model, reason, slots.in_flight(model), slots.total(), probe, slot_id, record)
 
     def release(self, slot: Slot) -> bool:
         """Give `slot` back and serve waiters: the one way a slot goes back, exactly once. False (nothing
         changes, `spurious_releases` counts it) for a slot already given back or never taken here."""
-        model = self._held.pop(slot.slot_id, None)
-        if model is None:
+        record = self.ledger.release(slot)
+        if record is None:
             self.spurious_releases += 1
             return False
-        _count(self._held_on, model, -1)
-        self._settle(slot)
-        self.quota.ended(slot.slot_id)
-        self._arrivals.released(slot.slot_id)
-        taken_at = self._taken_at.pop(slot.slot_id)
-        self._cache_rule.ended(model, self._clock() - taken_at)
-        ended = self._ended.pop(slot.slot_id, None)
-        if ended is not None:
-            _count(self._ended_on, ended, -1)
-        if slot.slot_id in self._served:
-            self._served.discard(slot.slot_id)
-            self._limits.served_for(self._clock() - taken_at)
-            self._seat_queued_probe(model)  # z.ai served it: the slot it frees is a queued probe's
-        if not self._slots.release(model):  # the store lost it (never)
+        model = record.model
+        self._cache_rule.ended(model, self._clock() - record.taken_at)
+        if not self.slots.release(model):  # the store lost it (never)
             self.spurious_releases += 1
             return False
-        self.pacer.released(slot.slot_id, self._slots.total())
+        self.pacer.released(slot.slot_id, self.slots.total())
         self.pacer.drained()
         if len(self._queue):
-            delay = self._slots.hold_back()
+            delay = self.slots.hold_back()
             if delay > 0:
                 self._wake_later(delay)  # another proxy's waiters first (a shared store's fairness)
             else:
@@ -754,9 +471,6 @@ class ChaosPool:
 
     def try_acquire(self, ticket: Ticket) -> Slot | None:
         """Select and take the slot in one step, queue or not; None when nothing eligible is free."""
-        return self._attempt(ticket)
-
-    def _attempt(self, ticket: Ticket) -> Slot | None:
         choice, moved = self._select(ticket)
         if choice is None:
             return None
@@ -767,7 +481,7 @@ class ChaosPool:
         slot = self._take(model, reason, probe, awaits_verdict=True)
         if slot is None:
             return None
-        self.pacer.taken(slot.slot_id, ticket.tier, self._slots.total())
+        self.pacer.taken(slot.slot_id, ticket.tier, self.slots.total())
         if self._sticky_on and ticket.sticky_key is not None:
             size = 0 if ticket.request is None else ticket.request.input_tokens
             self._sticky.put(ticket.sticky_key, model, size)
@@ -775,14 +489,8 @@ class ChaosPool:
                 self._sticky.moves += 1
                 self._sticky.moved_tokens += size
         if ticket.counts:
-            self._shares.served(ticket.session)
+            self.shares.served(ticket.session)
         return slot
-
-    def set_back(self, session: str | None, seconds: float) -> None:
-        """A request of `session`'s conversation was served `seconds` later than its first attempt was
-        sent, which z.ai refused (or left unanswered): the conversation's next request waits in line as
-        if it had come that much earlier (`shares`; once: its admission clears it)."""
-        self._shares.fell_behind(session, seconds)
 
     async def admit(
         self, ticket: Ticket, *, since: float | None = None, timeout: float | None = None
@@ -792,26 +500,26 @@ class ChaosPool:
         how much their `session` was served lately (see `shares`), then by `since` (when the request first
         came: a failover keeps its place; default now). With a shared store, only a slot the fleet
         confirmed is returned, a probe's only with the right to probe its limit (`learning.limits`)."""
-        if not self._slots.confirms:
+        if not self.slots.confirms:
             return await self._admit(ticket, since, timeout)
         started = self._clock()
         since = started if since is None else since
         if timeout is None:
-            timeout = self._config.queue.timeout_seconds
+            timeout = self.config.queue.timeout_seconds
         while True:
             selection = await self._admit(ticket, since, max(timeout - (self._clock() - started), 0.0))
             if selection is None:
                 return None
-            claim = self._claim(selection)
+            claim = self.ledger.claim(selection.probe, selection.model)
             try:
-                confirmed = await self._slots.confirm(selection.model, claim)
+                confirmed = await self.slots.confirm(selection.model, claim)
             except BaseException:  # cancelled (the client left) or broken: never keep the slot
                 if claim is not None and selection.probe is not None:
-                    self._limits.probe_claimed(selection.probe, selection.model, sent=False)
+                    self.limits.probe_claimed(selection.probe, selection.model, sent=False)
                 self.release(selection)
                 raise
             if claim is not None and selection.probe is not None:
-                self._limits.probe_claimed(
+                self.limits.probe_claimed(
                     selection.probe,
                     selection.model,
                     sent=confirmed.taken,
@@ -820,7 +528,7 @@ class ChaosPool:
                     turn_elsewhere=confirmed.turn_held,
                 )
             if confirmed.taken:
-                slots = self._slots
+                slots = self.slots
                 return replace(selection, in_flight=slots.in_flight(selection.model), total=slots.total())
             # Another proxy took it first (the mirror knows now), or holds the right to probe its limit (or
             # its group's turn): pick again or wait, keeping our place.
@@ -828,135 +536,26 @@ class ChaosPool:
                 self.lost_races += 1
             self.admitted -= 1
             if ticket.counts:
-                self._shares.unserved(ticket.session)  # not served: it keeps its place in line
+                self.shares.unserved(ticket.session)  # not served: it keeps its place in line
             self.release(selection)
 
-    def _claim(self, slot: Slot) -> ProbeClaim | None:
-        """A probe's claim on the right to probe its limit (and, held back, its group's turn), as the fleet
-        holds it now (None: no probe)."""
-        if slot.probe is None:
-            return None
-        seconds, refused = self._limits.probe_wait(slot.probe, slot.model)
-        turn, turn_seconds = self._limits.turn_wait(slot.probe, slot.model)
-        limit = ACCOUNT if slot.probe == "account" else slot.model
-        return ProbeClaim(limit, seconds, refused, turn, turn_seconds)
-
-    def _probe_judged(self, slot: Slot) -> None:
-        """`slot`'s probe has its verdict (or was given up): a fleet holds the right to probe its limit as
-        long as this proxy's next probe there waits now (see `learning.limits`). Once for a seated one."""
-        if self._slots.confirms and slot.slot_id not in self._seated:
-            claim = self._claim(slot)
-            if claim is not None:
-                self._slots.probe_answered(claim)
-
-    def _note(self, slot: Slot, kind: Literal["clean", "refused", "stall"], level: int, total: int) -> None:
-        """A verdict on `slot`'s request as the limits took it: told to the fleet now."""
-        self._heard(slot.model, kind, self._probe_of(slot))
-        if self._slots.confirms and self._limits.enabled and slot.slot_id in self._held:
-            taken_at = self._taken_at.get(slot.slot_id)
-            age = None if kind == "clean" or taken_at is None else self._clock() - taken_at
-            self._slots.verdicts(slot.model, (Seen(kind, level, total, self._probe_of(slot), age),))
-
-    def listed(self, names: list[str]) -> list[str]:
-        """z.ai's models endpoint listed `names`: a model it lists that the catalog lacks is offered where
-        its naming gives it a tier (`routing.aliases.offered`); a catalog model it no longer lists leaves
-        rotation, and comes back once listed again. A list naming no model the pool serves is not taken
-        (another host's, or a broken one). Returns what changed, a line each."""
-        serving = [name for name in self._config.models if name not in self._folded]
-        if not names or not any(self.aliases.served(n) in serving or n in serving for n in names):
-            return []
-        before = list(self._config.models)
-        self._listed = names
-        self.reconfigure(self._given)
-        models = self._config.models
-        lines = [
-            f"{name}: listed by z.ai, offered ({models[name].tier})" for name in models if name not in before
-        ]
-        lines += [f"{name}: no longer listed by z.ai, withdrawn" for name in before if name not in models]
-        listed = set(names)
-        for name in self._config.models:
-            block = self._cooldowns.block(name)
-            if name not in listed and block is None:
-                self._cooldowns.take_out(name, NOT_LISTED)
-                lines.append(f"{name}: {NOT_LISTED}, out of rotation")
-            elif name in listed and block is not None and block.reason == NOT_LISTED:
-                self._cooldowns.restore(name)
-                lines.append(f"{name}: listed again, back in rotation")
-        return lines
-
-    def report_served(self, slot: Slot, served: str) -> bool:
-        """z.ai named the model that served `slot`'s request (zai.assumptions.ANSWERS_NAME_SERVED_MODEL): a
-        catalog model served as another is folded into it (zai.assumptions.ALIAS_SHARES_COUNTER) from now on,
-        a listed model served as itself takes its family's tier (`routing.aliases`). True when the catalog
-        changed."""
-        if served.lower() == slot.model.lower():
-            if slot.model not in self._offered or slot.model in self.aliases.confirmed:
-                return False
-            self.aliases.confirmed.add(slot.model)  # a listed model served as itself: its family's tier
-        elif not self.aliases.learn(slot.model, served):
-            return False
-        self.reconfigure(self._given)
-        return True
-
-    def seen_elsewhere(self, model: str, seen: Sequence[Seen]) -> None:
-        """z.ai's verdicts on a request of `model` another proxy of the fleet holds, told as they came: each
-        counts here as if this proxy had it (`learning.limits`), at the levels that proxy counted, and a
-        refusal or a stall as sent when that proxy sent it (whose refusal it is depends on what z.ai served
-        since)."""
-        limits = self._limits
-        now = self._clock()
-        for verdict in seen:
-            sent = None if verdict.age is None else now - verdict.age
-            self._heard(model, verdict.kind, verdict.probe)
-            if verdict.kind == "clean":
-                # as evidence only: a probe's clean answer paces the probes here with the right freed
-                # (`probe_answered_elsewhere`); heard again as a verdict, it would undo a wait set since (a
-                # refused probe, a refusal) and end a probe of this proxy's own
-                limits.succeeded(model, verdict.level, verdict.total, None)
-            elif verdict.kind == "refused":
-                limits.refused(model, verdict.level, verdict.total, verdict.probe, sent)
-            else:
-                limits.stalled(model, verdict.level, verdict.total, verdict.probe, sent)
-        self._limits_changed()
-
-    def _heard(self, model: str, kind: Literal["clean", "refused", "stall"], probe: Probe | None) -> None:
-        if probe is not None:
-            return  # a probe's verdict says nothing of the levels within the limit
-        if kind == "clean":
-            self._refusing.discard(model)
-        else:
-            self._refusing.add(model)
-
-    def refusing(self, model: str) -> bool:
-        """Whether z.ai's latest verdict on a request of `model` that was not a probe (here, or told by
-        another proxy of the fleet) was a refusal or a stall: one just sent there is likely refused too
-        (`fleet.slots`)."""
-        return model in self._refusing
-
-    def probe_answered_elsewhere(self, limit: str) -> None:
-        """Another proxy's probe of `limit` (a model, or ACCOUNT) was answered cleanly: its next probe may
-        go here at once, as after one answered here."""
-        self._limits.probe_answered_elsewhere("account" if limit == ACCOUNT else "model", limit)
-        if len(self._queue):
-            self._queue.dispatch()
-
     async def _admit(self, ticket: Ticket, since: float | None, timeout: float | None) -> Slot | None:
-        selection = self._admit_now(ticket)
+        selection = self.admit_now(ticket, unconfirmed=True)
         if selection is not None:
             return selection
         started = self._clock()
         if self._may_wait(ticket):
             if timeout is None:
-                timeout = self._config.queue.timeout_seconds
-            if self.pacer.capped(self._slots.total()):
+                timeout = self.config.queue.timeout_seconds
+            if self.pacer.capped(self.slots.total()):
                 self.pacer.waits += 1  # it waits because pacing holds the concurrency down
             self._arm_timer()
-            self._slots.queued()
+            self.slots.queued()
             if ticket.counts:  # a conversation a refusal held up goes ahead of those that came since
-                since = (self._clock() if since is None else since) - self._shares.behind(ticket.session)
-            selection = await self._queue.wait(ticket, timeout, since, self._shares.level(ticket.session))
+                since = (self._clock() if since is None else since) - self.shares.behind(ticket.session)
+            selection = await self._queue.wait(ticket, timeout, since, self.shares.level(ticket.session))
         elif len(self._queue):
-            selection = self._attempt(ticket)  # the queue is full: no place to wait fairly
+            selection = self.try_acquire(ticket)  # the queue is full: no place to wait fairly
         if selection is None:
             self.rejected += 1
             return None
@@ -964,38 +563,34 @@ class ChaosPool:
         self.total_wait += max(self._clock() - started, 0.0)
         return selection
 
-    def admit_now(self, ticket: Ticket) -> Slot | None:
+    def admit_now(self, ticket: Ticket, *, unconfirmed: bool = False) -> Slot | None:
         """The fast path of `admit`, no coroutine needed: a slot at once when nobody waits
         and one is free, else None (and the caller waits). Somebody waiting means the queue's dispatch
-        must decide, so that older waiters go first. A shared store's slot must be confirmed: `admit`."""
-        if self._slots.confirms:
+        must decide, so that older waiters go first. A shared store's slot must be confirmed: `admit`
+        (`unconfirmed`: its first step)."""
+        if len(self._queue) or (self.slots.confirms and not unconfirmed):
             return None
-        return self._admit_now(ticket)
-
-    def _admit_now(self, ticket: Ticket) -> Slot | None:
-        if len(self._queue):
-            return None
-        selection = self._attempt(ticket)
+        selection = self.try_acquire(ticket)
         if selection is not None:
             self.admitted += 1
         return selection
 
     def _may_wait(self, ticket: Ticket) -> bool:
-        queue = self._config.queue
+        queue = self.config.queue
         return queue.enabled and len(self._queue) < queue.max_waiting and self.unavailable(ticket) is None
 
     def unavailable(self, ticket: Ticket) -> str | None:
         """Why `ticket` cannot be served however long it waits, else None."""
-        pause = self._cooldowns.account_pause()
+        pause = self.cooldowns.account_pause()
         if pause is not None:
             return f"account paused for {pause_span(pause[0], self._wall_clock() + pause[0])}: {pause[1]}"
         spent = self.quota_spent_for()
-        if spent is not None and spent > self._config.queue.timeout_seconds:
+        if spent is not None and spent > self.config.queue.timeout_seconds:
             return f"the 5-hour quota is spent as pacing counts it: it resets in {spent:.0f} s"
         for entry in (self._seeing if ticket.images else self._eligible)[ticket.tier]:
             if entry.name in ticket.attempted:
                 continue
-            block = self._cooldowns.block(entry.name)
+            block = self.cooldowns.block(entry.name)
             if block is None or block.until is not None:
                 return None
         return f"no usable model left for {ticket.tier} requests"
@@ -1005,11 +600,13 @@ class ChaosPool:
         rotation for good, or none left once the names z.ai serves as others are folded: waiting fixes
         nothing), else None."""
         if not self._eligible[tier]:
-            said = ", ".join(f"{asked} is served as {served}" for asked, served in self._folded.items())
+            said = ", ".join(
+                f"{asked} is served as {served}" for asked, served in self.learned.folded.items()
+            )
             return f"no model of the catalog serves {tier} requests at their floor ({said or 'none listed'})"
         reasons: dict[str, list[str]] = {}
         for entry in self._eligible[tier]:
-            block = self._cooldowns.block(entry.name)
+            block = self.cooldowns.block(entry.name)
             if block is None or block.kind != "out" or block.until is not None:
                 return None
             reasons.setdefault(block.reason, []).append(entry.name)
@@ -1034,7 +631,7 @@ class ChaosPool:
         lifts at the reset: each frees capacity without a release."""
         delays = [
             d
-            for d in (self._cooldowns.next_expiry(), self._limits.next_probe(), self.pacer.lifts_in())
+            for d in (self.cooldowns.next_expiry(), self.limits.next_probe(), self.pacer.lifts_in())
             if d is not None
         ]
         if not delays:
@@ -1059,208 +656,17 @@ class ChaosPool:
 
     # -- feedback from upstream -------------------------------------------------------------------
 
-    def report_success(self, selection: Slot, *, at_once: bool = True) -> None:
-        """A clean answer from z.ai to the request `selection` sent: confirms (or raises) its limits and
-        ends the model's run of busy answers. `at_once`: z.ai served it from its arrival (False: z.ai was
-        seen to queue lately, and may have held it until a slot freed)."""
-        # z.ai queued it, and serves it now (zai.assumptions.MAY_QUEUE)
-        held = selection.slot_id in self._stalled
-        seated = selection.slot_id in self._seated  # z.ai held it until a slot freed, then served it there
-        # a probe z.ai held was judged at its stall or its seat: served once a slot freed, it found no room
-        # above its limit
-        probe = None if held else self._probe_of(selection)
-        if not held:
-            self._arrivals.accepted(selection.slot_id, selection.model)  # z.ai counted it from its arrival on
-        self._settle(selection)
-        if selection.slot_id in self._held:
-            self._served.add(selection.slot_id)
-        # z.ai served at least this many at once: what it serves now, or what it served when the request
-        # came (heads sent with the first token leave much of what z.ai serves without a head here:
-        # zai.assumptions.HEAD_MAY_WAIT_FOR_FIRST_TOKEN); not
-        # for a request z.ai may have held: it was full then, and served it only once a slot freed
-        queued = held or seated or not at_once
-        arrived, arrived_total = (0, 0) if queued else self._arrival_levels(selection, (0, 0), clean=True)
-        model = selection.model
-        serving, total = max(self._serving(model), arrived), max(self._serving(), arrived_total)
-        self.quota.answered(model, selection.slot_id)
-        limits = self._limits
-        limits.succeeded(model, serving, total, probe)
-        self._note(selection, "clean", serving, total)
-        if not seated:
-            self._probe_judged(selection)
-        self._cooldowns.succeeded(model)
-        if self._limits_version != limits.version:
-            self._limits_changed()
-        elif len(self._queue) and (limits.can_probe(model) or limits.can_probe_account()):
-            self._queue.dispatch()  # the limit ran full cleanly: a waiter may probe above it now
-
-    def _serving(self, model: str | None = None) -> int:
-        """What z.ai serves now, as far as the pool can tell: slots answered cleanly whose answer has not
-        ended (of `model`; the account's when None), this proxy's and those other proxies of a fleet said
-        they had (their slots z.ai has not answered yet are not z.ai's to serve)."""
-        if model is None:
-            here = len(self._held) - len(self._unanswered) - len(self._ended)
-        else:
-            held, unanswered, ended = self._held_on, self._unanswered_on, self._ended_on
-            here = held.get(model, 0) - unanswered.get(model, 0) - ended.get(model, 0)
-        return here + self._slots.serving_elsewhere(model) if self._slots.confirms else here
-
-    def _arrival_levels(
-        self, slot: Slot, otherwise: tuple[int, int], *, clean: bool = False
-    ) -> tuple[int, int]:
-        """What z.ai served when `slot`'s request came, on its model and on the account, itself included
-        (`routing.arrivals`; `clean`: for a clean answer); `otherwise` for a slot no longer held here."""
-        if self._slots.confirms:
-            elsewhere = self._slots.serving_elsewhere
-            levels = self._arrivals.levels(
-                slot.slot_id,
-                model_elsewhere=elsewhere(slot.model),
-                account_elsewhere=elsewhere(None),
-                clean=clean,
-            )
-        else:
-            levels = self._arrivals.levels(slot.slot_id, clean=clean)
-        return otherwise if levels is None else levels
-
-    def serving_here(self) -> dict[str, int]:
-        """This proxy's slots z.ai answered cleanly and still serves, per model (none: left out): what it
-        tells the fleet with each notice."""
-        unanswered, ended = self._unanswered_on.get, self._ended_on.get
-        serving = {}
-        for model, held in self._held_on.items():
-            count = held - unanswered(model, 0) - ended(model, 0)
-            if count > 0:
-                serving[model] = count
-        return serving
-
-    def report_ended(self, slot: Slot) -> None:
-        """z.ai sent `slot`'s answer to its end: it serves it no more, though the slot is held until the
-        flow ends (a queuing z.ai starts a held request the moment another ends: it must not count)."""
-        if slot.slot_id in self._held and slot.slot_id not in self._ended:
-            self._ended[slot.slot_id] = slot.model
-            _count(self._ended_on, slot.model, 1)
-
-    def report_stall(self, slot: Slot) -> bool:
-        """z.ai holds the head of `slot`'s request far longer than its heads take: a limit passed, as a 1302
-        says (zai.assumptions.MAY_QUEUE). Once per slot; the request goes on (z.ai may serve it), and a 1302
-        that comes for it later is not counted again. False: its verdict came first."""
-        slot_id = slot.slot_id
-        if slot_id not in self._unanswered or slot_id in self._stalled:
-            return False
-        self._stalled.add(slot_id)
-        if self._limits.enabled:
-            level, account_level = self._arrival_levels(slot, (slot.in_flight, slot.total))
-            sent = self._taken_at.get(slot_id)
-            self._limits.stalled(slot.model, level, account_level, self._probe_of(slot), sent)
-            self._note(slot, "stall", level, account_level)
-            self._probe_judged(slot)
-            self._limits_changed()
-        return True
-
-    def report_error(
-        self,
-        model: str,
-        error: UpstreamError,
-        retry_after: float | None = None,
-        selection: Slot | None = None,
-    ) -> float:
-        """Feed a z.ai error on `model` back into routing; returns seconds the model/account is out
-        (0 when nothing was blocked). `selection`, the slot the request was sent with, tells a 1302 what
-        was in flight then; without it, what is in flight now counts."""
-        counted = selection is not None and selection.slot_id in self._stalled
-        if selection is not None:
-            self._settle(selection)
-            if error.action is not Action.UNREACHED:
-                self.quota.refused(selection.slot_id)  # z.ai's error answer: not charged
-        seconds = self._report_error(model, error, retry_after, selection, counted=counted)
-        self._limits_changed()
-        if len(self._queue):
-            self._arm_timer()  # a slot freed while this block lasts must reach the waiters when it ends
-        return seconds
-
-    def _report_error(
-        self,
-        model: str,
-        error: UpstreamError,
-        retry_after: float | None,
-        selection: Slot | None,
-        *,
-        counted: bool,
-    ) -> float:
-        settings = self._config.cooldown
-        probe = self._probe_of(selection) if selection is not None else None
-        match error.action:
-            case Action.CONCURRENCY if self._limits.enabled:
-                taken_at = self._taken_at.get(selection.slot_id) if selection is not None else None
-                if taken_at is not None:
-                    self._limits.refusal_took(self._clock() - taken_at)
-                if counted:
-                    return 0.0  # its stall said so already
-                if selection is None or not selection.in_flight:
-                    in_flight, total = self._slots.in_flight(model), self._slots.total()
-                else:
-                    in_flight, total = self._arrival_levels(selection, (selection.in_flight, selection.total))
-                self._limits.refused(model, in_flight, total, probe, taken_at)
-                if selection is not None:
-                    self._note(selection, "refused", in_flight, total)
-                    self._probe_judged(selection)
-                return 0.0
-            case Action.CONCURRENCY | Action.COOLDOWN:
-                return self._cooldowns.hit(model, error.reason, retry_after)
-            case Action.OUT_OF_ROTATION:
-                self._cooldowns.take_out(model, error.reason)
-                self._rotation.left(model, error.reason, None)
-                return math.inf
-            case Action.MODEL_DAY:
-                seconds = self._until(error.reset_at, retry_after, settings.account_pause_seconds)
-                self._cooldowns.take_out(model, error.reason, seconds)
-                self._rotation.left(model, error.reason, seconds)
-                return seconds
-            case Action.ACCOUNT_PAUSE:
-                if error.code in (SPENT_CODE, WEEK_SPENT_CODE):
-                    self.quota.spent(error.reset_at, FIVE_HOURS if error.code == SPENT_CODE else WEEK)
-                fallback = FAIR_USE_SECONDS if error.code == FAIR_USE_CODE else settings.account_pause_seconds
-                seconds = self._until(error.reset_at, retry_after, fallback)
-                self._cooldowns.pause_account(seconds, error.reason)
-                return seconds
-            case _:
-                if probe is not None:
-                    self._limits.probe_sent(probe, model)  # it tested nothing: the next one waits its turn
-                return 0.0
-
-    def _until(self, reset_at: float | None, retry_after: float | None, fallback: float) -> float:
-        """Seconds until a reset z.ai named (capped: a message may name any date), else the fallback."""
-        if reset_at is not None:
-            seconds = max(reset_at - self._wall_clock(), 0.0)
-        else:
-            seconds = retry_after if retry_after is not None else fallback
-        return min(seconds, self._config.cooldown.max_pause_seconds)
-
-    def reset_limits(self) -> None:
-        """Forget every learned limit and alias: back to the catalog's (and the config's) values."""
-        self.aliases.forget()
-        self.reconfigure(self._given)
-        self._limits.reset()
-        self._limits_changed()
-
     def restore(self, model: str) -> bool:
         """Put a model back into rotation (after a plan change, say)."""
-        restored = self._cooldowns.restore(model)
-        self._rotation.check(self._cooldowns)
+        restored = self.cooldowns.restore(model)
+        self._rotation.check(self.cooldowns)
         self._queue.dispatch()
         return restored
 
     # -- status -----------------------------------------------------------------------------------
 
     def in_flight(self, model: str | None = None) -> int:
-        return self._slots.total() if model is None else self._slots.in_flight(model)
-
-    def waiting(self) -> int:
-        return len(self._queue)
-
-    def unanswered(self, model: str | None = None) -> int:
-        """Slots (of `model`; all when None) whose request z.ai has not answered yet."""
-        return len(self._unanswered) if model is None else self._unanswered_on.get(model, 0)
+        return self.slots.total() if model is None else self.slots.in_flight(model)
 
     def first_in_line(self) -> tuple[int, int, float]:
         """(requests waiting, the level of the first in line: its conversation's admissions lately, and
@@ -1273,136 +679,6 @@ class ChaosPool:
 
     def _follow_limits(self) -> None:
         """Let learned limits drift, and rebuild what derives from them when they changed."""
-        self._limits.tick()
-        if self._limits_version != self._limits.version:
+        self.limits.tick()
+        if self._limits_version != self.limits.version:
             self._derive()
-
-    def status(self) -> PoolStatus:
-        """The pool's state for status pages, metrics and the dashboard (`status.served` makes it JSON)."""
-        self._follow_limits()
-        models: dict[str, ModelStatus] = {}
-        held = self._slots.snapshot()
-        names: Iterable[str] = list(self._entries) + [m for m in held if m not in self._entries]
-        serving = {entry.name for entries in self._eligible.values() for entry in entries}
-        out_slots = out_in_flight = in_limits = 0
-        out_models: dict[str, str] = {}
-        probes = Counter(self._probes.values())  # per limit: a model's name, or ACCOUNT
-        overdue = Counter(self._overdue.values())
-        served_as = self.aliases.all()
-        for name in names:
-            spec = self._config.models.get(name)
-            block = self._cooldowns.block(name)
-            out = block is not None and block.kind == "out"
-            remaining = self._cooldowns.remaining(name)
-            entry = self._entries.get(name)
-            unusable = _unusable_reason(self._config, name, block.reason if out and block else None, serving)
-            if name in served_as and name not in self._config.models:
-                unusable = f"served as {served_as[name]}"
-            in_flight, capacity = held.get(name, 0), entry.capacity if entry else 0
-            if unusable is not None:
-                out_models[name] = unusable
-                out_slots += capacity
-                out_in_flight += in_flight
-            else:
-                in_limits += min(in_flight, capacity)
-            models[name] = ModelStatus(
-                tier=spec.tier if spec else None,
-                dispatched=self.dispatched.get(name, 0),
-                in_flight=in_flight,
-                capacity=capacity,
-                above_limit=max(in_flight - capacity, 0),
-                probes=probes[name],
-                overdue=overdue[name],
-                catalog_limit=spec.max_concurrency if spec else 0,
-                limit=_model_limit(self._limits.view(name)) if spec else None,
-                cooldown_remaining=0.0 if out or math.isinf(remaining) else round(remaining, 3),
-                out_of_rotation=block.reason if out and block else None,
-                cooldown_reason=block.reason if block and not out else None,
-                excluded=name in self._config.chaos_mode.exclude_models,
-                free=bool(spec and spec.free),
-                usable=unusable is None,
-                aliases=sorted(asked for asked, model in served_as.items() if model == name),
-                vision=bool(spec and spec.vision),
-            )
-        pause = self._cooldowns.account_pause()
-        waiting = self._queue.waiting()
-        used = self._slots.total()
-        usable = sum(entry.capacity for name, entry in self._entries.items() if name not in out_models)
-        capacity = min(self._account_cap, usable)
-        learning = self._config.learning
-        account = self._limits.view()
-        return PoolStatus(
-            enabled=self._config.chaos_mode.enabled,
-            strategy=self._config.chaos_mode.strategy,
-            models=models,
-            total_capacity=capacity,
-            account_limit=None if self._account_cap == NO_ACCOUNT_CAP else self._account_cap,
-            account=AccountStatus(
-                account.value,
-                account.start,
-                account.ceiling,
-                account.reason,
-                account.changed_at,
-                account.probing,
-            ),
-            learning=LearningStatus(
-                self._limits.enabled, learning.probe_interval_seconds, learning.drift_seconds
-            ),
-            used_capacity=used,
-            in_limits=min(in_limits, capacity),
-            above_limits=used - out_in_flight - min(in_limits, capacity),
-            utilization=round(min(in_limits, capacity) / capacity, 4) if capacity else 0.0,
-            out_capacity=OutCapacity(out_slots, out_in_flight, out_models),
-            account_pause=(
-                AccountPause(round(pause[0], 3), pause[1], round(self._wall_clock() + pause[0], 3))
-                if pause
-                else None
-            ),
-            queue=QueueStatus(
-                waiting=len(waiting),
-                waiting_by_tier={t: sum(1 for w in waiting if w.ticket.tier == t) for t in REQUEST_TIERS},
-                longest_wait=round(self._queue.oldest_wait(), 3),
-                timeouts=self._queue.timeouts,
-                admitted=self.admitted,
-                rejected=self.rejected,
-                avg_wait_ms=round(1000 * self.total_wait / self.admitted, 1) if self.admitted else 0.0,
-            ),
-            sticky=StickyStatus(
-                self._sticky_on,
-                len(self._sticky),
-                self._sticky.moves,
-                reread_credits(self._sticky.moved_tokens),
-            ),
-            spurious_releases=self.spurious_releases,
-        )
-
-
-def _unusable_reason(config: ModelRouting, name: str, out: str | None, serving: set[str]) -> str | None:
-    """Why no request can use `name` now (its slots are then not usable capacity), else None.
-
-    A cooldown is not counted: it ends within seconds. An account pause stops every model alike."""
-    if out is not None:
-        return out
-    if name not in config.models:
-        return "not in the catalog (dropped by a reload)"
-    if name in serving:
-        return None
-    chaos = config.chaos_mode
-    if name in chaos.exclude_models:
-        return "excluded (chaosMode.excludeModels)"
-    if config.models[name].free and not chaos.include_free_models:
-        return "free models off (chaosMode.includeFreeModels)"
-    return "below every quality floor (chaosMode.qualityFloor)"
-
-
-def _model_limit(view: LimitView) -> ModelLimit:
-    return ModelLimit(view.value, view.ceiling, view.reason, view.changed_at, view.probing)
-
-
-def _count(counts: dict[str, int], key: str, step: int) -> None:
-    """Add `step` to `counts[key]`, the key gone at zero."""
-    left = counts.get(key, 0) + step
-    if left > 0:
-        counts[key] = left
-    else:
-        counts.pop(key, None)

@@ -1,6 +1,6 @@
 """The pool's state as typed values, and the one place they become the camelCase JSON that is served.
 
-`ChaosPool.status()` returns a `PoolStatus`; metrics read its fields; `served()` turns it into the JSON of
+`status(pool)` returns a `PoolStatus`; metrics read its fields; `served()` turns it into the JSON of
 `/api/status`, the dashboard and the `chaos.status` panel (snake_case field names become camelCase keys;
 a field marked `flat` spreads its own fields into its parent's object).
 """
@@ -8,13 +8,24 @@ a field marked `flat` spreads its own fields into its parent's object).
 from __future__ import annotations
 
 import dataclasses
+import math
+import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
+from chaos_mode.config.schema import ModelRouting
+from chaos_mode.learning.limits import LimitView
+from chaos_mode.routing.cache_rule import reread_credits
+from chaos_mode.zai.catalog import REQUEST_TIERS
 from chaos_mode.zai.quota import WINDOW_SECONDS
 
+if TYPE_CHECKING:
+    from chaos_mode.routing.pool import ChaosPool
+
 FLAT: Final = {"flat": True}
+NO_ACCOUNT_CAP: Final = sys.maxsize  # no account limit known: only the models' own limits count
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +143,131 @@ class PoolStatus:
     queue: QueueStatus
     sticky: StickyStatus
     spurious_releases: int
+
+
+def status(pool: ChaosPool) -> PoolStatus:
+    """The pool's state for status pages, metrics and the dashboard (`served` makes it JSON)."""
+    pool._follow_limits()  # the pool's selection state is read here as it stands
+    models: dict[str, ModelStatus] = {}
+    held = pool.slots.snapshot()
+    names: Iterable[str] = list(pool._entries) + [m for m in held if m not in pool._entries]
+    serving = {entry.name for entries in pool._eligible.values() for entry in entries}
+    out_slots = out_in_flight = in_limits = 0
+    out_models: dict[str, str] = {}
+    probes, overdue = pool.ledger.riding()  # probes per limit (a model's name, or ACCOUNT)
+    served_as = pool.aliases.all()
+    for name in names:
+        spec = pool.config.models.get(name)
+        block = pool.cooldowns.block(name)
+        out = block is not None and block.kind == "out"
+        remaining = pool.cooldowns.remaining(name)
+        entry = pool._entries.get(name)
+        unusable = _unusable_reason(pool.config, name, block.reason if out and block else None, serving)
+        if name in served_as and name not in pool.config.models:
+            unusable = f"served as {served_as[name]}"
+        in_flight, capacity = held.get(name, 0), entry.capacity if entry else 0
+        if unusable is not None:
+            out_models[name] = unusable
+            out_slots += capacity
+            out_in_flight += in_flight
+        else:
+            in_limits += min(in_flight, capacity)
+        models[name] = ModelStatus(
+            tier=spec.tier if spec else None,
+            dispatched=pool.dispatched.get(name, 0),
+            in_flight=in_flight,
+            capacity=capacity,
+            above_limit=max(in_flight - capacity, 0),
+            probes=probes[name],
+            overdue=overdue[name],
+            catalog_limit=spec.max_concurrency if spec else 0,
+            limit=_model_limit(pool.limits.view(name)) if spec else None,
+            cooldown_remaining=0.0 if out or math.isinf(remaining) else round(remaining, 3),
+            out_of_rotation=block.reason if out and block else None,
+            cooldown_reason=block.reason if block and not out else None,
+            excluded=name in pool.config.chaos_mode.exclude_models,
+            free=bool(spec and spec.free),
+            usable=unusable is None,
+            aliases=sorted(asked for asked, model in served_as.items() if model == name),
+            vision=bool(spec and spec.vision),
+        )
+    pause = pool.cooldowns.account_pause()
+    waiting = pool._queue.waiting()
+    used = pool.slots.total()
+    usable = sum(entry.capacity for name, entry in pool._entries.items() if name not in out_models)
+    capacity = min(pool._account_cap, usable)
+    learning = pool.config.learning
+    account = pool.limits.view()
+    return PoolStatus(
+        enabled=pool.config.chaos_mode.enabled,
+        strategy=pool.config.chaos_mode.strategy,
+        models=models,
+        total_capacity=capacity,
+        account_limit=None if pool._account_cap == NO_ACCOUNT_CAP else pool._account_cap,
+        account=AccountStatus(
+            account.value,
+            account.start,
+            account.ceiling,
+            account.reason,
+            account.changed_at,
+            account.probing,
+        ),
+        learning=LearningStatus(pool.limits.enabled, learning.probe_interval_seconds, learning.drift_seconds),
+        used_capacity=used,
+        in_limits=min(in_limits, capacity),
+        above_limits=used - out_in_flight - min(in_limits, capacity),
+        utilization=round(min(in_limits, capacity) / capacity, 4) if capacity else 0.0,
+        out_capacity=OutCapacity(out_slots, out_in_flight, out_models),
+        account_pause=(
+            AccountPause(round(pause[0], 3), pause[1], round(pool._wall_clock() + pause[0], 3))
+            if pause
+            else None
+        ),
+        queue=QueueStatus(
+            waiting=len(waiting),
+            waiting_by_tier={t: sum(1 for w in waiting if w.ticket.tier == t) for t in REQUEST_TIERS},
+            longest_wait=round(pool._queue.oldest_wait(), 3),
+            timeouts=pool._queue.timeouts,
+            admitted=pool.admitted,
+            rejected=pool.rejected,
+            avg_wait_ms=round(1000 * pool.total_wait / pool.admitted, 1) if pool.admitted else 0.0,
+        ),
+        sticky=StickyStatus(
+            pool._sticky_on,
+            len(pool._sticky),
+            pool._sticky.moves,
+            reread_credits(pool._sticky.moved_tokens),
+        ),
+        spurious_releases=pool.spurious_releases,
+    )
+
+
+def quota(pool: ChaosPool) -> dict[str, Any]:
+    """The quota as `/api/status` shows it, with pacing: whether it is on, the plan in force, the waits it
+    caused (counted apart from the queue's other waits)."""
+    return {**pool.quota.status(), "pacing": pool.pacer.status(pool._lighter_left)}
+
+
+def _unusable_reason(config: ModelRouting, name: str, out: str | None, serving: set[str]) -> str | None:
+    """Why no request can use `name` now (its slots are then not usable capacity), else None.
+
+    A cooldown is not counted: it ends within seconds. An account pause stops every model alike."""
+    if out is not None:
+        return out
+    if name not in config.models:
+        return "not in the catalog (dropped by a reload)"
+    if name in serving:
+        return None
+    chaos = config.chaos_mode
+    if name in chaos.exclude_models:
+        return "excluded (chaosMode.excludeModels)"
+    if config.models[name].free and not chaos.include_free_models:
+        return "free models off (chaosMode.includeFreeModels)"
+    return "below every quality floor (chaosMode.qualityFloor)"
+
+
+def _model_limit(view: LimitView) -> ModelLimit:
+    return ModelLimit(view.value, view.ceiling, view.reason, view.changed_at, view.probing)
 
 
 def served(value: Any) -> Any:

@@ -1,0 +1,424 @@
+"""The verdict ledger: z.ai's verdicts on the pool's held slots, and what the pool learns from them.
+
+Each held slot has one record (`routing.slot_record`); a request's owner says here what z.ai did with it:
+written (`sent`), answered cleanly (`success`), refused (`error`), stalled (`stall`), overdue, queued,
+answered to its end (`ended`), or no verdict will come (`no_verdict`). Each verdict is counted at what
+z.ai served when its request came (`routing.arrivals`), fed to the learned limits (`learning.limits`),
+the cooldowns and the quota, and told to a fleet's other proxies. The pool (`routing.pool`) takes and
+gives back the slots; the ledger is where their states live.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+from chaos_mode.config.schema import CooldownSettings
+from chaos_mode.learning.limits import LearnedLimits, Probe
+from chaos_mode.quota.tracker import QuotaTracker
+from chaos_mode.routing.arrivals import Arrivals
+from chaos_mode.routing.cooldowns import CooldownState
+from chaos_mode.routing.rotation import Rotation
+from chaos_mode.routing.slot_record import Phase, Place, Records, Slot, SlotRecord
+from chaos_mode.routing.slots import ProbeClaim, Seen, SlotStore
+from chaos_mode.routing.wait_queue import WaitQueue
+from chaos_mode.zai.catalog import ACCOUNT
+from chaos_mode.zai.errors import FAIR_USE_CODE, FAIR_USE_SECONDS, Action, UpstreamError
+from chaos_mode.zai.quota import FIVE_HOURS, SPENT_CODE, WEEK, WEEK_SPENT_CODE
+
+Kind = Literal["clean", "refused", "stall"]
+
+
+class Ledger:
+    """The held slots' records and z.ai's verdicts on them. `limits_changed` (the pool's) follows the
+    learned limits and says whether they changed; `arm_timer` wakes the pool's `queue` when a block ends."""
+
+    def __init__(
+        self,
+        limits: LearnedLimits,
+        quota: QuotaTracker,
+        rotation: Rotation,
+        queue: WaitQueue[Any, Any],
+        limits_changed: Callable[[], bool],
+        arm_timer: Callable[[], None],
+    ) -> None:
+        self.records = Records()
+        self.store: SlotStore  # the pool's, as `ChaosPool.use` sets it, and its cooldowns
+        self.cooldowns: CooldownState
+        self.settings: CooldownSettings  # the config's cooldowns, as `ChaosPool.reconfigure` sets them
+        self.clock: Callable[[], float]
+        self.wall_clock: Callable[[], float]
+        self._limits, self._quota, self._rotation, self._queue = limits, quota, rotation, queue
+        self._limits_changed, self._arm_timer = limits_changed, arm_timer
+        self._arrivals = Arrivals()  # what z.ai served as each held slot's request came: its verdict's level
+        self._refusing: set[str] = set()  # models whose latest verdict (not a probe's) was no clean answer
+
+    # -- a slot's life --------------------------------------------------------------------------------
+
+    def take(self, slot_id: int, model: str, probe: Probe | None, *, awaits: bool) -> SlotRecord:
+        """A slot just taken (`awaits`: z.ai's verdict on its request is awaited)."""
+        records = self.records.by_id.values()
+        self._arrive(slot_id, model, [r.slot_id for r in records if not r.ended])
+        record = self.records.take(slot_id, model, self.clock(), probe, awaits=awaits)
+        self._quota.sent(slot_id, model)
+        if probe is not None:
+            self._limits.probe_sent(probe, model)
+        return record
+
+    def release(self, slot: Slot) -> SlotRecord | None:
+        """`slot` goes back (None: not held here). z.ai served it: the slot it frees is a queued probe's."""
+        record = self.records.get(slot.slot_id)
+        if record is None:
+            return None
+        self._settle(record)  # the fleet hears of an overdue one
+        self.records.release(slot.slot_id)
+        self._quota.ended(slot.slot_id)
+        self._arrivals.released(slot.slot_id)
+        if record.phase is Phase.SERVED:
+            self._limits.served_for(self.clock() - record.taken_at)
+            self._seat_queued_probe(record.model)
+        return record
+
+    def _arrive(self, slot_id: int, model: str, beside: list[int]) -> None:
+        """What `slot_id`'s request comes to z.ai beside (`routing.arrivals`): the slots `beside`, itself
+        not among them, and what other proxies say z.ai serves."""
+        get, elsewhere = self.records.by_id.get, self._elsewhere()
+        serving = {o: r.model for o in beside if (r := get(o)) is not None and r.phase is Phase.SERVED}
+        self._arrivals.taken(
+            slot_id,
+            model,
+            beside,
+            serving=serving,
+            model_elsewhere=elsewhere(model),
+            account_elsewhere=elsewhere(None),
+        )
+
+    def _elsewhere(self) -> Callable[[str | None], int]:
+        """What the other proxies of a fleet say z.ai serves (of a model; the account's for None)."""
+        return self.store.serving_elsewhere if self.store.confirms else lambda _: 0
+
+    def _settle(self, record: SlotRecord | None, phase: Phase = Phase.DONE) -> None:
+        if record is not None and self.records.settle(record, phase):
+            self.store.overdue_changed()
+
+    def sent(self, slot: Slot) -> None:
+        """`slot`'s request was written to z.ai now. z.ai judges it beside the requests that reached it
+        first, which need not be those taken before it (`routing.arrivals`): its arrival is taken again
+        from the slots whose writing was reported. A pool never told of one keeps the takings."""
+        slot_id = slot.slot_id
+        if slot_id not in self.records.by_id:
+            return
+        get = self.records.by_id.get
+        written = self._arrivals.written_held()
+        beside = [o for o in written if o != slot_id and not ((r := get(o)) is not None and r.ended)]
+        self._arrive(slot_id, slot.model, beside)
+        self._arrivals.written(slot_id, self.clock())
+
+    def ended(self, slot: Slot) -> None:
+        """z.ai sent `slot`'s answer to its end: it serves it no more, though the slot is held until the
+        flow ends (a queuing z.ai starts a held request the moment another ends: it must not count)."""
+        record = self.records.get(slot.slot_id)
+        if record is not None:
+            record.ended = True
+
+    def overdue(self, slot: Slot) -> None:
+        """`slot`'s request has had no head within its patience (see `request.hedging`): z.ai is most
+        likely refusing it, and holds no slot for a request it refuses
+        (zai.assumptions.REFUSED_HOLDS_NO_SLOT), so until its verdict it rides above its model's and the
+        account's limits, its place going to the next request. No-op without learning (a 1302 then cools the
+        model down), for a probe (it rides already), a request z.ai seated or one with its verdict."""
+        record = self.records.get(slot.slot_id)
+        if not self._limits.enabled or record is None or not self.records.move(record, Place.OVERDUE):
+            return
+        self.store.overdue_changed()
+        if len(self._queue):
+            self._queue.dispatch()
+
+    def queued(self, slot: Slot) -> None:
+        """z.ai queues (zai.assumptions.MAY_QUEUE), and `slot`'s probe, unanswered, is held so: the first
+        slot of its limit that a request z.ai served gives back is the probe's. No-op for a slot that is no
+        probe, or whose probe was answered."""
+        record = self.records.get(slot.slot_id)
+        if record is not None:
+            self.records.move(record, Place.QUEUED)
+
+    def _seat_queued_probe(self, model: str) -> None:
+        """A slot of `model` z.ai served went back: a probe z.ai queues on that model (else on the account)
+        takes it, counting within the limit from now on. z.ai held it, so it found no room above its limit:
+        the next probe there waits as after a refusal, and its answer is a regular request's."""
+        record = self.records.queued_probe(model) if self.records.riding_on else None
+        if record is None:
+            return
+        if record.probe is not None and not record.stalled:  # a stall judged it already
+            self._limits.probe_given_up(record.probe, record.model)
+            self._probe_judged(record)
+        self.records.move(record, Place.SEATED)
+
+    # -- verdicts -------------------------------------------------------------------------------------
+
+    def success(self, slot: Slot, *, at_once: bool = True) -> None:
+        """A clean answer from z.ai to the request `slot` sent: confirms (or raises) its limits and ends the
+        model's run of busy answers. `at_once`: z.ai served it from its arrival (False: z.ai was seen to
+        queue lately, and may have held it until a slot freed)."""
+        record = self.records.get(slot.slot_id)
+        held = record is not None and record.stall_counted  # z.ai queued it, and serves it now (MAY_QUEUE)
+        seated = record is not None and record.seated  # z.ai held it until a slot freed, then served it there
+        # a probe z.ai held was judged at its stall or its seat: served once a slot freed, it found no room
+        # above its limit
+        probe = None if held or seated else slot.probe
+        if not held:
+            self._arrivals.accepted(slot.slot_id, slot.model)  # z.ai counted it from its arrival on
+        self._settle(record, Phase.SERVED)
+        # z.ai served at least this many at once: what it serves now, or what it served when the request
+        # came (heads sent with the first token leave much of what z.ai serves without a head here:
+        # zai.assumptions.HEAD_MAY_WAIT_FOR_FIRST_TOKEN); not for a request z.ai may have held: it was full
+        # then, and served it only once a slot freed
+        queued = held or seated or not at_once
+        arrived, arrived_total = (0, 0) if queued else self._arrival_levels(slot, (0, 0), clean=True)
+        model, limits = slot.model, self._limits
+        serving, total = max(self.serving(model), arrived), max(self.serving(), arrived_total)
+        self._quota.answered(model, slot.slot_id)
+        limits.succeeded(model, serving, total, probe)
+        self._note(slot, "clean", serving, total)
+        if not seated:
+            self._probe_judged(slot)
+        self.cooldowns.succeeded(model)
+        changed = self._limits_changed()
+        if not changed and len(self._queue) and (limits.can_probe(model) or limits.can_probe_account()):
+            self._queue.dispatch()  # the limit ran full cleanly: a waiter may probe above it now
+
+    def stall(self, slot: Slot) -> bool:
+        """z.ai holds the head of `slot`'s request far longer than its heads take: a limit passed, as a 1302
+        says (zai.assumptions.MAY_QUEUE). Once per slot; the request goes on (z.ai may serve it), and a 1302
+        that comes for it later is not counted again. False: its verdict came first."""
+        record = self.records.get(slot.slot_id)
+        if record is None or not record.stall():
+            return False
+        if self._limits.enabled:
+            level, account_level = self._arrival_levels(slot, (slot.in_flight, slot.total))
+            probe = self._probe_of(slot)
+            self._limits.stalled(slot.model, level, account_level, probe, record.taken_at)
+            self._note(slot, "stall", level, account_level)
+            self._probe_judged(slot)
+            self._limits_changed()
+        return True
+
+    def no_verdict(self, slot: Slot, *, probe_given_up: bool = False) -> None:
+        """No verdict will come for `slot`'s request (it ended first, or its attempt was left). A probe given
+        up unanswered (its request took a slot within the limits instead) rides above its limit no more,
+        and the next probe there waits as after a 1302. Idempotent."""
+        record = self.records.get(slot.slot_id)
+        if record is None:
+            return
+        # its stall already paced the next probe (a seat is no probe)
+        if probe_given_up and slot.probe is not None and record.probing and not record.stall_counted:
+            self._limits.probe_given_up(slot.probe, slot.model)
+            self._probe_judged(slot)
+        self._settle(record)
+
+    def error(
+        self,
+        model: str,
+        error: UpstreamError,
+        retry_after: float | None = None,
+        selection: Slot | None = None,
+    ) -> float:
+        """Feed a z.ai error on `model` back into routing; returns seconds the model/account is out
+        (0 when nothing was blocked). `selection`, the slot the request was sent with, tells a 1302 what was
+        in flight then; without it, what is in flight now counts."""
+        slot = selection
+        record = None if slot is None else self.records.get(slot.slot_id)
+        counted = record is not None and record.stall_counted  # its stall said so already
+        if slot is not None:
+            self._settle(record)
+            if error.action is not Action.UNREACHED:
+                self._quota.refused(slot.slot_id)  # z.ai's error answer: not charged
+        seconds = self._error(model, error, retry_after, slot, record, counted=counted)
+        self._limits_changed()
+        if len(self._queue):
+            self._arm_timer()  # a slot freed while this block lasts must reach the waiters when it ends
+        return seconds
+
+    def _error(
+        self,
+        model: str,
+        error: UpstreamError,
+        retry_after: float | None,
+        slot: Slot | None,
+        record: SlotRecord | None,
+        *,
+        counted: bool,
+    ) -> float:
+        settings, cooldowns = self.settings, self.cooldowns
+        probe = self._probe_of(slot) if slot is not None else None
+        match error.action:
+            case Action.CONCURRENCY if self._limits.enabled:
+                taken_at = None if record is None else record.taken_at
+                if taken_at is not None:
+                    self._limits.refusal_took(self.clock() - taken_at)
+                if counted:
+                    return 0.0
+                if slot is None or not slot.in_flight:
+                    in_flight, total = self.store.in_flight(model), self.store.total()
+                else:
+                    in_flight, total = self._arrival_levels(slot, (slot.in_flight, slot.total))
+                self._limits.refused(model, in_flight, total, probe, taken_at)
+                if slot is not None:
+                    self._note(slot, "refused", in_flight, total)
+                    self._probe_judged(slot)
+                return 0.0
+            case Action.CONCURRENCY | Action.COOLDOWN:
+                return cooldowns.hit(model, error.reason, retry_after)
+            case Action.OUT_OF_ROTATION:
+                cooldowns.take_out(model, error.reason)
+                self._rotation.left(model, error.reason, None)
+                return math.inf
+            case Action.MODEL_DAY:
+                seconds = self._until(error.reset_at, retry_after, settings.account_pause_seconds)
+                cooldowns.take_out(model, error.reason, seconds)
+                self._rotation.left(model, error.reason, seconds)
+                return seconds
+            case Action.ACCOUNT_PAUSE:
+                if error.code in (SPENT_CODE, WEEK_SPENT_CODE):
+                    self._quota.spent(error.reset_at, FIVE_HOURS if error.code == SPENT_CODE else WEEK)
+                fallback = FAIR_USE_SECONDS if error.code == FAIR_USE_CODE else settings.account_pause_seconds
+                seconds = self._until(error.reset_at, retry_after, fallback)
+                cooldowns.pause_account(seconds, error.reason)
+                return seconds
+            case _:
+                if probe is not None:
+                    self._limits.probe_sent(probe, model)  # it tested nothing: the next one waits its turn
+                return 0.0
+
+    def _until(self, reset_at: float | None, retry_after: float | None, fallback: float) -> float:
+        """Seconds until a reset z.ai named (capped: a message may name any date), else the fallback."""
+        if reset_at is not None:
+            seconds = max(reset_at - self.wall_clock(), 0.0)
+        else:
+            seconds = retry_after if retry_after is not None else fallback
+        return min(seconds, self.settings.max_pause_seconds)
+
+    # -- levels -----------------------------------------------------------------------------------------
+
+    def serving(self, model: str | None = None) -> int:
+        """What z.ai serves now, as far as the pool can tell: slots answered cleanly whose answer has not
+        ended (of `model`; the account's when None), this proxy's and those other proxies of a fleet said
+        they had (their slots z.ai has not answered yet are not z.ai's to serve)."""
+        return self.records.serving(model) + self._elsewhere()(model)
+
+    def _arrival_levels(
+        self, slot: Slot, otherwise: tuple[int, int], *, clean: bool = False
+    ) -> tuple[int, int]:
+        """What z.ai served when `slot`'s request came, on its model and on the account, itself included
+        (`routing.arrivals`; `clean`: for a clean answer); `otherwise` for a slot no longer held here."""
+        elsewhere = self._elsewhere()
+        levels = self._arrivals.levels(
+            slot.slot_id,
+            model_elsewhere=elsewhere(slot.model),
+            account_elsewhere=elsewhere(None),
+            clean=clean,
+        )
+        return otherwise if levels is None else levels
+
+    # -- what a fleet is told, and hears ----------------------------------------------------------------
+
+    def in_flight(self, model: str) -> int:
+        """Slots of `model` held now (a shared store counts the fleet's)."""
+        return self.store.in_flight(model)
+
+    def unanswered(self, model: str | None = None) -> int:
+        """Slots (of `model`; all when None) whose request z.ai has not answered yet."""
+        return self.records.awaiting(model)
+
+    def serving_here(self) -> dict[str, int]:
+        """This proxy's slots z.ai answered cleanly and still serves, per model (none: left out): what it
+        tells the fleet with each notice."""
+        serving: Counter[str] = Counter()
+        for r in self.records.by_id.values():
+            serving[r.model] += 1 - r.awaiting - r.ended
+        return {model: count for model, count in serving.items() if count > 0}
+
+    def overdue_here(self) -> dict[str, int]:
+        """This proxy's attempts riding above the limits, per model: what it tells the fleet."""
+        return dict(self.riding()[1])
+
+    def riding(self) -> tuple[Counter[str], Counter[str]]:
+        """Probes out and unanswered per limit (a model's name, or ACCOUNT); overdue attempts per model."""
+        records = self.records.by_id.values()
+        return Counter(r.limit for r in records if r.probing), Counter(r.model for r in records if r.rides)
+
+    def claim(self, probe: Probe | None, model: str) -> ProbeClaim | None:
+        """A probe's claim on the right to probe its limit (and, held back, its group's turn), as the fleet
+        holds it now (None: no probe)."""
+        if probe is None:
+            return None
+        seconds, refused = self._limits.probe_wait(probe, model)
+        turn, turn_seconds = self._limits.turn_wait(probe, model)
+        return ProbeClaim(ACCOUNT if probe == "account" else model, seconds, refused, turn, turn_seconds)
+
+    def _probe_of(self, slot: Slot) -> Probe | None:
+        """The limit `slot`'s request probes, as its verdict counts: none once it is seated within it."""
+        record = self.records.get(slot.slot_id)
+        return None if record is not None and record.seated else slot.probe
+
+    def _probe_judged(self, slot: Slot | SlotRecord) -> None:
+        """`slot`'s probe has its verdict (or was given up): a fleet holds the right to probe its limit as
+        long as this proxy's next probe there waits now (see `learning.limits`). Once for a seated one."""
+        record = self.records.get(slot.slot_id)
+        if self.store.confirms and not (record is not None and record.seated):
+            claim = self.claim(slot.probe, slot.model)
+            if claim is not None:
+                self.store.probe_answered(claim)
+
+    def _note(self, slot: Slot, kind: Kind, level: int, total: int) -> None:
+        """A verdict on `slot`'s request as the limits took it: told to the fleet now."""
+        probe = self._probe_of(slot)
+        self._heard(slot.model, kind, probe)
+        record = self.records.get(slot.slot_id)
+        if self.store.confirms and self._limits.enabled and record is not None:
+            age = None if kind == "clean" else self.clock() - record.taken_at
+            self.store.verdicts(slot.model, (Seen(kind, level, total, probe, age),))
+
+    def _heard(self, model: str, kind: Kind, probe: Probe | None) -> None:
+        if probe is not None:
+            return  # a probe's verdict says nothing of the levels within the limit
+        if kind == "clean":
+            self._refusing.discard(model)
+        else:
+            self._refusing.add(model)
+
+    def refusing(self, model: str) -> bool:
+        """Whether z.ai's latest verdict on a request of `model` that was not a probe (here, or told by
+        another proxy of the fleet) was a refusal or a stall: one just sent there is likely refused too
+        (`fleet.slots`)."""
+        return model in self._refusing
+
+    def seen_elsewhere(self, model: str, seen: Sequence[Seen]) -> None:
+        """z.ai's verdicts on a request of `model` another proxy of the fleet holds, told as they came: each
+        counts here as if this proxy had it (`learning.limits`), at the levels that proxy counted, and a
+        refusal or a stall as sent when that proxy sent it (whose refusal it is depends on what z.ai served
+        since)."""
+        limits = self._limits
+        now = self.clock()
+        for verdict in seen:
+            sent = None if verdict.age is None else now - verdict.age
+            self._heard(model, verdict.kind, verdict.probe)
+            if verdict.kind == "clean":
+                # as evidence only: a probe's clean answer paces the probes here with the right freed
+                # (`probe_answered_elsewhere`); heard again as a verdict, it would undo a wait set since (a
+                # refused probe, a refusal) and end a probe of this proxy's own
+                limits.succeeded(model, verdict.level, verdict.total, None)
+            elif verdict.kind == "refused":
+                limits.refused(model, verdict.level, verdict.total, verdict.probe, sent)
+            else:
+                limits.stalled(model, verdict.level, verdict.total, verdict.probe, sent)
+        self._limits_changed()
+
+    def probe_answered_elsewhere(self, limit: str) -> None:
+        """Another proxy's probe of `limit` (a model, or ACCOUNT) was answered cleanly: its next probe may
+        go here at once, as after one answered here."""
+        self._limits.probe_answered_elsewhere("account" if limit == ACCOUNT else "model", limit)
+        if len(self._queue):
+            self._queue.dispatch()
