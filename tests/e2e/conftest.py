@@ -15,9 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
-from chaos_mode.devtools.certs import TestCerts, make_certs
-from chaos_mode.devtools.processes import ProxyProcess
-from chaos_mode.sim import SimProcess, SimSettings
+from chaos_mode_tools.devtools.certs import TestCerts, make_certs
+from chaos_mode_tools.devtools.processes import ProxyProcess
+from chaos_mode_tools.sim import SimProcess, SimSettings
 
 from .support import Sim, routing
 

@@ -10,7 +10,7 @@ import anthropic
 import httpx
 from anthropic.types import MessageParam
 
-from chaos_mode.sim import SimProcess, SimServer
+from chaos_mode_tools.sim import SimProcess, SimServer
 
 FAST: dict[str, Any] = {
     "latency_ms": 20,
