@@ -12,7 +12,8 @@ import httpx
 import pytest
 
 from chaos_mode_tools.devtools.processes import ProxyProcess
-from chaos_mode_tools.sim import SimProcess, SimSettings
+from chaos_mode_tools.devtools.sim_process import SimProcess
+from chaos_mode_tools.sim import SimSettings
 
 from .conftest import SIM_SETTINGS
 from .support import (

@@ -17,7 +17,8 @@ from chaos_mode_tools.bench.fleet.run import (
     stop_fleet,
 )
 from chaos_mode_tools.devtools.processes import ProxyProcess, RedisProcess
-from chaos_mode_tools.sim import SimProcess, SimSettings
+from chaos_mode_tools.devtools.sim_process import SimProcess
+from chaos_mode_tools.sim import SimSettings
 from support.redis_support import require_redis_server
 
 pytestmark = pytest.mark.e2e

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from chaos_mode_tools.devtools.processes import ProxyProcess
-from chaos_mode_tools.sim import SimProcess
+from chaos_mode_tools.devtools.sim_process import SimProcess
 
 from .conftest import MakeProxy
 from .support import (

@@ -33,7 +33,7 @@ from chaos_mode_tools.bench.swarm.scenarios import SCENARIOS, Scenario
 from chaos_mode_tools.bench.swarm.workload import Workload, WorkloadSpec, make_workload, parse_mix
 from chaos_mode_tools.devtools.client import httpx
 from chaos_mode_tools.devtools.processes import ProxyProcess
-from chaos_mode_tools.sim import SimProcess
+from chaos_mode_tools.devtools.sim_process import SimProcess
 
 Poll = Callable[[], Awaitable[Mapping[str, tuple[int, int]]]]  # model -> (in flight, capacity)
 

@@ -1,5 +1,5 @@
-"""An asyncio event loop in virtual time, for the benchmarks' models (`fleet.virtual`, `field.virtual`): the real
-pool code runs on it, and its clock jumps to the next timer whenever nothing is ready."""
+"""An asyncio event loop in virtual time, for the benchmarks' models (`fleet.virtual`, `field.virtual`): the
+real pool code runs on it, and its clock jumps to the next timer whenever nothing is ready."""
 
 from __future__ import annotations
 

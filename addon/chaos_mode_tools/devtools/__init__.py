@@ -1,2 +1,2 @@
-"""Development tools: child processes for tests and benchmarks, the flow recorder (never imported by the
-runtime)."""
+"""Test rigs: child processes (the simulator, mitmdump, Redis), certificates, a port at a distance, the
+flow recorder."""

@@ -35,7 +35,7 @@ from mitmproxy import http, io
 from chaos_mode.zai.catalog import EARLY_2026_CATALOG, models_block
 from chaos_mode_tools.devtools.client import httpx
 from chaos_mode_tools.devtools.processes import ProxyProcess
-from chaos_mode_tools.sim.process import SimProcess
+from chaos_mode_tools.devtools.sim_process import SimProcess
 from chaos_mode_tools.sim.settings import SimSettings
 
 TEST_API_KEY = "sk-RecordTestKey0123456789abcdef"  # made up; never left in a file

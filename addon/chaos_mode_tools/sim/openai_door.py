@@ -9,9 +9,12 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from chaos_mode_tools.sim.server import MessagesHandler, SimServer, _SimHandler, token_text
+from chaos_mode_tools.sim.handlers import MessagesHandler, SimHandler, token_text
+
+if TYPE_CHECKING:
+    from chaos_mode_tools.sim.server import SimServer  # the handlers' owner, named for the type checker only
 
 # z.ai's general API and its Coding Plan's, as tornado routes them.
 CHAT_PATHS: Final = r"/api(?:/coding)?/paas/v4/chat/completions/?"
@@ -107,7 +110,7 @@ class ChatCompletionsHandler(MessagesHandler):
         }
 
 
-class ModelsHandler(_SimHandler):
+class ModelsHandler(SimHandler):
     """`GET /api/coding/paas/v4/models` (and the general API's): the catalog's listed names (`listed`, or
     the served models), `{"object": "list", "data": [{"id", "object": "model", "created", "owned_by"}]}`,
     with a key in `Authorization` (the quota's key when one is set; any key otherwise), else 401."""

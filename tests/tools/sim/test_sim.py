@@ -19,7 +19,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from chaos_mode_tools.devtools.certs import make_certs
-from chaos_mode_tools.sim import Fault, SimProcess, SimServer, SimSettings, SimState, sim_subprocess
+from chaos_mode_tools.devtools.sim_process import SimProcess, sim_subprocess
+from chaos_mode_tools.sim import Fault, SimServer, SimSettings, SimState
 from chaos_mode_tools.sim.__main__ import settings_from_args
 from chaos_mode_tools.sim.limits import LimitChange, ScheduledChange
 from support.design_catalog import CAPS

@@ -15,7 +15,7 @@ from openai.types.chat import ChatCompletionMessageParam
 from chaos_mode.doors.chat_stream import ChatStreamObserver
 from chaos_mode.zai.errors import Action, classify_error
 from chaos_mode_tools.sim import Fault, SimServer
-from chaos_mode_tools.sim.server import token_text
+from chaos_mode_tools.sim.handlers import token_text
 from support.sim_client import post, stats, wait_for
 
 CHAT: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello"}]

@@ -32,7 +32,8 @@ from chaos_mode_tools.devtools.certs import make_certs
 from chaos_mode_tools.devtools.client import httpx
 from chaos_mode_tools.devtools.distance import DistantPort
 from chaos_mode_tools.devtools.processes import ProxyProcess
-from chaos_mode_tools.sim import SimProcess, SimSettings
+from chaos_mode_tools.devtools.sim_process import SimProcess
+from chaos_mode_tools.sim import SimSettings
 from chaos_mode_tools.sim.settings import default_limits
 
 SIDES = ("plain", "addon", "addon-eager")

@@ -35,7 +35,8 @@ from chaos_mode_tools.bench.cost.overhead import (
 )
 from chaos_mode_tools.devtools.client import httpx
 from chaos_mode_tools.devtools.processes import ProxyProcess
-from chaos_mode_tools.sim import SimProcess, SimSettings, default_limits
+from chaos_mode_tools.devtools.sim_process import SimProcess
+from chaos_mode_tools.sim import SimSettings, default_limits
 
 STREAM_TOKENS = 5
 BATCH = 5  # failed-over requests per addon process (the sonnet tier has six models)

@@ -44,7 +44,8 @@ from chaos_mode_tools.bench.swarm.run import stop_on_sigterm
 from chaos_mode_tools.bench.swarm.scenarios import SCENARIOS
 from chaos_mode_tools.devtools.client import httpx
 from chaos_mode_tools.devtools.processes import ProxyProcess
-from chaos_mode_tools.sim import SimProcess, SimSettings, default_limits
+from chaos_mode_tools.devtools.sim_process import SimProcess
+from chaos_mode_tools.sim import SimSettings, default_limits
 
 WARMUP = 20
 CONCURRENCY = 8

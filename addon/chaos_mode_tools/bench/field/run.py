@@ -37,7 +37,7 @@ from chaos_mode_tools.bench.swarm.run import (
 from chaos_mode_tools.bench.swarm.sampler import rebase, sampling, stall_figures
 from chaos_mode_tools.bench.swarm.workload import Workload, make_workload
 from chaos_mode_tools.devtools.distance import DistantPort
-from chaos_mode_tools.sim import SimProcess
+from chaos_mode_tools.devtools.sim_process import SimProcess
 
 # The simulator's settings a field document keeps as the truth of its run.
 TRUTH_SETTINGS: Final = (

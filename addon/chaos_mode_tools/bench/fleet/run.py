@@ -41,7 +41,8 @@ from chaos_mode_tools.bench.swarm.run import get_json, ideal_for, reset_sim
 from chaos_mode_tools.bench.swarm.scenarios import SCENARIOS
 from chaos_mode_tools.bench.swarm.workload import Workload, WorkloadSpec, make_workload
 from chaos_mode_tools.devtools.processes import ProxyProcess, RedisProcess
-from chaos_mode_tools.sim import SimProcess, SimSettings
+from chaos_mode_tools.devtools.sim_process import SimProcess
+from chaos_mode_tools.sim import SimSettings
 
 SCENARIO = SCENARIOS["least-loaded"]
 LEASE_MS = 3000

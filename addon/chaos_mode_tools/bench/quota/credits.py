@@ -27,7 +27,7 @@ import httpx
 from chaos_mode.zai.quota import WINDOW_SECONDS
 from chaos_mode_tools.bench.quota.prompts import BODY, HEADERS, KEY, VARIABLE
 from chaos_mode_tools.devtools.processes import ProxyProcess
-from chaos_mode_tools.sim.process import SimProcess
+from chaos_mode_tools.devtools.sim_process import SimProcess
 from chaos_mode_tools.sim.settings import SimSettings
 
 WEEK_PER_WINDOW: Final = 7 * 86400 / WINDOW_SECONDS  # 33.6

@@ -23,7 +23,7 @@ import httpx
 
 from chaos_mode.zai.catalog import EARLY_2026_CATALOG, models_block
 from chaos_mode_tools.devtools.processes import ProxyProcess
-from chaos_mode_tools.sim.process import SimProcess
+from chaos_mode_tools.devtools.sim_process import SimProcess
 from chaos_mode_tools.sim.settings import SimSettings
 
 KEY: Final = "bench0quota0key.NeverShownAnywhere"

@@ -25,7 +25,8 @@ from chaos_mode.zai.catalog import EARLY_2026_CATALOG, models_block
 from chaos_mode_tools.bench.soak.client import CLIENT_FAULTS, OUTCOMES, plan_request, send
 from chaos_mode_tools.devtools.client import httpx
 from chaos_mode_tools.devtools.processes import ProxyProcess, free_port
-from chaos_mode_tools.sim import SimProcess, SimSettings
+from chaos_mode_tools.devtools.sim_process import SimProcess
+from chaos_mode_tools.sim import SimSettings
 
 REFUSED: Final = ("glm-4.5-x", "glm-4.7-flashx")
 # Shares of the fault budget: what the client does, and what the simulator does at random.

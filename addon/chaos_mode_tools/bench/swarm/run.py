@@ -37,7 +37,8 @@ from chaos_mode_tools.bench.swarm.scenarios import SCENARIOS, Scenario, pinned_m
 from chaos_mode_tools.bench.swarm.workload import ZAI_DEFAULT_MODELS, Workload, WorkloadSpec, make_workload
 from chaos_mode_tools.devtools.client import httpx
 from chaos_mode_tools.devtools.processes import ProxyProcess
-from chaos_mode_tools.sim import SimProcess, SimSettings, default_limits
+from chaos_mode_tools.devtools.sim_process import SimProcess
+from chaos_mode_tools.sim import SimSettings, default_limits
 
 Log = Callable[[str], None]
 

@@ -1,4 +1,5 @@
-"""Run the simulator as a child process on a free port, for end-to-end tests, the benchmark and the demo."""
+"""Run the simulator (`chaos_mode_tools.sim`) as a child process on a free port, for end-to-end tests, the
+benchmark and the demo."""
 
 from __future__ import annotations
 
