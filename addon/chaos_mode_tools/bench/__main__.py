@@ -15,11 +15,10 @@ from typing import Any
 
 from chaos_mode_tools.bench.cost.overhead import OverheadOptions
 from chaos_mode_tools.bench.field.learning_args import HELP, parse_learning
-from chaos_mode_tools.bench.field.plot import render_field_svg
 from chaos_mode_tools.bench.field.presets import PRESETS, parse_presets
 from chaos_mode_tools.bench.field.report import render_field
 from chaos_mode_tools.bench.field.run import FieldOptions, run_field
-from chaos_mode_tools.bench.swarm.plot import render_svg
+from chaos_mode_tools.bench.plot import render_field_svg, render_svg
 from chaos_mode_tools.bench.swarm.report import render
 from chaos_mode_tools.bench.swarm.run import BenchOptions, agent_models, run_benchmark, stop_on_sigterm
 from chaos_mode_tools.bench.swarm.scenarios import KNOWN, SCENARIOS, parse_scenarios

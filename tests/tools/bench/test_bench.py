@@ -18,7 +18,6 @@ from chaos_mode_tools.bench.__main__ import main as bench_main
 from chaos_mode_tools.bench.__main__ import parse_seeds
 from chaos_mode_tools.bench.cost import learner as learner_bench
 from chaos_mode_tools.bench.field.learning_args import parse_learning
-from chaos_mode_tools.bench.field.plot import render_field_svg
 from chaos_mode_tools.bench.field.presets import (
     PRESETS,
     field_bound,
@@ -27,6 +26,7 @@ from chaos_mode_tools.bench.field.presets import (
     true_timeline,
 )
 from chaos_mode_tools.bench.field.report import render_field, seed_lines
+from chaos_mode_tools.bench.plot import render_field_svg, render_svg
 from chaos_mode_tools.bench.swarm.agents import RequestRecord, retry_delay
 from chaos_mode_tools.bench.swarm.figures import percentile, summarize
 from chaos_mode_tools.bench.swarm.ideal import (
@@ -39,7 +39,6 @@ from chaos_mode_tools.bench.swarm.ideal import (
     slots_by_tier,
     timed_lower_bound,
 )
-from chaos_mode_tools.bench.swarm.plot import render_svg
 from chaos_mode_tools.bench.swarm.report import render
 from chaos_mode_tools.bench.swarm.run import agent_models, ideal_for
 from chaos_mode_tools.bench.swarm.sampler import read_sample, rebase, stall_figures

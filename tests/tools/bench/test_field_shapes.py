@@ -383,7 +383,7 @@ def test_the_fleet_runs_a_field_preset_on_proxies_that_learn() -> None:
 
 
 def test_the_plot_draws_the_top_of_a_soft_band() -> None:
-    from chaos_mode_tools.bench.field.plot import render_field_svg
+    from chaos_mode_tools.bench.plot import render_field_svg
 
     def doc(bands: dict[str, int]) -> dict[str, Any]:
         samples = [
