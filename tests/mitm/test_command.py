@@ -15,7 +15,7 @@ from mitmproxy.tools import main as mitmproxy_main
 
 import chaos_mode
 from chaos_mode.mitm.addon import ChaosMode
-from chaos_mode.mitm.command import LOOPBACK, NO_SIMULATOR, SCRIPT, Launch, launch, main, names_listen_host
+from chaos_mode.mitm.command import LOOPBACK, SCRIPT, Launch, launch, main, names_listen_host
 from chaos_mode_tools.devtools.processes import ADDON_DIR
 
 OURS = ("-s", str(SCRIPT))
@@ -72,15 +72,6 @@ def test_every_argument_reaches_mitmproxy_in_order_after_ours(argv: list[str]) -
 def test_sim_and_check_take_the_rest() -> None:
     assert launch(["sim", "--port", "8700"]) == Launch("sim", ("--port", "8700"))
     assert launch(["check", "--budget", "9"]) == Launch("check", ("--budget", "9"))
-
-
-def test_sim_without_the_tools_says_where_they_are(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """The wheel ships the runtime only: `chaos-mode sim` there names the checkout's install instead."""
-    monkeypatch.setattr("chaos_mode.mitm.command.SIMULATOR", "chaos_mode_tools_not_installed")
-    assert main(["sim", "--port", "0"]) == 2
-    assert capsys.readouterr().err == NO_SIMULATOR + "\n"
 
 
 def test_version_and_path_print_one_line(capsys: pytest.CaptureFixture[str]) -> None:
