@@ -37,8 +37,9 @@ def test_clean(args: tuple[str, ...]) -> None:
 
 
 PACKAGE = ROOT / "addon" / "chaos_mode"
+TOOLS_PACKAGE = ROOT / "addon" / "chaos_mode_tools"  # the development tools: not in the runtime's wheel
 # The package's folders, each importing only folders after it: the request's journey from the mitmproxy
-# hook down to what z.ai is. The development tools may import anything; nothing imports them.
+# hook down to what z.ai is. The development tools (their own package) may import it; it never imports them.
 LAYERS = [
     "mitm",
     "forwarding",
@@ -53,8 +54,9 @@ LAYERS = [
     "config",
     "zai",
 ]
-TOOLS = {"sim", "bench", "devtools"}
-MITMPROXY_FOLDERS = {"mitm", "devtools"}  # the adapter, and the flow recorder that writes flow files
+# The tools' folders, the same way: the benchmarks over the rigs (child processes, the flow recorder) over
+# the simulator.
+TOOLS = ["bench", "devtools", "sim"]
 
 
 def _folder(module: str) -> str | None:
@@ -63,11 +65,25 @@ def _folder(module: str) -> str | None:
     return parts[1] if parts[0] == "chaos_mode" and len(parts) > 2 else None
 
 
-def _imports(path: Path) -> list[str]:
-    """Every module `path` imports (absolute names; relative imports resolved)."""
+def _type_checking(tree: ast.Module) -> set[ast.AST]:
+    """The nodes under `if TYPE_CHECKING:`: imports for the type checker only, none at run time."""
+    guarded: set[ast.AST] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            guarded |= {child for statement in node.body for child in ast.walk(statement)}
+    return guarded
+
+
+def _imports(path: Path, *, run_time: bool = False) -> list[str]:
+    """Every module `path` imports (absolute names; relative imports resolved); `run_time`: without those
+    under `if TYPE_CHECKING:`."""
     package = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts[:-1])
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skipped = _type_checking(tree) if run_time else set()
     found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(tree):
+        if node in skipped:
+            continue
         if isinstance(node, ast.Import):
             found += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -79,8 +95,8 @@ def _imports(path: Path) -> list[str]:
     return found
 
 
-def _modules() -> list[tuple[str, Path]]:
-    return [(path.relative_to(PACKAGE).parts[0], path) for path in sorted(PACKAGE.rglob("*.py"))]
+def _modules(package: Path = PACKAGE) -> list[tuple[str, Path]]:
+    return [(path.relative_to(package).parts[0], path) for path in sorted(package.rglob("*.py"))]
 
 
 def test_every_module_lives_in_a_folder() -> None:
@@ -89,12 +105,17 @@ def test_every_module_lives_in_a_folder() -> None:
     loose = [path.name for path in PACKAGE.glob("*.py") if path.name not in ("__init__.py", "__main__.py")]
     folders = {path.name for path in PACKAGE.iterdir() if (path / "__init__.py").exists()}
     assert loose == []
-    assert folders == set(LAYERS) | TOOLS
+    assert folders == set(LAYERS)
+    tools = {path.name for path in TOOLS_PACKAGE.iterdir() if (path / "__init__.py").exists()}
+    assert [path.name for path in TOOLS_PACKAGE.glob("*.py")] == ["__init__.py"]
+    assert tools == set(TOOLS)
 
 
 def test_every_folder_says_what_it_holds() -> None:
-    for folder in [*LAYERS, *TOOLS]:
-        init = ast.parse((PACKAGE / folder / "__init__.py").read_text(encoding="utf-8"))
+    folders = [PACKAGE / folder for folder in LAYERS]
+    folders += [TOOLS_PACKAGE, *(path.parent for path in TOOLS_PACKAGE.rglob("__init__.py"))]
+    for folder in folders:
+        init = ast.parse((folder / "__init__.py").read_text(encoding="utf-8"))
         doc = ast.get_docstring(init)
         assert doc and len(doc.splitlines()) <= 3, folder
 
@@ -103,25 +124,64 @@ def test_imports_point_down_the_journey() -> None:
     """A folder imports only folders below it; the runtime never imports the development tools."""
     offenders = []
     for folder, path in _modules():
-        if folder in TOOLS or path.parent == PACKAGE:
-            continue
         for module in _imports(path):
+            if module.split(".")[0] == TOOLS_PACKAGE.name:
+                offenders.append(f"{path.relative_to(PACKAGE)} imports {module}")
             target = _folder(module)
-            if target is None or target == folder:
+            if path.parent == PACKAGE or target is None or target == folder:
                 continue
-            if target in TOOLS or LAYERS.index(target) < LAYERS.index(folder):
+            if LAYERS.index(target) < LAYERS.index(folder):
                 offenders.append(f"{path.relative_to(PACKAGE)} imports {module}")
     assert offenders == []
 
 
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_the_tools_import_down_and_in_no_circle() -> None:
+    """The tools' folders import one way (`TOOLS`), and no module of theirs comes back to itself through
+    what it imports at run time."""
+    offenders = []
+    graph: dict[str, set[str]] = {}
+    for folder, path in _modules(TOOLS_PACKAGE):
+        graph[_module_name(path)] = set()
+        for module in _imports(path, run_time=True):
+            parts = module.split(".")
+            if parts[0] != TOOLS_PACKAGE.name or len(parts) < 2:
+                continue
+            graph[_module_name(path)].add(module)
+            if path.parent != TOOLS_PACKAGE and TOOLS.index(parts[1]) < TOOLS.index(folder):
+                offenders.append(f"{path.relative_to(TOOLS_PACKAGE)} imports {module}")
+    assert offenders == []
+    edges = {
+        name: {target if target in graph else target.rsplit(".", 1)[0] for target in targets} - {name}
+        for name, targets in graph.items()
+    }
+
+    def circle(start: str) -> list[str] | None:
+        stack, seen = [(start, [start])], set()
+        while stack:
+            name, trail = stack.pop()
+            for target in edges.get(name, ()):
+                if target == start:
+                    return [*trail, start]
+                if target not in seen:
+                    seen.add(target)
+                    stack.append((target, [*trail, target]))
+        return None
+
+    assert [trail for name in sorted(graph) if (trail := circle(name))] == []
+
+
 def test_core_does_not_import_mitmproxy() -> None:
-    """Pure core, thin adapter: only the adapter's folder (and the flow recorder, a development tool that
-    writes mitmproxy flow files) imports mitmproxy."""
+    """Pure core, thin adapter: only the adapter's folder imports mitmproxy (of the tools, the flow recorder
+    does too: it writes mitmproxy flow files)."""
     offenders = [
         str(path.relative_to(PACKAGE))
         for folder, path in _modules()
-        if folder not in MITMPROXY_FOLDERS
-        and any(module.split(".")[0] == "mitmproxy" for module in _imports(path))
+        if folder != "mitm" and any(module.split(".")[0] == "mitmproxy" for module in _imports(path))
     ]
     assert offenders == []
 
@@ -130,7 +190,9 @@ def test_tests_mirror_the_package() -> None:
     """Unit tests sit in the folder of what they test; end-to-end, browser tests and shared helpers apart."""
     tests = ROOT / "tests"
     folders = {p.name for p in tests.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))}
-    assert folders - {"e2e", "browser", "support"} <= set(LAYERS) | TOOLS
+    assert folders - {"e2e", "browser", "support", "tools"} <= set(LAYERS)
+    tools = {p.name for p in (tests / "tools").iterdir() if p.is_dir() and not p.name.startswith((".", "_"))}
+    assert tools <= set(TOOLS)
     assert [path.name for path in tests.glob("test_*.py")] == ["test_lint.py"]
 
 
@@ -183,16 +245,17 @@ def test_the_modules_docstrings_and_comments_name_are_there() -> None:
     """A `something.py` (from the repository, `addon/`, the package or the naming module's folder) or a
     `chaos_mode.x.y` a docstring or comment names exists: a renamed module leaves no stale name behind."""
     missing = []
-    for _, path in _modules():
-        for text in _prose(path):
-            for name in re.findall(r"[\w./]*\w\.py\b", text):
-                bases = (ROOT, ROOT / "addon", PACKAGE, path.parent)
-                if not any((base / name).is_file() for base in bases):
-                    missing.append(f"{path.relative_to(PACKAGE)} names {name}")
-            for name in re.findall(r"\bchaos_mode(?:\.\w+)+", text):
-                if not _dotted_exists(name):
-                    missing.append(f"{path.relative_to(PACKAGE)} names {name}")
-    assert missing == []
+    for package in (PACKAGE, TOOLS_PACKAGE):
+        for _, path in _modules(package):
+            for text in _prose(path):
+                for name in re.findall(r"[\w./]*\w\.py\b", text):
+                    bases = (ROOT, ROOT / "addon", PACKAGE, package, path.parent)
+                    if not any((base / name).is_file() for base in bases):
+                        missing.append(f"{path.relative_to(package)} names {name}")
+                for name in re.findall(r"\bchaos_mode(?:_tools)?(?:\.\w+)+", text):
+                    if not _dotted_exists(name):
+                        missing.append(f"{path.relative_to(package)} names {name}")
+    assert missing == [], missing
 
 
 def _assumptions() -> dict[str, str]:

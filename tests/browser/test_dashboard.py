@@ -20,8 +20,9 @@ from typing import Any
 import httpx
 import pytest
 
-from chaos_mode.devtools.processes import ProxyProcess, RedisProcess
-from chaos_mode.sim import SimProcess, SimSettings, default_limits
+from chaos_mode_tools.devtools.processes import ProxyProcess, RedisProcess
+from chaos_mode_tools.devtools.sim_process import SimProcess
+from chaos_mode_tools.sim import SimSettings, default_limits
 from support.design_catalog import CAPS, DESIGN_MODELS, TIERS
 from support.redis_support import require_redis_server
 

@@ -15,11 +15,12 @@ import pytest
 
 from chaos_mode.check.run import main
 from chaos_mode.config.schema import parse_config
-from chaos_mode.devtools.certs import make_certs
 from chaos_mode.learning.file import read_state
 from chaos_mode.routing.pool import ChaosPool
-from chaos_mode.sim import SimProcess, SimSettings
-from chaos_mode.sim.catalog import DEC_2026_ALIASES, DEC_2026_RETIRED
+from chaos_mode_tools.devtools.certs import make_certs
+from chaos_mode_tools.devtools.sim_process import SimProcess
+from chaos_mode_tools.sim import SimSettings
+from chaos_mode_tools.sim.catalog import DEC_2026_ALIASES, DEC_2026_RETIRED
 from support.run import run_module
 
 pytestmark = pytest.mark.e2e

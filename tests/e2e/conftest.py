@@ -15,9 +15,10 @@ from typing import Any
 import httpx
 import pytest
 
-from chaos_mode.devtools.certs import TestCerts, make_certs
-from chaos_mode.devtools.processes import ProxyProcess
-from chaos_mode.sim import SimProcess, SimSettings
+from chaos_mode_tools.devtools.certs import TestCerts, make_certs
+from chaos_mode_tools.devtools.processes import ProxyProcess
+from chaos_mode_tools.devtools.sim_process import SimProcess
+from chaos_mode_tools.sim import SimSettings
 
 from .support import Sim, routing
 

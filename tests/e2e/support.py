@@ -18,9 +18,9 @@ from anthropic.types import MessageParam
 from mitmproxy import http as mhttp
 from mitmproxy import io
 
-from chaos_mode.devtools.processes import ProxyProcess
-from chaos_mode.sim import SimProcess
-from chaos_mode.sim.server import token_text
+from chaos_mode_tools.devtools.processes import ProxyProcess
+from chaos_mode_tools.devtools.sim_process import SimProcess
+from chaos_mode_tools.sim.handlers import token_text
 from support.design_catalog import DESIGN_MODELS
 
 HEAVY = frozenset({"glm-4.7", "glm-4.6", "glm-4.5-x"})

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from chaos_mode.devtools.processes import ProxyProcess
+from chaos_mode_tools.devtools.processes import ProxyProcess
 
 from .support import (
     FLOOR,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
-from chaos_mode.devtools.processes import ProxyProcess
+from chaos_mode_tools.devtools.processes import ProxyProcess
 
 from .conftest import MakeProxy, MakeSim
 from .support import (

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from chaos_mode.devtools.processes import ProxyProcess
+from chaos_mode_tools.devtools.processes import ProxyProcess
 from support.design_catalog import DESIGN_MODELS
 
 from .support import HAIKU, OPUS, SONNET, routing

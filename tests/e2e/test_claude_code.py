@@ -18,9 +18,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from chaos_mode.devtools.processes import ProxyProcess
-from chaos_mode.sim import catalog_settings
-from chaos_mode.sim.errors import chinese_window_message
+from chaos_mode_tools.devtools.processes import ProxyProcess
+from chaos_mode_tools.sim import catalog_settings
+from chaos_mode_tools.sim.errors import chinese_window_message
 from support.design_catalog import DESIGN_MODELS
 
 from .conftest import MakeProxy, MakeSim

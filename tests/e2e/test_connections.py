@@ -11,8 +11,9 @@ import anthropic
 import httpx
 import pytest
 
-from chaos_mode.devtools.processes import ProxyProcess
-from chaos_mode.sim import SimProcess, SimSettings
+from chaos_mode_tools.devtools.processes import ProxyProcess
+from chaos_mode_tools.devtools.sim_process import SimProcess
+from chaos_mode_tools.sim import SimSettings
 
 from .conftest import SIM_SETTINGS
 from .support import (

@@ -9,7 +9,7 @@ import asyncio
 import httpx
 import pytest
 
-from chaos_mode.sim import catalog_settings
+from chaos_mode_tools.sim import catalog_settings
 from support.design_catalog import DEC_2026, DEC_2026_ALL, DEC_2026_HEAVY, DEC_2026_MEDIUM
 
 from .conftest import MakeProxy, MakeSim

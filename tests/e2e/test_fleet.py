@@ -8,9 +8,17 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from chaos_mode.bench.fleet import FleetSpec, kill_one, measure, restart_redis, start_fleet, stop_fleet
-from chaos_mode.devtools.processes import ProxyProcess, RedisProcess
-from chaos_mode.sim import SimProcess, SimSettings
+from chaos_mode_tools.bench.fleet.run import (
+    FleetSpec,
+    kill_one,
+    measure,
+    restart_redis,
+    start_fleet,
+    stop_fleet,
+)
+from chaos_mode_tools.devtools.processes import ProxyProcess, RedisProcess
+from chaos_mode_tools.devtools.sim_process import SimProcess
+from chaos_mode_tools.sim import SimSettings
 from support.redis_support import require_redis_server
 
 pytestmark = pytest.mark.e2e

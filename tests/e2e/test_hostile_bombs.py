@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from chaos_mode.devtools.processes import ProxyProcess
 from chaos_mode.forwarding.quota_poll import MAX_BODY
+from chaos_mode_tools.devtools.processes import ProxyProcess
 from support.hostile import (
     ANSWER_HEAD,
     BOMB_CODINGS,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from chaos_mode.devtools.processes import ProxyProcess
+from chaos_mode_tools.devtools.processes import ProxyProcess
 from support.hostile import (
     BAD_CHUNK_SIZES,
     BOMBS,

@@ -1,6 +1,6 @@
 """Installed as a user installs it: the wheel built from this checkout, in a fresh venv (its dependencies from
-the package index, as `pip install` takes them) and with pipx, no checkout on the path; its `chaos-mode`
-runs its own simulator and routes a request to it."""
+the package index, as `pip install` takes them) and with pipx, no checkout on the path; the wheel holds the
+runtime only, and its `chaos-mode` routes a request to the checkout's simulator."""
 
 from __future__ import annotations
 
@@ -8,13 +8,14 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
 import pytest
 
-from chaos_mode.devtools.processes import ChildProcess, free_port, port_open
+from chaos_mode_tools.devtools.processes import ChildProcess, free_port, port_open
 
 pytestmark = pytest.mark.e2e
 
@@ -48,27 +49,41 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built
 
 
-class Installed(ChildProcess):
-    """An installed command on a loopback port, with no checkout on its path (the test runs elsewhere)."""
+def test_the_wheel_holds_the_runtime_only(wheel: Path) -> None:
+    """The development tools (`chaos_mode_tools`: the simulator, the benchmarks) stay in the checkout."""
+    with zipfile.ZipFile(wheel) as archive:
+        packages = {name.split("/")[0] for name in archive.namelist() if not name.endswith("-info/RECORD")}
+    assert {name for name in packages if not name.endswith(".dist-info")} == {"chaos_mode"}
 
-    def __init__(self, argv: Sequence[str], port: int) -> None:
+
+class Installed(ChildProcess):
+    """An installed command on a loopback port, with no checkout on its path (the test runs elsewhere); or,
+    `checkout`, this checkout's own (its simulator, a development tool the wheel leaves out)."""
+
+    def __init__(self, argv: Sequence[str], port: int, *, checkout: bool = False) -> None:
         super().__init__()
         self.name = Path(argv[0]).name
         self.argv = list(argv)
         self.port = port
+        self.checkout = checkout
 
     def command(self) -> list[str]:
         return self.argv
 
     def environment(self) -> dict[str, str]:
-        return {**_clean_env(), "PYTHONUNBUFFERED": "1"}
+        return {**(dict(os.environ) if self.checkout else _clean_env()), "PYTHONUNBUFFERED": "1"}
 
     def ready(self) -> bool:
         return port_open("127.0.0.1", self.port)
 
 
 def _routes_a_request(chaos_mode: Path, workdir: Path) -> None:
-    """`chaos-mode sim`, and `chaos-mode` in front of it as README's "Try it offline": a GLM model answers."""
+    """The checkout's simulator, and the installed `chaos-mode` in front of it as README's "Try it offline": a
+    GLM model answers. The installed `chaos-mode sim` finds no simulator: it is not in the wheel."""
+    sim = subprocess.run(
+        [str(chaos_mode), "sim", "--help"], capture_output=True, text=True, timeout=30, env=_clean_env()
+    )
+    assert sim.returncode == 1 and "No module named 'chaos_mode_tools'" in sim.stderr
     sim_port, port, web_port = free_port(), free_port(), free_port()
     config = workdir / "chaos.yaml"
     config.write_text("modelRouting:\n  chaosMode: {enabled: true}\n  upstreamHosts: [127.0.0.1]\n")
@@ -78,7 +93,11 @@ def _routes_a_request(chaos_mode: Path, workdir: Path) -> None:
         *("--set", f"confdir={workdir}", "--set", f"chaos_limits_file={workdir / 'limits.json'}"),
     ]
     with (
-        Installed([str(chaos_mode), "sim", "--port", str(sim_port), "--catalog", "2026-12"], sim_port),
+        Installed(
+            [sys.executable, "-m", "chaos_mode_tools.sim", "--port", str(sim_port), "--catalog", "2026-12"],
+            sim_port,
+            checkout=True,
+        ),
         Installed([str(chaos_mode), *proxy_args], web_port) as proxy,
     ):
         answer = httpx.post(

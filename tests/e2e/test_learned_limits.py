@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from chaos_mode.devtools.processes import ProxyProcess
+from chaos_mode_tools.devtools.processes import ProxyProcess
 
 from .conftest import MakeProxy, MakeSim
 from .support import (

@@ -8,7 +8,7 @@ import asyncio
 import httpx
 import pytest
 
-from chaos_mode.devtools.processes import ProxyProcess
+from chaos_mode_tools.devtools.processes import ProxyProcess
 
 from .conftest import MakeProxy
 from .support import Sim, poll, routing, status

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos_mode.devtools.processes import ProxyProcess
+from chaos_mode_tools.devtools.processes import ProxyProcess
 
 from .support import routing
 

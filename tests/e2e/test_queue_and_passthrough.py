@@ -13,8 +13,8 @@ import anthropic
 import httpx
 import pytest
 
-from chaos_mode.devtools.processes import ProxyProcess
-from chaos_mode.sim import SimProcess
+from chaos_mode_tools.devtools.processes import ProxyProcess
+from chaos_mode_tools.devtools.sim_process import SimProcess
 
 from .conftest import MakeProxy
 from .support import (

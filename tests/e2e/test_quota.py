@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from chaos_mode.devtools.processes import ProxyProcess
+from chaos_mode_tools.devtools.processes import ProxyProcess
 
 from .conftest import MakeProxy, MakeSim
 from .support import CLIENT_TIMEOUT, Sim, poll, read_flows, routing, status

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos_mode.devtools.processes import port_open
+from chaos_mode_tools.devtools.processes import port_open
 from support.readme import readme_blocks
 
 pytestmark = pytest.mark.e2e

@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from chaos_mode.devtools.processes import ProxyProcess
+from chaos_mode_tools.devtools.processes import ProxyProcess
 
 from .conftest import MakeProxy, MakeSim
 from .support import (

@@ -11,8 +11,8 @@ import httpx
 import openai
 import pytest
 
-from chaos_mode.devtools.processes import ProxyProcess, RedisProcess
-from chaos_mode.sim import catalog_settings
+from chaos_mode_tools.devtools.processes import ProxyProcess, RedisProcess
+from chaos_mode_tools.sim import catalog_settings
 from support.redis_support import require_redis_server
 
 from .conftest import MakeProxy, MakeSim

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from chaos_mode.bench.soak import SoakOptions, render, run_soak
+from chaos_mode_tools.bench.soak.run import SoakOptions, render, run_soak
 
 pytestmark = pytest.mark.e2e
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from chaos_mode.devtools.processes import ProxyProcess
+from chaos_mode_tools.devtools.processes import ProxyProcess
 
 pytestmark = pytest.mark.e2e
 

@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from chaos_mode.devtools.processes import ProxyProcess
 from chaos_mode.forwarding.forwarder import TOKEN_HEADER
+from chaos_mode_tools.devtools.processes import ProxyProcess
 
 from .conftest import MakeProxy, MakeSim
 from .support import (

@@ -16,7 +16,7 @@ import anthropic
 import httpx
 import pytest
 
-from chaos_mode.devtools.processes import ProxyProcess
+from chaos_mode_tools.devtools.processes import ProxyProcess
 
 from .support import CLIENT_TIMEOUT, FLOOR, MESSAGES, OPUS, Result, Sim, httpx_stream, sdk_stream
 from .swarm import Planned, run_swarm, swarm_plan

@@ -16,10 +16,10 @@ from typing import Any
 import httpx
 import pytest
 
-from chaos_mode.devtools.certs import TestCerts
-from chaos_mode.devtools.distance import DistantPort
-from chaos_mode.devtools.processes import ProxyProcess
 from chaos_mode.forwarding.forwarder import TOKEN_HEADER
+from chaos_mode_tools.devtools.certs import TestCerts
+from chaos_mode_tools.devtools.distance import DistantPort
+from chaos_mode_tools.devtools.processes import ProxyProcess
 
 from .conftest import MakeProxy
 from .support import (

@@ -19,8 +19,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chaos_mode.config.schema import parse_config
-from chaos_mode.devtools.certs import make_certs
-from chaos_mode.devtools.processes import RedisProcess
 from chaos_mode.fleet.protocol import PROBE_MEMORY_MS, notice_tail, parse_notice
 from chaos_mode.fleet.redis_store import RedisFleet, fleet_status
 from chaos_mode.fleet.slots import Notice, SharedSlots, Tally
@@ -29,6 +27,8 @@ from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
 from chaos_mode.routing.slots import ProbeClaim, Seen
 from chaos_mode.zai.catalog import ACCOUNT
 from chaos_mode.zai.errors import classify_error
+from chaos_mode_tools.devtools.certs import make_certs
+from chaos_mode_tools.devtools.processes import RedisProcess
 from support.design_catalog import DESIGN_MODELS
 from support.fakes import FakeClock
 from support.learned import as_on_the_benchmark
@@ -393,7 +393,7 @@ async def test_an_outage_serves_alone_says_so_once_and_the_leases_come_back(
 
 
 async def test_an_unreachable_redis_at_start_serves_alone_on_the_fallback_share() -> None:
-    from chaos_mode.devtools.processes import free_port
+    from chaos_mode_tools.devtools.processes import free_port
 
     pool = ChaosPool(CONFIG)
     fleet = make_fleet(f"redis://127.0.0.1:{free_port()}/0", "p", pool=pool)

@@ -15,7 +15,7 @@ from chaos_mode.forwarding.quota_poll import PollPlan, QuotaPoller, next_delay
 from chaos_mode.forwarding.upstream import Destination, UpstreamClients
 from chaos_mode.quota.reading import KEY_RUN
 from chaos_mode.quota.tracker import QuotaTracker
-from chaos_mode.sim import SimServer, SimSettings
+from chaos_mode_tools.sim import SimServer, SimSettings
 from support.sim_client import FAST, post
 
 KEY = "zai-quota-key-0123456789abcdef"

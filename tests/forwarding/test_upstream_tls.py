@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from chaos_mode.devtools.certs import CLIENT_NAME, TestCerts, make_certs
 from chaos_mode.forwarding.upstream import (
     Destination,
     UpstreamClients,
@@ -23,6 +22,7 @@ from chaos_mode.forwarding.upstream import (
     UpstreamRefused,
     UpstreamSettings,
 )
+from chaos_mode_tools.devtools.certs import CLIENT_NAME, TestCerts, make_certs
 
 TIMEOUT = 10.0
 ANSWER = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"

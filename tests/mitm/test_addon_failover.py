@@ -21,8 +21,8 @@ from chaos_mode.forwarding.forwarder import TOKEN_HEADER
 from chaos_mode.mitm.addon import META, ChaosMode
 from chaos_mode.routing import pool_status
 from chaos_mode.routing.pool_status import served
-from chaos_mode.sim import Fault, SimServer, SimSettings
-from chaos_mode.sim.content_filter import ContentFilter
+from chaos_mode_tools.sim import Fault, SimServer, SimSettings
+from chaos_mode_tools.sim.content_filter import ContentFilter
 from support.design_catalog import DESIGN_MODELS, FIXED_LIMITS
 
 HEAVY = [name for name, spec in DESIGN_MODELS.items() if spec["tier"] == "HEAVY"]

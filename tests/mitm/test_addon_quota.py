@@ -17,7 +17,7 @@ from mitmproxy.test import taddons
 from chaos_mode.forwarding.upstream import Destination
 from chaos_mode.mitm.addon import ChaosMode
 from chaos_mode.mitm.quota_source import parse_quota_option, quota_destination
-from chaos_mode.sim import SimServer, SimSettings
+from chaos_mode_tools.sim import SimServer, SimSettings
 from support.sim_client import FAST
 
 KEY = "0123456789abcdef0123456789abcdef.QuotaKeyForTests"

@@ -14,9 +14,9 @@ from mitmproxy.addons.script import load_script
 from mitmproxy.tools import main as mitmproxy_main
 
 import chaos_mode
-from chaos_mode.devtools.processes import ADDON_DIR
 from chaos_mode.mitm.addon import ChaosMode
 from chaos_mode.mitm.command import LOOPBACK, SCRIPT, Launch, launch, main, names_listen_host
+from chaos_mode_tools.devtools.processes import ADDON_DIR
 
 OURS = ("-s", str(SCRIPT))
 

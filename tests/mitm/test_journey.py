@@ -19,7 +19,7 @@ from mitmproxy import addons, master, options
 from mitmproxy.addons.view import View
 
 from chaos_mode.mitm.addon import META, ChaosMode
-from chaos_mode.sim import Fault, SimServer, SimSettings
+from chaos_mode_tools.sim import Fault, SimServer, SimSettings
 from support.design_catalog import DESIGN_MODELS
 from support.journey import followed
 from support.redis_support import RedisProcess, redis_process

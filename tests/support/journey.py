@@ -5,7 +5,7 @@ what order. A coroutine resumed by the event loop is a call too, its stack the c
 A folder *hands control on* when code in it calls code in another folder that is not one of the facts
 (`FACTS`: what z.ai is and what the configuration says, which answer and call nothing back). A folder the
 stack leaves and enters again (`forwarding > request > forwarding`) is a return: a callback upward. The
-development tools (`TOOLS`: a simulator in the rig, say) count as code outside the package.
+development tools (`chaos_mode_tools`: a simulator in the rig, say) are code outside the package.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from typing import Any, Final
 
 PACKAGE: Final = "/chaos_mode/"
 FACTS: Final = frozenset({"zai", "config"})
-TOOLS: Final = frozenset({"sim", "bench", "devtools"})  # not the runtime: a simulator in the rig is outside
 
 
 def _folder(frame: FrameType) -> str | None:
@@ -29,8 +28,7 @@ def _folder(frame: FrameType) -> str | None:
     if PACKAGE not in path:
         return None
     inside = path.split(PACKAGE, 1)[1]
-    folder = inside.split("/", 1)[0] if "/" in inside else "(package)"
-    return None if folder in TOOLS else folder
+    return inside.split("/", 1)[0] if "/" in inside else "(package)"
 
 
 @dataclass

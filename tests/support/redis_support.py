@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from chaos_mode.devtools.processes import RedisProcess
+from chaos_mode_tools.devtools.processes import RedisProcess
 
 
 def require_redis_server() -> None:

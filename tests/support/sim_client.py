@@ -10,7 +10,8 @@ import anthropic
 import httpx
 from anthropic.types import MessageParam
 
-from chaos_mode.sim import SimProcess, SimServer
+from chaos_mode_tools.devtools.sim_process import SimProcess
+from chaos_mode_tools.sim import SimServer
 
 FAST: dict[str, Any] = {
     "latency_ms": 20,

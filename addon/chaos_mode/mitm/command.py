@@ -1,7 +1,7 @@
 """`chaos-mode`: mitmdump (mitmweb with `--web`) with the addon loaded; other arguments go to mitmproxy.
 
-`chaos-mode sim ...` runs the z.ai simulator, `chaos-mode check ...` checks what z.ai does on the user's
-account (chaos_mode.check), `chaos-mode path` prints the script mitmproxy loads
+`chaos-mode sim ...` runs a checkout's z.ai simulator, `chaos-mode check ...` checks what z.ai does on the
+user's account (chaos_mode.check), `chaos-mode path` prints the script mitmproxy loads
 (`mitmdump -s "$(chaos-mode path)"`), `chaos-mode --version` the versions.
 """
 
@@ -21,7 +21,7 @@ SCRIPT: Path = Path(__file__).resolve().with_name("script.py")
 LOOPBACK = "127.0.0.1"  # the proxy carries the agents' API keys: off the network unless asked
 
 USAGE = """chaos-mode [--web] [mitmproxy's options]: mitmdump (mitmweb with --web) with the addon loaded
-chaos-mode sim [options]: the z.ai simulator (chaos-mode sim --help)
+chaos-mode sim [options]: the z.ai simulator, in a checkout's venv only (chaos-mode sim --help)
 chaos-mode check [options]: what z.ai does on your account (chaos-mode check --help)
 chaos-mode path: the script mitmproxy loads; chaos-mode --version: the versions
 mitmproxy's options:
@@ -74,8 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from chaos_mode.check.run import main as check
 
         return check(plan.args)
-    if plan.tool == "sim":  # the simulator is a development tool: the runtime never imports it
-        os.execv(sys.executable, [sys.executable, "-m", "chaos_mode.sim", *plan.args])
+    if plan.tool == "sim":  # a development tool, never imported here: not in the wheel, in a checkout's venv
+        os.execv(sys.executable, [sys.executable, "-m", "chaos_mode_tools.sim", *plan.args])
     if {"-h", "--help"} & set(plan.args):
         print(USAGE)
     from mitmproxy.tools import main as mitmproxy
