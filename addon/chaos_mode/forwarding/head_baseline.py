@@ -1,0 +1,76 @@
+"""Each model's own service time, as a latency limiter reads its minimum round trip: the quickest recent heads
+at the lowest concurrency. Pure: fed each clean head with its model, the level it was sent at and its
+request's size; the clock is injected.
+
+z.ai may send a head only with the first token (`zai.assumptions.HEAD_MAY_WAIT_FOR_FIRST_TOKEN`), so a head
+held in z.ai's queue (`zai.assumptions.MAY_QUEUE`) looks like a slow one: its delay is the wait plus the
+model's own service time. A wait only adds, so the quickest heads are the ones z.ai did not hold; but a proxy
+kept one above a limit has every head there held (each request waits for a slot to free), so its recent heads
+at that level, however quick, carry a wait. Heads sent at the lowest levels (one alone on its model cannot
+wait for that model's limit) do not. So each model keeps its last `PER_LEVEL` heads at each level; its
+baseline is the quickest of the `ENOUGH` heads at its lowest levels, among those seen within `WINDOW_SECONDS`
+of its newest head (a model whose service slowed for good reads its new pace as soon as it serves a few at a
+low level again, while one kept full keeps what it knew). A head held `STALL_FACTOR` times the baseline (a
+model whose own heads vary more than that is not read), at least `STALL_FLOOR_SECONDS`, is a stall.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Hashable
+from typing import Final
+
+STALL_FACTOR: Final = 4.0  # a head held this many times its model's quickest heads is a stall
+STALL_FLOOR_SECONDS: Final = 0.25  # never a stall sooner: a loaded proxy or network alone may take this long
+PER_LEVEL: Final = 16  # heads kept per model and level
+ENOUGH: Final = 8  # heads the baseline is read from: the model's lowest levels' until this many
+WINDOW_SECONDS: Final = 120.0  # older than this before the model's newest head: no longer counts
+MAX_LEVEL: Final = 1024  # levels above count as this one (what a request says it was sent at is bounded)
+
+Head = tuple[float, float, int | None]  # (when it came, seconds from sending, request's size)
+
+
+class HeadBaseline:
+    """Per model, the quickest recent heads at the lowest concurrency (module docstring)."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._levels: dict[Hashable, dict[int, deque[Head]]] = {}
+        self._newest: dict[Hashable, float] = {}
+
+    def seen(self, model: Hashable, seconds: float, level: int = 1, size: int | None = None) -> None:
+        """A clean head of `model` came `seconds` after its request (of `size` bytes, if known) was sent
+        with `level` in flight on the model, itself included."""
+        now = self._clock()
+        level = min(max(level, 1), MAX_LEVEL)
+        levels = self._levels.setdefault(model, {})
+        levels.setdefault(level, deque(maxlen=PER_LEVEL)).append((now, max(seconds, 0.0), size))
+        self._newest[model] = now
+
+    def quickest(self, model: Hashable, size: int | None = None, per_byte: float = 0.0) -> float | None:
+        """The quickest of `model`'s recent heads at its lowest levels, each as it would be for a request of
+        `size` bytes (`per_byte` seconds later per byte more than its own; never earlier for a smaller one);
+        None before any head of `model`."""
+        levels = self._levels.get(model)
+        if not levels:
+            return None
+        since = self._newest[model] - WINDOW_SECONDS
+        counted = 0
+        best = float("inf")
+        for level in sorted(levels):
+            for at, seconds, theirs in levels[level]:
+                if at < since:
+                    continue
+                if size is not None and theirs is not None:
+                    seconds += per_byte * max(0, size - theirs)
+                best = min(best, seconds)
+                counted += 1
+            if counted >= ENOUGH:
+                break
+        return best
+
+    def stall_after(self, model: Hashable, size: int | None = None, per_byte: float = 0.0) -> float | None:
+        """How long a head of `model` may be held before it is a stall; None before any head of it."""
+        quickest = self.quickest(model, size, per_byte)
+        return None if quickest is None else max(STALL_FACTOR * quickest, STALL_FLOOR_SECONDS)
