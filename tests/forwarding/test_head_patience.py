@@ -82,7 +82,8 @@ def test_a_stall_is_measured_against_the_model_s_quickest_heads_at_its_lowest_le
     assert patience.stall_after(None, "a") == STALL_FACTOR * 0.4
     assert patience.stall_after(None, "b") == UNKNOWN_STALL_SECONDS  # each model's own
     held = HeadPatience()
-    held.head(0.15, model="a", level=1)  # alone on its model: z.ai held nothing
+    for _ in range(3):
+        held.head(0.15, model="a", level=1)  # alone on its model: z.ai held nothing
     for _ in range(KEEP):
         held.head(0.5, model="a", level=3)  # one above a limit of 2: each held until a slot frees
     assert held.stall_after(None, "a") == STALL_FACTOR * 0.15

@@ -8,10 +8,12 @@ model's own service time. A wait only adds, so the quickest heads are the ones z
 kept one above a limit has every head there held (each request waits for a slot to free), so its recent heads
 at that level, however quick, carry a wait. Heads sent at the lowest levels (one alone on its model cannot
 wait for that model's limit) do not. So each model keeps its last `PER_LEVEL` heads at each level; its
-baseline is the quickest of the `ENOUGH` heads at its lowest levels, among those seen within `WINDOW_SECONDS`
-of its newest head (a model whose service slowed for good reads its new pace as soon as it serves a few at a
-low level again, while one kept full keeps what it knew). A head held `STALL_FACTOR` times the baseline (a
-model whose own heads vary more than that is not read), at least `STALL_FLOOR_SECONDS`, is a stall.
+baseline is the third quickest (`RANK`: two odd quick heads, a cached answer say, set nothing) of at least
+`ENOUGH` heads at its lowest levels, among those seen within `WINDOW_SECONDS` of its newest head (a model
+whose service slowed for good reads its new pace as soon as it serves a few at a low level again, while one
+kept full keeps what it knew). A head held `STALL_FACTOR` times the baseline, at least `STALL_FLOOR_SECONDS`,
+is a stall: a model whose own heads vary by more than that reads some as stalls (heads of a lognormal law of
+sigma 0.3: about 1 in 3,000; sigma 0.5: 1 in 20, as many as z.ai's noise, `zai.assumptions.NOISE`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ STALL_FLOOR_SECONDS: Final = 0.25  # never a stall sooner: a loaded proxy or net
 PER_LEVEL: Final = 16  # heads kept per model and level
 ENOUGH: Final = 8  # heads the baseline is read from: the model's lowest levels' until this many
 WINDOW_SECONDS: Final = 120.0  # older than this before the model's newest head: no longer counts
+RANK: Final = 2  # the baseline is this quickest of them, from 0 (the quickest)
 MAX_LEVEL: Final = 1024  # levels above count as this one (what a request says it was sent at is bounded)
 
 Head = tuple[float, float, int | None]  # (when it came, seconds from sending, request's size)
@@ -49,26 +52,25 @@ class HeadBaseline:
         self._newest[model] = now
 
     def quickest(self, model: Hashable, size: int | None = None, per_byte: float = 0.0) -> float | None:
-        """The quickest of `model`'s recent heads at its lowest levels, each as it would be for a request of
-        `size` bytes (`per_byte` seconds later per byte more than its own; never earlier for a smaller one);
-        None before any head of `model`."""
+        """The `RANK`-th quickest (from 0; the slowest when fewer) of `model`'s recent heads at its lowest
+        levels, each as it would be for a request of `size` bytes (`per_byte` seconds later per byte more than
+        its own; never earlier for a smaller one); None before any head of `model`."""
         levels = self._levels.get(model)
         if not levels:
             return None
         since = self._newest[model] - WINDOW_SECONDS
-        counted = 0
-        best = float("inf")
+        read: list[float] = []
         for level in sorted(levels):
             for at, seconds, theirs in levels[level]:
                 if at < since:
                     continue
                 if size is not None and theirs is not None:
                     seconds += per_byte * max(0, size - theirs)
-                best = min(best, seconds)
-                counted += 1
-            if counted >= ENOUGH:
+                read.append(seconds)
+            if len(read) >= ENOUGH:
                 break
-        return best
+        read.sort()
+        return read[min(RANK, len(read) - 1)]
 
     def stall_after(self, model: Hashable, size: int | None = None, per_byte: float = 0.0) -> float | None:
         """How long a head of `model` may be held before it is a stall; None before any head of it."""
