@@ -54,6 +54,24 @@ def test_heads_held_one_above_a_limit_do_not_hide_the_model_s_own_pace() -> None
     assert baseline.quickest("a") == 0.25
 
 
+def test_a_model_with_few_heads_at_its_low_levels_reads_every_model_s_too() -> None:
+    """A model kept at a low limit is rarely served at a lower level: until it has had `ENOUGH` heads under
+    its highest level, the quickest heads of every model count too (never to its disfavour: the lower)."""
+    baseline = HeadBaseline(clock=FakeClock())
+    for _ in range(ENOUGH):
+        baseline.seen("fast", 0.1, level=1)
+    baseline.seen("a", 0.3, level=1)
+    for _ in range(PER_LEVEL):
+        baseline.seen("a", 0.6, level=3)  # one above its limit: each held
+    assert baseline.quickest("a") == 0.1
+    for _ in range(ENOUGH):
+        baseline.seen("a", 0.3, level=2)  # enough of its own, unheld: its own pace
+    assert baseline.quickest("a") == 0.3
+    for _ in range(ENOUGH):
+        baseline.seen("one", 0.4, level=1)  # a model only ever alone on itself reads its own
+    assert baseline.quickest("one") == 0.4
+
+
 def test_higher_levels_count_only_until_enough_heads_are_read() -> None:
     baseline = HeadBaseline(clock=FakeClock())
     for _ in range(ENOUGH):

@@ -88,7 +88,9 @@ def test_a_stall_is_measured_against_the_model_s_quickest_heads_at_its_lowest_le
         held.head(0.5, model="a", level=3)  # one above a limit of 2: each held until a slot frees
     assert held.stall_after(None, "a") == STALL_FACTOR * 0.15
     for _ in range(KEEP):
-        held.head(0.12, model="b", level=3)  # another model's heads do not count
+        held.head(0.12, model="b", level=3)  # another model's heads do not count once "a" has enough
+    for _ in range(ENOUGH):
+        held.head(0.15, model="a", level=2)
     assert held.stall_after(None, "a") == STALL_FACTOR * 0.15
 
 

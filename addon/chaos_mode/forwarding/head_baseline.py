@@ -11,7 +11,10 @@ wait for that model's limit) do not. So each model keeps its last `PER_LEVEL` he
 baseline is the third quickest (`RANK`: two odd quick heads, a cached answer say, set nothing) of at least
 `ENOUGH` heads at its lowest levels, among those seen within `WINDOW_SECONDS` of its newest head (a model
 whose service slowed for good reads its new pace as soon as it serves a few at a low level again, while one
-kept full keeps what it knew). A head held `STALL_FACTOR` times the baseline, at least `STALL_FLOOR_SECONDS`,
+kept full keeps what it knew). A model kept at a low limit is seldom served under it: until it has had
+`ENOUGH` heads under its highest level (or at level 1), the lower of its own reading and every model's counts
+(read alone, a limit-3 model's one or two heads at levels 1 and 2 set a stall so late that z.ai's queue over
+a true 2 went unseen). A head held `STALL_FACTOR` times the baseline, at least `STALL_FLOOR_SECONDS`,
 is a stall: a model whose own heads vary by more than that reads some as stalls (heads of a lognormal law of
 sigma 0.3: about 1 in 3,000; sigma 0.5: 1 in 20, as many as z.ai's noise, `zai.assumptions.NOISE`).
 """
@@ -32,6 +35,7 @@ RANK: Final = 2  # the baseline is this quickest of them, from 0 (the quickest)
 MAX_LEVEL: Final = 1024  # levels above count as this one (what a request says it was sent at is bounded)
 
 Head = tuple[float, float, int | None]  # (when it came, seconds from sending, request's size)
+_EVERY: Final = object()  # the key of every model's heads together
 
 
 class HeadBaseline:
@@ -47,30 +51,41 @@ class HeadBaseline:
         with `level` in flight on the model, itself included."""
         now = self._clock()
         level = min(max(level, 1), MAX_LEVEL)
-        levels = self._levels.setdefault(model, {})
-        levels.setdefault(level, deque(maxlen=PER_LEVEL)).append((now, max(seconds, 0.0), size))
-        self._newest[model] = now
+        head = (now, max(seconds, 0.0), size)
+        for key in (model, _EVERY):
+            self._levels.setdefault(key, {}).setdefault(level, deque(maxlen=PER_LEVEL)).append(head)
+            self._newest[key] = now
 
     def quickest(self, model: Hashable, size: int | None = None, per_byte: float = 0.0) -> float | None:
         """The `RANK`-th quickest (from 0; the slowest when fewer) of `model`'s recent heads at its lowest
         levels, each as it would be for a request of `size` bytes (`per_byte` seconds later per byte more than
-        its own; never earlier for a smaller one); None before any head of `model`."""
-        levels = self._levels.get(model)
-        if not levels:
+        its own; never earlier for a smaller one); the lower of that and every model's while `model` has had
+        fewer than `ENOUGH` under its highest level; None before any head of `model`."""
+        if model not in self._levels:
             return None
-        since = self._newest[model] - WINDOW_SECONDS
+        own, enough = self._read(model, size, per_byte)
+        return own if enough else min(own, self._read(_EVERY, size, per_byte)[0])
+
+    def _read(self, key: Hashable, size: int | None, per_byte: float) -> tuple[float, bool]:
+        """The `RANK`-th quickest of `key`'s heads at its lowest levels, and whether `ENOUGH` of them were
+        read under its highest level."""
+        levels = self._levels[key]
+        since = self._newest[key] - WINDOW_SECONDS
         read: list[float] = []
-        for level in sorted(levels):
+        ordered = sorted(levels)
+        enough = False
+        for level in ordered:
+            if len(read) >= ENOUGH:
+                break
             for at, seconds, theirs in levels[level]:
                 if at < since:
                     continue
                 if size is not None and theirs is not None:
                     seconds += per_byte * max(0, size - theirs)
                 read.append(seconds)
-            if len(read) >= ENOUGH:
-                break
+            enough = len(read) >= ENOUGH and (level == 1 or level < ordered[-1])
         read.sort()
-        return read[min(RANK, len(read) - 1)]
+        return read[min(RANK, len(read) - 1)], enough
 
     def stall_after(self, model: Hashable, size: int | None = None, per_byte: float = 0.0) -> float | None:
         """How long a head of `model` may be held before it is a stall; None before any head of it."""
