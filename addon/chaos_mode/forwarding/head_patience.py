@@ -41,6 +41,9 @@ EARLY_FLOOR_SECONDS: Final = 1.0  # the floor before that: a margin while z.ai's
 UNKNOWN_STALL_SECONDS: Final = 4.0  # the stall of a model none of whose heads was seen yet: a wide margin
 QUEUE_MEMORY_SECONDS: Final = 60.0  # no attempt is left this long after z.ai was seen to queue
 SLOPE_EVERY: Final = 8  # new heads before the seconds per byte are worked out again
+# Pairs of heads whose requests differ by less say nothing of the prefill: their jitter over a few bytes made
+# slopes of 0.01-0.03 s a byte, and a stall 0.1-0.3 s later for a request a dozen bytes larger.
+SLOPE_MIN_BYTES: Final = 1000
 
 
 class HeadPatience:
@@ -87,7 +90,7 @@ class HeadPatience:
                 (h2 - h1) / (s2 - s1)
                 for i, (s1, h1) in enumerate(sized)
                 for s2, h2 in sized[i + 1 :]
-                if s2 != s1
+                if abs(s2 - s1) >= SLOPE_MIN_BYTES
             )
             self._slope = max(0.0, slopes[len(slopes) // 2]) if slopes else 0.0
         return self._slope
