@@ -140,3 +140,14 @@ def test_patience_and_stall_never_fall_as_the_prompt_grows(
     assert (patience.seconds(large) or 0) >= (patience.seconds(small) or 0)
     assert patience.stall_after(large) >= patience.stall_after(small)
     assert (patience.seconds(small) or 0) >= (patience.seconds(None) or 0) or patience.seconds() is None
+
+
+def test_requests_a_few_bytes_apart_say_nothing_of_the_prefill() -> None:
+    """Bodies a few bytes apart (an agent's number, a model's name), heads of +-50% jitter: read pairwise,
+    their jitter over a few bytes gave 0.01 s a byte here, and a stall 0.4 s later 12 bytes up."""
+    rng = random.Random(2)
+    patience = HeadPatience()
+    for _ in range(KEEP):
+        patience.head(rng.uniform(0.15, 0.45), 300 + rng.randrange(12), model="a")
+    assert patience.seconds_per_byte() == 0.0
+    assert patience.stall_after(312, "a") == patience.stall_after(None, "a")
