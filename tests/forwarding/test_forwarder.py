@@ -16,7 +16,8 @@ from chaos_mode.config.schema import parse_config
 from chaos_mode.doors.messages import parse_message
 from chaos_mode.forwarding import forwarder as forwarder_module
 from chaos_mode.forwarding.forwarder import TOKEN_HEADER, Forwarder
-from chaos_mode.forwarding.head_patience import STALL_FLOOR_SECONDS, HeadPatience
+from chaos_mode.forwarding.head_baseline import STALL_FLOOR_SECONDS
+from chaos_mode.forwarding.head_patience import HeadPatience
 from chaos_mode.forwarding.upstream import Destination, UpstreamClients, UpstreamSettings
 from chaos_mode.observe.stats import Stats
 from chaos_mode.request.routed import RoutedRequest
@@ -379,11 +380,13 @@ def probe_beside_an_occupant(rig: Rig) -> tuple[Slot, RoutedRequest]:
 
 
 def seen_to_queue(rig: Rig, heads: float) -> HeadPatience:
-    """The forwarder's patience after 8 heads of `heads` seconds and one z.ai held, then served: it queues."""
+    """The forwarder's patience after 8 heads of `heads` seconds from each model and one z.ai held, then
+    served: it queues."""
     patience = rig.forwarder.patience
-    for _ in range(8):
-        patience.head(heads)
-    patience.head(5.0)
+    for model in ("h1", "h2"):
+        for _ in range(8):
+            patience.head(heads, model=model)
+    patience.head(5.0, model="h1")
     assert patience.queues()
     return patience
 
@@ -407,7 +410,7 @@ async def test_while_z_ai_queues_a_probe_it_holds_is_given_up_at_its_stall(
 
     rig = await make_rig(hold_the_probe, routing=TWO_HEAVY)
     patience = seen_to_queue(rig, heads=0.01)
-    assert patience.seconds() is None and patience.stall_after() == 0.25
+    assert patience.seconds() is None and patience.stall_after(None, "h1") == 0.25
     occupants = [rig.pool.try_acquire(Ticket("heavy")) for _ in range(2)]
     for occupant in occupants:
         assert occupant is not None
@@ -445,7 +448,7 @@ async def test_while_z_ai_queues_the_slot_a_stream_frees_is_the_held_probes_not_
         await sse_answer(2, raw, reader, writer)
 
     rig = await make_rig(hold_until_freed, routing=ONE_HEAVY)
-    assert seen_to_queue(rig, heads=0.5).stall_after() == 2.0  # no stall within this test
+    assert seen_to_queue(rig, heads=0.5).stall_after(None, "h1") == 2.0  # no stall within this test
     occupant, request = probe_beside_an_occupant(rig)
     async with asyncio.timeout(WAIT):
         sending = await rig.sent(request)
@@ -600,7 +603,7 @@ async def test_the_patience_counts_from_when_z_ai_has_the_request_not_while_a_co
     assert response.status_code == 200 and len(request.tried) == 1
     assert not request.attempts[0].overdue
     # Its head counts from the writing too: the handshakes would make z.ai's quickest heads look slow.
-    assert rig.forwarder.patience.stall_after() == STALL_FLOOR_SECONDS
+    assert rig.forwarder.patience.stall_after(None, request.tried[0]) == STALL_FLOOR_SECONDS
     request.finish("ok")
     assert rig.pool.in_flight() == 0
 
@@ -642,8 +645,9 @@ async def left_on_h1(rig: Rig) -> RoutedRequest:
     """Heads come at once (the patience and the stall are 0.25 s) and h2's slot is held: a request sent to
     h1, where z.ai holds it, moves on to h2 when h2's slot frees, its attempt on h1 left. Returned once
     answered there and finished."""
-    for _ in range(8):
-        rig.forwarder.patience.head(0.01)
+    for model in ("h1", "h2"):
+        for _ in range(8):
+            rig.forwarder.patience.head(0.01, model=model)
     occupant = rig.pool.try_acquire(Ticket("heavy"))
     assert occupant is not None and occupant.model == "h2"
     request = rig.routed()

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from chaos_mode.forwarding.head_baseline import STALL_FACTOR, STALL_FLOOR_SECONDS
 from chaos_mode.forwarding.head_patience import (
     EARLY_FLOOR_SECONDS,
     ENOUGH,
@@ -16,7 +17,7 @@ from chaos_mode.forwarding.head_patience import (
     FLOOR_SECONDS,
     KEEP,
     QUEUE_MEMORY_SECONDS,
-    STALL_FLOOR_SECONDS,
+    UNKNOWN_STALL_SECONDS,
     HeadPatience,
 )
 from support.fakes import FakeClock
@@ -63,7 +64,7 @@ def test_a_fixed_patience_is_kept() -> None:
 def test_a_head_held_past_its_stall_says_z_ai_queues_and_no_attempt_is_left_meanwhile() -> None:
     clock = FakeClock()
     patience = HeadPatience(clock=clock)
-    assert patience.stall_after() == 4 * EARLY_FLOOR_SECONDS  # nothing known yet: a wide margin
+    assert patience.stall_after() == UNKNOWN_STALL_SECONDS  # nothing known yet: a wide margin
     for _ in range(ENOUGH):
         patience.head(0.01)
     assert (patience.seconds(), patience.stall_after()) == (FLOOR_SECONDS, STALL_FLOOR_SECONDS)
@@ -74,15 +75,23 @@ def test_a_head_held_past_its_stall_says_z_ai_queues_and_no_attempt_is_left_mean
     assert patience.seconds() == FLOOR_SECONDS
 
 
-def test_a_stall_is_measured_against_z_ai_s_quickest_heads_however_many_it_holds() -> None:
+def test_a_stall_is_measured_against_the_model_s_quickest_heads_at_its_lowest_levels() -> None:
     patience = HeadPatience()
     for _ in range(KEEP):
-        patience.head(0.4)  # heads with the first token
-    assert patience.stall_after() == 4 * 0.4
+        patience.head(0.4, model="a")  # heads with the first token
+    assert patience.stall_after(None, "a") == STALL_FACTOR * 0.4
+    assert patience.stall_after(None, "b") == UNKNOWN_STALL_SECONDS  # each model's own
     held = HeadPatience()
-    for index in range(KEEP):
-        held.head(0.05 if index % 4 == 0 else 0.9)  # three heads in four held (under the stall itself)
-    assert held.stall_after() == STALL_FLOOR_SECONDS
+    for _ in range(3):
+        held.head(0.15, model="a", level=1)  # alone on its model: z.ai held nothing
+    for _ in range(KEEP):
+        held.head(0.5, model="a", level=3)  # one above a limit of 2: each held until a slot frees
+    assert held.stall_after(None, "a") == STALL_FACTOR * 0.15
+    for _ in range(KEEP):
+        held.head(0.12, model="b", level=3)  # another model's heads do not count once "a" has enough
+    for _ in range(ENOUGH):
+        held.head(0.15, model="a", level=2)
+    assert held.stall_after(None, "a") == STALL_FACTOR * 0.15
 
 
 def test_a_larger_prompt_is_waited_for_as_its_prefill_would_take() -> None:
@@ -131,3 +140,14 @@ def test_patience_and_stall_never_fall_as_the_prompt_grows(
     assert (patience.seconds(large) or 0) >= (patience.seconds(small) or 0)
     assert patience.stall_after(large) >= patience.stall_after(small)
     assert (patience.seconds(small) or 0) >= (patience.seconds(None) or 0) or patience.seconds() is None
+
+
+def test_requests_a_few_bytes_apart_say_nothing_of_the_prefill() -> None:
+    """Bodies a few bytes apart (an agent's number, a model's name), heads of +-50% jitter: read pairwise,
+    their jitter over a few bytes gave 0.01 s a byte here, and a stall 0.4 s later 12 bytes up."""
+    rng = random.Random(2)
+    patience = HeadPatience()
+    for _ in range(KEEP):
+        patience.head(rng.uniform(0.15, 0.45), 300 + rng.randrange(12), model="a")
+    assert patience.seconds_per_byte() == 0.0
+    assert patience.stall_after(312, "a") == patience.stall_after(None, "a")

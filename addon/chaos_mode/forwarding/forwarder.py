@@ -218,6 +218,7 @@ class Forwarder:
         nothing of its verdict. Counted from before, every new connection's head was late at 150 ms: each
         attempt was left for another, on another new connection, left in turn (a burst of 16 took 4 s)."""
         streamed, slot = request.message.stream, request.slot
+        model = slot.model if slot is not None else None  # each model's heads its own (`head_baseline`)
         size = len(body)  # a larger prompt's head comes later (zai.assumptions.HEAD_GROWS_WITH_PROMPT)
         loop = asyncio.get_running_loop()
         wire = Written()
@@ -235,7 +236,7 @@ class Forwarder:
             if streamed:
                 if stall is not None:
                     stall.cancel()
-                stall = loop.call_later(self.patience.stall_after(size), self._stalled, request, slot)
+                stall = loop.call_later(self.patience.stall_after(size, model), self._stalled, request, slot)
 
         method, target = incoming.method, incoming.target
         send = self.clients.send(destination, method, target, headers, body, written=written)
@@ -250,7 +251,7 @@ class Forwarder:
             # comes after it waiting. So it is given up then (`hedging`),
             # its request waiting for a slot. Until then, a slot of its limit that frees is the probe's:
             # z.ai serves it there, and would hold the next request instead.
-            patience = fixed_patience(self.patience.stall_after(size))
+            patience = fixed_patience(self.patience.stall_after(size, model))
             request.queued(slot)
         left = False
         try:
@@ -269,14 +270,15 @@ class Forwarder:
             if stall is not None and not left:
                 stall.cancel()
         if response.status < 400 and streamed and wire.at is not None:
-            self.patience.head(loop.time() - wire.at, size)
+            level = slot.in_flight if slot is not None else 1
+            self.patience.head(loop.time() - wire.at, size, model=model, level=level)
         return response
 
     def _stalled(self, request: RoutedRequest, slot: Slot) -> None:
         request.stalled(slot)
 
     async def _unless_held(
-        self, sending: asyncio.Future[UpstreamResponse], wire: Written, size: int
+        self, sending: asyncio.Future[UpstreamResponse], wire: Written, size: int, model: str
     ) -> UpstreamResponse | None:
         """A left attempt's answer; None once z.ai is seen to queue and the attempt is held past its stall.
         Left before z.ai was seen to queue (a swarm's first burst), such an attempt is one z.ai holds and
@@ -289,7 +291,7 @@ class Forwarder:
             if (
                 written_at is not None
                 and self.patience.leaves_none()
-                and loop.time() - written_at >= self.patience.stall_after(size)
+                and loop.time() - written_at >= self.patience.stall_after(size, model)
             ):
                 return None
             await asyncio.wait({sending}, timeout=HELD_RECHECK_SECONDS)
@@ -334,7 +336,7 @@ class Forwarder:
         try:
             try:
                 async with asyncio.timeout(LEFT_VERDICT_SECONDS):
-                    response = await self._unless_held(sending, wire, size)
+                    response = await self._unless_held(sending, wire, size, slot.model)
             except BaseException as exc:
                 sending.cancel()
                 if isinstance(exc, UpstreamFailed | UpstreamRefused | TimeoutError):
@@ -351,7 +353,8 @@ class Forwarder:
                     # (zai.assumptions.HEAD_MAY_WAIT_FOR_FIRST_TOKEN)
                     request.answered(slot, at_once=False)
                     if wire.at is not None:  # its head counts; held past its stall, it says z.ai queues
-                        self.patience.head(asyncio.get_running_loop().time() - wire.at, size)
+                        seconds = asyncio.get_running_loop().time() - wire.at
+                        self.patience.head(seconds, size, model=slot.model, level=slot.in_flight)
                     return
                 _, decoded, complete = await response.read_body(MAX_ERROR_BODY)
                 body = refusal_body(decoded, response.header(b"content-encoding")) if complete else b""

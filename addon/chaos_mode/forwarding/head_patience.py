@@ -5,11 +5,11 @@ z.ai sends an accepted stream's head at once (or with its first token:
 `zai.assumptions.HEAD_MAY_WAIT_FOR_FIRST_TOKEN`) and takes seconds to refuse (`zai.timing`). So an attempt
 with no head after `seconds()` (1.5 times the upper quartile of recent heads: not the slowest, so that heads
 z.ai held do not stretch it) is most likely being refused: it may be left for a slot within the limits
-(hedging). One with no head after `stall_after()` (four times z.ai's quickest recent heads, at least
-`FLOOR_SECONDS`: z.ai may hold most heads when it queues, never its quickest) is held: z.ai queues it instead
-of refusing (`zai.assumptions.MAY_QUEUE`), which says a limit was passed as a 1302 does. A head that comes
-after its stall says z.ai queues: for `QUEUE_MEMORY_SECONDS` no attempt is left (leaving a held request
-would throw away what z.ai is about to serve), and such heads never count among the recent ones.
+(hedging). One with no head after `stall_after()` (`forwarding.head_baseline`: several times its model's
+quickest recent heads at the lowest concurrency, which z.ai did not hold) is held: z.ai queues it instead of
+refusing (`zai.assumptions.MAY_QUEUE`), which says a limit was passed as a 1302 does. A head that comes after
+its stall says z.ai queues: for `QUEUE_MEMORY_SECONDS` no attempt is left (leaving a held request would throw
+away what z.ai is about to serve), and such heads never count among the recent ones.
 
 **A larger prompt takes longer.** When z.ai sends a head with its first token, the head comes after the
 prompt was read (prefill), which grows with the prompt (`zai.assumptions.HEAD_GROWS_WITH_PROMPT`). So each
@@ -30,17 +30,20 @@ from collections import deque
 from collections.abc import Callable
 from typing import Final
 
+from chaos_mode.forwarding.head_baseline import HeadBaseline
+
 FLOOR_SECONDS: Final = 0.25  # never less: a loaded proxy or network alone may take this long
 FACTOR: Final = 1.5  # patience is this times the recent heads' upper quartile
 QUANTILE: Final = 0.75  # of the recent heads: robust to a quarter of them held by a queuing z.ai
 KEEP: Final = 32  # how many recent heads count
 ENOUGH: Final = 8  # heads seen before the floor is FLOOR_SECONDS
 EARLY_FLOOR_SECONDS: Final = 1.0  # the floor before that: a margin while z.ai's pace is barely known
-STALL_FACTOR: Final = 4.0  # a head held this many times z.ai's quickest heads is a stall
-STALL_QUANTILE: Final = 0.1  # z.ai's quickest heads: those of requests it did not hold (it may hold most)
-STALL_FLOOR_SECONDS: Final = FLOOR_SECONDS  # never a stall sooner: as for the patience
+UNKNOWN_STALL_SECONDS: Final = 4.0  # the stall of a model none of whose heads was seen yet: a wide margin
 QUEUE_MEMORY_SECONDS: Final = 60.0  # no attempt is left this long after z.ai was seen to queue
 SLOPE_EVERY: Final = 8  # new heads before the seconds per byte are worked out again
+# Pairs of heads whose requests differ by less say nothing of the prefill: their jitter over a few bytes made
+# slopes of 0.01-0.03 s a byte, and a stall 0.1-0.3 s later for a request a dozen bytes larger.
+SLOPE_MIN_BYTES: Final = 1000
 
 
 class HeadPatience:
@@ -60,15 +63,20 @@ class HeadPatience:
         self._slope: float | None = None  # seconds per byte (module docstring); None: not worked out yet
         self._new_heads = 0  # since the slope was worked out
         self._queued_at = -float("inf")
+        self._baseline = HeadBaseline(clock=clock)
 
-    def head(self, seconds: float, size: int | None = None) -> None:
-        """A clean answer's head came `seconds` after its request (of `size` bytes, if known) was sent."""
-        if seconds >= self.stall_after(size):
+    def head(
+        self, seconds: float, size: int | None = None, *, model: str | None = None, level: int = 1
+    ) -> None:
+        """A clean answer's head came `seconds` after its request (of `size` bytes, if known) was sent to
+        `model` with `level` in flight there, itself included."""
+        if seconds >= self.stall_after(size, model):
             # z.ai held it, then served it: it queues (zai.assumptions.MAY_QUEUE)
             self._queued_at = self._clock()
             return
         self._heads.append((max(seconds, 0.0), size))
         self._new_heads += 1
+        self._baseline.seen(model, seconds, level, size)
 
     def seconds_per_byte(self) -> float:
         """How much later a head comes per byte of request, from the recent heads (module docstring). Worked
@@ -82,7 +90,7 @@ class HeadPatience:
                 (h2 - h1) / (s2 - s1)
                 for i, (s1, h1) in enumerate(sized)
                 for s2, h2 in sized[i + 1 :]
-                if s2 != s1
+                if abs(s2 - s1) >= SLOPE_MIN_BYTES
             )
             self._slope = max(0.0, slopes[len(slopes) // 2]) if slopes else 0.0
         return self._slope
@@ -119,10 +127,8 @@ class HeadPatience:
         may be left; None: wait for it."""
         return None if self.leaves_none() else self._patience(size)
 
-    def stall_after(self, size: int | None = None) -> float:
-        """How long the head of a request of `size` bytes (None: unknown) may be held before the attempt
-        counts as stalled."""
-        if not self._heads:
-            return STALL_FACTOR * EARLY_FLOOR_SECONDS  # nothing known yet: a wide margin
-        heads = self._heads_for(size)
-        return max(STALL_FACTOR * heads[int(STALL_QUANTILE * (len(heads) - 1))], STALL_FLOOR_SECONDS)
+    def stall_after(self, size: int | None = None, model: str | None = None) -> float:
+        """How long the head of a request of `size` bytes (None: unknown) to `model` may be held before the
+        attempt counts as stalled."""
+        after = self._baseline.stall_after(model, size, self.seconds_per_byte() if size is not None else 0.0)
+        return UNKNOWN_STALL_SECONDS if after is None else after

@@ -11,7 +11,7 @@ from typing import Final
 
 MAY_QUEUE: Final = True
 """z.ai may hold a request over a limit (its head not sent) until a slot frees, instead of refusing it 1302.
-Rests on it: the stall (a head held far longer than z.ai's quickest counts as a refusal), no attempt left
+Rests on it: the stall (a head held far longer than its model's quickest counts as a refusal), no attempt left
 for 60 s once a held head is served after all, a probe z.ai holds given up at its stall or seated in the
 first slot that frees, a clean answer after a stall counted as no evidence of the level it came at. Check:
 hold a model full with long streams, send one more: a head that comes when a slot frees, not a 1302 in 3-6
@@ -19,9 +19,11 @@ s."""
 
 HEAD_MAY_WAIT_FOR_FIRST_TOKEN: Final = True
 """An accepted stream's head may come only with its first token (or at once: either is read). Rests on it:
-the patience and the stall read from recent heads, not from a fixed time; an attempt left that z.ai accepted
-after all is closed at its head, unread; a clean answer counted at what z.ai serves at once or served when
-it came, whichever is more. Check: `chaos-mode check` (`headsWithFirstToken`)."""
+the patience read from recent heads, not from a fixed time, and the stall from each model's quickest heads at
+its lowest concurrency (`forwarding.head_baseline`: a head held in z.ai's queue looks like a slow one); an
+attempt left that z.ai accepted after all is closed at its head, unread; a clean answer counted at what z.ai
+serves at once or served when it came, whichever is more. Check: `chaos-mode check`
+(`headsWithFirstToken`)."""
 
 HEAD_GROWS_WITH_PROMPT: Final = True
 """When the head comes with the first token, its delay grows with the prompt's size about linearly (the

@@ -6,11 +6,12 @@ schedule of a limit change, with the simulator's draws) admits each attempt when
 seconds after the pool let it go (drawn at random: attempts overtake each other on the way, as they do through
 a busy proxy), and is reported written then (`Ledger.sent`), as the forwarder reports it. An accepted stream
 sends its head `head` seconds later (the clean answer the pool hears), a refused one its 1302 `reject` seconds
-after it arrived, and an attempt with no head at its stall (`head_patience`: four times the heads, at least
-0.25 s) is reported as one, as the forwarder does. Hedging (`request.hedging`) is modelled, not run: after
-`patience` seconds the request waits for a slot within the limits too, and the first of the two wins (a probe
-left is given up; a regular attempt left keeps its slot until its 1302, which the pool still hears); from then
-on a regular attempt is overdue and lends its place (not modelled: one such attempt per request at a time). A
+after it arrived, and an attempt with no head at its stall (`head_baseline`: several times its model's
+quickest heads, at least 0.25 s) is reported as one, as the forwarder does. Hedging (`request.hedging`) is
+modelled, not run: after `patience` seconds the request waits for a slot within the limits too, and the
+first of the two wins (a probe left is given up; a regular attempt left keeps its slot until its 1302, which
+the pool still hears); from then on a regular attempt is overdue and lends its place (not modelled: one such
+attempt per request at a time). A
 z.ai that queues (the attempt waits among the simulator's waiters until a slot frees), sends heads with the
 first token (the head comes the request's latency after z.ai served it), or both, is read through the
 forwarder's own `HeadPatience`, fed every clean head: its patience and stalls, no regular attempt left while
@@ -42,7 +43,8 @@ from typing import Any
 
 from chaos_mode.config.schema import parse_config
 from chaos_mode.forwarding.forwarder import HELD_RECHECK_SECONDS
-from chaos_mode.forwarding.head_patience import FLOOR_SECONDS, STALL_FACTOR, STALL_FLOOR_SECONDS, HeadPatience
+from chaos_mode.forwarding.head_baseline import STALL_FACTOR, STALL_FLOOR_SECONDS
+from chaos_mode.forwarding.head_patience import FLOOR_SECONDS, HeadPatience
 from chaos_mode.request.hedging import UNKNOWN_PATIENCE_RECHECK_SECONDS
 from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
 from chaos_mode.zai.errors import classify_error
@@ -101,13 +103,15 @@ class FixedHeads:
     def __init__(self, head: float) -> None:
         self._stall = max(STALL_FACTOR * head, STALL_FLOOR_SECONDS)
 
-    def head(self, seconds: float) -> None:
+    def head(
+        self, seconds: float, size: int | None = None, *, model: str | None = None, level: int = 1
+    ) -> None:
         pass
 
     def seconds(self) -> float | None:
         return FLOOR_SECONDS
 
-    def stall_after(self) -> float:
+    def stall_after(self, size: int | None = None, model: str | None = None) -> float:
         return self._stall
 
     def queues(self) -> bool:
@@ -160,11 +164,11 @@ async def swarm(
         """From z.ai serving the request to its head: its first token's latency when heads come with it."""
         return request.latency_ms / 1000.0 if late else head
 
-    async def outwaited(written: float, probe_held: bool) -> None:
+    async def outwaited(written: float, model: str, probe_held: bool) -> None:
         """Once the attempt written at `written` waited its patience (its stall: a probe while z.ai queues),
         as known at each moment (`request.hedging`)."""
         while True:
-            seconds = heads.stall_after() if probe_held else heads.seconds()
+            seconds = heads.stall_after(None, model) if probe_held else heads.seconds()
             waited = loop.time() - written
             if seconds is not None and waited >= seconds - 1e-9:  # in float time, a sleep may fall short
                 return
@@ -173,7 +177,7 @@ async def swarm(
     async def slot_within_limits(
         selection: Slot, ticket: Ticket, since: float, written: float
     ) -> Slot | None:
-        await outwaited(written, False)
+        await outwaited(written, selection.model, False)
         pool.ledger.overdue(selection)  # it lends its place until its verdict (`RoutedRequest.overdue`)
         riding = {selection.model} if selection.rides else set()
         spare = dataclasses.replace(ticket, attempted=ticket.attempted | riding, may_probe=False)
@@ -205,7 +209,7 @@ async def swarm(
             return None
         if heads.leaves_none():  # a probe
             pool.ledger.queued(selection)
-            stall = asyncio.ensure_future(outwaited(written, True))
+            stall = asyncio.ensure_future(outwaited(written, selection.model, True))
             await asyncio.wait({answer, stall}, return_when=asyncio.FIRST_COMPLETED)
             if answer.done():
                 stall.cancel()
@@ -238,7 +242,11 @@ async def swarm(
         (`Forwarder._unless_held`)."""
         waiter = waiters.get(selection.slot_id)
         while not answer.done():
-            if waiter is not None and heads.leaves_none() and loop.time() - written >= heads.stall_after():
+            if (
+                waiter is not None
+                and heads.leaves_none()
+                and loop.time() - written >= heads.stall_after(None, selection.model)
+            ):
                 zai.leave(waiters.pop(selection.slot_id))
                 pool.ledger.no_verdict(selection)
                 pool.release(selection)
@@ -268,7 +276,7 @@ async def swarm(
         while selection is not None:
             # the forwarder's stall: no head this long after sending is evidence at once (a no-op once
             # the verdict came)
-            loop.call_later(heads.stall_after(), pool.ledger.stall, selection)
+            loop.call_later(heads.stall_after(None, selection.model), pool.ledger.stall, selection)
             await asyncio.sleep(on_the_way.uniform(0.0, transit))
             pool.ledger.sent(selection)  # written as it reaches z.ai: the network adds no more
             written, slot_id = loop.time(), selection.slot_id
@@ -297,7 +305,7 @@ async def swarm(
                     continue
                 del waiters[slot_id], served_unread[slot_id]
             await asyncio.sleep(head_after(request))
-            heads.head(loop.time() - written)
+            heads.head(loop.time() - written, model=selection.model, level=selection.in_flight)
             pool.ledger.success(selection, at_once=not heads.queues())
             if held_at > first:  # served only after losing an attempt, as `RoutedRequest.answered`
                 pool.shares.fell_behind(ticket.session, held_at - first)
