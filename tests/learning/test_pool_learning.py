@@ -837,6 +837,27 @@ def test_a_probe_a_verdict_or_fixed_limits_make_an_attempt_overdue_no_more() -> 
         assert fixed.pool.release(selection)
 
 
+def test_with_lending_off_an_overdue_attempt_keeps_its_place() -> None:
+    """`learning.lendOverdue: false` (z.ai holds the slot of a request it refuses): nothing rides, and a
+    config turning lending back on lends the places of attempts overdue from then on."""
+    config = routing(accountConcurrency=2, learning={"lendOverdue": False})
+    rig = Rig(config)
+    first, late = rig.take(), rig.take()
+    rig.pool.ledger.overdue(late)
+    assert not late.rides
+    assert served(pool_status.status(rig.pool))["learning"]["lendOverdue"] is False
+    assert served(pool_status.status(rig.pool))["models"]["h"]["overdue"] == 0
+    assert rig.pool.try_acquire(Ticket("heavy", may_probe=False)) is None  # its place is its own
+    rig.pool.reconfigure(routing(accountConcurrency=2))
+    assert served(pool_status.status(rig.pool))["learning"]["lendOverdue"] is True
+    rig.pool.ledger.overdue(late)
+    assert late.rides
+    taken = rig.pool.try_acquire(Ticket("heavy", may_probe=False))
+    assert taken is not None
+    for selection in (first, late, taken):
+        assert rig.pool.release(selection)
+
+
 def test_an_overdue_attempt_hands_its_place_to_a_waiter_at_once() -> None:
     async def scenario() -> None:
         pool = ChaosPool(routing(), clock=time.monotonic)

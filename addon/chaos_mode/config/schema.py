@@ -254,6 +254,11 @@ class LearningSettings(_Base):
     drift_seconds: Float = Field(
         default=600.0, gt=0, le=30 * 86_400, description="a limit nobody confirmed for this long steps back"
     )
+    lend_overdue: bool = Field(
+        default=True,
+        description="an attempt with no head within its patience lends its place to the next request until "
+        "its verdict (zai.assumptions.REFUSED_HOLDS_NO_SLOT); false: it keeps its place",
+    )
 
 
 class StickySettings(_Base):

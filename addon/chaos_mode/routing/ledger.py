@@ -48,6 +48,7 @@ class Ledger:
         self.store: SlotStore  # the pool's, as `ChaosPool.use` sets it, and its cooldowns
         self.cooldowns: CooldownState
         self.settings: CooldownSettings  # the config's cooldowns, as `ChaosPool.reconfigure` sets them
+        self.lends = True  # `learning.lendOverdue`, as `ChaosPool.reconfigure` sets it
         self.clock: Callable[[], float]
         self.wall_clock: Callable[[], float]
         self._limits, self._quota, self._rotation, self._queue = limits, quota, rotation, queue
@@ -128,9 +129,14 @@ class Ledger:
         likely refusing it, and holds no slot for a request it refuses
         (zai.assumptions.REFUSED_HOLDS_NO_SLOT), so until its verdict it rides above its model's and the
         account's limits, its place going to the next request. No-op without learning (a 1302 then cools the
-        model down), for a probe (it rides already), a request z.ai seated or one with its verdict."""
+        model down) or lending (`learning.lendOverdue: false`: it keeps its place), for a probe (it rides
+        already), a request z.ai seated or one with its verdict."""
         record = self.records.get(slot.slot_id)
-        if not self._limits.enabled or record is None or not self.records.move(record, Place.OVERDUE):
+        if (
+            not (self._limits.enabled and self.lends)
+            or record is None
+            or not self.records.move(record, Place.OVERDUE)
+        ):
             return
         self.store.overdue_changed()
         if len(self._queue):

@@ -78,6 +78,7 @@ class LearningStatus:
     enabled: bool
     probe_interval_seconds: float
     drift_seconds: float
+    lend_overdue: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,7 +213,12 @@ def status(pool: ChaosPool) -> PoolStatus:
             account.changed_at,
             account.probing,
         ),
-        learning=LearningStatus(pool.limits.enabled, learning.probe_interval_seconds, learning.drift_seconds),
+        learning=LearningStatus(
+            pool.limits.enabled,
+            learning.probe_interval_seconds,
+            learning.drift_seconds,
+            learning.lend_overdue,
+        ),
         used_capacity=used,
         in_limits=min(in_limits, capacity),
         above_limits=used - out_in_flight - min(in_limits, capacity),

@@ -33,9 +33,11 @@ prefill). Rests on it: the patience and the stall stretched by the recent heads'
 REFUSED_HOLDS_NO_SLOT: Final = True
 """z.ai holds no slot for a request it is refusing, in the seconds before its 1302. Rests on it: an attempt
 with no head within its patience is overdue and rides above its model's and the account's limits, its place
-going to the next request; the level of a refusal counts only what z.ai accepted. Check: hold a model full,
-send one more (refused), and within its 3-6 s free a slot and send another: answered if the refused one
-held nothing (the simulator's `refusedHolds` plays the other reading)."""
+going to the next request; the level of a refusal counts only what z.ai accepted. Check: the three-request
+check of docs/learning.md ("Lending an overdue attempt's place"): hold a model full, send one more
+(refused), and within its 3-6 s free a slot and send another: answered if the refused one held nothing. If
+it held its slot, set `learning.lendOverdue: false` (nothing rides). The pool does not check it itself; the
+simulator's `refusedHolds` plays the other reading."""
 
 DROPS_ON_CLOSE: Final = True
 """z.ai drops a request it holds (queued) when the request's connection closes, and serves nothing for it.

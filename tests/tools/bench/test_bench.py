@@ -650,13 +650,15 @@ def test_a_field_preset_runs_once_per_seed_and_is_summed_up_across_them(tmp_path
 def test_a_field_preset_runs_on_the_learning_settings_given(tmp_path: Path) -> None:
     json_path = tmp_path / "field.json"
     learning = ["--learning", "probeIntervalSeconds=2.5", "--learning", "driftSeconds=90"]
+    learning += ["--learning", "lendOverdue=false"]
     args = [*SMALL_LOWER, *learning, "--json", str(json_path)]
     result = run_module("chaos_mode_tools.bench", *args, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     (run,) = json.loads(json_path.read_text(encoding="utf-8"))["presets"]
     _consistent(run, 8)
-    # as the proxy's status page said it (the defaults: 5 s and 600 s)
-    assert run["proxy"]["learning"] == {"enabled": True, "probeIntervalSeconds": 2.5, "driftSeconds": 90.0}
+    # as the proxy's status page said it (the defaults: 5 s, 600 s and lending on)
+    given = {"probeIntervalSeconds": 2.5, "driftSeconds": 90.0, "lendOverdue": False}
+    assert run["proxy"]["learning"] == {"enabled": True, **given}
 
 
 def test_short_failover_ttft_run(tmp_path: Path) -> None:
