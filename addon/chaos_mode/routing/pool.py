@@ -656,6 +656,7 @@ class ChaosPool:
         ):
             return
         self._overdue[slot_id] = slot.model
+        self._limits.lent_after(self._clock() - self._taken_at[slot_id])
         _count(self._riding_on, slot.model, 1)
         _count(self._riding_on, ACCOUNT, 1)
         self._slots.overdue_changed()
@@ -817,7 +818,6 @@ class ChaosPool:
                     sent=confirmed.taken,
                     held_elsewhere=confirmed.probe_held,
                     refused=confirmed.refused_probes,
-                    turn_elsewhere=confirmed.turn_held,
                 )
             if confirmed.taken:
                 slots = self._slots
@@ -832,14 +832,11 @@ class ChaosPool:
             self.release(selection)
 
     def _claim(self, slot: Slot) -> ProbeClaim | None:
-        """A probe's claim on the right to probe its limit (and, held back, its group's turn), as the fleet
-        holds it now (None: no probe)."""
+        """A probe's claim on the right to probe its limit, as the fleet holds it now (None: no probe)."""
         if slot.probe is None:
             return None
         seconds, refused = self._limits.probe_wait(slot.probe, slot.model)
-        turn, turn_seconds = self._limits.turn_wait(slot.probe, slot.model)
-        limit = ACCOUNT if slot.probe == "account" else slot.model
-        return ProbeClaim(limit, seconds, refused, turn, turn_seconds)
+        return ProbeClaim(ACCOUNT if slot.probe == "account" else slot.model, seconds, refused)
 
     def _probe_judged(self, slot: Slot) -> None:
         """`slot`'s probe has its verdict (or was given up): a fleet holds the right to probe its limit as
@@ -1168,11 +1165,12 @@ class ChaosPool:
         (0 when nothing was blocked). `selection`, the slot the request was sent with, tells a 1302 what
         was in flight then; without it, what is in flight now counts."""
         counted = selection is not None and selection.slot_id in self._stalled
+        lent = selection is not None and selection.slot_id in self._overdue
         if selection is not None:
             self._settle(selection)
             if error.action is not Action.UNREACHED:
                 self.quota.refused(selection.slot_id)  # z.ai's error answer: not charged
-        seconds = self._report_error(model, error, retry_after, selection, counted=counted)
+        seconds = self._report_error(model, error, retry_after, selection, counted=counted, lent=lent)
         self._limits_changed()
         if len(self._queue):
             self._arm_timer()  # a slot freed while this block lasts must reach the waiters when it ends
@@ -1186,6 +1184,7 @@ class ChaosPool:
         selection: Slot | None,
         *,
         counted: bool,
+        lent: bool = False,
     ) -> float:
         settings = self._config.cooldown
         probe = self._probe_of(selection) if selection is not None else None
@@ -1193,7 +1192,7 @@ class ChaosPool:
             case Action.CONCURRENCY if self._limits.enabled:
                 taken_at = self._taken_at.get(selection.slot_id) if selection is not None else None
                 if taken_at is not None:
-                    self._limits.refusal_took(self._clock() - taken_at)
+                    self._limits.refusal_took(self._clock() - taken_at, lent=lent)
                 if counted:
                     return 0.0  # its stall said so already
                 if selection is None or not selection.in_flight:
