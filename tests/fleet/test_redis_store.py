@@ -724,6 +724,7 @@ async def test_a_proxy_that_joined_just_before_redis_went_away_counts_in_the_oth
 # -- the right to probe a limit, one for the fleet -----------------------------------------------------
 
 INTERVAL = 5.0  # learning.probeIntervalSeconds, the default
+WAIT = 2 * INTERVAL  # a probe's wait after its first failed round
 
 
 @contextlib.asynccontextmanager
@@ -824,32 +825,32 @@ async def test_a_refused_probe_holds_the_right_for_the_probers_wait_and_the_next
     async with probing(server) as ((a, b), fleets):
         probe = await a.admit(Ticket("heavy"), timeout=0.2)
         assert probe is not None and probe.probe == "model"
-        a.report_error("h", zai_error("1302"), selection=probe)  # refused: a waits the interval
+        a.report_error("h", zai_error("1302"), selection=probe)  # refused: a waits twice the base wait
         assert a.release(probe)
         await until(lambda: not fleets[0]._background)
         held = await right(client)
-        assert held["refused"] == 1 and INTERVAL * 1000 - 1000 < float(held["free_in"]) <= INTERVAL * 1000
+        assert held["refused"] == 1 and WAIT * 1000 - 1000 < float(held["free_in"]) <= WAIT * 1000
         # the refusal came to b with a's slot: b waits as a does, counting it as its own refused probe
-        await until(lambda: b.limits.probe_wait("model", "h") == (INTERVAL, 1))
+        await until(lambda: b.limits.probe_wait("model", "h") == (WAIT, 1))
         assert await b.admit(Ticket("heavy"), timeout=0.1) is None and fleets[1].slots.probes_elsewhere == 0
         b_clock = b._clock
         assert isinstance(b_clock, FakeClock)
-        b_clock.advance(INTERVAL)  # past b's own wait, not a's right (Redis's clock): no probe goes
+        b_clock.advance(WAIT)  # past b's own wait, not a's right (Redis's clock): no probe goes
         assert await b.admit(Ticket("heavy"), timeout=0.1) is None and fleets[1].slots.probes_elsewhere == 1
         wait = b.limits.next_probe()
-        assert wait is not None and INTERVAL - 1.0 < wait <= INTERVAL  # what is left of the right's hold
+        assert wait is not None and WAIT - 1.0 < wait <= WAIT  # what is left of the right's hold
         # the right's wait over (on Redis's clock, and on b's): b probes, a's refusal counted as its own
         await client.hset("chaos:probe:h", "free_at", 0)
         b_clock.advance(wait)
         second = await b.admit(Ticket("heavy"), timeout=0.2)
         assert second is not None and second.probe == "model"
         b.report_error("h", zai_error("1302"), selection=second)
-        assert b.limits.probe_wait("model", "h") == (pytest.approx(2 * INTERVAL), 2)  # the fleet's second
+        assert b.limits.probe_wait("model", "h") == (pytest.approx(2 * WAIT), 2)  # the fleet's second
         assert b.release(second)
         await until(lambda: not fleets[1]._background)
         held = await right(client)
         assert str(held["lease"]).startswith("p1#") and held["refused"] == 2
-        assert 2 * INTERVAL * 1000 - 1000 < float(held["free_in"]) <= 2 * INTERVAL * 1000
+        assert 2 * WAIT * 1000 - 1000 < float(held["free_in"]) <= 2 * WAIT * 1000
 
 
 ACTIONS = ["take", "take", "take", "clean", "refuse", "release", "later"]

@@ -12,12 +12,12 @@ So the pace of probes is a rule of its own, separate from the estimator (`eviden
   once (a climb); any refusal of the limit holds the next probe for `base` (p never falls as n grows:
   zai.assumptions.REFUSALS_RISE_WITH_LOAD).
 - **A change detector per limit** (`Detector`): two CUSUMs of each verdict's log-likelihood ratio against
-  its level's recent rate (`LevelEvidence.refusal_estimate`, before the verdict counts), one for a rise of the refusals (a limit that
-  fell) and one for a fall (a limit restored). A step fires one within a few verdicts; a stationary rate
-  (noise, a band) drifts it back to zero. Only a detected change says z.ai moved: z.ai moves its limits
-  plan-wide (zai.assumptions.LIMITS_MOVE_TOGETHER), so every limit forgets its failures, and for `most`
-  seconds after a change each explores at the base pace (a move is often followed by another: a halving
-  by its restore). A limit restored explores at once.
+  its level's recent rate (the detector's own, slower than the estimator's memory), one for a rise of the
+  refusals (a limit that fell) and one for a fall (a limit restored). A step fires one within a few
+  verdicts; a stationary rate (noise, a band) drifts it back to zero. Only a detected change says z.ai
+  moved: z.ai moves its limits plan-wide (zai.assumptions.LIMITS_MOVE_TOGETHER), so every limit forgets
+  its failures and starts its wait over (at once after a rise: the others may have risen too), and for
+  `most` seconds each explores at the base pace (a halving is often followed by its restore).
 
 Pure state, times passed in (monotonic).
 """
@@ -25,44 +25,54 @@ Pure state, times passed in (monotonic).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from chaos_mode.zai.assumptions import NOISE
 
-# A CUSUM fires at this many nats of evidence for a change. A rise: at a level served cleanly (its rate a
-# few percent) about three refusals in a row; noise at `NOISE` (each refusal 2.3 nats, each clean answer
-# -0.7) gets there about once in 10^5 verdicts. A fall: about two clean answers where z.ai refused all.
+# A CUSUM fires at this many nats of evidence for a change. A rise: at a level served cleanly, two to five
+# refusals in a row (its rate 0-5%); a stationary rate fires it about once in 7,000 verdicts at 1-2% (an
+# hour of a level answering two a second), less often from 5% to 50% (tests/learning/test_explore.py). A
+# fall: two clean answers where z.ai refused nearly every request.
 RISE_NATS: Final = 8.0
 FALL_NATS: Final = 3.0
-# While z.ai moved lately, a move back is likelier (a halving, then its restore): a fall fires at fewer nats,
-# one clean answer where z.ai refused two requests and served none.
+# While z.ai moved lately, a move back is likelier (a halving, then its restore): a fall fires at its first
+# clean answer.
 FALL_AFTER_MOVE_NATS: Final = 1.0
 # The rates a step is tested for, from a level's recent rate r: a rise to halfway to refusing every
-# request, (1 + r) / 2; a fall, at a level refused more often than not (r over `REFUSING`), to the noise z.ai
-# sends anywhere (a limit back above the level). A level served, or barely seen, says nothing of a restore.
+# request, (1 + r) / 2; a fall, at a level refused three times in four or more (r over `REFUSING`), to the
+# noise z.ai sends anywhere (a limit back above the level). A band, or a level barely seen, says nothing of a
+# restore.
 FALL_TO: Final = NOISE
-REFUSING: Final = 0.5
+REFUSING: Final = 0.75
+# A level's recent rate: its last verdicts, each older one faded by 1 - 1/BASELINE per new one (slower than
+# the estimator's memory, so that a step shows against it), from half a refusal in one verdict.
+BASELINE: Final = 32.0
+PRIOR: Final = (0.5, 1.0)
 
 
 @dataclass(slots=True)
 class Detector:
-    """The two CUSUMs of one limit (see the module)."""
+    """The two CUSUMs of one limit and its levels' recent rates (see the module)."""
 
     rise: float = 0.0
     fall: float = 0.0
+    levels: dict[int, tuple[float, float]] = field(default_factory=dict)  # (refusals, verdicts) per level
 
-    def verdict(self, rate: float, refused: bool, weight: float = 1.0, *, moved: bool = False) -> int:
-        """One verdict (`weight` of it: a refusal shared with another limit) at a level whose recent rate of
-        refusals is `rate`: +1 when a rise fired, -1 when a fall did, else 0 (a firing CUSUM starts over).
-        `moved`: z.ai moved lately (a fall fires sooner)."""
-        rate = min(max(rate, 1e-3), 1.0 - 1e-3)
+    def verdict(self, level: int, refused: bool, weight: float = 1.0, *, moved: bool = False) -> int:
+        """One verdict (`weight` of it: a refusal shared with another limit) at `level`: +1 when a rise
+        fired, -1 when a fall did, else 0. `moved`: z.ai moved lately (a fall fires sooner). A firing CUSUM
+        starts over, and the levels' rates with it (they spoke of a z.ai that has moved)."""
+        refusals, verdicts = self.levels.get(level, PRIOR)
+        rate = min(max(refusals / verdicts, 1e-3), 1.0 - 1e-3)
         risen = (1.0 + rate) / 2.0
         fallen = FALL_TO if rate > REFUSING else rate
         if refused:
             up, down = math.log(risen / rate), math.log(fallen / rate)
         else:
             up, down = math.log((1.0 - risen) / (1.0 - rate)), math.log((1.0 - fallen) / (1.0 - rate))
+        keep = 1.0 - weight / BASELINE
+        self.levels[level] = (refusals * keep + (weight if refused else 0.0), verdicts * keep + weight)
         self.rise = max(self.rise + weight * up, 0.0)
         self.fall = max(self.fall + weight * down, 0.0)
         fired = 1 if self.rise >= RISE_NATS else 0
@@ -70,6 +80,7 @@ class Detector:
             fired = -1
         if fired:
             self.rise = self.fall = 0.0
+            self.levels.clear()
         return fired
 
 
@@ -83,23 +94,24 @@ class Exploration:
     probe_since: float | None = None  # a probe out, unanswered
     opened_from: int | None = None  # the value before the latest probe answered above it raised it
 
-    def faded(self, now: float, fade: float) -> float:
-        """The failed rounds as they count at `now`."""
+    def faded(self, now: float, fade: float) -> int:
+        """The failed rounds as they count at `now`, rounded."""
         if now > self.failed_at and self.failures:
             self.failures *= 0.5 ** ((now - self.failed_at) / fade)
         self.failed_at = max(self.failed_at, now)
-        return self.failures
+        return round(self.failures)
 
     def wait(self, now: float, pace: Pace) -> float:
         """Seconds the next probe waits after a failed round."""
         if pace.moved_lately(now):
             return pace.base
-        return min(pace.base * 2.0 ** self.faded(now, pace.fade), pace.most)
+        return min(pace.base * float(2 ** min(self.faded(now, pace.fade), 30)), pace.most)
 
     def failed(self, now: float, pace: Pace) -> None:
         """A round failed: a probe refused or given up, or the level it opened lowered again."""
         self.probe_since, self.opened_from = None, None
-        self.failures = self.faded(now, pace.fade) + 1.0
+        self.faded(now, pace.fade)
+        self.failures += 1.0
         self.ready_at = max(self.ready_at, now + self.wait(now, pace))
 
     def answered(self, now: float, value: int | None) -> None:

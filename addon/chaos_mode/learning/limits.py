@@ -52,9 +52,9 @@ from chaos_mode.zai.timing import EARLIEST_REFUSAL_SECONDS
 Clock = Callable[[], float]
 Probe = Literal["model", "account"]
 
-# A refusal's price, in slot-times (`evidence.goodput`): the seconds it blocks its slot (z.ai's time to refuse;
-# the patience, when its place is lent) and `learning.refusalCostSeconds`, over a slot's time to serve a
-# clean request; each a moving average of what the pool sees (these before the first of each).
+# A refusal's price, in slot-times (`evidence.goodput`): the seconds it blocks its slot (z.ai's time to
+# refuse; the patience, when its place is lent) and `learning.refusalCostSeconds`, over a slot's time to
+# serve a clean request; each a moving average of what the pool sees (these before the first of each).
 REFUSAL_START_SECONDS: Final = EARLIEST_REFUSAL_SECONDS
 SERVICE_START_SECONDS: Final = 3.0
 AVERAGE_WEIGHT: Final = 0.1  # of each new duration in the moving averages
@@ -264,7 +264,7 @@ class LearnedLimits:
             return 0.0, 0
         now = self._clock()
         explore = entry.explore
-        return max(explore.due(now, self._pace) - now, 0.0), math.ceil(explore.faded(now, self._fade))
+        return max(explore.due(now, self._pace) - now, 0.0), explore.faded(now, self._fade)
 
     def probe_claimed(
         self, kind: Probe, model: str, *, sent: bool, held_elsewhere: float = 0.0, refused: int = 0
@@ -277,7 +277,8 @@ class LearnedLimits:
         if entry is None or not self._enabled:
             return
         explore = entry.explore
-        explore.failures = max(explore.faded(self._clock(), self._fade), float(refused))
+        explore.faded(self._clock(), self._fade)
+        explore.failures = max(explore.failures, float(refused))
         if sent:
             return
         explore.probe_since = None
@@ -322,8 +323,7 @@ class LearnedLimits:
         """A verdict into `entry`'s change detector, then its evidence. A
         detected change says z.ai moved its limits (zai.assumptions.LIMITS_MOVE_TOGETHER): every limit
         starts its wait over."""
-        rate = entry.evidence.refusal_estimate(level, now)
-        fired = entry.detector.verdict(rate, refused, weight, moved=self._pace.moved_lately(now))
+        fired = entry.detector.verdict(level, refused, weight, moved=self._pace.moved_lately(now))
         entry.evidence.observe(level, refused=refused, now=now, weight=weight)
         if fired:
             self._pace.changed_at = now
