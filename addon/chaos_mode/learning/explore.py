@@ -41,8 +41,9 @@ FALL_NATS: Final = 3.0
 FALL_AFTER_MOVE_NATS: Final = 1.0
 # The rates a step is tested for, from a level's recent rate r: a rise to halfway to refusing every
 # request, (1 + r) / 2; a fall, at a level refused three times in four or more (r over `REFUSING`), to the
-# noise z.ai sends anywhere (a limit back above the level). A band, or a level barely seen, says nothing of a
-# restore.
+# noise z.ai sends anywhere (a limit back above the level), and on while that test's sum is above zero (the
+# clean answers of a restore bring the rate under `REFUSING`: a level refused by two probes, then answered,
+# fires the fall that tells the other limits). A band, or a level barely seen, says nothing of a restore.
 FALL_TO: Final = NOISE
 REFUSING: Final = 0.75
 # A level's recent rate: its last verdicts, each older one faded by 1 - 1/BASELINE per new one (slower than
@@ -66,7 +67,7 @@ class Detector:
         refusals, verdicts = self.levels.get(level, PRIOR)
         rate = min(max(refusals / verdicts, 1e-3), 1.0 - 1e-3)
         risen = (1.0 + rate) / 2.0
-        fallen = FALL_TO if rate > REFUSING else rate
+        fallen = FALL_TO if rate > REFUSING or self.fall > 0.0 else rate
         if refused:
             up, down = math.log(risen / rate), math.log(fallen / rate)
         else:
