@@ -143,50 +143,6 @@ async def test_the_right_to_probe_is_taken_with_the_lease_and_only_its_holder_an
         await fleet.close()
 
 
-async def turn(client: aioredis.Redis, group: str) -> dict[str, float | str]:
-    """A group's turn as Redis holds it: whose lease, and ms until it is free."""
-    fields = {k.decode(): v.decode() for k, v in (await client.hgetall(f"chaos:turn:{group}")).items()}
-    if not fields:
-        return {}
-    seconds, micros = await client.time()
-    return {"lease": fields["lease"], "free_in": int(fields["free_at"]) - (seconds * 1000 + micros // 1000)}
-
-
-async def test_a_held_back_limits_probe_takes_its_groups_turn_for_the_fleet(
-    server: RedisProcess, client: aioredis.Redis
-) -> None:
-    """Limits whose last probe was refused take turns fleet-wide, per group: while p's probe of one holds
-    its group's turn, q's probe of another limit of that group is refused (nothing taken, for how long
-    said); of the other group, or not held back, it goes. p's verdict holds the turn for its share of the
-    wait, or frees it."""
-    p, q = make_fleet(server.url, "p"), make_fleet(server.url, "q")
-    p._up = q._up = True
-    await client.zadd("chaos:fleet", {"p": 1, "q": 1})
-    first = await p.confirm("glm-4.7", "p#1", 4, 10, ProbeClaim("glm-4.7", 10.0, 1, "lowered", 5.0))
-    assert first is not None and first.taken and first.turn_held == 0.0
-    assert (await turn(client, "lowered"))["lease"] == "p#1"
-    held = await q.confirm("glm-4.6", "q#1", 4, 10, ProbeClaim("glm-4.6", 10.0, 1, "lowered", 5.0))
-    assert held is not None and not held.taken and 4.0 < held.turn_held <= 5.0 and held.probe_held == 0.0
-    assert await client.zcard("chaos:slots:glm-4.6") == 0  # nothing taken, not its right either
-    assert await right(client, "glm-4.6") == {}
-    other_group = await q.confirm("glm-4.6", "q#2", 4, 10, ProbeClaim("glm-4.6", 10.0, 1, "highest", 5.0))
-    assert other_group is not None and other_group.taken
-    climbing = await q.confirm("glm-4.5", "q#3", 4, 10, ProbeClaim("glm-4.5", 10.0, 0))
-    assert climbing is not None and climbing.taken  # not held back: no turn to take
-    own = await p.confirm("glm-4.5-air", "p#2", 4, 10, ProbeClaim("glm-4.5-air", 10.0, 1, "lowered", 5.0))
-    assert own is not None and own.taken  # p's own turn: its own pacing decides
-    await q._answer_probe(ProbeClaim("glm-4.6", 0.0, 0, "lowered", 0.0), "q#1")  # not q's to free
-    await p._answer_probe(ProbeClaim("glm-4.5-air", 20.0, 2, "lowered", 2.0), "p#2")  # refused: its share
-    held_for = await turn(client, "lowered")
-    assert held_for["lease"] == "p#2" and 1_000 < float(held_for["free_in"]) <= 2_000
-    await p._answer_probe(ProbeClaim("glm-4.5-air", 0.0, 0, "lowered", 0.0), "p#2")  # clean: freed
-    assert await turn(client, "lowered") == {}
-    late = await q.confirm("glm-4.6", "q#4", 4, 10, ProbeClaim("glm-4.6", 10.0, 1, "lowered", 5.0))
-    assert late is not None and late.taken
-    for fleet in (p, q):
-        await fleet.close()
-
-
 async def test_release_removes_the_lease_and_tells_the_other_proxies(
     server: RedisProcess, client: aioredis.Redis
 ) -> None:
