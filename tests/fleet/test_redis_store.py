@@ -143,50 +143,6 @@ async def test_the_right_to_probe_is_taken_with_the_lease_and_only_its_holder_an
         await fleet.close()
 
 
-async def turn(client: aioredis.Redis, group: str) -> dict[str, float | str]:
-    """A group's turn as Redis holds it: whose lease, and ms until it is free."""
-    fields = {k.decode(): v.decode() for k, v in (await client.hgetall(f"chaos:turn:{group}")).items()}
-    if not fields:
-        return {}
-    seconds, micros = await client.time()
-    return {"lease": fields["lease"], "free_in": int(fields["free_at"]) - (seconds * 1000 + micros // 1000)}
-
-
-async def test_a_held_back_limits_probe_takes_its_groups_turn_for_the_fleet(
-    server: RedisProcess, client: aioredis.Redis
-) -> None:
-    """Limits whose last probe was refused take turns fleet-wide, per group: while p's probe of one holds
-    its group's turn, q's probe of another limit of that group is refused (nothing taken, for how long
-    said); of the other group, or not held back, it goes. p's verdict holds the turn for its share of the
-    wait, or frees it."""
-    p, q = make_fleet(server.url, "p"), make_fleet(server.url, "q")
-    p._up = q._up = True
-    await client.zadd("chaos:fleet", {"p": 1, "q": 1})
-    first = await p.confirm("glm-4.7", "p#1", 4, 10, ProbeClaim("glm-4.7", 10.0, 1, "lowered", 5.0))
-    assert first is not None and first.taken and first.turn_held == 0.0
-    assert (await turn(client, "lowered"))["lease"] == "p#1"
-    held = await q.confirm("glm-4.6", "q#1", 4, 10, ProbeClaim("glm-4.6", 10.0, 1, "lowered", 5.0))
-    assert held is not None and not held.taken and 4.0 < held.turn_held <= 5.0 and held.probe_held == 0.0
-    assert await client.zcard("chaos:slots:glm-4.6") == 0  # nothing taken, not its right either
-    assert await right(client, "glm-4.6") == {}
-    other_group = await q.confirm("glm-4.6", "q#2", 4, 10, ProbeClaim("glm-4.6", 10.0, 1, "highest", 5.0))
-    assert other_group is not None and other_group.taken
-    climbing = await q.confirm("glm-4.5", "q#3", 4, 10, ProbeClaim("glm-4.5", 10.0, 0))
-    assert climbing is not None and climbing.taken  # not held back: no turn to take
-    own = await p.confirm("glm-4.5-air", "p#2", 4, 10, ProbeClaim("glm-4.5-air", 10.0, 1, "lowered", 5.0))
-    assert own is not None and own.taken  # p's own turn: its own pacing decides
-    await q._answer_probe(ProbeClaim("glm-4.6", 0.0, 0, "lowered", 0.0), "q#1")  # not q's to free
-    await p._answer_probe(ProbeClaim("glm-4.5-air", 20.0, 2, "lowered", 2.0), "p#2")  # refused: its share
-    held_for = await turn(client, "lowered")
-    assert held_for["lease"] == "p#2" and 1_000 < float(held_for["free_in"]) <= 2_000
-    await p._answer_probe(ProbeClaim("glm-4.5-air", 0.0, 0, "lowered", 0.0), "p#2")  # clean: freed
-    assert await turn(client, "lowered") == {}
-    late = await q.confirm("glm-4.6", "q#4", 4, 10, ProbeClaim("glm-4.6", 10.0, 1, "lowered", 5.0))
-    assert late is not None and late.taken
-    for fleet in (p, q):
-        await fleet.close()
-
-
 async def test_release_removes_the_lease_and_tells_the_other_proxies(
     server: RedisProcess, client: aioredis.Redis
 ) -> None:
@@ -724,6 +680,7 @@ async def test_a_proxy_that_joined_just_before_redis_went_away_counts_in_the_oth
 # -- the right to probe a limit, one for the fleet -----------------------------------------------------
 
 INTERVAL = 5.0  # learning.probeIntervalSeconds, the default
+WAIT = 2 * INTERVAL  # a probe's wait after its first failed round
 
 
 @contextlib.asynccontextmanager
@@ -824,32 +781,32 @@ async def test_a_refused_probe_holds_the_right_for_the_probers_wait_and_the_next
     async with probing(server) as ((a, b), fleets):
         probe = await a.admit(Ticket("heavy"), timeout=0.2)
         assert probe is not None and probe.probe == "model"
-        a.ledger.error("h", zai_error("1302"), selection=probe)  # refused: a waits the interval
+        a.ledger.error("h", zai_error("1302"), selection=probe)  # refused: a waits twice the base wait
         assert a.release(probe)
         await until(lambda: not fleets[0]._background)
         held = await right(client)
-        assert held["refused"] == 1 and INTERVAL * 1000 - 1000 < float(held["free_in"]) <= INTERVAL * 1000
+        assert held["refused"] == 1 and WAIT * 1000 - 1000 < float(held["free_in"]) <= WAIT * 1000
         # the refusal came to b with a's slot: b waits as a does, counting it as its own refused probe
-        await until(lambda: b.limits.probe_wait("model", "h") == (INTERVAL, 1))
+        await until(lambda: b.limits.probe_wait("model", "h") == (WAIT, 1))
         assert await b.admit(Ticket("heavy"), timeout=0.1) is None and fleets[1].slots.probes_elsewhere == 0
         b_clock = b._clock
         assert isinstance(b_clock, FakeClock)
-        b_clock.advance(INTERVAL)  # past b's own wait, not a's right (Redis's clock): no probe goes
+        b_clock.advance(WAIT)  # past b's own wait, not a's right (Redis's clock): no probe goes
         assert await b.admit(Ticket("heavy"), timeout=0.1) is None and fleets[1].slots.probes_elsewhere == 1
         wait = b.limits.next_probe()
-        assert wait is not None and INTERVAL - 1.0 < wait <= INTERVAL  # what is left of the right's hold
+        assert wait is not None and WAIT - 1.0 < wait <= WAIT  # what is left of the right's hold
         # the right's wait over (on Redis's clock, and on b's): b probes, a's refusal counted as its own
         await client.hset("chaos:probe:h", "free_at", 0)
         b_clock.advance(wait)
         second = await b.admit(Ticket("heavy"), timeout=0.2)
         assert second is not None and second.probe == "model"
         b.ledger.error("h", zai_error("1302"), selection=second)
-        assert b.limits.probe_wait("model", "h") == (pytest.approx(2 * INTERVAL), 2)  # the fleet's second
+        assert b.limits.probe_wait("model", "h") == (pytest.approx(2 * WAIT), 2)  # the fleet's second
         assert b.release(second)
         await until(lambda: not fleets[1]._background)
         held = await right(client)
         assert str(held["lease"]).startswith("p1#") and held["refused"] == 2
-        assert 2 * INTERVAL * 1000 - 1000 < float(held["free_in"]) <= 2 * INTERVAL * 1000
+        assert 2 * WAIT * 1000 - 1000 < float(held["free_in"]) <= 2 * WAIT * 1000
 
 
 ACTIONS = ["take", "take", "take", "clean", "refuse", "release", "later"]

@@ -27,7 +27,7 @@ class Rig:
         self.clock = FakeClock()
         self.wall = FakeClock(WALL)
         self.limits = LearnedLimits(config or routing(), clock=self.clock, wall_clock=self.wall)
-        for _ in range(60):  # 1-s answers, 3-s refusals, as on the benchmark: a refusal costs 3 slot-times
+        for _ in range(60):  # 1-s answers, 3-s refusals unlent: a refusal costs (3 + 3) slot-times
             self.limits.served_for(1.0)
 
     def advance(self, seconds: float) -> None:
@@ -164,21 +164,21 @@ def test_a_probe_counted_within_its_limit_found_no_room_above_it(rig: Rig) -> No
     assert rig.limits.limit("a") == 4 and rig.limits.can_probe("a")
 
 
-def test_after_a_refused_probe_the_next_waits_the_probe_interval(rig: Rig) -> None:
+def test_after_a_refused_probe_the_next_waits_twice_the_base_wait(rig: Rig) -> None:
     rig.serve("a", 3)
     rig.limits.probe_sent("model", "a")
     rig.limits.refused("a", 4, 4, "model")
     assert rig.limits.limit("a") == 3
     assert not rig.limits.can_probe("a")
-    assert rig.limits.next_probe() == pytest.approx(5.0)
-    rig.advance(4.9)
+    assert rig.limits.next_probe() == pytest.approx(10.0, rel=0.01)
+    rig.advance(9.8)
     assert not rig.limits.can_probe("a")
-    rig.advance(0.1)
+    rig.advance(0.2)
     assert rig.limits.can_probe("a")
     assert rig.limits.next_probe() is None
 
 
-def test_each_refused_probe_doubles_the_wait_up_to_the_maximum(rig: Rig) -> None:
+def test_each_failed_round_doubles_the_wait_up_to_the_maximum(rig: Rig) -> None:
     rig.serve("a", 3)
     waits = []
     for _ in range(5):
@@ -189,51 +189,53 @@ def test_each_refused_probe_doubles_the_wait_up_to_the_maximum(rig: Rig) -> None
         waits.append(wait)
         rig.advance(wait)
         assert rig.limits.can_probe("a")
-    assert waits == pytest.approx([5.0, 10.0, 20.0, 30.0, 30.0])  # doubling, at most 30 s
+    assert waits == pytest.approx([10.0, 20.0, 30.0, 30.0, 30.0], rel=0.02)  # doubling, at most 30 s
 
 
-def test_a_probe_answered_resets_the_wait_of_limits_lowered_from_a_level_they_served(rig: Rig) -> None:
-    """z.ai moves its limits plan-wide: a limit that comes back says a lowered one may come back too; a
-    limit that never served more (the catalog right) keeps its wait."""
+def test_a_level_a_probe_opened_and_lowered_again_fails_its_round(rig: Rig) -> None:
+    """A soft band: a probe answered by luck opens a level the next requests pay for; once it is refused
+    again, the round failed, and the next probe waits as after a refused one."""
+    rig.serve("a", 3, times=12)
+    rig.limits.probe_sent("model", "a")
+    rig.limits.succeeded("a", 4, 4, "model")
+    assert rig.limits.limit("a") == 4 and rig.limits.can_probe("a")  # room found: the next goes at once
+    for _ in range(4):  # shared with the account (z.ai served 4 of "a" lately): half each
+        rig.limits.refused("a", 4, 4, None)
+    assert rig.limits.limit("a") == 3
+    assert rig.limits.probe_wait("model", "a") == (pytest.approx(10.0, rel=0.01), 1)
+
+
+def test_a_detected_restore_starts_every_limits_wait_over(rig: Rig) -> None:
+    """z.ai moves its limits plan-wide: a limit seen to come back (clean answers where z.ai refused every
+    request) says the others may have too, and their waits start over; a climb (clean answers at levels
+    never refused) says nothing."""
     rig.serve("a", 3, times=12)
     rig.serve("b", 10, times=12)
-    for _ in range(8):  # "a" now refused at 3, most of the time (lowered from a level it served)...
+    for _ in range(16):  # "a" now refused at 3 (a fall, detected: z.ai moved)...
         rig.limits.refused("a", 3, 3, None)
     assert rig.limits.limit("a") == 2
-    rig.limits.probe_sent("model", "a")
-    rig.limits.refused("a", 3, 3, "model")  # ...and its probe back up refused: it waits
+    rig.advance(31.0)  # ...long enough ago that the waits are their own again
     rig.limits.probe_sent("model", "b")
     rig.limits.refused("b", 11, 11, "model")  # "b" probed above anything it served: refused, it waits
-    assert not rig.limits.can_probe("a") and not rig.limits.can_probe("b")
-    rig.advance(5.0)
-    rig.limits.probe_sent("model", "b")
-    rig.limits.succeeded("b", 11, 11, "model")  # z.ai raised its limits
-    assert rig.limits.can_probe("a")  # lowered from where it served: its wait is reset
+    assert not rig.limits.can_probe("b")
+    for _ in range(2):  # "a" answered cleanly at 3, twice: restored
+        rig.limits.probe_sent("model", "a")
+        rig.limits.succeeded("a", 3, 3, "model")
+    assert rig.limits.limit("a") == 3
+    assert rig.limits.can_probe("b")  # its wait started over
 
 
-def test_a_clean_probe_that_follows_clean_ones_resets_no_other_limits_wait(rig: Rig) -> None:
-    """A climb (a limit above the catalog, or luck in a soft band: a band's first level answers most
-    requests) says nothing of the other limits: only a limit whose last probe found no room says, when
-    answered, that z.ai moved. In a band every clean probe reset every lowered limit, and all of them
-    probed into their own bands again."""
+def test_a_climb_starts_no_other_limits_wait_over(rig: Rig) -> None:
     rig.serve("a", 3, times=12)
     rig.serve("b", 10, times=12)
-    for _ in range(8):
-        rig.limits.refused("a", 3, 3, None)
     rig.limits.probe_sent("model", "a")
-    rig.limits.refused("a", 3, 3, "model")
-    assert rig.limits.limit("a") == 2 and not rig.limits.can_probe("a")
-    rig.advance(5.0)  # the wait after "a"'s first refused probe; after its second it waits 10 s
-    rig.limits.probe_sent("model", "a")
-    rig.limits.refused("a", 3, 3, "model")
+    rig.limits.refused("a", 4, 4, "model")
     for level in (11, 12):  # "b" climbs cleanly, twice
         rig.limits.probe_sent("model", "b")
         rig.limits.succeeded("b", level, level, "model")
     assert rig.limits.limit("b") == 12
     assert not rig.limits.can_probe("a")  # its wait stands
-    rig.advance(9.9)
-    assert not rig.limits.can_probe("a")
-    rig.advance(0.1)
+    rig.advance(10.0)
     assert rig.limits.can_probe("a")
 
 
@@ -258,117 +260,33 @@ def test_a_probe_never_answered_frees_its_turn_after_the_interval(rig: Rig) -> N
     assert rig.limits.can_probe("a")
 
 
-def test_limits_held_back_take_turns_spread_over_their_waits(rig: Rig) -> None:
-    """z.ai moves its limits plan-wide: one refused probe says the other limits held back would be refused
-    now too. So the next probe of any of them waits its share of that probe's wait (the wait over the
-    limits held back), and their probes spread over their waits instead of going, and being refused,
-    together: when z.ai moves, the next probe finds it within a share of the wait."""
+def test_a_probe_given_up_tells_the_limit_nothing_and_fails_its_round(rig: Rig) -> None:
     rig.serve("a", 3)
-    rig.serve("b", 10)
-    for model, count in (("a", 4), ("b", 11)):  # both refused once: held back, each waits 5 s
-        rig.limits.probe_sent("model", model)
-        rig.limits.refused(model, count, count, "model")
-    rig.advance(5.0)
-    assert rig.limits.can_probe("a") and rig.limits.can_probe("b")
-    rig.limits.probe_sent("model", "a")
-    rig.limits.refused("a", 4, 4, "model")  # "a" waits 10 s now; "b", its share of them: 5 s
-    assert rig.limits.next_probe() == pytest.approx(5.0)
-    rig.advance(4.9)
-    assert not rig.limits.can_probe("b")  # its own wait is over, its turn is not
-    rig.advance(0.1)
-    assert rig.limits.can_probe("b") and not rig.limits.can_probe("a")
-    rig.limits.probe_sent("model", "b")
-    rig.limits.succeeded("b", 11, 11, "model")  # z.ai moved: the turns start over
-    rig.limits.probe_sent("model", "b")
-    rig.limits.refused("b", 12, 12, "model")  # "b" refused one higher: held back alone, its own wait
-    assert rig.limits.next_probe() == pytest.approx(5.0)  # "a": 10 s from its refusal, 5 s ago
-
-
-def test_a_held_back_limits_turn_is_told_to_the_fleet_and_a_turn_held_elsewhere_holds_the_group(
-    rig: Rig,
-) -> None:
-    """The turns of the limits held back are the fleet's (`turn_wait`, `probe_claimed`): a held-back probe
-    holds its group's turn while it is out, and after its refusal for the group's share of the wait; a
-    turn another proxy holds keeps every probe of the group here waiting, not the other group's."""
-    rig.serve("a", 3)
-    rig.serve("b", 10)
-    assert rig.limits.turn_wait("model", "a") == ("", 0.0)  # never refused: no turn to take
-    for model, count in (("a", 4), ("b", 11)):  # both refused once: held back, at their highest
-        rig.limits.probe_sent("model", model)
-        rig.limits.refused(model, count, count, "model")
-    rig.advance(5.0)
-    rig.limits.probe_sent("model", "a")
-    assert rig.limits.turn_wait("model", "a") == ("highest", pytest.approx(5.0))  # held while it is out
-    rig.limits.refused("a", 4, 4, "model")  # "a" waits 10 s; the group, its share: 5 s
-    assert rig.limits.turn_wait("model", "a") == ("highest", pytest.approx(5.0))
-    rig.advance(5.0)
-    assert rig.limits.can_probe("b")
-    rig.limits.probe_sent("model", "b")
-    rig.limits.probe_claimed("model", "b", sent=False, turn_elsewhere=3.0)  # another proxy's turn
-    assert not rig.limits.can_probe("b") and rig.limits.next_probe() == pytest.approx(3.0)
-    rig.advance(3.0)
-    assert rig.limits.can_probe("b")
-
-
-def test_lowered_limits_take_their_turns_apart_from_limits_at_their_highest(rig: Rig) -> None:
-    """A limit lowered from a level z.ai served waits for a move of z.ai's; one at the highest level z.ai
-    ever served it says nothing of that move: the refused probes of the one never hold the other's turn."""
-    rig.serve("a", 3, times=12)
-    for _ in range(8):  # "a" now refused at 3, most of the time: lowered from a level it served
-        rig.limits.refused("a", 3, 3, None)
-    assert rig.limits.limit("a") == 2
-    rig.serve("b", 10)
-    for model, count in (("a", 3), ("b", 11)):  # both held back, each waits 5 s
-        rig.limits.probe_sent("model", model)
-        rig.limits.refused(model, count, count, "model")
-    rig.advance(5.0)
-    rig.limits.probe_sent("model", "b")
-    rig.limits.refused("b", 11, 11, "model")  # "b", at its highest, waits 10 s: "a"'s turn is its own
-    assert rig.limits.can_probe("a") and not rig.limits.can_probe("b")
-
-
-def test_a_probe_given_up_keeps_its_turn_until_its_refusal_would_have_come() -> None:
-    """Limits whose probe was refused take turns, one probe out among them: a probe given up after 0.5 s
-    would have been refused at 3 s at the earliest, so the next limit's probe waits until then, when
-    that is later than its share of the given-up probe's wait."""
-    rig = Rig(routing(learning={"probeIntervalSeconds": 2}))
-    rig.serve("a", 3)
-    rig.serve("b", 10)
-    for model, count in (("a", 4), ("b", 11)):  # both refused once: their probes take turns
-        rig.limits.probe_sent("model", model)
-        rig.limits.refused(model, count, count, "model")
-    rig.advance(2.0)
-    assert rig.limits.can_probe("a") and rig.limits.can_probe("b")
     rig.limits.probe_sent("model", "a")
     rig.advance(0.5)
     rig.limits.probe_given_up("model", "a")
-    assert rig.limits.limit("a") == 3 and not rig.limits.view("a").probing  # it told the limit nothing
-    assert not rig.limits.can_probe("a")  # its own next probe waits as after a refusal (doubled: 4 s)
-    assert not rig.limits.can_probe("b")
-    rig.advance(2.4)  # "b"'s share of those 4 s is over...
-    assert not rig.limits.can_probe("b")
-    rig.advance(0.1)  # ...and now 3 s have passed since "a"'s probe was sent
-    assert rig.limits.can_probe("b")
+    assert rig.limits.limit("a") == 3 and not rig.limits.view("a").probing
+    assert rig.limits.probe_wait("model", "a") == (pytest.approx(10.0, rel=0.01), 1)
 
 
 def test_the_wait_a_fleet_is_told_is_the_probers_own(rig: Rig) -> None:
-    """What the right to probe is held for, fleet-wide: the interval while the probe is out (as one proxy's
+    """What the right to probe is held for, fleet-wide: the base wait while the probe is out (as one proxy's
     next probe waits for an unanswered one), nothing once it is answered cleanly, the doubled wait after
-    each refusal."""
+    each failed round; and the failed rounds."""
     rig.serve("a", 3)
     assert rig.limits.probe_wait("model", "a") == (0.0, 0)
     rig.limits.probe_sent("model", "a")
     assert rig.limits.probe_wait("model", "a") == (5.0, 0)
     rig.limits.refused("a", 4, 4, "model")
-    assert rig.limits.probe_wait("model", "a") == (5.0, 1)
-    rig.advance(5.0)
-    rig.limits.probe_sent("model", "a")
-    rig.limits.refused("a", 4, 4, "model")
-    assert rig.limits.probe_wait("model", "a") == (10.0, 2)
+    assert rig.limits.probe_wait("model", "a") == (pytest.approx(10.0, rel=0.01), 1)
     rig.advance(10.0)
     rig.limits.probe_sent("model", "a")
+    rig.limits.refused("a", 4, 4, "model")
+    assert rig.limits.probe_wait("model", "a") == (pytest.approx(20.0, rel=0.02), 2)
+    rig.advance(20.0)
+    rig.limits.probe_sent("model", "a")
     rig.limits.succeeded("a", 4, 4, "model")
-    assert rig.limits.probe_wait("model", "a") == (0.0, 0)
+    assert rig.limits.probe_wait("model", "a") == (0.0, 2)
 
 
 def test_a_probe_whose_right_another_proxy_holds_is_no_probe_and_waits_for_the_right(rig: Rig) -> None:
@@ -381,10 +299,10 @@ def test_a_probe_whose_right_another_proxy_holds_is_no_probe_and_waits_for_the_r
     assert not rig.limits.can_probe("a") and rig.limits.next_probe() == pytest.approx(3.0)
     rig.advance(3.0)
     assert rig.limits.can_probe("a")
-    # the fleet counted two refused probes in a row: a refusal here waits as the fleet's third would
+    # the fleet counted two failed rounds: a refusal here waits as the fleet's third would
     rig.limits.probe_sent("model", "a")
     rig.limits.refused("a", 4, 4, "model")
-    assert rig.limits.probe_wait("model", "a") == (20.0, 3)
+    assert rig.limits.probe_wait("model", "a") == (30.0, 3)
 
 
 def test_a_probe_whose_slot_another_proxy_took_first_is_no_probe_and_may_go_again(rig: Rig) -> None:
@@ -398,12 +316,12 @@ def test_a_probe_answered_cleanly_on_another_proxy_frees_the_limits_next_probe_h
     rig.serve("a", 3)
     rig.limits.probe_sent("model", "a")
     rig.limits.refused("a", 4, 4, "model")  # refused here: this proxy waits...
-    rig.advance(5.0)
+    rig.advance(10.0)
     rig.limits.probe_sent("model", "a")
     rig.limits.probe_claimed("model", "a", sent=False, held_elsewhere=4.0)  # ...then another proxy probes
     assert not rig.limits.can_probe("a")
     rig.limits.probe_answered_elsewhere("model", "a")  # and its probe is answered cleanly
-    assert rig.limits.can_probe("a") and rig.limits.probe_wait("model", "a") == (0.0, 0)
+    assert rig.limits.can_probe("a") and rig.limits.probe_wait("model", "a") == (0.0, 1)
 
 
 def test_an_account_probe_raises_the_account_limit(rig: Rig) -> None:
@@ -440,13 +358,17 @@ def test_what_was_learned_fades_back_to_the_catalog(rig: Rig) -> None:
     assert rig.limits.view("a").reason == "faded toward the catalog"
 
 
-def test_a_refusals_cost_follows_what_the_pool_saw(rig: Rig) -> None:
-    start = rig.limits.cost
-    for _ in range(50):
+def test_a_refusals_price_is_the_time_it_blocks_its_slot_and_the_declared_cost(rig: Rig) -> None:
+    """The price in slot-times (`evidence.goodput`): the refusal's delay when its attempt kept its place,
+    the patience when it lent it, plus `refusalCostSeconds` (3 s), over a slot's time to serve."""
+    for _ in range(80):
         rig.limits.refusal_took(3.0)
-        rig.limits.served_for(30.0)  # long answers: a refusal costs a tenth of a slot's time
-    assert rig.limits.cost == pytest.approx(0.1, rel=0.05)
-    assert rig.limits.cost < start
+        rig.limits.served_for(30.0)  # long answers: a refusal costs a fifth of a slot's time
+    assert rig.limits.cost == pytest.approx((3.0 + 3.0) / 30.0, rel=0.02)
+    for _ in range(80):
+        rig.limits.lent_after(0.25)
+        rig.limits.refusal_took(3.0, lent=True)  # its place lent after 0.25 s: blocked that long
+    assert rig.limits.cost == pytest.approx((0.25 + 3.0) / 30.0, rel=0.02)
 
 
 def test_reset_forgets_everything(rig: Rig) -> None:

@@ -241,15 +241,22 @@ class LearningSettings(_Base):
         default=5.0,
         gt=0,
         le=3600,
-        description="no probe above a limit within this long of an over-limit answer",
+        description="the base wait of a limit's probes (`learning.explore`): none within this long of an "
+        "over-limit answer, and, while z.ai moved lately, none more apart",
     )
     probe_backoff_max_seconds: Float = Field(
         default=60.0,
         gt=0,
         le=86_400,
-        description="each refused probe doubles the wait before the next probe of that limit, up to this; "
-        "a probe answered after a refused one resets the wait of every limit lowered from a level z.ai "
-        "served (z.ai moves its limits plan-wide)",
+        description="each failed exploration round doubles the wait before the next probe of that limit, "
+        "up to this; a detected change of z.ai's limits starts every wait over",
+    )
+    refusal_cost_seconds: Float = Field(
+        default=3.0,
+        ge=0,
+        le=3600,
+        description="what a refusal costs beyond the time it blocks its slot (a retry, a log line, z.ai's "
+        "goodwill), in slot-seconds: the price a level's refusals are weighed at (`learning.evidence`)",
     )
     drift_seconds: Float = Field(
         default=600.0, gt=0, le=30 * 86_400, description="a limit nobody confirmed for this long steps back"

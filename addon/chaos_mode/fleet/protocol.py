@@ -3,8 +3,7 @@
 The protocol between proxies: keys (with a prefix, `chaos:` by default)
 `slots:{model}` and `account` (sorted sets of lease ids scored by expiry, ms on Redis's clock), `fleet`
 (proxy ids scored by when each was last seen), `seq` (the change number), `limits` (a hash of learned
-limits), `probe:{model or *account}` (the right to probe that limit, below), `turn:{group}` (the turn of
-the limits held back, below); channels `freed:{proxy id}`
+limits), `probe:{model or *account}` (the right to probe that limit, below); channels `freed:{proxy id}`
 (the leases the others take and give back), `freed` (what every proxy hears: a request began to wait, a
 probe was answered cleanly, a proxy left) and `blocks` (cooldowns and the like, JSON). The scripts are
 the files of `lua/`; the rest is pure text and parsing, and `redis_store` runs it.
@@ -16,11 +15,7 @@ the slot is refused (nothing is taken) and the answer says for how long; taken, 
 interval from now. Its verdict (PROBE_ANSWERED, from the proxy whose lease it holds): answered cleanly,
 the key is deleted and every proxy told (`!`), so the next probe anywhere may follow at once; refused or
 given up, `free_at` is the prober's wait and `refused` its count. The key outlives `free_at` by
-`PROBE_MEMORY_MS`, keeping the count. **So are the turns of the limits held back** (their last probe
-refused, `learning.limits`): `turn:{lowered or highest}`, a hash of `lease` and `free_at`, claimed in the
-same CONFIRM by a held-back limit's probe (held elsewhere: the slot is refused, and the answer says for how
-long) and held while it is out, then freed by a clean answer or held for the prober's group's share of its
-wait (PROBE_ANSWERED).
+`PROBE_MEMORY_MS`, keeping the count.
 
 **A notice says what z.ai serves of its sender's slots** (`model=n,...`, the slots z.ai answered cleanly
 and still streams; the one a lease is taken for counts as served until the sender's next notice, but a

@@ -132,10 +132,6 @@ class RedisFleet:
         """The right to probe `limit` (a model, or ACCOUNT)."""
         return f"{self.prefix}probe:{limit}"
 
-    def turn_key(self, group: str) -> str:
-        """The turn of the limits held back in `group` (see `learning.limits`)."""
-        return f"{self.prefix}turn:{group}"
-
     def _lease_keys(self, model: str) -> tuple[str, str, str, str]:
         """The keys CONFIRM and RELEASE touch for a lease of `model`."""
         return (self.key(model), self._account, self._seq, self._fleet)
@@ -176,21 +172,16 @@ class RedisFleet:
         if probe is not None:
             keys += (self.probe_key(probe.limit),)
             args += (_ms(probe.seconds), probe.refused, PROBE_MEMORY_MS)
-            if probe.turn:
-                keys += (self.turn_key(probe.turn),)
-                args += (_ms(probe.turn_seconds),)
         connection = self._connection
         try:
             async with asyncio.timeout(self.timeout):
-                taken, in_flight, total, seq, held_ms, refused, turn_ms = await self._confirm(
-                    keys=keys, args=args
-                )
+                taken, in_flight, total, seq, held_ms, refused = await self._confirm(keys=keys, args=args)
         except (RedisError, OSError, TimeoutError) as exc:
             self._call_failed(exc, connection)
             return None
         self.confirms += 1
-        held, turn = int(held_ms) / 1000, int(turn_ms) / 1000
-        return Verdict(bool(taken), int(in_flight), int(total), int(seq), held, int(refused), turn)
+        held = int(held_ms) / 1000
+        return Verdict(bool(taken), int(in_flight), int(total), int(seq), held, int(refused))
 
     def probe_answered(self, claim: ProbeClaim, lease: str) -> None:
         if self._up or self._rejoining:
@@ -199,8 +190,8 @@ class RedisFleet:
     async def _answer_probe(self, claim: ProbeClaim, lease: str) -> None:
         connection = self._connection
         tail = notice_tail(self.slots.notice("!", claim.limit))
-        keys: tuple[str, ...] = (self.probe_key(claim.limit),)
-        args: tuple[str | int, ...] = (
+        keys = (self.probe_key(claim.limit),)
+        args = (
             lease,
             _ms(claim.seconds),
             claim.refused,
@@ -208,9 +199,6 @@ class RedisFleet:
             self._channel,
             tail,
         )
-        if claim.turn:
-            keys += (self.turn_key(claim.turn),)
-            args += (_ms(claim.turn_seconds),)
         try:
             async with asyncio.timeout(self.timeout):
                 await self._probe_answered(keys=keys, args=args)

@@ -40,7 +40,7 @@ import itertools
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from chaos_mode.routing.slots import CONFIRMED, Confirmation, ProbeClaim, Seen
@@ -70,8 +70,6 @@ class Verdict:
     seq: int = 0  # the store's change number after it (see `Notice`)
     probe_held: float = 0.0  # a probe's slot not taken: seconds another proxy holds its limit's right still
     refused_probes: int = 0  # a probe's limit: its probes refused in a row, as the fleet counts them
-    # a held-back limit's probe not taken: seconds another proxy holds its group's turn still
-    turn_held: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,8 +187,8 @@ class SharedSlots:
         # say).
         self._promised: dict[str, list[float]] = {}
         self.held_back = 0  # freed slots left to the other proxies' waiters
-        # limit -> the lease id its right to probe (and, held back, its group's turn: "" for none) is held by
-        self._probe_rights: dict[str, tuple[str, str]] = {}
+        # limit -> the lease id its right to probe is held by
+        self._probe_rights: dict[str, str] = {}
         # What each other proxy last said z.ai serves of its slots, per model.
         self._serving_there: dict[str, Mapping[str, int]] = {}
         self._overdue_there: dict[str, Mapping[str, int]] = {}  # and its attempts riding above the limits
@@ -360,25 +358,21 @@ class SharedSlots:
         if verdict.taken:
             self._hold(model, lease)
             if probe is not None:
-                self._probe_rights[probe.limit] = (lease, probe.turn)
+                self._probe_rights[probe.limit] = lease
         else:
             self._refused[model] = self._refused.get(model, 0) + 1
-            if verdict.probe_held > 0.0 or verdict.turn_held > 0.0:
+            if verdict.probe_held > 0.0:
                 self.probes_elsewhere += 1
         self._seen(model, verdict.in_flight, verdict.total, verdict.seq)
-        return Confirmation(verdict.taken, verdict.probe_held, verdict.refused_probes, verdict.turn_held)
+        return Confirmation(verdict.taken, verdict.probe_held, verdict.refused_probes)
 
     def probe_answered(self, claim: ProbeClaim) -> None:
-        taken = self._probe_rights.get(claim.limit)
-        if taken is None or self.fleet is None or not self._sent_to_store():
+        lease = self._probe_rights.get(claim.limit)
+        if lease is None or self.fleet is None or not self._sent_to_store():
             return  # not taken in the store (it was away): nothing there to free or hold
-        lease, turn = taken
         if claim.seconds <= 0.0:
             del self._probe_rights[claim.limit]
-        elif claim.turn_seconds <= 0.0:
-            self._probe_rights[claim.limit] = (lease, "")  # the turn is freed now: nothing more to answer
-        # the turn taken with the probe (its group then) is the one to free or hold
-        self.fleet.probe_answered(replace(claim, turn=turn), lease)
+        self.fleet.probe_answered(claim, lease)
 
     def _sent_to_store(self) -> bool:
         """Whether leases taken and given back now go to the store: with the fleet, or rejoining it."""

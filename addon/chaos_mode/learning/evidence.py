@@ -22,16 +22,15 @@ One estimator, three rules:
    for every `CONTRADICTED_HALF_LIFE` between the two: they speak of a z.ai that has since moved (a limit
    halved, then restored), unless the side contradicted speaks again. While both kinds keep coming (noise,
    a band) the gap is short and so is the discount.
-2. **A level is refused** when using it loses answers. Operating at n (a full pool sends every request
-   at its top level), z.ai answers n·(1 - p(n)) slots' worth while each refusal costs its request `cost`
-   slot-times (z.ai's 3-6 s to refuse, over how long a slot serves): over levels refused at `NOISE`, n pays
-   while p(n) is at most tau_n = NOISE + (1/(1 + cost) - NOISE) / n, a threshold set by the price alone.
-   Level n is refused when the evidence of n with the levels just under it (each window of up to `WINDOW`
-   levels ending at n: p never falls as n grows, so their rate is at most p(n)) holds more refusals than
-   tau_n explains: an exact binomial test (a prior clean answer included) at `SIGNIFICANCE`. Refusals
+2. **A level is refused** when using it loses answers (`goodput`). Operating at n (a full pool sends
+   every request at its top level), each slot answers at the rate `goodput` gives for p(n); level n pays
+   over n - 1 (refused at `NOISE`) while p(n) is at most `tolerated(n, cost)`, a threshold set by the price
+   alone. Level n is refused when the evidence of n with the levels just under it (each window of up to
+   `WINDOW` levels ending at n: p never falls as n grows, so their rate is at most p(n)) holds more refusals
+   than tau_n explains: an exact binomial test (a prior clean answer included) at `SIGNIFICANCE`. Refusals
    above a level say nothing of it. The thresholds do not depend on the evidence, so a refusal never
    raises a limit and a clean answer never lowers one. One refusal never passes (one in two tries is that
-   likely at `NOISE`); two at a level nobody was served at do (a hard limit is found at its second
+   likely at `NOISE`); two at a level nobody was served at do (`UNSERVED`: a hard limit is found at its second
    refusal); noise under tau_n moves no limit; a band that rises over it does (a soft limit, a fallen one).
 3. **A level is served** when z.ai answered cleanly at it or above it (its memory holds such an answer),
    or when it is within the catalog's value. **The limit is the highest served level under the lowest
@@ -57,6 +56,11 @@ PRIOR: Final = 1.0  # a clean answer assumed at every level before any is seen (
 # as likely as one refusal in two tries at the noise rate (one refusal and the prior), so that one refusal
 # alone never refuses a level.
 SIGNIFICANCE: Final = 1.0 - (1.0 - NOISE) ** 2
+# The highest rate a level z.ai never served (no clean answer remembered at it or above) is held to: under
+# it, two refusals there (with the prior clean answer, the first faded by the second) are less likely than
+# `SIGNIFICANCE`, so that a hard limit is found at its second refusal even where a refusal costs little
+# (levels 1 to 3 at a price of 3 slot-times). Nothing says such a level is worth a slot.
+UNSERVED: Final = 1.0 / 6.0
 # The half-life of a word contradicted by a newer one (rule 1): z.ai's quickest refusal. A z.ai that still
 # served a level would have answered there again within that; one that moved has not.
 CONTRADICTED_HALF_LIFE: Final = EARLIEST_REFUSAL_SECONDS
@@ -76,6 +80,26 @@ class Level:
     at: float = 0.0  # when these weights were last brought up to date (monotonic)
     clean_at: float = -math.inf  # the latest clean answer here
     refused_at: float = -math.inf  # the latest refusal here
+
+
+def goodput(refused: float, cost: float) -> float:
+    """What one slot answers per slot-time when z.ai refuses its requests at the rate `refused`: a clean
+    request holds the slot one slot-time (the pool's moving average of its requests' service), a refused one
+    `cost` slot-times (the time it blocks the slot, plus what a refusal costs beyond time:
+    `LearnedLimits.cost`). A refused request is sent again, so a refusal loses its time, not its answer:
+    (1 - p) / ((1 - p) + p * cost)."""
+    return (1.0 - refused) / ((1.0 - refused) + refused * cost)
+
+
+def tolerated(level: int, cost: float) -> float:
+    """tau_n: the highest refusal rate at which `level` answers at least as much as the level under it does
+    at `NOISE`, level * goodput(tau_n) = (level - 1) * goodput(NOISE) (level 1 is held to level 2's rate). In
+    odds x = p / (1 - p): x_n = (n * (1 + cost * x_noise) - (n - 1)) / (cost *
+    (n - 1))."""
+    under = max(level - 1, 1)
+    noise = NOISE / (1.0 - NOISE)
+    odds = ((under + 1) * (1.0 + cost * noise) - under) / (cost * under)
+    return odds / (1.0 + odds)
 
 
 def chance_of_as_many(refused: float, total: float, rate: float) -> float:
@@ -188,14 +212,14 @@ class LevelEvidence:
         """The lowest level refused (rule 2), else None. `cost`: a refusal's cost in slot-times (how long z.ai
         takes to refuse over how long a slot serves); `weights`: `_weights(now)`, when already worked out."""
         weights = self._weights(now) if weights is None else weights
-        rise = max(1.0 / (1.0 + cost) - NOISE, 0.0)  # the rise of p over the noise a slot's answers pay for
         top = len(weights) - 1  # the highest level observed: the windows above it read up to it
         refusals = [refused for _, refused in weights]
+        served = max((n for n in range(1, top + 1) if weights[n][0] >= SERVED_WEIGHT), default=0)
         for level in range(1, min(top + WINDOW, self.ceiling + 2)):
             lowest = max(level - WINDOW + 1, 1)
             if sum(refusals[lowest : level + 1]) <= 1.0:
                 continue  # one refusal never passes
-            pays = NOISE + rise / level  # tau_n: the highest rate worth the level
+            pays = tolerated(level, cost) if level <= served else min(tolerated(level, cost), UNSERVED)
             refused = clean = 0.0
             for under in range(min(level, top), lowest - 1, -1):
                 clean += weights[under][0]

@@ -11,41 +11,25 @@ the lowest it refuses with confidence. What feeds it, and what the pool may do a
   (from its sending to the verdict: a limit that fell, however often the level was served before; a wrong
   model limit costs one model's slots, a wrong account limit all); otherwise it is shared in proportion to
   how likely each is to refuse at its level (its refusals there against the clean answers at it and above).
-- **Probes** are the pool's, for a request that would otherwise wait: one above a limit at a time, only once
-  z.ai answered cleanly at the limit (a guess nobody tried is not worth a refusal to go above), none within
-  `probeIntervalSeconds` of a refusal of the limit at any level (p never falls as n grows: z.ai refusing at
-  or under the limit refuses above it too), and, after a refused probe, a wait that doubles with each
-  refused probe up to `probeBackoffMaxSeconds`. Limits whose last probe was refused take turns (one such
-  probe in flight in the pool), so a pool at its true limits sees one refused probe at a time, and their
-  turns spread over their waits, in two groups: the limits lowered from a level z.ai served them (a move of
-  z.ai's brings them back) and those at their highest. z.ai moves its limits plan-wide, so a refused probe
-  says the others' of its group would be refused now too, and the next of them waits its share of its wait
-  (the wait over the limits of the group held back; a probe given up, until its refusal would have come): a
-  move is found within a share of the wait, not after every limit's wait ran out at once. A probe answered
-  cleanly above its limit lets its limit's next probe follow at once; counted at or under it, it found the
-  room a request z.ai was refusing left, says nothing of the level above, and a pause set since (a
-  refusal's) stands. Answered above after a refused one, it says z.ai moved the
-  limit: it also resets the wait of every limit lowered from a level z.ai served it (z.ai moves its limits
-  plan-wide, off-peak; a limit that never served more keeps its wait). Answered after clean ones (a climb,
-  or a soft band's luck: a band's first level answers most requests) it says nothing of the other limits. A
-  probe given up unanswered (its request took a slot within the limits) counts as refused for pacing only:
-  it tells the limit nothing.
+- **Probes** are the pool's, for a request that would otherwise wait: one above a limit at a time, only
+  once z.ai answered cleanly at the limit (a guess nobody tried is not worth a refusal to go above), paced
+  by `explore`: a backoff per limit, and a change detector per limit whose firing alone tells the other
+  limits that z.ai moved. A probe answered cleanly counts as one only above its limit: counted at or under
+  it, it found the room a request z.ai was refusing left, and says nothing of the level above. A probe
+  given up unanswered (its request took a slot within the limits) fails its round for pacing only: it
+  tells the limit nothing.
 - **A fleet learns and probes as one.** Proxies sharing a store (`chaos_state`) learn from one body of
   evidence: every verdict a proxy has goes to the others as it comes, and counts there as theirs
   (evidence, and a refused probe's pacing: a clean one's comes with the right freed), at the levels it
-  counted; what z.ai serves at once counts the other
-  proxies' slots as they say z.ai serves them (`routing.pool`), never one z.ai has not answered yet. A
-  limit another proxy learned is taken only on joining the fleet (it replaces the evidence with its
-  value). The right to probe each limit is one for the fleet: a probe goes only with it, and it is held
-  while the probe is out (at most `probeIntervalSeconds`, as one proxy's next probe waits for an
-  unanswered one), freed at once when the probe is answered cleanly (another proxy's next probe may follow
-  at once, as this proxy's own: `probe_answered_elsewhere`), and held for the prober's wait when it is
-  refused or given up. A proxy that finds it held sends no probe there until it is free: not a refused
-  probe, nothing learned; it counts the limit's refused probes in a row as the fleet counted them, so its
-  own next refusal waits as long as the fleet's next would. **The turns of the limits held back are the
-  fleet's too**: a held-back limit's probe also takes its group's turn (`turn_wait`), held while it is out
-  and, once refused or given up, for the share its prober's group waits, so N proxies send one refused
-  probe at a time, as one does. The store gone, each proxy learns and probes on its own.
+  counted; what z.ai serves at once counts the other proxies' slots as they say z.ai serves them
+  (`routing.pool`), never one z.ai has not answered yet. A limit another proxy learned is taken only on
+  joining the fleet (it replaces the evidence with its value). The right to probe each limit is one for
+  the fleet: a probe goes only with it, and it is held while the probe is out (at most the base wait, as
+  one proxy's next probe waits for an unanswered one), freed at once when the probe is answered cleanly
+  (`probe_answered_elsewhere`), and held for the prober's wait when it is refused or given up. A proxy that
+  finds it held sends no probe there until it is free: not a refused probe, nothing learned; it counts the
+  limit's failed rounds as the fleet counted them, so its own next wait is as long as the fleet's. The
+  store gone, each proxy learns and probes on its own.
 - **What was learned fades** with a half-life of `driftSeconds`: a limit nobody confirms goes back to the
   catalog's value, and a level refused long ago may be tried again.
 
@@ -56,19 +40,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from chaos_mode.config.schema import LearningSettings, ModelRouting
 from chaos_mode.learning.evidence import LevelEvidence
+from chaos_mode.learning.explore import Detector, Exploration, Pace
 from chaos_mode.zai.catalog import ACCOUNT
 from chaos_mode.zai.timing import EARLIEST_REFUSAL_SECONDS
 
 Clock = Callable[[], float]
 Probe = Literal["model", "account"]
 
-# A refusal's cost, in slot-times: how long z.ai takes to refuse over how long a slot serves a clean
-# request, each a moving average of what the pool sees (these before the first of each).
+# A refusal's price, in slot-times (`evidence.goodput`): the seconds it blocks its slot (z.ai's time to
+# refuse; the patience, when its place is lent) and `learning.refusalCostSeconds`, over a slot's time to
+# serve a clean request; each a moving average of what the pool sees (these before the first of each).
 REFUSAL_START_SECONDS: Final = EARLIEST_REFUSAL_SECONDS
 SERVICE_START_SECONDS: Final = 3.0
 AVERAGE_WEIGHT: Final = 0.1  # of each new duration in the moving averages
@@ -86,15 +72,14 @@ TICK_SECONDS: Final = 1.0  # how often fading is looked at
 @dataclass(slots=True)
 class Limit:
     """One learned limit: its evidence, the value in force (None: none known, the account's before any
-    refusal) and the state of its probes."""
+    refusal), the pace of its probes and its change detector."""
 
     evidence: LevelEvidence
     value: int | None
     reason: str = "catalog"
     changed_at: float | None = None  # wall clock of the last change; None: never changed
-    probe_since: float | None = None  # a probe sent and not yet answered (monotonic)
-    no_probe_until: float = -math.inf  # after a refused probe (monotonic)
-    refused_probes: int = 0  # refused in a row since a probe was answered cleanly anywhere
+    explore: Exploration = field(default_factory=Exploration)
+    detector: Detector = field(default_factory=Detector)
 
     @property
     def start(self) -> int | None:
@@ -103,11 +88,6 @@ class Limit:
     @property
     def ceiling(self) -> int:
         return self.evidence.ceiling
-
-    @property
-    def held_back(self) -> bool:
-        """Its last probe was refused: its probes take turns with the other such limits'."""
-        return self.refused_probes > 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,10 +112,9 @@ class LearnedLimits:
         self._models: dict[str, Limit] = {}
         self._account = self._new(None, 1)
         self._next_tick = -math.inf
-        # the next probe of a limit held back (its last probe refused) goes no sooner (monotonic), for the
-        # limits lowered (True) and those at their highest (False): they take turns, spread over their waits
-        self._next_turn = _no_turns()
-        self._refusal_seconds = REFUSAL_START_SECONDS
+        self._pace = Pace(config.learning.probe_interval_seconds, 1.0, self._fade)
+        self._blocked_seconds = REFUSAL_START_SECONDS
+        self._patience_seconds: float | None = None
         self._service_seconds = SERVICE_START_SECONDS
         self.version = 0  # bumped on every change of a value: the pool rebuilds what it derives from them
         self.reconfigure(config)
@@ -147,9 +126,11 @@ class LearnedLimits:
         """Follow a new config: limits whose starting value and ceiling did not change are kept."""
         settings = config.learning
         self._enabled = settings.enabled
-        self._interval = settings.probe_interval_seconds
-        self._backoff_max = max(settings.probe_backoff_max_seconds, settings.probe_interval_seconds)
         self._fade = settings.drift_seconds
+        self._pace.base = settings.probe_interval_seconds
+        self._pace.most = max(settings.probe_backoff_max_seconds, settings.probe_interval_seconds)
+        self._pace.fade = self._fade
+        self._refusal_cost = settings.refusal_cost_seconds
         models: dict[str, Limit] = {}
         for name, spec in config.models.items():
             start, ceiling = spec.max_concurrency, self._ceiling(spec.max_concurrency, spec.ceiling, settings)
@@ -180,10 +161,10 @@ class LearnedLimits:
 
     @property
     def cost(self) -> float:
-        """What a refusal costs its request, in slot-times (see `evidence`): z.ai's time to refuse over a
-        slot's time to serve, as the pool saw them lately."""
+        """A refusal's price in slot-times (`evidence.goodput`): the seconds it blocks its slot, plus
+        `learning.refusalCostSeconds`, over a slot's time to serve, as the pool saw them lately."""
         low, high = COST_RANGE
-        return min(max(self._refusal_seconds / self._service_seconds, low), high)
+        return min(max((self._blocked_seconds + self._refusal_cost) / self._service_seconds, low), high)
 
     @property
     def enabled(self) -> bool:
@@ -208,41 +189,16 @@ class LearnedLimits:
 
     def _probe_ready(self, entry: Limit, now: float) -> float | None:
         """When (monotonic) a probe above `entry` becomes allowed; None: not before new evidence (no value,
-        at the ceiling, or z.ai never answered cleanly at its value)."""
-        value = entry.value
-        if value is None or value >= entry.ceiling or not entry.evidence.answered_at(value, now):
+        or at the ceiling, or z.ai never answered cleanly at its value)."""
+        value, evidence = entry.value, entry.evidence
+        if value is None or value >= entry.ceiling or not evidence.answered_at(value, now):
             return None
-        ready = max(entry.no_probe_until, self._out_until(entry))
-        # held back, it waits for its group's turn; which group is asked (a pass over the evidence) only
-        # when a turn is later than the rest of its wait
-        if entry.held_back and max(self._next_turn.values()) > ready:
-            ready = max(ready, self._next_turn[self._lowered(entry, now)])
-        return ready
-
-    def _out_until(self, entry: Limit) -> float:
-        """Until when (monotonic) `entry`'s probe out, unanswered, holds its next one: the interval."""
-        return -math.inf if entry.probe_since is None else entry.probe_since + self._interval
-
-    @staticmethod
-    def _lowered(entry: Limit, now: float) -> bool:
-        """Whether `entry` is under a level z.ai served it (a move of z.ai's would bring it back)."""
-        return entry.value is not None and entry.value < entry.evidence.served_level(now)
+        return entry.explore.due(now, self._pace)
 
     def _probe_due(self, entry: Limit) -> bool:
-        """Due, and, for a limit whose last probe was refused, its turn: the only such probe in flight, and
-        no sooner than its share of the last such refusal's wait (`_probe_refused`). Limits never refused,
-        or whose last probe found room, probe side by side."""
         now = self._clock()
         ready = self._probe_ready(entry, now)
-        if ready is None or ready > now:
-            return False
-        if not entry.held_back:
-            return True
-        for other in self._all():
-            since = other.probe_since
-            if other is not entry and other.held_back and since is not None and now - since < self._interval:
-                return False
-        return True
+        return ready is not None and ready <= now
 
     def next_probe(self) -> float | None:
         """Seconds until the next probe becomes allowed somewhere (to wake waiters), else None."""
@@ -269,14 +225,22 @@ class LearnedLimits:
             entry.value,
             entry.reason,
             entry.changed_at,
-            entry.probe_since is not None,
+            entry.explore.probe_since is not None,
         )
 
     # -- evidence ---------------------------------------------------------------------------------
 
-    def refusal_took(self, seconds: float) -> None:
-        """A refusal came `seconds` after its request was sent."""
-        self._refusal_seconds += AVERAGE_WEIGHT * (max(seconds, 0.0) - self._refusal_seconds)
+    def refusal_took(self, seconds: float, *, lent: bool = False) -> None:
+        """A refusal came `seconds` after its request was sent; `lent`: its attempt had lent its place (it
+        blocked its slot only for the patience, `lent_after`)."""
+        blocked = self._patience_seconds if lent and self._patience_seconds is not None else seconds
+        self._blocked_seconds += AVERAGE_WEIGHT * (max(blocked, 0.0) - self._blocked_seconds)
+
+    def lent_after(self, seconds: float) -> None:
+        """An attempt with no head lent its place `seconds` after it was sent (its patience)."""
+        if self._patience_seconds is None:
+            self._patience_seconds = max(seconds, 0.0)
+        self._patience_seconds += AVERAGE_WEIGHT * (max(seconds, 0.0) - self._patience_seconds)
 
     def served_for(self, seconds: float) -> None:
         """A clean request held its slot `seconds` from sending to its end."""
@@ -284,80 +248,55 @@ class LearnedLimits:
             self._service_seconds += AVERAGE_WEIGHT * (seconds - self._service_seconds)
 
     def probe_sent(self, kind: Probe, model: str) -> None:
-        entry = self._account if kind == "account" else self._models.get(model)
+        entry = self._entry(kind, model)
         if entry is not None:
-            entry.probe_since = self._clock()
+            entry.explore.probe_since = self._clock()
+
+    def _entry(self, kind: Probe, model: str) -> Limit | None:
+        return self._account if kind == "account" else self._models.get(model)
 
     def probe_wait(self, kind: Probe, model: str) -> tuple[float, int]:
-        """(seconds before the limit's next probe may go, its probes refused in a row): how long the fleet
-        holds the right to probe it, told when a probe of it is sent and when it is answered or given up
-        (0: the next probe may follow at once)."""
-        entry = self._account if kind == "account" else self._models.get(model)
+        """(seconds before the limit's next probe may go, its failed rounds): how long the fleet holds the
+        right to probe it, told when a probe of it is sent and when it is answered or given up (0: the next
+        probe may follow at once)."""
+        entry = self._entry(kind, model)
         if entry is None:
             return 0.0, 0
         now = self._clock()
-        ready = max(entry.no_probe_until, self._out_until(entry))
-        return max(ready - now, 0.0), entry.refused_probes
-
-    def turn_wait(self, kind: Probe, model: str) -> tuple[str, float]:
-        """(its group, seconds before the group's next probe may go) for a limit held back, ("", 0) for
-        another: how long the fleet holds its group's turn (`_probe_due`), told when a probe of it is sent
-        (held while it is in flight) and when it is answered or given up. Groups: "lowered" and "highest"."""
-        entry = self._account if kind == "account" else self._models.get(model)
-        if entry is None or not entry.held_back:
-            return "", 0.0
-        now = self._clock()
-        lowered = self._lowered(entry, now)
-        ready = max(self._next_turn[lowered], self._out_until(entry))
-        return TURN_GROUPS[lowered], max(ready - now, 0.0)
+        explore = entry.explore
+        return max(explore.due(now, self._pace) - now, 0.0), explore.faded(now, self._fade)
 
     def probe_claimed(
-        self,
-        kind: Probe,
-        model: str,
-        *,
-        sent: bool,
-        held_elsewhere: float = 0.0,
-        refused: int = 0,
-        turn_elsewhere: float = 0.0,
+        self, kind: Probe, model: str, *, sent: bool, held_elsewhere: float = 0.0, refused: int = 0
     ) -> None:
         """The fleet's answer to the claim on the right to probe the limit, made with the probe's slot (see
-        the module). `refused`, the limit's probes refused in a row as the fleet counts them, counts here
-        when more. Not `sent` (another proxy took the slot first, holds the right `held_elsewhere` seconds
-        more, or its group's turn `turn_elsewhere` seconds more): the probe is no probe at all, and none
-        goes here before the right (or every probe of its group before the turn) is free."""
-        entry = self._account if kind == "account" else self._models.get(model)
+        the module). `refused`, the limit's failed rounds as the fleet counts them, counts here when more.
+        Not `sent` (another proxy took the slot first, or holds the right `held_elsewhere` seconds more):
+        the probe is no probe at all, and none goes here before the right is free."""
+        entry = self._entry(kind, model)
         if entry is None or not self._enabled:
             return
-        entry.refused_probes = max(entry.refused_probes, refused)
+        explore = entry.explore
+        explore.faded(self._clock(), self._fade)
+        explore.failures = max(explore.failures, float(refused))
         if sent:
             return
-        entry.probe_since = None
-        now = self._clock()
+        explore.probe_since = None
         if held_elsewhere > 0.0:
-            entry.no_probe_until = max(entry.no_probe_until, now + held_elsewhere)
-        if turn_elsewhere > 0.0:
-            lowered = self._lowered(entry, now)
-            self._next_turn[lowered] = max(self._next_turn[lowered], now + turn_elsewhere)
+            explore.ready_at = max(explore.ready_at, self._clock() + held_elsewhere)
 
     def probe_answered_elsewhere(self, kind: Probe, model: str) -> None:
         """Another proxy's probe of the limit was answered cleanly: for pacing, as one answered here."""
-        entry = self._account if kind == "account" else self._models.get(model)
+        entry = self._entry(kind, model)
         if entry is not None and self._enabled:
-            self._probe_answered(entry, self._clock())
+            entry.explore.answered(self._clock(), entry.value)
 
     def probe_given_up(self, kind: Probe, model: str) -> None:
         """A probe z.ai had not answered when a slot within the limits came for its request was abandoned.
-        It tells the limit nothing; its next probe waits as after a refusal (it most likely was one), keeping
-        its turn among the limits held back until its refusal would have come."""
-        entry = self._account if kind == "account" else self._models.get(model)
-        if entry is None or not self._enabled:
-            return
-        now = self._clock()
-        sent = entry.probe_since if entry.probe_since is not None else now
-        self._probe_refused(entry, now)
-        lowered = self._lowered(entry, now)
-        self._next_turn[lowered] = max(self._next_turn[lowered], sent + EARLIEST_REFUSAL_SECONDS)
+        It tells the limit nothing; its round failed (it most likely was refused)."""
+        entry = self._entry(kind, model)
+        if entry is not None and self._enabled:
+            entry.explore.failed(self._clock(), self._pace)
 
     def succeeded(self, model: str, in_flight: int, total: int, probe: Probe | None) -> None:
         """A clean answer, z.ai seen to serve `in_flight` requests on its model and `total` on the account
@@ -368,28 +307,28 @@ class LearnedLimits:
         entry = self._models.get(model)
         if probe is not None:
             probed = self._account if probe == "account" else entry or self._account
-            probed.probe_since = None
+            probed.explore.probe_since = None
             # Room above the limit only if counted above it. Counted at or under it, z.ai had room because
             # a request it was refusing, or one just ended, left it: a pause set since (a refusal's) stands
             level = total if probed is self._account else in_flight
             if probed.value is None or level > probed.value:
-                self._probe_answered(probed, now)
+                probed.explore.answered(now, probed.value)
         if entry is not None:
-            entry.evidence.observe(in_flight, refused=False, now=now)
+            self._observe(entry, in_flight, False, 1.0, now)
             self._settle(entry, now, _served_why(in_flight, probe == "model"))
-        self._account.evidence.observe(total, refused=False, now=now)
+        self._observe(self._account, total, False, 1.0, now)
         self._settle(self._account, now, _served_why(total, probe == "account"))
 
-    def _probe_answered(self, probed: Limit, now: float) -> None:
-        moved = probed.held_back  # its last probe found no room, this one did: z.ai moved the limit
-        probed.refused_probes, probed.no_probe_until = 0, -math.inf
-        if not moved:
-            return  # a climb (or luck in a band) says nothing of the other limits
-        self._next_turn = _no_turns()
-        # z.ai moves its limits plan-wide: every limit lowered from a level it served may try again now
-        for limit in self._all():
-            if self._lowered(limit, now):
-                limit.refused_probes, limit.no_probe_until = 0, -math.inf
+    def _observe(self, entry: Limit, level: int, refused: bool, weight: float, now: float) -> None:
+        """A verdict into `entry`'s change detector, then its evidence. A
+        detected change says z.ai moved its limits (zai.assumptions.LIMITS_MOVE_TOGETHER): every limit
+        starts its wait over."""
+        fired = entry.detector.verdict(level, refused, weight, moved=self._pace.moved_lately(now))
+        entry.evidence.observe(level, refused=refused, now=now, weight=weight)
+        if fired:
+            self._pace.changed_at = now
+            for limit in self._all():
+                limit.explore.moved(now, self._pace, up=fired < 0)
 
     def refused(
         self, model: str, in_flight: int, total: int, probe: Probe | None, sent: float | None = None
@@ -415,7 +354,7 @@ class LearnedLimits:
         now = self._clock()
         entry = self._models.get(model)
         account = self._account
-        since = now - self._refusal_seconds if sent is None else sent
+        since = now - EARLIEST_REFUSAL_SECONDS if sent is None else sent
         # whose refusal it is: zai.assumptions.COUNTS_PER_MODEL_AND_ACCOUNT
         if probe == "account" or entry is None:
             share = 0.0
@@ -426,37 +365,27 @@ class LearnedLimits:
             there = account.evidence.refusal_estimate(total, now)
             share = here / (here + there)
         if probe is not None:
-            self._probe_refused(account if probe == "account" or entry is None else entry, now)
+            (account if probe == "account" or entry is None else entry).explore.failed(now, self._pace)
         if entry is not None and share > 0.0:
             self._refusal(entry, in_flight, share, now, f"{what} at {in_flight} in flight")
         if share < 1.0:
             self._refusal(account, total, 1.0 - share, now, f"{what} at {total} in flight")
 
     def _refusal(self, entry: Limit, level: int, weight: float, now: float, why: str) -> None:
-        entry.evidence.observe(level, refused=True, now=now, weight=weight)
+        self._observe(entry, level, True, weight, now)
         self._settle(entry, now, why)
         # p never falls as n grows (zai.assumptions.REFUSALS_RISE_WITH_LOAD): refused at any level, z.ai
         # refuses above the limit too (no probe now)
-        entry.no_probe_until = max(entry.no_probe_until, now + self._interval)
-
-    def _probe_refused(self, entry: Limit, now: float) -> None:
-        entry.probe_since = None
-        doublings = min(entry.refused_probes, 30)
-        entry.refused_probes += 1
-        wait = min(self._interval * 2.0**doublings, self._backoff_max)
-        entry.no_probe_until = now + wait
-        # z.ai moves its limits plan-wide (zai.assumptions.LIMITS_MOVE_TOGETHER), so one refused probe says
-        # the others' of its group (lowered, or at their highest) would be refused now too: the next probe of
-        # the group waits its share of this wait, so that their probes spread over it instead of going (and
-        # being refused) together, and a move is found within a share
-        lowered = self._lowered(entry, now)
-        turns = sum(1 for other in self._all() if other.held_back and self._lowered(other, now) == lowered)
-        self._next_turn[lowered] = max(self._next_turn[lowered], now + wait / max(turns, 1))
+        entry.explore.refused(now, self._pace)
 
     def _settle(self, entry: Limit, now: float, why: str) -> None:
-        """Follow the evidence: a new value, why, and a new version for the pool."""
+        """Follow the evidence: a new value, why, and a new version for the pool. A value back at or under
+        the one a probe raised it from fails that probe's round."""
         value = entry.evidence.limit(now, self.cost)
         if value != entry.value:
+            opened = entry.explore.opened_from
+            if opened is not None and value is not None and value <= opened:
+                entry.explore.failed(now, self._pace)
             self._set(entry, value, why)
 
     # -- time -------------------------------------------------------------------------------------
@@ -476,8 +405,8 @@ class LearnedLimits:
         for entry in self._all():
             entry.evidence.forget()
             entry.value, entry.reason, entry.changed_at = entry.start, "reset", self._wall_clock()
-            entry.probe_since, entry.no_probe_until, entry.refused_probes = None, -math.inf, 0
-        self._next_turn = _no_turns()
+            entry.explore, entry.detector = Exploration(), Detector()
+        self._pace.changed_at = -math.inf
         self.version += 1
 
     def _set(self, entry: Limit, value: int | None, reason: str) -> None:
@@ -592,16 +521,6 @@ class LearnedLimits:
             entry.reason = "restored, faded since"
         entry.changed_at = float(changed_at)
         return True
-
-
-# The groups of held-back limits, as the fleet names their turns: lowered from a level z.ai served (True), or
-# at their highest (False).
-TURN_GROUPS: Final = {True: "lowered", False: "highest"}
-
-
-def _no_turns() -> dict[bool, float]:
-    """No held-back limit's probe waits for a turn: the lowered limits' (True) and the others' (False)."""
-    return {True: -math.inf, False: -math.inf}
 
 
 def _served_why(count: int, probe: bool) -> str:

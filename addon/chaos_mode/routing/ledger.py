@@ -138,6 +138,7 @@ class Ledger:
             or not self.records.move(record, Place.OVERDUE)
         ):
             return
+        self._limits.lent_after(self.clock() - record.taken_at)
         self.store.overdue_changed()
         if len(self._queue):
             self._queue.dispatch()
@@ -237,11 +238,12 @@ class Ledger:
         slot = selection
         record = None if slot is None else self.records.get(slot.slot_id)
         counted = record is not None and record.stall_counted  # its stall said so already
+        lent = record is not None and record.place is Place.OVERDUE
         if slot is not None:
             self._settle(record)
             if error.action is not Action.UNREACHED:
                 self._quota.refused(slot.slot_id)  # z.ai's error answer: not charged
-        seconds = self._error(model, error, retry_after, slot, record, counted=counted)
+        seconds = self._error(model, error, retry_after, slot, record, counted=counted, lent=lent)
         self._limits_changed()
         if len(self._queue):
             self._arm_timer()  # a slot freed while this block lasts must reach the waiters when it ends
@@ -256,6 +258,7 @@ class Ledger:
         record: SlotRecord | None,
         *,
         counted: bool,
+        lent: bool = False,
     ) -> float:
         settings, cooldowns = self.settings, self.cooldowns
         probe = self._probe_of(slot) if slot is not None else None
@@ -263,7 +266,7 @@ class Ledger:
             case Action.CONCURRENCY if self._limits.enabled:
                 taken_at = None if record is None else record.taken_at
                 if taken_at is not None:
-                    self._limits.refusal_took(self.clock() - taken_at)
+                    self._limits.refusal_took(self.clock() - taken_at, lent=lent)
                 if counted:
                     return 0.0
                 if slot is None or not slot.in_flight:
@@ -356,13 +359,11 @@ class Ledger:
         return Counter(r.limit for r in records if r.probing), Counter(r.model for r in records if r.rides)
 
     def claim(self, probe: Probe | None, model: str) -> ProbeClaim | None:
-        """A probe's claim on the right to probe its limit (and, held back, its group's turn), as the fleet
-        holds it now (None: no probe)."""
+        """A probe's claim on the right to probe its limit, as the fleet holds it now (None: no probe)."""
         if probe is None:
             return None
         seconds, refused = self._limits.probe_wait(probe, model)
-        turn, turn_seconds = self._limits.turn_wait(probe, model)
-        return ProbeClaim(ACCOUNT if probe == "account" else model, seconds, refused, turn, turn_seconds)
+        return ProbeClaim(ACCOUNT if probe == "account" else model, seconds, refused)
 
     def _probe_of(self, slot: Slot) -> Probe | None:
         """The limit `slot`'s request probes, as its verdict counts: none once it is seated within it."""

@@ -525,14 +525,13 @@ class ChaosPool:
                     sent=confirmed.taken,
                     held_elsewhere=confirmed.probe_held,
                     refused=confirmed.refused_probes,
-                    turn_elsewhere=confirmed.turn_held,
                 )
             if confirmed.taken:
                 slots = self.slots
                 return replace(selection, in_flight=slots.in_flight(selection.model), total=slots.total())
-            # Another proxy took it first (the mirror knows now), or holds the right to probe its limit (or
-            # its group's turn): pick again or wait, keeping our place.
-            if not confirmed.probe_held and not confirmed.turn_held:
+            # Another proxy took it first (the mirror knows now), or holds the right to probe its limit:
+            # pick again or wait, keeping our place.
+            if not confirmed.probe_held:
                 self.lost_races += 1
             self.admitted -= 1
             if ticket.counts:

@@ -13,28 +13,22 @@ from chaos_mode.learning.limits import Probe
 class ProbeClaim:
     """A probe's claim on the right to test its limit, fleet-wide (see `learning.limits`): the limit (a
     model's name, or `zai.catalog.ACCOUNT`), how long the right is held from now (seconds: the prober's
-    wait before its next probe there; 0 frees it) and the limit's probes refused in a row. For a limit
-    held back, also its group's turn (`LearnedLimits.turn_wait`): the group ("" for none) and how long the
-    turn is held from now (0 frees it)."""
+    wait before its next probe there; 0 frees it) and the limit's probes refused in a row."""
 
     limit: str
     seconds: float
     refused: int
-    turn: str = ""
-    turn_seconds: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
 class Confirmation:
     """A store's answer to a slot taken here: `taken`, else the slot must be released. For a probe's slot
     not taken because another proxy holds the right to probe its limit: for how many seconds more
-    (`probe_held`, 0 otherwise), or its group's turn (`turn_held`); and the limit's probes refused in a row
-    as the fleet counts them."""
+    (`probe_held`, 0 otherwise); and the limit's probes refused in a row as the fleet counts them."""
 
     taken: bool
     probe_held: float = 0.0
     refused_probes: int = 0
-    turn_held: float = 0.0
 
 
 CONFIRMED: Final = Confirmation(True)

@@ -81,9 +81,9 @@ alike. Rests on it: whose a 1302 is (`learning.limits`), the account's limit, ot
 a lower limit. Check: hold one model full and send to another; hold the account full from a second key."""
 
 LIMITS_MOVE_TOGETHER: Final = True
-"""z.ai moves its limits plan-wide (off-peak up, peak down), over minutes or more. Rests on it: a refused
-probe holds back the other probes of its group, an answered one resets the waits of every lowered limit
-(`learning.limits`), and evidence fades over `learning.driftSeconds`. Check: probe every model's limit
+"""z.ai moves its limits plan-wide (off-peak up, peak down), over minutes or more. Rests on it: a change
+detected on one limit starts every limit's probe wait over (`learning.explore`), and evidence fades over
+`learning.driftSeconds`. Check: probe every model's limit
 every few minutes over a day; whether their moves coincide."""
 
 ARRIVAL_ORDER_SECONDS: Final = 0.02

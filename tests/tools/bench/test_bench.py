@@ -718,8 +718,9 @@ def test_the_virtual_model_runs_the_field_shapes_on_the_simulators_own_draws() -
 
     noisy = virtual.run("noisy", 1)
     assert noisy == virtual.run("noisy", 1)  # seeded draws in virtual time: the same run every time
-    for outcome in (noisy, virtual.run("soft", 1), virtual.run("halved", 1)):
+    for outcome in (noisy, virtual.run("halved", 1)):
         assert outcome.refused > 0 and outcome.bound <= outcome.makespan
+    assert virtual.run("soft", 1).refused > 0  # its bound is the clean levels': a band's luck may beat it
     with pytest.raises(ValueError, match="not modelled"):
         virtual.run("prompts", 1)  # prompts of their own sizes
 

@@ -81,6 +81,7 @@ MODELLED_SHAPES = frozenset(
     }
 )
 STUCK_FACTOR = 50.0  # a run not ended by this many times its bound is a model stuck (an error, not a figure)
+STEADY = 800  # the requests a long run's steady state is read over (its last ones)
 CONVERGED_SECONDS = 5.0  # issue 21's target: each learned limit within a step of the truth 5 s after a change
 
 
@@ -91,6 +92,8 @@ class Outcome:
     requests: int = 0
     refused: int = 0  # attempts z.ai refused (1302), heard or given up: the benchmark's upstream refusals
     given_up: int = 0  # attempts left unanswered for a slot within the limits (probes given up)
+    # each request's (when it came, its attempts refused): the steady state is the last `STEADY` of them
+    per_request: list[tuple[float, int]] = dataclasses.field(default_factory=list)
     # per change of the true limits, seconds until every model's learned limit was within a step of it
     # (None: not before the next change or the end), as the field benchmark reports it
     converged: list[float | None] = dataclasses.field(default_factory=list)
@@ -273,6 +276,7 @@ async def swarm(
         selection = await pool.admit(ticket, timeout=FOREVER)
         retry = dataclasses.replace(ticket, counts=False)
         first = held_at = loop.time()  # when its first attempt's slot, and the current one's, were held
+        refusals = 0  # this request's attempts refused
         while selection is not None:
             # the forwarder's stall: no head this long after sending is evidence at once (a no-op once
             # the verdict came)
@@ -284,6 +288,7 @@ async def swarm(
             admission = zai.admit(selection.model, wake=functools.partial(_resolve, admitted))
             if admission.outcome == "refused":
                 outcome.refused += 1
+                refusals += 1
                 if admission.holds:
                     held_refusals[slot_id] = loop.call_later(reject, zai.release, selection.model)
                 instead = await hedged(selection, retry, since, written, _after(reject))
@@ -312,6 +317,7 @@ async def swarm(
             await asyncio.sleep(max(request.service_seconds - head_after(request), 0.0))
             zai.release(selection.model)
             pool.release(selection)
+            outcome.per_request.append((since, refusals))
             return
 
     async def agent(index: int, requests: tuple[Request, ...]) -> float:
@@ -422,7 +428,7 @@ def main(argv: list[str] | None = None) -> None:
         learning = parse_learning(args.learning)
     except ValueError as exc:
         parser.error(str(exc))
-    spans, ratios, per_50 = [], [], []
+    spans, ratios, per_50, steady = [], [], [], []
     within: list[float | None] = []
     for seed in range(1, args.seeds + 1):
         timings = {"head": args.head, "reject": args.reject, "transit": args.transit}
@@ -439,6 +445,10 @@ def main(argv: list[str] | None = None) -> None:
         ratios.append(outcome.bound / outcome.makespan)
         per_50.append(50.0 * outcome.refused / outcome.requests)
         refusals = f"refused {outcome.refused} ({per_50[-1]:.1f} per 50), given up {outcome.given_up}"
+        if outcome.requests > STEADY:
+            last = sorted(outcome.per_request)[-STEADY:]
+            steady.append(50.0 * sum(n for _, n in last) / STEADY)
+            refusals += f" ({steady[-1]:.1f} per 50 in the last {STEADY})"
         if outcome.converged:
             within.extend(outcome.converged)
             refusals += ", within a step after " + ", ".join(_seconds(s) for s in outcome.converged)
@@ -447,6 +457,8 @@ def main(argv: list[str] | None = None) -> None:
         f"mean makespan {statistics.fmean(spans):.2f} s, {statistics.fmean(ratios):.1%} of the bound, "
         f"{statistics.fmean(per_50):.1f} refused per 50"
     )
+    if steady:
+        mean += f" ({statistics.fmean(steady):.1f} in the last {STEADY} requests)"
     if within:
         late = sum(s is None or s > CONVERGED_SECONDS for s in within)
         mean += f", {late} of {len(within)} changes not followed within {CONVERGED_SECONDS:g} s"

@@ -1,0 +1,152 @@
+"""Exploration: when a probe may go above one limit, and when z.ai is seen to move.
+
+A probe above a limit pays a refusal when z.ai has no room there, and a probe answered by luck in a soft
+band opens a level that the next requests pay for (a few refusals until the estimator refuses it again).
+So the pace of probes is a rule of its own, separate from the estimator (`evidence`):
+
+- **One backoff per limit.** A probe goes only when its limit's wait is over, one at a time (one out holds
+  the next for the wait at most). An exploration round that failed (a probe refused or given up, or the
+  level a probe opened lowered again) adds one to the limit's failures; the wait is `base` doubled per
+  failure, up to `most`. The failures fade with the evidence (half-life `fade`): a limit nobody tried for
+  long explores again at the base pace. A probe answered cleanly above the limit lets the next follow at
+  once (a climb); any refusal of the limit holds the next probe for `base` (p never falls as n grows:
+  zai.assumptions.REFUSALS_RISE_WITH_LOAD).
+- **A change detector per limit** (`Detector`): two CUSUMs of each verdict's log-likelihood ratio against
+  its level's recent rate (the detector's own, slower than the estimator's memory), one for a rise of the
+  refusals (a limit that fell) and one for a fall (a limit restored). A step fires one within a few
+  verdicts; a stationary rate (noise, a band) drifts it back to zero. Only a detected change says z.ai
+  moved: z.ai moves its limits plan-wide (zai.assumptions.LIMITS_MOVE_TOGETHER), so every limit forgets
+  its failures and starts its wait over (at once after a rise: the others may have risen too), and for
+  `most` seconds each explores at the base pace (a halving is often followed by its restore).
+
+Pure state, times passed in (monotonic).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Final
+
+from chaos_mode.zai.assumptions import NOISE
+
+# A CUSUM fires at this many nats of evidence for a change. A rise: at a level served cleanly, two to five
+# refusals in a row (its rate 0-5%); a stationary rate fires it about once in 7,000 verdicts at 1-2% (an
+# hour of a level answering two a second), less often from 5% to 50% (tests/learning/test_explore.py). A
+# fall: two clean answers where z.ai refused nearly every request.
+RISE_NATS: Final = 8.0
+FALL_NATS: Final = 3.0
+# While z.ai moved lately, a move back is likelier (a halving, then its restore): a fall fires at its first
+# clean answer.
+FALL_AFTER_MOVE_NATS: Final = 1.0
+# The rates a step is tested for, from a level's recent rate r: a rise to halfway to refusing every
+# request, (1 + r) / 2; a fall, at a level refused three times in four or more (r over `REFUSING`), to the
+# noise z.ai sends anywhere (a limit back above the level), and on while that test's sum is above zero (the
+# clean answers of a restore bring the rate under `REFUSING`: a level refused by two probes, then answered,
+# fires the fall that tells the other limits). A band, or a level barely seen, says nothing of a restore.
+FALL_TO: Final = NOISE
+REFUSING: Final = 0.75
+# A level's recent rate: its last verdicts, each older one faded by 1 - 1/BASELINE per new one (slower than
+# the estimator's memory, so that a step shows against it), from half a refusal in one verdict.
+BASELINE: Final = 32.0
+PRIOR: Final = (0.5, 1.0)
+
+
+@dataclass(slots=True)
+class Detector:
+    """The two CUSUMs of one limit and its levels' recent rates (see the module)."""
+
+    rise: float = 0.0
+    fall: float = 0.0
+    levels: dict[int, tuple[float, float]] = field(default_factory=dict)  # (refusals, verdicts) per level
+
+    def verdict(self, level: int, refused: bool, weight: float = 1.0, *, moved: bool = False) -> int:
+        """One verdict (`weight` of it: a refusal shared with another limit) at `level`: +1 when a rise
+        fired, -1 when a fall did, else 0. `moved`: z.ai moved lately (a fall fires sooner). A firing CUSUM
+        starts over, and the levels' rates with it (they spoke of a z.ai that has moved)."""
+        refusals, verdicts = self.levels.get(level, PRIOR)
+        rate = min(max(refusals / verdicts, 1e-3), 1.0 - 1e-3)
+        risen = (1.0 + rate) / 2.0
+        fallen = FALL_TO if rate > REFUSING or self.fall > 0.0 else rate
+        if refused:
+            up, down = math.log(risen / rate), math.log(fallen / rate)
+        else:
+            up, down = math.log((1.0 - risen) / (1.0 - rate)), math.log((1.0 - fallen) / (1.0 - rate))
+        keep = 1.0 - weight / BASELINE
+        self.levels[level] = (refusals * keep + (weight if refused else 0.0), verdicts * keep + weight)
+        self.rise = max(self.rise + weight * up, 0.0)
+        self.fall = max(self.fall + weight * down, 0.0)
+        fired = 1 if self.rise >= RISE_NATS else 0
+        if self.fall >= (FALL_AFTER_MOVE_NATS if moved else FALL_NATS):
+            fired = -1
+        if fired:
+            self.rise = self.fall = 0.0
+            self.levels.clear()
+        return fired
+
+
+@dataclass(slots=True)
+class Exploration:
+    """The pace of one limit's probes (see the module)."""
+
+    failures: float = 0.0  # failed rounds, faded
+    failed_at: float = -math.inf  # when `failures` was last brought up to date
+    ready_at: float = -math.inf  # no probe before this
+    probe_since: float | None = None  # a probe out, unanswered
+    opened_from: int | None = None  # the value before the latest probe answered above it raised it
+
+    def faded(self, now: float, fade: float) -> int:
+        """The failed rounds as they count at `now`, rounded."""
+        if now > self.failed_at and self.failures:
+            self.failures *= 0.5 ** ((now - self.failed_at) / fade)
+        self.failed_at = max(self.failed_at, now)
+        return round(self.failures)
+
+    def wait(self, now: float, pace: Pace) -> float:
+        """Seconds the next probe waits after a failed round."""
+        if pace.moved_lately(now):
+            return pace.base
+        return min(pace.base * float(2 ** min(self.faded(now, pace.fade), 30)), pace.most)
+
+    def failed(self, now: float, pace: Pace) -> None:
+        """A round failed: a probe refused or given up, or the level it opened lowered again."""
+        self.probe_since, self.opened_from = None, None
+        self.faded(now, pace.fade)
+        self.failures += 1.0
+        self.ready_at = max(self.ready_at, now + self.wait(now, pace))
+
+    def answered(self, now: float, value: int | None) -> None:
+        """A probe answered cleanly above the limit (at `value`, before it moves): the next may go at once."""
+        self.probe_since, self.ready_at = None, -math.inf
+        if self.opened_from is None:
+            self.opened_from = value
+
+    def refused(self, now: float, pace: Pace) -> None:
+        """A refusal of the limit at any level: no probe for the base wait."""
+        self.ready_at = max(self.ready_at, now + pace.base)
+
+    def due(self, now: float, pace: Pace) -> float:
+        """When a probe may go (monotonic): its wait over, none out (one out holds for the base wait)."""
+        out = -math.inf if self.probe_since is None else self.probe_since + pace.base
+        return max(self.ready_at, out)
+
+    def moved(self, now: float, pace: Pace, *, up: bool) -> None:
+        """z.ai moved (a detected change): the failures forgotten and the wait started over, from now when
+        a limit was seen to rise (`up`: others may have too), else from a base wait."""
+        self.failures, self.opened_from = 0.0, None
+        self.ready_at = min(self.ready_at, now if up else now + pace.base)
+
+
+@dataclass(slots=True)
+class Pace:
+    """The pace every limit's exploration follows: `base` and `most` seconds of wait, failures fading over
+    `fade` seconds, and the latest detected change."""
+
+    base: float
+    most: float
+    fade: float
+    changed_at: float = -math.inf
+
+    def moved_lately(self, now: float) -> bool:
+        """Whether z.ai was seen to move within `most` seconds."""
+        return now - self.changed_at < self.most

@@ -1,0 +1,79 @@
+"""Exploration: the pace of one limit's probes, and the change detector whose firing says z.ai moved."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chaos_mode.learning.explore import Detector, Exploration, Pace
+
+HOUR_OF_VERDICTS = 7200  # a level answering two verdicts a second, as a full pool's top level does
+
+
+@settings(max_examples=20, deadline=None)
+@given(rate=st.floats(0.0, 0.05), seed=st.integers(0, 2**16))
+def test_a_step_fires_the_detector_within_a_few_verdicts(rate: float, seed: int) -> None:
+    """A level served (a few percent refused, as noise) then refused every time (a limit halved): the rise
+    fires within eight verdicts."""
+    rng = random.Random(seed)
+    detector = Detector()
+    for _ in range(200):
+        if detector.verdict(3, rng.random() < rate):
+            detector = Detector()  # a false alarm: not the step measured here
+    for _ in range(8):
+        if detector.verdict(3, True) == 1:
+            break
+    else:
+        raise AssertionError("the step was not detected within 8 verdicts")
+
+
+def test_a_restore_after_a_move_fires_at_the_first_clean_answer() -> None:
+    """Refused since z.ai moved, a level answered cleanly once (a probe): while z.ai moved lately, that is
+    a fall at once; otherwise it takes a second clean answer."""
+    for moved, answers in ((True, 1), (False, 2)):
+        detector = Detector()
+        for _ in range(8):
+            detector.verdict(3, True, moved=moved)
+        fired = [detector.verdict(3, False, moved=moved) for _ in range(answers)]
+        assert fired[-1] == -1 and fired[:-1] == [0] * (answers - 1)
+
+
+@settings(max_examples=10, deadline=None)
+@given(rate=st.floats(0.1, 0.5), seed=st.integers(0, 2**16))
+def test_a_stationary_band_fires_the_detector_under_once_an_hour(rate: float, seed: int) -> None:
+    """Over four hours (a false rise is often followed by a false restore a few verdicts later: an hour
+    may hold two or three firings, the hours on average well under one)."""
+    rng = random.Random(seed)
+    detector = Detector()
+    fired = sum(detector.verdict(3, rng.random() < rate) != 0 for _ in range(4 * HOUR_OF_VERDICTS))
+    assert fired <= 4
+
+
+@settings(max_examples=30, deadline=None)
+@given(refused=st.floats(0.2, 1.0), seed=st.integers(0, 2**16))
+def test_under_a_stationary_z_ai_probes_per_minute_are_bounded_and_fall(refused: float, seed: int) -> None:
+    """A limit at its true value in a z.ai that does not move: each probe refused at `refused`, and a level a
+    probe opened lowered again (a band's luck). Probes go no more than one per base wait, and a later
+    minute never sees more of them than an earlier one."""
+    rng = random.Random(seed)
+    pace = Pace(base=5.0, most=60.0, fade=600.0)
+    explore = Exploration()
+    probes = [0] * 10
+    now = 0.0
+    while now < 600.0:
+        now = max(now, explore.due(now, pace))
+        if now >= 600.0:
+            break
+        probes[int(now // 60.0)] += 1
+        explore.probe_since = now
+        if rng.random() < refused:
+            explore.failed(now + 0.25, pace)
+        else:
+            explore.answered(now + 0.25, 3)
+            explore.failed(now + 2.0, pace)  # the level it opened, refused again
+        now += 0.25
+    assert all(count <= 60.0 / pace.base for count in probes)
+    assert probes[-1] <= probes[0]
+    assert sorted(probes[1:], reverse=True) == probes[1:]
