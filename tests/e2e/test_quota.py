@@ -330,24 +330,8 @@ async def test_without_a_key_a_credit_plans_estimate_counts_credits_and_learns_i
     }
     proxy = await make_proxy(upstream=sim.base_url, config=config)
 
-    async def answer(client: httpx.AsyncClient, big: bool) -> httpx.Response:
-        text = "quota " * (1300 if big else 5)  # about 2,000 input tokens as the simulator counts them
-        body = {
-            "model": "claude-sonnet-4-5",
-            "max_tokens": 16,
-            "messages": [{"role": "user", "content": text}],
-        }
-        headers = {**HEADERS, "x-sim-output-tokens": "400" if big else "20"}
-        return await client.post(proxy.url + "/api/anthropic/v1/messages", json=body, headers=headers)
-
     async with httpx.AsyncClient(trust_env=False, timeout=CLIENT_TIMEOUT) as client:
-        answered = 0
-        while answered < 200:  # until the window is spent: 1308, passed on as the proxy's 429
-            response = await answer(client, big=answered % 4 == 0)
-            if response.status_code != 200:
-                break
-            answered += 1
-        assert response.status_code == 429
+        await spend_until_refused(client, proxy.url)  # the window spent: 1308, passed on as our 429
         truth = (await sim.stats())["credits"]["windows"]["5h"]
         spent = await quota_of(http, proxy)
         assert spent["estimate"]["unit"] == "credits" and spent["usedPercent"] == 100.0
@@ -356,7 +340,7 @@ async def test_without_a_key_a_credit_plans_estimate_counts_credits_and_learns_i
         await asyncio.sleep(max(truth["resetsAt"] + 0.2 - time.time(), 0))
         await poll(lambda: status(http, proxy), lambda s: s["accountPause"] is None, 3.0)
         for _ in range(4):
-            assert (await answer(client, big=True)).status_code == 200
+            assert (await credit_answer(client, proxy.url, big=True)).status_code == 200
     truth = (await sim.stats())["credits"]["windows"]["5h"]
     estimate = await quota_of(http, proxy)
     five = next(w for w in estimate["windows"] if w["name"] == "5h")
@@ -394,24 +378,8 @@ async def test_without_a_key_a_1310_teaches_the_weeks_scale(
     }
     proxy = await make_proxy(upstream=sim.base_url, config=config)
 
-    async def answer(client: httpx.AsyncClient, big: bool) -> httpx.Response:
-        text = "quota " * (1300 if big else 5)
-        body = {
-            "model": "claude-sonnet-4-5",
-            "max_tokens": 16,
-            "messages": [{"role": "user", "content": text}],
-        }
-        headers = {**HEADERS, "x-sim-output-tokens": "400" if big else "20"}
-        return await client.post(proxy.url + "/api/anthropic/v1/messages", json=body, headers=headers)
-
     async with httpx.AsyncClient(trust_env=False, timeout=CLIENT_TIMEOUT) as client:
-        answered = 0
-        while answered < 200:  # until the week is spent: 1310, passed on as the proxy's 429
-            response = await answer(client, big=answered % 4 == 0)
-            if response.status_code != 200:
-                break
-            answered += 1
-        assert response.status_code == 429
+        await spend_until_refused(client, proxy.url)  # the week spent: 1310, passed on as our 429
         truth = (await sim.stats())["credits"]
         assert truth["refused"] == {"1310": 1}
         spent = await quota_of(http, proxy)
@@ -422,7 +390,7 @@ async def test_without_a_key_a_1310_teaches_the_weeks_scale(
         await asyncio.sleep(max(truth["windows"]["1w"]["resetsAt"] + 0.2 - time.time(), 0))
         await poll(lambda: status(http, proxy), lambda s: s["accountPause"] is None, 3.0)
         for _ in range(4):
-            assert (await answer(client, big=True)).status_code == 200
+            assert (await credit_answer(client, proxy.url, big=True)).status_code == 200
     truth = (await sim.stats())["credits"]["windows"]["1w"]
     estimate = await quota_of(http, proxy)
     weekly = next(w for w in estimate["windows"] if w["name"] == "1w")
@@ -432,3 +400,24 @@ async def test_without_a_key_a_1310_teaches_the_weeks_scale(
     assert weekly["resetsAt"] == pytest.approx(truth["resetsAt"], abs=2), said
     metrics = (await http.get(f"http://127.0.0.1:{proxy.web_port}/metrics")).text
     assert f'chaos_quota_credits{{figure="used",window="1w"}} {weekly["used"]}' in metrics
+
+
+async def credit_answer(client: httpx.AsyncClient, url: str, *, big: bool) -> httpx.Response:
+    """One answer whose credits depend on its size: a large one about 2,000 input tokens as the simulator
+    counts them and 400 output tokens, a small one a few and 20."""
+    body = {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 16,
+        "messages": [{"role": "user", "content": "quota " * (1300 if big else 5)}],
+    }
+    headers = {**HEADERS, "x-sim-output-tokens": "400" if big else "20"}
+    return await client.post(url + "/api/anthropic/v1/messages", json=body, headers=headers)
+
+
+async def spend_until_refused(client: httpx.AsyncClient, url: str) -> None:
+    """Answers of very different sizes (one large in four) until the proxy passes z.ai's refusal on."""
+    for answered in range(200):
+        response = await credit_answer(client, url, big=answered % 4 == 0)
+        if response.status_code != 200:
+            break
+    assert response.status_code == 429
