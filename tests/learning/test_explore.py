@@ -63,7 +63,7 @@ def test_under_a_stationary_z_ai_probes_per_minute_are_bounded_and_fall(refused:
     probes = [0] * 10
     now = 0.0
     while now < 600.0:
-        now = max(now, explore.due(now, pace))
+        now = max(now, explore.due(pace))
         if now >= 600.0:
             break
         probes[int(now // 60.0)] += 1
@@ -71,7 +71,7 @@ def test_under_a_stationary_z_ai_probes_per_minute_are_bounded_and_fall(refused:
         if rng.random() < refused:
             explore.failed(now + 0.25, pace)
         else:
-            explore.answered(now + 0.25, 3)
+            explore.answered(3)
             explore.failed(now + 2.0, pace)  # the level it opened, refused again
         now += 0.25
     assert all(count <= 60.0 / pace.base for count in probes)

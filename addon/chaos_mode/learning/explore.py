@@ -102,20 +102,15 @@ class Exploration:
         self.failed_at = max(self.failed_at, now)
         return round(self.failures)
 
-    def wait(self, now: float, pace: Pace) -> float:
-        """Seconds the next probe waits after a failed round."""
-        if pace.moved_lately(now):
-            return pace.base
-        return min(pace.base * float(2 ** min(self.faded(now, pace.fade), 30)), pace.most)
-
     def failed(self, now: float, pace: Pace) -> None:
         """A round failed: a probe refused or given up, or the level it opened lowered again."""
         self.probe_since, self.opened_from = None, None
         self.faded(now, pace.fade)
         self.failures += 1.0
-        self.ready_at = max(self.ready_at, now + self.wait(now, pace))
+        wait = min(pace.base * float(2 ** min(self.faded(now, pace.fade), 30)), pace.most)
+        self.ready_at = max(self.ready_at, now + (pace.base if pace.moved_lately(now) else wait))
 
-    def answered(self, now: float, value: int | None) -> None:
+    def answered(self, value: int | None) -> None:
         """A probe answered cleanly above the limit (at `value`, before it moves): the next may go at once."""
         self.probe_since, self.ready_at = None, -math.inf
         if self.opened_from is None:
@@ -125,7 +120,7 @@ class Exploration:
         """A refusal of the limit at any level: no probe for the base wait."""
         self.ready_at = max(self.ready_at, now + pace.base)
 
-    def due(self, now: float, pace: Pace) -> float:
+    def due(self, pace: Pace) -> float:
         """When a probe may go (monotonic): its wait over, none out (one out holds for the base wait)."""
         out = -math.inf if self.probe_since is None else self.probe_since + pace.base
         return max(self.ready_at, out)

@@ -108,11 +108,10 @@ class LearnedLimits:
     def __init__(self, config: ModelRouting, *, clock: Clock, wall_clock: Clock) -> None:
         self._clock = clock
         self._wall_clock = wall_clock
-        self._fade = config.learning.drift_seconds
+        self._pace = Pace(0.0, 0.0, config.learning.drift_seconds)  # as `reconfigure` sets it
         self._models: dict[str, Limit] = {}
         self._account = self._new(None, 1)
         self._next_tick = -math.inf
-        self._pace = Pace(config.learning.probe_interval_seconds, 1.0, self._fade)
         self._blocked_seconds = REFUSAL_START_SECONDS
         self._patience_seconds: float | None = None
         self._service_seconds = SERVICE_START_SECONDS
@@ -120,16 +119,15 @@ class LearnedLimits:
         self.reconfigure(config)
 
     def _new(self, start: int | None, ceiling: int) -> Limit:
-        return Limit(LevelEvidence(start, ceiling, self._fade), start)
+        return Limit(LevelEvidence(start, ceiling, self._pace.fade), start)
 
     def reconfigure(self, config: ModelRouting) -> None:
         """Follow a new config: limits whose starting value and ceiling did not change are kept."""
         settings = config.learning
         self._enabled = settings.enabled
-        self._fade = settings.drift_seconds
-        self._pace.base = settings.probe_interval_seconds
-        self._pace.most = max(settings.probe_backoff_max_seconds, settings.probe_interval_seconds)
-        self._pace.fade = self._fade
+        pace = self._pace
+        pace.base, pace.fade = settings.probe_interval_seconds, settings.drift_seconds
+        pace.most = max(settings.probe_backoff_max_seconds, settings.probe_interval_seconds)
         self._refusal_cost = settings.refusal_cost_seconds
         models: dict[str, Limit] = {}
         for name, spec in config.models.items():
@@ -139,12 +137,12 @@ class LearnedLimits:
             models[name] = old if keep and old is not None else self._new(start, ceiling)
         self._models = models
         for limit in models.values():
-            limit.evidence.fade_seconds = self._fade
+            limit.evidence.fade_seconds = pace.fade
         ceiling = settings.account_ceiling or sum(limit.ceiling for limit in models.values())
         account = config.account_concurrency
         if self._account.start != account or self._account.ceiling != ceiling or not self._enabled:
             self._account = self._new(account, ceiling)
-        self._account.evidence.fade_seconds = self._fade
+        self._account.evidence.fade_seconds = pace.fade
         self.version += 1
 
     @staticmethod
@@ -193,7 +191,7 @@ class LearnedLimits:
         value, evidence = entry.value, entry.evidence
         if value is None or value >= entry.ceiling or not evidence.answered_at(value, now):
             return None
-        return entry.explore.due(now, self._pace)
+        return entry.explore.due(self._pace)
 
     def _probe_due(self, entry: Limit) -> bool:
         now = self._clock()
@@ -264,7 +262,7 @@ class LearnedLimits:
             return 0.0, 0
         now = self._clock()
         explore = entry.explore
-        return max(explore.due(now, self._pace) - now, 0.0), explore.faded(now, self._fade)
+        return max(explore.due(self._pace) - now, 0.0), explore.faded(now, self._pace.fade)
 
     def probe_claimed(
         self, kind: Probe, model: str, *, sent: bool, held_elsewhere: float = 0.0, refused: int = 0
@@ -277,7 +275,7 @@ class LearnedLimits:
         if entry is None or not self._enabled:
             return
         explore = entry.explore
-        explore.faded(self._clock(), self._fade)
+        explore.faded(self._clock(), self._pace.fade)
         explore.failures = max(explore.failures, float(refused))
         if sent:
             return
@@ -289,7 +287,7 @@ class LearnedLimits:
         """Another proxy's probe of the limit was answered cleanly: for pacing, as one answered here."""
         entry = self._entry(kind, model)
         if entry is not None and self._enabled:
-            entry.explore.answered(self._clock(), entry.value)
+            entry.explore.answered(entry.value)
 
     def probe_given_up(self, kind: Probe, model: str) -> None:
         """A probe z.ai had not answered when a slot within the limits came for its request was abandoned.
@@ -312,7 +310,7 @@ class LearnedLimits:
             # a request it was refusing, or one just ended, left it: a pause set since (a refusal's) stands
             level = total if probed is self._account else in_flight
             if probed.value is None or level > probed.value:
-                probed.explore.answered(now, probed.value)
+                probed.explore.answered(probed.value)
         if entry is not None:
             self._observe(entry, in_flight, False, 1.0, now)
             self._settle(entry, now, _served_why(in_flight, probe == "model"))
@@ -448,14 +446,11 @@ class LearnedLimits:
         models = data.get("models")
         if not isinstance(models, dict):
             raise ValueError("learned-limits file: models must be a mapping")
-        restored = 0
         if not self._enabled:
-            return restored
+            return 0
         rows: list[tuple[Limit, Any]] = [(e, models.get(n)) for n, e in self._models.items()]
         rows.append((self._account, data.get("account")))
-        for entry, row in rows:
-            if self._adopt(entry, row):
-                restored += 1
+        restored = sum(self._adopt(entry, row) for entry, row in rows)
         if restored:
             self.version += 1
         return restored
@@ -472,20 +467,15 @@ class LearnedLimits:
     def merge(self, rows: Mapping[str, Any]) -> int:
         """Take the limits another proxy learned (`rows`), each only when it changed later than ours (the
         last change wins); returns how many were taken."""
-        taken = 0
         if not self._enabled:
-            return taken
+            return 0
+        taken = 0
         for name, row in rows.items():
             entry = self._account if name == ACCOUNT else self._models.get(name)
-            if entry is None or not isinstance(row, Mapping):
+            if entry is None or not isinstance(row, Mapping) or (changed_at := _time(row)) is None:
                 continue
-            changed_at = row.get("changedAt")
-            if not isinstance(changed_at, int | float) or isinstance(changed_at, bool):
-                continue
-            if entry.changed_at is not None and changed_at <= entry.changed_at:
-                continue
-            if self._adopt(entry, row):
-                taken += 1
+            if entry.changed_at is None or changed_at > entry.changed_at:
+                taken += self._adopt(entry, row)
         if taken:
             self.version += 1
         return taken
@@ -493,16 +483,14 @@ class LearnedLimits:
     def _adopt(self, entry: Limit, row: Any) -> bool:
         """Take a limit learned elsewhere (another proxy, an earlier run) as the evidence for it: served up
         to it, refused just above, as of when it was learned (so it has faded since)."""
-        if not isinstance(row, Mapping) or row.get("start") != entry.start:
-            return False
-        value, changed_at = row.get("limit"), row.get("changedAt")
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            return False
         if (
-            isinstance(changed_at, bool)
-            or not isinstance(changed_at, int | float)
-            or not math.isfinite(changed_at)
+            not isinstance(row, Mapping)
+            or row.get("start") != entry.start
+            or (changed_at := _time(row)) is None
         ):
+            return False
+        value = row.get("limit")
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             return False
         now = self._clock()
         learned = now - max(self._wall_clock() - changed_at, 0.0)
@@ -519,8 +507,16 @@ class LearnedLimits:
         entry.reason = text[:200] if isinstance(text, str) else "learned elsewhere"
         if entry.value != value:
             entry.reason = "restored, faded since"
-        entry.changed_at = float(changed_at)
+        entry.changed_at = changed_at
         return True
+
+
+def _time(row: Mapping[str, Any]) -> float | None:
+    """A row's `changedAt`, None when it is no finite number."""
+    at = row.get("changedAt")
+    return (
+        float(at) if isinstance(at, int | float) and not isinstance(at, bool) and math.isfinite(at) else None
+    )
 
 
 def _served_why(count: int, probe: bool) -> str:
