@@ -243,63 +243,46 @@ class Ledger:
             self._settle(record)
             if error.action is not Action.UNREACHED:
                 self._quota.refused(slot.slot_id)  # z.ai's error answer: not charged
-        seconds = self._error(model, error, retry_after, slot, record, counted=counted, lent=lent)
-        self._limits_changed()
-        if len(self._queue):
-            self._arm_timer()  # a slot freed while this block lasts must reach the waiters when it ends
-        return seconds
-
-    def _error(
-        self,
-        model: str,
-        error: UpstreamError,
-        retry_after: float | None,
-        slot: Slot | None,
-        record: SlotRecord | None,
-        *,
-        counted: bool,
-        lent: bool = False,
-    ) -> float:
-        settings, cooldowns = self.settings, self.cooldowns
+        settings, cooldowns, limits = self.settings, self.cooldowns, self._limits
         probe = self._probe_of(slot) if slot is not None else None
+        seconds = 0.0
         match error.action:
-            case Action.CONCURRENCY if self._limits.enabled:
+            case Action.CONCURRENCY if limits.enabled:
                 taken_at = None if record is None else record.taken_at
                 if taken_at is not None:
-                    self._limits.refusal_took(self.clock() - taken_at, lent=lent)
-                if counted:
-                    return 0.0
-                if slot is None or not slot.in_flight:
-                    in_flight, total = self.store.in_flight(model), self.store.total()
-                else:
-                    in_flight, total = self._arrival_levels(slot, (slot.in_flight, slot.total))
-                self._limits.refused(model, in_flight, total, probe, taken_at)
-                if slot is not None:
-                    self._note(slot, "refused", in_flight, total)
-                    self._probe_judged(slot)
-                return 0.0
+                    limits.refusal_took(self.clock() - taken_at, lent=lent)
+                if not counted:
+                    if slot is None or not slot.in_flight:
+                        in_flight, total = self.store.in_flight(model), self.store.total()
+                    else:
+                        in_flight, total = self._arrival_levels(slot, (slot.in_flight, slot.total))
+                    limits.refused(model, in_flight, total, probe, taken_at)
+                    if slot is not None:
+                        self._note(slot, "refused", in_flight, total)
+                        self._probe_judged(slot)
             case Action.CONCURRENCY | Action.COOLDOWN:
-                return cooldowns.hit(model, error.reason, retry_after)
+                seconds = cooldowns.hit(model, error.reason, retry_after)
             case Action.OUT_OF_ROTATION:
                 cooldowns.take_out(model, error.reason)
                 self._rotation.left(model, error.reason, None)
-                return math.inf
+                seconds = math.inf
             case Action.MODEL_DAY:
                 seconds = self._until(error.reset_at, retry_after, settings.account_pause_seconds)
                 cooldowns.take_out(model, error.reason, seconds)
                 self._rotation.left(model, error.reason, seconds)
-                return seconds
             case Action.ACCOUNT_PAUSE:
                 if error.code in (SPENT_CODE, WEEK_SPENT_CODE):
                     self._quota.spent(error.reset_at, FIVE_HOURS if error.code == SPENT_CODE else WEEK)
                 fallback = FAIR_USE_SECONDS if error.code == FAIR_USE_CODE else settings.account_pause_seconds
                 seconds = self._until(error.reset_at, retry_after, fallback)
                 cooldowns.pause_account(seconds, error.reason)
-                return seconds
             case _:
                 if probe is not None:
-                    self._limits.probe_sent(probe, model)  # it tested nothing: the next one waits its turn
-                return 0.0
+                    limits.probe_sent(probe, model)  # it tested nothing: the next one waits its turn
+        self._limits_changed()
+        if len(self._queue):
+            self._arm_timer()  # a slot freed while this block lasts must reach the waiters when it ends
+        return seconds
 
     def _until(self, reset_at: float | None, retry_after: float | None, fallback: float) -> float:
         """Seconds until a reset z.ai named (capped: a message may name any date), else the fallback."""
