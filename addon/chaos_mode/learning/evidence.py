@@ -235,21 +235,15 @@ class LevelEvidence:
                     return level
         return None
 
-    def served_level(self, now: float, weights: Weights | None = None) -> int:
-        """The highest level served (rule 3): a clean answer remembered at it or above, or the catalog's."""
-        top = self.start or 0
-        weights = self._weights(now) if weights is None else weights
-        for level in range(self._top, top, -1):
-            if weights[level][0] >= SERVED_WEIGHT:
-                return min(level, self.ceiling)
-        return min(top, self.ceiling)
-
     def limit(self, now: float, cost: float) -> int | None:
         """The highest served level under the lowest refused one; None when nothing bounds it (an account
         with no configured limit, before any refusal). `cost` as for `refused_level`."""
         weights = self._weights(now)  # once for both rules
         refused = self.refused_level(now, cost, weights)
-        served = self.served_level(now, weights)
+        # the highest level served (rule 3): a clean answer remembered at it or above, or the catalog's
+        start = self.start or 0
+        served = next((n for n in range(self._top, start, -1) if weights[n][0] >= SERVED_WEIGHT), start)
+        served = min(served, self.ceiling)
         if refused is None:
             return None if self.start is None else served
         return min(served, refused - 1)

@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from chaos_mode.config.schema import LearningSettings, ModelRouting
+from chaos_mode.config.schema import ModelRouting
 from chaos_mode.learning.evidence import LevelEvidence
 from chaos_mode.learning.explore import Detector, Exploration, Pace
 from chaos_mode.zai.catalog import ACCOUNT
@@ -131,7 +131,10 @@ class LearnedLimits:
         self._refusal_cost = settings.refusal_cost_seconds
         models: dict[str, Limit] = {}
         for name, spec in config.models.items():
-            start, ceiling = spec.max_concurrency, self._ceiling(spec.max_concurrency, spec.ceiling, settings)
+            start = spec.max_concurrency
+            ceiling = max(
+                start, math.ceil(start * settings.ceiling_factor) if spec.ceiling is None else spec.ceiling
+            )
             old = self._models.get(name)
             keep = old is not None and old.start == start and old.ceiling == ceiling and self._enabled
             models[name] = old if keep and old is not None else self._new(start, ceiling)
@@ -144,12 +147,6 @@ class LearnedLimits:
             self._account = self._new(account, ceiling)
         self._account.evidence.fade_seconds = pace.fade
         self.version += 1
-
-    @staticmethod
-    def _ceiling(start: int, ceiling: int | None, settings: LearningSettings) -> int:
-        if ceiling is not None:
-            return max(ceiling, start)
-        return max(start, math.ceil(start * settings.ceiling_factor))
 
     def _all(self) -> Iterator[Limit]:
         yield from self._models.values()
@@ -203,12 +200,10 @@ class LearnedLimits:
         if not self._enabled:
             return None
         now = self._clock()
-        times = []
-        for entry in self._all():
-            ready = self._probe_ready(entry, now)
-            if ready is not None and ready > now:
-                times.append(ready - now)
-        return min(times) if times else None
+        times = [
+            ready for e in self._all() if (ready := self._probe_ready(e, now)) is not None and ready > now
+        ]
+        return min(times) - now if times else None
 
     def evidence(self, model: str | None = None) -> LevelEvidence:
         """What z.ai said of one model's limit (the account's when `model` is None), level by level."""
@@ -384,7 +379,8 @@ class LearnedLimits:
             opened = entry.explore.opened_from
             if opened is not None and value is not None and value <= opened:
                 entry.explore.failed(now, self._pace)
-            self._set(entry, value, why)
+            entry.value, entry.reason, entry.changed_at = value, why, self._wall_clock()
+            self.version += 1
 
     # -- time -------------------------------------------------------------------------------------
 
@@ -405,12 +401,6 @@ class LearnedLimits:
             entry.value, entry.reason, entry.changed_at = entry.start, "reset", self._wall_clock()
             entry.explore, entry.detector = Exploration(), Detector()
         self._pace.changed_at = -math.inf
-        self.version += 1
-
-    def _set(self, entry: Limit, value: int | None, reason: str) -> None:
-        entry.value = None if value is None else min(max(value, 0), entry.ceiling)
-        entry.reason = reason
-        entry.changed_at = self._wall_clock()
         self.version += 1
 
     # -- persistence ------------------------------------------------------------------------------
