@@ -49,9 +49,6 @@ from chaos_mode.zai.timing import EARLIEST_REFUSAL_SECONDS
 MEMORY: Final = 12  # observations a level remembers (older ones fade by 1 - 1/MEMORY per new one)
 SERVED_WEIGHT: Final = 0.05  # a clean answer this faded no longer shows a level as served
 PRIOR: Final = 1.0  # a clean answer assumed at every level before any is seen (it never fades)
-# The refusals z.ai sends at any level, whatever the load ("works again a few seconds later"): the rate a
-# level's rise is measured from (rule 2). More noise than this is taken for a limit where a level is worth
-# less (10% at a cost of 3: from level 5 up).
 # A level is refused when its refusals are less likely than this under the highest rate worth the level:
 # as likely as one refusal in two tries at the noise rate (one refusal and the prior), so that one refusal
 # alone never refuses a level.

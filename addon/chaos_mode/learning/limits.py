@@ -71,8 +71,7 @@ TICK_SECONDS: Final = 1.0  # how often fading is looked at
 
 @dataclass(slots=True)
 class Limit:
-    """One learned limit: its evidence, the value in force (None: none known, the account's before any
-    refusal), the pace of its probes and its change detector."""
+    """One learned limit; `value` None: none known (the account's before any refusal)."""
 
     evidence: LevelEvidence
     value: int | None
@@ -156,8 +155,7 @@ class LearnedLimits:
 
     @property
     def cost(self) -> float:
-        """A refusal's price in slot-times (`evidence.goodput`): the seconds it blocks its slot, plus
-        `learning.refusalCostSeconds`, over a slot's time to serve, as the pool saw them lately."""
+        """A refusal's price in slot-times (see `REFUSAL_START_SECONDS`)."""
         low, high = COST_RANGE
         return min(max((self._blocked_seconds + self._refusal_cost) / self._service_seconds, low), high)
 

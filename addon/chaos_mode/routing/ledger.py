@@ -238,7 +238,7 @@ class Ledger:
         slot = selection
         record = None if slot is None else self.records.get(slot.slot_id)
         counted = record is not None and record.stall_counted  # its stall said so already
-        lent = record is not None and record.place is Place.OVERDUE
+        lent = record is not None and record.overdue
         if slot is not None:
             self._settle(record)
             if error.action is not Action.UNREACHED:

@@ -46,7 +46,6 @@ class SlotRecord:
 
     @property
     def limit(self) -> str:
-        """The limit it probes: its model's name, or ACCOUNT."""
         return ACCOUNT if self.probe == "account" else self.model
 
     @property
@@ -60,12 +59,10 @@ class SlotRecord:
 
     @property
     def rides(self) -> bool:
-        """An overdue attempt riding above the limits until its verdict."""
         return self.awaiting and self.place is Place.OVERDUE
 
     @property
     def probing(self) -> bool:
-        """A probe riding above the limit it tests, queued or not."""
         return self.awaiting and self.place in (Place.PROBE, Place.QUEUED)
 
     @property
@@ -79,7 +76,6 @@ class SlotRecord:
         return self.awaiting and self.stalled
 
     def riding(self) -> tuple[str, ...]:
-        """The limits it rides above now."""
         if self.rides:
             return (self.model, ACCOUNT)
         return (self.limit,) if self.probing else ()
@@ -127,7 +123,7 @@ class Records:
         return self.by_id.get(slot_id)
 
     def serving(self, model: str | None = None) -> int:
-        """Slots answered (or judged) and not ended: held, less those awaiting a verdict, less those ended."""
+        """Slots answered (or judged) and not ended."""
         return sum(1 - r.awaiting - r.ended for r in self.by_id.values() if model in (None, r.model))
 
     def awaiting(self, model: str | None = None) -> int:
