@@ -103,6 +103,7 @@ def summarize(
         "doors": _doors(records),
         "simRequests": sim_requests,
         "servedTwice": dict(sorted(twice.items())),
+        "simAborted": int(sim_stats.get("aborted", 0)),  # answers cut short: unread ones, closed ones served
         "ttftMs": _spread([r.ttft for r in done if r.ttft is not None]),
         "queueWaitMs": _spread([r.wait for r in done if r.wait is not None]),
         "lastAttemptWaitMs": _spread([r.wait_last_attempt for r in done if r.wait_last_attempt is not None]),
