@@ -52,7 +52,7 @@ def sent_upstream(attempts: int, proxy_status: Mapping[str, Any] | None) -> int:
 
 def served_twice(proxy_status: Mapping[str, Any] | None) -> dict[str, int]:
     """Per model, the requests z.ai served twice: an attempt left for another slot that z.ai served after
-    all, its answer closed unread (`unreadAnswers`; `docs/learning.md`: left before z.ai was seen to queue)."""
+    all, its answer closed unread (`unreadAnswers`; `docs/learning.md`)."""
     models: Mapping[str, Any] = proxy_status.get("modelDistribution", {}) if proxy_status else {}
     return {m: int(v["unreadAnswers"]) for m, v in models.items() if v.get("unreadAnswers")}
 
