@@ -50,6 +50,7 @@ class Stats:
         self.cached_tokens: Counter[str] = Counter()  # input from z.ai's prompt cache
         self.spend: dict[str, float] = {}  # estimated $
         self.failovers = 0
+        self.probes_given_up = 0  # probes left unanswered for a slot within the limits: no failover
         self.recent_failovers: deque[dict[str, Any]] = deque(maxlen=20)
         self.bad_requests: Counter[str] = Counter()  # by BadRequest.kind
         self.exposed_listen: list[str] = []  # the proxy's listen hosts that are not loopback
@@ -169,6 +170,7 @@ def chaos_stats(status: dict[str, Any], stats: Stats) -> dict[str, Any]:
         "requestRefusals": dict(stats.request_refusals),
         "exposedListen": list(stats.exposed_listen),
         "failovers": stats.failovers,
+        "probesGivenUp": stats.probes_given_up,
         "recentFailovers": list(stats.recent_failovers),
     }
 

@@ -312,16 +312,17 @@ class RoutedRequest:
         probe is given up (it tested nothing; its place back at once), no failover. False (`slot` given
         back) if the request ended."""
         left = self.slot
-        given_up = left is not None and left.probe is not None
-        if given_up:
+        if left is not None and left.probe is not None:
             self.give_up_probe()  # it tested nothing: no failover
         elif left is not None and self.attempts:
             self.attempts[-1].refusal = "no answer yet"
         self.slot = None
         if not self.hold(slot):
             return False
-        if not given_up:
-            before = self.attempts[-2]
+        before = self.attempts[-2]
+        if before.refusal == "probe given up":  # now, or at its stall while it waited (z.ai queues)
+            self.stats.probes_given_up += 1
+        else:
             self.stats.failover(before.model, slot.model, before.refusal or "")
         return True
 

@@ -281,6 +281,38 @@ def test_summary_counts_and_checks() -> None:
     assert not checks["allCompleted"] and not checks["simServedEqualsCompleted"]
 
 
+def test_the_checks_count_what_the_proxy_sent_and_name_a_request_served_twice() -> None:
+    """The simulator saw each client attempt but the one the proxy refused itself, one more per failover
+    and per probe given up (no failover); it served each completed request, and once more an attempt left
+    for another slot that it served after all (an answer closed unread): the checks hold, `servedOnce`
+    fails and `servedTwice` names the model. The former formulas (sim requests = attempts + failovers, sim
+    served = completed) failed here."""
+    records = [_record(0, "glm-4.5"), _record(1, "glm-4.5", attempts=2, c429=1), _record(2, "glm-4.7")]
+    sim = {
+        "requests": 7,  # 4 attempts - 1 refused by the proxy + 2 failovers + 2 probes given up
+        "models": {
+            "glm-4.5": {"served": 2, "rejected": {"1302": 3}, "peakInFlight": 2},
+            "glm-4.7": {"served": 2, "rejected": {}, "peakInFlight": 2},
+        },
+    }
+    status: dict[str, Any] = {
+        "requests": {"ok": 3, "error": 0, "rejected": 1, "aborted": 0, "passthrough": 0},
+        "failovers": 2,
+        "probesGivenUp": 2,
+        "modelDistribution": {"glm-4.5": {"unreadAnswers": 0}, "glm-4.7": {"unreadAnswers": 1}},
+    }
+    bound = makespan_lower_bound({"light": 1.5}, {"light": ["glm-4.5", "glm-4.7"]}, CAPS)
+    summary = summarize("x", "", records, 3.0, sim, status, bound)
+    checks = summary["checks"]
+    assert summary["servedTwice"] == {"glm-4.7": 1} and not checks["servedOnce"]
+    assert all(ok for name, ok in checks.items() if name != "servedOnce"), checks
+    assert sim["requests"] != summary["attempts"] + status["failovers"]  # the former formula
+    status["probesGivenUp"] = 1  # a request to z.ai the proxy does not account for
+    assert not summarize("x", "", records, 3.0, sim, status, bound)["checks"][
+        "simRequestsEqualsAttemptsPlusFailovers"
+    ]
+
+
 # -- a short real run: simulator, mitmdump per scenario, swarm, overhead, JSON and SVG --------------------
 
 
