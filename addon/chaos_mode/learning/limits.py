@@ -109,16 +109,13 @@ class LearnedLimits:
         self._wall_clock = wall_clock
         self._pace = Pace(0.0, 0.0, config.learning.drift_seconds)  # as `reconfigure` sets it
         self._models: dict[str, Limit] = {}
-        self._account = self._new(None, 1)
+        self._account = self._limit(None, 1)
         self._next_tick = -math.inf
         self._blocked_seconds = REFUSAL_START_SECONDS
         self._patience_seconds: float | None = None
         self._service_seconds = SERVICE_START_SECONDS
         self.version = 0  # bumped on every change of a value: the pool rebuilds what it derives from them
         self.reconfigure(config)
-
-    def _new(self, start: int | None, ceiling: int) -> Limit:
-        return Limit(LevelEvidence(start, ceiling, self._pace.fade), start)
 
     def reconfigure(self, config: ModelRouting) -> None:
         """Follow a new config: limits whose starting value and ceiling did not change are kept."""
@@ -131,21 +128,19 @@ class LearnedLimits:
         models: dict[str, Limit] = {}
         for name, spec in config.models.items():
             start = spec.max_concurrency
-            ceiling = max(
-                start, math.ceil(start * settings.ceiling_factor) if spec.ceiling is None else spec.ceiling
-            )
-            old = self._models.get(name)
-            keep = old is not None and old.start == start and old.ceiling == ceiling and self._enabled
-            models[name] = old if keep and old is not None else self._new(start, ceiling)
+            ceiling = math.ceil(start * settings.ceiling_factor) if spec.ceiling is None else spec.ceiling
+            models[name] = self._limit(start, max(start, ceiling), self._models.get(name))
         self._models = models
-        for limit in models.values():
-            limit.evidence.fade_seconds = pace.fade
         ceiling = settings.account_ceiling or sum(limit.ceiling for limit in models.values())
-        account = config.account_concurrency
-        if self._account.start != account or self._account.ceiling != ceiling or not self._enabled:
-            self._account = self._new(account, ceiling)
-        self._account.evidence.fade_seconds = pace.fade
+        self._account = self._limit(config.account_concurrency, ceiling, self._account)
         self.version += 1
+
+    def _limit(self, start: int | None, ceiling: int, old: Limit | None = None) -> Limit:
+        """`old` while learning is on and its start and ceiling stand, else a limit with no evidence."""
+        if old is None or old.start != start or old.ceiling != ceiling or not self._enabled:
+            return Limit(LevelEvidence(start, ceiling, self._pace.fade), start)
+        old.evidence.fade_seconds = self._pace.fade
+        return old
 
     def _all(self) -> Iterator[Limit]:
         yield from self._models.values()
@@ -174,33 +169,26 @@ class LearnedLimits:
 
     def can_probe(self, model: str) -> bool:
         """Whether `model` may take one request above its limit now."""
-        entry = self._models.get(model)
-        return self._enabled and entry is not None and self._probe_due(entry)
+        return self._probe_due(self._models.get(model))
 
     def can_probe_account(self) -> bool:
-        return self._enabled and self._probe_due(self._account)
+        return self._probe_due(self._account)
 
-    def _probe_ready(self, entry: Limit, now: float) -> float | None:
-        """When (monotonic) a probe above `entry` becomes allowed; None: not before new evidence (no value,
-        or at the ceiling, or z.ai never answered cleanly at its value)."""
-        value, evidence = entry.value, entry.evidence
-        if value is None or value >= entry.ceiling or not evidence.answered_at(value, now):
-            return None
-        return entry.explore.due(self._pace)
-
-    def _probe_due(self, entry: Limit) -> bool:
+    def _probe_due(self, entry: Limit | None) -> bool:
         now = self._clock()
-        ready = self._probe_ready(entry, now)
-        return ready is not None and ready <= now
+        return (ready := self._probe_ready(entry, now)) is not None and ready <= now
+
+    def _probe_ready(self, entry: Limit | None, now: float) -> float | None:
+        """When (monotonic) a probe above `entry` becomes allowed; None: not before new evidence (learning
+        off, no value, at the ceiling, or z.ai never answered cleanly at its value)."""
+        if not self._enabled or entry is None or entry.value is None or entry.value >= entry.ceiling:
+            return None
+        return entry.explore.due(self._pace) if entry.evidence.answered_at(entry.value, now) else None
 
     def next_probe(self) -> float | None:
         """Seconds until the next probe becomes allowed somewhere (to wake waiters), else None."""
-        if not self._enabled:
-            return None
         now = self._clock()
-        times = [
-            ready for e in self._all() if (ready := self._probe_ready(e, now)) is not None and ready > now
-        ]
+        times = [at for e in self._all() if (at := self._probe_ready(e, now)) is not None and at > now]
         return min(times) - now if times else None
 
     def evidence(self, model: str | None = None) -> LevelEvidence:
@@ -209,14 +197,9 @@ class LearnedLimits:
 
     def view(self, model: str | None = None) -> LimitView:
         """One model's limit (the account's when `model` is None), for status pages."""
-        entry = self._account if model is None else self._models[model]
+        e = self._account if model is None else self._models[model]
         return LimitView(
-            entry.start,
-            entry.ceiling,
-            entry.value,
-            entry.reason,
-            entry.changed_at,
-            entry.explore.probe_since is not None,
+            e.start, e.ceiling, e.value, e.reason, e.changed_at, e.explore.probe_since is not None
         )
 
     # -- evidence ---------------------------------------------------------------------------------
@@ -239,8 +222,7 @@ class LearnedLimits:
             self._service_seconds += AVERAGE_WEIGHT * (seconds - self._service_seconds)
 
     def probe_sent(self, kind: Probe, model: str) -> None:
-        entry = self._entry(kind, model)
-        if entry is not None:
+        if (entry := self._entry(kind, model)) is not None:
             entry.explore.probe_since = self._clock()
 
     def _entry(self, kind: Probe, model: str) -> Limit | None:
@@ -250,12 +232,10 @@ class LearnedLimits:
         """(seconds before the limit's next probe may go, its failed rounds): how long the fleet holds the
         right to probe it, told when a probe of it is sent and when it is answered or given up (0: the next
         probe may follow at once)."""
-        entry = self._entry(kind, model)
-        if entry is None:
+        if (entry := self._entry(kind, model)) is None:
             return 0.0, 0
         now = self._clock()
-        explore = entry.explore
-        return max(explore.due(self._pace) - now, 0.0), explore.faded(now, self._pace.fade)
+        return max(entry.explore.due(self._pace) - now, 0.0), entry.explore.faded(now, self._pace.fade)
 
     def probe_claimed(
         self, kind: Probe, model: str, *, sent: bool, held_elsewhere: float = 0.0, refused: int = 0
@@ -264,29 +244,25 @@ class LearnedLimits:
         the module). `refused`, the limit's failed rounds as the fleet counts them, counts here when more.
         Not `sent` (another proxy took the slot first, or holds the right `held_elsewhere` seconds more):
         the probe is no probe at all, and none goes here before the right is free."""
-        entry = self._entry(kind, model)
-        if entry is None or not self._enabled:
+        if (entry := self._entry(kind, model)) is None or not self._enabled:
             return
-        explore = entry.explore
-        explore.faded(self._clock(), self._pace.fade)
+        explore, now = entry.explore, self._clock()
+        explore.faded(now, self._pace.fade)
         explore.failures = max(explore.failures, float(refused))
-        if sent:
-            return
-        explore.probe_since = None
-        if held_elsewhere > 0.0:
-            explore.ready_at = max(explore.ready_at, self._clock() + held_elsewhere)
+        if not sent:
+            explore.probe_since = None
+            if held_elsewhere > 0.0:
+                explore.ready_at = max(explore.ready_at, now + held_elsewhere)
 
     def probe_answered_elsewhere(self, kind: Probe, model: str) -> None:
         """Another proxy's probe of the limit was answered cleanly: for pacing, as one answered here."""
-        entry = self._entry(kind, model)
-        if entry is not None and self._enabled:
+        if (entry := self._entry(kind, model)) is not None and self._enabled:
             entry.explore.answered(entry.value)
 
     def probe_given_up(self, kind: Probe, model: str) -> None:
         """A probe z.ai had not answered when a slot within the limits came for its request was abandoned.
         It tells the limit nothing; its round failed (it most likely was refused)."""
-        entry = self._entry(kind, model)
-        if entry is not None and self._enabled:
+        if (entry := self._entry(kind, model)) is not None and self._enabled:
             entry.explore.failed(self._clock(), self._pace)
 
     def succeeded(self, model: str, in_flight: int, total: int, probe: Probe | None) -> None:
@@ -299,19 +275,15 @@ class LearnedLimits:
         if probe is not None:
             probed = self._account if probe == "account" else entry or self._account
             probed.explore.probe_since = None
-            # Room above the limit only if counted above it. Counted at or under it, z.ai had room because
-            # a request it was refusing, or one just ended, left it: a pause set since (a refusal's) stands
             level = total if probed is self._account else in_flight
-            if probed.value is None or level > probed.value:
+            if probed.value is None or level > probed.value:  # counted above it (see the module)
                 probed.explore.answered(probed.value)
         if entry is not None:
-            self._observe(entry, in_flight, False, 1.0, now)
-            self._settle(entry, now, _served_why(in_flight, probe == "model"))
-        self._observe(self._account, total, False, 1.0, now)
-        self._settle(self._account, now, _served_why(total, probe == "account"))
+            self._observe(entry, in_flight, False, 1.0, now, _served_why(in_flight, probe == "model"))
+        self._observe(self._account, total, False, 1.0, now, _served_why(total, probe == "account"))
 
-    def _observe(self, entry: Limit, level: int, refused: bool, weight: float, now: float) -> None:
-        """A verdict into `entry`'s change detector, then its evidence. A
+    def _observe(self, entry: Limit, level: int, refused: bool, weight: float, now: float, why: str) -> None:
+        """A verdict into `entry`'s change detector, its evidence, then its value (`why` it changes). A
         detected change says z.ai moved its limits (zai.assumptions.LIMITS_MOVE_TOGETHER): every limit
         starts its wait over."""
         fired = entry.detector.verdict(level, refused, weight, moved=self._pace.moved_lately(now))
@@ -320,6 +292,9 @@ class LearnedLimits:
             self._pace.changed_at = now
             for limit in self._all():
                 limit.explore.moved(now, self._pace, up=fired < 0)
+        self._settle(entry, now, why)
+        if refused:
+            entry.explore.refused(now, self._pace)
 
     def refused(
         self, model: str, in_flight: int, total: int, probe: Probe | None, sent: float | None = None
@@ -332,9 +307,8 @@ class LearnedLimits:
     def stalled(
         self, model: str, in_flight: int, total: int, probe: Probe | None, sent: float | None = None
     ) -> None:
-        """z.ai held the head of a request (sent at `sent`, as for `refused`) that came when it served
-        `in_flight` on its model and `total` on the account far longer than its heads take: a limit passed,
-        as a 1302 says (z.ai queues it instead of refusing: zai.assumptions.MAY_QUEUE)."""
+        """z.ai held a request's head far longer than its heads take (arguments as for `refused`): a limit
+        passed, as a 1302 says (z.ai queues it instead of refusing: zai.assumptions.MAY_QUEUE)."""
         self._passed(model, in_flight, total, probe, sent, "stall")
 
     def _passed(
@@ -358,16 +332,9 @@ class LearnedLimits:
         if probe is not None:
             (account if probe == "account" or entry is None else entry).explore.failed(now, self._pace)
         if entry is not None and share > 0.0:
-            self._refusal(entry, in_flight, share, now, f"{what} at {in_flight} in flight")
+            self._observe(entry, in_flight, True, share, now, f"{what} at {in_flight} in flight")
         if share < 1.0:
-            self._refusal(account, total, 1.0 - share, now, f"{what} at {total} in flight")
-
-    def _refusal(self, entry: Limit, level: int, weight: float, now: float, why: str) -> None:
-        self._observe(entry, level, True, weight, now)
-        self._settle(entry, now, why)
-        # p never falls as n grows (zai.assumptions.REFUSALS_RISE_WITH_LOAD): refused at any level, z.ai
-        # refuses above the limit too (no probe now)
-        entry.explore.refused(now, self._pace)
+            self._observe(account, total, True, 1.0 - share, now, f"{what} at {total} in flight")
 
     def _settle(self, entry: Limit, now: float, why: str) -> None:
         """Follow the evidence: a new value, why, and a new version for the pool. A value back at or under
@@ -406,21 +373,12 @@ class LearnedLimits:
     def dump(self) -> dict[str, Any]:
         """What was learned, as JSON-ready data for the state file (starting values included, so a
         changed catalog makes an entry stale)."""
-
-        def row(entry: Limit) -> dict[str, Any]:
-            return {
-                "start": entry.start,
-                "limit": entry.value,
-                "reason": entry.reason,
-                "changedAt": entry.changed_at,
-            }
-
         return {
             "format": STATE_FORMAT,
             "version": STATE_VERSION,
             "savedAt": self._wall_clock(),
-            "models": {name: row(e) for name, e in self._models.items() if e.changed_at is not None},
-            "account": row(self._account) if self._account.changed_at is not None else None,
+            "models": {name: _row(e) for name, e in self._models.items() if e.changed_at is not None},
+            "account": _row(self._account) if self._account.changed_at is not None else None,
         }
 
     def restore(self, data: Any) -> int:
@@ -434,35 +392,24 @@ class LearnedLimits:
         models = data.get("models")
         if not isinstance(models, dict):
             raise ValueError("learned-limits file: models must be a mapping")
-        if not self._enabled:
-            return 0
-        rows: list[tuple[Limit, Any]] = [(e, models.get(n)) for n, e in self._models.items()]
-        rows.append((self._account, data.get("account")))
-        restored = sum(self._adopt(entry, row) for entry, row in rows)
-        if restored:
-            self.version += 1
-        return restored
+        return self.merge({**models, ACCOUNT: data.get("account")}, newer=False)
 
     def rows(self, since: float = -math.inf) -> dict[str, dict[str, Any]]:
         """The limits changed after `since` (wall clock) as `dump` writes them, the account's as
         `ACCOUNT`: what a proxy tells the fleet."""
-        data = self.dump()
-        rows: dict[str, dict[str, Any]] = dict(data["models"])
-        if data["account"] is not None:
-            rows[ACCOUNT] = data["account"]
-        return {name: row for name, row in rows.items() if row["changedAt"] > since}
+        entries = [*self._models.items(), (ACCOUNT, self._account)]
+        return {name: _row(e) for name, e in entries if e.changed_at is not None and e.changed_at > since}
 
-    def merge(self, rows: Mapping[str, Any]) -> int:
+    def merge(self, rows: Mapping[str, Any], *, newer: bool = True) -> int:
         """Take the limits another proxy learned (`rows`), each only when it changed later than ours (the
-        last change wins); returns how many were taken."""
+        last change wins), or whatever their time when not `newer`; returns how many were taken."""
         if not self._enabled:
             return 0
         taken = 0
         for name, row in rows.items():
             entry = self._account if name == ACCOUNT else self._models.get(name)
-            if entry is None or not isinstance(row, Mapping) or (changed_at := _time(row)) is None:
-                continue
-            if entry.changed_at is None or changed_at > entry.changed_at:
+            mine, theirs = entry.changed_at if entry is not None and newer else None, _time(row)
+            if entry is not None and (mine is None or (theirs is not None and theirs > mine)):
                 taken += self._adopt(entry, row)
         if taken:
             self.version += 1
@@ -471,11 +418,7 @@ class LearnedLimits:
     def _adopt(self, entry: Limit, row: Any) -> bool:
         """Take a limit learned elsewhere (another proxy, an earlier run) as the evidence for it: served up
         to it, refused just above, as of when it was learned (so it has faded since)."""
-        if (
-            not isinstance(row, Mapping)
-            or row.get("start") != entry.start
-            or (changed_at := _time(row)) is None
-        ):
+        if (changed_at := _time(row)) is None or row.get("start") != entry.start:
             return False
         value = row.get("limit")
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
@@ -499,12 +442,16 @@ class LearnedLimits:
         return True
 
 
-def _time(row: Mapping[str, Any]) -> float | None:
-    """A row's `changedAt`, None when it is no finite number."""
-    at = row.get("changedAt")
+def _time(row: Any) -> float | None:
+    """A row's `changedAt`, None when it is no finite number (or the row no mapping)."""
+    at = row.get("changedAt") if isinstance(row, Mapping) else None
     return (
         float(at) if isinstance(at, int | float) and not isinstance(at, bool) and math.isfinite(at) else None
     )
+
+
+def _row(entry: Limit) -> dict[str, Any]:
+    return {"start": entry.start, "limit": entry.value, "reason": entry.reason, "changedAt": entry.changed_at}
 
 
 def _served_why(count: int, probe: bool) -> str:
