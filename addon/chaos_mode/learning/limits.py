@@ -52,7 +52,7 @@ from chaos_mode.zai.timing import EARLIEST_REFUSAL_SECONDS
 Clock = Callable[[], float]
 Probe = Literal["model", "account"]
 
-# A refusal's price, in slot-times (`evidence.goodput`): the seconds it blocks its slot (z.ai's time to
+# A refusal's price, in slot-times (`evidence`, rule 2): the seconds it blocks its slot (z.ai's time to
 # refuse; the patience, when its place is lent) and `learning.refusalCostSeconds`, over a slot's time to
 # serve a clean request; each a moving average of what the pool sees (these before the first of each).
 REFUSAL_START_SECONDS: Final = EARLIEST_REFUSAL_SECONDS
