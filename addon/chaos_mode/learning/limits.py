@@ -1,37 +1,29 @@
 """Learned concurrency limits: each model's and the account's, estimated from z.ai's answers at run time.
 
-The catalog's `maxConcurrency` is where a model starts. Each limit (every model's, and the account's) is an
-estimator of z.ai's refusals level by level (`evidence`): the limit is the highest level z.ai served under
-the lowest it refuses with confidence. What feeds it, and what the pool may do above it:
+Each limit starts at the catalog's value (`maxConcurrency`; the account's `accountConcurrency`, or none)
+and follows its evidence (`evidence`); only probes go above it, paced by `explore`. What feeds it:
 
-- **A verdict counts for its model and for the account.** A clean answer is an observation at the count z.ai
-  served at once, on its model and on the account, in full. A refusal (1302) or a stall (a head held far
-  longer than z.ai's heads take) says a limit was passed, not which. A probe knows what it tested. Else
-  the model is blamed in full when z.ai did not answer it cleanly at its level while it decided the request
-  (from its sending to the verdict: a limit that fell, however often the level was served before; a wrong
-  model limit costs one model's slots, a wrong account limit all); otherwise it is shared in proportion to
-  how likely each is to refuse at its level (its refusals there against the clean answers at it and above).
+- **A verdict counts for its model and for the account.** A clean answer counts in full on both, at what
+  z.ai served at once. A refusal (1302) or a stall (a head held far longer than z.ai's heads take) says a
+  limit was passed, not which (zai.assumptions.COUNTS_PER_MODEL_AND_ACCOUNT): a probe's is the limit it
+  tested; else the model's in full when z.ai did not answer it cleanly at its level while it decided the
+  request (a limit that fell, however often the level was served before; a wrong model limit costs one
+  model's slots, a wrong account limit all), else shared by how likely each is to refuse at its level.
 - **Probes** are the pool's, for a request that would otherwise wait: one above a limit at a time, only
-  once z.ai answered cleanly at the limit (a guess nobody tried is not worth a refusal to go above), paced
-  by `explore`: a backoff per limit, and a change detector per limit whose firing alone tells the other
-  limits that z.ai moved. A probe answered cleanly counts as one only above its limit: counted at or under
-  it, it found the room a request z.ai was refusing left, and says nothing of the level above. A probe
-  given up unanswered (its request took a slot within the limits) fails its round for pacing only: it
+  once z.ai answered cleanly at the limit (a guess nobody tried is not worth a refusal). One answered
+  cleanly counts as such only above its limit: at or under it, it found the room a request z.ai was
+  refusing left. One given up unanswered (its request took a slot within the limits) fails its round and
   tells the limit nothing.
-- **A fleet learns and probes as one.** Proxies sharing a store (`chaos_state`) learn from one body of
-  evidence: every verdict a proxy has goes to the others as it comes, and counts there as theirs
-  (evidence, and a refused probe's pacing: a clean one's comes with the right freed), at the levels it
-  counted; what z.ai serves at once counts the other proxies' slots as they say z.ai serves them
-  (`routing.pool`), never one z.ai has not answered yet. A limit another proxy learned is taken only on
-  joining the fleet (it replaces the evidence with its value). The right to probe each limit is one for
-  the fleet: a probe goes only with it, and it is held while the probe is out (at most the base wait, as
-  one proxy's next probe waits for an unanswered one), freed at once when the probe is answered cleanly
-  (`probe_answered_elsewhere`), and held for the prober's wait when it is refused or given up. A proxy that
-  finds it held sends no probe there until it is free: not a refused probe, nothing learned; it counts the
-  limit's failed rounds as the fleet counted them, so its own next wait is as long as the fleet's. The
-  store gone, each proxy learns and probes on its own.
-- **What was learned fades** with a half-life of `driftSeconds`: a limit nobody confirms goes back to the
-  catalog's value, and a level refused long ago may be tried again.
+- **A fleet learns and probes as one.** Proxies sharing a store (`chaos_state`) send each other every
+  verdict as it comes, counted as theirs at the levels it counted (a refused probe's pacing too); what z.ai
+  serves at once counts the other proxies' slots it has answered (`routing.pool`). A limit another proxy
+  learned is taken only on joining the fleet, as it replaces the evidence with its value (`merge`). The
+  right to probe a limit is the fleet's: held while a probe is out (at most the base wait), freed when it
+  is answered cleanly (`probe_answered_elsewhere`), held for the prober's wait when it is refused or given
+  up. A proxy that finds it held sends no probe there (nothing learned) and counts the limit's failed
+  rounds as the fleet does (`probe_claimed`). The store gone, each proxy learns and probes on its own.
+- **What was learned fades** (half-life `driftSeconds`): a limit nobody confirms goes back to the catalog's
+  value, and a level refused long ago may be tried again.
 
 Pure state, driven by injected clocks.
 """
@@ -59,11 +51,9 @@ REFUSAL_START_SECONDS: Final = EARLIEST_REFUSAL_SECONDS
 SERVICE_START_SECONDS: Final = 3.0
 AVERAGE_WEIGHT: Final = 0.1  # of each new duration in the moving averages
 COST_RANGE: Final = (0.05, 20.0)
-
 # A limit learned elsewhere (another proxy, an earlier run) weighs as this many clean answers at it and
 # refusals just above it: enough to hold, little enough for the next answers to move it.
 ADOPTED_WEIGHT: Final = 3.0
-
 STATE_FORMAT: Final = "chaos-mode learned limits"
 STATE_VERSION: Final = 1
 TICK_SECONDS: Final = 1.0  # how often fading is looked at
@@ -71,7 +61,8 @@ TICK_SECONDS: Final = 1.0  # how often fading is looked at
 
 @dataclass(slots=True)
 class Limit:
-    """One learned limit; `value` None: none known (the account's before any refusal)."""
+    """One learned limit, as status pages read it too; `value` None: none known (the account's before any
+    refusal)."""
 
     evidence: LevelEvidence
     value: int | None
@@ -88,17 +79,9 @@ class Limit:
     def ceiling(self) -> int:
         return self.evidence.ceiling
 
-
-@dataclass(frozen=True, slots=True)
-class LimitView:
-    """A limit as status pages show it."""
-
-    start: int | None
-    ceiling: int
-    value: int | None
-    reason: str
-    changed_at: float | None
-    probing: bool
+    @property
+    def probing(self) -> bool:
+        return self.explore.probe_since is not None
 
 
 class LearnedLimits:
@@ -120,7 +103,7 @@ class LearnedLimits:
     def reconfigure(self, config: ModelRouting) -> None:
         """Follow a new config: limits whose starting value and ceiling did not change are kept."""
         settings = config.learning
-        self._enabled = settings.enabled
+        self.enabled = settings.enabled
         pace = self._pace
         pace.base, pace.fade = settings.probe_interval_seconds, settings.drift_seconds
         pace.most = max(settings.probe_backoff_max_seconds, settings.probe_interval_seconds)
@@ -137,7 +120,7 @@ class LearnedLimits:
 
     def _limit(self, start: int | None, ceiling: int, old: Limit | None = None) -> Limit:
         """`old` while learning is on and its start and ceiling stand, else a limit with no evidence."""
-        if old is None or old.start != start or old.ceiling != ceiling or not self._enabled:
+        if old is None or old.start != start or old.ceiling != ceiling or not self.enabled:
             return Limit(LevelEvidence(start, ceiling, self._pace.fade), start)
         old.evidence.fade_seconds = self._pace.fade
         return old
@@ -146,17 +129,14 @@ class LearnedLimits:
         yield from self._models.values()
         yield self._account
 
-    # -- reading ----------------------------------------------------------------------------------
+    def _entry(self, kind: Probe, model: str) -> Limit | None:
+        return self._account if kind == "account" else self._models.get(model)
 
     @property
     def cost(self) -> float:
         """A refusal's price in slot-times (see `REFUSAL_START_SECONDS`)."""
         low, high = COST_RANGE
         return min(max((self._blocked_seconds + self._refusal_cost) / self._service_seconds, low), high)
-
-    @property
-    def enabled(self) -> bool:
-        return self._enabled
 
     def limit(self, model: str) -> int:
         """The limit the pool holds `model` to now (0 for a model it does not know)."""
@@ -166,6 +146,14 @@ class LearnedLimits:
     def account(self) -> int | None:
         """The account's learned (or configured) limit; None when none is known."""
         return self._account.value
+
+    def evidence(self, model: str | None = None) -> LevelEvidence:
+        """What z.ai said of one model's limit (the account's when `model` is None), level by level."""
+        return self.view(model).evidence
+
+    def view(self, model: str | None = None) -> Limit:
+        """One model's limit (the account's when `model` is None), for status pages."""
+        return self._account if model is None else self._models[model]
 
     def can_probe(self, model: str) -> bool:
         """Whether `model` may take one request above its limit now."""
@@ -181,7 +169,7 @@ class LearnedLimits:
     def _probe_ready(self, entry: Limit | None, now: float) -> float | None:
         """When (monotonic) a probe above `entry` becomes allowed; None: not before new evidence (learning
         off, no value, at the ceiling, or z.ai never answered cleanly at its value)."""
-        if not self._enabled or entry is None or entry.value is None or entry.value >= entry.ceiling:
+        if not self.enabled or entry is None or entry.value is None or entry.value >= entry.ceiling:
             return None
         return entry.explore.due(self._pace) if entry.evidence.answered_at(entry.value, now) else None
 
@@ -190,19 +178,6 @@ class LearnedLimits:
         now = self._clock()
         times = [at for e in self._all() if (at := self._probe_ready(e, now)) is not None and at > now]
         return min(times) - now if times else None
-
-    def evidence(self, model: str | None = None) -> LevelEvidence:
-        """What z.ai said of one model's limit (the account's when `model` is None), level by level."""
-        return self._account.evidence if model is None else self._models[model].evidence
-
-    def view(self, model: str | None = None) -> LimitView:
-        """One model's limit (the account's when `model` is None), for status pages."""
-        e = self._account if model is None else self._models[model]
-        return LimitView(
-            e.start, e.ceiling, e.value, e.reason, e.changed_at, e.explore.probe_since is not None
-        )
-
-    # -- evidence ---------------------------------------------------------------------------------
 
     def refusal_took(self, seconds: float, *, lent: bool = False) -> None:
         """A refusal came `seconds` after its request was sent; `lent`: its attempt had lent its place (it
@@ -225,13 +200,9 @@ class LearnedLimits:
         if (entry := self._entry(kind, model)) is not None:
             entry.explore.probe_since = self._clock()
 
-    def _entry(self, kind: Probe, model: str) -> Limit | None:
-        return self._account if kind == "account" else self._models.get(model)
-
     def probe_wait(self, kind: Probe, model: str) -> tuple[float, int]:
-        """(seconds before the limit's next probe may go, its failed rounds): how long the fleet holds the
-        right to probe it, told when a probe of it is sent and when it is answered or given up (0: the next
-        probe may follow at once)."""
+        """(seconds the fleet holds the right to probe the limit, its failed rounds), told when a probe of it
+        is sent, answered or given up (0: the next probe may follow at once)."""
         if (entry := self._entry(kind, model)) is None:
             return 0.0, 0
         now = self._clock()
@@ -240,11 +211,10 @@ class LearnedLimits:
     def probe_claimed(
         self, kind: Probe, model: str, *, sent: bool, held_elsewhere: float = 0.0, refused: int = 0
     ) -> None:
-        """The fleet's answer to the claim on the right to probe the limit, made with the probe's slot (see
-        the module). `refused`, the limit's failed rounds as the fleet counts them, counts here when more.
-        Not `sent` (another proxy took the slot first, or holds the right `held_elsewhere` seconds more):
-        the probe is no probe at all, and none goes here before the right is free."""
-        if (entry := self._entry(kind, model)) is None or not self._enabled:
+        """The fleet's answer to the claim, made with the probe's slot, on the right to probe the limit;
+        `refused`, the failed rounds as the fleet counts them, counts here when more. Not `sent` (another
+        proxy took the slot first, or holds the right `held_elsewhere` seconds more): no probe at all."""
+        if (entry := self._entry(kind, model)) is None or not self.enabled:
             return
         explore, now = entry.explore, self._clock()
         explore.faded(now, self._pace.fade)
@@ -256,19 +226,18 @@ class LearnedLimits:
 
     def probe_answered_elsewhere(self, kind: Probe, model: str) -> None:
         """Another proxy's probe of the limit was answered cleanly: for pacing, as one answered here."""
-        if (entry := self._entry(kind, model)) is not None and self._enabled:
+        if (entry := self._entry(kind, model)) is not None and self.enabled:
             entry.explore.answered(entry.value)
 
     def probe_given_up(self, kind: Probe, model: str) -> None:
-        """A probe z.ai had not answered when a slot within the limits came for its request was abandoned.
-        It tells the limit nothing; its round failed (it most likely was refused)."""
-        if (entry := self._entry(kind, model)) is not None and self._enabled:
+        """A probe z.ai had not answered was abandoned for a slot within the limits (see the module)."""
+        if (entry := self._entry(kind, model)) is not None and self.enabled:
             entry.explore.failed(self._clock(), self._pace)
 
     def succeeded(self, model: str, in_flight: int, total: int, probe: Probe | None) -> None:
         """A clean answer, z.ai seen to serve `in_flight` requests on its model and `total` on the account
         at once (itself included)."""
-        if not self._enabled:
+        if not self.enabled:
             return
         now = self._clock()
         entry = self._models.get(model)
@@ -281,6 +250,45 @@ class LearnedLimits:
         if entry is not None:
             self._observe(entry, in_flight, False, 1.0, now, _served_why(in_flight, probe == "model"))
         self._observe(self._account, total, False, 1.0, now, _served_why(total, probe == "account"))
+
+    def refused(
+        self, model: str, in_flight: int, total: int, probe: Probe | None, sent: float | None = None
+    ) -> None:
+        """A concurrency answer (1302) to a request sent at `sent` (monotonic; None, as for a verdict another
+        proxy saw: as long ago as z.ai's refusals take) that came when z.ai served `in_flight` on its model
+        and `total` on the account (itself included)."""
+        self._passed(model, in_flight, total, probe, sent, "1302")
+
+    def stalled(
+        self, model: str, in_flight: int, total: int, probe: Probe | None, sent: float | None = None
+    ) -> None:
+        """z.ai held a request's head far longer than its heads take (arguments as for `refused`): a limit
+        passed, as a 1302 says (z.ai queues it instead of refusing: zai.assumptions.MAY_QUEUE)."""
+        self._passed(model, in_flight, total, probe, sent, "stall")
+
+    def _passed(
+        self, model: str, in_flight: int, total: int, probe: Probe | None, sent: float | None, what: str
+    ) -> None:
+        """A limit passed: whose it is (see the module), then evidence against it."""
+        if not self.enabled:
+            return
+        now = self._clock()
+        entry = self._models.get(model)
+        account = self._account
+        since = now - EARLIEST_REFUSAL_SECONDS if sent is None else sent
+        if probe == "account" or entry is None:
+            share = 0.0
+        elif probe == "model" or not entry.evidence.answered_since(in_flight, since):
+            share = 1.0
+        else:
+            here = entry.evidence.refusal_estimate(in_flight, now)
+            share = here / (here + account.evidence.refusal_estimate(total, now))
+        if probe is not None:
+            (account if probe == "account" or entry is None else entry).explore.failed(now, self._pace)
+        if entry is not None and share > 0.0:
+            self._observe(entry, in_flight, True, share, now, f"{what} at {in_flight} in flight")
+        if share < 1.0:
+            self._observe(account, total, True, 1.0 - share, now, f"{what} at {total} in flight")
 
     def _observe(self, entry: Limit, level: int, refused: bool, weight: float, now: float, why: str) -> None:
         """A verdict into `entry`'s change detector, its evidence, then its value (`why` it changes). A
@@ -296,46 +304,6 @@ class LearnedLimits:
         if refused:
             entry.explore.refused(now, self._pace)
 
-    def refused(
-        self, model: str, in_flight: int, total: int, probe: Probe | None, sent: float | None = None
-    ) -> None:
-        """A concurrency answer (1302) to a request sent at `sent` (monotonic; None, as for a verdict another
-        proxy saw: as long ago as z.ai's refusals take) that came when z.ai served `in_flight` on its model
-        and `total` on the account (itself included): evidence against both, shared (see the module)."""
-        self._passed(model, in_flight, total, probe, sent, "1302")
-
-    def stalled(
-        self, model: str, in_flight: int, total: int, probe: Probe | None, sent: float | None = None
-    ) -> None:
-        """z.ai held a request's head far longer than its heads take (arguments as for `refused`): a limit
-        passed, as a 1302 says (z.ai queues it instead of refusing: zai.assumptions.MAY_QUEUE)."""
-        self._passed(model, in_flight, total, probe, sent, "stall")
-
-    def _passed(
-        self, model: str, in_flight: int, total: int, probe: Probe | None, sent: float | None, what: str
-    ) -> None:
-        if not self._enabled:
-            return
-        now = self._clock()
-        entry = self._models.get(model)
-        account = self._account
-        since = now - EARLIEST_REFUSAL_SECONDS if sent is None else sent
-        # whose refusal it is: zai.assumptions.COUNTS_PER_MODEL_AND_ACCOUNT
-        if probe == "account" or entry is None:
-            share = 0.0
-        elif probe == "model" or not entry.evidence.answered_since(in_flight, since):
-            share = 1.0
-        else:  # shared by how likely each is to refuse there (little of it when z.ai served both lately)
-            here = entry.evidence.refusal_estimate(in_flight, now)
-            there = account.evidence.refusal_estimate(total, now)
-            share = here / (here + there)
-        if probe is not None:
-            (account if probe == "account" or entry is None else entry).explore.failed(now, self._pace)
-        if entry is not None and share > 0.0:
-            self._observe(entry, in_flight, True, share, now, f"{what} at {in_flight} in flight")
-        if share < 1.0:
-            self._observe(account, total, True, 1.0 - share, now, f"{what} at {total} in flight")
-
     def _settle(self, entry: Limit, now: float, why: str) -> None:
         """Follow the evidence: a new value, why, and a new version for the pool. A value back at or under
         the one a probe raised it from fails that probe's round."""
@@ -347,13 +315,10 @@ class LearnedLimits:
             entry.value, entry.reason, entry.changed_at = value, why, self._wall_clock()
             self.version += 1
 
-    # -- time -------------------------------------------------------------------------------------
-
     def tick(self) -> None:
-        """Let what was learned fade: limits follow their evidence as it fades. Cheap to call often: it looks
-        at most once a second."""
+        """Let limits follow their evidence as it fades; cheap to call often (it looks once a second)."""
         now = self._clock()
-        if now < self._next_tick or not self._enabled:
+        if now < self._next_tick or not self.enabled:
             return
         self._next_tick = now + TICK_SECONDS
         for entry in self._all():
@@ -368,8 +333,6 @@ class LearnedLimits:
         self._pace.changed_at = -math.inf
         self.version += 1
 
-    # -- persistence ------------------------------------------------------------------------------
-
     def dump(self) -> dict[str, Any]:
         """What was learned, as JSON-ready data for the state file (starting values included, so a
         changed catalog makes an entry stale)."""
@@ -382,9 +345,8 @@ class LearnedLimits:
         }
 
     def restore(self, data: Any) -> int:
-        """Take back what `dump` wrote; returns how many limits were restored. `ValueError` for data that
-        is not ours. Entries for unknown models or another starting value are skipped; a limit saved long
-        ago has faded toward its starting value meanwhile."""
+        """Take back what `dump` wrote (unknown models and other starting values skipped, each limit faded
+        since); how many limits were restored. `ValueError` for data that is not ours."""
         if not isinstance(data, dict) or data.get("format") != STATE_FORMAT:
             raise ValueError("not a chaos-mode learned-limits file")
         if data.get("version") != STATE_VERSION:
@@ -402,8 +364,8 @@ class LearnedLimits:
 
     def merge(self, rows: Mapping[str, Any], *, newer: bool = True) -> int:
         """Take the limits another proxy learned (`rows`), each only when it changed later than ours (the
-        last change wins), or whatever their time when not `newer`; returns how many were taken."""
-        if not self._enabled:
+        last change wins), or whatever their time when not `newer`; how many were taken."""
+        if not self.enabled:
             return 0
         taken = 0
         for name, row in rows.items():
@@ -416,8 +378,8 @@ class LearnedLimits:
         return taken
 
     def _adopt(self, entry: Limit, row: Any) -> bool:
-        """Take a limit learned elsewhere (another proxy, an earlier run) as the evidence for it: served up
-        to it, refused just above, as of when it was learned (so it has faded since)."""
+        """Take a limit learned elsewhere as the evidence for it: served up to it, refused just above, as of
+        when it was learned (so it has faded since)."""
         if (changed_at := _time(row)) is None or row.get("start") != entry.start:
             return False
         value = row.get("limit")
