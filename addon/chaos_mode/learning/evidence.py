@@ -95,9 +95,8 @@ def _regularized_beta(x: float, a: float, b: float) -> float:
     """I_x(a, b) for 0 < x < 1, a, b > 0: its continued fraction (modified Lentz), on its fast side."""
     if x > (a + 1.0) / (a + b + 2.0):
         return 1.0 - _regularized_beta(1.0 - x, b, a)
-    front = math.exp(
-        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    )
+    log_beta = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+    front = math.exp(log_beta + a * math.log(x) + b * math.log1p(-x))
     tiny = 1e-300
     c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
     d = 1.0 / (d if abs(d) > tiny else tiny)
@@ -141,28 +140,23 @@ class LevelEvidence:
         entry = self._levels[level]
         self._age(entry, now)
         keep = 1.0 - weight / MEMORY
-        entry.clean *= keep
-        entry.refused *= keep
+        entry.clean, entry.refused = entry.clean * keep, entry.refused * keep
         if refused:
-            entry.refused += weight
-            entry.refused_at = now
+            entry.refused, entry.refused_at = entry.refused + weight, now
         else:
-            entry.clean += weight
-            entry.clean_at = now
+            entry.clean, entry.clean_at = entry.clean + weight, now
 
     def _age(self, entry: Level, now: float) -> None:
         if now > entry.at:
             if entry.clean or entry.refused:
                 factor = 0.5 ** ((now - entry.at) / self.fade_seconds)
-                entry.clean *= factor
-                entry.refused *= factor
+                entry.clean, entry.refused = entry.clean * factor, entry.refused * factor
             entry.at = now
 
     def _weights(self, now: float) -> Weights:
         """Each level's (clean, refused) weights as they count now (index = level, up to the highest one
         observed): faded with time, and discounted where a newer word contradicts them (rule 1)."""
-        levels = self._levels
-        top = self._top
+        levels, top = self._levels, self._top
         newest_refusal = [-math.inf] * (top + 2)  # the latest refusal at or under each level
         for level in range(1, top + 1):
             self._age(levels[level], now)
@@ -207,11 +201,8 @@ class LevelEvidence:
                 total = refused + clean + PRIOR
                 above = refused - pays * total  # the refusals over those the rate explains
                 # the tail read only a standard deviation over (passing takes 1.29 or more)
-                if (
-                    above > 0.0
-                    and above * above > total * pays * (1.0 - pays)
-                    and chance_of_as_many(refused, total, pays) < SIGNIFICANCE
-                ):
+                over = above > 0.0 and above * above > total * pays * (1.0 - pays)
+                if over and chance_of_as_many(refused, total, pays) < SIGNIFICANCE:
                     return level
         return None
 

@@ -88,8 +88,7 @@ class LearnedLimits:
     """Each model's limit and the account's, estimated from clean answers, refusals and stalls."""
 
     def __init__(self, config: ModelRouting, *, clock: Clock, wall_clock: Clock) -> None:
-        self._clock = clock
-        self._wall_clock = wall_clock
+        self._clock, self._wall_clock = clock, wall_clock
         self._pace = Pace(0.0, 0.0, config.learning.drift_seconds)  # as `reconfigure` sets it
         self._models: dict[str, Limit] = {}
         self._account = self._limit(None, 1)
@@ -140,8 +139,7 @@ class LearnedLimits:
 
     def limit(self, model: str) -> int:
         """The limit the pool holds `model` to now (0 for a model it does not know)."""
-        entry = self._models.get(model)
-        return (entry.value or 0) if entry is not None else 0
+        return (self._models[model].value or 0) if model in self._models else 0
 
     def account(self) -> int | None:
         """The account's learned (or configured) limit; None when none is known."""
@@ -239,8 +237,7 @@ class LearnedLimits:
         at once (itself included)."""
         if not self.enabled:
             return
-        now = self._clock()
-        entry = self._models.get(model)
+        now, entry = self._clock(), self._models.get(model)
         if probe is not None:
             probed = self._account if probe == "account" else entry or self._account
             probed.explore.probe_since = None
@@ -272,9 +269,7 @@ class LearnedLimits:
         """A limit passed: whose it is (see the module), then evidence against it."""
         if not self.enabled:
             return
-        now = self._clock()
-        entry = self._models.get(model)
-        account = self._account
+        now, entry, account = self._clock(), self._models.get(model), self._account
         since = now - EARLIEST_REFUSAL_SECONDS if sent is None else sent
         if probe == "account" or entry is None:
             share = 0.0
@@ -395,12 +390,9 @@ class LearnedLimits:
                 evidence.observe(value, refused=False, now=learned, weight=ADOPTED_WEIGHT)
             if value < entry.ceiling:
                 evidence.observe(value + 1, refused=True, now=learned, weight=ADOPTED_WEIGHT)
-        entry.value = evidence.limit(now, self.cost)
-        text = row.get("reason")
+        entry.value, entry.changed_at = evidence.limit(now, self.cost), changed_at
+        text = row.get("reason") if entry.value == value else "restored, faded since"
         entry.reason = text[:200] if isinstance(text, str) else "learned elsewhere"
-        if entry.value != value:
-            entry.reason = "restored, faded since"
-        entry.changed_at = changed_at
         return True
 
 
