@@ -1,35 +1,32 @@
 """What z.ai said at each level of one limit, and the limit that evidence supports.
 
-The model of z.ai (`zai.assumptions.REFUSALS_RISE_WITH_LOAD`, `NOISE`, `MAY_QUEUE`; docs/learning.md): z.ai
-refuses a request that arrives with n requests in flight on a limit (a model's or the account's, itself
-included) with a probability p(n) that never falls as n grows: zero up to a clean level, then rising at once
-(a hard limit) or through a band (a soft one), and a little at any level (noise: "works again a few seconds
-later"). A head held instead of a refusal (a z.ai that queues) is a refusal here too.
+The model of z.ai (`zai.assumptions.REFUSALS_RISE_WITH_LOAD`, `NOISE`, `MAY_QUEUE`): a request that arrives
+with n requests in flight on a limit (itself included) is refused with a probability p(n) that never falls
+as n grows: zero up to a clean level, then rising at once (a hard limit) or through a band (a soft one), and
+a little at any level (noise). A head held instead of a refusal (a z.ai that queues) is a refusal here too.
 
 1. **Evidence.** Each verdict is an observation at one level: what z.ai served when its request came
-   (`routing.arrivals`: a refusal, a stall), or for a clean answer that or what it serves at once now,
-   whichever is more. A level remembers its last `MEMORY` observations (each new one weighs 1, the older
-   fade by `1 - 1/MEMORY`): its word is recent whatever the pace, and kept until a probe tests it again.
-   Every observation also fades with time (half-life `fade_seconds`) toward the catalog's value, and each
-   level counts a clean answer of prior that never fades (`PRIOR`). **A word contradicted by a newer one
-   fades fast**: a refusal at n says z.ai refuses at every level from n up, a clean answer that it serves
-   every level up to n. So a level's clean answers older than a refusal at or under it, and its refusals
-   older than a clean answer at or above it, count half per `CONTRADICTED_HALF_LIFE` between the two: they
-   speak of a z.ai that has moved (a limit halved, then restored). Under noise or a band both kinds keep
-   coming, and the discount stays small.
-2. **A level is refused** when using it loses answers. At the refusal rate p a slot answers (1 - p) / ((1 -
-   p) + p * cost) per slot-time (its goodput): a clean request holds it one slot-time (the pool's average
-   service), a refused one `cost` (`LearnedLimits.cost`) and is sent again, so a refusal loses its time,
-   not its answer. Level n pays over n - 1 (refused at `NOISE`) while p(n) is at most `tolerated(n, cost)`,
-   a threshold set by the price alone. Level n is refused when a window of up to `WINDOW` levels ending at
-   n (their rates are at most p(n)) holds more refusals than that explains: an exact binomial test, the
-   prior included, at `SIGNIFICANCE`. Refusals above a level say nothing of it. The thresholds ignore the
-   evidence, so a refusal never raises a limit and a clean answer never lowers one. One refusal never
-   passes; two at a level never served do (`UNSERVED`); noise under tau_n moves no limit, a band over it
-   does (a soft limit, a fallen one).
+   (`routing.arrivals`), or for a clean answer what it serves at once now if more. A level remembers its
+   last `MEMORY` observations (each new one weighs 1, the older fade by `1 - 1/MEMORY`): its word is recent
+   whatever the pace, and kept until a probe tests it again. Every observation also fades with time
+   (half-life `fade_seconds`) toward the catalog's value; each level counts a clean answer of prior that
+   never fades (`PRIOR`). **A word contradicted by a newer one fades fast**: a refusal at n says z.ai
+   refuses every level from n up, a clean answer that it serves every level up to n, so a level's clean
+   answers older than a refusal at or under it, and its refusals older than a clean answer at or above it,
+   count half per `CONTRADICTED_HALF_LIFE` between the two (a limit halved, then restored; under noise or
+   a band both kinds keep coming, and the discount stays small).
+2. **A level is refused** when using it loses answers. A slot's goodput at the refusal rate p is
+   (1 - p) / ((1 - p) + p * cost) answers per slot-time: a clean request holds it one slot-time (the pool's
+   average service), a refused one `cost` (`LearnedLimits.cost`) and is sent again, so a refusal loses its
+   time, not its answer. Level n pays over n - 1 (refused at `NOISE`) while p(n) is at most
+   `tolerated(n, cost)`, a threshold set by the price alone. Level n is refused when a window of up to
+   `WINDOW` levels ending at n (their rates are at most p(n)) holds more refusals than that explains: an
+   exact binomial test, the prior included, at `SIGNIFICANCE`. Refusals above a level say nothing of it. As
+   the thresholds ignore the evidence, a refusal never raises a limit and a clean answer never lowers one.
+   One refusal never passes; two at a level never served do (`UNSERVED`); noise under tau_n moves no limit,
+   a band over it does.
 3. **A level is served** when its memory holds a clean answer at it or above, or it is within the catalog's
-   value. **The limit is the highest served level under the lowest refused one.** Above it only probes go
-   (`limits`).
+   value. **The limit is the highest served level under the lowest refused one.** Only probes go above it.
 """
 
 from __future__ import annotations
@@ -99,8 +96,7 @@ def _regularized_beta(x: float, a: float, b: float) -> float:
     front = math.exp(log_beta + a * math.log(x) + b * math.log1p(-x))
     tiny = 1e-300
     c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    fraction = d
+    fraction = d = 1.0 / (d if abs(d) > tiny else tiny)
     for m in range(1, 200):
         for numerator in (
             m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
@@ -133,8 +129,7 @@ class LevelEvidence:
         self._top = 0  # the highest level observed: nothing above it to look at
 
     def observe(self, level: int, *, refused: bool, now: float, weight: float = 1.0) -> None:
-        """One verdict at `level` (clamped to 1 .. ceiling + 1), `weight` of it (a refusal that may be
-        another limit's counts in part)."""
+        """One verdict at `level` (clamped to 1 .. ceiling + 1), `weight` of it (a shared refusal's part)."""
         level = min(max(level, 1), self.ceiling + 1)
         self._top = max(self._top, level)
         entry = self._levels[level]
@@ -183,8 +178,7 @@ class LevelEvidence:
         return (refused + 1.0) / (refused + clean + PRIOR + 1.0)
 
     def refused_level(self, now: float, cost: float, weights: Weights | None = None) -> int | None:
-        """The lowest level refused (rule 2), else None. `cost`: a refusal's price in slot-times;
-        `weights`: `_weights(now)`, when already worked out."""
+        """The lowest level refused (rule 2), else None; `weights`: `_weights(now)`, when worked out."""
         weights = self._weights(now) if weights is None else weights
         top = len(weights) - 1  # the highest level observed: the windows above it read up to it
         refusals = [refused for _, refused in weights]
@@ -208,7 +202,7 @@ class LevelEvidence:
 
     def limit(self, now: float, cost: float) -> int | None:
         """The highest served level under the lowest refused one (rule 3); None when nothing bounds it (an
-        account with no configured limit, before any refusal). `cost` as for `refused_level`."""
+        account with no configured limit, before any refusal)."""
         weights = self._weights(now)  # once for both rules
         refused = self.refused_level(now, cost, weights)
         start = self.start or 0
@@ -228,6 +222,5 @@ class LevelEvidence:
 
 
 def _contradicted(seconds: float) -> float:
-    """What a word still counts when a contradicting one came `seconds` after it (1 for NaN or under 0: none
-    later, or no word)."""
+    """What a word counts when a contradicting one came `seconds` after it (1 for none: NaN, under 0)."""
     return 0.5 ** (seconds / CONTRADICTED_HALF_LIFE) if seconds > 0.0 else 1.0

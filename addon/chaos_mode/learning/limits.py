@@ -1,7 +1,8 @@
 """Learned concurrency limits: each model's and the account's, estimated from z.ai's answers at run time.
 
 Each limit starts at the catalog's value (`maxConcurrency`; the account's `accountConcurrency`, or none)
-and follows its evidence (`evidence`); only probes go above it, paced by `explore`. What feeds it:
+and follows its evidence (`evidence`); only probes go above it, paced by `explore`. Pure state, driven by
+injected clocks. What feeds it:
 
 - **A verdict counts for its model and for the account.** A clean answer counts in full on both, at what
   z.ai served at once. A refusal (1302) or a stall (a head held far longer than z.ai's heads take) says a
@@ -24,8 +25,6 @@ and follows its evidence (`evidence`); only probes go above it, paced by `explor
   rounds as the fleet does (`probe_claimed`). The store gone, each proxy learns and probes on its own.
 - **What was learned fades** (half-life `driftSeconds`): a limit nobody confirms goes back to the catalog's
   value, and a level refused long ago may be tried again.
-
-Pure state, driven by injected clocks.
 """
 
 from __future__ import annotations
@@ -61,8 +60,7 @@ TICK_SECONDS: Final = 1.0  # how often fading is looked at
 
 @dataclass(slots=True)
 class Limit:
-    """One learned limit, as status pages read it too; `value` None: none known (the account's before any
-    refusal)."""
+    """One learned limit (status pages read it too); `value` None: none known (the account's, unset)."""
 
     evidence: LevelEvidence
     value: int | None
@@ -93,17 +91,15 @@ class LearnedLimits:
         self._models: dict[str, Limit] = {}
         self._account = self._limit(None, 1)
         self._next_tick = -math.inf
-        self._blocked_seconds = REFUSAL_START_SECONDS
+        self._blocked_seconds, self._service_seconds = REFUSAL_START_SECONDS, SERVICE_START_SECONDS
         self._patience_seconds: float | None = None
-        self._service_seconds = SERVICE_START_SECONDS
         self.version = 0  # bumped on every change of a value: the pool rebuilds what it derives from them
         self.reconfigure(config)
 
     def reconfigure(self, config: ModelRouting) -> None:
         """Follow a new config: limits whose starting value and ceiling did not change are kept."""
-        settings = config.learning
+        settings, pace = config.learning, self._pace
         self.enabled = settings.enabled
-        pace = self._pace
         pace.base, pace.fade = settings.probe_interval_seconds, settings.drift_seconds
         pace.most = max(settings.probe_backoff_max_seconds, settings.probe_interval_seconds)
         self._refusal_cost = settings.refusal_cost_seconds
@@ -233,8 +229,7 @@ class LearnedLimits:
             entry.explore.failed(self._clock(), self._pace)
 
     def succeeded(self, model: str, in_flight: int, total: int, probe: Probe | None) -> None:
-        """A clean answer, z.ai seen to serve `in_flight` requests on its model and `total` on the account
-        at once (itself included)."""
+        """A clean answer, z.ai seen to serve `in_flight` on its model and `total` on the account at once."""
         if not self.enabled:
             return
         now, entry = self._clock(), self._models.get(model)
@@ -251,9 +246,8 @@ class LearnedLimits:
     def refused(
         self, model: str, in_flight: int, total: int, probe: Probe | None, sent: float | None = None
     ) -> None:
-        """A concurrency answer (1302) to a request sent at `sent` (monotonic; None, as for a verdict another
-        proxy saw: as long ago as z.ai's refusals take) that came when z.ai served `in_flight` on its model
-        and `total` on the account (itself included)."""
+        """A 1302 to a request sent at `sent` (monotonic; None for another proxy's verdict: as long ago as
+        z.ai's refusals take), when z.ai served `in_flight` on its model and `total` on the account."""
         self._passed(model, in_flight, total, probe, sent, "1302")
 
     def stalled(
@@ -286,9 +280,8 @@ class LearnedLimits:
             self._observe(account, total, True, 1.0 - share, now, f"{what} at {total} in flight")
 
     def _observe(self, entry: Limit, level: int, refused: bool, weight: float, now: float, why: str) -> None:
-        """A verdict into `entry`'s change detector, its evidence, then its value (`why` it changes). A
-        detected change says z.ai moved its limits (zai.assumptions.LIMITS_MOVE_TOGETHER): every limit
-        starts its wait over."""
+        """A verdict into `entry`'s change detector, evidence and value (`why` it changes). A detected change:
+        every limit's wait starts over (zai.assumptions.LIMITS_MOVE_TOGETHER)."""
         fired = entry.detector.verdict(level, refused, weight, moved=self._pace.moved_lately(now))
         entry.evidence.observe(level, refused=refused, now=now, weight=weight)
         if fired:
@@ -329,8 +322,7 @@ class LearnedLimits:
         self.version += 1
 
     def dump(self) -> dict[str, Any]:
-        """What was learned, as JSON-ready data for the state file (starting values included, so a
-        changed catalog makes an entry stale)."""
+        """What was learned, for the state file (with starting values: a changed catalog makes it stale)."""
         return {
             "format": STATE_FORMAT,
             "version": STATE_VERSION,
@@ -352,8 +344,7 @@ class LearnedLimits:
         return self.merge({**models, ACCOUNT: data.get("account")}, newer=False)
 
     def rows(self, since: float = -math.inf) -> dict[str, dict[str, Any]]:
-        """The limits changed after `since` (wall clock) as `dump` writes them, the account's as
-        `ACCOUNT`: what a proxy tells the fleet."""
+        """The limits changed after `since` (wall clock) as `dump` has them, the account's as `ACCOUNT`."""
         entries = [*self._models.items(), (ACCOUNT, self._account)]
         return {name: _row(e) for name, e in entries if e.changed_at is not None and e.changed_at > since}
 
