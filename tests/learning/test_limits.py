@@ -359,7 +359,7 @@ def test_what_was_learned_fades_back_to_the_catalog(rig: Rig) -> None:
 
 
 def test_a_refusals_price_is_the_time_it_blocks_its_slot_and_the_declared_cost(rig: Rig) -> None:
-    """The price in slot-times (`evidence.goodput`): the refusal's delay when its attempt kept its place,
+    """The price in slot-times (`evidence`, rule 2): the refusal's delay when its attempt kept its place,
     the patience when it lent it, plus `refusalCostSeconds` (3 s), over a slot's time to serve."""
     for _ in range(80):
         rig.limits.refusal_took(3.0)

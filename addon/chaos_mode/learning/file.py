@@ -14,11 +14,8 @@ MAX_BYTES: Final = 1024 * 1024  # ours are a few KB: anything larger is not ours
 
 
 def state_path(option: str, confdir: str) -> Path | None:
-    """Where learned limits are kept: the option's path, `FILE_NAME` in mitmproxy's confdir when it is
-    empty, nowhere when it is `off`."""
-    if option.strip().lower() == OFF:
-        return None
-    return Path(option or Path(confdir) / FILE_NAME).expanduser()
+    """Where learned limits are kept: the option's path, else `FILE_NAME` in confdir; None when `off`."""
+    return None if option.strip().lower() == OFF else Path(option or Path(confdir) / FILE_NAME).expanduser()
 
 
 def read_state(path: Path) -> Any | None:

@@ -1,39 +1,30 @@
 """Learned concurrency limits: each model's and the account's, estimated from z.ai's answers at run time.
 
-The catalog's `maxConcurrency` is where a model starts. Each limit (every model's, and the account's) is an
-estimator of z.ai's refusals level by level (`evidence`): the limit is the highest level z.ai served under
-the lowest it refuses with confidence. What feeds it, and what the pool may do above it:
+Each limit starts at the catalog's value (`maxConcurrency`; the account's `accountConcurrency`, or none)
+and follows its evidence (`evidence`); only probes go above it, paced by `explore`. Pure state, driven by
+injected clocks. What feeds it:
 
-- **A verdict counts for its model and for the account.** A clean answer is an observation at the count z.ai
-  served at once, on its model and on the account, in full. A refusal (1302) or a stall (a head held far
-  longer than z.ai's heads take) says a limit was passed, not which. A probe knows what it tested. Else
-  the model is blamed in full when z.ai did not answer it cleanly at its level while it decided the request
-  (from its sending to the verdict: a limit that fell, however often the level was served before; a wrong
-  model limit costs one model's slots, a wrong account limit all); otherwise it is shared in proportion to
-  how likely each is to refuse at its level (its refusals there against the clean answers at it and above).
+- **A verdict counts for its model and for the account.** A clean answer counts in full on both, at what
+  z.ai served at once. A refusal (1302) or a stall (a head held far longer than z.ai's heads take) says a
+  limit was passed, not which (zai.assumptions.COUNTS_PER_MODEL_AND_ACCOUNT): a probe's is the limit it
+  tested; else the model's in full when z.ai did not answer it cleanly at its level while it decided the
+  request (a limit that fell, however often the level was served before; a wrong model limit costs one
+  model's slots, a wrong account limit all), else shared by how likely each is to refuse at its level.
 - **Probes** are the pool's, for a request that would otherwise wait: one above a limit at a time, only
-  once z.ai answered cleanly at the limit (a guess nobody tried is not worth a refusal to go above), paced
-  by `explore`: a backoff per limit, and a change detector per limit whose firing alone tells the other
-  limits that z.ai moved. A probe answered cleanly counts as one only above its limit: counted at or under
-  it, it found the room a request z.ai was refusing left, and says nothing of the level above. A probe
-  given up unanswered (its request took a slot within the limits) fails its round for pacing only: it
+  once z.ai answered cleanly at the limit (a guess nobody tried is not worth a refusal). One answered
+  cleanly counts as such only above its limit: at or under it, it found the room a request z.ai was
+  refusing left. One given up unanswered (its request took a slot within the limits) fails its round and
   tells the limit nothing.
-- **A fleet learns and probes as one.** Proxies sharing a store (`chaos_state`) learn from one body of
-  evidence: every verdict a proxy has goes to the others as it comes, and counts there as theirs
-  (evidence, and a refused probe's pacing: a clean one's comes with the right freed), at the levels it
-  counted; what z.ai serves at once counts the other proxies' slots as they say z.ai serves them
-  (`routing.pool`), never one z.ai has not answered yet. A limit another proxy learned is taken only on
-  joining the fleet (it replaces the evidence with its value). The right to probe each limit is one for
-  the fleet: a probe goes only with it, and it is held while the probe is out (at most the base wait, as
-  one proxy's next probe waits for an unanswered one), freed at once when the probe is answered cleanly
-  (`probe_answered_elsewhere`), and held for the prober's wait when it is refused or given up. A proxy that
-  finds it held sends no probe there until it is free: not a refused probe, nothing learned; it counts the
-  limit's failed rounds as the fleet counted them, so its own next wait is as long as the fleet's. The
-  store gone, each proxy learns and probes on its own.
-- **What was learned fades** with a half-life of `driftSeconds`: a limit nobody confirms goes back to the
-  catalog's value, and a level refused long ago may be tried again.
-
-Pure state, driven by injected clocks.
+- **A fleet learns and probes as one.** Proxies sharing a store (`chaos_state`) send each other every
+  verdict as it comes, counted as theirs at the levels it counted (a refused probe's pacing too); what z.ai
+  serves at once counts the other proxies' slots it has answered (`routing.pool`). A limit another proxy
+  learned is taken only on joining the fleet, as it replaces the evidence with its value (`merge`). The
+  right to probe a limit is the fleet's: held while a probe is out (at most the base wait), freed when it
+  is answered cleanly (`probe_answered_elsewhere`), held for the prober's wait when it is refused or given
+  up. A proxy that finds it held sends no probe there (nothing learned) and counts the limit's failed
+  rounds as the fleet does (`probe_claimed`). The store gone, each proxy learns and probes on its own.
+- **What was learned fades** (half-life `driftSeconds`): a limit nobody confirms goes back to the catalog's
+  value, and a level refused long ago may be tried again.
 """
 
 from __future__ import annotations
@@ -52,18 +43,16 @@ from chaos_mode.zai.timing import EARLIEST_REFUSAL_SECONDS
 Clock = Callable[[], float]
 Probe = Literal["model", "account"]
 
-# A refusal's price, in slot-times (`evidence.goodput`): the seconds it blocks its slot (z.ai's time to
+# A refusal's price, in slot-times (`evidence`, rule 2): the seconds it blocks its slot (z.ai's time to
 # refuse; the patience, when its place is lent) and `learning.refusalCostSeconds`, over a slot's time to
 # serve a clean request; each a moving average of what the pool sees (these before the first of each).
 REFUSAL_START_SECONDS: Final = EARLIEST_REFUSAL_SECONDS
 SERVICE_START_SECONDS: Final = 3.0
 AVERAGE_WEIGHT: Final = 0.1  # of each new duration in the moving averages
 COST_RANGE: Final = (0.05, 20.0)
-
 # A limit learned elsewhere (another proxy, an earlier run) weighs as this many clean answers at it and
 # refusals just above it: enough to hold, little enough for the next answers to move it.
 ADOPTED_WEIGHT: Final = 3.0
-
 STATE_FORMAT: Final = "chaos-mode learned limits"
 STATE_VERSION: Final = 1
 TICK_SECONDS: Final = 1.0  # how often fading is looked at
@@ -71,7 +60,7 @@ TICK_SECONDS: Final = 1.0  # how often fading is looked at
 
 @dataclass(slots=True)
 class Limit:
-    """One learned limit; `value` None: none known (the account's before any refusal)."""
+    """One learned limit (status pages read it too); `value` None: none known (the account's, unset)."""
 
     evidence: LevelEvidence
     value: int | None
@@ -88,70 +77,55 @@ class Limit:
     def ceiling(self) -> int:
         return self.evidence.ceiling
 
-
-@dataclass(frozen=True, slots=True)
-class LimitView:
-    """A limit as status pages show it."""
-
-    start: int | None
-    ceiling: int
-    value: int | None
-    reason: str
-    changed_at: float | None
-    probing: bool
+    @property
+    def probing(self) -> bool:
+        return self.explore.probe_since is not None
 
 
 class LearnedLimits:
     """Each model's limit and the account's, estimated from clean answers, refusals and stalls."""
 
     def __init__(self, config: ModelRouting, *, clock: Clock, wall_clock: Clock) -> None:
-        self._clock = clock
-        self._wall_clock = wall_clock
+        self._clock, self._wall_clock = clock, wall_clock
         self._pace = Pace(0.0, 0.0, config.learning.drift_seconds)  # as `reconfigure` sets it
         self._models: dict[str, Limit] = {}
-        self._account = self._new(None, 1)
+        self._account = self._limit(None, 1)
         self._next_tick = -math.inf
-        self._blocked_seconds = REFUSAL_START_SECONDS
+        self._blocked_seconds, self._service_seconds = REFUSAL_START_SECONDS, SERVICE_START_SECONDS
         self._patience_seconds: float | None = None
-        self._service_seconds = SERVICE_START_SECONDS
         self.version = 0  # bumped on every change of a value: the pool rebuilds what it derives from them
         self.reconfigure(config)
 
-    def _new(self, start: int | None, ceiling: int) -> Limit:
-        return Limit(LevelEvidence(start, ceiling, self._pace.fade), start)
-
     def reconfigure(self, config: ModelRouting) -> None:
         """Follow a new config: limits whose starting value and ceiling did not change are kept."""
-        settings = config.learning
-        self._enabled = settings.enabled
-        pace = self._pace
+        settings, pace = config.learning, self._pace
+        self.enabled = settings.enabled
         pace.base, pace.fade = settings.probe_interval_seconds, settings.drift_seconds
         pace.most = max(settings.probe_backoff_max_seconds, settings.probe_interval_seconds)
         self._refusal_cost = settings.refusal_cost_seconds
         models: dict[str, Limit] = {}
         for name, spec in config.models.items():
             start = spec.max_concurrency
-            ceiling = max(
-                start, math.ceil(start * settings.ceiling_factor) if spec.ceiling is None else spec.ceiling
-            )
-            old = self._models.get(name)
-            keep = old is not None and old.start == start and old.ceiling == ceiling and self._enabled
-            models[name] = old if keep and old is not None else self._new(start, ceiling)
+            ceiling = math.ceil(start * settings.ceiling_factor) if spec.ceiling is None else spec.ceiling
+            models[name] = self._limit(start, max(start, ceiling), self._models.get(name))
         self._models = models
-        for limit in models.values():
-            limit.evidence.fade_seconds = pace.fade
         ceiling = settings.account_ceiling or sum(limit.ceiling for limit in models.values())
-        account = config.account_concurrency
-        if self._account.start != account or self._account.ceiling != ceiling or not self._enabled:
-            self._account = self._new(account, ceiling)
-        self._account.evidence.fade_seconds = pace.fade
+        self._account = self._limit(config.account_concurrency, ceiling, self._account)
         self.version += 1
+
+    def _limit(self, start: int | None, ceiling: int, old: Limit | None = None) -> Limit:
+        """`old` while learning is on and its start and ceiling stand, else a limit with no evidence."""
+        if old is None or old.start != start or old.ceiling != ceiling or not self.enabled:
+            return Limit(LevelEvidence(start, ceiling, self._pace.fade), start)
+        old.evidence.fade_seconds = self._pace.fade
+        return old
 
     def _all(self) -> Iterator[Limit]:
         yield from self._models.values()
         yield self._account
 
-    # -- reading ----------------------------------------------------------------------------------
+    def _entry(self, kind: Probe, model: str) -> Limit | None:
+        return self._account if kind == "account" else self._models.get(model)
 
     @property
     def cost(self) -> float:
@@ -159,67 +133,45 @@ class LearnedLimits:
         low, high = COST_RANGE
         return min(max((self._blocked_seconds + self._refusal_cost) / self._service_seconds, low), high)
 
-    @property
-    def enabled(self) -> bool:
-        return self._enabled
-
     def limit(self, model: str) -> int:
         """The limit the pool holds `model` to now (0 for a model it does not know)."""
-        entry = self._models.get(model)
-        return (entry.value or 0) if entry is not None else 0
+        return (self._models[model].value or 0) if model in self._models else 0
 
     def account(self) -> int | None:
         """The account's learned (or configured) limit; None when none is known."""
         return self._account.value
 
+    def evidence(self, model: str | None = None) -> LevelEvidence:
+        """What z.ai said of one model's limit (the account's when `model` is None), level by level."""
+        return self.view(model).evidence
+
+    def view(self, model: str | None = None) -> Limit:
+        """One model's limit (the account's when `model` is None), for status pages."""
+        return self._account if model is None else self._models[model]
+
     def can_probe(self, model: str) -> bool:
         """Whether `model` may take one request above its limit now."""
-        entry = self._models.get(model)
-        return self._enabled and entry is not None and self._probe_due(entry)
+        return self._probe_due(self._models.get(model))
 
     def can_probe_account(self) -> bool:
-        return self._enabled and self._probe_due(self._account)
+        return self._probe_due(self._account)
 
-    def _probe_ready(self, entry: Limit, now: float) -> float | None:
-        """When (monotonic) a probe above `entry` becomes allowed; None: not before new evidence (no value,
-        or at the ceiling, or z.ai never answered cleanly at its value)."""
-        value, evidence = entry.value, entry.evidence
-        if value is None or value >= entry.ceiling or not evidence.answered_at(value, now):
-            return None
-        return entry.explore.due(self._pace)
-
-    def _probe_due(self, entry: Limit) -> bool:
+    def _probe_due(self, entry: Limit | None) -> bool:
         now = self._clock()
-        ready = self._probe_ready(entry, now)
-        return ready is not None and ready <= now
+        return (ready := self._probe_ready(entry, now)) is not None and ready <= now
+
+    def _probe_ready(self, entry: Limit | None, now: float) -> float | None:
+        """When (monotonic) a probe above `entry` becomes allowed; None: not before new evidence (learning
+        off, no value, at the ceiling, or z.ai never answered cleanly at its value)."""
+        if not self.enabled or entry is None or entry.value is None or entry.value >= entry.ceiling:
+            return None
+        return entry.explore.due(self._pace) if entry.evidence.answered_at(entry.value, now) else None
 
     def next_probe(self) -> float | None:
         """Seconds until the next probe becomes allowed somewhere (to wake waiters), else None."""
-        if not self._enabled:
-            return None
         now = self._clock()
-        times = [
-            ready for e in self._all() if (ready := self._probe_ready(e, now)) is not None and ready > now
-        ]
+        times = [at for e in self._all() if (at := self._probe_ready(e, now)) is not None and at > now]
         return min(times) - now if times else None
-
-    def evidence(self, model: str | None = None) -> LevelEvidence:
-        """What z.ai said of one model's limit (the account's when `model` is None), level by level."""
-        return self._account.evidence if model is None else self._models[model].evidence
-
-    def view(self, model: str | None = None) -> LimitView:
-        """One model's limit (the account's when `model` is None), for status pages."""
-        entry = self._account if model is None else self._models[model]
-        return LimitView(
-            entry.start,
-            entry.ceiling,
-            entry.value,
-            entry.reason,
-            entry.changed_at,
-            entry.explore.probe_since is not None,
-        )
-
-    # -- evidence ---------------------------------------------------------------------------------
 
     def refusal_took(self, seconds: float, *, lent: bool = False) -> None:
         """A refusal came `seconds` after its request was sent; `lent`: its attempt had lent its place (it
@@ -239,135 +191,106 @@ class LearnedLimits:
             self._service_seconds += AVERAGE_WEIGHT * (seconds - self._service_seconds)
 
     def probe_sent(self, kind: Probe, model: str) -> None:
-        entry = self._entry(kind, model)
-        if entry is not None:
+        if (entry := self._entry(kind, model)) is not None:
             entry.explore.probe_since = self._clock()
 
-    def _entry(self, kind: Probe, model: str) -> Limit | None:
-        return self._account if kind == "account" else self._models.get(model)
-
     def probe_wait(self, kind: Probe, model: str) -> tuple[float, int]:
-        """(seconds before the limit's next probe may go, its failed rounds): how long the fleet holds the
-        right to probe it, told when a probe of it is sent and when it is answered or given up (0: the next
-        probe may follow at once)."""
-        entry = self._entry(kind, model)
-        if entry is None:
+        """(seconds the fleet holds the right to probe the limit, its failed rounds), told when a probe of it
+        is sent, answered or given up (0: the next probe may follow at once)."""
+        if (entry := self._entry(kind, model)) is None:
             return 0.0, 0
         now = self._clock()
-        explore = entry.explore
-        return max(explore.due(self._pace) - now, 0.0), explore.faded(now, self._pace.fade)
+        return max(entry.explore.due(self._pace) - now, 0.0), entry.explore.faded(now, self._pace.fade)
 
     def probe_claimed(
         self, kind: Probe, model: str, *, sent: bool, held_elsewhere: float = 0.0, refused: int = 0
     ) -> None:
-        """The fleet's answer to the claim on the right to probe the limit, made with the probe's slot (see
-        the module). `refused`, the limit's failed rounds as the fleet counts them, counts here when more.
-        Not `sent` (another proxy took the slot first, or holds the right `held_elsewhere` seconds more):
-        the probe is no probe at all, and none goes here before the right is free."""
-        entry = self._entry(kind, model)
-        if entry is None or not self._enabled:
+        """The fleet's answer to the claim, made with the probe's slot, on the right to probe the limit;
+        `refused`, the failed rounds as the fleet counts them, counts here when more. Not `sent` (another
+        proxy took the slot first, or holds the right `held_elsewhere` seconds more): no probe at all."""
+        if (entry := self._entry(kind, model)) is None or not self.enabled:
             return
-        explore = entry.explore
-        explore.faded(self._clock(), self._pace.fade)
+        explore, now = entry.explore, self._clock()
+        explore.faded(now, self._pace.fade)
         explore.failures = max(explore.failures, float(refused))
-        if sent:
-            return
-        explore.probe_since = None
-        if held_elsewhere > 0.0:
-            explore.ready_at = max(explore.ready_at, self._clock() + held_elsewhere)
+        if not sent:
+            explore.probe_since = None
+            if held_elsewhere > 0.0:
+                explore.ready_at = max(explore.ready_at, now + held_elsewhere)
 
     def probe_answered_elsewhere(self, kind: Probe, model: str) -> None:
         """Another proxy's probe of the limit was answered cleanly: for pacing, as one answered here."""
-        entry = self._entry(kind, model)
-        if entry is not None and self._enabled:
+        if (entry := self._entry(kind, model)) is not None and self.enabled:
             entry.explore.answered(entry.value)
 
     def probe_given_up(self, kind: Probe, model: str) -> None:
-        """A probe z.ai had not answered when a slot within the limits came for its request was abandoned.
-        It tells the limit nothing; its round failed (it most likely was refused)."""
-        entry = self._entry(kind, model)
-        if entry is not None and self._enabled:
+        """A probe z.ai had not answered was abandoned for a slot within the limits (see the module)."""
+        if (entry := self._entry(kind, model)) is not None and self.enabled:
             entry.explore.failed(self._clock(), self._pace)
 
     def succeeded(self, model: str, in_flight: int, total: int, probe: Probe | None) -> None:
-        """A clean answer, z.ai seen to serve `in_flight` requests on its model and `total` on the account
-        at once (itself included)."""
-        if not self._enabled:
+        """A clean answer, z.ai seen to serve `in_flight` on its model and `total` on the account at once."""
+        if not self.enabled:
             return
-        now = self._clock()
-        entry = self._models.get(model)
+        now, entry = self._clock(), self._models.get(model)
         if probe is not None:
             probed = self._account if probe == "account" else entry or self._account
             probed.explore.probe_since = None
-            # Room above the limit only if counted above it. Counted at or under it, z.ai had room because
-            # a request it was refusing, or one just ended, left it: a pause set since (a refusal's) stands
             level = total if probed is self._account else in_flight
-            if probed.value is None or level > probed.value:
+            if probed.value is None or level > probed.value:  # counted above it (see the module)
                 probed.explore.answered(probed.value)
         if entry is not None:
-            self._observe(entry, in_flight, False, 1.0, now)
-            self._settle(entry, now, _served_why(in_flight, probe == "model"))
-        self._observe(self._account, total, False, 1.0, now)
-        self._settle(self._account, now, _served_why(total, probe == "account"))
+            self._observe(entry, in_flight, False, 1.0, now, _served_why(in_flight, probe == "model"))
+        self._observe(self._account, total, False, 1.0, now, _served_why(total, probe == "account"))
 
-    def _observe(self, entry: Limit, level: int, refused: bool, weight: float, now: float) -> None:
-        """A verdict into `entry`'s change detector, then its evidence. A
-        detected change says z.ai moved its limits (zai.assumptions.LIMITS_MOVE_TOGETHER): every limit
-        starts its wait over."""
+    def refused(
+        self, model: str, in_flight: int, total: int, probe: Probe | None, sent: float | None = None
+    ) -> None:
+        """A 1302 to a request sent at `sent` (monotonic; None for another proxy's verdict: as long ago as
+        z.ai's refusals take), when z.ai served `in_flight` on its model and `total` on the account."""
+        self._passed(model, in_flight, total, probe, sent, "1302")
+
+    def stalled(
+        self, model: str, in_flight: int, total: int, probe: Probe | None, sent: float | None = None
+    ) -> None:
+        """z.ai held a request's head far longer than its heads take (arguments as for `refused`): a limit
+        passed, as a 1302 says (z.ai queues it instead of refusing: zai.assumptions.MAY_QUEUE)."""
+        self._passed(model, in_flight, total, probe, sent, "stall")
+
+    def _passed(
+        self, model: str, in_flight: int, total: int, probe: Probe | None, sent: float | None, what: str
+    ) -> None:
+        """A limit passed: whose it is (see the module), then evidence against it."""
+        if not self.enabled:
+            return
+        now, entry, account = self._clock(), self._models.get(model), self._account
+        since = now - EARLIEST_REFUSAL_SECONDS if sent is None else sent
+        if probe == "account" or entry is None:
+            share = 0.0
+        elif probe == "model" or not entry.evidence.answered_since(in_flight, since):
+            share = 1.0
+        else:
+            here = entry.evidence.refusal_estimate(in_flight, now)
+            share = here / (here + account.evidence.refusal_estimate(total, now))
+        if probe is not None:
+            (account if probe == "account" or entry is None else entry).explore.failed(now, self._pace)
+        if entry is not None and share > 0.0:
+            self._observe(entry, in_flight, True, share, now, f"{what} at {in_flight} in flight")
+        if share < 1.0:
+            self._observe(account, total, True, 1.0 - share, now, f"{what} at {total} in flight")
+
+    def _observe(self, entry: Limit, level: int, refused: bool, weight: float, now: float, why: str) -> None:
+        """A verdict into `entry`'s change detector, evidence and value (`why` it changes). A detected change:
+        every limit's wait starts over (zai.assumptions.LIMITS_MOVE_TOGETHER)."""
         fired = entry.detector.verdict(level, refused, weight, moved=self._pace.moved_lately(now))
         entry.evidence.observe(level, refused=refused, now=now, weight=weight)
         if fired:
             self._pace.changed_at = now
             for limit in self._all():
                 limit.explore.moved(now, self._pace, up=fired < 0)
-
-    def refused(
-        self, model: str, in_flight: int, total: int, probe: Probe | None, sent: float | None = None
-    ) -> None:
-        """A concurrency answer (1302) to a request sent at `sent` (monotonic; None, as for a verdict another
-        proxy saw: as long ago as z.ai's refusals take) that came when z.ai served `in_flight` on its model
-        and `total` on the account (itself included): evidence against both, shared (see the module)."""
-        self._passed(model, in_flight, total, probe, sent, "1302")
-
-    def stalled(
-        self, model: str, in_flight: int, total: int, probe: Probe | None, sent: float | None = None
-    ) -> None:
-        """z.ai held the head of a request (sent at `sent`, as for `refused`) that came when it served
-        `in_flight` on its model and `total` on the account far longer than its heads take: a limit passed,
-        as a 1302 says (z.ai queues it instead of refusing: zai.assumptions.MAY_QUEUE)."""
-        self._passed(model, in_flight, total, probe, sent, "stall")
-
-    def _passed(
-        self, model: str, in_flight: int, total: int, probe: Probe | None, sent: float | None, what: str
-    ) -> None:
-        if not self._enabled:
-            return
-        now = self._clock()
-        entry = self._models.get(model)
-        account = self._account
-        since = now - EARLIEST_REFUSAL_SECONDS if sent is None else sent
-        # whose refusal it is: zai.assumptions.COUNTS_PER_MODEL_AND_ACCOUNT
-        if probe == "account" or entry is None:
-            share = 0.0
-        elif probe == "model" or not entry.evidence.answered_since(in_flight, since):
-            share = 1.0
-        else:  # shared by how likely each is to refuse there (little of it when z.ai served both lately)
-            here = entry.evidence.refusal_estimate(in_flight, now)
-            there = account.evidence.refusal_estimate(total, now)
-            share = here / (here + there)
-        if probe is not None:
-            (account if probe == "account" or entry is None else entry).explore.failed(now, self._pace)
-        if entry is not None and share > 0.0:
-            self._refusal(entry, in_flight, share, now, f"{what} at {in_flight} in flight")
-        if share < 1.0:
-            self._refusal(account, total, 1.0 - share, now, f"{what} at {total} in flight")
-
-    def _refusal(self, entry: Limit, level: int, weight: float, now: float, why: str) -> None:
-        self._observe(entry, level, True, weight, now)
         self._settle(entry, now, why)
-        # p never falls as n grows (zai.assumptions.REFUSALS_RISE_WITH_LOAD): refused at any level, z.ai
-        # refuses above the limit too (no probe now)
-        entry.explore.refused(now, self._pace)
+        if refused:
+            entry.explore.refused(now, self._pace)
 
     def _settle(self, entry: Limit, now: float, why: str) -> None:
         """Follow the evidence: a new value, why, and a new version for the pool. A value back at or under
@@ -380,13 +303,10 @@ class LearnedLimits:
             entry.value, entry.reason, entry.changed_at = value, why, self._wall_clock()
             self.version += 1
 
-    # -- time -------------------------------------------------------------------------------------
-
     def tick(self) -> None:
-        """Let what was learned fade: limits follow their evidence as it fades. Cheap to call often: it looks
-        at most once a second."""
+        """Let limits follow their evidence as it fades; cheap to call often (it looks once a second)."""
         now = self._clock()
-        if now < self._next_tick or not self._enabled:
+        if now < self._next_tick or not self.enabled:
             return
         self._next_tick = now + TICK_SECONDS
         for entry in self._all():
@@ -401,32 +321,19 @@ class LearnedLimits:
         self._pace.changed_at = -math.inf
         self.version += 1
 
-    # -- persistence ------------------------------------------------------------------------------
-
     def dump(self) -> dict[str, Any]:
-        """What was learned, as JSON-ready data for the state file (starting values included, so a
-        changed catalog makes an entry stale)."""
-
-        def row(entry: Limit) -> dict[str, Any]:
-            return {
-                "start": entry.start,
-                "limit": entry.value,
-                "reason": entry.reason,
-                "changedAt": entry.changed_at,
-            }
-
+        """What was learned, for the state file (with starting values: a changed catalog makes it stale)."""
         return {
             "format": STATE_FORMAT,
             "version": STATE_VERSION,
             "savedAt": self._wall_clock(),
-            "models": {name: row(e) for name, e in self._models.items() if e.changed_at is not None},
-            "account": row(self._account) if self._account.changed_at is not None else None,
+            "models": {name: _row(e) for name, e in self._models.items() if e.changed_at is not None},
+            "account": _row(self._account) if self._account.changed_at is not None else None,
         }
 
     def restore(self, data: Any) -> int:
-        """Take back what `dump` wrote; returns how many limits were restored. `ValueError` for data that
-        is not ours. Entries for unknown models or another starting value are skipped; a limit saved long
-        ago has faded toward its starting value meanwhile."""
+        """Take back what `dump` wrote (unknown models and other starting values skipped, each limit faded
+        since); how many limits were restored. `ValueError` for data that is not ours."""
         if not isinstance(data, dict) or data.get("format") != STATE_FORMAT:
             raise ValueError("not a chaos-mode learned-limits file")
         if data.get("version") != STATE_VERSION:
@@ -434,48 +341,32 @@ class LearnedLimits:
         models = data.get("models")
         if not isinstance(models, dict):
             raise ValueError("learned-limits file: models must be a mapping")
-        if not self._enabled:
-            return 0
-        rows: list[tuple[Limit, Any]] = [(e, models.get(n)) for n, e in self._models.items()]
-        rows.append((self._account, data.get("account")))
-        restored = sum(self._adopt(entry, row) for entry, row in rows)
-        if restored:
-            self.version += 1
-        return restored
+        return self.merge({**models, ACCOUNT: data.get("account")}, newer=False)
 
     def rows(self, since: float = -math.inf) -> dict[str, dict[str, Any]]:
-        """The limits changed after `since` (wall clock) as `dump` writes them, the account's as
-        `ACCOUNT`: what a proxy tells the fleet."""
-        data = self.dump()
-        rows: dict[str, dict[str, Any]] = dict(data["models"])
-        if data["account"] is not None:
-            rows[ACCOUNT] = data["account"]
-        return {name: row for name, row in rows.items() if row["changedAt"] > since}
+        """The limits changed after `since` (wall clock) as `dump` has them, the account's as `ACCOUNT`."""
+        entries = [*self._models.items(), (ACCOUNT, self._account)]
+        return {name: _row(e) for name, e in entries if e.changed_at is not None and e.changed_at > since}
 
-    def merge(self, rows: Mapping[str, Any]) -> int:
+    def merge(self, rows: Mapping[str, Any], *, newer: bool = True) -> int:
         """Take the limits another proxy learned (`rows`), each only when it changed later than ours (the
-        last change wins); returns how many were taken."""
-        if not self._enabled:
+        last change wins), or whatever their time when not `newer`; how many were taken."""
+        if not self.enabled:
             return 0
         taken = 0
         for name, row in rows.items():
             entry = self._account if name == ACCOUNT else self._models.get(name)
-            if entry is None or not isinstance(row, Mapping) or (changed_at := _time(row)) is None:
-                continue
-            if entry.changed_at is None or changed_at > entry.changed_at:
+            mine, theirs = entry.changed_at if entry is not None and newer else None, _time(row)
+            if entry is not None and (mine is None or (theirs is not None and theirs > mine)):
                 taken += self._adopt(entry, row)
         if taken:
             self.version += 1
         return taken
 
     def _adopt(self, entry: Limit, row: Any) -> bool:
-        """Take a limit learned elsewhere (another proxy, an earlier run) as the evidence for it: served up
-        to it, refused just above, as of when it was learned (so it has faded since)."""
-        if (
-            not isinstance(row, Mapping)
-            or row.get("start") != entry.start
-            or (changed_at := _time(row)) is None
-        ):
+        """Take a limit learned elsewhere as the evidence for it: served up to it, refused just above, as of
+        when it was learned (so it has faded since)."""
+        if (changed_at := _time(row)) is None or row.get("start") != entry.start:
             return False
         value = row.get("limit")
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
@@ -490,21 +381,22 @@ class LearnedLimits:
                 evidence.observe(value, refused=False, now=learned, weight=ADOPTED_WEIGHT)
             if value < entry.ceiling:
                 evidence.observe(value + 1, refused=True, now=learned, weight=ADOPTED_WEIGHT)
-        entry.value = evidence.limit(now, self.cost)
-        text = row.get("reason")
+        entry.value, entry.changed_at = evidence.limit(now, self.cost), changed_at
+        text = row.get("reason") if entry.value == value else "restored, faded since"
         entry.reason = text[:200] if isinstance(text, str) else "learned elsewhere"
-        if entry.value != value:
-            entry.reason = "restored, faded since"
-        entry.changed_at = changed_at
         return True
 
 
-def _time(row: Mapping[str, Any]) -> float | None:
-    """A row's `changedAt`, None when it is no finite number."""
-    at = row.get("changedAt")
+def _time(row: Any) -> float | None:
+    """A row's `changedAt`, None when it is no finite number (or the row no mapping)."""
+    at = row.get("changedAt") if isinstance(row, Mapping) else None
     return (
         float(at) if isinstance(at, int | float) and not isinstance(at, bool) and math.isfinite(at) else None
     )
+
+
+def _row(entry: Limit) -> dict[str, Any]:
+    return {"start": entry.start, "limit": entry.value, "reason": entry.reason, "changedAt": entry.changed_at}
 
 
 def _served_why(count: int, probe: bool) -> str:

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from chaos_mode.config.schema import ModelRouting
-from chaos_mode.learning.limits import LimitView
+from chaos_mode.learning.limits import Limit
 from chaos_mode.routing.cache_rule import reread_credits
 from chaos_mode.zai.catalog import REQUEST_TIERS
 from chaos_mode.zai.quota import WINDOW_SECONDS
@@ -272,7 +272,7 @@ def _unusable_reason(config: ModelRouting, name: str, out: str | None, serving: 
     return "below every quality floor (chaosMode.qualityFloor)"
 
 
-def _model_limit(view: LimitView) -> ModelLimit:
+def _model_limit(view: Limit) -> ModelLimit:
     return ModelLimit(view.value, view.ceiling, view.reason, view.changed_at, view.probing)
 
 
