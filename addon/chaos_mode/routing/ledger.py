@@ -313,14 +313,31 @@ class Ledger:
 
     def _checked(self, record: SlotRecord, *, refused: bool) -> None:
         """A final verdict on `record`'s request, which is no probe, for the check of lending."""
-        limits = self._limits
-        if self.lending.verdict(
-            record.model, record.level, record.taken_at, lent=record.lent, refused=refused, cost=limits.cost
-        ):
-            limits.reset()
-            for other in self.records.by_id.values():
-                self.records.move(other, Place.WITHIN)
-            self.store.overdue_changed()
+        lending = self.lending
+        why = lending.verdict(
+            record.model,
+            record.level,
+            record.taken_at,
+            lent=record.lent,
+            refused=refused,
+            cost=self._limits.cost,
+        )
+        if why is not None:
+            self.lending_off(why)
+
+    def lending_off(self, why: str, *, heard: bool = False) -> None:
+        """z.ai holds the slot of a request it refuses, as the check here (or another proxy's, `heard`) says:
+        nothing lends its place from now on, the places lent go back, and the learned limits start over from
+        the catalog (their refusals were counted without the slots z.ai held). The fleet is told."""
+        if not self.lending.turn_off(why):
+            return
+        self._limits.reset()
+        for record in self.records.by_id.values():
+            self.records.move(record, Place.WITHIN)
+        self.store.overdue_changed()
+        self._limits_changed()
+        if not heard:
+            self.cooldowns.lending_off(why)
 
     def _until(self, reset_at: float | None, retry_after: float | None, fallback: float) -> float:
         """Seconds until a reset z.ai named (capped: a message may name any date), else the fallback."""

@@ -79,17 +79,26 @@ class Lending:
             self._lent.clear()
         self.allowed = allowed
 
-    def verdict(self, model: str, level: int, sent: float, *, lent: bool, refused: bool, cost: float) -> bool:
+    def turn_off(self, why: str) -> bool:
+        """Lending off for good (the config may allow it anew), `why`; False: it was off already."""
+        if not self.on:
+            return False
+        self.off_why = why
+        return True
+
+    def verdict(
+        self, model: str, level: int, sent: float, *, lent: bool, refused: bool, cost: float
+    ) -> str | None:
         """z.ai's final verdict on a request sent at `sent` at `level` of `model` (`lent`: into a lent place);
-        True when it turned lending off."""
+        why lending should be off now, else None."""
         counts = self._counts
         if not lent:
             counts[2:] = [counts[2] + refused, counts[3] + 1]
             self._regular.setdefault((model, level), deque(maxlen=LEVEL_MEMORY)).append((sent, refused))
-            return False
+            return None
         counts[:2] = [counts[0] + refused, counts[1] + 1]
         if not self.on:
-            return False
+            return None
         near = [
             r
             for s, r in self._regular.get((model, level), ())
@@ -99,13 +108,12 @@ class Lending:
         bisect.insort(self._lent, (sent, refused, expected))
         del self._lent[:-LENT_MEMORY]
         if not refused or _cusum(self._lent) < ALARM_NATS:
-            return False
-        self.off_why = (
+            return None
+        return (
             f"off: lent places refused far more than they pay ({counts[0]} of {counts[1]}; regular ones "
             f"{counts[2]} of {counts[3]}): z.ai seems to hold the slot of a request it refuses "
             "(zai.assumptions.REFUSED_HOLDS_NO_SLOT)"
         )
-        return True
 
 
 def _cusum(lent: list[tuple[float, bool, float]]) -> float:
