@@ -56,6 +56,7 @@ class Ledger:
         self._limits_changed, self._arm_timer = limits_changed, arm_timer
         self._arrivals = Arrivals()  # what z.ai served as each held slot's request came: its verdict's level
         self._refusing: set[str] = set()  # models whose latest verdict (not a probe's) was no clean answer
+        self._held: set[int] = set()  # lent or overdue when lending turned off, awaiting their verdict
 
     # -- a slot's life --------------------------------------------------------------------------------
 
@@ -121,6 +122,12 @@ class Ledger:
     def _settle(self, record: SlotRecord | None, phase: Phase = Phase.DONE) -> None:
         if record is not None and self.records.settle(record, phase):
             self.store.overdue_changed()
+        held = self._held
+        if held and record is not None:
+            held.discard(record.slot_id)
+            if not held:  # z.ai holds none of the slots lending cost any more: what it refused since lies too
+                self._limits.reset()
+                self._limits_changed()
 
     def sent(self, slot: Slot) -> None:
         """`slot`'s request was written to z.ai now. z.ai judges it beside the requests that reached it
@@ -328,10 +335,12 @@ class Ledger:
     def lending_off(self, why: str, *, heard: bool = False) -> None:
         """z.ai holds the slot of a request it refuses, as the check here (or another proxy's, `heard`) says:
         nothing lends its place from now on, the places lent go back, and the learned limits start over from
-        the catalog (their refusals were counted without the slots z.ai held). The fleet is told."""
+        the catalog, now and once the requests lent or overdue now have their verdicts (the refusals until
+        then were counted without the slots z.ai held). The fleet is told."""
         if not self.lending.turn_off(why):
             return
         self._limits.reset()
+        self._held = {r.slot_id for r in self.records.by_id.values() if r.awaiting and (r.lent or r.rides)}
         for record in self.records.by_id.values():
             self.records.move(record, Place.WITHIN)
         self.store.overdue_changed()
