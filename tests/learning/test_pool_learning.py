@@ -850,7 +850,7 @@ def test_with_lending_off_an_overdue_attempt_keeps_its_place() -> None:
     assert rig.pool.try_acquire(Ticket("heavy", may_probe=False)) is None  # its place is its own
     rig.pool.reconfigure(routing(accountConcurrency=2))
     learning = served(pool_status.status(rig.pool))["learning"]
-    assert learning["lendOverdue"] is True and learning["lending"].startswith("on: 0 of 0 lent places refused")
+    assert learning["lendOverdue"] is True and learning["lending"].startswith("on: 0 of 0 lent places")
     rig.pool.ledger.overdue(late)
     assert late.rides
     taken = rig.pool.try_acquire(Ticket("heavy", may_probe=False))
