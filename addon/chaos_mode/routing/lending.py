@@ -31,7 +31,7 @@ from typing import Final
 
 from chaos_mode.zai.timing import EARLIEST_REFUSAL_SECONDS
 
-ALARM_NATS: Final = 6.0  # about five lent requests refused in a row where one in four was expected
+ALARM_NATS: Final = 6.0  # seven lent requests refused in a row where one in four was expected (ln 2.5 each)
 LENT_MEMORY: Final = 32  # lent requests the CUSUM reads, the latest sent
 LEVEL_MEMORY: Final = 4  # regular requests a level's rate is read from, the latest sent
 
