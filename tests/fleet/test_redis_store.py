@@ -924,6 +924,16 @@ async def test_a_clean_answer_counts_the_other_proxies_slots_z_ai_serves_not_tho
         await until(lambda: fleets[0].slots.serving_elsewhere(None) == 0)  # given back: said at once
 
 
+def test_lending_turned_off_by_another_proxy_is_off_here() -> None:
+    pool = ChaosPool(CONFIG)
+    fleet = make_fleet("redis://127.0.0.1:1", "a", pool=pool)
+    body = {"proxy": "b", "kind": "lending", "model": "", "seconds": None, "reason": "off: held"}
+    fleet._heard_block(json.dumps({**body, "proxy": "a"}))  # its own: nothing
+    assert pool.ledger.lending.on
+    fleet._heard_block(json.dumps(body))
+    assert not pool.ledger.lending.on and pool.ledger.lending.why == "off: held (another proxy of the fleet)"
+
+
 def test_a_notice_nested_too_deeply_is_ignored() -> None:
     fleet = make_fleet("redis://127.0.0.1:1", "a", pool=ChaosPool(CONFIG))
     assert fleet.cooldowns is not None

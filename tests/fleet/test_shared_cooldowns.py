@@ -63,3 +63,19 @@ def test_a_learned_limit_is_taken_from_another_proxy_only_when_newer() -> None:
     assert ACCOUNT not in rows  # no account limit learned yet
     there.pool.release(first)
     there.pool.release(second)
+
+
+def test_lending_turned_off_here_is_told_and_a_pool_hearing_it_lends_no_more() -> None:
+    clock = FakeClock()
+    cooldowns, told = shared(clock)
+    cooldowns.lending_off("off: lent places refused")
+    assert told == [BlockNotice("lending", "", None, "off: lent places refused")]
+    rig = Rig()
+    first, late = rig.take(), rig.take()
+    rig.pool.ledger.overdue(late)
+    assert late.rides  # lent
+    rig.pool.ledger.lending_off("off: lent places refused (another proxy of the fleet)", heard=True)
+    assert not late.rides and not rig.pool.ledger.lending.on  # its place back: nothing lent any more
+    assert "another proxy" in rig.pool.ledger.lending.why
+    for selection in (first, late):
+        assert rig.pool.release(selection)

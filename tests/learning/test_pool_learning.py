@@ -844,11 +844,13 @@ def test_with_lending_off_an_overdue_attempt_keeps_its_place() -> None:
     first, late = rig.take(), rig.take()
     rig.pool.ledger.overdue(late)
     assert not late.rides
-    assert served(pool_status.status(rig.pool))["learning"]["lendOverdue"] is False
+    learning = served(pool_status.status(rig.pool))["learning"]
+    assert learning["lendOverdue"] is False and learning["lending"] == "off: learning.lendOverdue is false"
     assert served(pool_status.status(rig.pool))["models"]["h"]["overdue"] == 0
     assert rig.pool.try_acquire(Ticket("heavy", may_probe=False)) is None  # its place is its own
     rig.pool.reconfigure(routing(accountConcurrency=2))
-    assert served(pool_status.status(rig.pool))["learning"]["lendOverdue"] is True
+    learning = served(pool_status.status(rig.pool))["learning"]
+    assert learning["lendOverdue"] is True and learning["lending"].startswith("on: 0 of 0 lent places")
     rig.pool.ledger.overdue(late)
     assert late.rides
     taken = rig.pool.try_acquire(Ticket("heavy", may_probe=False))

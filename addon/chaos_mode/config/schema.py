@@ -264,7 +264,8 @@ class LearningSettings(_Base):
     lend_overdue: bool = Field(
         default=True,
         description="an attempt with no head within its patience lends its place to the next request until "
-        "its verdict (zai.assumptions.REFUSED_HOLDS_NO_SLOT); false: it keeps its place",
+        "its verdict (zai.assumptions.REFUSED_HOLDS_NO_SLOT), until the pool's check finds the places lent "
+        "refused far more than the others (`routing.lending`); false: it keeps its place",
     )
 
 

@@ -12,13 +12,13 @@ from typing import Literal
 from chaos_mode.config.schema import CooldownSettings
 from chaos_mode.routing.cooldowns import Block, Cooldowns
 
-BlockKind = Literal["cooldown", "out", "restore", "pause"]
+BlockKind = Literal["cooldown", "out", "restore", "pause", "lending"]
 
 
 @dataclass(frozen=True, slots=True)
 class BlockNotice:
     """A block set by one proxy: a cooldown, a model out of rotation (`seconds` None: until restored), a
-    model put back, or the account paused."""
+    model put back, the account paused, or lending turned off (`routing.lending`: for the fleet's life)."""
 
     kind: BlockKind
     model: str
@@ -56,6 +56,9 @@ class SharedCooldowns:
     def pause_account(self, seconds: float, reason: str) -> None:
         self.inner.pause_account(seconds, reason)
         self.tell(BlockNotice("pause", "", seconds, reason))
+
+    def lending_off(self, reason: str) -> None:
+        self.tell(BlockNotice("lending", "", None, reason))
 
     def heard(self, notice: BlockNotice) -> None:
         """Another proxy's block: applied here, not told again."""

@@ -399,6 +399,7 @@ class RedisFleet:
                 "out",
                 "restore",
                 "pause",
+                "lending",
             ):
                 return
             seconds = data["seconds"]
@@ -410,7 +411,10 @@ class RedisFleet:
             )
         except (ValueError, KeyError, TypeError):
             return
-        self.cooldowns.heard(notice)
+        if notice.kind == "lending":
+            self.pool.ledger.lending_off(f"{notice.reason} (another proxy of the fleet)", heard=True)
+        else:
+            self.cooldowns.heard(notice)
         self.pool.wake()
 
     async def share_limits(self) -> None:

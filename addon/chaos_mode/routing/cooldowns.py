@@ -37,6 +37,9 @@ class CooldownState(Protocol):
     def remaining(self, model: str) -> float: ...
     def account_pause(self) -> tuple[float, str] | None: ...
     def next_expiry(self) -> float | None: ...
+    def lending_off(self, reason: str) -> None:
+        """The pool's check turned lending off (`routing.lending`): a fleet tells the others."""
+        ...
 
 
 class Cooldowns:
@@ -154,6 +157,9 @@ class Cooldowns:
             self._pause = None
             return None
         return left, pause.reason
+
+    def lending_off(self, reason: str) -> None:
+        pass  # one proxy: nobody to tell
 
     def next_expiry(self) -> float | None:
         """Seconds until the earliest timed block ends (for waking waiters), else None."""

@@ -20,6 +20,7 @@ from chaos_mode.learning.limits import LearnedLimits, Probe
 from chaos_mode.quota.tracker import QuotaTracker
 from chaos_mode.routing.arrivals import Arrivals
 from chaos_mode.routing.cooldowns import CooldownState
+from chaos_mode.routing.lending import Lending
 from chaos_mode.routing.rotation import Rotation
 from chaos_mode.routing.slot_record import Phase, Place, Records, Slot, SlotRecord
 from chaos_mode.routing.slots import ProbeClaim, Seen, SlotStore
@@ -48,13 +49,14 @@ class Ledger:
         self.store: SlotStore  # the pool's, as `ChaosPool.use` sets it, and its cooldowns
         self.cooldowns: CooldownState
         self.settings: CooldownSettings  # the config's cooldowns, as `ChaosPool.reconfigure` sets them
-        self.lends = True  # `learning.lendOverdue`, as `ChaosPool.reconfigure` sets it
+        self.lending = Lending()  # whether an overdue attempt lends its place (`routing.lending`)
         self.clock: Callable[[], float]
         self.wall_clock: Callable[[], float]
         self._limits, self._quota, self._rotation, self._queue = limits, quota, rotation, queue
         self._limits_changed, self._arm_timer = limits_changed, arm_timer
         self._arrivals = Arrivals()  # what z.ai served as each held slot's request came: its verdict's level
         self._refusing: set[str] = set()  # models whose latest verdict (not a probe's) was no clean answer
+        self._held: set[int] = set()  # lent or overdue when lending turned off, awaiting their verdict
 
     # -- a slot's life --------------------------------------------------------------------------------
 
@@ -62,11 +64,28 @@ class Ledger:
         """A slot just taken (`awaits`: z.ai's verdict on its request is awaited)."""
         records = self.records.by_id.values()
         self._arrive(slot_id, model, [r.slot_id for r in records if not r.ended])
+        in_flight = self.store.in_flight(model)
+        lent = awaits and probe is None and self._limits.enabled and self._lent(model, in_flight)
+        level = in_flight - self.records.riding_on.get(model, 0)
         record = self.records.take(slot_id, model, self.clock(), probe, awaits=awaits)
+        record.lent, record.level = lent, level
         self._quota.sent(slot_id, model)
         if probe is not None:
             self._limits.probe_sent(probe, model)
         return record
+
+    def _lent(self, model: str, in_flight: int) -> bool:
+        """Whether a slot of `model` just taken (`in_flight` with it) is an overdue attempt's place: above
+        its model's or the account's limit with the probes riding there left out."""
+        riding = self.records.riding_on
+        if model not in riding and ACCOUNT not in riding:
+            return False
+        overdue = [r.model for r in self.records.by_id.values() if r.rides]
+        limits, account = self._limits, self._limits.account()
+        if in_flight - riding.get(model, 0) + overdue.count(model) > limits.limit(model):
+            return True
+        total = self.store.total() - riding.get(ACCOUNT, 0) + len(overdue)
+        return account is not None and total > account
 
     def release(self, slot: Slot) -> SlotRecord | None:
         """`slot` goes back (None: not held here). z.ai served it: the slot it frees is a queued probe's."""
@@ -103,6 +122,12 @@ class Ledger:
     def _settle(self, record: SlotRecord | None, phase: Phase = Phase.DONE) -> None:
         if record is not None and self.records.settle(record, phase):
             self.store.overdue_changed()
+        held = self._held
+        if held and record is not None:
+            held.discard(record.slot_id)
+            if not held:  # z.ai holds none of the slots lending cost any more: what it refused since lies too
+                self._limits.reset()
+                self._limits_changed()
 
     def sent(self, slot: Slot) -> None:
         """`slot`'s request was written to z.ai now. z.ai judges it beside the requests that reached it
@@ -129,11 +154,11 @@ class Ledger:
         likely refusing it, and holds no slot for a request it refuses
         (zai.assumptions.REFUSED_HOLDS_NO_SLOT), so until its verdict it rides above its model's and the
         account's limits, its place going to the next request. No-op without learning (a 1302 then cools the
-        model down) or lending (`learning.lendOverdue: false`: it keeps its place), for a probe (it rides
-        already), a request z.ai seated or one with its verdict."""
+        model down) or lending (`routing.lending`: it keeps its place), for a probe (it rides already), a
+        request z.ai seated or one with its verdict."""
         record = self.records.get(slot.slot_id)
         if (
-            not (self._limits.enabled and self.lends)
+            not (self._limits.enabled and self.lending.on)
             or record is None
             or not self.records.move(record, Place.OVERDUE)
         ):
@@ -177,6 +202,8 @@ class Ledger:
         probe = None if held or seated else slot.probe
         if not held:
             self._arrivals.accepted(slot.slot_id, slot.model)  # z.ai counted it from its arrival on
+        if record is not None and record.awaiting and record.probe is None:
+            self._checked(record, refused=False)
         self._settle(record, Phase.SERVED)
         # z.ai served at least this many at once: what it serves now, or what it served when the request
         # came (heads sent with the first token leave much of what z.ai serves without a head here:
@@ -203,7 +230,7 @@ class Ledger:
         record = self.records.get(slot.slot_id)
         if record is None or not record.stall():
             return False
-        if self._limits.enabled:
+        if self._limits.enabled and not self.lending.held(record.lent):
             level, account_level = self._arrival_levels(slot, (slot.in_flight, slot.total))
             probe = self._probe_of(slot)
             self._limits.stalled(slot.model, level, account_level, probe, record.taken_at)
@@ -239,6 +266,13 @@ class Ledger:
         record = None if slot is None else self.records.get(slot.slot_id)
         counted = record is not None and record.stall_counted  # its stall said so already
         lent = record is not None and record.overdue
+        if (
+            record is not None
+            and record.awaiting
+            and record.probe is None
+            and error.action is Action.CONCURRENCY
+        ):
+            self._checked(record, refused=True)
         if slot is not None:
             self._settle(record)
             if error.action is not Action.UNREACHED:
@@ -251,7 +285,7 @@ class Ledger:
                 taken_at = None if record is None else record.taken_at
                 if taken_at is not None:
                     limits.refusal_took(self.clock() - taken_at, lent=lent)
-                if not counted:
+                if not counted and not (record is not None and self.lending.held(record.lent)):
                     if slot is None or not slot.in_flight:
                         in_flight, total = self.store.in_flight(model), self.store.total()
                     else:
@@ -283,6 +317,36 @@ class Ledger:
         if len(self._queue):
             self._arm_timer()  # a slot freed while this block lasts must reach the waiters when it ends
         return seconds
+
+    def _checked(self, record: SlotRecord, *, refused: bool) -> None:
+        """A final verdict on `record`'s request, which is no probe, for the check of lending."""
+        lending = self.lending
+        why = lending.verdict(
+            record.model,
+            record.level,
+            record.taken_at,
+            lent=record.lent,
+            refused=refused,
+            cost=self._limits.cost,
+        )
+        if why is not None:
+            self.lending_off(why)
+
+    def lending_off(self, why: str, *, heard: bool = False) -> None:
+        """z.ai holds the slot of a request it refuses, as the check here (or another proxy's, `heard`) says:
+        nothing lends its place from now on, the places lent go back, and the learned limits start over from
+        the catalog, now and once the requests lent or overdue now have their verdicts (the refusals until
+        then were counted without the slots z.ai held). The fleet is told."""
+        if not self.lending.turn_off(why):
+            return
+        self._limits.reset()
+        self._held = {r.slot_id for r in self.records.by_id.values() if r.awaiting and (r.lent or r.rides)}
+        for record in self.records.by_id.values():
+            self.records.move(record, Place.WITHIN)
+        self.store.overdue_changed()
+        self._limits_changed()
+        if not heard:
+            self.cooldowns.lending_off(why)
 
     def _until(self, reset_at: float | None, retry_after: float | None, fallback: float) -> float:
         """Seconds until a reset z.ai named (capped: a message may name any date), else the fallback."""

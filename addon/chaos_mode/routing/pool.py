@@ -183,7 +183,8 @@ class ChaosPool:
         self._max_cost = config.chaos_mode.max_cost_per_request
         self._sticky_on = config.chaos_mode.sticky_conversations
         self.cooldowns.reconfigure(config.cooldown)
-        self.ledger.settings, self.ledger.lends = config.cooldown, config.learning.lend_overdue
+        self.ledger.settings = config.cooldown
+        self.ledger.lending.allow(config.learning.lend_overdue)
         self._sticky.reconfigure(config.sticky.ttl_seconds, config.sticky.max_entries)
         quota = config.quota
         weights = {name: spec.quota_weight for name, spec in config.models.items()}

@@ -78,7 +78,8 @@ class LearningStatus:
     enabled: bool
     probe_interval_seconds: float
     drift_seconds: float
-    lend_overdue: bool
+    lend_overdue: bool  # whether an overdue attempt lends its place now (`routing.lending`)
+    lending: str  # why, or why not
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +218,8 @@ def status(pool: ChaosPool) -> PoolStatus:
             pool.limits.enabled,
             learning.probe_interval_seconds,
             learning.drift_seconds,
-            learning.lend_overdue,
+            pool.ledger.lending.on,
+            pool.ledger.lending.why,
         ),
         used_capacity=used,
         in_limits=min(in_limits, capacity),

@@ -8,6 +8,8 @@ it is given back (`Records.take`, `release`); in between (the rules that move it
   account's limits. A place rides above a limit only while the phase is AWAITING, and stays as the
   attempt's history once its verdict came (its flow shows it).
 - `stalled`: a stall said while awaiting (once); `ended`: z.ai sent its answer to the end.
+- `lent`: taken above a limit while an overdue attempt rode there, at `level` (what z.ai served of its
+  model, the attempts riding above it left out): what `routing.lending` checks.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ class SlotRecord:
     probe: Probe | None = None  # the limit it probes, from PROBE on
     stalled: bool = False
     ended: bool = False
+    lent: bool = False
+    level: int = 0
 
     @property
     def limit(self) -> str:
@@ -158,9 +162,15 @@ class Records:
         return was_overdue
 
     def move(self, record: SlotRecord, place: Place) -> bool:
-        """While it awaits its verdict: an attempt within the limits goes OVERDUE, a PROBE is QUEUED, a
-        queued one SEATED. False (nothing changes) for any other step."""
-        steps = {Place.OVERDUE: Place.WITHIN, Place.QUEUED: Place.PROBE, Place.SEATED: Place.QUEUED}
+        """While it awaits its verdict: an attempt within the limits goes OVERDUE (and back WITHIN, once
+        lending is off), a PROBE is QUEUED, a queued one SEATED. False (nothing changes) for any other
+        step."""
+        steps = {
+            Place.OVERDUE: Place.WITHIN,
+            Place.WITHIN: Place.OVERDUE,
+            Place.QUEUED: Place.PROBE,
+            Place.SEATED: Place.QUEUED,
+        }
         if not record.awaiting or record.place is not steps[place]:
             return False
         self._ride(record, -1)

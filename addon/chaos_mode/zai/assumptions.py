@@ -35,9 +35,10 @@ REFUSED_HOLDS_NO_SLOT: Final = True
 with no head within its patience is overdue and rides above its model's and the account's limits, its place
 going to the next request; the level of a refusal counts only what z.ai accepted. Check: the three-request
 check of docs/learning.md ("Lending an overdue attempt's place"): hold a model full, send one more
-(refused), and within its 3-6 s free a slot and send another: answered if the refused one held nothing. If
-it held its slot, set `learning.lendOverdue: false` (nothing rides). The pool does not check it itself; the
-simulator's `refusedHolds` plays the other reading."""
+(refused), and within its 3-6 s free a slot and send another: answered if the refused one held nothing. The
+pool checks it on its own traffic (`routing.lending`: places lent refused far more than the others turn
+lending off, fleet-wide); `learning.lendOverdue: false` never lends. The simulator's `refusedHolds` plays the
+other reading."""
 
 DROPS_ON_CLOSE: Final = True
 """z.ai drops a request it holds (queued) when the request's connection closes, and serves nothing for it.

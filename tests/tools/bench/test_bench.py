@@ -690,7 +690,8 @@ def test_a_field_preset_runs_on_the_learning_settings_given(tmp_path: Path) -> N
     _consistent(run, 8)
     # as the proxy's status page said it (the defaults: 5 s, 600 s and lending on)
     given = {"probeIntervalSeconds": 2.5, "driftSeconds": 90.0, "lendOverdue": False}
-    assert run["proxy"]["learning"] == {"enabled": True, **given}
+    lending = {"lending": "off: learning.lendOverdue is false"}
+    assert run["proxy"]["learning"] == {"enabled": True, **given, **lending}
 
 
 def test_short_failover_ttft_run(tmp_path: Path) -> None:

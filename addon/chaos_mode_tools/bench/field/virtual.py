@@ -97,6 +97,7 @@ class Outcome:
     # per change of the true limits, seconds until every model's learned limit was within a step of it
     # (None: not before the next change or the end), as the field benchmark reports it
     converged: list[float | None] = dataclasses.field(default_factory=list)
+    lending_off: bool = False  # the pool's check turned lending off (`routing.lending`)
 
 
 class FixedHeads:
@@ -345,6 +346,7 @@ async def swarm(
     sampler.cancel()
     assert zai.in_flight == 0 and not zai.stalls.waiting, "a slot of z.ai's left taken"
     outcome.makespan = max(ends)
+    outcome.lending_off = pool.ledger.lending.off_why is not None
     slots = [{"at": c.start, "models": dict(c.models)} for c in timeline]
     outcome.converged = [change["seconds"] for change in convergence(samples, slots)]
     return outcome
@@ -429,6 +431,7 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as exc:
         parser.error(str(exc))
     spans, ratios, per_50, steady = [], [], [], []
+    lending_off = 0
     within: list[float | None] = []
     for seed in range(1, args.seeds + 1):
         timings = {"head": args.head, "reject": args.reject, "transit": args.transit}
@@ -452,6 +455,9 @@ def main(argv: list[str] | None = None) -> None:
         if outcome.converged:
             within.extend(outcome.converged)
             refusals += ", within a step after " + ", ".join(_seconds(s) for s in outcome.converged)
+        if outcome.lending_off:
+            lending_off += 1
+            refusals += ", lending turned off"
         print(f"seed {seed}: makespan {outcome.makespan:.2f} s, {ratios[-1]:.0%} of the bound, {refusals}")
     mean = (
         f"mean makespan {statistics.fmean(spans):.2f} s, {statistics.fmean(ratios):.1%} of the bound, "
@@ -462,6 +468,8 @@ def main(argv: list[str] | None = None) -> None:
     if within:
         late = sum(s is None or s > CONVERGED_SECONDS for s in within)
         mean += f", {late} of {len(within)} changes not followed within {CONVERGED_SECONDS:g} s"
+    if lending_off:
+        mean += f", lending turned off on {lending_off}"
     print(f"{args.preset}: {mean} over {len(spans)} seeds")
 
 

@@ -1,0 +1,130 @@
+"""Whether an overdue attempt lends its place: the pool's own check of zai.assumptions.REFUSED_HOLDS_NO_SLOT.
+
+Lending (`Ledger.overdue`) rests on z.ai holding no slot for a request it is refusing. If z.ai holds it until
+its 1302, a request sent into the lent place finds z.ai full and is refused too, and holds in turn. So the
+pool watches the requests sent into lent places (taken above a limit while an overdue attempt rides there:
+`SlotRecord.lent`) against the regular ones (neither lent nor a probe), at their level (what z.ai serves of
+their model, the attempts riding above it left out):
+
+1. **What a lent place may cost.** It pays while it is refused at a rate under `pays_under(cost)`, where its
+   answer (a slot-time) is worth its refusals' price (`cost` slot-times each: `LearnedLimits.cost`). A limit
+   that fell or a band refuses lent and regular requests alike: a lent request is expected to be refused at
+   the higher of that rate and the rate of the last `LEVEL_MEMORY` regular requests of its model at its level
+   sent in the `EARLIEST_REFUSAL_SECONDS` before it (with a clean answer of prior).
+2. **A CUSUM in the order they were sent** (a 1302 comes seconds after a clean answer: in the order they
+   came, the 1302s of a burst would line up as a run) of each lent request's verdict, the log-likelihood
+   ratio of a rate halfway to refusing it always against the rate expected, over the last `LENT_MEMORY`.
+   Reaching `ALARM_NATS`, lending turns off for the proxy's life (or until the config allows it again).
+
+Only final verdicts count: a 1302, or a clean answer (also one after a stall: a z.ai that queues held it, it
+did not refuse it). Measured with `bench.field.virtual --seeds 8`, the CUSUM reached 25-33 nats on
+`noisy-held` and `soft-held` (z.ai holds the slot) and at most 3.1 on soft, noisy, halved, changing, higher,
+today, queuing-late-heads, fallen and other-client (a halving refuses a burst of lent requests too).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import deque
+from typing import Final
+
+from chaos_mode.zai.timing import EARLIEST_REFUSAL_SECONDS
+
+ALARM_NATS: Final = 6.0  # seven lent requests refused in a row where one in four was expected (ln 2.5 each)
+LENT_MEMORY: Final = 32  # lent requests the CUSUM reads, the latest sent
+LEVEL_MEMORY: Final = 4  # regular requests a level's rate is read from, the latest sent
+
+
+def pays_under(cost: float) -> float:
+    """The refusal rate at which a lent place answers as much as its refusals cost: 1 / (1 + cost)."""
+    return 1.0 / (1.0 + cost)
+
+
+class Lending:
+    """Whether an overdue attempt lends its place now (`on`), and why (`why`)."""
+
+    def __init__(self) -> None:
+        self.allowed = True  # `learning.lendOverdue`
+        self.off_why: str | None = None  # the check turned it off: what it saw
+        self._lent: list[tuple[float, bool, float]] = []  # (sent, refused, rate expected), by sending
+        self._regular: dict[tuple[str, int], deque[tuple[float, bool]]] = {}  # (sent, refused) by level
+        self._counts = [0, 0, 0, 0]  # lent refused, lent, regular refused, regular: what `why` says
+
+    @property
+    def on(self) -> bool:
+        return self.allowed and self.off_why is None
+
+    @property
+    def why(self) -> str:
+        if not self.allowed:
+            return "off: learning.lendOverdue is false"
+        if self.off_why is not None:
+            return self.off_why
+        lent_refused, lent, refused, regular = self._counts
+        return (
+            f"on: {lent_refused} of {lent} lent places refused, {refused} of {regular} regular ones "
+            "(a lent place refused as the regular ones at its level: zai.assumptions.REFUSED_HOLDS_NO_SLOT)"
+        )
+
+    def held(self, lent: bool) -> bool:
+        """Whether a refusal of a request sent into a lent place says nothing of the limits: lending was
+        turned off, as z.ai holds the slot of a request it refuses (it was refused for the slot held)."""
+        return lent and self.off_why is not None
+
+    def allow(self, allowed: bool) -> None:
+        """The config allows lending (`learning.lendOverdue`), or not; allowed anew, it is checked anew."""
+        if allowed and not self.allowed:
+            self.off_why = None
+            self._lent.clear()
+        self.allowed = allowed
+
+    def turn_off(self, why: str) -> bool:
+        """Lending off for good (the config may allow it anew), `why`; False: it was off already."""
+        if not self.on:
+            return False
+        self.off_why = why
+        return True
+
+    def verdict(
+        self, model: str, level: int, sent: float, *, lent: bool, refused: bool, cost: float
+    ) -> str | None:
+        """z.ai's final verdict on a request sent at `sent` at `level` of `model` (`lent`: into a lent place);
+        why lending should be off now, else None."""
+        counts = self._counts
+        if not lent:
+            counts[2:] = [counts[2] + refused, counts[3] + 1]
+            self._regular.setdefault((model, level), deque(maxlen=LEVEL_MEMORY)).append((sent, refused))
+            return None
+        counts[:2] = [counts[0] + refused, counts[1] + 1]
+        if not self.on:
+            return None
+        near = [
+            r
+            for s, r in self._regular.get((model, level), ())
+            if sent - EARLIEST_REFUSAL_SECONDS <= s <= sent
+        ]
+        expected = max(pays_under(cost), sum(near) / (len(near) + 1.0))
+        bisect.insort(self._lent, (sent, refused, expected))
+        del self._lent[:-LENT_MEMORY]
+        if not refused or _cusum(self._lent) < ALARM_NATS:
+            return None
+        return (
+            f"off: lent places refused far more than they pay ({counts[0]} of {counts[1]}; regular ones "
+            f"{counts[2]} of {counts[3]}): z.ai seems to hold the slot of a request it refuses "
+            "(zai.assumptions.REFUSED_HOLDS_NO_SLOT)"
+        )
+
+
+def _cusum(lent: list[tuple[float, bool, float]]) -> float:
+    """The CUSUM's highest value over `lent` in order: each verdict's log-likelihood ratio of a rate halfway
+    from the expected one to refusing always, against the expected one."""
+    total = high = 0.0
+    for _, refused, expected in lent:
+        rate = min(expected, 0.99)
+        risen = (1.0 + rate) / 2.0
+        total = max(
+            total + (math.log(risen / rate) if refused else math.log((1.0 - risen) / (1.0 - rate))), 0.0
+        )
+        high = max(high, total)
+    return high

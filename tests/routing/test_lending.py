@@ -1,0 +1,81 @@
+"""The pool's check of lending (`routing.lending`): requests sent into lent places refused far more than the
+regular ones at their level turn lending off within a few refusals; refused as the regular ones are, never."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from chaos_mode.routing.lending import Lending
+from chaos_mode_tools.bench.field import virtual
+
+COST = 2.0  # a refusal's price in slot-times, as the pool starts (`LearnedLimits.cost`)
+
+
+def traffic(lending: Lending, rng: random.Random, *, lent_rate: float, regular_rate: float, n: int) -> int:
+    """`n` requests at one level, every third lent: the lent refusals seen when it turned off (or all)."""
+    refusals = 0
+    for i in range(n):
+        lent = i % 3 == 2
+        refused = rng.random() < (lent_rate if lent else regular_rate)
+        refusals += lent and refused
+        why = lending.verdict("m", 3, i * 0.1, lent=lent, refused=refused, cost=COST)
+        if why is not None:
+            assert lending.turn_off(why) and not lending.turn_off(why)
+            return refusals
+    return refusals
+
+
+@given(st.integers(0, 2**32), st.floats(0.0, 0.2))
+def test_lending_turns_off_within_a_few_refusals_where_a_lent_place_is_refused_for_the_slot_held(
+    seed: int, regular_rate: float
+) -> None:
+    """z.ai holds the slot of a request it refuses: nearly every lent place is refused."""
+    lending = Lending()
+    refusals = traffic(lending, random.Random(seed), lent_rate=0.95, regular_rate=regular_rate, n=300)
+    assert not lending.on and lending.why.startswith("off: lent places refused")
+    assert refusals <= 16  # nine in a row at this price (ln 2 each), a few more with clean answers between
+
+
+@given(st.integers(0, 2**32), st.floats(0.0, 0.6))
+def test_lending_stays_on_while_lent_places_are_refused_as_the_regular_ones_are(
+    seed: int, rate: float
+) -> None:
+    """A band, noise or a limit that fell refuses lent and regular requests alike (here: the next lent
+    request refused exactly when the regular one just before it at its level was)."""
+    lending, rng = Lending(), random.Random(seed)
+    refused = False
+    for i in range(600):
+        lent = i % 2 == 1
+        if not lent:
+            refused = rng.random() < rate
+        assert lending.verdict("m", 3, i * 0.1, lent=lent, refused=refused, cost=COST) is None
+    assert lending.on and lending.why.startswith("on:")
+
+
+def test_a_clean_answer_never_turns_lending_off_and_the_config_allows_it_anew() -> None:
+    lending = Lending()
+    for i in range(20):
+        assert lending.verdict("m", 1, float(i), lent=True, refused=False, cost=COST) is None
+    assert lending.on
+    traffic(lending, random.Random(1), lent_rate=1.0, regular_rate=0.0, n=100)
+    assert not lending.on
+    lending.allow(True)  # the same config again: the check's word stands
+    assert not lending.on
+    lending.allow(False)
+    assert lending.why == "off: learning.lendOverdue is false"
+    lending.allow(True)
+    assert lending.on
+
+
+@pytest.mark.parametrize("preset", ["noisy-held", "soft-held"])
+def test_the_pool_turns_lending_off_where_z_ai_holds_a_refused_requests_slot(preset: str) -> None:
+    assert all(virtual.run(preset, seed).lending_off for seed in (1, 2))
+
+
+@pytest.mark.parametrize("preset", ["soft", "noisy", "halved", "fallen", "queuing-late-heads"])
+def test_the_pool_keeps_lending_where_z_ai_holds_no_slot_for_a_refused_request(preset: str) -> None:
+    assert not any(virtual.run(preset, seed).lending_off for seed in (1, 2))
