@@ -25,10 +25,9 @@ from typing import Final
 
 import h11
 from h11._readers import ChunkedReader, ContentLengthReader
-from h11._readers import maybe_read_from_IDLE_client as read_request_line_and_headers
 from h11._receivebuffer import ReceiveBuffer
 
-from chaos_mode.forwarding.framing import MAX_HEAD, plain
+from chaos_mode.forwarding.framing import MAX_HEAD, plain, read_request_head
 
 log = logging.getLogger(__name__)
 
@@ -248,7 +247,7 @@ class LoopbackServer:
         """The next request's head; None when the peer closed the connection before beginning one."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (self.head_seconds if begun else self.idle_seconds)
-        while (head := _read(read_request_line_and_headers, buffer)) is None:
+        while (head := _read(read_request_head, buffer)) is None:
             async with asyncio.timeout_at(deadline):
                 data = await reader.read(READ_SIZE)
             if not data:

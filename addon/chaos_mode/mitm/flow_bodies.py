@@ -59,7 +59,7 @@ def put_header(message: http.Message, name: bytes, value: bytes) -> None:
 def drop_header(message: http.Message, name: bytes) -> None:
     """`message.headers.pop(name, None)` (`name` lower-case) in one pass over the headers."""
     fields = message.headers.fields
-    message.headers.fields = tuple(field for field in fields if field[0].lower() != name)
+    message.headers.fields = tuple([field for field in fields if field[0].lower() != name])
 
 
 # Codings a request body may come in: the addon decodes it (strictly: it must decode completely, within the
