@@ -6,9 +6,12 @@ whether the connection may serve again)."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 
 import h11
 import pytest
+from h11._readers import maybe_read_from_IDLE_client, maybe_read_from_SEND_RESPONSE_server
+from h11._receivebuffer import ReceiveBuffer
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -20,6 +23,8 @@ from chaos_mode.forwarding.framing import (
     HeadParser,
     dechunk,
     plain,
+    read_request_head,
+    read_status_and_headers,
 )
 from support.bounded import within
 
@@ -434,3 +439,38 @@ def test_the_trailer_section_is_found_wherever_the_reads_cut_it(cut: int) -> Non
         assert size == len(data)
         kept += data if scanner.trailer_at is None else data[: scanner.trailer_at]
     assert scanner.done and kept == b"5\r\nhello\r\n0\r\n"
+
+
+request_line = st.sampled_from(
+    [b"POST /v1/messages HTTP/1.1", b"GET / HTTP/1.0", b"POST /a b HTTP/1.1", b"POST / HTTP/2", b"",
+     b" POST / HTTP/1.1"]
+)  # fmt: skip
+
+
+def _outcome(read: Callable[[ReceiveBuffer], object], data: bytes) -> object:
+    buffer = ReceiveBuffer()
+    buffer += data
+    try:
+        event = read(buffer)
+    except h11.LocalProtocolError as exc:
+        return ("error", str(exc))
+    return (repr(event), bytes(buffer))
+
+
+@settings(max_examples=1500, deadline=None)
+@given(
+    st.one_of(request_line, first_line),
+    st.lists(head_line, max_size=4),
+    st.sampled_from([b"\r\n", b"\n"]),
+    st.booleans(),
+)
+def test_the_head_readers_give_h11s_verdict(
+    first: bytes, headers: list[bytes], end: bytes, whole: bool
+) -> None:
+    """Each line matched once, or h11's reader when one does not match: the same event or the same error."""
+    data = end.join([first, *headers]) + end + (end if whole else b"")
+    for ours, theirs in (
+        (read_request_head, maybe_read_from_IDLE_client),
+        (read_status_and_headers, maybe_read_from_SEND_RESPONSE_server),
+    ):
+        assert _outcome(ours, data) == _outcome(theirs, data)

@@ -6,10 +6,11 @@ request, and it must frame every answer exactly as h11 would, or refuse it as h1
 
 - The head is h11's business: `HeadParser` runs h11's own status-line and header reader on h11's receive
   buffer (as mitmproxy's HTTP/1 layer does; an `h11.Connection` would add an event machine costing about
-  25 µs a request) and returns the first final answer. 1xx interim answers are passed over, up to
-  `MAX_INTERIM` (a 101 is refused: nothing asked to switch), and every rule of the status line, the header
-  lines (obsolete folding, bare LF), Content-Length and Transfer-Encoding is h11's: a head h11 refuses is
-  `BadAnswer`. A test holds it to an `h11.Connection`'s verdict, read by read.
+  25 µs a request; each header line is matched once by h11's pattern, and h11's line reader takes a head
+  whose lines do not all match) and returns the first final answer. 1xx interim answers are passed over,
+  up to `MAX_INTERIM` (a 101 is refused: nothing asked to switch), and every rule of the status line, the
+  header lines (obsolete folding, bare LF), Content-Length and Transfer-Encoding is h11's: a head h11
+  refuses is `BadAnswer`. A test holds it to an `h11.Connection`'s verdict, read by read.
 - The body's length follows from that head (`Framing`, h11's rules): none (204, 304, an answer to HEAD, a
   2xx to CONNECT), chunked, Content-Length, or until the connection closes (an answer that can never be
   followed by another on its connection, nor can one from HTTP/1.0 or with `Connection: close`).
@@ -27,11 +28,12 @@ from __future__ import annotations
 import contextlib
 import re
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, cast
 
 import h11
-from h11._readers import maybe_read_from_SEND_RESPONSE_server as read_status_and_headers
+from h11._readers import _decode_header_lines, header_field_re, request_line_re, status_line_re
 from h11._receivebuffer import ReceiveBuffer
+from h11._util import validate
 
 MAX_HEAD: Final = 256 * 1024  # bytes of an incomplete head, size line or trailer (h11's limit, set to this)
 MAX_INTERIM: Final = 16  # 1xx answers passed over before a final one; more and the answer is refused
@@ -87,6 +89,54 @@ def framing(method: bytes, answer: h11.Response) -> Framing:
     if length is not None:
         return Framing(length, False, not close)
     return Framing(None, False, False)  # until the connection closes
+
+
+def read_request_head(buffer: ReceiveBuffer) -> h11.Request | None:
+    """h11's `maybe_read_from_IDLE_client`, its header lines read by `_header_lines`."""
+    lines = _head_lines(buffer)
+    if lines is None:
+        return None
+    if not lines:
+        raise h11.LocalProtocolError("no request line received")
+    matches = validate(request_line_re, lines[0], "illegal request line: {!r}", lines[0])
+    return h11.Request(headers=_header_lines(lines[1:]), _parsed=True, **matches)
+
+
+def read_status_and_headers(buffer: ReceiveBuffer) -> h11.Response | h11.InformationalResponse | None:
+    """h11's `maybe_read_from_SEND_RESPONSE_server`, its header lines read by `_header_lines`."""
+    lines = _head_lines(buffer)
+    if lines is None:
+        return None
+    if not lines:
+        raise h11.LocalProtocolError("no response line received")
+    matches = validate(status_line_re, lines[0], "illegal status line: {!r}", lines[0])
+    status = int(matches["status_code"])
+    kind = h11.InformationalResponse if status < 200 else h11.Response
+    return kind(
+        headers=_header_lines(lines[1:]),
+        _parsed=True,
+        status_code=status,
+        reason=matches["reason"] or b"",
+        http_version=matches["http_version"] or b"1.1",
+    )
+
+
+def _head_lines(buffer: ReceiveBuffer) -> list[bytes] | None:
+    lines = cast("list[bytes] | None", buffer.maybe_extract_lines())  # bytearrays, read as bytes are
+    if lines is None and buffer.is_next_line_obviously_invalid_request_line():
+        raise h11.LocalProtocolError("illegal request line")
+    return lines
+
+
+def _header_lines(lines: list[bytes]) -> list[tuple[bytes, bytes]]:
+    """h11's `_decode_header_lines`, each line matched once by h11's own pattern: a line that does not
+    match (obsolete folding included) sends them all to h11's reader, for its folding or its error."""
+    decoded: list[tuple[bytes, bytes]] = []
+    for line in lines:
+        if (match := header_field_re.fullmatch(line)) is None:
+            return list(_decode_header_lines(lines))
+        decoded.append((match["field_name"], match["field_value"]))
+    return decoded
 
 
 class HeadParser:

@@ -77,12 +77,14 @@ class HeadBaseline:
         for level in ordered:
             if len(read) >= ENOUGH:
                 break
-            for at, seconds, theirs in levels[level]:
-                if at < since:
-                    continue
-                if size is not None and theirs is not None:
-                    seconds += per_byte * max(0, size - theirs)
-                read.append(seconds)
+            if size is None or not per_byte:  # as they came
+                read += [seconds for at, seconds, _ in levels[level] if at >= since]
+            else:
+                read += [
+                    seconds + per_byte * max(0, size - theirs) if theirs is not None else seconds
+                    for at, seconds, theirs in levels[level]
+                    if at >= since
+                ]
             enough = len(read) >= ENOUGH and (level == 1 or level < ordered[-1])
         read.sort()
         return read[min(RANK, len(read) - 1)], enough

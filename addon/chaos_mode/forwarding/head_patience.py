@@ -26,6 +26,7 @@ twice (left as refused, accepted after all).
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
 from typing import Final
@@ -85,21 +86,21 @@ class HeadPatience:
         filling = self._new_heads > 0 and len(self._heads) < KEEP
         if self._slope is None or filling or self._new_heads >= SLOPE_EVERY:
             self._new_heads = 0
-            sized = [(size, seconds) for seconds, size in self._heads if size is not None]
+            sized = sorted((size, seconds) for seconds, size in self._heads if size is not None)
+            sizes = [size for size, _ in sized]
+            # each pair once, the larger request second: only those SLOPE_MIN_BYTES apart or more
             slopes = sorted(
                 (h2 - h1) / (s2 - s1)
                 for i, (s1, h1) in enumerate(sized)
-                for s2, h2 in sized[i + 1 :]
-                if abs(s2 - s1) >= SLOPE_MIN_BYTES
+                for s2, h2 in sized[bisect_left(sizes, s1 + SLOPE_MIN_BYTES, i + 1) :]
             )
             self._slope = max(0.0, slopes[len(slopes) // 2]) if slopes else 0.0
         return self._slope
 
     def _heads_for(self, size: int | None) -> list[float]:
         """The recent heads, sorted, each as it would be for a request of `size` (module docstring)."""
-        if size is None:
+        if size is None or not (slope := self.seconds_per_byte()):  # heads sent at once: as they came
             return sorted(seconds for seconds, _ in self._heads)
-        slope = self.seconds_per_byte()
         return sorted(
             seconds + slope * max(0, size - theirs) if theirs is not None else seconds
             for seconds, theirs in self._heads

@@ -25,10 +25,9 @@ from typing import Final
 
 import h11
 from h11._readers import ChunkedReader, ContentLengthReader
-from h11._readers import maybe_read_from_IDLE_client as read_request_line_and_headers
 from h11._receivebuffer import ReceiveBuffer
 
-from chaos_mode.forwarding.framing import MAX_HEAD, plain
+from chaos_mode.forwarding.framing import MAX_HEAD, plain, read_request_head
 
 log = logging.getLogger(__name__)
 
@@ -189,7 +188,7 @@ class LoopbackServer:
         if self._screen is not None and (refusal := self._screen(incoming)) is not None:
             await self._refuse(refusal, reader, writer)  # the body stays unread: the connection ends
             return None
-        incoming.body = await self._body(buffer, reader, head)
+        incoming.body = await self._body(buffer, reader, incoming.headers)
         if buffer:
             raise BadMessage("a request sent before the answer to the one before it")
         handling = asyncio.ensure_future(self._handler(incoming))
@@ -248,7 +247,7 @@ class LoopbackServer:
         """The next request's head; None when the peer closed the connection before beginning one."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (self.head_seconds if begun else self.idle_seconds)
-        while (head := _read(read_request_line_and_headers, buffer)) is None:
+        while (head := _read(read_request_head, buffer)) is None:
             async with asyncio.timeout_at(deadline):
                 data = await reader.read(READ_SIZE)
             if not data:
@@ -260,13 +259,18 @@ class LoopbackServer:
             buffer += data
         return head
 
-    async def _body(self, buffer: ReceiveBuffer, reader: asyncio.StreamReader, head: h11.Request) -> bytes:
-        """The body h11's framing rules give the request (a Content-Length over the cap refused at once)."""
+    async def _body(
+        self, buffer: ReceiveBuffer, reader: asyncio.StreamReader, headers: list[tuple[bytes, bytes]]
+    ) -> bytes:
+        """The body h11's framing rules give the request whose head had `headers` (as they came, which h11
+        checked); a Content-Length over the cap refused at once."""
         body_reader: ChunkedReader | ContentLengthReader
-        if any(name == b"transfer-encoding" for name, _ in head.headers):  # h11 took nothing but chunked
+        names = [name.lower() for name, _ in headers]
+        if b"transfer-encoding" in names:  # h11 took nothing but chunked
             body_reader = ChunkedReader()
         else:
-            length = next((int(value) for name, value in head.headers if name == b"content-length"), 0)
+            at = names.index(b"content-length") if b"content-length" in names else -1
+            length = int(headers[at][1]) if at >= 0 else 0
             if length > self.max_body:
                 raise BadMessage(f"a body over {self.max_body} bytes", 413)
             body_reader = ContentLengthReader(length)

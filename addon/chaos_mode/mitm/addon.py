@@ -520,7 +520,9 @@ class ChaosMode:
 
     def _door_of(self, request: http.Request) -> DoorFormat | None:
         """The format of the door a request comes through, if it is one chaos mode routes."""
-        door = door_of(request.method, (request.host, request.pretty_host), request.path, self.config)
+        host = request.host  # `pretty_host` parses the Host header: read only when `host` is not routed
+        hosts = (host,) if host.lower() in self.config.upstream_hosts else (host, request.pretty_host)
+        door = door_of(request.method, hosts, request.path, self.config)
         return None if door is None else FORMATS[door]
 
     async def request(self, flow: http.HTTPFlow) -> None:

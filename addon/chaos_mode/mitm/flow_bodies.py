@@ -42,6 +42,26 @@ def find_headers(message: http.Message, names: frozenset[bytes]) -> dict[bytes, 
     return found
 
 
+def put_header(message: http.Message, name: bytes, value: bytes) -> None:
+    """`message.headers[name] = value` (`name` lower-case) in one pass over the headers."""
+    fields, kept, put = message.headers.fields, [], False
+    for field in fields:
+        if field[0].lower() != name:
+            kept.append(field)
+        elif not put:
+            kept.append((field[0], value))
+            put = True
+    if not put:
+        kept.append((name, value))
+    message.headers.fields = tuple(kept)
+
+
+def drop_header(message: http.Message, name: bytes) -> None:
+    """`message.headers.pop(name, None)` (`name` lower-case) in one pass over the headers."""
+    fields = message.headers.fields
+    message.headers.fields = tuple([field for field in fields if field[0].lower() != name])
+
+
 # Codings a request body may come in: the addon decodes it (strictly: it must decode completely, within the
 # body limit) and encodes it again with mitmproxy's encoder, as `Message.content = ...` does.
 _REQUEST_CODINGS: Final = frozenset({"gzip", "deflate", "br", "zstd"})

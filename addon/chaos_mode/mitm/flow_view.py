@@ -15,9 +15,11 @@ from mitmproxy import connection, http
 
 from chaos_mode.forwarding.forwarder import TOKEN_HEADER, Forwarder
 from chaos_mode.forwarding.upstream import Destination
+from chaos_mode.mitm.flow_bodies import drop_header, put_header
 from chaos_mode.request.routed import RoutedRequest
 
 META: Final = "chaos"
+_TOKEN: Final = TOKEN_HEADER.encode()
 
 
 class FlowView:
@@ -49,7 +51,7 @@ class FlowView:
         proxy = f"{via[0]}://{_authority(*via[1])}" if via is not None else None
         destination = Destination(data.scheme.decode(), data.host, data.port, proxy)
         self.token = forwarder.expect(request, destination)
-        flow.request.headers[TOKEN_HEADER] = self.token
+        put_header(flow.request, _TOKEN, self.token.encode())
         self._original = (data.scheme, data.host, data.port)
         # `data`, not the properties: those would rewrite the Host header (z.ai's name must stay in it).
         data.scheme, data.host, data.port = b"http", address[0], address[1]
@@ -61,11 +63,11 @@ class FlowView:
     def restore(self) -> None:
         """Show the real destination again; the token goes (it was only for the forwarder)."""
         if self._original is not None:
-            data = self.flow.request.data
+            request = self.flow.request
+            data = request.data
             data.scheme, data.host, data.port = self._original
             self._original = None
-        if self.token is not None:
-            self.flow.request.headers.pop(TOKEN_HEADER, None)
+            drop_header(request, _TOKEN)
 
     # -- RequestView --------------------------------------------------------------------------------------
 

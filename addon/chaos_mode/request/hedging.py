@@ -73,6 +73,14 @@ async def hedge[A](
     """The attempt's answer, or the slot within the limits that came first (now held), or None when the
     request ended meanwhile. `written`: when the attempt was written to z.ai. `queuing`: z.ai queues (a
     probe is given up at its patience)."""
+    if written.at is not None and (seconds := patience()) is not None:  # the usual case: no task for a slot
+        try:  # an answer within the patience known now decides, as below
+            await asyncio.wait({sending}, timeout=seconds - (asyncio.get_running_loop().time() - written.at))
+        except BaseException:
+            sending.cancel()
+            raise
+        if sending.done() and not sending.cancelled():
+            return await sending
     waiting = asyncio.ensure_future(_spare_after(request, sending, patience, written, queuing))
     either: set[asyncio.Future[Any]] = {sending, waiting}
     try:

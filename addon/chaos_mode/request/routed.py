@@ -508,19 +508,21 @@ class RoutedRequest:
 
     def mirror(self) -> dict[str, Any]:
         """Plain values for `flow.metadata` (saved with the flow, read by tests and tools)."""
+        attempts = self.attempts
+        records = [(attempt.slot.model, attempt.slot.record) for attempt in attempts]
         return {
             "door": self.message.door,
-            "originalModel": self.original_model,
+            "originalModel": self.message.model,
             "tier": self.tier,
             "mode": "routed" if self.routed else "off",
-            "model": self.model,
-            "reason": self.attempts[-1].slot.reason if self.attempts else None,
+            "model": records[-1][0] if records else None,
+            "reason": attempts[-1].slot.reason if attempts else None,
             "held": self.slot.model if self.slot is not None else None,
-            "attempted": self.tried,
-            "refusals": [attempt.refusal for attempt in self.attempts],
-            "stalled": [attempt.model for attempt in self.attempts if attempt.stalled],
-            "overdue": [attempt.model for attempt in self.attempts if attempt.overdue],
-            "failovers": self.failovers,
+            "attempted": [model for model, _ in records],
+            "refusals": [attempt.refusal for attempt in attempts],
+            "stalled": [model for model, record in records if record is not None and record.stalled],
+            "overdue": [model for model, record in records if record is not None and record.overdue],
+            "failovers": max(len(attempts) - 1, 0),
             "waited": round(self.waited, 3),
             "sticky": self.sticky_key,
             "session": self.session,
