@@ -71,9 +71,26 @@ def test_under_a_stationary_z_ai_probes_per_minute_are_bounded_and_fall(refused:
         if rng.random() < refused:
             explore.failed(now + 0.25, pace)
         else:
-            explore.answered(3)
+            explore.answered()
             explore.failed(now + 2.0, pace)  # the level it opened, refused again
         now += 0.25
     assert all(count <= 60.0 / pace.base for count in probes)
     assert probes[-1] <= probes[0]
     assert sorted(probes[1:], reverse=True) == probes[1:]
+
+
+@settings(max_examples=30, deadline=None)
+@given(start=st.integers(1, 20), rise=st.integers(1, 5), after=st.floats(0.0, 4.9))
+def test_a_level_on_trial_refused_closes_it_and_waits_the_most(start: int, rise: int, after: float) -> None:
+    """A limit that rose from `start` and is refused at its top within the base wait: held under that level
+    until a probe is answered above it, and no probe for `most`; refused later, nothing is closed."""
+    pace = Pace(base=5.0, most=60.0, fade=600.0)
+    explore = Exploration()
+    assert explore.held(start, start + rise, 10.0, pace) == start + rise
+    explore.refused(10.0 + after, pace, start + rise, start + rise)
+    assert explore.held(start + rise, start + rise, 10.0 + after, pace) == start + rise - 1
+    assert explore.due(pace) >= 10.0 + after + pace.most
+    explore.answered()
+    assert explore.held(start + rise - 1, start + rise, 80.0, pace) == start + rise
+    explore.refused(80.0 + pace.base, pace, start + rise, start + rise)  # the trial over: the estimator's
+    assert explore.held(start + rise, start + rise, 90.0, pace) == start + rise
