@@ -11,10 +11,10 @@ a rule of its own, separate from the estimator (`evidence`):
   answered cleanly above the limit lets the next follow at once (a climb); any refusal of the limit holds
   the next probe for `base` (p never falls as n grows: zai.assumptions.REFUSALS_RISE_WITH_LOAD).
 - **A level opened is on trial.** A rise of the limit puts the levels above the value it rose from on
-  trial for the base wait; a request refused at one of them (up to the limit) says z.ai serves that level
-  only at times, a band: the round failed, the limit is held under that level (`closed`) until a probe is
-  answered above it, and the next probe waits `most`. The estimator would take tens of requests at a
-  band's first level (refused one time in six to nine) to refuse it; the trial pays one.
+  trial until `TRIAL` clean answers at them; more refusals there than z.ai's noise explains among as many
+  say z.ai serves them only at times, a band: the round failed, the limit is held under the level refused
+  (`closed`) until a probe is answered above it, and the next probe waits `most`. The estimator would
+  take tens of requests at a band's first level (refused one time in six to nine) to refuse it.
 - **A change detector per limit** (`Detector`): two CUSUMs of each verdict's log-likelihood ratio against
   its level's recent rate (the detector's own, slower than the estimator's memory), one for a rise of the
   refusals (a limit that fell) and one for a fall (a limit restored). A step fires one within a few
@@ -55,6 +55,9 @@ REFUSING: Final = 0.75
 # the estimator's memory, so that a step shows against it), from half a refusal in one verdict.
 BASELINE: Final = 32.0
 PRIOR: Final = (0.5, 1.0)
+# A level on trial: this many clean answers, among which z.ai's noise explains two refusals (a third:
+# a band).
+TRIAL: Final = round(2.0 / NOISE)
 
 
 @dataclass(slots=True)
@@ -99,7 +102,7 @@ class Exploration:
     ready_at: float = -math.inf  # no probe before this
     probe_since: float | None = None  # a probe out, unanswered
     opened_from: int | None = None  # the levels above this are on trial (the least value the limit rose from)
-    opened_at: float = -math.inf  # when the limit last rose: its trial lasts the base wait
+    trial: tuple[int, int] = (0, 0)  # clean answers since the latest rise, refusals since the trial began
     closed: int | None = None  # a band's level refused on trial: the limit held under it
 
     def faded(self, now: float, fade: float) -> int:
@@ -121,32 +124,31 @@ class Exploration:
         """A probe answered cleanly above the limit: the next may go at once."""
         self.probe_since, self.ready_at, self.closed = None, -math.inf, None
 
-    def held(self, value: int | None, learned: int | None, now: float, pace: Pace) -> int | None:
+    def held(self, value: int | None, learned: int | None) -> int | None:
         """The limit, from `value`, when the evidence says `learned`: under a closed level; a rise puts the
         levels above `value` on trial."""
         if learned is None or value is None:
             return learned
         learned = learned if self.closed is None else min(learned, self.closed)
         if learned > value:
-            on = self.opened_from is not None and now - self.opened_at < pace.base
-            self.opened_from = min(self.opened_from, value) if on and self.opened_from is not None else value
-            self.opened_at = now
+            opened = value if self.opened_from is None else min(self.opened_from, value)
+            self.opened_from, self.trial = opened, (0, 0 if self.opened_from is None else self.trial[1])
         return learned
 
-    def refused(self, now: float, pace: Pace, level: int, value: int | None) -> None:
-        """A refusal of the limit (now `value`) at `level`: no probe for the base wait; at a level on trial,
-        a band: that level closed, and no probe for `most`."""
-        self.ready_at = max(self.ready_at, now + pace.base)
-        opened = self.opened_from
-        if (
-            opened is not None
-            and value is not None
-            and opened < level <= value
-            and now - self.opened_at < pace.base
-        ):
-            self.closed = level - 1
+    def verdict(self, now: float, pace: Pace, level: int, value: int | None, *, refused: bool) -> None:
+        """A verdict at `level` (the limit now `value`): refused, no probe for the base wait; at a level on
+        trial, counted (see the module)."""
+        if refused:
+            self.ready_at = max(self.ready_at, now + pace.base)
+        if self.opened_from is None or value is None or not self.opened_from < level <= value:
+            return
+        self.trial = (self.trial[0] + (not refused), self.trial[1] + refused)
+        if self.trial[1] > NOISE * TRIAL:  # a band: the level closed, the trial over
+            self.closed, self.opened_from = level - 1, None
             self.failed(now, pace)
             self.ready_at = max(self.ready_at, now + pace.most)
+        elif self.trial[0] >= TRIAL:
+            self.opened_from = None
 
     def due(self, pace: Pace) -> float:
         """When a probe may go (monotonic): its wait over, none out (one out holds for the base wait)."""
@@ -175,7 +177,3 @@ class Pace:
     def moved_lately(self, now: float) -> bool:
         """Whether z.ai was seen to move within `most` seconds."""
         return now - self.changed_at < self.most
-
-    def fell_lately(self, now: float) -> bool:
-        """Whether z.ai was seen to lower its limits within `most` seconds (a restore may follow)."""
-        return self.moved_lately(now) and not self.rose

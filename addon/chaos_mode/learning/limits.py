@@ -282,19 +282,20 @@ class LearnedLimits:
     def _observe(self, entry: Limit, level: int, refused: bool, weight: float, now: float, why: str) -> None:
         """A verdict into `entry`'s change detector, evidence and value (`why` it changes). A detected change:
         every limit's wait starts over (zai.assumptions.LIMITS_MOVE_TOGETHER)."""
-        fired = entry.detector.verdict(level, refused, weight, moved=self._pace.fell_lately(now))
+        fired = entry.detector.verdict(
+            level, refused, weight, moved=self._pace.moved_lately(now) and not self._pace.rose
+        )
         entry.evidence.observe(level, refused=refused, now=now, weight=weight)
         if fired:
             self._pace.changed_at, self._pace.rose = now, fired < 0
             for limit in self._all():
                 limit.explore.moved(now, self._pace, up=fired < 0)
         self._settle(entry, now, why)
-        if refused:  # a level on trial closes at the next settling
-            entry.explore.refused(now, self._pace, level, entry.value)
+        entry.explore.verdict(now, self._pace, level, entry.value, refused=refused)
 
     def _settle(self, entry: Limit, now: float, why: str) -> None:
         """Follow the evidence (under a level closed on trial): a new value, why, and a new version."""
-        value = entry.explore.held(entry.value, entry.evidence.limit(now, self.cost), now, self._pace)
+        value = entry.explore.held(entry.value, entry.evidence.limit(now, self.cost))
         if value != entry.value:
             entry.value, entry.reason, entry.changed_at = value, why, self._wall_clock()
             self.version += 1
