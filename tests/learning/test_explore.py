@@ -7,7 +7,8 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chaos_mode.learning.explore import Detector, Exploration, Pace
+from chaos_mode.learning.explore import TRIAL, Detector, Exploration, Pace
+from chaos_mode.zai.assumptions import NOISE
 
 HOUR_OF_VERDICTS = 7200  # a level answering two verdicts a second, as a full pool's top level does
 
@@ -79,18 +80,25 @@ def test_under_a_stationary_z_ai_probes_per_minute_are_bounded_and_fall(refused:
     assert sorted(probes[1:], reverse=True) == probes[1:]
 
 
-@settings(max_examples=30, deadline=None)
-@given(start=st.integers(1, 20), rise=st.integers(1, 5), after=st.floats(0.0, 4.9))
-def test_a_level_on_trial_refused_closes_it_and_waits_the_most(start: int, rise: int, after: float) -> None:
-    """A limit that rose from `start` and is refused at its top within the base wait: held under that level
-    until a probe is answered above it, and no probe for `most`; refused later, nothing is closed."""
-    pace = Pace(base=5.0, most=60.0, fade=600.0)
-    explore = Exploration()
-    assert explore.held(start, start + rise, 10.0, pace) == start + rise
-    explore.refused(10.0 + after, pace, start + rise, start + rise)
-    assert explore.held(start + rise, start + rise, 10.0 + after, pace) == start + rise - 1
-    assert explore.due(pace) >= 10.0 + after + pace.most
-    explore.answered()
-    assert explore.held(start + rise - 1, start + rise, 80.0, pace) == start + rise
-    explore.refused(80.0 + pace.base, pace, start + rise, start + rise)  # the trial over: the estimator's
-    assert explore.held(start + rise, start + rise, 90.0, pace) == start + rise
+@settings(max_examples=60, deadline=None)
+@given(start=st.integers(1, 20), rise=st.integers(1, 5), verdicts=st.lists(st.booleans(), max_size=3 * TRIAL))
+def test_a_level_on_trial_closes_only_at_more_refusals_than_noise_explains(
+    start: int, rise: int, verdicts: list[bool]
+) -> None:
+    """A limit that rose from `start`, then verdicts at its top: the level closes (held under it until a
+    probe is answered above it, no probe for `most`) once its refusals pass what noise explains before
+    `TRIAL` clean answers end the trial; later refusals are the estimator's."""
+    pace, explore, top = Pace(base=5.0, most=60.0, fade=600.0), Exploration(), start + rise
+    assert explore.held(start, top) == top
+    clean = refusals = 0
+    closed_at = None
+    for i, refused in enumerate(verdicts):
+        explore.verdict(10.0 + i, pace, top, top, refused=refused)
+        if closed_at is None and clean < TRIAL:
+            clean, refusals = clean + (not refused), refusals + refused
+            closed_at = 10.0 + i if refusals > NOISE * TRIAL else None
+    assert explore.held(top, top) == (top if closed_at is None else top - 1)
+    if closed_at is not None:
+        assert explore.due(pace) >= closed_at + pace.most
+        explore.answered()
+        assert explore.held(top - 1, top) == top

@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 
 from chaos_mode.config.schema import ModelRouting, parse_config
+from chaos_mode.learning.explore import TRIAL
 from chaos_mode.learning.limits import STATE_FORMAT, LearnedLimits
+from chaos_mode.zai.assumptions import NOISE
 from support.fakes import FakeClock
 
 WALL = 1_757_000_000.0
@@ -193,13 +195,16 @@ def test_each_failed_round_doubles_the_wait_up_to_the_maximum(rig: Rig) -> None:
 
 
 def test_a_level_a_probe_opened_and_refused_on_trial_fails_its_round(rig: Rig) -> None:
-    """A soft band: a probe answered by luck opens a level the next requests pay for; refused there within
-    the base wait, the level closes at once (one refusal, where the estimator wants several) and the next
-    probe waits `most`."""
+    """A soft band: a probe answered by luck opens a level the next requests pay for; refused there more
+    often than noise explains, the level closes at the next settling and the next probe waits `most`."""
     rig.serve("a", 3, times=12)
     rig.limits.probe_sent("model", "a")
     rig.limits.succeeded("a", 4, 4, "model")
     assert rig.limits.limit("a") == 4 and rig.limits.can_probe("a")  # room found: the next goes at once
+    for _ in range(round(NOISE * TRIAL)):  # noise explains these: the level stays
+        rig.limits.refused("a", 4, 4, None)
+        rig.serve("a", 4, times=4)
+    assert rig.limits.limit("a") == 4
     rig.limits.refused("a", 4, 4, None)
     rig.advance(1.0)
     rig.limits.tick()  # the next settling
