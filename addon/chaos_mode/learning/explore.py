@@ -20,9 +20,8 @@ a rule of its own, separate from the estimator (`evidence`):
   refusals (a limit that fell) and one for a fall (a limit restored). A step fires one within a few
   verdicts; a stationary rate (noise, a band) drifts it back to zero. Only a detected change says z.ai
   moved: z.ai moves its limits plan-wide (zai.assumptions.LIMITS_MOVE_TOGETHER), so every limit forgets
-  its failures and what it closed and starts its wait over (at once after a rise: the others may have
-  risen too), and for `most` seconds each explores at the base pace (a halving is often followed by its
-  restore).
+  its failures and starts its wait over (at once after a rise: the others may have risen too), and for
+  `most` seconds each explores at the base pace (a halving is often followed by its restore).
 
 Pure state, times passed in (monotonic).
 """
@@ -156,10 +155,10 @@ class Exploration:
         return max(self.ready_at, out)
 
     def moved(self, now: float, pace: Pace, *, up: bool) -> None:
-        """z.ai moved (a detected change): the failures, the trial and what it closed forgotten, the wait
-        started over, from now when a limit was seen to rise (`up`: others may have too), else from a base
-        wait."""
-        self.failures, self.opened_from, self.closed = 0.0, None, None
+        """z.ai moved (a detected change): the failures forgotten (not a trial: a probe answered reopens what
+        it closed) and the wait started over, from now when a limit was seen to rise (`up`), else from a
+        base wait."""
+        self.failures = 0.0
         self.ready_at = min(self.ready_at, now if up else now + pace.base)
 
 
