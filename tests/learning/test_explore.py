@@ -7,7 +7,8 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chaos_mode.learning.explore import Detector, Exploration, Pace
+from chaos_mode.learning.explore import TRIAL, Detector, Exploration, Pace
+from chaos_mode.zai.assumptions import NOISE
 
 HOUR_OF_VERDICTS = 7200  # a level answering two verdicts a second, as a full pool's top level does
 
@@ -71,9 +72,33 @@ def test_under_a_stationary_z_ai_probes_per_minute_are_bounded_and_fall(refused:
         if rng.random() < refused:
             explore.failed(now + 0.25, pace)
         else:
-            explore.answered(3)
+            explore.answered()
             explore.failed(now + 2.0, pace)  # the level it opened, refused again
         now += 0.25
     assert all(count <= 60.0 / pace.base for count in probes)
     assert probes[-1] <= probes[0]
     assert sorted(probes[1:], reverse=True) == probes[1:]
+
+
+@settings(max_examples=60, deadline=None)
+@given(start=st.integers(1, 20), rise=st.integers(1, 5), verdicts=st.lists(st.booleans(), max_size=3 * TRIAL))
+def test_a_level_on_trial_closes_only_at_more_refusals_than_noise_explains(
+    start: int, rise: int, verdicts: list[bool]
+) -> None:
+    """A limit that rose from `start`, then verdicts at its top: the level closes (held under it until a
+    probe is answered above it, no probe for `most`) once its refusals pass what noise explains before
+    `TRIAL` clean answers end the trial; later refusals are the estimator's."""
+    pace, explore, top = Pace(base=5.0, most=60.0, fade=600.0), Exploration(), start + rise
+    assert explore.held(start, top) == top
+    clean = refusals = 0
+    closed_at = None
+    for i, refused in enumerate(verdicts):
+        explore.verdict(10.0 + i, pace, top, top, refused=refused)
+        if closed_at is None and clean < TRIAL:
+            clean, refusals = clean + (not refused), refusals + refused
+            closed_at = 10.0 + i if refusals > NOISE * TRIAL else None
+    assert explore.held(top, top) == (top if closed_at is None else top - 1)
+    if closed_at is not None:
+        assert explore.due(pace) >= closed_at + pace.most
+        explore.answered()
+        assert explore.held(top - 1, top) == top

@@ -1,16 +1,20 @@
 """Exploration: when a probe may go above one limit, and when z.ai is seen to move.
 
-A probe above a limit pays a refusal when z.ai has no room there, and a probe answered by luck in a soft
-band opens a level that the next requests pay for (a few refusals until the estimator refuses it again).
-So the pace of probes is a rule of its own, separate from the estimator (`evidence`):
+A probe above a limit pays a refusal when z.ai has no room there, and a level opened in a soft band (by a
+probe, or a clean answer above the limit) is paid for by the requests sent at it. So the pace of probes is
+a rule of its own, separate from the estimator (`evidence`):
 
 - **One backoff per limit.** A probe goes only when its limit's wait is over, one at a time (one out holds
-  the next for the wait at most). An exploration round that failed (a probe refused or given up, or the
-  level a probe opened lowered again) adds one to the limit's failures; the wait is `base` doubled per
-  failure, up to `most`. The failures fade with the evidence (half-life `fade`): a limit nobody tried for
-  long explores again at the base pace. A probe answered cleanly above the limit lets the next follow at
-  once (a climb); any refusal of the limit holds the next probe for `base` (p never falls as n grows:
-  zai.assumptions.REFUSALS_RISE_WITH_LOAD).
+  the next for the wait at most). An exploration round that failed (a probe refused or given up) adds one
+  to the limit's failures; the wait is `base` doubled per failure, up to `most`. The failures fade with
+  the evidence (half-life `fade`): a limit nobody tried for long explores again at the base pace. A probe
+  answered cleanly above the limit lets the next follow at once (a climb); any refusal of the limit holds
+  the next probe for `base` (p never falls as n grows: zai.assumptions.REFUSALS_RISE_WITH_LOAD).
+- **A level opened is on trial.** A rise of the limit puts the levels above the value it rose from on
+  trial until `TRIAL` clean answers at them; more refusals there than z.ai's noise explains among as many
+  say z.ai serves them only at times, a band: the round failed, the limit is held under the level refused
+  (`closed`) until a probe is answered above it, and the next probe waits `most`. The estimator would
+  take tens of requests at a band's first level (refused one time in six to nine) to refuse it.
 - **A change detector per limit** (`Detector`): two CUSUMs of each verdict's log-likelihood ratio against
   its level's recent rate (the detector's own, slower than the estimator's memory), one for a rise of the
   refusals (a limit that fell) and one for a fall (a limit restored). A step fires one within a few
@@ -36,8 +40,8 @@ from chaos_mode.zai.assumptions import NOISE
 # fall: two clean answers where z.ai refused nearly every request.
 RISE_NATS: Final = 8.0
 FALL_NATS: Final = 3.0
-# While z.ai moved lately, a move back is likelier (a halving, then its restore): a fall fires at its first
-# clean answer.
+# While z.ai lowered its limits lately, a move back is likelier (a halving, then its restore): a fall fires
+# at its first clean answer. Not after a rise: a band's lucky answers would fire one after another.
 FALL_AFTER_MOVE_NATS: Final = 1.0
 # The rates a step is tested for, from a level's recent rate r: a rise to halfway to refusing every
 # request, (1 + r) / 2; a fall, at a level refused three times in four or more (r over `REFUSING`), to the
@@ -50,6 +54,9 @@ REFUSING: Final = 0.75
 # the estimator's memory, so that a step shows against it), from half a refusal in one verdict.
 BASELINE: Final = 32.0
 PRIOR: Final = (0.5, 1.0)
+# A level on trial: this many clean answers, among which z.ai's noise explains two refusals (a third:
+# a band).
+TRIAL: Final = round(2.0 / NOISE)
 
 
 @dataclass(slots=True)
@@ -93,7 +100,9 @@ class Exploration:
     failed_at: float = -math.inf  # when `failures` was last brought up to date
     ready_at: float = -math.inf  # no probe before this
     probe_since: float | None = None  # a probe out, unanswered
-    opened_from: int | None = None  # the value before the latest probe answered above it raised it
+    opened_from: int | None = None  # the levels above this are on trial (the least value the limit rose from)
+    trial: tuple[int, int] = (0, 0)  # clean answers since the latest rise, refusals since the trial began
+    closed: int | None = None  # a band's level refused on trial: the limit held under it
 
     def faded(self, now: float, fade: float) -> int:
         """The failed rounds as they count at `now`, rounded."""
@@ -103,22 +112,42 @@ class Exploration:
         return round(self.failures)
 
     def failed(self, now: float, pace: Pace) -> None:
-        """A round failed: a probe refused or given up, or the level it opened lowered again."""
-        self.probe_since, self.opened_from = None, None
+        """A round failed: a probe refused or given up, or a level on trial refused."""
+        self.probe_since = None
         self.faded(now, pace.fade)
         self.failures += 1.0
         wait = min(pace.base * float(2 ** min(self.faded(now, pace.fade), 30)), pace.most)
         self.ready_at = max(self.ready_at, now + (pace.base if pace.moved_lately(now) else wait))
 
-    def answered(self, value: int | None) -> None:
-        """A probe answered cleanly above the limit (at `value`, before it moves): the next may go at once."""
-        self.probe_since, self.ready_at = None, -math.inf
-        if self.opened_from is None:
-            self.opened_from = value
+    def answered(self) -> None:
+        """A probe answered cleanly above the limit: the next may go at once."""
+        self.probe_since, self.ready_at, self.closed = None, -math.inf, None
 
-    def refused(self, now: float, pace: Pace) -> None:
-        """A refusal of the limit at any level: no probe for the base wait."""
-        self.ready_at = max(self.ready_at, now + pace.base)
+    def held(self, value: int | None, learned: int | None) -> int | None:
+        """The limit, from `value`, when the evidence says `learned`: under a closed level; a rise puts the
+        levels above `value` on trial."""
+        if learned is None or value is None:
+            return learned
+        learned = learned if self.closed is None else min(learned, self.closed)
+        if learned > value:
+            opened = value if self.opened_from is None else min(self.opened_from, value)
+            self.opened_from, self.trial = opened, (0, 0 if self.opened_from is None else self.trial[1])
+        return learned
+
+    def verdict(self, now: float, pace: Pace, level: int, value: int | None, *, refused: bool) -> None:
+        """A verdict at `level` (the limit now `value`): refused, no probe for the base wait; at a level on
+        trial, counted (see the module)."""
+        if refused:
+            self.ready_at = max(self.ready_at, now + pace.base)
+        if self.opened_from is None or value is None or not self.opened_from < level <= value:
+            return
+        self.trial = (self.trial[0] + (not refused), self.trial[1] + refused)
+        if self.trial[1] > NOISE * TRIAL:  # a band: the level closed, the trial over
+            self.closed, self.opened_from = level - 1, None
+            self.failed(now, pace)
+            self.ready_at = max(self.ready_at, now + pace.most)
+        elif self.trial[0] >= TRIAL:
+            self.opened_from = None
 
     def due(self, pace: Pace) -> float:
         """When a probe may go (monotonic): its wait over, none out (one out holds for the base wait)."""
@@ -126,21 +155,23 @@ class Exploration:
         return max(self.ready_at, out)
 
     def moved(self, now: float, pace: Pace, *, up: bool) -> None:
-        """z.ai moved (a detected change): the failures forgotten and the wait started over, from now when
-        a limit was seen to rise (`up`: others may have too), else from a base wait."""
-        self.failures, self.opened_from = 0.0, None
+        """z.ai moved (a detected change): the failures forgotten (not a trial: a probe answered reopens what
+        it closed) and the wait started over, from now when a limit was seen to rise (`up`), else from a
+        base wait."""
+        self.failures = 0.0
         self.ready_at = min(self.ready_at, now if up else now + pace.base)
 
 
 @dataclass(slots=True)
 class Pace:
     """The pace every limit's exploration follows: `base` and `most` seconds of wait, failures fading over
-    `fade` seconds, and the latest detected change."""
+    `fade` seconds, and the latest detected change (`rose`: the limits rose)."""
 
     base: float
     most: float
     fade: float
     changed_at: float = -math.inf
+    rose: bool = False
 
     def moved_lately(self, now: float) -> bool:
         """Whether z.ai was seen to move within `most` seconds."""

@@ -221,7 +221,7 @@ class LearnedLimits:
     def probe_answered_elsewhere(self, kind: Probe, model: str) -> None:
         """Another proxy's probe of the limit was answered cleanly: for pacing, as one answered here."""
         if (entry := self._entry(kind, model)) is not None and self.enabled:
-            entry.explore.answered(entry.value)
+            entry.explore.answered()
 
     def probe_given_up(self, kind: Probe, model: str) -> None:
         """A probe z.ai had not answered was abandoned for a slot within the limits (see the module)."""
@@ -238,7 +238,7 @@ class LearnedLimits:
             probed.explore.probe_since = None
             level = total if probed is self._account else in_flight
             if probed.value is None or level > probed.value:  # counted above it (see the module)
-                probed.explore.answered(probed.value)
+                probed.explore.answered()
         if entry is not None:
             self._observe(entry, in_flight, False, 1.0, now, _served_why(in_flight, probe == "model"))
         self._observe(self._account, total, False, 1.0, now, _served_why(total, probe == "account"))
@@ -282,24 +282,21 @@ class LearnedLimits:
     def _observe(self, entry: Limit, level: int, refused: bool, weight: float, now: float, why: str) -> None:
         """A verdict into `entry`'s change detector, evidence and value (`why` it changes). A detected change:
         every limit's wait starts over (zai.assumptions.LIMITS_MOVE_TOGETHER)."""
-        fired = entry.detector.verdict(level, refused, weight, moved=self._pace.moved_lately(now))
+        fired = entry.detector.verdict(
+            level, refused, weight, moved=self._pace.moved_lately(now) and not self._pace.rose
+        )
         entry.evidence.observe(level, refused=refused, now=now, weight=weight)
         if fired:
-            self._pace.changed_at = now
+            self._pace.changed_at, self._pace.rose = now, fired < 0
             for limit in self._all():
                 limit.explore.moved(now, self._pace, up=fired < 0)
         self._settle(entry, now, why)
-        if refused:
-            entry.explore.refused(now, self._pace)
+        entry.explore.verdict(now, self._pace, level, entry.value, refused=refused)
 
     def _settle(self, entry: Limit, now: float, why: str) -> None:
-        """Follow the evidence: a new value, why, and a new version for the pool. A value back at or under
-        the one a probe raised it from fails that probe's round."""
-        value = entry.evidence.limit(now, self.cost)
+        """Follow the evidence (under a level closed on trial): a new value, why, and a new version."""
+        value = entry.explore.held(entry.value, entry.evidence.limit(now, self.cost))
         if value != entry.value:
-            opened = entry.explore.opened_from
-            if opened is not None and value is not None and value <= opened:
-                entry.explore.failed(now, self._pace)
             entry.value, entry.reason, entry.changed_at = value, why, self._wall_clock()
             self.version += 1
 
