@@ -79,3 +79,10 @@ def test_the_pool_turns_lending_off_where_z_ai_holds_a_refused_requests_slot(pre
 @pytest.mark.parametrize("preset", ["soft", "noisy", "halved", "fallen", "queuing-late-heads"])
 def test_the_pool_keeps_lending_where_z_ai_holds_no_slot_for_a_refused_request(preset: str) -> None:
     assert not any(virtual.run(preset, seed).lending_off for seed in (1, 2))
+
+
+def test_a_halving_with_quick_refusals_keeps_lending() -> None:
+    """z.ai halves every limit at once and refuses in 1.5 s: lent and regular requests are refused together
+    across the models, and the regular ones' older clean answers must not hide it (with a memory of four
+    verdicts a level, lending turned off on both seeds)."""
+    assert not any(virtual.run("halved", seed, reject=1.5).lending_off for seed in (2, 3))

@@ -33,7 +33,10 @@ from chaos_mode.zai.timing import EARLIEST_REFUSAL_SECONDS
 
 ALARM_NATS: Final = 6.0  # seven lent requests refused in a row where one in four was expected (ln 2.5 each)
 LENT_MEMORY: Final = 32  # lent requests the CUSUM reads, the latest sent
-LEVEL_MEMORY: Final = 4  # regular requests a level's rate is read from, the latest sent
+# Regular requests a level's rate is read from, the latest heard: a limit that fell refuses the regular
+# requests sent with a lent one, and older clean answers would hide it (with four, a halving turned lending
+# off on 13 of 16 seeds of `halved` when z.ai refuses in 1.5 s).
+LEVEL_MEMORY: Final = 2
 
 
 def pays_under(cost: float) -> float:

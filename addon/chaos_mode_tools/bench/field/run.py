@@ -153,6 +153,7 @@ async def run_preset(
         else None,
         learned=field_figures.learned_ranges(series),
         limitReasons=_limit_reasons(run.status),
+        lending=(run.status or {}).get("learning", {}),
         cooled=field_figures.cooled_models(series),
         convergence=field_figures.convergence(series, slots),
         truth={
@@ -174,6 +175,7 @@ async def run_preset(
         f"{summary['client429']} client 429s, upstream {summary['upstreamByCode']}, "
         f"{summary['unstreamed']} answers in one piece, "
         f"longest stall {summary['stalls']['longestStallSeconds']:.2f} s"
+        + ("" if summary["lending"].get("lendOverdue", True) else f"; {summary['lending']['lending']}")
     )
     return summary
 
