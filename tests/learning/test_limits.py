@@ -7,6 +7,8 @@ import math
 from typing import Any
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from chaos_mode.config.schema import ModelRouting, parse_config
 from chaos_mode.learning.explore import TRIAL
@@ -192,6 +194,40 @@ def test_each_failed_round_doubles_the_wait_up_to_the_maximum(rig: Rig) -> None:
         rig.advance(wait)
         assert rig.limits.can_probe("a")
     assert waits == pytest.approx([10.0, 20.0, 30.0, 30.0, 30.0], rel=0.02)  # doubling, at most 30 s
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    served=st.lists(st.integers(1, 3), max_size=6),
+    quiet=st.floats(0.0, 120.0),
+    refusals=st.integers(2, 6),
+    apart=st.floats(0.0, 2.0),
+)
+def test_a_limit_fallen_to_zero_is_probed_as_any_limit(
+    served: list[int], quiet: float, refusals: int, apart: float
+) -> None:
+    """A limit of 0 ran full (nothing in flight, every request waits): it is probed after the base wait,
+    its rounds fail and double the wait like any limit's, and a clean probe raises it. Asking z.ai for a clean
+    answer at 1 first (the clean answers older than the refusals there count little) left it unprobed until
+    the refusals faded (`driftSeconds`)."""
+    rig = Rig(routing({"a": {"tier": "HEAVY", "maxConcurrency": 2}}))
+    for level in served:
+        rig.serve("a", level)
+    rig.advance(quiet)
+    for _ in range(refusals):
+        rig.limits.refused("a", 1, 1, None)
+        rig.advance(apart)
+    assume(rig.limits.limit("a") == 0)
+    rig.advance(5.0)  # the base wait after the latest refusal
+    assert rig.limits.can_probe("a")
+    rig.limits.probe_sent("model", "a")
+    rig.limits.refused("a", 1, 1, "model")
+    assert rig.limits.next_probe() == pytest.approx(10.0, rel=0.01)  # one failed round: twice the base
+    rig.advance(10.0)
+    assert rig.limits.can_probe("a")
+    rig.limits.probe_sent("model", "a")
+    rig.limits.succeeded("a", 1, 1, "model")
+    assert rig.limits.limit("a") >= 1
 
 
 def test_a_level_a_probe_opened_and_refused_on_trial_fails_its_round(rig: Rig) -> None:

@@ -213,8 +213,8 @@ class LevelEvidence:
         return min(served, refused - 1)
 
     def answered_at(self, value: int, now: float) -> bool:
-        """Whether z.ai answered cleanly at `value` or above lately (not only the catalog's word)."""
-        return any(clean >= SERVED_WEIGHT for clean, _ in self._weights(now)[max(value, 1) :])
+        """Whether z.ai answered cleanly at `value` or above lately (not the catalog's word; 0 ran full)."""
+        return value < 1 or any(clean >= SERVED_WEIGHT for clean, _ in self._weights(now)[value:])
 
     def answered_since(self, value: int, since: float) -> bool:
         """Whether z.ai answered cleanly at `value` or above at `since` (monotonic) or later."""
