@@ -10,11 +10,13 @@ a rule of its own, separate from the estimator (`evidence`):
   the evidence (half-life `fade`): a limit nobody tried for long explores again at the base pace. A probe
   answered cleanly above the limit lets the next follow at once (a climb); any refusal of the limit holds
   the next probe for `base` (p never falls as n grows: zai.assumptions.REFUSALS_RISE_WITH_LOAD).
-- **A level opened is on trial.** A rise of the limit puts the levels above the value it rose from on
-  trial until `TRIAL` clean answers at them; more refusals there than z.ai's noise explains among as many
-  say z.ai serves them only at times, a band: the round failed, the limit is held under the level refused
-  (`closed`) until a probe is answered above it, and the next probe waits `most`. The estimator would
-  take tens of requests at a band's first level (refused one time in six to nine) to refuse it.
+- **A level the limit moves to is on trial.** A rise puts the levels above the value it rose from on
+  trial, a fall its new top level (the catalog's value may lie in a band, and a band's level stays under
+  one that closed), until `TRIAL` clean answers at them; more refusals there than z.ai's noise explains
+  among as many say z.ai serves them only at times, a band: the round failed, the limit is held under the
+  level refused (`closed`) until a probe is answered above it, and the next probe waits `most`. The
+  estimator would take tens of requests at a band's first level (refused one time in six to nine) to
+  refuse it, and a cheap refusal makes it worth holding.
 - **A change detector per limit** (`Detector`): two CUSUMs of each verdict's log-likelihood ratio against
   its level's recent rate (the detector's own, slower than the estimator's memory), one for a rise of the
   refusals (a limit that fell) and one for a fall (a limit restored). A step fires one within a few
@@ -124,13 +126,14 @@ class Exploration:
         self.probe_since, self.ready_at, self.closed = None, -math.inf, None
 
     def held(self, value: int | None, learned: int | None) -> int | None:
-        """The limit, from `value`, when the evidence says `learned`: under a closed level; a rise puts the
-        levels above `value` on trial."""
+        """The limit, from `value`, when the evidence says `learned`: under a closed level; a change puts the
+        levels above `value` (a rise), or the level `learned` (a fall), on trial."""
         if learned is None or value is None:
             return learned
         learned = learned if self.closed is None else min(learned, self.closed)
-        if learned > value:
-            opened = value if self.opened_from is None else min(self.opened_from, value)
+        if learned != value:
+            bottom = min(value, learned - 1)
+            opened = bottom if self.opened_from is None else min(self.opened_from, bottom)
             self.opened_from, self.trial = opened, (0, 0 if self.opened_from is None else self.trial[1])
         return learned
 
