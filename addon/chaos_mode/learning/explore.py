@@ -126,20 +126,21 @@ class Exploration:
         self.probe_since, self.ready_at, self.closed = None, -math.inf, None
 
     def held(self, value: int | None, learned: int | None) -> int | None:
-        """The limit, from `value`, when the evidence says `learned`: under a closed level; a change puts the
-        levels above `value` (a rise), or the level `learned` (a fall), on trial."""
+        """The limit, from `value`, when the evidence says `learned`: under a closed level; a rise puts the
+        levels above `value` on trial, a fall under them the level `learned`."""
         if learned is None or value is None:
             return learned
         learned = learned if self.closed is None else min(learned, self.closed)
-        if learned != value:
-            bottom = min(value, learned - 1)
-            opened = bottom if self.opened_from is None else min(self.opened_from, bottom)
+        if learned > value:
+            opened = value if self.opened_from is None else min(self.opened_from, value)
             self.opened_from, self.trial = opened, (0, 0 if self.opened_from is None else self.trial[1])
+        elif learned < value and (self.opened_from is None or learned <= self.opened_from):
+            self.opened_from, self.trial = learned - 1, (0, 0)
         return learned
 
     def verdict(self, now: float, pace: Pace, level: int, value: int | None, *, refused: bool) -> None:
-        """A verdict at `level` (the limit now `value`): refused, no probe for the base wait; at a level on
-        trial, counted (see the module)."""
+        """A verdict at `level` (the limit `value` before the verdict moves it): refused, no probe for the
+        base wait; at a level on trial, counted (see the module)."""
         if refused:
             self.ready_at = max(self.ready_at, now + pace.base)
         if self.opened_from is None or value is None or not self.opened_from < level <= value:
