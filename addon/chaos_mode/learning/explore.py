@@ -127,7 +127,7 @@ class Exploration:
 
     def held(self, value: int | None, learned: int | None) -> int | None:
         """The limit, from `value`, when the evidence says `learned`: under a closed level; a rise puts the
-        levels above `value` on trial, a fall under them the level `learned`."""
+        levels above `value` on trial, a fall to a level not on trial that level."""
         if learned is None or value is None:
             return learned
         learned = learned if self.closed is None else min(learned, self.closed)
