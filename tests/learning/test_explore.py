@@ -80,16 +80,21 @@ def test_under_a_stationary_z_ai_probes_per_minute_are_bounded_and_fall(refused:
     assert sorted(probes[1:], reverse=True) == probes[1:]
 
 
-@settings(max_examples=60, deadline=None)
-@given(start=st.integers(1, 20), rise=st.integers(1, 5), verdicts=st.lists(st.booleans(), max_size=3 * TRIAL))
+@settings(max_examples=80, deadline=None)
+@given(
+    top=st.integers(2, 20),
+    move=st.integers(-5, 5).filter(bool),
+    verdicts=st.lists(st.booleans(), max_size=3 * TRIAL),
+)
 def test_a_level_on_trial_closes_only_at_more_refusals_than_noise_explains(
-    start: int, rise: int, verdicts: list[bool]
+    top: int, move: int, verdicts: list[bool]
 ) -> None:
-    """A limit that rose from `start`, then verdicts at its top: the level closes (held under it until a
-    probe is answered above it, no probe for `most`) once its refusals pass what noise explains before
-    `TRIAL` clean answers end the trial; later refusals are the estimator's."""
-    pace, explore, top = Pace(base=5.0, most=60.0, fade=600.0), Exploration(), start + rise
-    assert explore.held(start, top) == top
+    """A limit that moved to `top` (rose from under it, or fell from above: the catalog's value may lie in
+    a band), then verdicts at its top: the level closes (held under it until a probe is answered above
+    it, no probe for `most`) once its refusals pass what noise explains before `TRIAL` clean answers end
+    the trial; later refusals are the estimator's."""
+    pace, explore = Pace(base=5.0, most=60.0, fade=600.0), Exploration()
+    assert explore.held(max(top - move, 1), top) == top
     clean = refusals = 0
     closed_at = None
     for i, refused in enumerate(verdicts):
@@ -102,3 +107,27 @@ def test_a_level_on_trial_closes_only_at_more_refusals_than_noise_explains(
         assert explore.due(pace) >= closed_at + pace.most
         explore.answered()
         assert explore.held(top - 1, top) == top
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    top=st.integers(3, 20), before=st.lists(st.booleans(), max_size=TRIAL - 1), after=st.lists(st.booleans())
+)
+def test_a_fall_within_a_trial_keeps_its_count(top: int, before: list[bool], after: list[bool]) -> None:
+    """A limit that rose to `top`, and fell back a level while its levels were on trial: the level left
+    stays on trial with the answers and refusals counted so far (a band's level refused, lowered, then
+    raised again by a clean answer would otherwise never close)."""
+    pace, explore = Pace(base=5.0, most=60.0, fade=600.0), Exploration()
+    explore.held(top - 2, top)  # top - 1 and top on trial
+    expected, clean, refusals = None, 0, 0
+    for i, refused in enumerate([*before, *after]):
+        level = top if i < len(before) else top - 1
+        if i == len(before):
+            if explore.opened_from is None:
+                break
+            assert explore.held(top, top - 1) == top - 1  # the estimator lowered it a level
+        explore.verdict(float(i), pace, level, level, refused=refused)
+        clean, refusals = clean + (not refused), refusals + refused
+        if expected is None and clean < TRIAL and refusals > NOISE * TRIAL:
+            expected = level - 1
+    assert explore.closed == expected

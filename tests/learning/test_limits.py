@@ -232,7 +232,7 @@ def test_a_limit_fallen_to_zero_is_probed_as_any_limit(
 
 def test_a_level_a_probe_opened_and_refused_on_trial_fails_its_round(rig: Rig) -> None:
     """A soft band: a probe answered by luck opens a level the next requests pay for; refused there more
-    often than noise explains, the level closes at the next settling and the next probe waits `most`."""
+    often than noise explains, the level closes at once and the next probe waits `most`."""
     rig.serve("a", 3, times=12)
     rig.limits.probe_sent("model", "a")
     rig.limits.succeeded("a", 4, 4, "model")
@@ -242,9 +242,8 @@ def test_a_level_a_probe_opened_and_refused_on_trial_fails_its_round(rig: Rig) -
         rig.serve("a", 4, times=4)
     assert rig.limits.limit("a") == 4
     rig.limits.refused("a", 4, 4, None)
+    assert rig.limits.limit("a") == 3  # counted before the limit settled
     rig.advance(1.0)
-    rig.limits.tick()  # the next settling
-    assert rig.limits.limit("a") == 3
     assert rig.limits.probe_wait("model", "a") == (pytest.approx(29.0, rel=0.01), 1)  # PACING.most
 
 

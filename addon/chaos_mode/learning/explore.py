@@ -10,11 +10,13 @@ a rule of its own, separate from the estimator (`evidence`):
   the evidence (half-life `fade`): a limit nobody tried for long explores again at the base pace. A probe
   answered cleanly above the limit lets the next follow at once (a climb); any refusal of the limit holds
   the next probe for `base` (p never falls as n grows: zai.assumptions.REFUSALS_RISE_WITH_LOAD).
-- **A level opened is on trial.** A rise of the limit puts the levels above the value it rose from on
-  trial until `TRIAL` clean answers at them; more refusals there than z.ai's noise explains among as many
-  say z.ai serves them only at times, a band: the round failed, the limit is held under the level refused
-  (`closed`) until a probe is answered above it, and the next probe waits `most`. The estimator would
-  take tens of requests at a band's first level (refused one time in six to nine) to refuse it.
+- **A level the limit moves to is on trial.** A rise puts the levels above the value it rose from on
+  trial, a fall its new top level (the catalog's value may lie in a band, and a band's level stays under
+  one that closed), until `TRIAL` clean answers at them; more refusals there than z.ai's noise explains
+  among as many say z.ai serves them only at times, a band: the round failed, the limit is held under the
+  level refused (`closed`) until a probe is answered above it, and the next probe waits `most`. The
+  estimator would take tens of requests at a band's first level (refused one time in six to nine) to
+  refuse it, and a cheap refusal makes it worth holding.
 - **A change detector per limit** (`Detector`): two CUSUMs of each verdict's log-likelihood ratio against
   its level's recent rate (the detector's own, slower than the estimator's memory), one for a rise of the
   refusals (a limit that fell) and one for a fall (a limit restored). A step fires one within a few
@@ -125,18 +127,20 @@ class Exploration:
 
     def held(self, value: int | None, learned: int | None) -> int | None:
         """The limit, from `value`, when the evidence says `learned`: under a closed level; a rise puts the
-        levels above `value` on trial."""
+        levels above `value` on trial, a fall to a level not on trial that level."""
         if learned is None or value is None:
             return learned
         learned = learned if self.closed is None else min(learned, self.closed)
         if learned > value:
             opened = value if self.opened_from is None else min(self.opened_from, value)
             self.opened_from, self.trial = opened, (0, 0 if self.opened_from is None else self.trial[1])
+        elif learned < value and (self.opened_from is None or learned <= self.opened_from):
+            self.opened_from, self.trial = learned - 1, (0, 0)
         return learned
 
     def verdict(self, now: float, pace: Pace, level: int, value: int | None, *, refused: bool) -> None:
-        """A verdict at `level` (the limit now `value`): refused, no probe for the base wait; at a level on
-        trial, counted (see the module)."""
+        """A verdict at `level` (the limit `value` before the verdict moves it): refused, no probe for the
+        base wait; at a level on trial, counted (see the module)."""
         if refused:
             self.ready_at = max(self.ready_at, now + pace.base)
         if self.opened_from is None or value is None or not self.opened_from < level <= value:

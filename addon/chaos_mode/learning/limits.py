@@ -290,8 +290,8 @@ class LearnedLimits:
             self._pace.changed_at, self._pace.rose = now, fired < 0
             for limit in self._all():
                 limit.explore.moved(now, self._pace, up=fired < 0)
-        self._settle(entry, now, why)
         entry.explore.verdict(now, self._pace, level, entry.value, refused=refused)
+        self._settle(entry, now, why)
 
     def _settle(self, entry: Limit, now: float, why: str) -> None:
         """Follow the evidence (under a level closed on trial): a new value, why, and a new version."""

@@ -767,15 +767,15 @@ def test_the_virtual_model_runs_a_preset_with_more_requests_per_agent() -> None:
     assert short.makespan < longer.makespan and short.bound < longer.bound
 
 
-def test_soft_steady_state_refuses_at_most_two_in_fifty() -> None:
-    """Soft's steady state (30 requests per agent, the last 800), on two seeds: at most 2 upstream refusals
-    in 50 (main: 5.4 over eight seeds; issue 46 asks 1), at least 0.95 of the bound."""
+def test_soft_steady_state_refuses_at_most_one_in_fifty() -> None:
+    """Soft's steady state (30 requests per agent, the last 800), on two seeds: at most 1 upstream refusal
+    in 50 (issue 46's target; 0.5 over eight seeds, 0.1 and 0.2 on these), at least 0.95 of the bound."""
     from chaos_mode_tools.bench.field import virtual
 
     for seed in (1, 2):
         outcome = virtual.run("soft", seed, requests=30)
         last = sorted(outcome.per_request)[-virtual.STEADY :]
-        assert 50.0 * sum(refused for _, refused in last) / virtual.STEADY <= 2.0
+        assert 50.0 * sum(refused for _, refused in last) / virtual.STEADY <= 1.0
         assert outcome.bound / outcome.makespan >= 0.95
 
 
