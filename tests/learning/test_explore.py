@@ -131,3 +131,17 @@ def test_a_fall_within_a_trial_keeps_its_count(top: int, before: list[bool], aft
         if expected is None and clean < TRIAL and refusals > NOISE * TRIAL:
             expected = level - 1
     assert explore.closed == expected
+
+
+@settings(max_examples=40, deadline=None)
+@given(start=st.integers(0, 6).filter(lambda n: n != 1), verdicts=st.lists(st.booleans(), max_size=3 * TRIAL))
+def test_a_trial_never_closes_a_models_first_level(start: int, verdicts: list[bool]) -> None:
+    """A limit that moved to 1 (rose from 0, or fell from above): however often z.ai refuses there, the
+    trial never closes level 1, which would leave the model nothing to serve and no probe for `most` (the
+    estimator lowers it to 0 when z.ai refuses nearly every request)."""
+    pace, explore = Pace(base=5.0, most=60.0, fade=600.0), Exploration()
+    assert explore.held(start, 1) == 1
+    for i, refused in enumerate(verdicts):
+        explore.verdict(10.0 + i, pace, 1, 1, refused=refused)
+    assert explore.closed is None and explore.held(1, 1) == 1
+    assert explore.due(pace) <= 10.0 + len(verdicts) + pace.base

@@ -12,11 +12,12 @@ a rule of its own, separate from the estimator (`evidence`):
   the next probe for `base` (p never falls as n grows: zai.assumptions.REFUSALS_RISE_WITH_LOAD).
 - **A level the limit moves to is on trial.** A rise puts the levels above the value it rose from on
   trial, a fall its new top level (the catalog's value may lie in a band, and a band's level stays under
-  one that closed), until `TRIAL` clean answers at them; more refusals there than z.ai's noise explains
-  among as many say z.ai serves them only at times, a band: the round failed, the limit is held under the
-  level refused (`closed`) until a probe is answered above it, and the next probe waits `most`. The
-  estimator would take tens of requests at a band's first level (refused one time in six to nine) to
-  refuse it, and a cheap refusal makes it worth holding.
+  one that closed), until `TRIAL` clean answers at them (never level 1: a band there still answers, 0
+  nothing); more refusals there than z.ai's noise explains among as many say z.ai serves them only at
+  times, a band: the round failed, the limit is held under the level refused (`closed`) until a probe is
+  answered above it, and the next probe waits `most`. The estimator would take tens of requests at a
+  band's first level (refused one time in six to nine) to refuse it, and a cheap refusal makes it worth
+  holding.
 - **A change detector per limit** (`Detector`): two CUSUMs of each verdict's log-likelihood ratio against
   its level's recent rate (the detector's own, slower than the estimator's memory), one for a rise of the
   refusals (a limit that fell) and one for a fall (a limit restored). A step fires one within a few
@@ -143,7 +144,7 @@ class Exploration:
         base wait; at a level on trial, counted (see the module)."""
         if refused:
             self.ready_at = max(self.ready_at, now + pace.base)
-        if self.opened_from is None or value is None or not self.opened_from < level <= value:
+        if self.opened_from is None or value is None or not max(self.opened_from, 1) < level <= value:
             return
         self.trial = (self.trial[0] + (not refused), self.trial[1] + refused)
         if self.trial[1] > NOISE * TRIAL:  # a band: the level closed, the trial over
