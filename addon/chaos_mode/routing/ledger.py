@@ -22,7 +22,7 @@ from chaos_mode.routing.arrivals import Arrivals
 from chaos_mode.routing.cooldowns import CooldownState
 from chaos_mode.routing.lending import Lending
 from chaos_mode.routing.rotation import Rotation
-from chaos_mode.routing.slot_record import Phase, Place, Records, Slot, SlotRecord
+from chaos_mode.routing.slot_record import Phase, Place, Slot, SlotRecord
 from chaos_mode.routing.slots import ProbeClaim, Seen, SlotStore
 from chaos_mode.routing.wait_queue import WaitQueue
 from chaos_mode.zai.catalog import ACCOUNT
@@ -45,7 +45,7 @@ class Ledger:
         limits_changed: Callable[[], bool],
         arm_timer: Callable[[], None],
     ) -> None:
-        self.records = Records()
+        self.records: dict[int, SlotRecord] = {}  # by slot id
         self.store: SlotStore  # the pool's, as `ChaosPool.use` sets it, and its cooldowns
         self.cooldowns: CooldownState
         self.settings: CooldownSettings  # the config's cooldowns, as `ChaosPool.reconfigure` sets them
@@ -56,31 +56,34 @@ class Ledger:
         self._limits_changed, self._arm_timer = limits_changed, arm_timer
         self._arrivals = Arrivals()  # what z.ai served as each held slot's request came: its verdict's level
         self._refusing: set[str] = set()  # models whose latest verdict (not a probe's) was no clean answer
-        self._held: set[int] = set()  # lent or overdue when lending turned off, awaiting their verdict
 
     # -- a slot's life --------------------------------------------------------------------------------
 
     def take(self, slot_id: int, model: str, probe: Probe | None, *, awaits: bool) -> SlotRecord:
-        """A slot just taken (`awaits`: z.ai's verdict on its request is awaited)."""
-        records = self.records.by_id.values()
-        self._arrive(slot_id, model, [r.slot_id for r in records if not r.ended])
-        in_flight = self.store.in_flight(model)
-        lent = awaits and probe is None and self._limits.enabled and self._lent(model, in_flight)
-        level = in_flight - self.records.riding_on.get(model, 0)
-        record = self.records.take(slot_id, model, self.clock(), probe, awaits=awaits)
-        record.lent, record.level = lent, level
+        """A slot just taken (`awaits`: z.ai's verdict on its request is awaited; `probe`: the limit it
+        tests, one above it)."""
+        self._arrive(slot_id, model, [r.slot_id for r in self.records.values() if not r.ended])
+        in_flight, riding = self.store.in_flight(model), self.riding_on
+        lent = awaits and probe is None and self._limits.enabled and self._lent(model, in_flight, riding)
+        phase, place = (
+            Phase.AWAITING if awaits else Phase.DONE,
+            Place.WITHIN if probe is None else Place.PROBE,
+        )
+        level = in_flight - riding.get(model, 0)
+        record = self.records[slot_id] = SlotRecord(
+            slot_id, model, self.clock(), probe, phase, place, lent, level
+        )
         self._quota.sent(slot_id, model)
         if probe is not None:
             self._limits.probe_sent(probe, model)
         return record
 
-    def _lent(self, model: str, in_flight: int) -> bool:
+    def _lent(self, model: str, in_flight: int, riding: Counter[str]) -> bool:
         """Whether a slot of `model` just taken (`in_flight` with it) is an overdue attempt's place: above
         its model's or the account's limit with the probes riding there left out."""
-        riding = self.records.riding_on
         if model not in riding and ACCOUNT not in riding:
             return False
-        overdue = [r.model for r in self.records.by_id.values() if r.rides]
+        overdue = [r.model for r in self.records.values() if r.rides]
         limits, account = self._limits, self._limits.account()
         if in_flight - riding.get(model, 0) + overdue.count(model) > limits.limit(model):
             return True
@@ -93,7 +96,7 @@ class Ledger:
         if record is None:
             return None
         self._settle(record)  # the fleet hears of an overdue one
-        self.records.release(slot.slot_id)
+        del self.records[slot.slot_id]
         self._quota.ended(slot.slot_id)
         self._arrivals.released(slot.slot_id)
         if record.phase is Phase.SERVED:
@@ -104,8 +107,8 @@ class Ledger:
     def _arrive(self, slot_id: int, model: str, beside: list[int]) -> None:
         """What `slot_id`'s request comes to z.ai beside (`routing.arrivals`): the slots `beside`, itself
         not among them, and what other proxies say z.ai serves."""
-        get, elsewhere = self.records.by_id.get, self._elsewhere()
-        serving = {o: r.model for o in beside if (r := get(o)) is not None and r.phase is Phase.SERVED}
+        records, elsewhere = self.records, self._elsewhere()
+        serving = {o: records[o].model for o in beside if records[o].phase is Phase.SERVED}
         self._arrivals.taken(
             slot_id,
             model,
@@ -120,12 +123,14 @@ class Ledger:
         return self.store.serving_elsewhere if self.store.confirms else lambda _: 0
 
     def _settle(self, record: SlotRecord | None, phase: Phase = Phase.DONE) -> None:
-        if record is not None and self.records.settle(record, phase):
+        if record is None:
+            return
+        if record.settle(phase):
             self.store.overdue_changed()
-        held = self._held
-        if held and record is not None:
-            held.discard(record.slot_id)
-            if not held:  # z.ai holds none of the slots lending cost any more: what it refused since lies too
+        if record.held_when_off:
+            record.held_when_off = False
+            if not any(r.held_when_off for r in self.records.values()):
+                # z.ai holds none of the slots lending cost any more: what it refused since lies too
                 self._limits.reset()
                 self._limits_changed()
 
@@ -133,13 +138,11 @@ class Ledger:
         """`slot`'s request was written to z.ai now. z.ai judges it beside the requests that reached it
         first, which need not be those taken before it (`routing.arrivals`): its arrival is taken again
         from the slots whose writing was reported. A pool never told of one keeps the takings."""
-        slot_id = slot.slot_id
-        if slot_id not in self.records.by_id:
+        slot_id, records = slot.slot_id, self.records
+        if slot_id not in records:
             return
-        get = self.records.by_id.get
-        written = self._arrivals.written_held()
-        beside = [o for o in written if o != slot_id and not ((r := get(o)) is not None and r.ended)]
-        self._arrive(slot_id, slot.model, beside)
+        written = self._arrivals.written_held()  # all held
+        self._arrive(slot_id, slot.model, [o for o in written if o != slot_id and not records[o].ended])
         self._arrivals.written(slot_id, self.clock())
 
     def ended(self, slot: Slot) -> None:
@@ -157,11 +160,7 @@ class Ledger:
         model down) or lending (`routing.lending`: it keeps its place), for a probe (it rides already), a
         request z.ai seated or one with its verdict."""
         record = self.records.get(slot.slot_id)
-        if (
-            not (self._limits.enabled and self.lending.on)
-            or record is None
-            or not self.records.move(record, Place.OVERDUE)
-        ):
+        if not (self._limits.enabled and self.lending.on) or record is None or not record.move(Place.OVERDUE):
             return
         self._limits.lent_after(self.clock() - record.taken_at)
         self.store.overdue_changed()
@@ -174,19 +173,24 @@ class Ledger:
         probe, or whose probe was answered."""
         record = self.records.get(slot.slot_id)
         if record is not None:
-            self.records.move(record, Place.QUEUED)
+            record.move(Place.QUEUED)
 
     def _seat_queued_probe(self, model: str) -> None:
-        """A slot of `model` z.ai served went back: a probe z.ai queues on that model (else on the account)
-        takes it, counting within the limit from now on. z.ai held it, so it found no room above its limit:
-        the next probe there waits as after a refusal, and its answer is a regular request's."""
-        record = self.records.queued_probe(model) if self.records.riding_on else None
+        """A slot of `model` z.ai served went back: a probe z.ai queues on that model (else on the account),
+        the oldest, takes it, counting within the limit from now on. z.ai held it, so it found no room above
+        its limit: the next probe there waits as after a refusal, and its answer is a regular request's."""
+        queued = [
+            r
+            for r in self.records.values()
+            if r.place is Place.QUEUED and r.awaiting and r.limit in (model, ACCOUNT)
+        ]
+        record = min(queued, key=lambda r: (r.limit != model, r.slot_id), default=None)
         if record is None:
             return
         if record.probe is not None and not record.stalled:  # a stall judged it already
             self._limits.probe_given_up(record.probe, record.model)
-            self._probe_judged(record)
-        self.records.move(record, Place.SEATED)
+            self._probe_judged(record.model, record.probe)
+        record.move(Place.SEATED)
 
     # -- verdicts -------------------------------------------------------------------------------------
 
@@ -197,27 +201,27 @@ class Ledger:
         record = self.records.get(slot.slot_id)
         held = record is not None and record.stall_counted  # z.ai queued it, and serves it now (MAY_QUEUE)
         seated = record is not None and record.seated  # z.ai held it until a slot freed, then served it there
-        # a probe z.ai held was judged at its stall or its seat: served once a slot freed, it found no room
-        # above its limit
-        probe = None if held or seated else slot.probe
         if not held:
             self._arrivals.accepted(slot.slot_id, slot.model)  # z.ai counted it from its arrival on
-        if record is not None and record.awaiting and record.probe is None:
-            self._checked(record, refused=False)
+        self._checked(record, refused=False)
         self._settle(record, Phase.SERVED)
         # z.ai served at least this many at once: what it serves now, or what it served when the request
         # came (heads sent with the first token leave much of what z.ai serves without a head here:
-        # zai.assumptions.HEAD_MAY_WAIT_FOR_FIRST_TOKEN); not for a request z.ai may have held: it was full
-        # then, and served it only once a slot freed
+        # zai.assumptions.HEAD_MAY_WAIT_FOR_FIRST_TOKEN); not for a request z.ai may have held (at a stall or
+        # a seat, or not `at_once`): it was full then, and served it only once a slot freed, so a probe
+        # there found no room above its limit (its stall or its seat judged it)
         queued = held or seated or not at_once
         arrived, arrived_total = (0, 0) if queued else self._arrival_levels(slot, (0, 0), clean=True)
-        model, limits = slot.model, self._limits
-        serving, total = max(self.serving(model), arrived), max(self.serving(), arrived_total)
+        model, limits, elsewhere, here = slot.model, self._limits, self._elsewhere(), self._serving()
+        serving, total = (
+            max(here[model] + elsewhere(model), arrived),
+            max(here.total() + elsewhere(None), arrived_total),
+        )
         self._quota.answered(model, slot.slot_id)
-        limits.succeeded(model, serving, total, probe)
-        self._note(slot, "clean", serving, total)
+        limits.succeeded(model, serving, total, None if held or seated else slot.probe)
+        self._note(slot, "clean", serving, total, slot.probe)
         if not seated:
-            self._probe_judged(slot)
+            self._probe_judged(model, slot.probe)
         self.cooldowns.succeeded(model)
         changed = self._limits_changed()
         if not changed and len(self._queue) and (limits.can_probe(model) or limits.can_probe_account()):
@@ -232,24 +236,23 @@ class Ledger:
             return False
         if self._limits.enabled and not self.lending.held(record.lent):
             level, account_level = self._arrival_levels(slot, (slot.in_flight, slot.total))
-            probe = self._probe_of(slot)
+            probe = None if record.seated else slot.probe  # a seated probe probes nothing any more
             self._limits.stalled(slot.model, level, account_level, probe, record.taken_at)
-            self._note(slot, "stall", level, account_level)
-            self._probe_judged(slot)
+            self._note(slot, "stall", level, account_level, probe)
+            self._probe_judged(slot.model, probe)
             self._limits_changed()
         return True
 
     def no_verdict(self, slot: Slot, *, probe_given_up: bool = False) -> None:
         """No verdict will come for `slot`'s request (it ended first, or its attempt was left). A probe given
         up unanswered (its request took a slot within the limits instead) rides above its limit no more,
-        and the next probe there waits as after a 1302. Idempotent."""
+        and the next probe there waits as after a 1302 (unless its stall did so already). Idempotent."""
         record = self.records.get(slot.slot_id)
         if record is None:
             return
-        # its stall already paced the next probe (a seat is no probe)
-        if probe_given_up and slot.probe is not None and record.probing and not record.stall_counted:
+        if probe_given_up and slot.probe is not None and record.probing and not record.stalled:
             self._limits.probe_given_up(slot.probe, slot.model)
-            self._probe_judged(slot)
+            self._probe_judged(slot.model, slot.probe)
         self._settle(record)
 
     def error(
@@ -266,19 +269,13 @@ class Ledger:
         record = None if slot is None else self.records.get(slot.slot_id)
         counted = record is not None and record.stall_counted  # its stall said so already
         lent = record is not None and record.overdue
-        if (
-            record is not None
-            and record.awaiting
-            and record.probe is None
-            and error.action is Action.CONCURRENCY
-        ):
+        if error.action is Action.CONCURRENCY:
             self._checked(record, refused=True)
-        if slot is not None:
-            self._settle(record)
-            if error.action is not Action.UNREACHED:
-                self._quota.refused(slot.slot_id)  # z.ai's error answer: not charged
+        self._settle(record)
+        if slot is not None and error.action is not Action.UNREACHED:
+            self._quota.refused(slot.slot_id)  # z.ai's error answer: not charged
         settings, cooldowns, limits = self.settings, self.cooldowns, self._limits
-        probe = self._probe_of(slot) if slot is not None else None
+        probe = None if slot is None else slot.probe
         seconds = 0.0
         match error.action:
             case Action.CONCURRENCY if limits.enabled:
@@ -292,8 +289,8 @@ class Ledger:
                         in_flight, total = self._arrival_levels(slot, (slot.in_flight, slot.total))
                     limits.refused(model, in_flight, total, probe, taken_at)
                     if slot is not None:
-                        self._note(slot, "refused", in_flight, total)
-                        self._probe_judged(slot)
+                        self._note(slot, "refused", in_flight, total, probe)
+                        self._probe_judged(slot.model, probe)
             case Action.CONCURRENCY | Action.COOLDOWN:
                 seconds = cooldowns.hit(model, error.reason, retry_after)
             case Action.OUT_OF_ROTATION:
@@ -318,10 +315,11 @@ class Ledger:
             self._arm_timer()  # a slot freed while this block lasts must reach the waiters when it ends
         return seconds
 
-    def _checked(self, record: SlotRecord, *, refused: bool) -> None:
-        """A final verdict on `record`'s request, which is no probe, for the check of lending."""
-        lending = self.lending
-        why = lending.verdict(
+    def _checked(self, record: SlotRecord | None, *, refused: bool) -> None:
+        """A final verdict on `record`'s request, for the check of lending: only one awaited, of no probe."""
+        if record is None or not record.awaiting or record.probe is not None:
+            return
+        why = self.lending.verdict(
             record.model,
             record.level,
             record.taken_at,
@@ -340,9 +338,9 @@ class Ledger:
         if not self.lending.turn_off(why):
             return
         self._limits.reset()
-        self._held = {r.slot_id for r in self.records.by_id.values() if r.awaiting and (r.lent or r.rides)}
-        for record in self.records.by_id.values():
-            self.records.move(record, Place.WITHIN)
+        for record in self.records.values():
+            record.held_when_off = record.awaiting and (record.lent or record.rides)
+            record.move(Place.WITHIN)
         self.store.overdue_changed()
         self._limits_changed()
         if not heard:
@@ -358,11 +356,13 @@ class Ledger:
 
     # -- levels -----------------------------------------------------------------------------------------
 
-    def serving(self, model: str | None = None) -> int:
-        """What z.ai serves now, as far as the pool can tell: slots answered cleanly whose answer has not
-        ended (of `model`; the account's when None), this proxy's and those other proxies of a fleet said
-        they had (their slots z.ai has not answered yet are not z.ai's to serve)."""
-        return self.records.serving(model) + self._elsewhere()(model)
+    def _serving(self) -> Counter[str]:
+        """What z.ai serves of this proxy's slots per model, as far as the pool can tell: those answered
+        cleanly whose answer has not ended (those not answered yet are not z.ai's to serve)."""
+        serving: Counter[str] = Counter()
+        for r in self.records.values():
+            serving[r.model] += 1 - r.awaiting - r.ended
+        return serving
 
     def _arrival_levels(
         self, slot: Slot, otherwise: tuple[int, int], *, clean: bool = False
@@ -378,6 +378,12 @@ class Ledger:
         )
         return otherwise if levels is None else levels
 
+    @property
+    def riding_on(self) -> Counter[str]:
+        """Slots riding above each limit (a model's name, or ACCOUNT): probes out and unanswered on the
+        limit they test, overdue attempts on their model's and the account's."""
+        return Counter(key for record in self.records.values() for key in record.riding())
+
     # -- what a fleet is told, and hears ----------------------------------------------------------------
 
     def in_flight(self, model: str) -> int:
@@ -386,15 +392,12 @@ class Ledger:
 
     def unanswered(self, model: str | None = None) -> int:
         """Slots (of `model`; all when None) whose request z.ai has not answered yet."""
-        return self.records.awaiting(model)
+        return sum(r.awaiting for r in self.records.values() if model in (None, r.model))
 
     def serving_here(self) -> dict[str, int]:
         """This proxy's slots z.ai answered cleanly and still serves, per model (none: left out): what it
         tells the fleet with each notice."""
-        serving: Counter[str] = Counter()
-        for r in self.records.by_id.values():
-            serving[r.model] += 1 - r.awaiting - r.ended
-        return {model: count for model, count in serving.items() if count > 0}
+        return {model: count for model, count in self._serving().items() if count > 0}
 
     def overdue_here(self) -> dict[str, int]:
         """This proxy's attempts riding above the limits, per model: what it tells the fleet."""
@@ -402,7 +405,7 @@ class Ledger:
 
     def riding(self) -> tuple[Counter[str], Counter[str]]:
         """Probes out and unanswered per limit (a model's name, or ACCOUNT); overdue attempts per model."""
-        records = self.records.by_id.values()
+        records = self.records.values()
         return Counter(r.limit for r in records if r.probing), Counter(r.model for r in records if r.rides)
 
     def claim(self, probe: Probe | None, model: str) -> ProbeClaim | None:
@@ -412,23 +415,14 @@ class Ledger:
         seconds, refused = self._limits.probe_wait(probe, model)
         return ProbeClaim(ACCOUNT if probe == "account" else model, seconds, refused)
 
-    def _probe_of(self, slot: Slot) -> Probe | None:
-        """The limit `slot`'s request probes, as its verdict counts: none once it is seated within it."""
-        record = self.records.get(slot.slot_id)
-        return None if record is not None and record.seated else slot.probe
+    def _probe_judged(self, model: str, probe: Probe | None) -> None:
+        """A probe of `model` has its verdict (or was given up): a fleet holds the right to probe its limit as
+        long as this proxy's next probe there waits now (see `learning.limits`)."""
+        if self.store.confirms and (claim := self.claim(probe, model)) is not None:
+            self.store.probe_answered(claim)
 
-    def _probe_judged(self, slot: Slot | SlotRecord) -> None:
-        """`slot`'s probe has its verdict (or was given up): a fleet holds the right to probe its limit as
-        long as this proxy's next probe there waits now (see `learning.limits`). Once for a seated one."""
-        record = self.records.get(slot.slot_id)
-        if self.store.confirms and not (record is not None and record.seated):
-            claim = self.claim(slot.probe, slot.model)
-            if claim is not None:
-                self.store.probe_answered(claim)
-
-    def _note(self, slot: Slot, kind: Kind, level: int, total: int) -> None:
-        """A verdict on `slot`'s request as the limits took it: told to the fleet now."""
-        probe = self._probe_of(slot)
+    def _note(self, slot: Slot, kind: Kind, level: int, total: int, probe: Probe | None) -> None:
+        """A verdict on `slot`'s request as the limits took it (`probe`: its probe): told to the fleet."""
         self._heard(slot.model, kind, probe)
         record = self.records.get(slot.slot_id)
         if self.store.confirms and self._limits.enabled and record is not None:
