@@ -1,11 +1,9 @@
-"""The verdict ledger: z.ai's verdicts on the pool's held slots, and what the pool learns from them.
+"""The verdict ledger: the pool's held slots, one record each (`routing.slot_record`), and z.ai's verdicts.
 
-Each held slot has one record (`routing.slot_record`); a request's owner says here what z.ai did with it:
-written (`sent`), answered cleanly (`success`), refused (`error`), stalled (`stall`), overdue, queued,
-answered to its end (`ended`), or no verdict will come (`no_verdict`). Each verdict is counted at what
-z.ai served when its request came (`routing.arrivals`), fed to the learned limits (`learning.limits`),
-the cooldowns and the quota, and told to a fleet's other proxies. The pool (`routing.pool`) takes and
-gives back the slots; the ledger is where their states live.
+A request's owner says here what z.ai did with it: written (`sent`), answered cleanly (`success`), refused
+(`error`), stalled (`stall`), overdue, queued, answered to its end (`ended`), or no verdict will come
+(`no_verdict`). Each verdict is counted at what z.ai served when its request came (`routing.arrivals`), fed
+to the learned limits (`learning.limits`), the cooldowns and the quota, and told to a fleet's other proxies.
 """
 
 from __future__ import annotations
@@ -33,8 +31,8 @@ Kind = Literal["clean", "refused", "stall"]
 
 
 class Ledger:
-    """The held slots' records and z.ai's verdicts on them. `limits_changed` (the pool's) follows the
-    learned limits and says whether they changed; `arm_timer` wakes the pool's `queue` when a block ends."""
+    """`limits_changed` (the pool's) follows the learned limits and says whether they changed; `arm_timer`
+    wakes the pool's `queue` when a block ends. The pool (`routing.pool`) takes and gives back the slots."""
 
     def __init__(
         self,
@@ -60,19 +58,15 @@ class Ledger:
     # -- a slot's life --------------------------------------------------------------------------------
 
     def take(self, slot_id: int, model: str, probe: Probe | None, *, awaits: bool) -> SlotRecord:
-        """A slot just taken (`awaits`: z.ai's verdict on its request is awaited; `probe`: the limit it
-        tests, one above it)."""
+        """A slot just taken (`awaits`: z.ai's verdict on its request is awaited)."""
         self._arrive(slot_id, model, [r.slot_id for r in self.records.values() if not r.ended])
         in_flight, riding = self.store.in_flight(model), self.riding_on
         lent = awaits and probe is None and self._limits.enabled and self._lent(model, in_flight, riding)
-        phase, place = (
-            Phase.AWAITING if awaits else Phase.DONE,
-            Place.WITHIN if probe is None else Place.PROBE,
+        phase, place = Phase.AWAITING if awaits else Phase.DONE, Place.PROBE if probe else Place.WITHIN
+        record = SlotRecord(
+            slot_id, model, self.clock(), probe, phase, place, lent, in_flight - riding[model]
         )
-        level = in_flight - riding.get(model, 0)
-        record = self.records[slot_id] = SlotRecord(
-            slot_id, model, self.clock(), probe, phase, place, lent, level
-        )
+        self.records[slot_id] = record
         self._quota.sent(slot_id, model)
         if probe is not None:
             self._limits.probe_sent(probe, model)
@@ -85,9 +79,9 @@ class Ledger:
             return False
         overdue = [r.model for r in self.records.values() if r.rides]
         limits, account = self._limits, self._limits.account()
-        if in_flight - riding.get(model, 0) + overdue.count(model) > limits.limit(model):
+        if in_flight - riding[model] + overdue.count(model) > limits.limit(model):
             return True
-        total = self.store.total() - riding.get(ACCOUNT, 0) + len(overdue)
+        total = self.store.total() - riding[ACCOUNT] + len(overdue)
         return account is not None and total > account
 
     def release(self, slot: Slot) -> SlotRecord | None:
@@ -153,12 +147,10 @@ class Ledger:
             record.ended = True
 
     def overdue(self, slot: Slot) -> None:
-        """`slot`'s request has had no head within its patience (see `request.hedging`): z.ai is most
-        likely refusing it, and holds no slot for a request it refuses
-        (zai.assumptions.REFUSED_HOLDS_NO_SLOT), so until its verdict it rides above its model's and the
-        account's limits, its place going to the next request. No-op without learning (a 1302 then cools the
-        model down) or lending (`routing.lending`: it keeps its place), for a probe (it rides already), a
-        request z.ai seated or one with its verdict."""
+        """`slot`'s request has had no head within its patience (`request.hedging`): z.ai is most likely
+        refusing it, holding no slot for it (zai.assumptions.REFUSED_HOLDS_NO_SLOT), so it rides above the
+        limits until its verdict, its place lent to the next request. Only with learning and lending on, for
+        a request within the limits still awaiting its verdict."""
         record = self.records.get(slot.slot_id)
         if not (self._limits.enabled and self.lending.on) or record is None or not record.move(Place.OVERDUE):
             return
@@ -169,8 +161,7 @@ class Ledger:
 
     def queued(self, slot: Slot) -> None:
         """z.ai queues (zai.assumptions.MAY_QUEUE), and `slot`'s probe, unanswered, is held so: the first
-        slot of its limit that a request z.ai served gives back is the probe's. No-op for a slot that is no
-        probe, or whose probe was answered."""
+        slot of its limit that a request z.ai served gives back is the probe's (`_seat_queued_probe`)."""
         record = self.records.get(slot.slot_id)
         if record is not None:
             record.move(Place.QUEUED)
@@ -205,18 +196,14 @@ class Ledger:
             self._arrivals.accepted(slot.slot_id, slot.model)  # z.ai counted it from its arrival on
         self._checked(record, refused=False)
         self._settle(record, Phase.SERVED)
-        # z.ai served at least this many at once: what it serves now, or what it served when the request
-        # came (heads sent with the first token leave much of what z.ai serves without a head here:
-        # zai.assumptions.HEAD_MAY_WAIT_FOR_FIRST_TOKEN); not for a request z.ai may have held (at a stall or
-        # a seat, or not `at_once`): it was full then, and served it only once a slot freed, so a probe
-        # there found no room above its limit (its stall or its seat judged it)
+        # z.ai served at least what it serves now, or what it served when the request came (heads sent with
+        # the first token: zai.assumptions.HEAD_MAY_WAIT_FOR_FIRST_TOKEN); not for a request z.ai may have
+        # held (stalled, seated, not `at_once`): it was full then, and a probe there found no room above
         queued = held or seated or not at_once
         arrived, arrived_total = (0, 0) if queued else self._arrival_levels(slot, (0, 0), clean=True)
         model, limits, elsewhere, here = slot.model, self._limits, self._elsewhere(), self._serving()
-        serving, total = (
-            max(here[model] + elsewhere(model), arrived),
-            max(here.total() + elsewhere(None), arrived_total),
-        )
+        serving = max(here[model] + elsewhere(model), arrived)
+        total = max(here.total() + elsewhere(None), arrived_total)
         self._quota.answered(model, slot.slot_id)
         limits.succeeded(model, serving, total, None if held or seated else slot.probe)
         self._note(slot, "clean", serving, total, slot.probe)
@@ -315,26 +302,19 @@ class Ledger:
             self._arm_timer()  # a slot freed while this block lasts must reach the waiters when it ends
         return seconds
 
-    def _checked(self, record: SlotRecord | None, *, refused: bool) -> None:
-        """A final verdict on `record`'s request, for the check of lending: only one awaited, of no probe."""
-        if record is None or not record.awaiting or record.probe is not None:
+    def _checked(self, r: SlotRecord | None, *, refused: bool) -> None:
+        """A final verdict on `r`'s request, for the check of lending: only one awaited, of no probe."""
+        if r is None or not r.awaiting or r.probe is not None:
             return
-        why = self.lending.verdict(
-            record.model,
-            record.level,
-            record.taken_at,
-            lent=record.lent,
-            refused=refused,
-            cost=self._limits.cost,
-        )
+        cost = self._limits.cost
+        why = self.lending.verdict(r.model, r.level, r.taken_at, lent=r.lent, refused=refused, cost=cost)
         if why is not None:
             self.lending_off(why)
 
     def lending_off(self, why: str, *, heard: bool = False) -> None:
         """z.ai holds the slot of a request it refuses, as the check here (or another proxy's, `heard`) says:
-        nothing lends its place from now on, the places lent go back, and the learned limits start over from
-        the catalog, now and once the requests lent or overdue now have their verdicts (the refusals until
-        then were counted without the slots z.ai held). The fleet is told."""
+        nothing lends its place from now on, the places lent go back, and the learned limits start over now
+        and once the requests lent or overdue now have their verdicts (`_settle`). The fleet is told."""
         if not self.lending.turn_off(why):
             return
         self._limits.reset()
@@ -357,8 +337,7 @@ class Ledger:
     # -- levels -----------------------------------------------------------------------------------------
 
     def _serving(self) -> Counter[str]:
-        """What z.ai serves of this proxy's slots per model, as far as the pool can tell: those answered
-        cleanly whose answer has not ended (those not answered yet are not z.ai's to serve)."""
+        """This proxy's slots z.ai serves, per model: answered cleanly, the answer not ended."""
         serving: Counter[str] = Counter()
         for r in self.records.values():
             serving[r.model] += 1 - r.awaiting - r.ended
@@ -380,9 +359,10 @@ class Ledger:
 
     @property
     def riding_on(self) -> Counter[str]:
-        """Slots riding above each limit (a model's name, or ACCOUNT): probes out and unanswered on the
-        limit they test, overdue attempts on their model's and the account's."""
-        return Counter(key for record in self.records.values() for key in record.riding())
+        """Slots riding above each limit (a model's name, or ACCOUNT; `SlotRecord.riding`)."""
+        return Counter(
+            key for r in self.records.values() if r.place is not Place.WITHIN for key in r.riding()
+        )
 
     # -- what a fleet is told, and hears ----------------------------------------------------------------
 
@@ -395,8 +375,7 @@ class Ledger:
         return sum(r.awaiting for r in self.records.values() if model in (None, r.model))
 
     def serving_here(self) -> dict[str, int]:
-        """This proxy's slots z.ai answered cleanly and still serves, per model (none: left out): what it
-        tells the fleet with each notice."""
+        """This proxy's slots z.ai serves, per model (none: left out): what it tells the fleet."""
         return {model: count for model, count in self._serving().items() if count > 0}
 
     def overdue_here(self) -> dict[str, int]:
@@ -416,8 +395,8 @@ class Ledger:
         return ProbeClaim(ACCOUNT if probe == "account" else model, seconds, refused)
 
     def _probe_judged(self, model: str, probe: Probe | None) -> None:
-        """A probe of `model` has its verdict (or was given up): a fleet holds the right to probe its limit as
-        long as this proxy's next probe there waits now (see `learning.limits`)."""
+        """A probe of `model` has its verdict (or was given up): a fleet holds the right to probe its limit
+        as long as this proxy's next probe there waits now (`learning.limits`)."""
         if self.store.confirms and (claim := self.claim(probe, model)) is not None:
             self.store.probe_answered(claim)
 
@@ -438,9 +417,8 @@ class Ledger:
             self._refusing.add(model)
 
     def refusing(self, model: str) -> bool:
-        """Whether z.ai's latest verdict on a request of `model` that was not a probe (here, or told by
-        another proxy of the fleet) was a refusal or a stall: one just sent there is likely refused too
-        (`fleet.slots`)."""
+        """Whether z.ai's latest verdict on a request of `model` that was no probe (here, or told by another
+        proxy) was a refusal or a stall: one just sent there is likely refused too (`fleet.slots`)."""
         return model in self._refusing
 
     def seen_elsewhere(self, model: str, seen: Sequence[Seen]) -> None:
@@ -448,20 +426,18 @@ class Ledger:
         counts here as if this proxy had it (`learning.limits`), at the levels that proxy counted, and a
         refusal or a stall as sent when that proxy sent it (whose refusal it is depends on what z.ai served
         since)."""
-        limits = self._limits
-        now = self.clock()
+        limits, now = self._limits, self.clock()
         for verdict in seen:
-            sent = None if verdict.age is None else now - verdict.age
             self._heard(model, verdict.kind, verdict.probe)
             if verdict.kind == "clean":
                 # as evidence only: a probe's clean answer paces the probes here with the right freed
                 # (`probe_answered_elsewhere`); heard again as a verdict, it would undo a wait set since (a
                 # refused probe, a refusal) and end a probe of this proxy's own
                 limits.succeeded(model, verdict.level, verdict.total, None)
-            elif verdict.kind == "refused":
-                limits.refused(model, verdict.level, verdict.total, verdict.probe, sent)
             else:
-                limits.stalled(model, verdict.level, verdict.total, verdict.probe, sent)
+                sent = None if verdict.age is None else now - verdict.age
+                count = limits.refused if verdict.kind == "refused" else limits.stalled
+                count(model, verdict.level, verdict.total, verdict.probe, sent)
         self._limits_changed()
 
     def probe_answered_elsewhere(self, limit: str) -> None:
