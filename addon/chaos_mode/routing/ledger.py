@@ -52,7 +52,7 @@ class Ledger:
         self.wall_clock: Callable[[], float]
         self._limits, self._quota, self._rotation, self._queue = limits, quota, rotation, queue
         self._limits_changed, self._arm_timer = limits_changed, arm_timer
-        self._arrivals = Arrivals()  # what z.ai served as each held slot's request came: its verdict's level
+        self._arrivals = Arrivals(self._elsewhere)  # what z.ai served as each slot's request came: its level
         self._refusing: set[str] = set()  # models whose latest verdict (not a probe's) was no clean answer
 
     # -- a slot's life --------------------------------------------------------------------------------
@@ -100,21 +100,13 @@ class Ledger:
 
     def _arrive(self, slot_id: int, model: str, beside: list[int]) -> None:
         """What `slot_id`'s request comes to z.ai beside (`routing.arrivals`): the slots `beside`, itself
-        not among them, and what other proxies say z.ai serves."""
-        records, elsewhere = self.records, self._elsewhere()
-        serving = {o: records[o].model for o in beside if records[o].phase is Phase.SERVED}
-        self._arrivals.taken(
-            slot_id,
-            model,
-            beside,
-            serving=serving,
-            model_elsewhere=elsewhere(model),
-            account_elsewhere=elsewhere(None),
-        )
+        not among them, those z.ai serves among them, and what other proxies say z.ai serves."""
+        serving = {o: self.records[o].model for o in beside if self.records[o].phase is Phase.SERVED}
+        self._arrivals.taken(slot_id, model, beside, serving)
 
-    def _elsewhere(self) -> Callable[[str | None], int]:
-        """What the other proxies of a fleet say z.ai serves (of a model; the account's for None)."""
-        return self.store.serving_elsewhere if self.store.confirms else lambda _: 0
+    def _elsewhere(self, model: str | None) -> int:
+        """What the other proxies of a fleet say z.ai serves (of `model`; the account's for None)."""
+        return self.store.serving_elsewhere(model) if self.store.confirms else 0
 
     def _settle(self, record: SlotRecord | None, phase: Phase = Phase.DONE) -> None:
         if record is None:
@@ -201,9 +193,9 @@ class Ledger:
         # held (stalled, seated, not `at_once`): it was full then, and a probe there found no room above
         queued = held or seated or not at_once
         arrived, arrived_total = (0, 0) if queued else self._arrival_levels(slot, (0, 0), clean=True)
-        model, limits, elsewhere, here = slot.model, self._limits, self._elsewhere(), self._serving()
-        serving = max(here[model] + elsewhere(model), arrived)
-        total = max(here.total() + elsewhere(None), arrived_total)
+        model, limits, here = slot.model, self._limits, self._serving()
+        serving = max(here[model] + self._elsewhere(model), arrived)
+        total = max(here.total() + self._elsewhere(None), arrived_total)
         self._quota.answered(model, slot.slot_id)
         limits.succeeded(model, serving, total, None if held or seated else slot.probe)
         self._note(slot, "clean", serving, total, slot.probe)
@@ -348,13 +340,7 @@ class Ledger:
     ) -> tuple[int, int]:
         """What z.ai served when `slot`'s request came, on its model and on the account, itself included
         (`routing.arrivals`; `clean`: for a clean answer); `otherwise` for a slot no longer held here."""
-        elsewhere = self._elsewhere()
-        levels = self._arrivals.levels(
-            slot.slot_id,
-            model_elsewhere=elsewhere(slot.model),
-            account_elsewhere=elsewhere(None),
-            clean=clean,
-        )
+        levels = self._arrivals.levels(slot.slot_id, clean=clean)
         return otherwise if levels is None else levels
 
     @property
