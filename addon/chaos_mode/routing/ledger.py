@@ -60,29 +60,25 @@ class Ledger:
     def take(self, slot_id: int, model: str, probe: Probe | None, *, awaits: bool) -> SlotRecord:
         """A slot just taken (`awaits`: z.ai's verdict on its request is awaited)."""
         self._arrive(slot_id, model, [r.slot_id for r in self.records.values() if not r.ended])
-        in_flight, riding = self.store.in_flight(model), self.riding_on
-        lent = awaits and probe is None and self._limits.enabled and self._lent(model, in_flight, riding)
+        in_flight, above = self.store.in_flight(model), self.riding_on
+        lent = awaits and probe is None and self._limits.enabled and self._lent(model, in_flight, above)
         phase, place = Phase.AWAITING if awaits else Phase.DONE, Place.PROBE if probe else Place.WITHIN
-        record = SlotRecord(
-            slot_id, model, self.clock(), probe, phase, place, lent, in_flight - riding[model]
-        )
+        record = SlotRecord(slot_id, model, self.clock(), probe, phase, place, lent, in_flight - above[model])
         self.records[slot_id] = record
         self._quota.sent(slot_id, model)
         if probe is not None:
             self._limits.probe_sent(probe, model)
         return record
 
-    def _lent(self, model: str, in_flight: int, riding: Counter[str]) -> bool:
-        """Whether a slot of `model` just taken (`in_flight` with it) is an overdue attempt's place: above
-        its model's or the account's limit with the probes riding there left out."""
-        if model not in riding and ACCOUNT not in riding:
+    def _lent(self, model: str, in_flight: int, above: Counter[str]) -> bool:
+        """Whether a slot of `model` just taken (`in_flight` with it) is an overdue attempt's place: something
+        rides `above` its model's or the account's limit, and it is over it with the probes left out."""
+        if model not in above and ACCOUNT not in above:
             return False
-        overdue = [r.model for r in self.records.values() if r.rides]
-        limits, account = self._limits, self._limits.account()
-        if in_flight - riding[model] + overdue.count(model) > limits.limit(model):
+        probes, account = self.riding()[0], self._limits.account()
+        if in_flight - probes[model] > self._limits.limit(model):
             return True
-        total = self.store.total() - riding[ACCOUNT] + len(overdue)
-        return account is not None and total > account
+        return account is not None and self.store.total() - probes[ACCOUNT] > account
 
     def release(self, slot: Slot) -> SlotRecord | None:
         """`slot` goes back (None: not held here). z.ai served it: the slot it frees is a queued probe's."""
@@ -121,9 +117,8 @@ class Ledger:
                 self._limits_changed()
 
     def sent(self, slot: Slot) -> None:
-        """`slot`'s request was written to z.ai now. z.ai judges it beside the requests that reached it
-        first, which need not be those taken before it (`routing.arrivals`): its arrival is taken again
-        from the slots whose writing was reported. A pool never told of one keeps the takings."""
+        """`slot`'s request was written to z.ai now: it arrives beside the requests written before it, not
+        those taken before it (`routing.arrivals`). A pool never told of one keeps the takings."""
         slot_id, records = slot.slot_id, self.records
         if slot_id not in records:
             return
@@ -152,8 +147,7 @@ class Ledger:
             self._queue.dispatch()
 
     def queued(self, slot: Slot) -> None:
-        """z.ai queues (zai.assumptions.MAY_QUEUE), and `slot`'s probe, unanswered, is held so: the first
-        slot of its limit that a request z.ai served gives back is the probe's (`_seat_queued_probe`)."""
+        """z.ai queues (zai.assumptions.MAY_QUEUE), and `slot`'s probe, unanswered, is held so."""
         record = self.records.get(slot.slot_id)
         if record is not None:
             record.move(Place.QUEUED)
@@ -162,12 +156,9 @@ class Ledger:
         """A slot of `model` z.ai served went back: a probe z.ai queues on that model (else on the account),
         the oldest, takes it, counting within the limit from now on. z.ai held it, so it found no room above
         its limit: the next probe there waits as after a refusal, and its answer is a regular request's."""
-        queued = [
-            r
-            for r in self.records.values()
-            if r.place is Place.QUEUED and r.awaiting and r.limit in (model, ACCOUNT)
-        ]
-        record = min(queued, key=lambda r: (r.limit != model, r.slot_id), default=None)
+        queued = [r for r in self.records.values() if r.place is Place.QUEUED and r.awaiting]
+        fits = [r for r in queued if r.limit in (model, ACCOUNT)]
+        record = min(fits, key=lambda r: (r.limit != model, r.slot_id), default=None)
         if record is None:
             return
         if record.probe is not None and not record.stalled:  # a stall judged it already
@@ -178,9 +169,8 @@ class Ledger:
     # -- verdicts -------------------------------------------------------------------------------------
 
     def success(self, slot: Slot, *, at_once: bool = True) -> None:
-        """A clean answer from z.ai to the request `slot` sent: confirms (or raises) its limits and ends the
-        model's run of busy answers. `at_once`: z.ai served it from its arrival (False: z.ai was seen to
-        queue lately, and may have held it until a slot freed)."""
+        """A clean answer from z.ai to the request `slot` sent. `at_once`: z.ai served it from its arrival
+        (False: z.ai was seen to queue lately, and may have held it until a slot freed)."""
         record = self.records.get(slot.slot_id)
         held = record is not None and record.stall_counted  # z.ai queued it, and serves it now (MAY_QUEUE)
         seated = record is not None and record.seated  # z.ai held it until a slot freed, then served it there
@@ -208,8 +198,8 @@ class Ledger:
 
     def stall(self, slot: Slot) -> bool:
         """z.ai holds the head of `slot`'s request far longer than its heads take: a limit passed, as a 1302
-        says (zai.assumptions.MAY_QUEUE). Once per slot; the request goes on (z.ai may serve it), and a 1302
-        that comes for it later is not counted again. False: its verdict came first."""
+        says (zai.assumptions.MAY_QUEUE). Counted once, as its verdict (a 1302 for it later is not). False:
+        its verdict came first."""
         record = self.records.get(slot.slot_id)
         if record is None or not record.stall():
             return False
@@ -241,9 +231,8 @@ class Ledger:
         retry_after: float | None = None,
         selection: Slot | None = None,
     ) -> float:
-        """Feed a z.ai error on `model` back into routing; returns seconds the model/account is out
-        (0 when nothing was blocked). `selection`, the slot the request was sent with, tells a 1302 what was
-        in flight then; without it, what is in flight now counts."""
+        """A z.ai error on `model`: seconds the model or the account is out (0: nothing blocked). A 1302
+        counts at what z.ai served when the request of `selection` (its slot) came, else at what is held."""
         slot = selection
         record = None if slot is None else self.records.get(slot.slot_id)
         counted = record is not None and record.stall_counted  # its stall said so already
@@ -395,12 +384,8 @@ class Ledger:
             self.store.verdicts(slot.model, (Seen(kind, level, total, probe, age),))
 
     def _heard(self, model: str, kind: Kind, probe: Probe | None) -> None:
-        if probe is not None:
-            return  # a probe's verdict says nothing of the levels within the limit
-        if kind == "clean":
-            self._refusing.discard(model)
-        else:
-            self._refusing.add(model)
+        if probe is None:  # a probe's verdict says nothing of the levels within the limit
+            (self._refusing.discard if kind == "clean" else self._refusing.add)(model)
 
     def refusing(self, model: str) -> bool:
         """Whether z.ai's latest verdict on a request of `model` that was no probe (here, or told by another
@@ -408,10 +393,8 @@ class Ledger:
         return model in self._refusing
 
     def seen_elsewhere(self, model: str, seen: Sequence[Seen]) -> None:
-        """z.ai's verdicts on a request of `model` another proxy of the fleet holds, told as they came: each
-        counts here as if this proxy had it (`learning.limits`), at the levels that proxy counted, and a
-        refusal or a stall as sent when that proxy sent it (whose refusal it is depends on what z.ai served
-        since)."""
+        """z.ai's verdicts on requests of `model` another proxy of the fleet sent: each counts here as if
+        this proxy had it, at the levels that proxy counted, a refusal or a stall as sent when it was sent."""
         limits, now = self._limits, self.clock()
         for verdict in seen:
             self._heard(model, verdict.kind, verdict.probe)
