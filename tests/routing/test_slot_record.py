@@ -17,7 +17,7 @@ from support.pool_rig import Rig, routing
 
 MODELS = ["a", "b", "c"]
 PROBES: list[Probe | None] = [None, "model", "account"]
-PLACES = st.sampled_from([Place.OVERDUE, Place.WITHIN, Place.QUEUED, Place.SEATED])
+PLACES = st.sampled_from(list(Place))
 
 
 def put(ledger: Ledger, slot_id: int, model: str, probe: Probe | None, *, awaits: bool = True) -> SlotRecord:
@@ -56,14 +56,14 @@ class RecordsMachine(RuleBasedStateMachine):
             )
             assert not record.riding()
 
-    @rule(index=st.integers(0), place=PLACES)
-    def move(self, index: int, place: Place) -> None:
+    @rule(index=st.integers(0), start=PLACES, place=PLACES)
+    def move(self, index: int, start: Place, place: Place) -> None:
         record = self.pick(index)
         if record is not None:
             before = record.place
-            moved = record.move(place)
-            assert (record.place is place) if moved else (record.place is before)
-            assert not moved or record.awaiting
+            moved = record.move(start, place)
+            assert moved is (record.awaiting and before is start)
+            assert record.place is (place if moved else before)
 
     @rule(index=st.integers(0))
     def stall(self, index: int) -> None:
@@ -92,7 +92,7 @@ class RecordsMachine(RuleBasedStateMachine):
         """A record given back rides nowhere, whatever is said of it late."""
         if self.released:
             record = self.released[index % len(self.released)]
-            assert not record.move(place) and not record.riding()
+            assert not record.move(record.place, place) and not record.riding()
 
     @invariant()
     def riding_is_the_records(self) -> None:
@@ -138,7 +138,7 @@ def test_a_queued_probe_seats_on_its_own_model_first_then_the_accounts_oldest_fi
     serve_and_give_back(10, "a")
     assert not any(r.seated for r in (account, other, own))  # none queued yet
     for record in (account, other, own):
-        assert record.move(Place.QUEUED)
+        assert record.move(Place.PROBE, Place.QUEUED)
     serve_and_give_back(11, "a")
     assert own.seated and not own.probing and not account.seated
     serve_and_give_back(12, "c")

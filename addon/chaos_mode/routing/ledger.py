@@ -139,7 +139,11 @@ class Ledger:
         limits until its verdict, its place lent to the next request. Only with learning and lending on, for
         a request within the limits still awaiting its verdict."""
         record = self.records.get(slot.slot_id)
-        if not (self._limits.enabled and self.lending.on) or record is None or not record.move(Place.OVERDUE):
+        if (
+            not (self._limits.enabled and self.lending.on)
+            or record is None
+            or not record.move(Place.WITHIN, Place.OVERDUE)
+        ):
             return
         self._limits.lent_after(self.clock() - record.taken_at)
         self.store.overdue_changed()
@@ -150,7 +154,7 @@ class Ledger:
         """z.ai queues (zai.assumptions.MAY_QUEUE), and `slot`'s probe, unanswered, is held so."""
         record = self.records.get(slot.slot_id)
         if record is not None:
-            record.move(Place.QUEUED)
+            record.move(Place.PROBE, Place.QUEUED)
 
     def _seat_queued_probe(self, model: str) -> None:
         """A slot of `model` z.ai served went back: a probe z.ai queues on that model (else on the account),
@@ -164,7 +168,7 @@ class Ledger:
         if record.probe is not None and not record.stalled:  # a stall judged it already
             self._limits.probe_given_up(record.probe, record.model)
             self._probe_judged(record.model, record.probe)
-        record.move(Place.SEATED)
+        record.move(Place.QUEUED, Place.SEATED)
 
     # -- verdicts -------------------------------------------------------------------------------------
 
@@ -182,7 +186,9 @@ class Ledger:
         # the first token: zai.assumptions.HEAD_MAY_WAIT_FOR_FIRST_TOKEN); not for a request z.ai may have
         # held (stalled, seated, not `at_once`): it was full then, and a probe there found no room above
         queued = held or seated or not at_once
-        arrived, arrived_total = (0, 0) if queued else self._arrival_levels(slot, (0, 0), clean=True)
+        arrived, arrived_total = (
+            (0, 0) if queued else self._arrivals.levels(slot.slot_id, clean=True) or (0, 0)
+        )
         model, limits, here = slot.model, self._limits, self._serving()
         serving = max(here[model] + self._elsewhere(model), arrived)
         total = max(here.total() + self._elsewhere(None), arrived_total)
@@ -204,7 +210,7 @@ class Ledger:
         if record is None or not record.stall():
             return False
         if self._limits.enabled and not self.lending.held(record.lent):
-            level, account_level = self._arrival_levels(slot, (slot.in_flight, slot.total))
+            level, account_level = self._arrivals.levels(slot.slot_id) or (slot.in_flight, slot.total)
             probe = None if record.seated else slot.probe  # a seated probe probes nothing any more
             self._limits.stalled(slot.model, level, account_level, probe, record.taken_at)
             self._note(slot, "stall", level, account_level, probe)
@@ -254,7 +260,7 @@ class Ledger:
                     if slot is None or not slot.in_flight:
                         in_flight, total = self.store.in_flight(model), self.store.total()
                     else:
-                        in_flight, total = self._arrival_levels(slot, (slot.in_flight, slot.total))
+                        in_flight, total = self._arrivals.levels(slot.slot_id) or (slot.in_flight, slot.total)
                     limits.refused(model, in_flight, total, probe, taken_at)
                     if slot is not None:
                         self._note(slot, "refused", in_flight, total, probe)
@@ -301,7 +307,7 @@ class Ledger:
         self._limits.reset()
         for record in self.records.values():
             record.held_when_off = record.awaiting and (record.lent or record.rides)
-            record.move(Place.WITHIN)
+            record.move(Place.OVERDUE, Place.WITHIN)
         self.store.overdue_changed()
         self._limits_changed()
         if not heard:
@@ -324,20 +330,10 @@ class Ledger:
             serving[r.model] += 1 - r.awaiting - r.ended
         return serving
 
-    def _arrival_levels(
-        self, slot: Slot, otherwise: tuple[int, int], *, clean: bool = False
-    ) -> tuple[int, int]:
-        """What z.ai served when `slot`'s request came, on its model and on the account, itself included
-        (`routing.arrivals`; `clean`: for a clean answer); `otherwise` for a slot no longer held here."""
-        levels = self._arrivals.levels(slot.slot_id, clean=clean)
-        return otherwise if levels is None else levels
-
     @property
     def riding_on(self) -> Counter[str]:
         """Slots riding above each limit (a model's name, or ACCOUNT; `SlotRecord.riding`)."""
-        return Counter(
-            key for r in self.records.values() if r.place is not Place.WITHIN for key in r.riding()
-        )
+        return Counter(k for r in self.records.values() if r.place is not Place.WITHIN for k in r.riding())
 
     # -- what a fleet is told, and hears ----------------------------------------------------------------
 

@@ -5,8 +5,9 @@ them: `routing.ledger`). Made when the slot is taken, dropped when it is given b
   or none was awaited: a slot taken by name). A clean answer may follow DONE (a verdict heard late).
 - `place`: WITHIN the limits; PROBE, one above the limit it tests; QUEUED, a probe z.ai holds in its queue,
   still above; SEATED, a queued probe within its limit from then on; OVERDUE, above its model's and the
-  account's limits. A place rides above a limit only while the phase is AWAITING, and stays as the
-  attempt's history once its verdict came (its flow shows it).
+  account's limits. The steps, while AWAITING: WITHIN -> OVERDUE (and back, once lending is off), PROBE ->
+  QUEUED -> SEATED. A place rides above a limit only while AWAITING, and stays as the attempt's history
+  once its verdict came (its flow shows it).
 - `stalled`: a stall said while awaiting (once); `ended`: z.ai sent its answer to the end.
 - `lent`: taken above a limit while an overdue attempt rode there, at `level` (what z.ai served of its
   model, the attempts riding above it left out): what `routing.lending` checks. `held_when_off`: lent or
@@ -36,16 +37,6 @@ class Place(Enum):
     OVERDUE = "overdue"
 
 
-# The one step into each place, taken while awaiting: WITHIN <-> OVERDUE (back once lending is off),
-# PROBE -> QUEUED -> SEATED.
-_FROM = {
-    Place.OVERDUE: Place.WITHIN,
-    Place.WITHIN: Place.OVERDUE,
-    Place.QUEUED: Place.PROBE,
-    Place.SEATED: Place.QUEUED,
-}
-
-
 @dataclass(slots=True, eq=False)
 class SlotRecord:
     slot_id: int
@@ -70,7 +61,6 @@ class SlotRecord:
 
     @property
     def overdue(self) -> bool:
-        """It rode (or rides) above the limits, overdue, until its verdict."""
         return self.place is Place.OVERDUE
 
     @property
@@ -83,12 +73,10 @@ class SlotRecord:
 
     @property
     def seated(self) -> bool:
-        """A queued probe seated within its limit, awaiting its verdict: it probes nothing any more."""
         return self.awaiting and self.place is Place.SEATED
 
     @property
     def stall_counted(self) -> bool:
-        """Its stall was counted as its verdict, and no verdict came since."""
         return self.awaiting and self.stalled
 
     def riding(self) -> tuple[str, ...]:
@@ -112,9 +100,9 @@ class SlotRecord:
             self.phase = phase
         return rode
 
-    def move(self, place: Place) -> bool:
-        """The one step into `place` while awaiting (see `_FROM`); False (nothing changes) for any other."""
-        if not self.awaiting or self.place is not _FROM[place]:
+    def move(self, start: Place, place: Place) -> bool:
+        """A step from `start` to `place` while awaiting; False (nothing changes) from any other place."""
+        if not self.awaiting or self.place is not start:
             return False
         self.place = place
         return True
