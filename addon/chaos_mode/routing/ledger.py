@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any
 
 from chaos_mode.config.schema import CooldownSettings
 from chaos_mode.learning.limits import LearnedLimits, Probe
@@ -21,13 +21,11 @@ from chaos_mode.routing.cooldowns import CooldownState
 from chaos_mode.routing.lending import Lending
 from chaos_mode.routing.rotation import Rotation
 from chaos_mode.routing.slot_record import Phase, Place, Slot, SlotRecord
-from chaos_mode.routing.slots import ProbeClaim, Seen, SlotStore
+from chaos_mode.routing.slots import Kind, ProbeClaim, Seen, SlotStore
 from chaos_mode.routing.wait_queue import WaitQueue
 from chaos_mode.zai.catalog import ACCOUNT
 from chaos_mode.zai.errors import FAIR_USE_CODE, FAIR_USE_SECONDS, Action, UpstreamError
 from chaos_mode.zai.quota import FIVE_HOURS, SPENT_CODE, WEEK, WEEK_SPENT_CODE
-
-Kind = Literal["clean", "refused", "stall"]
 
 
 class Ledger:
@@ -82,8 +80,7 @@ class Ledger:
 
     def release(self, slot: Slot) -> SlotRecord | None:
         """`slot` goes back (None: not held here). z.ai served it: the slot it frees is a queued probe's."""
-        record = self.records.get(slot.slot_id)
-        if record is None:
+        if (record := self.records.get(slot.slot_id)) is None:
             return None
         self._settle(record)  # the fleet hears of an overdue one
         del self.records[slot.slot_id]
@@ -129,8 +126,7 @@ class Ledger:
     def ended(self, slot: Slot) -> None:
         """z.ai sent `slot`'s answer to its end: it serves it no more, though the slot is held until the
         flow ends (a queuing z.ai starts a held request the moment another ends: it must not count)."""
-        record = self.records.get(slot.slot_id)
-        if record is not None:
+        if (record := self.records.get(slot.slot_id)) is not None:
             record.ended = True
 
     def overdue(self, slot: Slot) -> None:
@@ -152,8 +148,7 @@ class Ledger:
 
     def queued(self, slot: Slot) -> None:
         """z.ai queues (zai.assumptions.MAY_QUEUE), and `slot`'s probe, unanswered, is held so."""
-        record = self.records.get(slot.slot_id)
-        if record is not None:
+        if (record := self.records.get(slot.slot_id)) is not None:
             record.move(Place.PROBE, Place.QUEUED)
 
     def _seat_queued_probe(self, model: str) -> None:
@@ -206,8 +201,7 @@ class Ledger:
         """z.ai holds the head of `slot`'s request far longer than its heads take: a limit passed, as a 1302
         says (zai.assumptions.MAY_QUEUE). Counted once, as its verdict (a 1302 for it later is not). False:
         its verdict came first."""
-        record = self.records.get(slot.slot_id)
-        if record is None or not record.stall():
+        if (record := self.records.get(slot.slot_id)) is None or not record.stall():
             return False
         if self._limits.enabled and not self.lending.held(record.lent):
             level, account_level = self._arrivals.levels(slot.slot_id) or (slot.in_flight, slot.total)
@@ -222,8 +216,7 @@ class Ledger:
         """No verdict will come for `slot`'s request (it ended first, or its attempt was left). A probe given
         up unanswered (its request took a slot within the limits instead) rides above its limit no more,
         and the next probe there waits as after a 1302 (unless its stall did so already). Idempotent."""
-        record = self.records.get(slot.slot_id)
-        if record is None:
+        if (record := self.records.get(slot.slot_id)) is None:
             return
         if probe_given_up and slot.probe is not None and record.probing and not record.stalled:
             self._limits.probe_given_up(slot.probe, slot.model)
@@ -231,15 +224,10 @@ class Ledger:
         self._settle(record)
 
     def error(
-        self,
-        model: str,
-        error: UpstreamError,
-        retry_after: float | None = None,
-        selection: Slot | None = None,
+        self, model: str, error: UpstreamError, retry_after: float | None = None, slot: Slot | None = None
     ) -> float:
         """A z.ai error on `model`: seconds the model or the account is out (0: nothing blocked). A 1302
-        counts at what z.ai served when the request of `selection` (its slot) came, else at what is held."""
-        slot = selection
+        counts at what z.ai served when the request of `slot` came, else at what is held now."""
         record = None if slot is None else self.records.get(slot.slot_id)
         counted = record is not None and record.stall_counted  # its stall said so already
         lent = record is not None and record.overdue
@@ -321,8 +309,6 @@ class Ledger:
             seconds = retry_after if retry_after is not None else fallback
         return min(seconds, self.settings.max_pause_seconds)
 
-    # -- levels -----------------------------------------------------------------------------------------
-
     def _serving(self) -> Counter[str]:
         """This proxy's slots z.ai serves, per model: answered cleanly, the answer not ended."""
         serving: Counter[str] = Counter()
@@ -335,7 +321,7 @@ class Ledger:
         """Slots riding above each limit (a model's name, or ACCOUNT; `SlotRecord.riding`)."""
         return Counter(k for r in self.records.values() if r.place is not Place.WITHIN for k in r.riding())
 
-    # -- what a fleet is told, and hears ----------------------------------------------------------------
+    # -- what the pool, the fleet and the status read, and what the fleet says -------------------------
 
     def in_flight(self, model: str) -> int:
         """Slots of `model` held now (a shared store counts the fleet's)."""
