@@ -92,8 +92,7 @@ class Ledger:
         return record
 
     def _arrive(self, slot_id: int, model: str, beside: list[int]) -> None:
-        """What `slot_id`'s request comes to z.ai beside (`routing.arrivals`): the slots `beside`, itself
-        not among them, those z.ai serves among them, and what other proxies say z.ai serves."""
+        """`slot_id`'s request comes to z.ai beside the slots `beside` (`routing.arrivals`)."""
         serving = {o: self.records[o].model for o in beside if self.records[o].phase is Phase.SERVED}
         self._arrivals.taken(slot_id, model, beside, serving)
 
@@ -134,12 +133,8 @@ class Ledger:
         refusing it, holding no slot for it (zai.assumptions.REFUSED_HOLDS_NO_SLOT), so it rides above the
         limits until its verdict, its place lent to the next request. Only with learning and lending on, for
         a request within the limits still awaiting its verdict."""
-        record = self.records.get(slot.slot_id)
-        if (
-            not (self._limits.enabled and self.lending.on)
-            or record is None
-            or not record.move(Place.WITHIN, Place.OVERDUE)
-        ):
+        record, on = self.records.get(slot.slot_id), self._limits.enabled and self.lending.on
+        if not on or record is None or not record.move(Place.WITHIN, Place.OVERDUE):
             return
         self._limits.lent_after(self.clock() - record.taken_at)
         self.store.overdue_changed()
@@ -180,10 +175,8 @@ class Ledger:
         # z.ai served at least what it serves now, or what it served when the request came (heads sent with
         # the first token: zai.assumptions.HEAD_MAY_WAIT_FOR_FIRST_TOKEN); not for a request z.ai may have
         # held (stalled, seated, not `at_once`): it was full then, and a probe there found no room above
-        queued = held or seated or not at_once
-        arrived, arrived_total = (
-            (0, 0) if queued else self._arrivals.levels(slot.slot_id, clean=True) or (0, 0)
-        )
+        levels = None if held or seated or not at_once else self._arrivals.levels(slot.slot_id, clean=True)
+        arrived, arrived_total = levels or (0, 0)
         model, limits, here = slot.model, self._limits, self._serving()
         serving = max(here[model] + self._elsewhere(model), arrived)
         total = max(here.total() + self._elsewhere(None), arrived_total)
@@ -392,8 +385,7 @@ class Ledger:
         self._limits_changed()
 
     def probe_answered_elsewhere(self, limit: str) -> None:
-        """Another proxy's probe of `limit` (a model, or ACCOUNT) was answered cleanly: its next probe may
-        go here at once, as after one answered here."""
+        """Another proxy's probe of `limit` (a model, or ACCOUNT) was answered cleanly, as if here."""
         self._limits.probe_answered_elsewhere("account" if limit == ACCOUNT else "model", limit)
         if len(self._queue):
             self._queue.dispatch()
