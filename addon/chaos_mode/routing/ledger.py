@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from chaos_mode.config.schema import CooldownSettings
@@ -61,14 +61,15 @@ class Ledger:
         in_flight, above = self.store.in_flight(model), self.riding_on
         lent = awaits and probe is None and self._limits.enabled and self._lent(model, in_flight, above)
         phase, place = Phase.AWAITING if awaits else Phase.DONE, Place.PROBE if probe else Place.WITHIN
-        record = SlotRecord(slot_id, model, self.clock(), probe, phase, place, lent, in_flight - above[model])
+        level = in_flight - above.get(model, 0)
+        record = SlotRecord(slot_id, model, self.clock(), probe, phase, place, lent, level)
         self.records[slot_id] = record
         self._quota.sent(slot_id, model)
         if probe is not None:
             self._limits.probe_sent(probe, model)
         return record
 
-    def _lent(self, model: str, in_flight: int, above: Counter[str]) -> bool:
+    def _lent(self, model: str, in_flight: int, above: Mapping[str, int]) -> bool:
         """Whether a slot of `model` just taken (`in_flight` with it) is an overdue attempt's place: something
         rides `above` its model's or the account's limit, and it is over it with the probes left out."""
         if model not in above and ACCOUNT not in above:
@@ -310,9 +311,10 @@ class Ledger:
         return serving
 
     @property
-    def riding_on(self) -> Counter[str]:
-        """Slots riding above each limit (a model's name, or ACCOUNT; `SlotRecord.riding`)."""
-        return Counter(k for r in self.records.values() if r.place is not Place.WITHIN for k in r.riding())
+    def riding_on(self) -> Mapping[str, int]:
+        """Slots riding above each limit (a model's name, or ACCOUNT): read for every request, so cheaply."""
+        riding = [k for r in self.records.values() if r.place is not Place.WITHIN for k in r.riding()]
+        return Counter(riding) if riding else {}
 
     # -- what the pool, the fleet and the status read, and what the fleet says -------------------------
 
