@@ -25,9 +25,9 @@ def test_a_slot_z_ai_served_before_counts_even_when_z_ai_held_it_first() -> None
     """A z.ai that queues serves requests it held: when the next request comes, those are its to serve."""
     arrivals = Arrivals()
     arrivals.accepted(1, "m")
-    arrivals.taken(5, "m", [1, 2, 3], serving={2: "m", 3: "other"})  # 2 and 3 were held, then served
+    arrivals.taken(5, "m", [1, 2, 3], {2: "m", 3: "other"})  # 2 and 3 were held, then served
     assert arrivals.levels(5) == (3, 4)
-    arrivals.taken(6, "m", [1, 2], serving={1: "m"})  # served and accepted at once: counted once
+    arrivals.taken(6, "m", [1, 2], {1: "m"})  # served and accepted at once: counted once
     assert arrivals.levels(6) == (2, 2)
 
 
@@ -35,13 +35,18 @@ def test_other_proxies_serving_counts_too_as_they_said_it_then() -> None:
     """A refusal (seconds after its request came) counts what the other proxies said z.ai served when it
     came, or what they say now if more; a clean answer (within ms) only as far as they still say it, since
     a slot just taken elsewhere counts as served until its proxy's next notice."""
-    arrivals = Arrivals()
-    arrivals.taken(1, "m", [], model_elsewhere=2, account_elsewhere=7)
-    assert arrivals.levels(1, model_elsewhere=2, account_elsewhere=9) == (3, 10)
-    assert arrivals.levels(1, model_elsewhere=0, account_elsewhere=3) == (3, 8)  # their requests ended since
-    assert arrivals.levels(1, model_elsewhere=2, account_elsewhere=9, clean=True) == (3, 8)
-    clean = arrivals.levels(1, model_elsewhere=1, account_elsewhere=7, clean=True)
-    assert clean == (2, 8)  # one of them said no since
+    said: dict[str | None, int] = {"m": 2, None: 7}
+    arrivals = Arrivals(lambda model: said[model])
+    arrivals.taken(1, "m", [])
+    said[None] = 9
+    assert arrivals.levels(1) == (3, 10)
+    said.update({"m": 0, None: 3})
+    assert arrivals.levels(1) == (3, 8)  # their requests ended since
+    said.update({"m": 2, None: 9})
+    assert arrivals.levels(1, clean=True) == (3, 8)
+    said.update({"m": 1, None: 7})
+    assert arrivals.levels(1, clean=True) == (2, 8)  # one of them said no since
+    said.update({"m": 0, None: 0})
     assert arrivals.levels(1, clean=True) == (1, 1)  # alone now
 
 
@@ -49,10 +54,12 @@ def test_a_refusal_in_a_fleets_first_burst_counts_what_the_others_serve_once_the
     """Three proxies write their first requests on a model at once: when this one's came, the others had
     said nothing (their heads come later), yet z.ai had theirs. Refused, it counts what they say by then:
     the level z.ai refused at (2 served, itself the third), not 1, a level z.ai serves (noise)."""
-    arrivals = Arrivals()
-    arrivals.taken(1, "m", [], model_elsewhere=0, account_elsewhere=0)
-    assert arrivals.levels(1, model_elsewhere=2, account_elsewhere=2) == (3, 3)
-    assert arrivals.levels(1, model_elsewhere=2, account_elsewhere=2, clean=True) == (1, 1)
+    said: dict[str | None, int] = {"m": 0, None: 0}
+    arrivals = Arrivals(lambda model: said[model])
+    arrivals.taken(1, "m", [])
+    said.update({"m": 2, None: 2})
+    assert arrivals.levels(1) == (3, 3)
+    assert arrivals.levels(1, clean=True) == (1, 1)
 
 
 def test_the_memory_of_accepted_slots_is_bounded() -> None:

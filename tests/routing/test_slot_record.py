@@ -1,5 +1,5 @@
-"""The held slots' records: under any sequence of transitions, the counts kept beside them are the counts
-over the records, and a record rides above a limit only while it awaits its verdict."""
+"""The held slots' records: under any sequence of steps, a record rides above a limit only while it awaits
+its verdict, above the limits its place says; and the ledger's counts are those over its records."""
 
 from __future__ import annotations
 
@@ -10,27 +10,38 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from chaos_mode.learning.limits import Probe
-from chaos_mode.routing.slot_record import Phase, Place, Records, SlotRecord
+from chaos_mode.routing.ledger import Ledger
+from chaos_mode.routing.slot_record import Phase, Place, Slot, SlotRecord
 from chaos_mode.zai.catalog import ACCOUNT
+from support.pool_rig import Rig, routing
 
 MODELS = ["a", "b", "c"]
 PROBES: list[Probe | None] = [None, "model", "account"]
+PLACES = st.sampled_from(list(Place))
+
+
+def put(ledger: Ledger, slot_id: int, model: str, probe: Probe | None, *, awaits: bool = True) -> SlotRecord:
+    """A record as `Ledger.take` makes it, without the pool around it."""
+    place = Place.WITHIN if probe is None else Place.PROBE
+    record = SlotRecord(slot_id, model, 0.0, probe, Phase.AWAITING if awaits else Phase.DONE, place)
+    ledger.records[slot_id] = record
+    return record
 
 
 class RecordsMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.records = Records()
+        self.ledger = Rig(routing({m: {"tier": "HEAVY", "maxConcurrency": 2} for m in MODELS})).pool.ledger
         self.next_id = 1
         self.released: list[SlotRecord] = []
 
     def pick(self, index: int) -> SlotRecord | None:
-        held = list(self.records.by_id.values())
+        held = list(self.ledger.records.values())
         return held[index % len(held)] if held else None
 
     @rule(model=st.sampled_from(MODELS), probe=st.sampled_from(PROBES), awaits=st.booleans())
     def take(self, model: str, probe: Probe | None, awaits: bool) -> None:
-        record = self.records.take(self.next_id, model, 0.0, probe if awaits else None, awaits=awaits)
+        record = put(self.ledger, self.next_id, model, probe if awaits else None, awaits=awaits)
         assert record.awaiting is awaits and record.probing is (awaits and probe is not None)
         self.next_id += 1
 
@@ -38,21 +49,21 @@ class RecordsMachine(RuleBasedStateMachine):
     def settle(self, index: int, served: bool) -> None:
         record = self.pick(index)
         if record is not None:
-            was = record.phase
-            self.records.settle(record, Phase.SERVED if served else Phase.DONE)
+            was, rode = record.phase, record.rides
+            assert record.settle(Phase.SERVED if served else Phase.DONE) is rode
             assert record.phase is (
                 Phase.SERVED if served else was if was is not Phase.AWAITING else Phase.DONE
             )
             assert not record.riding()
 
-    @rule(index=st.integers(0), place=st.sampled_from([Place.OVERDUE, Place.QUEUED, Place.SEATED]))
-    def move(self, index: int, place: Place) -> None:
+    @rule(index=st.integers(0), start=PLACES, place=PLACES)
+    def move(self, index: int, start: Place, place: Place) -> None:
         record = self.pick(index)
         if record is not None:
             before = record.place
-            moved = self.records.move(record, place)
-            assert (record.place is place) if moved else (record.place is before)
-            assert not moved or record.awaiting
+            moved = record.move(start, place)
+            assert moved is (record.awaiting and before is start)
+            assert record.place is (place if moved else before)
 
     @rule(index=st.integers(0))
     def stall(self, index: int) -> None:
@@ -72,42 +83,39 @@ class RecordsMachine(RuleBasedStateMachine):
     def release(self, index: int) -> None:
         record = self.pick(index)
         if record is not None:
-            assert self.records.release(record.slot_id) is record
-            assert self.records.release(record.slot_id) is None  # once
+            record.settle()
+            del self.ledger.records[record.slot_id]
             self.released.append(record)
 
-    @rule(index=st.integers(0), place=st.sampled_from([Place.OVERDUE, Place.QUEUED, Place.SEATED]))
+    @rule(index=st.integers(0), place=PLACES)
     def released_stay_put(self, index: int, place: Place) -> None:
         """A record given back rides nowhere, whatever is said of it late."""
         if self.released:
             record = self.released[index % len(self.released)]
-            assert not self.records.move(record, place) and not record.riding()
+            assert not record.move(record.place, place) and not record.riding()
 
     @invariant()
-    def riding_counts_are_the_records(self) -> None:
-        held = self.records.by_id.values()
-        riding = Counter(key for record in held for key in record.riding())
-        assert self.records.riding_on == dict(riding)  # no zero or negative entry either
+    def riding_is_the_records(self) -> None:
+        held = self.ledger.records.values()
         assert all(record.awaiting for record in held if record.riding())
         for record in held:
             if record.rides:
                 assert record.riding() == (record.model, ACCOUNT)
             elif record.probing:
                 assert record.riding() == (ACCOUNT if record.probe == "account" else record.model,)
+        probes, overdue = self.ledger.riding()
+        assert self.ledger.riding_on == probes + overdue + Counter({ACCOUNT: overdue.total()})
 
     @invariant()
     def serving_is_held_less_awaiting_less_ended(self) -> None:
-        held = list(self.records.by_id.values())
+        held = list(self.ledger.records.values())
         for model in [None, *MODELS]:
             mine = [r for r in held if model is None or r.model == model]
             awaiting = sum(r.awaiting for r in mine)
-            assert self.records.awaiting(model) == awaiting
-            assert self.records.serving(model) == len(mine) - awaiting - sum(r.ended for r in mine)
-
-    def teardown(self) -> None:
-        for slot_id in list(self.records.by_id):
-            self.records.release(slot_id)
-        assert self.records.riding_on == {} and not self.records.by_id
+            assert self.ledger.unanswered(model) == awaiting
+            serving = len(mine) - awaiting - sum(r.ended for r in mine)
+            if model is not None:
+                assert self.ledger.serving_here().get(model, 0) == max(serving, 0)
 
 
 RecordsMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=40, deadline=None)
@@ -115,14 +123,24 @@ TestRecordsMachine = RecordsMachine.TestCase
 
 
 def test_a_queued_probe_seats_on_its_own_model_first_then_the_accounts_oldest_first() -> None:
-    records = Records()
-    account = records.take(1, "a", 0.0, "account", awaits=True)
-    other = records.take(2, "b", 0.0, "model", awaits=True)
-    own = records.take(3, "a", 0.0, "model", awaits=True)
-    assert records.queued_probe("a") is None  # none queued yet
+    rig = Rig(routing({m: {"tier": "HEAVY", "maxConcurrency": 2} for m in MODELS}))
+    ledger = rig.pool.ledger
+    account, other, own = (
+        put(ledger, 1, "a", "account"),
+        put(ledger, 2, "b", "model"),
+        put(ledger, 3, "a", "model"),
+    )
+
+    def serve_and_give_back(slot_id: int, model: str) -> None:
+        put(ledger, slot_id, model, None).settle(Phase.SERVED)
+        assert ledger.release(Slot(model, "served", slot_id=slot_id)) is not None
+
+    serve_and_give_back(10, "a")
+    assert not any(r.seated for r in (account, other, own))  # none queued yet
     for record in (account, other, own):
-        assert records.move(record, Place.QUEUED)
-    assert records.queued_probe("a") is own
-    assert records.move(own, Place.SEATED) and not own.probing and own.seated
-    assert records.queued_probe("a") is account and records.queued_probe("c") is account
-    assert records.riding_on == {ACCOUNT: 1, "b": 1}
+        assert record.move(Place.PROBE, Place.QUEUED)
+    serve_and_give_back(11, "a")
+    assert own.seated and not own.probing and not account.seated
+    serve_and_give_back(12, "c")
+    assert account.seated and not other.seated
+    assert ledger.riding_on == {"b": 1}

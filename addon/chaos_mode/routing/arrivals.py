@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -58,31 +58,27 @@ class _Beside:
 
 class Arrivals:
     """Per held slot, what was beside it when its request came (taken, then written); and which slots z.ai
-    accepted at once."""
+    accepted at once. `elsewhere`: what the other proxies of a fleet say z.ai serves now (of a model; the
+    account's for None)."""
 
-    __slots__ = ("_accepted", "_beside", "_written", "_written_at")
+    __slots__ = ("_accepted", "_beside", "_elsewhere", "_written", "_written_at")
 
-    def __init__(self) -> None:
+    def __init__(self, elsewhere: Callable[[str | None], int] = lambda _: 0) -> None:
+        self._elsewhere = elsewhere
         self._beside: dict[int, _Beside] = {}
         self._accepted: dict[int, str] = {}  # slot -> its model, oldest first (at most KEEP)
         self._written: deque[tuple[float, int]] = deque(maxlen=KEEP)  # (when, slot), oldest first
         self._written_at: dict[int, float] = {}  # held slots: when their request was last written
 
     def taken(
-        self,
-        slot_id: int,
-        model: str,
-        beside: Iterable[int],
-        *,
-        serving: Mapping[int, str] | None = None,
-        model_elsewhere: int = 0,
-        account_elsewhere: int = 0,
+        self, slot_id: int, model: str, beside: Iterable[int], serving: Mapping[int, str] | None = None
     ) -> None:
         """Slot `slot_id` of `model` was taken (or its request written: see `written`) with the slots
         `beside` held and not finished, `serving` of them answered cleanly already (z.ai serves those, even
         ones it held first)."""
+        elsewhere = self._elsewhere
         self._beside[slot_id] = _Beside(
-            model, frozenset(beside), serving or {}, model_elsewhere, account_elsewhere
+            model, frozenset(beside), serving or {}, elsewhere(model), elsewhere(None)
         )
 
     def written(self, slot_id: int, at: float) -> None:
@@ -103,16 +99,14 @@ class Arrivals:
             if len(accepted) > KEEP:
                 del accepted[next(iter(accepted))]
 
-    def levels(
-        self, slot_id: int, *, model_elsewhere: int = 0, account_elsewhere: int = 0, clean: bool = False
-    ) -> tuple[int, int] | None:
+    def levels(self, slot_id: int, *, clean: bool = False) -> tuple[int, int] | None:
         """(on its model, on the account) what z.ai served when the slot's request came, itself included;
-        None for a slot not taken here. `model_elsewhere`, `account_elsewhere`: what the other proxies say
-        z.ai serves of theirs now. `clean`: for a clean answer, the slots written just after it do not
+        None for a slot not taken here. `clean`: for a clean answer, the slots written just after it do not
         count, and what the others said then only as far as they still say it (see the module)."""
         beside = self._beside.get(slot_id)
         if beside is None:
             return None
+        model_elsewhere, account_elsewhere = self._elsewhere(beside.model), self._elsewhere(None)
         model = account = 0
         for other in beside.slots if clean else beside.slots | self._written_just_after(slot_id):
             served = self._accepted.get(other) or beside.serving.get(other)

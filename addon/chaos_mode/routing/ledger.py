@@ -1,19 +1,17 @@
-"""The verdict ledger: z.ai's verdicts on the pool's held slots, and what the pool learns from them.
+"""The verdict ledger: the pool's held slots, one record each (`routing.slot_record`), and z.ai's verdicts.
 
-Each held slot has one record (`routing.slot_record`); a request's owner says here what z.ai did with it:
-written (`sent`), answered cleanly (`success`), refused (`error`), stalled (`stall`), overdue, queued,
-answered to its end (`ended`), or no verdict will come (`no_verdict`). Each verdict is counted at what
-z.ai served when its request came (`routing.arrivals`), fed to the learned limits (`learning.limits`),
-the cooldowns and the quota, and told to a fleet's other proxies. The pool (`routing.pool`) takes and
-gives back the slots; the ledger is where their states live.
+A request's owner says here what z.ai did with it: written (`sent`), answered cleanly (`success`), refused
+(`error`), stalled (`stall`), overdue, queued, answered to its end (`ended`), or no verdict will come
+(`no_verdict`). Each verdict is counted at what z.ai served when its request came (`routing.arrivals`), fed
+to the learned limits (`learning.limits`), the cooldowns and the quota, and told to a fleet's other proxies.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from chaos_mode.config.schema import CooldownSettings
 from chaos_mode.learning.limits import LearnedLimits, Probe
@@ -22,19 +20,17 @@ from chaos_mode.routing.arrivals import Arrivals
 from chaos_mode.routing.cooldowns import CooldownState
 from chaos_mode.routing.lending import Lending
 from chaos_mode.routing.rotation import Rotation
-from chaos_mode.routing.slot_record import Phase, Place, Records, Slot, SlotRecord
-from chaos_mode.routing.slots import ProbeClaim, Seen, SlotStore
+from chaos_mode.routing.slot_record import Phase, Place, Slot, SlotRecord
+from chaos_mode.routing.slots import Kind, ProbeClaim, Seen, SlotStore
 from chaos_mode.routing.wait_queue import WaitQueue
 from chaos_mode.zai.catalog import ACCOUNT
 from chaos_mode.zai.errors import FAIR_USE_CODE, FAIR_USE_SECONDS, Action, UpstreamError
 from chaos_mode.zai.quota import FIVE_HOURS, SPENT_CODE, WEEK, WEEK_SPENT_CODE
 
-Kind = Literal["clean", "refused", "stall"]
-
 
 class Ledger:
-    """The held slots' records and z.ai's verdicts on them. `limits_changed` (the pool's) follows the
-    learned limits and says whether they changed; `arm_timer` wakes the pool's `queue` when a block ends."""
+    """`limits_changed` (the pool's) follows the learned limits and says whether they changed; `arm_timer`
+    wakes the pool's `queue` when a block ends. The pool (`routing.pool`) takes and gives back the slots."""
 
     def __init__(
         self,
@@ -45,7 +41,7 @@ class Ledger:
         limits_changed: Callable[[], bool],
         arm_timer: Callable[[], None],
     ) -> None:
-        self.records = Records()
+        self.records: dict[int, SlotRecord] = {}  # by slot id
         self.store: SlotStore  # the pool's, as `ChaosPool.use` sets it, and its cooldowns
         self.cooldowns: CooldownState
         self.settings: CooldownSettings  # the config's cooldowns, as `ChaosPool.reconfigure` sets them
@@ -54,46 +50,41 @@ class Ledger:
         self.wall_clock: Callable[[], float]
         self._limits, self._quota, self._rotation, self._queue = limits, quota, rotation, queue
         self._limits_changed, self._arm_timer = limits_changed, arm_timer
-        self._arrivals = Arrivals()  # what z.ai served as each held slot's request came: its verdict's level
+        self._arrivals = Arrivals(self._elsewhere)  # what z.ai served as each slot's request came: its level
         self._refusing: set[str] = set()  # models whose latest verdict (not a probe's) was no clean answer
-        self._held: set[int] = set()  # lent or overdue when lending turned off, awaiting their verdict
 
     # -- a slot's life --------------------------------------------------------------------------------
 
     def take(self, slot_id: int, model: str, probe: Probe | None, *, awaits: bool) -> SlotRecord:
         """A slot just taken (`awaits`: z.ai's verdict on its request is awaited)."""
-        records = self.records.by_id.values()
-        self._arrive(slot_id, model, [r.slot_id for r in records if not r.ended])
-        in_flight = self.store.in_flight(model)
-        lent = awaits and probe is None and self._limits.enabled and self._lent(model, in_flight)
-        level = in_flight - self.records.riding_on.get(model, 0)
-        record = self.records.take(slot_id, model, self.clock(), probe, awaits=awaits)
-        record.lent, record.level = lent, level
+        self._arrive(slot_id, model, [r.slot_id for r in self.records.values() if not r.ended])
+        in_flight, above = self.store.in_flight(model), self.riding_on
+        lent = awaits and probe is None and self._limits.enabled and self._lent(model, in_flight, above)
+        phase, place = Phase.AWAITING if awaits else Phase.DONE, Place.PROBE if probe else Place.WITHIN
+        level = in_flight - above.get(model, 0)
+        record = SlotRecord(slot_id, model, self.clock(), probe, phase, place, lent, level)
+        self.records[slot_id] = record
         self._quota.sent(slot_id, model)
         if probe is not None:
             self._limits.probe_sent(probe, model)
         return record
 
-    def _lent(self, model: str, in_flight: int) -> bool:
-        """Whether a slot of `model` just taken (`in_flight` with it) is an overdue attempt's place: above
-        its model's or the account's limit with the probes riding there left out."""
-        riding = self.records.riding_on
-        if model not in riding and ACCOUNT not in riding:
+    def _lent(self, model: str, in_flight: int, above: Mapping[str, int]) -> bool:
+        """Whether a slot of `model` just taken (`in_flight` with it) is an overdue attempt's place: something
+        rides `above` its model's or the account's limit, and it is over it with the probes left out."""
+        if model not in above and ACCOUNT not in above:
             return False
-        overdue = [r.model for r in self.records.by_id.values() if r.rides]
-        limits, account = self._limits, self._limits.account()
-        if in_flight - riding.get(model, 0) + overdue.count(model) > limits.limit(model):
+        probes, account = self.riding()[0], self._limits.account()
+        if in_flight - probes[model] > self._limits.limit(model):
             return True
-        total = self.store.total() - riding.get(ACCOUNT, 0) + len(overdue)
-        return account is not None and total > account
+        return account is not None and self.store.total() - probes[ACCOUNT] > account
 
     def release(self, slot: Slot) -> SlotRecord | None:
         """`slot` goes back (None: not held here). z.ai served it: the slot it frees is a queued probe's."""
-        record = self.records.get(slot.slot_id)
-        if record is None:
+        if (record := self.records.get(slot.slot_id)) is None:
             return None
         self._settle(record)  # the fleet hears of an overdue one
-        self.records.release(slot.slot_id)
+        del self.records[slot.slot_id]
         self._quota.ended(slot.slot_id)
         self._arrivals.released(slot.slot_id)
         if record.phase is Phase.SERVED:
@@ -102,66 +93,49 @@ class Ledger:
         return record
 
     def _arrive(self, slot_id: int, model: str, beside: list[int]) -> None:
-        """What `slot_id`'s request comes to z.ai beside (`routing.arrivals`): the slots `beside`, itself
-        not among them, and what other proxies say z.ai serves."""
-        get, elsewhere = self.records.by_id.get, self._elsewhere()
-        serving = {o: r.model for o in beside if (r := get(o)) is not None and r.phase is Phase.SERVED}
-        self._arrivals.taken(
-            slot_id,
-            model,
-            beside,
-            serving=serving,
-            model_elsewhere=elsewhere(model),
-            account_elsewhere=elsewhere(None),
-        )
+        """`slot_id`'s request comes to z.ai beside the slots `beside` (`routing.arrivals`)."""
+        serving = {o: self.records[o].model for o in beside if self.records[o].phase is Phase.SERVED}
+        self._arrivals.taken(slot_id, model, beside, serving)
 
-    def _elsewhere(self) -> Callable[[str | None], int]:
-        """What the other proxies of a fleet say z.ai serves (of a model; the account's for None)."""
-        return self.store.serving_elsewhere if self.store.confirms else lambda _: 0
+    def _elsewhere(self, model: str | None) -> int:
+        """What the other proxies of a fleet say z.ai serves (of `model`; the account's for None)."""
+        return self.store.serving_elsewhere(model) if self.store.confirms else 0
 
     def _settle(self, record: SlotRecord | None, phase: Phase = Phase.DONE) -> None:
-        if record is not None and self.records.settle(record, phase):
+        if record is None:
+            return
+        if record.settle(phase):
             self.store.overdue_changed()
-        held = self._held
-        if held and record is not None:
-            held.discard(record.slot_id)
-            if not held:  # z.ai holds none of the slots lending cost any more: what it refused since lies too
+        if record.held_when_off:
+            record.held_when_off = False
+            if not any(r.held_when_off for r in self.records.values()):
+                # z.ai holds none of the slots lending cost any more: what it refused since lies too
                 self._limits.reset()
                 self._limits_changed()
 
     def sent(self, slot: Slot) -> None:
-        """`slot`'s request was written to z.ai now. z.ai judges it beside the requests that reached it
-        first, which need not be those taken before it (`routing.arrivals`): its arrival is taken again
-        from the slots whose writing was reported. A pool never told of one keeps the takings."""
-        slot_id = slot.slot_id
-        if slot_id not in self.records.by_id:
+        """`slot`'s request was written to z.ai now: it arrives beside the requests written before it, not
+        those taken before it (`routing.arrivals`). A pool never told of one keeps the takings."""
+        slot_id, records = slot.slot_id, self.records
+        if slot_id not in records:
             return
-        get = self.records.by_id.get
-        written = self._arrivals.written_held()
-        beside = [o for o in written if o != slot_id and not ((r := get(o)) is not None and r.ended)]
-        self._arrive(slot_id, slot.model, beside)
+        written = self._arrivals.written_held()  # all held
+        self._arrive(slot_id, slot.model, [o for o in written if o != slot_id and not records[o].ended])
         self._arrivals.written(slot_id, self.clock())
 
     def ended(self, slot: Slot) -> None:
         """z.ai sent `slot`'s answer to its end: it serves it no more, though the slot is held until the
         flow ends (a queuing z.ai starts a held request the moment another ends: it must not count)."""
-        record = self.records.get(slot.slot_id)
-        if record is not None:
+        if (record := self.records.get(slot.slot_id)) is not None:
             record.ended = True
 
     def overdue(self, slot: Slot) -> None:
-        """`slot`'s request has had no head within its patience (see `request.hedging`): z.ai is most
-        likely refusing it, and holds no slot for a request it refuses
-        (zai.assumptions.REFUSED_HOLDS_NO_SLOT), so until its verdict it rides above its model's and the
-        account's limits, its place going to the next request. No-op without learning (a 1302 then cools the
-        model down) or lending (`routing.lending`: it keeps its place), for a probe (it rides already), a
-        request z.ai seated or one with its verdict."""
-        record = self.records.get(slot.slot_id)
-        if (
-            not (self._limits.enabled and self.lending.on)
-            or record is None
-            or not self.records.move(record, Place.OVERDUE)
-        ):
+        """`slot`'s request has had no head within its patience (`request.hedging`): z.ai is most likely
+        refusing it, holding no slot for it (zai.assumptions.REFUSED_HOLDS_NO_SLOT), so it rides above the
+        limits until its verdict, its place lent to the next request. Only with learning and lending on, for
+        a request within the limits still awaiting its verdict."""
+        record, on = self.records.get(slot.slot_id), self._limits.enabled and self.lending.on
+        if not on or record is None or not record.move(Place.WITHIN, Place.OVERDUE):
             return
         self._limits.lent_after(self.clock() - record.taken_at)
         self.store.overdue_changed()
@@ -169,55 +143,49 @@ class Ledger:
             self._queue.dispatch()
 
     def queued(self, slot: Slot) -> None:
-        """z.ai queues (zai.assumptions.MAY_QUEUE), and `slot`'s probe, unanswered, is held so: the first
-        slot of its limit that a request z.ai served gives back is the probe's. No-op for a slot that is no
-        probe, or whose probe was answered."""
-        record = self.records.get(slot.slot_id)
-        if record is not None:
-            self.records.move(record, Place.QUEUED)
+        """z.ai queues (zai.assumptions.MAY_QUEUE), and `slot`'s probe, unanswered, is held so."""
+        if (record := self.records.get(slot.slot_id)) is not None:
+            record.move(Place.PROBE, Place.QUEUED)
 
     def _seat_queued_probe(self, model: str) -> None:
-        """A slot of `model` z.ai served went back: a probe z.ai queues on that model (else on the account)
-        takes it, counting within the limit from now on. z.ai held it, so it found no room above its limit:
-        the next probe there waits as after a refusal, and its answer is a regular request's."""
-        record = self.records.queued_probe(model) if self.records.riding_on else None
+        """A slot of `model` z.ai served went back: a probe z.ai queues on that model (else on the account),
+        the oldest, takes it, counting within the limit from now on. z.ai held it, so it found no room above
+        its limit: the next probe there waits as after a refusal, and its answer is a regular request's."""
+        queued = [r for r in self.records.values() if r.place is Place.QUEUED and r.awaiting]
+        fits = [r for r in queued if r.limit in (model, ACCOUNT)]
+        record = min(fits, key=lambda r: (r.limit != model, r.slot_id), default=None)
         if record is None:
             return
         if record.probe is not None and not record.stalled:  # a stall judged it already
             self._limits.probe_given_up(record.probe, record.model)
-            self._probe_judged(record)
-        self.records.move(record, Place.SEATED)
+            self._probe_judged(record.model, record.probe)
+        record.move(Place.QUEUED, Place.SEATED)
 
     # -- verdicts -------------------------------------------------------------------------------------
 
     def success(self, slot: Slot, *, at_once: bool = True) -> None:
-        """A clean answer from z.ai to the request `slot` sent: confirms (or raises) its limits and ends the
-        model's run of busy answers. `at_once`: z.ai served it from its arrival (False: z.ai was seen to
-        queue lately, and may have held it until a slot freed)."""
+        """A clean answer from z.ai to the request `slot` sent. `at_once`: z.ai served it from its arrival
+        (False: z.ai was seen to queue lately, and may have held it until a slot freed)."""
         record = self.records.get(slot.slot_id)
         held = record is not None and record.stall_counted  # z.ai queued it, and serves it now (MAY_QUEUE)
         seated = record is not None and record.seated  # z.ai held it until a slot freed, then served it there
-        # a probe z.ai held was judged at its stall or its seat: served once a slot freed, it found no room
-        # above its limit
-        probe = None if held or seated else slot.probe
         if not held:
             self._arrivals.accepted(slot.slot_id, slot.model)  # z.ai counted it from its arrival on
-        if record is not None and record.awaiting and record.probe is None:
-            self._checked(record, refused=False)
+        self._checked(record, refused=False)
         self._settle(record, Phase.SERVED)
-        # z.ai served at least this many at once: what it serves now, or what it served when the request
-        # came (heads sent with the first token leave much of what z.ai serves without a head here:
-        # zai.assumptions.HEAD_MAY_WAIT_FOR_FIRST_TOKEN); not for a request z.ai may have held: it was full
-        # then, and served it only once a slot freed
-        queued = held or seated or not at_once
-        arrived, arrived_total = (0, 0) if queued else self._arrival_levels(slot, (0, 0), clean=True)
-        model, limits = slot.model, self._limits
-        serving, total = max(self.serving(model), arrived), max(self.serving(), arrived_total)
+        # z.ai served at least what it serves now, or what it served when the request came (heads sent with
+        # the first token: zai.assumptions.HEAD_MAY_WAIT_FOR_FIRST_TOKEN); not for a request z.ai may have
+        # held (stalled, seated, not `at_once`): it was full then, and a probe there found no room above
+        levels = None if held or seated or not at_once else self._arrivals.levels(slot.slot_id, clean=True)
+        arrived, arrived_total = levels or (0, 0)
+        model, limits, here = slot.model, self._limits, self._serving()
+        serving = max(here[model] + self._elsewhere(model), arrived)
+        total = max(here.total() + self._elsewhere(None), arrived_total)
         self._quota.answered(model, slot.slot_id)
-        limits.succeeded(model, serving, total, probe)
-        self._note(slot, "clean", serving, total)
+        limits.succeeded(model, serving, total, None if held or seated else slot.probe)
+        self._note(slot, "clean", serving, total, slot.probe)
         if not seated:
-            self._probe_judged(slot)
+            self._probe_judged(model, slot.probe)
         self.cooldowns.succeeded(model)
         changed = self._limits_changed()
         if not changed and len(self._queue) and (limits.can_probe(model) or limits.can_probe_account()):
@@ -225,60 +193,45 @@ class Ledger:
 
     def stall(self, slot: Slot) -> bool:
         """z.ai holds the head of `slot`'s request far longer than its heads take: a limit passed, as a 1302
-        says (zai.assumptions.MAY_QUEUE). Once per slot; the request goes on (z.ai may serve it), and a 1302
-        that comes for it later is not counted again. False: its verdict came first."""
-        record = self.records.get(slot.slot_id)
-        if record is None or not record.stall():
+        says (zai.assumptions.MAY_QUEUE). Counted once, as its verdict (a 1302 for it later is not). False:
+        its verdict came first."""
+        if (record := self.records.get(slot.slot_id)) is None or not record.stall():
             return False
         if self._limits.enabled and not self.lending.held(record.lent):
-            level, account_level = self._arrival_levels(slot, (slot.in_flight, slot.total))
-            probe = self._probe_of(slot)
+            level, account_level = self._arrivals.levels(slot.slot_id) or (slot.in_flight, slot.total)
+            probe = None if record.seated else slot.probe  # a seated probe probes nothing any more
             self._limits.stalled(slot.model, level, account_level, probe, record.taken_at)
-            self._note(slot, "stall", level, account_level)
-            self._probe_judged(slot)
+            self._note(slot, "stall", level, account_level, probe)
+            self._probe_judged(slot.model, probe)
             self._limits_changed()
         return True
 
     def no_verdict(self, slot: Slot, *, probe_given_up: bool = False) -> None:
         """No verdict will come for `slot`'s request (it ended first, or its attempt was left). A probe given
         up unanswered (its request took a slot within the limits instead) rides above its limit no more,
-        and the next probe there waits as after a 1302. Idempotent."""
-        record = self.records.get(slot.slot_id)
-        if record is None:
+        and the next probe there waits as after a 1302 (unless its stall did so already). Idempotent."""
+        if (record := self.records.get(slot.slot_id)) is None:
             return
-        # its stall already paced the next probe (a seat is no probe)
-        if probe_given_up and slot.probe is not None and record.probing and not record.stall_counted:
+        if probe_given_up and slot.probe is not None and record.probing and not record.stalled:
             self._limits.probe_given_up(slot.probe, slot.model)
-            self._probe_judged(slot)
+            self._probe_judged(slot.model, slot.probe)
         self._settle(record)
 
     def error(
-        self,
-        model: str,
-        error: UpstreamError,
-        retry_after: float | None = None,
-        selection: Slot | None = None,
+        self, model: str, error: UpstreamError, retry_after: float | None = None, slot: Slot | None = None
     ) -> float:
-        """Feed a z.ai error on `model` back into routing; returns seconds the model/account is out
-        (0 when nothing was blocked). `selection`, the slot the request was sent with, tells a 1302 what was
-        in flight then; without it, what is in flight now counts."""
-        slot = selection
+        """A z.ai error on `model`: seconds the model or the account is out (0: nothing blocked). A 1302
+        counts at what z.ai served when the request of `slot` came, else at what is held now."""
         record = None if slot is None else self.records.get(slot.slot_id)
         counted = record is not None and record.stall_counted  # its stall said so already
         lent = record is not None and record.overdue
-        if (
-            record is not None
-            and record.awaiting
-            and record.probe is None
-            and error.action is Action.CONCURRENCY
-        ):
+        if error.action is Action.CONCURRENCY:
             self._checked(record, refused=True)
-        if slot is not None:
-            self._settle(record)
-            if error.action is not Action.UNREACHED:
-                self._quota.refused(slot.slot_id)  # z.ai's error answer: not charged
+        self._settle(record)
+        if slot is not None and error.action is not Action.UNREACHED:
+            self._quota.refused(slot.slot_id)  # z.ai's error answer: not charged
         settings, cooldowns, limits = self.settings, self.cooldowns, self._limits
-        probe = self._probe_of(slot) if slot is not None else None
+        probe = None if slot is None else slot.probe
         seconds = 0.0
         match error.action:
             case Action.CONCURRENCY if limits.enabled:
@@ -289,11 +242,11 @@ class Ledger:
                     if slot is None or not slot.in_flight:
                         in_flight, total = self.store.in_flight(model), self.store.total()
                     else:
-                        in_flight, total = self._arrival_levels(slot, (slot.in_flight, slot.total))
+                        in_flight, total = self._arrivals.levels(slot.slot_id) or (slot.in_flight, slot.total)
                     limits.refused(model, in_flight, total, probe, taken_at)
                     if slot is not None:
-                        self._note(slot, "refused", in_flight, total)
-                        self._probe_judged(slot)
+                        self._note(slot, "refused", in_flight, total, probe)
+                        self._probe_judged(slot.model, probe)
             case Action.CONCURRENCY | Action.COOLDOWN:
                 seconds = cooldowns.hit(model, error.reason, retry_after)
             case Action.OUT_OF_ROTATION:
@@ -318,31 +271,25 @@ class Ledger:
             self._arm_timer()  # a slot freed while this block lasts must reach the waiters when it ends
         return seconds
 
-    def _checked(self, record: SlotRecord, *, refused: bool) -> None:
-        """A final verdict on `record`'s request, which is no probe, for the check of lending."""
-        lending = self.lending
-        why = lending.verdict(
-            record.model,
-            record.level,
-            record.taken_at,
-            lent=record.lent,
-            refused=refused,
-            cost=self._limits.cost,
-        )
+    def _checked(self, r: SlotRecord | None, *, refused: bool) -> None:
+        """A final verdict on `r`'s request, for the check of lending: only one awaited, of no probe."""
+        if r is None or not r.awaiting or r.probe is not None:
+            return
+        cost = self._limits.cost
+        why = self.lending.verdict(r.model, r.level, r.taken_at, lent=r.lent, refused=refused, cost=cost)
         if why is not None:
             self.lending_off(why)
 
     def lending_off(self, why: str, *, heard: bool = False) -> None:
         """z.ai holds the slot of a request it refuses, as the check here (or another proxy's, `heard`) says:
-        nothing lends its place from now on, the places lent go back, and the learned limits start over from
-        the catalog, now and once the requests lent or overdue now have their verdicts (the refusals until
-        then were counted without the slots z.ai held). The fleet is told."""
+        nothing lends its place from now on, the places lent go back, and the learned limits start over now
+        and once the requests lent or overdue now have their verdicts (`_settle`). The fleet is told."""
         if not self.lending.turn_off(why):
             return
         self._limits.reset()
-        self._held = {r.slot_id for r in self.records.by_id.values() if r.awaiting and (r.lent or r.rides)}
-        for record in self.records.by_id.values():
-            self.records.move(record, Place.WITHIN)
+        for record in self.records.values():
+            record.held_when_off = record.awaiting and (record.lent or record.rides)
+            record.move(Place.OVERDUE, Place.WITHIN)
         self.store.overdue_changed()
         self._limits_changed()
         if not heard:
@@ -356,29 +303,20 @@ class Ledger:
             seconds = retry_after if retry_after is not None else fallback
         return min(seconds, self.settings.max_pause_seconds)
 
-    # -- levels -----------------------------------------------------------------------------------------
+    def _serving(self) -> Counter[str]:
+        """This proxy's slots z.ai serves, per model: answered cleanly, the answer not ended."""
+        serving: Counter[str] = Counter()
+        for r in self.records.values():
+            serving[r.model] += 1 - r.awaiting - r.ended
+        return serving
 
-    def serving(self, model: str | None = None) -> int:
-        """What z.ai serves now, as far as the pool can tell: slots answered cleanly whose answer has not
-        ended (of `model`; the account's when None), this proxy's and those other proxies of a fleet said
-        they had (their slots z.ai has not answered yet are not z.ai's to serve)."""
-        return self.records.serving(model) + self._elsewhere()(model)
+    @property
+    def riding_on(self) -> Mapping[str, int]:
+        """Slots riding above each limit (a model's name, or ACCOUNT): read for every request, so cheaply."""
+        riding = [k for r in self.records.values() if r.place is not Place.WITHIN for k in r.riding()]
+        return Counter(riding) if riding else {}
 
-    def _arrival_levels(
-        self, slot: Slot, otherwise: tuple[int, int], *, clean: bool = False
-    ) -> tuple[int, int]:
-        """What z.ai served when `slot`'s request came, on its model and on the account, itself included
-        (`routing.arrivals`; `clean`: for a clean answer); `otherwise` for a slot no longer held here."""
-        elsewhere = self._elsewhere()
-        levels = self._arrivals.levels(
-            slot.slot_id,
-            model_elsewhere=elsewhere(slot.model),
-            account_elsewhere=elsewhere(None),
-            clean=clean,
-        )
-        return otherwise if levels is None else levels
-
-    # -- what a fleet is told, and hears ----------------------------------------------------------------
+    # -- what the pool, the fleet and the status read, and what the fleet says -------------------------
 
     def in_flight(self, model: str) -> int:
         """Slots of `model` held now (a shared store counts the fleet's)."""
@@ -386,15 +324,11 @@ class Ledger:
 
     def unanswered(self, model: str | None = None) -> int:
         """Slots (of `model`; all when None) whose request z.ai has not answered yet."""
-        return self.records.awaiting(model)
+        return sum(r.awaiting for r in self.records.values() if model in (None, r.model))
 
     def serving_here(self) -> dict[str, int]:
-        """This proxy's slots z.ai answered cleanly and still serves, per model (none: left out): what it
-        tells the fleet with each notice."""
-        serving: Counter[str] = Counter()
-        for r in self.records.by_id.values():
-            serving[r.model] += 1 - r.awaiting - r.ended
-        return {model: count for model, count in serving.items() if count > 0}
+        """This proxy's slots z.ai serves, per model (none: left out): what it tells the fleet."""
+        return {model: count for model, count in self._serving().items() if count > 0}
 
     def overdue_here(self) -> dict[str, int]:
         """This proxy's attempts riding above the limits, per model: what it tells the fleet."""
@@ -402,7 +336,7 @@ class Ledger:
 
     def riding(self) -> tuple[Counter[str], Counter[str]]:
         """Probes out and unanswered per limit (a model's name, or ACCOUNT); overdue attempts per model."""
-        records = self.records.by_id.values()
+        records = self.records.values()
         return Counter(r.limit for r in records if r.probing), Counter(r.model for r in records if r.rides)
 
     def claim(self, probe: Probe | None, model: str) -> ProbeClaim | None:
@@ -412,23 +346,14 @@ class Ledger:
         seconds, refused = self._limits.probe_wait(probe, model)
         return ProbeClaim(ACCOUNT if probe == "account" else model, seconds, refused)
 
-    def _probe_of(self, slot: Slot) -> Probe | None:
-        """The limit `slot`'s request probes, as its verdict counts: none once it is seated within it."""
-        record = self.records.get(slot.slot_id)
-        return None if record is not None and record.seated else slot.probe
+    def _probe_judged(self, model: str, probe: Probe | None) -> None:
+        """A probe of `model` has its verdict (or was given up): a fleet holds the right to probe its limit
+        as long as this proxy's next probe there waits now (`learning.limits`)."""
+        if self.store.confirms and (claim := self.claim(probe, model)) is not None:
+            self.store.probe_answered(claim)
 
-    def _probe_judged(self, slot: Slot | SlotRecord) -> None:
-        """`slot`'s probe has its verdict (or was given up): a fleet holds the right to probe its limit as
-        long as this proxy's next probe there waits now (see `learning.limits`). Once for a seated one."""
-        record = self.records.get(slot.slot_id)
-        if self.store.confirms and not (record is not None and record.seated):
-            claim = self.claim(slot.probe, slot.model)
-            if claim is not None:
-                self.store.probe_answered(claim)
-
-    def _note(self, slot: Slot, kind: Kind, level: int, total: int) -> None:
-        """A verdict on `slot`'s request as the limits took it: told to the fleet now."""
-        probe = self._probe_of(slot)
+    def _note(self, slot: Slot, kind: Kind, level: int, total: int, probe: Probe | None) -> None:
+        """A verdict on `slot`'s request as the limits took it (`probe`: its probe): told to the fleet."""
         self._heard(slot.model, kind, probe)
         record = self.records.get(slot.slot_id)
         if self.store.confirms and self._limits.enabled and record is not None:
@@ -436,43 +361,33 @@ class Ledger:
             self.store.verdicts(slot.model, (Seen(kind, level, total, probe, age),))
 
     def _heard(self, model: str, kind: Kind, probe: Probe | None) -> None:
-        if probe is not None:
-            return  # a probe's verdict says nothing of the levels within the limit
-        if kind == "clean":
-            self._refusing.discard(model)
-        else:
-            self._refusing.add(model)
+        if probe is None:  # a probe's verdict says nothing of the levels within the limit
+            (self._refusing.discard if kind == "clean" else self._refusing.add)(model)
 
     def refusing(self, model: str) -> bool:
-        """Whether z.ai's latest verdict on a request of `model` that was not a probe (here, or told by
-        another proxy of the fleet) was a refusal or a stall: one just sent there is likely refused too
-        (`fleet.slots`)."""
+        """Whether z.ai's latest verdict on a request of `model` that was no probe (here, or told by another
+        proxy) was a refusal or a stall: one just sent there is likely refused too (`fleet.slots`)."""
         return model in self._refusing
 
     def seen_elsewhere(self, model: str, seen: Sequence[Seen]) -> None:
-        """z.ai's verdicts on a request of `model` another proxy of the fleet holds, told as they came: each
-        counts here as if this proxy had it (`learning.limits`), at the levels that proxy counted, and a
-        refusal or a stall as sent when that proxy sent it (whose refusal it is depends on what z.ai served
-        since)."""
-        limits = self._limits
-        now = self.clock()
+        """z.ai's verdicts on requests of `model` another proxy of the fleet sent: each counts here as if
+        this proxy had it, at the levels that proxy counted, a refusal or a stall as sent when it was sent."""
+        limits, now = self._limits, self.clock()
         for verdict in seen:
-            sent = None if verdict.age is None else now - verdict.age
             self._heard(model, verdict.kind, verdict.probe)
             if verdict.kind == "clean":
                 # as evidence only: a probe's clean answer paces the probes here with the right freed
                 # (`probe_answered_elsewhere`); heard again as a verdict, it would undo a wait set since (a
                 # refused probe, a refusal) and end a probe of this proxy's own
                 limits.succeeded(model, verdict.level, verdict.total, None)
-            elif verdict.kind == "refused":
-                limits.refused(model, verdict.level, verdict.total, verdict.probe, sent)
             else:
-                limits.stalled(model, verdict.level, verdict.total, verdict.probe, sent)
+                sent = None if verdict.age is None else now - verdict.age
+                count = limits.refused if verdict.kind == "refused" else limits.stalled
+                count(model, verdict.level, verdict.total, verdict.probe, sent)
         self._limits_changed()
 
     def probe_answered_elsewhere(self, limit: str) -> None:
-        """Another proxy's probe of `limit` (a model, or ACCOUNT) was answered cleanly: its next probe may
-        go here at once, as after one answered here."""
+        """Another proxy's probe of `limit` (a model, or ACCOUNT) was answered cleanly, as if here."""
         self._limits.probe_answered_elsewhere("account" if limit == ACCOUNT else "model", limit)
         if len(self._queue):
             self._queue.dispatch()

@@ -249,10 +249,7 @@ class ChaosPool:
         above = self._above()
         if slots.total() >= self._account_cap + above(ACCOUNT, 0):
             return self._beyond_limits(ticket, eligible, account_full=True), False
-        if self.ledger.records.riding_on or slots.confirms:
-            candidates = [e for e in eligible if held(e.name, 0) < e.capacity + above(e.name, 0)]
-        else:
-            candidates = [e for e in eligible if held(e.name, 0) < e.capacity]
+        candidates = [e for e in eligible if held(e.name, 0) < e.capacity + above(e.name, 0)]
         if not candidates:
             return self._beyond_limits(ticket, eligible, account_full=False), False
         if slots.confirms:  # a fleet's: while its store is gone, this proxy uses its share of each limit
@@ -328,7 +325,7 @@ class ChaosPool:
         """Slots riding above a limit, called as `above(limit, 0)` (a model's name, or ACCOUNT): probes and
         overdue attempts here, and in a fleet the other proxies' overdue attempts (their places are the
         fleet's to use). Alone, the count's own `get`: this runs for every request."""
-        riding = self.ledger.records.riding_on
+        riding = self.ledger.riding_on
         if not self.slots.confirms:
             return riding.get
         elsewhere = self.slots.riding_elsewhere
@@ -342,7 +339,7 @@ class ChaosPool:
         """Whether a request in flight is served by a model heavier than the lightest its floor admits
         (`tiers`: the request tier of each held slot)."""
         weight = self.pacer.weight
-        for record in self.ledger.records.by_id.values():
+        for record in self.ledger.records.values():
             tier, model = tiers.get(record.slot_id), record.model
             eligible = self._eligible.get(tier) if tier in REQUEST_TIERS else None
             if eligible and weight(model) > min(weight(e.name) for e in eligible):

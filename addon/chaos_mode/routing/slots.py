@@ -8,6 +8,8 @@ from typing import Final, Literal, Protocol
 
 from chaos_mode.learning.limits import Probe
 
+Kind = Literal["clean", "refused", "stall"]  # a verdict: a clean answer, a refusal (1302), a stall
+
 
 @dataclass(frozen=True, slots=True)
 class ProbeClaim:
@@ -41,7 +43,7 @@ class Seen:
     was (None: none), and for a refusal or a stall `age`: the seconds from the sending of its request to the
     verdict (None: not said). A fleet's proxies learn from each other's."""
 
-    kind: Literal["clean", "refused", "stall"]
+    kind: Kind
     level: int
     total: int
     probe: Probe | None = None
