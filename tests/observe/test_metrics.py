@@ -15,7 +15,6 @@ from typing import Any
 import prometheus_client
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from tests.support.quota_readings import five_hours
 
 import chaos_mode
 from chaos_mode.config.schema import ModelRouting, parse_config
@@ -30,6 +29,7 @@ from chaos_mode.zai.errors import BEIJING, UpstreamError, classify_error
 from support.design_catalog import ALL, CAPS, DESIGN_MODELS, FIXED_LIMITS, FREE, TIERS
 from support.fakes import FakeClock
 from support.learned import learn_account_limit, lower_glm_4_7, probe_glm_4_7
+from support.quota_readings import five_hours
 
 PACKAGE = Path(chaos_mode.__file__).resolve().parent
 ROOT = Path(__file__).resolve().parents[2]

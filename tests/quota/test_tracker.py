@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from tests.support.quota_readings import five_hours
 
 from chaos_mode.config.schema import default_config, parse_config
 from chaos_mode.quota.tracker import FRESH_SECONDS, QuotaTracker
@@ -13,6 +12,7 @@ from chaos_mode.routing.pool import ChaosPool, Ticket
 from chaos_mode.zai.errors import classify_error
 from chaos_mode.zai.quota import WINDOW_SECONDS
 from support.fakes import FakeClock
+from support.quota_readings import five_hours
 
 T0 = 1_700_000_000.0
 HOUR = 3600.0

@@ -7,14 +7,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from tests.support.quota_readings import five_hours
-
 from chaos_mode.config.schema import ModelRouting, parse_config
 from chaos_mode.quota.pacer import PACE_EVERY
 from chaos_mode.routing import pool_status
 from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
 from chaos_mode.zai.quota import WINDOW_SECONDS
 from support.fakes import FakeClock
+from support.quota_readings import five_hours
 
 HOUR = 3600.0
 WALL = 1_700_000_000.0

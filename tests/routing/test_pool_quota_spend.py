@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.support.quota_readings import five_hours
 
 from chaos_mode.config.schema import parse_config
 from chaos_mode.quota.reading import QuotaReading
@@ -22,6 +21,7 @@ from chaos_mode.routing import pool_status
 from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
 from chaos_mode.zai.errors import Action, UpstreamError
 from support.fakes import FakeClock
+from support.quota_readings import five_hours
 
 WALL = 1_700_000_000.0
 TICK = 0.05  # seconds the loop moves at a time
