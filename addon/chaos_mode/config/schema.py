@@ -7,7 +7,7 @@ left empty (`key:` or `null`) takes its default. Reading files: `config.file`.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
     AliasGenerator,
@@ -123,6 +123,9 @@ class ModelSpec(_Base):
 def _credit_weights(weights: tuple[float, float, float]) -> CreditWeights:
     fresh, cached, output = weights
     return CreditWeights(input=fresh, cached_input=cached, output=output)
+
+
+_GLM_5_3_WEIGHTS: Final = _credit_weights(GLM_5_3_CREDITS)
 
 
 def _default_models() -> dict[str, ModelSpec]:
@@ -454,8 +457,8 @@ class ModelRouting(_Base):
 
     def _heaviest_credits(self) -> CreditWeights:
         known = [spec.credit_weights for spec in self.models.values() if spec.credit_weights is not None]
-        if not known:
-            return _credit_weights(GLM_5_3_CREDITS)
+        if len(known) < 2:  # read on every answer: no new weights where there is nothing to compare
+            return known[0] if known else _GLM_5_3_WEIGHTS
         return CreditWeights(
             input=max(w.input for w in known),
             cached_input=max(w.cached_input for w in known),

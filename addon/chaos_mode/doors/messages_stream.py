@@ -64,11 +64,12 @@ class SseEvents:
         buffer += chunk
         changed = False
         at = 0  # where the next event starts; what is before it is dropped once, at the end
+        cr = b"\r" in buffer  # else no CRLF separator to look for (most streams have none)
         while True:
             end = buffer.find(b"\n\n", at)
             sep = 2
-            crlf = buffer.find(b"\r\n\r\n", at, len(buffer) if end == -1 else end + 3)  # starts before end
-            if crlf != -1:
+            crlf = buffer.find(b"\r\n\r\n", at, len(buffer) if end == -1 else end + 3) if cr else -1
+            if crlf != -1:  # it starts before `end`
                 end, sep = crlf, 4
             if end == -1:
                 break

@@ -191,36 +191,31 @@ class LoopbackServer:
         incoming.body = await self._body(buffer, reader, incoming.headers)
         if buffer:
             raise BadMessage("a request sent before the answer to the one before it")
-        handling = asyncio.ensure_future(self._handler(incoming))
-        # The peer sends nothing more until it has its answer: a read that ends means it left.
+        # The peer sends nothing more until it has its answer: a read that ends means it left (or broke
+        # the protocol). While the handler runs and the answer streams, that cancels this task at once,
+        # whatever they wait for (z.ai may be silent for long): no task for the handler, none per chunk.
         gone = asyncio.ensure_future(reader.read(1))
+        this = asyncio.current_task()
+        assert this is not None
+        serving = True
+
+        def leave(_: object) -> None:
+            # A callback already scheduled when the writing ended (the peer's close broke a write and
+            # ended the read in the same turn of the loop) must not cancel the closing below.
+            if serving:
+                this.cancel()
+
+        gone.add_done_callback(leave)
+        outgoing: Outgoing | None = None
         try:
-            done, _ = await asyncio.wait({handling, gone}, return_when=asyncio.FIRST_COMPLETED)
-            if handling not in done:  # the peer left (or broke the protocol) while the handler ran
-                handling.cancel()
-                with contextlib.suppress(BaseException):
-                    await handling
-                return None
-            outgoing = handling.result()
-            # While the answer streams, the peer leaving cancels this task at once, whatever the body
-            # waits for (z.ai may be silent for long): the body's closing then runs (no task per chunk).
-            this = asyncio.current_task()
-            assert this is not None
-            writing = True
-
-            def leave(_: object) -> None:
-                # A callback already scheduled when the writing ended (the peer's close broke a write and
-                # ended the read in the same turn of the loop) must not cancel the closing below.
-                if writing:
-                    this.cancel()
-
-            gone.add_done_callback(leave)
             try:
+                outgoing = await self._handler(incoming)
                 complete = await _write(outgoing, writer, gone)
             finally:
-                writing = False
+                serving = False
                 gone.remove_done_callback(leave)
-                for close in outgoing.closing:  # synchronous: nothing can cut it short
+                closing = outgoing.closing if outgoing is not None else []
+                for close in closing:  # synchronous: nothing can cut it short
                     try:
                         close()
                     except Exception:
@@ -237,8 +232,6 @@ class LoopbackServer:
             first = gone.result()
             return first or None
         finally:
-            if not handling.done():
-                handling.cancel()
             gone.cancel()
 
     async def _head(

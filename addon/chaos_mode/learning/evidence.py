@@ -53,6 +53,8 @@ CONTRADICTED_HALF_LIFE: Final = EARLIEST_REFUSAL_SECONDS
 # The levels a test reads (rule 2), n included: a limit that fell is refused over the levels a full pool
 # sends at, a refusal or two at each.
 WINDOW: Final = 3
+# Under this many refusals in all, no window holds more than one (1 less the sums' rounding, and more).
+ONE_REFUSAL: Final = 1.0 - 1e-9
 
 type Weights = list[tuple[float, float]]  # each level's (clean, refused) as they count now; index = level
 
@@ -150,21 +152,33 @@ class LevelEvidence:
 
     def _weights(self, now: float) -> Weights:
         """Each level's (clean, refused) weights as they count now (index = level, up to the highest one
-        observed): faded with time, and discounted where a newer word contradicts them (rule 1)."""
-        levels, top = self._levels, self._top
-        newest_refusal = [-math.inf] * (top + 2)  # the latest refusal at or under each level
+        observed): faded with time (`_age`, written out: it runs on every verdict), and discounted where a
+        newer word contradicts them (rule 1): half per `CONTRADICTED_HALF_LIFE` between the two."""
+        levels, top, fade = self._levels, self._top, self.fade_seconds
+        newest_refusal = [-math.inf] * (top + 1)  # the latest refusal at or under each level
+        newest = -math.inf
         for level in range(1, top + 1):
-            self._age(levels[level], now)
-            newest_refusal[level] = max(newest_refusal[level - 1], levels[level].refused_at)
+            entry = levels[level]
+            if now > entry.at:
+                if entry.clean or entry.refused:
+                    factor = 0.5 ** ((now - entry.at) / fade)
+                    entry.clean, entry.refused = entry.clean * factor, entry.refused * factor
+                entry.at = now
+            if entry.refused_at > newest:
+                newest = entry.refused_at
+            newest_refusal[level] = newest
         weights = [(0.0, 0.0)] * (top + 1)
-        newest_clean = -math.inf  # the latest clean answer at or above the level
+        newest = -math.inf  # the latest clean answer at or above the level
         for level in range(top, 0, -1):
             entry = levels[level]
-            newest_clean = max(newest_clean, entry.clean_at)
-            weights[level] = (
-                entry.clean * _contradicted(newest_refusal[level] - entry.clean_at),
-                entry.refused * _contradicted(newest_clean - entry.refused_at),
-            )
+            if entry.clean_at > newest:
+                newest = entry.clean_at
+            clean, refused = entry.clean, entry.refused
+            if (seconds := newest_refusal[level] - entry.clean_at) > 0.0:
+                clean *= 0.5 ** (seconds / CONTRADICTED_HALF_LIFE)
+            if refused and (seconds := newest - entry.refused_at) > 0.0:
+                refused *= 0.5 ** (seconds / CONTRADICTED_HALF_LIFE)
+            weights[level] = (clean, refused)
         return weights
 
     def refusal_estimate(self, level: int, now: float) -> float:
@@ -182,6 +196,8 @@ class LevelEvidence:
         weights = self._weights(now) if weights is None else weights
         top = len(weights) - 1  # the highest level observed: the windows above it read up to it
         refusals = [refused for _, refused in weights]
+        if sum(refusals) < ONE_REFUSAL:
+            return None  # no window holds more than one refusal (the common case, found at once)
         served = max((n for n in range(1, top + 1) if weights[n][0] >= SERVED_WEIGHT), default=0)
         for level in range(1, min(top + WINDOW, self.ceiling + 2)):
             lowest = max(level - WINDOW + 1, 1)
@@ -219,8 +235,3 @@ class LevelEvidence:
     def answered_since(self, value: int, since: float) -> bool:
         """Whether z.ai answered cleanly at `value` or above at `since` (monotonic) or later."""
         return any(entry.clean_at >= since for entry in self._levels[max(value, 1) : self._top + 1])
-
-
-def _contradicted(seconds: float) -> float:
-    """What a word counts when a contradicting one came `seconds` after it (1 for none: NaN, under 0)."""
-    return 0.5 ** (seconds / CONTRADICTED_HALF_LIFE) if seconds > 0.0 else 1.0

@@ -75,7 +75,7 @@ async def hedge[A](
     probe is given up at its patience)."""
     if written.at is not None and (seconds := patience()) is not None:  # the usual case: no task for a slot
         try:  # an answer within the patience known now decides, as below
-            await asyncio.wait({sending}, timeout=seconds - (asyncio.get_running_loop().time() - written.at))
+            await _within(sending, seconds - (asyncio.get_running_loop().time() - written.at))
         except BaseException:
             sending.cancel()
             raise
@@ -106,6 +106,25 @@ async def hedge[A](
     if not request.switch_to(granted):  # the request ended meanwhile: the slot went back
         return None
     return granted
+
+
+async def _within(future: asyncio.Future[Any], seconds: float) -> None:
+    """Return once `future` is done or `seconds` have passed: `asyncio.wait({future}, timeout=seconds)`
+    without its sets (it runs for every streamed attempt)."""
+    loop = asyncio.get_running_loop()
+    waiter = loop.create_future()
+
+    def wake(_: object = None) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    timer = loop.call_later(seconds, wake)
+    future.add_done_callback(wake)
+    try:
+        await waiter
+    finally:
+        timer.cancel()
+        future.remove_done_callback(wake)
 
 
 async def _spare_after[A](
