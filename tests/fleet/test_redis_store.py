@@ -913,12 +913,12 @@ async def test_a_clean_answer_counts_the_other_proxies_slots_z_ai_serves_not_tho
         assert served is not None and light is not None
         await until(lambda: fleets[1].slots.serving_elsewhere("h") == 0)
         b.ledger.success(served)  # z.ai served one of "h" at once, not two
-        assert not b.limits.evidence("h").answered_at(2, 1000.0)
+        assert not b.limits.view("h").evidence.answered_at(2, 1000.0)
         more = await b.admit(Ticket("light"), timeout=1)  # b's next notice: its "h" is served
         assert more is not None
         await until(lambda: fleets[0].slots.serving_elsewhere("h") == 1)
         a.ledger.success(unanswered)  # now a's answer counts b's: two at once
-        assert a.limits.evidence("h").answered_at(2, 1000.0)
+        assert a.limits.view("h").evidence.answered_at(2, 1000.0)
         for pool, slot in ((a, unanswered), (b, served), (a, light), (b, more)):
             assert pool.release(slot)
         await until(lambda: fleets[0].slots.serving_elsewhere(None) == 0)  # given back: said at once

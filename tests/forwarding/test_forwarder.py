@@ -509,7 +509,7 @@ async def test_an_unanswered_attempt_moves_on_and_its_late_1302_still_teaches_th
         refuse_now.set()
         while rig.pool.in_flight("h1"):
             await asyncio.sleep(0.01)
-    evidence = rig.pool.limits.evidence("h1")  # judged as if it had waited: a refusal at 1 in flight
+    evidence = rig.pool.limits.view("h1").evidence  # judged as if it had waited: a refusal at 1 in flight
     assert evidence.refusal_estimate(1, 0.0) > evidence.refusal_estimate(2, 0.0)
     assert rig.stats.upstream_errors[("h1", "1302")] == 1
     assert rig.pool.in_flight() == 0

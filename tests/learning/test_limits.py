@@ -51,7 +51,7 @@ def rig() -> Rig:
 
 def test_the_catalog_is_where_limits_start(rig: Rig) -> None:
     assert (rig.limits.limit("a"), rig.limits.limit("b"), rig.limits.limit("unknown")) == (3, 10, 0)
-    assert rig.limits.account() is None  # no account cap configured: none known yet
+    assert rig.limits.view().value is None  # no account cap configured: none known yet
     view = rig.limits.view("a")
     assert (view.start, view.ceiling, view.value, view.reason, view.changed_at) == (3, 12, 3, "catalog", None)
 
@@ -65,7 +65,7 @@ def test_a_refusal_at_a_level_z_ai_never_served_is_the_models_and_lowers_it(rig:
     assert rig.limits.limit("a") == 3
     rig.limits.refused("a", 3, 3, None)
     assert rig.limits.limit("a") == 2
-    assert rig.limits.account() is None  # the model's level was never served: nothing on the account
+    assert rig.limits.view().value is None  # the model's level was never served: nothing on the account
     assert rig.limits.view("a").reason == "1302 at 3 in flight"
     assert rig.limits.view("a").changed_at == WALL
 
@@ -76,9 +76,9 @@ def test_a_refusal_where_the_model_serves_all_the_time_is_the_accounts(rig: Rig)
     rig.serve("b", 5, 12, times=12)
     rig.serve("a", 2, 12, times=12)
     rig.limits.refused("b", 5, 14, None)
-    assert (rig.limits.limit("b"), rig.limits.account()) == (10, None)
+    assert (rig.limits.limit("b"), rig.limits.view().value) == (10, None)
     rig.limits.refused("b", 5, 14, None)
-    assert (rig.limits.limit("b"), rig.limits.account()) == (10, 12)  # no more than z.ai served at once
+    assert (rig.limits.limit("b"), rig.limits.view().value) == (10, 12)  # no more than z.ai served at once
     assert rig.limits.view().reason == "1302 at 14 in flight"
 
 
@@ -89,7 +89,7 @@ def test_a_refusal_at_a_level_z_ai_served_only_before_its_request_was_sent_is_th
     that level is shared, as before (noise, or the account's)."""
     rig.serve("a", 3, 13, times=12)
     rig.serve("b", 10, 13, times=12)
-    account = rig.limits.evidence()
+    account = rig.limits.view().evidence
     before = account.refusal_estimate(13, rig.clock())
     rig.advance(1.0)
     sent = rig.clock()
@@ -97,7 +97,7 @@ def test_a_refusal_at_a_level_z_ai_served_only_before_its_request_was_sent_is_th
     rig.limits.stalled("a", 3, 13, None, sent)
     rig.limits.refused("a", 3, 13, None, sent)
     assert account.refusal_estimate(13, rig.clock()) == pytest.approx(before, abs=1e-3)  # none on it
-    assert rig.limits.evidence("a").refusal_estimate(3, rig.clock()) > 2 / 14  # both in full on "a"
+    assert rig.limits.view("a").evidence.refusal_estimate(3, rig.clock()) > 2 / 14  # both in full on "a"
     rig.serve("a", 3, 13)  # z.ai serves "a" at 3 again, while it decides the next request...
     rig.advance(0.25)
     rig.limits.stalled("a", 3, 13, None, sent)  # ...sent before that: shared
@@ -107,7 +107,7 @@ def test_a_refusal_at_a_level_z_ai_served_only_before_its_request_was_sent_is_th
 def test_an_isolated_refusal_at_a_level_served_cleanly_moves_nothing(rig: Rig) -> None:
     rig.serve("b", 10, times=12)
     rig.limits.refused("b", 10, 10, None)
-    assert (rig.limits.limit("b"), rig.limits.account()) == (10, None)
+    assert (rig.limits.limit("b"), rig.limits.view().value) == (10, None)
 
 
 def test_a_stall_says_what_a_1302_says(rig: Rig) -> None:
@@ -333,11 +333,11 @@ def test_the_wait_a_fleet_is_told_is_the_probers_own(rig: Rig) -> None:
 
 def test_a_probe_whose_right_another_proxy_holds_is_no_probe_and_waits_for_the_right(rig: Rig) -> None:
     rig.serve("a", 3)
-    before = rig.limits.evidence("a").refusal_estimate(4, rig.clock())
+    before = rig.limits.view("a").evidence.refusal_estimate(4, rig.clock())
     rig.limits.probe_sent("model", "a")
     rig.limits.probe_claimed("model", "a", sent=False, held_elsewhere=3.0, refused=2)
     assert not rig.limits.view("a").probing  # not sent: it tells the limit nothing
-    assert rig.limits.evidence("a").refusal_estimate(4, rig.clock()) == before
+    assert rig.limits.view("a").evidence.refusal_estimate(4, rig.clock()) == before
     assert not rig.limits.can_probe("a") and rig.limits.next_probe() == pytest.approx(3.0)
     rig.advance(3.0)
     assert rig.limits.can_probe("a")
@@ -370,13 +370,13 @@ def test_an_account_probe_raises_the_account_limit(rig: Rig) -> None:
     rig.serve("b", 5, 12, times=12)
     rig.limits.refused("b", 5, 13, None)
     rig.limits.refused("b", 5, 13, None)
-    assert rig.limits.account() == 12
-    assert not rig.limits.can_probe_account()  # within the probe interval of a refusal above it
+    assert rig.limits.view().value == 12
+    assert not rig.limits.can_probe(None)  # within the probe interval of a refusal above it
     rig.advance(5.0)
-    assert rig.limits.can_probe_account()
+    assert rig.limits.can_probe(None)
     rig.limits.probe_sent("account", "b")
     rig.limits.succeeded("b", 6, 13, "account")
-    assert rig.limits.account() is None  # served above its refusal: no account limit is known any more
+    assert rig.limits.view().value is None  # served above its refusal: no account limit is known any more
 
 
 def test_limits_stay_within_zero_and_the_ceiling() -> None:
@@ -418,7 +418,7 @@ def test_reset_forgets_everything(rig: Rig) -> None:
     rig.limits.refused("a", 2, 2, None)
     version = rig.limits.version
     rig.limits.reset()
-    assert (rig.limits.limit("a"), rig.limits.limit("b"), rig.limits.account()) == (3, 10, None)
+    assert (rig.limits.limit("a"), rig.limits.limit("b"), rig.limits.view().value) == (3, 10, None)
     assert rig.limits.version > version and not rig.limits.can_probe("a")  # untried again
     rig.serve("a", 3)
     assert rig.limits.can_probe("a")
@@ -457,13 +457,13 @@ def lowered(rig: Rig) -> None:
 
 def test_dump_and_restore_round_trip(rig: Rig) -> None:
     lowered(rig)
-    assert (rig.limits.limit("a"), rig.limits.account()) == (2, 8)
+    assert (rig.limits.limit("a"), rig.limits.view().value) == (2, 8)
     data = rig.limits.dump()
     assert data["format"] == STATE_FORMAT and set(data["models"]) == {"a"}  # only what was learned
     fresh = Rig()
     fresh.wall.now = rig.wall.now + 60.0
     assert fresh.limits.restore(data) == 2
-    assert (fresh.limits.limit("a"), fresh.limits.limit("b"), fresh.limits.account()) == (2, 10, 8)
+    assert (fresh.limits.limit("a"), fresh.limits.limit("b"), fresh.limits.view().value) == (2, 10, 8)
     assert fresh.limits.view("a").reason == "1302 at 3 in flight"  # as saved
 
 
@@ -481,7 +481,7 @@ def test_another_proxys_limits_are_taken_where_they_changed_later(rig: Rig) -> N
     other.advance(1.0)
     lowered(other)
     assert rig.limits.merge(other.limits.rows()) == 2
-    assert (rig.limits.limit("a"), rig.limits.account()) == (2, 8)
+    assert (rig.limits.limit("a"), rig.limits.view().value) == (2, 8)
     assert rig.limits.merge(other.limits.rows()) == 0  # nothing newer
 
 

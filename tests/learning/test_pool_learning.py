@@ -516,7 +516,7 @@ def test_a_refusal_counts_at_what_z_ai_served_when_it_came_not_at_what_the_pool_
     after = rig.take()
     assert (after.in_flight, after.total) == (6, 6)
     rig.pool.ledger.error("m", error("1302"), None, after)
-    evidence = rig.pool.limits.evidence("m")
+    evidence = rig.pool.limits.view("m").evidence
     now = rig.clock()
     assert evidence.refusal_estimate(3, now) > 1 / 3  # one clean answer at 3 of prior, and this refusal
     assert evidence.refusal_estimate(6, now) == 0.5  # nothing seen at 6: the prior alone
@@ -533,7 +533,7 @@ def test_a_refusal_is_judged_by_what_z_ai_served_while_it_decided_that_request()
     account's."""
     rig = Rig()
     first, second = rig.fill()
-    account = rig.pool.limits.evidence()
+    account = rig.pool.limits.view().evidence
     before = account.refusal_estimate(2, rig.clock())
     rig.pool.ledger.ended(first)
     assert rig.pool.release(first)
@@ -544,7 +544,7 @@ def test_a_refusal_is_judged_by_what_z_ai_served_while_it_decided_that_request()
     assert rig.pool.ledger.stall(after)
     now = rig.clock()
     assert account.refusal_estimate(2, now) == pytest.approx(before, abs=1e-3)  # faded a little, no more
-    assert rig.pool.limits.evidence("h").refusal_estimate(2, now) > 1 / 3
+    assert rig.pool.limits.view("h").evidence.refusal_estimate(2, now) > 1 / 3
     for selection in (second, after):
         assert rig.pool.release(selection)
 
@@ -561,7 +561,7 @@ def refused_first(writes: list[int], gap: float) -> list[float]:
     for index in writes:
         if index:
             rig.pool.ledger.success(taken[index])
-    evidence = rig.pool.limits.evidence("m")
+    evidence = rig.pool.limits.view("m").evidence
     now = rig.clock()
     before = [evidence.refusal_estimate(level, now) for level in (1, 2, 3)]
     rig.pool.ledger.error("m", error("1302"), None, taken[0])
@@ -605,7 +605,7 @@ def test_a_clean_answer_counts_only_what_was_written_before_it() -> None:
         rig.pool.ledger.success(selection)
         assert rig.pool.release(selection)  # answered and ended before the first one's head came
     rig.pool.ledger.success(taken[0])
-    assert not rig.pool.limits.evidence("m").answered_at(3, rig.clock())  # 2 at most, never 3
+    assert not rig.pool.limits.view("m").evidence.answered_at(3, rig.clock())  # 2 at most, never 3
     assert rig.pool.release(taken[0])
 
 
@@ -613,7 +613,7 @@ def test_a_pool_never_told_of_writing_counts_from_the_takings() -> None:
     rig = Rig(routing({"m": {"tier": "HEAVY", "maxConcurrency": 3}}))
     first, second = rig.take(), rig.take()
     rig.pool.ledger.success(first)
-    evidence = rig.pool.limits.evidence("m")
+    evidence = rig.pool.limits.view("m").evidence
     now = rig.clock()
     before = evidence.refusal_estimate(2, now)
     rig.pool.ledger.error("m", error("1302"), None, second)
@@ -632,7 +632,7 @@ def test_a_head_z_ai_held_then_served_counts_among_what_it_served_when_the_next_
     after = rig.take()
     assert after.in_flight == 4
     rig.pool.ledger.error("m", error("1302"), None, after)
-    evidence = rig.pool.limits.evidence("m")
+    evidence = rig.pool.limits.view("m").evidence
     assert evidence.refusal_estimate(3, rig.clock()) > 0.5  # at 3: first and held beside it, not waiting
     assert evidence.refusal_estimate(4, rig.clock()) == 0.5
     for selection in (first, held, waiting, after):
@@ -735,7 +735,7 @@ def test_a_clean_answer_counts_at_least_what_z_ai_served_when_its_request_came()
     rig.pool.ledger.success(first)
     rig.pool.ledger.ended(first)
     assert rig.pool.release(first)
-    evidence = rig.pool.limits.evidence("m")
+    evidence = rig.pool.limits.view("m").evidence
     assert not evidence.answered_at(2, rig.clock())
     rig.pool.ledger.success(second)  # z.ai serves only it now
     assert evidence.answered_at(2, rig.clock())
@@ -752,7 +752,7 @@ def test_a_head_z_ai_held_then_served_counts_at_what_z_ai_serves_not_at_its_arri
     rig.pool.ledger.ended(first)
     assert rig.pool.release(first)  # a slot freed: z.ai serves the held one
     rig.pool.ledger.success(held)
-    assert not rig.pool.limits.evidence("m").answered_at(3, rig.clock())  # 2 at once, never 3
+    assert not rig.pool.limits.view("m").evidence.answered_at(3, rig.clock())  # 2 at once, never 3
     for selection in (second, held):
         assert rig.pool.release(selection)
 
@@ -764,7 +764,7 @@ def test_a_clean_answer_from_a_z_ai_seen_to_queue_counts_only_what_it_serves_now
     rig.pool.ledger.ended(first)
     assert rig.pool.release(first)
     rig.pool.ledger.success(second, at_once=False)  # it may have waited inside z.ai for first's slot
-    assert not rig.pool.limits.evidence("m").answered_at(2, rig.clock())
+    assert not rig.pool.limits.view("m").evidence.answered_at(2, rig.clock())
     assert rig.pool.release(second)
 
 

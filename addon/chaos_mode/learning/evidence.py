@@ -53,8 +53,6 @@ CONTRADICTED_HALF_LIFE: Final = EARLIEST_REFUSAL_SECONDS
 # The levels a test reads (rule 2), n included: a limit that fell is refused over the levels a full pool
 # sends at, a refusal or two at each.
 WINDOW: Final = 3
-# Under this many refusals in all, no window holds more than one (1 less the sums' rounding, and more).
-ONE_REFUSAL: Final = 1.0 - 1e-9
 
 type Weights = list[tuple[float, float]]  # each level's (clean, refused) as they count now; index = level
 
@@ -196,8 +194,8 @@ class LevelEvidence:
         weights = self._weights(now) if weights is None else weights
         top = len(weights) - 1  # the highest level observed: the windows above it read up to it
         refusals = [refused for _, refused in weights]
-        if sum(refusals) < ONE_REFUSAL:
-            return None  # no window holds more than one refusal (the common case, found at once)
+        if sum(refusals) < 1.0 - 1e-9:  # under one refusal in all (the sums' rounding aside): the common case
+            return None  # no window holds more than one
         served = max((n for n in range(1, top + 1) if weights[n][0] >= SERVED_WEIGHT), default=0)
         for level in range(1, min(top + WINDOW, self.ceiling + 2)):
             lowest = max(level - WINDOW + 1, 1)

@@ -86,9 +86,8 @@ class Detector:
         self.levels[level] = (refusals * keep + (weight if refused else 0.0), verdicts * keep + weight)
         self.rise = max(self.rise + weight * up, 0.0)
         self.fall = max(self.fall + weight * down, 0.0)
-        fired = 1 if self.rise >= RISE_NATS else 0
-        if self.fall >= (FALL_AFTER_MOVE_NATS if moved else FALL_NATS):
-            fired = -1
+        fall_at = FALL_AFTER_MOVE_NATS if moved else FALL_NATS
+        fired = -1 if self.fall >= fall_at else int(self.rise >= RISE_NATS)
         if fired:
             self.rise = self.fall = 0.0
             self.levels.clear()

@@ -137,27 +137,13 @@ class LearnedLimits:
         """The limit the pool holds `model` to now (0 for a model it does not know)."""
         return (self._models[model].value or 0) if model in self._models else 0
 
-    def account(self) -> int | None:
-        """The account's learned (or configured) limit; None when none is known."""
-        return self._account.value
-
-    def evidence(self, model: str | None = None) -> LevelEvidence:
-        """What z.ai said of one model's limit (the account's when `model` is None), level by level."""
-        return self.view(model).evidence
-
     def view(self, model: str | None = None) -> Limit:
         """One model's limit (the account's when `model` is None), for status pages."""
         return self._account if model is None else self._models[model]
 
-    def can_probe(self, model: str) -> bool:
-        """Whether `model` may take one request above its limit now."""
-        return self._probe_due(self._models.get(model))
-
-    def can_probe_account(self) -> bool:
-        return self._probe_due(self._account)
-
-    def _probe_due(self, entry: Limit | None) -> bool:
-        now = self._clock()
+    def can_probe(self, model: str | None) -> bool:
+        """Whether `model` (the account when None) may take one request above its limit now."""
+        now, entry = self._clock(), self._account if model is None else self._models.get(model)
         return (ready := self._probe_ready(entry, now)) is not None and ready <= now
 
     def _probe_ready(self, entry: Limit | None, now: float) -> float | None:

@@ -74,7 +74,7 @@ class Ledger:
         rides `above` its model's or the account's limit, and it is over it with the probes left out."""
         if model not in above and ACCOUNT not in above:
             return False
-        probes, account = self.riding()[0], self._limits.account()
+        probes, account = self.riding()[0], self._limits.view().value
         if in_flight - probes[model] > self._limits.limit(model):
             return True
         return account is not None and self.store.total() - probes[ACCOUNT] > account
@@ -188,7 +188,7 @@ class Ledger:
             self._probe_judged(model, slot.probe)
         self.cooldowns.succeeded(model)
         changed = self._limits_changed()
-        if not changed and len(self._queue) and (limits.can_probe(model) or limits.can_probe_account()):
+        if not changed and len(self._queue) and (limits.can_probe(model) or limits.can_probe(None)):
             self._queue.dispatch()  # the limit ran full cleanly: a waiter may probe above it now
 
     def stall(self, slot: Slot) -> bool:

@@ -212,7 +212,7 @@ class ChaosPool:
             for tier, entries in self._eligible.items()
         }
         if limits.enabled:
-            account = limits.account()
+            account = limits.view().value
             self._account_cap = NO_ACCOUNT_CAP if account is None else account
         else:
             self._account_cap = config.total_capacity
@@ -358,7 +358,7 @@ class ChaosPool:
             if account_full:
                 above = self._above()
                 room = [e for e in affordable if held(e.name, 0) < e.capacity + above(e.name, 0)]
-                if room and limits.can_probe_account():
+                if room and limits.can_probe(None):
                     chosen = room[
                         self._strategy.pick(room, [held(e.name, 0) for e in room], self._costs(ticket, room))
                     ]

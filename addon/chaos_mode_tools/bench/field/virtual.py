@@ -370,7 +370,7 @@ def watched(pool: ChaosPool, zai: SimState, now: float) -> str:
         + (f"[{pool.in_flight(model)}]" if pool.in_flight(model) else "")
         for model, counter in zai.models.items()
     )
-    account = limits.account()
+    account = limits.view().value
     learned = "-" if account is None else str(account)
     return f"t={now:5.1f} {models} account:{learned}/{zai.account_limit}[{pool.in_flight()}]"
 
