@@ -10,7 +10,7 @@ their model, the attempts riding above it left out):
    answer (a slot-time) is worth its refusals' price (`cost` slot-times each: `LearnedLimits.cost`). A limit
    that fell or a band refuses lent and regular requests alike: a lent request is expected to be refused at
    the higher of that rate and the rate of the last `LEVEL_MEMORY` regular requests of its model at its level
-   sent in the `EARLIEST_REFUSAL_SECONDS` before it (with a clean answer of prior).
+   sent in the `EARLIEST_REFUSAL_SECONDS` before it (with half a clean answer of prior).
 2. **A CUSUM in the order they were sent** (a 1302 comes seconds after a clean answer: in the order they
    came, the 1302s of a burst would line up as a run) of each lent request's verdict, the log-likelihood
    ratio of a rate halfway to refusing it always against the rate expected, over the last `LENT_MEMORY`.
@@ -33,10 +33,12 @@ from chaos_mode.zai.timing import EARLIEST_REFUSAL_SECONDS
 
 ALARM_NATS: Final = 6.0  # seven lent requests refused in a row where one in four was expected (ln 2.5 each)
 LENT_MEMORY: Final = 32  # lent requests the CUSUM reads, the latest sent
-# Regular requests a level's rate is read from, the latest heard: a limit that fell refuses the regular
-# requests sent with a lent one, and older clean answers would hide it (with four, a halving turned lending
-# off on 13 of 16 seeds of `halved` when z.ai refuses in 1.5 s).
+# Regular requests a level's rate is read from, the latest heard, with half a clean answer of prior: a
+# limit that fell refuses the regular requests sent with a lent one, and older clean answers would hide it
+# (with four and a whole clean answer, a halving turned lending off on 13 of 16 seeds of `halved` when z.ai
+# refuses in 1.5 s; with two and a whole one, a level refused 60 % of the time false-alarmed).
 LEVEL_MEMORY: Final = 2
+LEVEL_PRIOR: Final = 0.5
 
 
 def pays_under(cost: float) -> float:
@@ -107,7 +109,7 @@ class Lending:
             for s, r in self._regular.get((model, level), ())
             if sent - EARLIEST_REFUSAL_SECONDS <= s <= sent
         ]
-        expected = max(pays_under(cost), sum(near) / (len(near) + 1.0))
+        expected = max(pays_under(cost), sum(near) / (len(near) + LEVEL_PRIOR))
         bisect.insort(self._lent, (sent, refused, expected))
         del self._lent[:-LENT_MEMORY]
         if not refused or _cusum(self._lent) < ALARM_NATS:
