@@ -427,11 +427,11 @@ async def test_a_1113_on_one_proxy_takes_the_model_out_on_the_other_and_a_restor
 ) -> None:
     (a, b), fleets = await two_pools(server)
     try:
-        a.ledger.error("glm-4.7", zai_error("1113"))
+        a.error("glm-4.7", zai_error("1113"))
         await until(lambda: "glm-4.7" in b.cooldowns.blocked(), 2)
         block = b.cooldowns.block("glm-4.7")
         assert block is not None and block.kind == "out" and "1113" in block.reason
-        a.ledger.error("glm-4.6", zai_error("1305"), retry_after=20.0)
+        a.error("glm-4.6", zai_error("1305"), retry_after=20.0)
         await until(lambda: "glm-4.6" in b.cooldowns.blocked(), 2)
         assert 15 < b.cooldowns.remaining("glm-4.6") <= 20  # the seconds left travel, not a clock
         a.restore("glm-4.7")
@@ -461,7 +461,7 @@ async def test_the_verdicts_on_a_slot_one_proxy_gives_back_count_on_the_other_as
             held.append(selection)  # (the least loaded heavy models first)
         assert selection is not None
         for _ in range(2):  # ...and refuses a second beside it, twice
-            a.ledger.error(model, zai_error("1302"), slot=selection)
+            a.error(model, zai_error("1302"), slot=selection)
         lowered = a.limits.limit(model)
         assert lowered < CONFIG.models[model].max_concurrency
         await until(lambda: b.limits.limit(model) == lowered, 2)  # a still holds the slot
@@ -487,7 +487,7 @@ async def test_a_proxy_joining_the_fleet_takes_the_limits_it_learned_so_far(
         assert selection is not None
         model = selection.model
         for _ in range(2):
-            a.ledger.error(model, zai_error("1302"), slot=replace(selection, in_flight=2))
+            a.error(model, zai_error("1302"), slot=replace(selection, in_flight=2))
         assert a.release(selection)
         await until(lambda: not fleets[0]._background)
         await asyncio.sleep(0.2)  # a renewal: its row is in Redis
@@ -781,7 +781,7 @@ async def test_a_refused_probe_holds_the_right_for_the_probers_wait_and_the_next
     async with probing(server) as ((a, b), fleets):
         probe = await a.admit(Ticket("heavy"), timeout=0.2)
         assert probe is not None and probe.probe == "model"
-        a.ledger.error("h", zai_error("1302"), slot=probe)  # refused: a waits twice the base wait
+        a.error("h", zai_error("1302"), slot=probe)  # refused: a waits twice the base wait
         assert a.release(probe)
         await until(lambda: not fleets[0]._background)
         held = await right(client)
@@ -800,7 +800,7 @@ async def test_a_refused_probe_holds_the_right_for_the_probers_wait_and_the_next
         b_clock.advance(wait)
         second = await b.admit(Ticket("heavy"), timeout=0.2)
         assert second is not None and second.probe == "model"
-        b.ledger.error("h", zai_error("1302"), slot=second)
+        b.error("h", zai_error("1302"), slot=second)
         assert b.limits.probe_wait("model", "h") == (pytest.approx(2 * WAIT), 2)  # the fleet's second
         assert b.release(second)
         await until(lambda: not fleets[1]._background)
@@ -856,7 +856,7 @@ async def test_the_fleet_probes_each_limit_as_one_proxy_would(
                     if slot.probe is not None and holder.get(limit) == owner:
                         del holder[limit]  # freed (once Redis has it: until then, still refused)
                 else:
-                    pools[owner].ledger.error(slot.model, zai_error("1302"), slot=slot)
+                    pools[owner].error(slot.model, zai_error("1302"), slot=slot)
                 answered.append((owner, slot))
             elif action == "release" and answered:
                 owner, slot = answered.pop(proxy % len(answered))
@@ -891,7 +891,7 @@ async def test_an_overdue_attempt_lends_its_place_to_the_whole_fleet_until_its_v
         lent = await b.admit(Ticket("heavy", may_probe=False), timeout=1)  # a's place, on b
         assert lent is not None and lent.model == "h" and await client.zcard("chaos:slots:h") == 3
         assert await b.admit(Ticket("heavy", may_probe=False), timeout=0.05) is None  # one place, no more
-        a.ledger.error("h", error("1302"), None, held[1])  # its verdict: it rides no more
+        a.error("h", error("1302"), None, held[1])  # its verdict: it rides no more
         await until(lambda: fleets[1].slots.riding_elsewhere("h") == 0)
         for pool, slot in ((a, held[0]), (a, held[1]), (b, lent)):
             assert pool.release(slot)

@@ -50,8 +50,8 @@ def test_a_learned_limit_is_taken_from_another_proxy_only_when_newer() -> None:
     here, there = Rig(), Rig()
     first, second = there.take(), there.take()
     there.pool.ledger.success(first)  # z.ai served one of "h", and refuses a second, twice
-    there.pool.ledger.error("h", error("1302"), 30.0, second)
-    there.pool.ledger.error("h", error("1302"), 30.0, second)
+    there.pool.error("h", error("1302"), 30.0, second)
+    there.pool.error("h", error("1302"), 30.0, second)
     rows = there.pool.limits.rows()
     assert set(rows) == {"h"}
     assert here.pool.learned.adopt_limits(rows) == 1 and here.pool.limits.limit("h") == 1

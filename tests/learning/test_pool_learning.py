@@ -27,11 +27,11 @@ def test_a_1302_lowers_the_limit_and_starts_no_cooldown() -> None:
     first, second = rig.take(), rig.take()
     assert (first.in_flight, second.in_flight, second.total) == (1, 2, 2)
     rig.pool.ledger.success(first)  # z.ai served one of "h"...
-    assert rig.pool.ledger.error("h", error("1302"), 30.0, second) == 0.0  # ...never two: refused twice
+    assert rig.pool.error("h", error("1302"), 30.0, second) == 0.0  # ...never two: refused twice
     assert rig.pool.cooldowns.blocked() == frozenset()
     assert rig.pool.release(second)
     again = rig.take()
-    assert rig.pool.ledger.error("h", error("1302"), 30.0, again) == 0.0
+    assert rig.pool.error("h", error("1302"), 30.0, again) == 0.0
     second = again
     assert rig.pool.cooldowns.blocked() == frozenset()
     status = served(pool_status.status(rig.pool))["models"]["h"]
@@ -44,7 +44,7 @@ def test_a_1302_lowers_the_limit_and_starts_no_cooldown() -> None:
 def test_with_learning_off_a_1302_cools_the_model_down_as_before() -> None:
     rig = Rig(routing(learning={"enabled": False}))
     selection = rig.take()
-    assert rig.pool.ledger.error("h", error("1302"), None, selection) == 5.0
+    assert rig.pool.error("h", error("1302"), None, selection) == 5.0
     assert rig.pool.cooldowns.blocked() == {"h"}
     assert rig.pool.release(selection)
 
@@ -93,7 +93,7 @@ def test_a_failed_probe_is_not_repeated_within_its_wait() -> None:
     rig = Rig()
     held = rig.fill()
     probe = rig.take()
-    rig.pool.ledger.error("h", error("1302"), None, probe)
+    rig.pool.error("h", error("1302"), None, probe)
     assert rig.pool.release(probe)
     assert served(pool_status.status(rig.pool))["models"]["h"]["learnedLimit"] == 2
     assert rig.pool.try_acquire(Ticket("heavy")) is None
@@ -102,7 +102,7 @@ def test_a_failed_probe_is_not_repeated_within_its_wait() -> None:
     rig.clock.advance(0.2)  # the base wait (5 s by default) doubled by the failed round
     second = rig.take()
     assert second.probe == "model"
-    rig.pool.ledger.error("h", error("1302"), None, second)
+    rig.pool.error("h", error("1302"), None, second)
     assert rig.pool.release(second)
     rig.clock.advance(10.0)
     assert rig.pool.try_acquire(Ticket("heavy")) is None  # refused twice: the next waits twice as long
@@ -123,7 +123,7 @@ def test_a_probes_clean_answer_heard_again_from_another_proxy_undoes_no_wait_set
     rig.pool.ledger.probe_answered_elsewhere("h")  # another proxy's probe above 2 answered cleanly: at once
     probe = rig.take()
     assert probe.probe == "model"
-    rig.pool.ledger.error("h", error("1302"), None, probe)  # ours is refused: 10 s before the next
+    rig.pool.error("h", error("1302"), None, probe)  # ours is refused: 10 s before the next
     assert rig.pool.release(probe)
     # the other's slot back, with its verdict
     rig.pool.ledger.seen_elsewhere("h", [Seen("clean", 3, 3, "model")])
@@ -190,7 +190,7 @@ def test_an_account_limit_learned_from_1302s_is_probed_too() -> None:
     for _ in range(2):
         refused = rig.take("light")
         assert refused.total == 5 and refused.in_flight < 3
-        rig.pool.ledger.error(refused.model, error("1302"), None, refused)
+        rig.pool.error(refused.model, error("1302"), None, refused)
         rig.pool.release(refused)
     status = served(pool_status.status(rig.pool))
     assert status["accountLimit"] == 4
@@ -229,14 +229,14 @@ def test_reset_times_from_a_message_are_capped() -> None:
     far = error(
         "1308", "[1308][Usage limit reached for 5 hour. Your limit will reset at 2099-01-01 00:00:00]"
     )
-    assert rig.pool.ledger.error("h", far) == 8 * 86_400.0  # cooldown.maxPauseSeconds: a week and a day
+    assert rig.pool.error("h", far) == 8 * 86_400.0  # cooldown.maxPauseSeconds: a week and a day
     pause = served(pool_status.status(rig.pool))["accountPause"]
     assert pause["remaining"] == 8 * 86_400.0
 
 
 def test_when_nothing_is_in_flight_a_cooling_model_takes_a_trial() -> None:
     rig = Rig(routing({"h": {"tier": "HEAVY", "maxConcurrency": 2}}))
-    rig.pool.ledger.error("h", error("1305"))
+    rig.pool.error("h", error("1305"))
     trial = rig.take()
     assert trial.reason == "trial: nothing in flight, cooldown cut short"
     assert rig.pool.try_acquire(Ticket("heavy")) is None  # something is in flight now: the cooldown holds
@@ -245,7 +245,7 @@ def test_when_nothing_is_in_flight_a_cooling_model_takes_a_trial() -> None:
 
 def test_no_trial_for_a_model_out_of_rotation() -> None:
     rig = Rig(routing({"h": {"tier": "HEAVY", "maxConcurrency": 2}}))
-    rig.pool.ledger.error("h", error("1113"))
+    rig.pool.error("h", error("1113"))
     assert rig.pool.try_acquire(Ticket("heavy")) is None
 
 
@@ -258,7 +258,7 @@ def test_a_probe_that_becomes_due_wakes_a_waiter() -> None:
         pool.ledger.success(second)
         probe = pool.try_acquire(Ticket("heavy"))
         assert first and second and probe and probe.probe == "model"
-        pool.ledger.error("h", error("1302"), None, probe)
+        pool.error("h", error("1302"), None, probe)
         assert pool.release(probe)
         # The pool stays full (2 of 2) and no slot is released: only the probe timer can serve this.
         waiter = await asyncio.wait_for(pool.admit(Ticket("heavy"), timeout=2.0), 2.0)
@@ -366,7 +366,7 @@ class LearningMachine(RuleBasedStateMachine):
             if give_up and selection.probe is not None:  # abandoned before z.ai's 1302 came
                 self.pool.ledger.no_verdict(selection, probe_given_up=True)
             else:
-                self.pool.ledger.error(model, error("1302"), None, selection)
+                self.pool.error(model, error("1302"), None, selection)
             assert self.pool.release(selection)
             return
         self.upstream[model] += 1
@@ -394,7 +394,7 @@ class LearningMachine(RuleBasedStateMachine):
     def _deliver(self, pending: tuple[Slot, bool]) -> None:
         selection, refused = pending
         if refused:
-            self.pool.ledger.error(selection.model, error("1302"), None, selection)
+            self.pool.error(selection.model, error("1302"), None, selection)
             assert self.pool.release(selection)
         else:
             self.pool.ledger.success(selection)
@@ -449,7 +449,7 @@ def test_a_probe_rides_above_the_limit_and_takes_none_of_its_slots() -> None:
     rig.pool.release(held[0])  # a request within the limit ends while the probe waits for its answer
     regular = rig.pool.try_acquire(Ticket("heavy"))
     assert regular is not None and regular.probe is None  # its slot is free again at once
-    rig.pool.ledger.error("h", error("1302"), None, probe)  # the probe refused: its slot counts no more
+    rig.pool.error("h", error("1302"), None, probe)  # the probe refused: its slot counts no more
     assert rig.pool.release(probe)
     assert rig.pool.try_acquire(Ticket("heavy")) is None  # back at the limit, which stays 2
     for selection in (held[1], regular):
@@ -515,7 +515,7 @@ def test_a_refusal_counts_at_what_z_ai_served_when_it_came_not_at_what_the_pool_
     assert rig.pool.release(held[0])  # one stream ended: its slot goes back
     after = rig.take()
     assert (after.in_flight, after.total) == (6, 6)
-    rig.pool.ledger.error("m", error("1302"), None, after)
+    rig.pool.error("m", error("1302"), None, after)
     evidence = rig.pool.limits.view("m").evidence
     now = rig.clock()
     assert evidence.refusal_estimate(3, now) > 1 / 3  # one clean answer at 3 of prior, and this refusal
@@ -564,7 +564,7 @@ def refused_first(writes: list[int], gap: float) -> list[float]:
     evidence = rig.pool.limits.view("m").evidence
     now = rig.clock()
     before = [evidence.refusal_estimate(level, now) for level in (1, 2, 3)]
-    rig.pool.ledger.error("m", error("1302"), None, taken[0])
+    rig.pool.error("m", error("1302"), None, taken[0])
     rises = [evidence.refusal_estimate(level, now) - before[level - 1] for level in (1, 2, 3)]
     for selection in taken:
         assert rig.pool.release(selection)
@@ -616,7 +616,7 @@ def test_a_pool_never_told_of_writing_counts_from_the_takings() -> None:
     evidence = rig.pool.limits.view("m").evidence
     now = rig.clock()
     before = evidence.refusal_estimate(2, now)
-    rig.pool.ledger.error("m", error("1302"), None, second)
+    rig.pool.error("m", error("1302"), None, second)
     assert evidence.refusal_estimate(2, now) > before  # beside the first, taken (and answered) before it
     for selection in (first, second):
         assert rig.pool.release(selection)
@@ -631,7 +631,7 @@ def test_a_head_z_ai_held_then_served_counts_among_what_it_served_when_the_next_
     rig.pool.ledger.success(held)  # ...and serves it later
     after = rig.take()
     assert after.in_flight == 4
-    rig.pool.ledger.error("m", error("1302"), None, after)
+    rig.pool.error("m", error("1302"), None, after)
     evidence = rig.pool.limits.view("m").evidence
     assert evidence.refusal_estimate(3, rig.clock()) > 0.5  # at 3: first and held beside it, not waiting
     assert evidence.refusal_estimate(4, rig.clock()) == 0.5
@@ -716,7 +716,7 @@ def test_a_seated_probe_given_up_or_refused_gives_its_slot_back_exactly_once() -
         if verdict == "given up":
             rig.pool.ledger.no_verdict(probe, probe_given_up=True)
         elif verdict == "1302":
-            rig.pool.ledger.error("m", error("1302"), None, probe)
+            rig.pool.error("m", error("1302"), None, probe)
         else:
             assert rig.pool.ledger.stall(probe)
         assert rig.pool.release(probe)
@@ -789,7 +789,7 @@ def test_an_overdue_attempt_leaves_its_place_to_the_next_request_until_its_verdi
     assert served(pool_status.status(rig.pool))["models"]["h"]["aboveLimit"] == 1
     assert rig.pool.try_acquire(within) is None  # one place per overdue attempt, no more
     assert rig.pool.try_acquire(Ticket("light", may_probe=False)) is None
-    rig.pool.ledger.error("h", error("1302"), None, late)  # its verdict: it rides no more
+    rig.pool.error("h", error("1302"), None, late)  # its verdict: it rides no more
     assert not late.rides
     assert served(pool_status.status(rig.pool))["models"]["h"]["overdue"] == 0
     assert rig.pool.release(late)

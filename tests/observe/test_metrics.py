@@ -157,7 +157,7 @@ def test_spurious_release_is_counted(h: Harness) -> None:
 
 def test_cooldown_seconds_count_down_with_the_clock(h: Harness) -> None:
     assert h.value("chaos_model_cooldown_seconds", model="glm-4.7") == 0.0
-    assert h.pool.ledger.error("glm-4.7", h.error("1302")) == 5.0
+    assert h.pool.error("glm-4.7", h.error("1302")) == 5.0
     assert h.value("chaos_model_cooldown_seconds", model="glm-4.7") == 5.0
     h.advance(2.0)
     assert h.value("chaos_model_cooldown_seconds", model="glm-4.7") == pytest.approx(3.0)
@@ -167,7 +167,7 @@ def test_cooldown_seconds_count_down_with_the_clock(h: Harness) -> None:
 
 
 def test_out_of_rotation_is_a_zero_one_gauge_without_a_reason_label(h: Harness) -> None:
-    h.pool.ledger.error("glm-4.5-x", h.error("1113"))
+    h.pool.error("glm-4.5-x", h.error("1113"))
     assert h.value("chaos_model_out_of_rotation", model="glm-4.5-x") == 1.0
     assert h.value("chaos_model_cooldown_seconds", model="glm-4.5-x") == 0.0  # out is not a countdown
     assert h.value("chaos_model_out_of_rotation", model="glm-4.7") == 0.0
@@ -187,7 +187,7 @@ def test_excluded_models() -> None:
 
 def test_account_pause_seconds(h: Harness) -> None:
     assert h.value("chaos_account_pause_seconds") == 0.0
-    h.pool.ledger.error("glm-4.7", h.error("1308", message="[1308][Usage limit reached]"), retry_after=120.0)
+    h.pool.error("glm-4.7", h.error("1308", message="[1308][Usage limit reached]"), retry_after=120.0)
     assert h.value("chaos_account_pause_seconds") == pytest.approx(120.0)
     h.advance(20.0)
     assert h.value("chaos_account_pause_seconds") == pytest.approx(100.0)
@@ -262,7 +262,7 @@ def test_an_overdue_attempt_is_counted_until_its_verdict() -> None:
     assert slot is not None and h.value("chaos_model_overdue", model=slot.model) == 0.0
     h.pool.ledger.overdue(slot)
     assert h.value("chaos_model_overdue", model=slot.model) == 1.0
-    h.pool.ledger.error(slot.model, h.error("1302"), None, slot)
+    h.pool.error(slot.model, h.error("1302"), None, slot)
     assert h.value("chaos_model_overdue", model=slot.model) == 0.0
     assert h.pool.release(slot)
 
@@ -291,7 +291,7 @@ def test_account_limit_is_the_configured_one_and_fixed_limits_are_the_catalog() 
     fixed = Harness(routing(chaosMode={"enabled": True}, accountConcurrency=12))
     assert fixed.value("chaos_account_limit") == 12.0
     assert fixed.pool.acquire("glm-4.7")
-    fixed.pool.ledger.error("glm-4.7", fixed.error("1302"))  # learning off: a cooldown, no new limit
+    fixed.pool.error("glm-4.7", fixed.error("1302"))  # learning off: a cooldown, no new limit
     assert fixed.value("chaos_model_learned_limit", model="glm-4.7") == 3.0
     assert fixed.value("chaos_model_capacity", model="glm-4.7") == 3.0
     assert fixed.value("chaos_model_cooldown_seconds", model="glm-4.7") == 5.0
@@ -599,7 +599,7 @@ def test_the_quota_gauges_follow_the_estimate(h: Harness) -> None:
     assert h.value("chaos_quota_counted_prompts") == 4.0
     assert h.value("chaos_quota_used_ratio", window="5h") is None  # no scale yet
     reset = datetime.fromtimestamp(h.wall() + 3600, UTC).astimezone(BEIJING).strftime("%Y-%m-%d %H:%M:%S")
-    h.pool.ledger.error("glm-4.5", h.error("1308", message=f"[1308][Your limit will reset at {reset}]"))
+    h.pool.error("glm-4.5", h.error("1308", message=f"[1308][Your limit will reset at {reset}]"))
     assert h.value("chaos_quota_used_ratio", window="5h") == 1.0
     assert h.value("chaos_quota_resets_at_seconds", window="5h") == pytest.approx(h.wall() + 3600, abs=1)
     assert h.value("chaos_quota_runs_out_at_seconds", window="5h") == h.wall()  # spent now

@@ -78,8 +78,8 @@ def test_cooldowns_out_of_rotation_and_account_pause_are_shown() -> None:
     refused = classify_error(429, b'{"type":"error","error":{"type":"1113","message":"no"}}', now=WALL)
     fair_use = classify_error(429, b'{"error":{"code":"1313","message":"[1313]"}}', now=WALL)
     assert busy and refused and fair_use
-    pool.ledger.error("glm-4.6", busy, 8.0)
-    pool.ledger.error("glm-4.5-x", refused)
+    pool.error("glm-4.6", busy, 8.0)
+    pool.error("glm-4.5-x", refused)
     text = panel(pool)
     row = rows(text)
     assert row["glm-4.6"].rstrip(" │").endswith("1302 (8.0s)")
@@ -90,7 +90,7 @@ def test_cooldowns_out_of_rotation_and_account_pause_are_shown() -> None:
     assert "Account paused" not in text
     clock.now += 1.5
     assert rows(panel(pool))["glm-4.6"].rstrip(" │").endswith("1302 (6.5s)")
-    pool.ledger.error("glm-4.7", fair_use, 30.0)
+    pool.error("glm-4.7", fair_use, 30.0)
     assert "Account paused for 30 s: fair-use throttle (1313)" in panel(pool)
 
 

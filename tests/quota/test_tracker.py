@@ -82,7 +82,7 @@ def test_the_pool_counts_answers_by_weight_and_learns_the_scale_from_1308() -> N
     message = json.dumps({"error": {"code": "1308", "message": said}})
     error = classify_error(429, message, now=wall())
     assert error is not None and error.reset_at is not None
-    pool.ledger.error("glm-5", error)
+    pool.error("glm-5", error)
     assert pool.quota.estimate.scale == 9.0
     assert pool.quota.status()["usedPercent"] == 100.0
     assert pool.quota.estimate.end == error.reset_at

@@ -36,7 +36,7 @@ def test_a_quota_window_tells_claude_code_to_stop_until_the_reset(
     code: str, message: str, seconds: int
 ) -> None:
     rig = Rig()
-    rig.pool.ledger.error("h", error(code, message))
+    rig.pool.error("h", error(code, message))
     headers = reply(rig, "anthropic")
     assert headers["retry-after"] == str(seconds)  # the real wait, not capped at 60 s
     assert headers["anthropic-ratelimit-unified-status"] == "rejected"
@@ -45,7 +45,7 @@ def test_a_quota_window_tells_claude_code_to_stop_until_the_reset(
 
 def test_at_the_openai_door_a_quota_window_says_only_retry_after() -> None:
     rig = Rig()
-    rig.pool.ledger.error("h", error("1310", WEEKLY))
+    rig.pool.error("h", error("1310", WEEKLY))
     headers = reply(rig, "openai", upstream=[("anthropic-ratelimit-unified-status", "rejected")])
     assert headers["retry-after"] == str(WEEK_SECONDS)
     assert not [name for name in headers if name.startswith("anthropic-")], headers
@@ -60,11 +60,11 @@ def test_a_transient_429_says_retry_after_within_a_minute_only(door: Door, cause
     rig = Rig()
     match cause:
         case "cooldown":
-            rig.pool.ledger.error("h", error("1305"), retry_after=30.0)
+            rig.pool.error("h", error("1305"), retry_after=30.0)
         case "fair use":
-            rig.pool.ledger.error("h", error("1313", "[1313][Fair Usage Policy]"), retry_after=600.0)
+            rig.pool.error("h", error("1313", "[1313][Fair Usage Policy]"), retry_after=600.0)
         case "enterprise":
-            rig.pool.ledger.error("h", error("1314", "[1314][enterprise limit]"))  # accountPauseSeconds
+            rig.pool.error("h", error("1314", "[1314][enterprise limit]"))  # accountPauseSeconds
     headers = reply(rig, door)
     assert 1 <= int(headers["retry-after"]) <= 60, headers
     assert not set(UNIFIED) & set(headers), headers
@@ -72,7 +72,7 @@ def test_a_transient_429_says_retry_after_within_a_minute_only(door: Door, cause
 
 def test_z_ai_rate_limit_headers_are_kept_beside_ours_at_the_anthropic_door_not_doubled() -> None:
     rig = Rig()
-    rig.pool.ledger.error("h", error("1310", WEEKLY))
+    rig.pool.error("h", error("1310", WEEKLY))
     upstream = [("anthropic-ratelimit-unified-status", "rejected"), ("anthropic-ratelimit-tokens-limit", "9")]
     answer, _ = rate_limited(rig.pool, "heavy", ["h"], upstream, WALL, door="anthropic")
     names = [k.lower() for k, _ in answer.headers]

@@ -365,8 +365,8 @@ def test_cost_guard_keeps_the_floor_when_cheaper_models_are_free() -> None:
 
 def test_cooldown_models_are_skipped_until_the_clock_passes() -> None:
     h = Harness(routing())
-    assert h.pool.ledger.error("glm-4.7", h.error("1302")) == 5.0
-    assert h.pool.ledger.error("glm-4.6", h.error("1305"), retry_after=20.0) == 20.0
+    assert h.pool.error("glm-4.7", h.error("1302")) == 5.0
+    assert h.pool.error("glm-4.6", h.error("1305"), retry_after=20.0) == 20.0
     assert Counter(s.model for s in h.fill("heavy")) == {"glm-4.5-x": 2}
     status = served(pool_status.status(h.pool))["models"]
     assert status["glm-4.7"]["cooldownRemaining"] == 5.0
@@ -381,12 +381,12 @@ def test_cooldown_models_are_skipped_until_the_clock_passes() -> None:
 
 def test_retry_after_is_capped_for_cooldowns() -> None:
     h = Harness(routing())
-    assert h.pool.ledger.error("glm-4.7", h.error("1312"), retry_after=3600.0) == 60.0
+    assert h.pool.error("glm-4.7", h.error("1312"), retry_after=3600.0) == 60.0
 
 
 def test_out_of_rotation_shows_in_the_status() -> None:
     h = Harness(routing())
-    assert h.pool.ledger.error("glm-4.5-x", h.error("1113")) == math.inf
+    assert h.pool.error("glm-4.5-x", h.error("1113")) == math.inf
     h.advance(1e7)
     assert Counter(s.model for s in h.fill("heavy")) == {"glm-4.7": 3, "glm-4.6": 3}
     status = served(pool_status.status(h.pool))["models"]["glm-4.5-x"]
@@ -401,19 +401,19 @@ def test_out_of_rotation_shows_in_the_status() -> None:
 def test_every_model_of_a_tier_out_makes_it_unavailable() -> None:
     h = Harness(routing())
     for model in HEAVY:
-        h.pool.ledger.error(model, h.error("1311"))
+        h.pool.error(model, h.error("1311"))
     assert h.pool.try_acquire(Ticket("heavy")) is None
     assert h.pool.unavailable(Ticket("heavy")) == "no usable model left for heavy requests"
     assert h.pool.unavailable(Ticket("medium")) is None
     # A timed block is not "unusable for good".
     h.pool.restore("glm-4.7")
-    h.pool.ledger.error("glm-4.7", h.error("1302"))
+    h.pool.error("glm-4.7", h.error("1302"))
     assert h.pool.unavailable(Ticket("heavy")) is None
 
 
 def test_model_day_lasts_until_the_next_beijing_midnight() -> None:
     h = Harness(routing())
-    seconds = h.pool.ledger.error("glm-4.5", h.error("1304"))
+    seconds = h.pool.error("glm-4.5", h.error("1304"))
     assert seconds == 3600.0  # 23:00 -> 00:00 in Beijing
     status = served(pool_status.status(h.pool))["models"]["glm-4.5"]
     assert status["outOfRotation"] == "daily call limit (1304)"
@@ -434,7 +434,7 @@ def test_a_1310_teaches_the_weeks_scale_a_1308_the_five_hours() -> None:
     h.pool.quota.answered("glm-4.7")
     counted = h.pool.quota.week.units
     error = h.error("1310", "[1310][您的额度已用完，您的限额将在 2026-03-02 01:00:00 重置。]")
-    assert h.pool.ledger.error("glm-4.7", error) == 7200.0
+    assert h.pool.error("glm-4.7", error) == 7200.0
     assert h.pool.quota.week.scale == counted > 0 and h.pool.quota.week.end == 1772384400.0
     assert h.pool.quota.estimate.scale is None  # the 5-hour window learned nothing from the week
 
@@ -460,7 +460,7 @@ def test_account_pause_stops_everything_until_the_reset() -> None:
     error = h.error(
         "1308", "[1308][Usage limit reached for 5 hour. Your limit will reset at 2026-03-02 01:00:00]"
     )
-    assert h.pool.ledger.error("glm-4.7", error) == 7200.0
+    assert h.pool.error("glm-4.7", error) == 7200.0
     for tier in REQUEST_TIERS:
         assert h.pool.try_acquire(Ticket(tier)) is None
         assert h.pool.in_flight() == 0
@@ -491,7 +491,7 @@ def test_account_pause_stops_everything_until_the_reset() -> None:
 def test_a_weekly_limit_pauses_the_account_for_days_and_says_so(message: str) -> None:
     h = Harness(routing())  # 23:00 Beijing on 2026-03-01: the reset is 4 days and 2 hours away
     seconds = 4 * 86_400 + 7200.0
-    assert h.pool.ledger.error("glm-4.7", h.error("1310", message)) == seconds
+    assert h.pool.error("glm-4.7", h.error("1310", message)) == seconds
     reason = h.pool.unavailable(Ticket("light"))
     assert reason == "account paused for 4 d 2 h, until 2026-03-05 17:00 UTC: weekly/monthly limit (1310)"
     assert served(pool_status.status(h.pool))["accountPause"]["remaining"] == seconds
@@ -514,7 +514,7 @@ def test_a_weekly_limit_pauses_the_account_for_days_and_says_so(message: str) ->
 )
 def test_account_pause_fallbacks(code: str, retry_after: float | None, seconds: float) -> None:
     h = Harness(routing())
-    assert h.pool.ledger.error("glm-4.5", h.error(code), retry_after=retry_after) == seconds
+    assert h.pool.error("glm-4.5", h.error(code), retry_after=retry_after) == seconds
     assert h.pool.try_acquire(Ticket("light")) is None
     h.advance(seconds)
     assert h.pool.try_acquire(Ticket("light")) is not None
@@ -523,7 +523,7 @@ def test_account_pause_fallbacks(code: str, retry_after: float | None, seconds: 
 def test_a_reset_time_in_the_past_pauses_nothing() -> None:
     h = Harness(routing())
     error = h.error("1308", "reset at 2026-03-01 00:00:00")
-    assert h.pool.ledger.error("glm-4.5", error) == 0.0
+    assert h.pool.error("glm-4.5", error) == 0.0
     assert h.pool.try_acquire(Ticket("light")) is not None
 
 
@@ -537,7 +537,7 @@ def test_a_reset_time_in_the_past_pauses_nothing() -> None:
 def test_fatal_and_none_change_nothing(error: UpstreamError) -> None:
     h = Harness(routing())
     before = served(pool_status.status(h.pool))
-    assert h.pool.ledger.error("glm-4.7", error, retry_after=30.0) == 0.0
+    assert h.pool.error("glm-4.7", error, retry_after=30.0) == 0.0
     assert served(pool_status.status(h.pool)) == before
     assert h.pool.cooldowns.blocked() == frozenset()
 
@@ -573,7 +573,7 @@ def test_a_conversation_moves_off_a_cooling_model_and_sticks_to_the_new_one() ->
     h = Harness(sticky_config())
     first = h.pool.try_acquire(Ticket("heavy", sticky_key="conv"))
     assert first is not None
-    h.pool.ledger.error(first.model, h.error("1302"))
+    h.pool.error(first.model, h.error("1302"))
     h.pool.release(first)
     moved = h.pool.try_acquire(Ticket("heavy", sticky_key="conv"))
     assert moved is not None and moved.model != first.model
@@ -593,7 +593,7 @@ def test_a_conversation_moves_off_a_model_out_of_rotation() -> None:
     first = h.pool.try_acquire(Ticket("light", sticky_key="conv"))
     assert first is not None
     h.pool.release(first)
-    h.pool.ledger.error(first.model, h.error("1211"))
+    h.pool.error(first.model, h.error("1211"))
     moved = h.pool.try_acquire(Ticket("light", sticky_key="conv"))
     assert moved is not None and moved.model != first.model and "sticky moved" in moved.reason
     h.pool.release(moved)
@@ -603,7 +603,7 @@ def test_a_move_counts_only_when_a_slot_is_taken() -> None:
     h = Harness(sticky_config())
     first = h.pool.try_acquire(Ticket("heavy", sticky_key="conv"))
     assert first is not None
-    h.pool.ledger.error(first.model, h.error("1302"))
+    h.pool.error(first.model, h.error("1302"))
     others = h.fill("heavy")  # every other heavy model full
     assert others and first.model not in {s.model for s in others}
     assert h.pool.try_acquire(Ticket("heavy", sticky_key="conv")) is None  # nothing taken: no move
@@ -673,7 +673,7 @@ def test_reconfigure_keeps_in_flight_counts_and_cooldowns() -> None:
     h = Harness(routing())
     taken = h.fill("heavy")
     assert len(taken) == 8
-    h.pool.ledger.error("glm-4.5", h.error("1302"))
+    h.pool.error("glm-4.5", h.error("1302"))
     h.pool.reconfigure(chaos(strategy="round-robin", excludeModels=["glm-4.5-air"]))
     assert h.pool.in_flight() == 8
     assert h.pool.try_acquire(Ticket("heavy")) is None  # still full
@@ -709,7 +709,7 @@ def test_capacity_counts_only_slots_a_request_can_use() -> None:
     """glm-4.5-x out of rotation with every other slot full: 26/26, its 2 slots shown apart (issue 13)."""
     h = Harness(routing())
     assert h.pool.acquire("glm-4.5-x")
-    assert h.pool.ledger.error("glm-4.5-x", h.error("1113")) == math.inf
+    assert h.pool.error("glm-4.5-x", h.error("1113")) == math.inf
     h.fill("light")
     status = served(pool_status.status(h.pool))
     assert status["totalCapacity"] == 26
@@ -854,8 +854,8 @@ def test_a_model_leaving_rotation_and_coming_back_is_one_line_each(caplog: pytes
     h = Harness(routing())
     caplog.set_level("INFO", logger="chaos_mode")
     for _ in range(3):  # requests in flight refused alike: one line
-        h.pool.ledger.error("glm-4.5-x", h.error("1113"))
-    h.pool.ledger.error("glm-4.5", h.error("1304"))  # until the next Beijing midnight, an hour away
+        h.pool.error("glm-4.5-x", h.error("1113"))
+    h.pool.error("glm-4.5", h.error("1304"))  # until the next Beijing midnight, an hour away
     lines = [r.getMessage() for r in caplog.records]
     assert lines == [
         "chaos-mode: glm-4.5-x leaves rotation: no balance or model not in plan (1113),"
@@ -880,10 +880,10 @@ def test_a_tier_whose_every_model_is_out_for_good_is_a_dead_end() -> None:
     h = Harness(routing())
     assert h.pool.dead_end("heavy") is None
     for model in HEAVY[:-1]:
-        h.pool.ledger.error(model, h.error("1113"))
-    h.pool.ledger.error(HEAVY[-1], h.error("1304"))  # until tomorrow: waiting fixes it
+        h.pool.error(model, h.error("1113"))
+    h.pool.error(HEAVY[-1], h.error("1304"))  # until tomorrow: waiting fixes it
     assert h.pool.dead_end("heavy") is None
-    h.pool.ledger.error(HEAVY[-1], h.error("1311"))
+    h.pool.error(HEAVY[-1], h.error("1311"))
     reason = h.pool.dead_end("heavy")
     assert reason == (
         "every model a heavy request may use is out of rotation ("

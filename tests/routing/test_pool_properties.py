@@ -273,7 +273,7 @@ class PoolMachine(RuleBasedStateMachine):
         )
         error = classify_error(status, body, now=self.wall())
         if error is not None:
-            assert self.pool.ledger.error(model, error, retry_after) >= 0.0
+            assert self.pool.error(model, error, retry_after) >= 0.0
 
     @rule(seconds=st.sampled_from([0.001, 1.0, 5.0, 30.0, 301.0, 3600.0, 86_400.0]))
     def advance(self, seconds: float) -> None:

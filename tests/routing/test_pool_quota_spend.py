@@ -92,7 +92,7 @@ class Swarm:
                 self.flying.append((now + self.latency, slot))
                 continue
             spent = UpstreamError(429, "1308", Action.ACCOUNT_PAUSE, "1308", reset_at=self.zai.resets_at(now))
-            self.pool.ledger.error(slot.model, spent, None, slot)
+            self.pool.error(slot.model, spent, None, slot)
             self.pool.release(slot)
 
     def advance(self) -> None:
@@ -230,8 +230,8 @@ def test_a_refusal_gives_its_weight_back_and_a_request_with_no_verdict_keeps_it(
     refused, unreached, gone = (pool.try_acquire(Ticket("heavy")) for _ in range(3))
     assert refused is not None and unreached is not None and gone is not None
     busy = UpstreamError(429, "1302", Action.CONCURRENCY, "1302")
-    pool.ledger.error(refused.model, busy, None, refused)  # z.ai refused it: not charged
-    pool.ledger.error(
+    pool.error(refused.model, busy, None, refused)  # z.ai refused it: not charged
+    pool.error(
         unreached.model, UpstreamError(502, None, Action.UNREACHED, "no answer"), None, unreached
     )
     for slot in (refused, unreached, gone):

@@ -257,11 +257,11 @@ async def test_nothing_waits_for_what_cannot_come(make_pool: MakePool) -> None:
     pool = make_pool(routing(HEAVY_AND_LIGHT))
     heavy = await pool.admit(Ticket("heavy"))
     assert heavy is not None
-    pool.ledger.error("l", busy("1113"))
+    pool.error("l", busy("1113"))
     attempt = asyncio.create_task(pool.admit(Ticket("heavy", attempted=frozenset({"h"}))))
     await asyncio.sleep(0)
     assert attempt.done() and attempt.result() is None
-    pool.ledger.error("h", busy("1308"))  # account-wide pause
+    pool.error("h", busy("1308"))  # account-wide pause
     paused = asyncio.create_task(pool.admit(Ticket("light")))
     await asyncio.sleep(0)
     assert paused.done() and paused.result() is None
@@ -273,7 +273,7 @@ async def test_restore_wakes_a_waiter(make_pool: MakePool) -> None:
     pool = make_pool(routing(HEAVY_AND_LIGHT))
     heavy = await pool.admit(Ticket("heavy"))
     assert heavy is not None
-    pool.ledger.error("l", busy("1311"))
+    pool.error("l", busy("1311"))
     waiter = asyncio.create_task(pool.admit(Ticket("light")))
     await settle()
     assert not waiter.done()
@@ -308,7 +308,7 @@ async def test_a_cooldown_ending_wakes_a_waiter(make_pool: MakePool) -> None:
     pool = make_pool(routing(COOLING, cooldown=SHORT_COOLDOWN), time.monotonic)
     first = await pool.admit(Ticket("heavy"))
     assert first is not None
-    pool.ledger.error("solo", busy())  # a free slot, but cooling for 0.1 s
+    pool.error("solo", busy())  # a free slot, but cooling for 0.1 s
     started = time.monotonic()
     async with asyncio.timeout(1):
         selection = await pool.admit(Ticket("heavy"), timeout=1)
@@ -325,7 +325,7 @@ async def test_a_cooldown_reported_while_waiting_wakes_the_waiter_when_it_ends(m
     assert first is not None
     waiter = asyncio.create_task(pool.admit(Ticket("heavy"), timeout=0.4))
     await settle()
-    pool.ledger.error("solo", busy())
+    pool.error("solo", busy())
     assert pool.release(first)  # freed while cooling: the waiter cannot have it yet
     assert not waiter.done()
     selection = await waiter

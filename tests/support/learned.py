@@ -30,7 +30,7 @@ def lower_glm_4_7(pool: ChaosPool, busy: UpstreamError) -> None:
     for _ in range(2):  # z.ai never served 3 of it: refused twice at 3 (once may be chance)
         third = pool.try_acquire(Ticket("heavy", ONLY_GLM_4_7))
         assert third is not None and (third.model, third.in_flight) == ("glm-4.7", 3)
-        pool.ledger.error("glm-4.7", busy, None, third)
+        pool.error("glm-4.7", busy, None, third)
         pool.release(third)
 
 
@@ -56,5 +56,5 @@ def learn_account_limit(pool: ChaosPool, busy: UpstreamError) -> None:
     for only in (ONLY_GLM_4_5, ONLY_GLM_4_5_AIR):
         refused = pool.try_acquire(Ticket("medium", only))
         assert refused is not None and (refused.in_flight, refused.total) == (1, 4)
-        pool.ledger.error(refused.model, busy, None, refused)
+        pool.error(refused.model, busy, None, refused)
         pool.release(refused)

@@ -392,7 +392,7 @@ class RoutedRequest:
         slot = slot or self.slot
         if slot is None:
             return
-        self.pool.ledger.error(slot.model, error, retry_after, slot)
+        self.pool.error(slot.model, error, retry_after, slot)
         self.stats.upstream_error(slot.model, error.code, error.status)
 
     def whose(self, error: UpstreamError, *, may_fail_over: bool, slot: Slot | None = None) -> Whose:
@@ -456,7 +456,7 @@ class RoutedRequest:
         """The cooldowns owed are applied (late): those refusals were their models' after all."""
         owed, self.owed = self.owed, []
         for each in owed:
-            self.pool.ledger.error(each.model, each.error, each.retry_after)
+            self.pool.error(each.model, each.error, each.retry_after)
             self.stats.upstream_error(each.model, each.error.code, each.error.status)
 
     def refused_by(self, refusal: str, *, broken: bool) -> None:

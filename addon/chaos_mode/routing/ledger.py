@@ -1,55 +1,47 @@
 """The verdict ledger: the pool's held slots, one record each (`routing.slot_record`), and z.ai's verdicts.
 
 A request's owner says here what z.ai did with it: written (`sent`), answered cleanly (`success`), refused
-(`error`), stalled (`stall`), overdue, queued, answered to its end (`ended`), or no verdict will come
+(`refused`), stalled (`stall`), overdue, queued, answered to its end (`ended`), or no verdict will come
 (`no_verdict`). Each verdict is counted at what z.ai served when its request came (`routing.arrivals`), fed
 to the learned limits (`learning.limits`), the cooldowns and the quota, and told to a fleet's other proxies.
 """
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from chaos_mode.config.schema import CooldownSettings
 from chaos_mode.learning.limits import LearnedLimits, Probe
 from chaos_mode.quota.tracker import QuotaTracker
 from chaos_mode.routing.arrivals import Arrivals
 from chaos_mode.routing.cooldowns import CooldownState
 from chaos_mode.routing.lending import Lending
-from chaos_mode.routing.rotation import Rotation
 from chaos_mode.routing.slot_record import Phase, Place, Slot, SlotRecord
 from chaos_mode.routing.slots import Kind, ProbeClaim, Seen, SlotStore
 from chaos_mode.routing.wait_queue import WaitQueue
 from chaos_mode.zai.catalog import ACCOUNT
-from chaos_mode.zai.errors import FAIR_USE_CODE, FAIR_USE_SECONDS, Action, UpstreamError
-from chaos_mode.zai.quota import FIVE_HOURS, SPENT_CODE, WEEK, WEEK_SPENT_CODE
+from chaos_mode.zai.errors import Action, UpstreamError
 
 
 class Ledger:
-    """`limits_changed` (the pool's) follows the learned limits and says whether they changed; `arm_timer`
-    wakes the pool's `queue` when a block ends. The pool (`routing.pool`) takes and gives back the slots."""
+    """`limits_changed` (the pool's) follows the learned limits and says whether they changed. The pool
+    (`routing.pool`) takes and gives back the slots, and blocks what an error blocks (`ChaosPool.error`)."""
 
     def __init__(
         self,
         limits: LearnedLimits,
         quota: QuotaTracker,
-        rotation: Rotation,
         queue: WaitQueue[Any, Any],
         limits_changed: Callable[[], bool],
-        arm_timer: Callable[[], None],
+        clock: Callable[[], float],
     ) -> None:
         self.records: dict[int, SlotRecord] = {}  # by slot id
         self.store: SlotStore  # the pool's, as `ChaosPool.use` sets it, and its cooldowns
         self.cooldowns: CooldownState
-        self.settings: CooldownSettings  # the config's cooldowns, as `ChaosPool.reconfigure` sets them
         self.lending = Lending()  # whether an overdue attempt lends its place (`routing.lending`)
-        self.clock: Callable[[], float]
-        self.wall_clock: Callable[[], float]
-        self._limits, self._quota, self._rotation, self._queue = limits, quota, rotation, queue
-        self._limits_changed, self._arm_timer = limits_changed, arm_timer
+        self.clock = clock
+        self._limits, self._quota, self._queue, self._limits_changed = limits, quota, queue, limits_changed
         self._arrivals = Arrivals(self._elsewhere)  # what z.ai served as each slot's request came: its level
         self._refusing: set[str] = set()  # models whose latest verdict (not a probe's) was no clean answer
 
@@ -217,11 +209,10 @@ class Ledger:
             self._probe_judged(slot.model, slot.probe)
         self._settle(record)
 
-    def error(
-        self, model: str, error: UpstreamError, retry_after: float | None = None, slot: Slot | None = None
-    ) -> float:
-        """A z.ai error on `model`: seconds the model or the account is out (0: nothing blocked). A 1302
-        counts at what z.ai served when the request of `slot` came, else at what is held now."""
+    def refused(self, model: str, error: UpstreamError, slot: Slot | None = None) -> None:
+        """z.ai's error answer to `slot`'s request on `model` (None: a refusal owed, paid late): its verdict.
+        A 1302 counts at what z.ai served when the request came, else at what is held now. What it blocks,
+        and the limits followed, are the pool's (`ChaosPool.error`)."""
         record = None if slot is None else self.records.get(slot.slot_id)
         counted = record is not None and record.stall_counted  # its stall said so already
         lent = record is not None and record.overdue
@@ -230,46 +221,26 @@ class Ledger:
         self._settle(record)
         if slot is not None and error.action is not Action.UNREACHED:
             self._quota.refused(slot.slot_id)  # z.ai's error answer: not charged
-        settings, cooldowns, limits = self.settings, self.cooldowns, self._limits
-        probe = None if slot is None else slot.probe
-        seconds = 0.0
-        match error.action:
-            case Action.CONCURRENCY if limits.enabled:
-                taken_at = None if record is None else record.taken_at
-                if taken_at is not None:
-                    limits.refusal_took(self.clock() - taken_at, lent=lent)
-                if not counted and not (record is not None and self.lending.held(record.lent)):
-                    if slot is None or not slot.in_flight:
-                        in_flight, total = self.store.in_flight(model), self.store.total()
-                    else:
-                        in_flight, total = self._arrivals.levels(slot.slot_id) or (slot.in_flight, slot.total)
-                    limits.refused(model, in_flight, total, probe, taken_at)
-                    if slot is not None:
-                        self._note(slot, "refused", in_flight, total, probe)
-                        self._probe_judged(slot.model, probe)
-            case Action.CONCURRENCY | Action.COOLDOWN:
-                seconds = cooldowns.hit(model, error.reason, retry_after)
-            case Action.OUT_OF_ROTATION:
-                cooldowns.take_out(model, error.reason)
-                self._rotation.left(model, error.reason, None)
-                seconds = math.inf
-            case Action.MODEL_DAY:
-                seconds = self._until(error.reset_at, retry_after, settings.account_pause_seconds)
-                cooldowns.take_out(model, error.reason, seconds)
-                self._rotation.left(model, error.reason, seconds)
-            case Action.ACCOUNT_PAUSE:
-                if error.code in (SPENT_CODE, WEEK_SPENT_CODE):
-                    self._quota.spent(error.reset_at, FIVE_HOURS if error.code == SPENT_CODE else WEEK)
-                fallback = FAIR_USE_SECONDS if error.code == FAIR_USE_CODE else settings.account_pause_seconds
-                seconds = self._until(error.reset_at, retry_after, fallback)
-                cooldowns.pause_account(seconds, error.reason)
-            case _:
-                if probe is not None:
-                    limits.probe_sent(probe, model)  # it tested nothing: the next one waits its turn
-        self._limits_changed()
-        if len(self._queue):
-            self._arm_timer()  # a slot freed while this block lasts must reach the waiters when it ends
-        return seconds
+        limits, probe = self._limits, None if slot is None else slot.probe
+        if error.action is not Action.CONCURRENCY:
+            if probe is not None and error.action in (Action.UNREACHED, Action.FATAL, Action.NONE):
+                limits.probe_sent(probe, model)  # it tested nothing: the next one waits its turn
+            return
+        if not limits.enabled:
+            return
+        taken_at = None if record is None else record.taken_at
+        if taken_at is not None:
+            limits.refusal_took(self.clock() - taken_at, lent=lent)
+        if counted or (record is not None and self.lending.held(record.lent)):
+            return
+        if slot is None or not slot.in_flight:
+            in_flight, total = self.store.in_flight(model), self.store.total()
+        else:
+            in_flight, total = self._arrivals.levels(slot.slot_id) or (slot.in_flight, slot.total)
+        limits.refused(model, in_flight, total, probe, taken_at)
+        if slot is not None:
+            self._note(slot, "refused", in_flight, total, probe)
+            self._probe_judged(slot.model, probe)
 
     def _checked(self, r: SlotRecord | None, *, refused: bool) -> None:
         """A final verdict on `r`'s request, for the check of lending: only one awaited, of no probe."""
@@ -294,14 +265,6 @@ class Ledger:
         self._limits_changed()
         if not heard:
             self.cooldowns.lending_off(why)
-
-    def _until(self, reset_at: float | None, retry_after: float | None, fallback: float) -> float:
-        """Seconds until a reset z.ai named (capped: a message may name any date), else the fallback."""
-        if reset_at is not None:
-            seconds = max(reset_at - self.wall_clock(), 0.0)
-        else:
-            seconds = retry_after if retry_after is not None else fallback
-        return min(seconds, self.settings.max_pause_seconds)
 
     def _serving(self) -> Counter[str]:
         """This proxy's slots z.ai serves, per model: answered cleanly, the answer not ended."""

@@ -257,7 +257,7 @@ async def swarm(
                 return
             await asyncio.wait({answer}, timeout=HELD_RECHECK_SECONDS)
         if waiter is None:
-            pool.ledger.error(selection.model, busy, None, selection)
+            pool.error(selection.model, busy, None, selection)
             pool.release(selection)
             return
         del waiters[selection.slot_id]
@@ -295,7 +295,7 @@ async def swarm(
                 instead = await hedged(selection, retry, since, written, _after(reject))
                 held_refusals.pop(slot_id, None)
                 if instead is None:
-                    pool.ledger.error(selection.model, busy, None, selection)
+                    pool.error(selection.model, busy, None, selection)
                     pool.release(selection)
                     instead = await pool.admit(retry, since=since, timeout=FOREVER)
                 else:
