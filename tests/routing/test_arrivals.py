@@ -12,23 +12,20 @@ def test_only_the_slots_beside_it_that_z_ai_accepted_count_and_itself_on_top() -
     arrivals = Arrivals()
     arrivals.accepted(1, "m")
     arrivals.accepted(2, "other")
-    arrivals.taken(5, "m", [1, 2, 3, 4])  # 3 (of m) and 4: verdicts still to come
-    assert arrivals.levels(5) == (2, 3)
+    beside = arrivals.beside("m", [1, 2, 3, 4])  # 3 (of m) and 4: verdicts still to come
+    assert arrivals.levels(5, beside) == (2, 3)
     arrivals.accepted(3, "m")  # accepted just after: it was there when 5 came
-    assert arrivals.levels(5) == (3, 4)
-    assert arrivals.levels(6) is None  # never taken here
-    arrivals.released(5)
-    assert arrivals.levels(5) is None
+    assert arrivals.levels(5, beside) == (3, 4)
 
 
 def test_a_slot_z_ai_served_before_counts_even_when_z_ai_held_it_first() -> None:
     """A z.ai that queues serves requests it held: when the next request comes, those are its to serve."""
     arrivals = Arrivals()
     arrivals.accepted(1, "m")
-    arrivals.taken(5, "m", [1, 2, 3], {2: "m", 3: "other"})  # 2 and 3 were held, then served
-    assert arrivals.levels(5) == (3, 4)
-    arrivals.taken(6, "m", [1, 2], {1: "m"})  # served and accepted at once: counted once
-    assert arrivals.levels(6) == (2, 2)
+    beside = arrivals.beside("m", [1, 2, 3], {2: "m", 3: "other"})  # 2 and 3 were held, then served
+    assert arrivals.levels(5, beside) == (3, 4)
+    beside = arrivals.beside("m", [1, 2], {1: "m"})  # served and accepted at once: counted once
+    assert arrivals.levels(6, beside) == (2, 2)
 
 
 def test_other_proxies_serving_counts_too_as_they_said_it_then() -> None:
@@ -37,17 +34,17 @@ def test_other_proxies_serving_counts_too_as_they_said_it_then() -> None:
     a slot just taken elsewhere counts as served until its proxy's next notice."""
     said: dict[str | None, int] = {"m": 2, None: 7}
     arrivals = Arrivals(lambda model: said[model])
-    arrivals.taken(1, "m", [])
+    beside = arrivals.beside("m", [])
     said[None] = 9
-    assert arrivals.levels(1) == (3, 10)
+    assert arrivals.levels(1, beside) == (3, 10)
     said.update({"m": 0, None: 3})
-    assert arrivals.levels(1) == (3, 8)  # their requests ended since
+    assert arrivals.levels(1, beside) == (3, 8)  # their requests ended since
     said.update({"m": 2, None: 9})
-    assert arrivals.levels(1, clean=True) == (3, 8)
+    assert arrivals.levels(1, beside, clean=True) == (3, 8)
     said.update({"m": 1, None: 7})
-    assert arrivals.levels(1, clean=True) == (2, 8)  # one of them said no since
+    assert arrivals.levels(1, beside, clean=True) == (2, 8)  # one of them said no since
     said.update({"m": 0, None: 0})
-    assert arrivals.levels(1, clean=True) == (1, 1)  # alone now
+    assert arrivals.levels(1, beside, clean=True) == (1, 1)  # alone now
 
 
 def test_a_refusal_in_a_fleets_first_burst_counts_what_the_others_serve_once_they_say_it() -> None:
@@ -56,18 +53,17 @@ def test_a_refusal_in_a_fleets_first_burst_counts_what_the_others_serve_once_the
     the level z.ai refused at (2 served, itself the third), not 1, a level z.ai serves (noise)."""
     said: dict[str | None, int] = {"m": 0, None: 0}
     arrivals = Arrivals(lambda model: said[model])
-    arrivals.taken(1, "m", [])
+    beside = arrivals.beside("m", [])
     said.update({"m": 2, None: 2})
-    assert arrivals.levels(1) == (3, 3)
-    assert arrivals.levels(1, clean=True) == (1, 1)
+    assert arrivals.levels(1, beside) == (3, 3)
+    assert arrivals.levels(1, beside, clean=True) == (1, 1)
 
 
 def test_the_memory_of_accepted_slots_is_bounded() -> None:
     arrivals = Arrivals()
     for slot_id in range(KEEP + 10):
         arrivals.accepted(slot_id, "m" if slot_id < 20 else "other")
-    arrivals.taken(10**6, "m", range(KEEP + 10))
-    model, account = arrivals.levels(10**6) or (0, 0)
+    model, account = arrivals.levels(10**6, arrivals.beside("m", range(KEEP + 10)))
     assert model == 11  # the ten oldest were forgotten
     assert account == KEEP + 1
 
@@ -80,7 +76,6 @@ def test_a_level_is_at_least_one_and_at_most_what_was_beside(beside: set[int], a
     arrivals = Arrivals()
     for slot_id in accepted | {60}:
         arrivals.accepted(slot_id, "m" if slot_id in beside else "other")
-    arrivals.taken(100, "m", beside | {60})
-    model, account = arrivals.levels(100) or (0, 0)
+    model, account = arrivals.levels(100, arrivals.beside("m", beside | {60}))
     assert model == len(beside & accepted) + 1
     assert 1 <= model <= account <= len(beside) + 2

@@ -48,48 +48,43 @@ AT_ONCE_SECONDS: Final = ARRIVAL_ORDER_SECONDS  # requests written this close to
 
 
 @dataclass(frozen=True, slots=True)
-class _Beside:
+class Beside:
+    """What was beside a slot's request when it came (taken, then written): kept on its record."""
+
     model: str  # the slot's own model
     slots: frozenset[int]  # every slot held and not finished when it was taken
     serving: Mapping[int, str]  # those of them z.ai served then (answered cleanly, however late): models
     model_elsewhere: int  # what other proxies said z.ai served of its model then
     account_elsewhere: int  # and of the account
+    written_at: float | None  # when it was written (None: not told)
 
 
 class Arrivals:
-    """Per held slot, what was beside it when its request came (taken, then written); and which slots z.ai
-    accepted at once. `elsewhere`: what the other proxies of a fleet say z.ai serves now (of a model; the
-    account's for None)."""
+    """Which slots z.ai accepted at once, and when each request was written, beyond a slot's life (what was
+    beside each is on its record). `elsewhere`: what the other proxies of a fleet say z.ai serves now (of a
+    model; the account's for None)."""
 
-    __slots__ = ("_accepted", "_beside", "_elsewhere", "_written", "_written_at")
+    __slots__ = ("_accepted", "_elsewhere", "_written")
 
     def __init__(self, elsewhere: Callable[[str | None], int] = lambda _: 0) -> None:
         self._elsewhere = elsewhere
-        self._beside: dict[int, _Beside] = {}
         self._accepted: dict[int, str] = {}  # slot -> its model, oldest first (at most KEEP)
         self._written: deque[tuple[float, int]] = deque(maxlen=KEEP)  # (when, slot), oldest first
-        self._written_at: dict[int, float] = {}  # held slots: when their request was last written
 
-    def taken(
-        self, slot_id: int, model: str, beside: Iterable[int], serving: Mapping[int, str] | None = None
-    ) -> None:
-        """Slot `slot_id` of `model` was taken (or its request written: see `written`) with the slots
-        `beside` held and not finished, `serving` of them answered cleanly already (z.ai serves those, even
-        ones it held first)."""
-        elsewhere = self._elsewhere
-        self._beside[slot_id] = _Beside(
-            model, frozenset(beside), serving or {}, elsewhere(model), elsewhere(None)
-        )
-
-    def written(self, slot_id: int, at: float) -> None:
-        """The request of slot `slot_id` was written to z.ai at `at` (monotonic, never earlier than the
-        last one told); `taken` says what was written before it and not finished."""
-        self._written.append((at, slot_id))
-        self._written_at[slot_id] = at
-
-    def written_held(self) -> Iterable[int]:
-        """The slots not released whose request was written (`written`)."""
-        return self._written_at.keys()
+    def beside(
+        self,
+        model: str,
+        slots: Iterable[int],
+        serving: Mapping[int, str] | None = None,
+        written: tuple[int, float] | None = None,
+    ) -> Beside:
+        """A slot of `model` was taken with the slots `slots` held and not finished, `serving` of them
+        answered cleanly already (z.ai serves those, even ones it held first); or its request, `written`
+        (slot, when: monotonic, never earlier than the last one told), with those written before it."""
+        if written is not None:
+            self._written.append((written[1], written[0]))
+        elsewhere, at = self._elsewhere, None if written is None else written[1]
+        return Beside(model, frozenset(slots), serving or {}, elsewhere(model), elsewhere(None), at)
 
     def accepted(self, slot_id: int, model: str) -> None:
         """z.ai answered the request of the slot (of `model`) at once (not after holding it)."""
@@ -99,16 +94,13 @@ class Arrivals:
             if len(accepted) > KEEP:
                 del accepted[next(iter(accepted))]
 
-    def levels(self, slot_id: int, *, clean: bool = False) -> tuple[int, int] | None:
-        """(on its model, on the account) what z.ai served when the slot's request came, itself included;
-        None for a slot not taken here. `clean`: for a clean answer, the slots written just after it do not
-        count, and what the others said then only as far as they still say it (see the module)."""
-        beside = self._beside.get(slot_id)
-        if beside is None:
-            return None
+    def levels(self, slot_id: int, beside: Beside, *, clean: bool = False) -> tuple[int, int]:
+        """(on its model, on the account) what z.ai served when the slot's request came, itself included.
+        `clean`: for a clean answer, the slots written just after it do not count, and what the others said
+        then only as far as they still say it (see the module)."""
         model_elsewhere, account_elsewhere = self._elsewhere(beside.model), self._elsewhere(None)
         model = account = 0
-        for other in beside.slots if clean else beside.slots | self._written_just_after(slot_id):
+        for other in beside.slots if clean else beside.slots | self._written_just_after(slot_id, beside):
             served = self._accepted.get(other) or beside.serving.get(other)
             if served is not None:
                 account += 1
@@ -121,9 +113,9 @@ class Arrivals:
             account += max(beside.account_elsewhere, account_elsewhere)
         return model + 1, account + 1
 
-    def _written_just_after(self, slot_id: int) -> set[int]:
+    def _written_just_after(self, slot_id: int, beside: Beside) -> set[int]:
         """The slots whose request was written within `AT_ONCE_SECONDS` after this one's."""
-        at = self._written_at.get(slot_id)
+        at = beside.written_at
         if at is None:
             return set()
         written = self._written
@@ -136,8 +128,3 @@ class Arrivals:
             if other != slot_id:
                 after.add(other)
         return after
-
-    def released(self, slot_id: int) -> None:
-        """The slot went back: nothing more will be asked of its arrival."""
-        self._beside.pop(slot_id, None)
-        self._written_at.pop(slot_id, None)

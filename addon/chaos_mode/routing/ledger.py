@@ -14,7 +14,7 @@ from typing import Any
 
 from chaos_mode.learning.limits import LearnedLimits, Probe
 from chaos_mode.quota.tracker import QuotaTracker
-from chaos_mode.routing.arrivals import Arrivals
+from chaos_mode.routing.arrivals import Arrivals, Beside
 from chaos_mode.routing.cooldowns import CooldownState
 from chaos_mode.routing.lending import Lending
 from chaos_mode.routing.slot_record import Phase, Place, Slot, SlotRecord
@@ -49,12 +49,12 @@ class Ledger:
 
     def take(self, slot_id: int, model: str, probe: Probe | None, *, awaits: bool) -> SlotRecord:
         """A slot just taken (`awaits`: z.ai's verdict on its request is awaited)."""
-        self._arrive(slot_id, model, [r.slot_id for r in self.records.values() if not r.ended])
+        beside = self._beside(model, [r for r in self.records.values() if not r.ended])
         in_flight, above = self.store.in_flight(model), self.riding_on
         lent = awaits and probe is None and self._limits.enabled and self._lent(model, in_flight, above)
         phase, place = Phase.AWAITING if awaits else Phase.DONE, Place.PROBE if probe else Place.WITHIN
         level = in_flight - above.get(model, 0)
-        record = SlotRecord(slot_id, model, self.clock(), probe, phase, place, lent, level)
+        record = SlotRecord(slot_id, model, self.clock(), probe, phase, place, lent, level, beside=beside)
         self.records[slot_id] = record
         self._quota.sent(slot_id, model)
         if probe is not None:
@@ -78,16 +78,23 @@ class Ledger:
         self._settle(record)  # the fleet hears of an overdue one
         del self.records[slot.slot_id]
         self._quota.ended(slot.slot_id)
-        self._arrivals.released(slot.slot_id)
         if record.phase is Phase.SERVED:
             self._limits.served_for(self.clock() - record.taken_at)
             self._seat_queued_probe(record.model)
         return record
 
-    def _arrive(self, slot_id: int, model: str, beside: list[int]) -> None:
-        """`slot_id`'s request comes to z.ai beside the slots `beside` (`routing.arrivals`)."""
-        serving = {o: self.records[o].model for o in beside if self.records[o].phase is Phase.SERVED}
-        self._arrivals.taken(slot_id, model, beside, serving)
+    def _beside(
+        self, model: str, beside: list[SlotRecord], written: tuple[int, float] | None = None
+    ) -> Beside:
+        """A request of `model` comes to z.ai beside the slots `beside` (`routing.arrivals`)."""
+        serving = {r.slot_id: r.model for r in beside if r.phase is Phase.SERVED}
+        return self._arrivals.beside(model, [r.slot_id for r in beside], serving, written)
+
+    def _levels(self, record: SlotRecord | None, *, clean: bool = False) -> tuple[int, int] | None:
+        """What z.ai served as `record`'s request came (`Arrivals.levels`); None: no record of it."""
+        if record is None or record.beside is None:
+            return None
+        return self._arrivals.levels(record.slot_id, record.beside, clean=clean)
 
     def _elsewhere(self, model: str | None) -> int:
         """What the other proxies of a fleet say z.ai serves (of `model`; the account's for None)."""
@@ -108,12 +115,11 @@ class Ledger:
     def sent(self, slot: Slot) -> None:
         """`slot`'s request was written to z.ai now: it arrives beside the requests written before it, not
         those taken before it (`routing.arrivals`). A pool never told of one keeps the takings."""
-        slot_id, records = slot.slot_id, self.records
-        if slot_id not in records:
+        if (record := self.records.get(slot.slot_id)) is None:
             return
-        written = self._arrivals.written_held()  # all held
-        self._arrive(slot_id, slot.model, [o for o in written if o != slot_id and not records[o].ended])
-        self._arrivals.written(slot_id, self.clock())
+        written = [r for r in self.records.values() if r.beside and r.beside.written_at is not None]
+        beside = [r for r in written if r is not record and not r.ended]
+        record.beside = self._beside(slot.model, beside, (slot.slot_id, self.clock()))
 
     def ended(self, slot: Slot) -> None:
         """z.ai sent `slot`'s answer to its end: it serves it no more, though the slot is held until the
@@ -168,7 +174,7 @@ class Ledger:
         # z.ai served at least what it serves now, or what it served when the request came (heads sent with
         # the first token: zai.assumptions.HEAD_MAY_WAIT_FOR_FIRST_TOKEN); not for a request z.ai may have
         # held (stalled, seated, not `at_once`): it was full then, and a probe there found no room above
-        levels = None if held or seated or not at_once else self._arrivals.levels(slot.slot_id, clean=True)
+        levels = None if held or seated or not at_once else self._levels(record, clean=True)
         arrived, arrived_total = levels or (0, 0)
         model, limits, here = slot.model, self._limits, self._serving()
         serving = max(here[model] + self._elsewhere(model), arrived)
@@ -190,7 +196,7 @@ class Ledger:
         if (record := self.records.get(slot.slot_id)) is None or not record.stall():
             return False
         if self._limits.enabled and not self.lending.held(record.lent):
-            level, account_level = self._arrivals.levels(slot.slot_id) or (slot.in_flight, slot.total)
+            level, account_level = self._levels(record) or (slot.in_flight, slot.total)
             probe = None if record.seated else slot.probe  # a seated probe probes nothing any more
             self._limits.stalled(slot.model, level, account_level, probe, record.taken_at)
             self._note(slot, "stall", level, account_level, probe)
@@ -236,7 +242,7 @@ class Ledger:
         if slot is None or not slot.in_flight:
             in_flight, total = self.store.in_flight(model), self.store.total()
         else:
-            in_flight, total = self._arrivals.levels(slot.slot_id) or (slot.in_flight, slot.total)
+            in_flight, total = self._levels(record) or (slot.in_flight, slot.total)
         limits.refused(model, in_flight, total, probe, taken_at)
         if slot is not None:
             self._note(slot, "refused", in_flight, total, probe)

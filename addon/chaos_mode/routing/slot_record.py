@@ -11,7 +11,8 @@ them: `routing.ledger`). Made when the slot is taken, dropped when it is given b
 - `stalled`: a stall said while awaiting (once); `ended`: z.ai sent its answer to the end.
 - `lent`: taken above a limit while an overdue attempt rode there, at `level` (what z.ai served of its
   model, the attempts riding above it left out): what `routing.lending` checks. `held_when_off`: lent or
-  overdue, awaiting, when lending turned off (the limits start over once none is left).
+  overdue, awaiting, when lending turned off (the limits start over once none is left). `beside`: what
+  was beside its request as it came (`routing.arrivals`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from chaos_mode.learning.limits import Probe
+from chaos_mode.routing.arrivals import Beside
 from chaos_mode.zai.catalog import ACCOUNT
 
 
@@ -50,6 +52,7 @@ class SlotRecord:
     stalled: bool = False
     ended: bool = False
     held_when_off: bool = False
+    beside: Beside | None = None
 
     @property
     def limit(self) -> str:
