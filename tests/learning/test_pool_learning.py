@@ -7,6 +7,7 @@ import asyncio
 import random
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -725,6 +726,45 @@ def test_a_seated_probe_given_up_or_refused_gives_its_slot_back_exactly_once() -
         regular = rig.take()  # the limit's one slot, free again, and no probe riding above it
         assert regular.probe is None and rig.pool.try_acquire(Ticket("heavy")) is None
         assert rig.pool.release(regular)
+
+
+def _probes_counted(limits: object) -> list[object]:
+    """The probe each verdict the learned limits get is counted for, in order."""
+    probes: list[object] = []
+    for name in ("succeeded", "refused", "stalled"):
+        count = getattr(limits, name)
+
+        def spy(*args: Any, count: Callable[..., None] = count, **kwargs: Any) -> None:
+            probes.append(args[3])
+            count(*args, **kwargs)
+
+        setattr(limits, name, spy)
+    return probes
+
+
+def test_a_seated_probes_verdict_is_a_regular_requests() -> None:
+    """z.ai held the probe until a slot freed and seated it there: whatever its verdict, the limits count it
+    as a regular request's (its round failed at its seat), and a clean one says the model is not refusing."""
+    for verdict in ("clean", "1302", "stall"):
+        rig = Rig(routing({"m": {"tier": "HEAVY", "maxConcurrency": 1}}))
+        probes = _probes_counted(rig.pool.limits)
+        held = rig.take()
+        rig.pool.ledger.success(held)
+        probe = rig.take()
+        assert probe.probe == "model"
+        rig.pool.ledger.queued(probe)
+        rig.pool.ledger.ended(held)
+        assert rig.pool.release(held)  # the probe is seated
+        probes.clear()
+        if verdict == "clean":
+            rig.pool.ledger.success(probe)
+            assert not rig.pool.ledger.refusing("m")
+        elif verdict == "1302":
+            rig.pool.error("m", error("1302"), None, probe)
+        else:
+            assert rig.pool.ledger.stall(probe)
+        assert probes == [None], verdict
+        assert rig.pool.release(probe)
 
 
 def test_a_clean_answer_counts_at_least_what_z_ai_served_when_its_request_came() -> None:

@@ -136,11 +136,11 @@ def test_a_queued_probe_seats_on_its_own_model_first_then_the_accounts_oldest_fi
         assert ledger.release(Slot(model, "served", slot_id=slot_id)) is not None
 
     serve_and_give_back(10, "a")
-    assert not any(r.seated for r in (account, other, own))  # none queued yet
+    assert not any(r.held for r in (account, other, own))  # none queued yet
     for record in (account, other, own):
         assert record.move(Place.PROBE, Place.QUEUED)
     serve_and_give_back(11, "a")
-    assert own.seated and not own.probing and not account.seated
+    assert own.held and not own.probing and not account.held
     serve_and_give_back(12, "c")
-    assert account.seated and not other.seated
+    assert account.held and not other.held
     assert ledger.riding_on == {"b": 1}

@@ -8,7 +8,8 @@ them: `routing.ledger`). Made when the slot is taken, dropped when it is given b
   account's limits. The steps, while AWAITING: WITHIN -> OVERDUE (and back, once lending is off), PROBE ->
   QUEUED -> SEATED. A place rides above a limit only while AWAITING, and stays as the attempt's history
   once its verdict came (its flow shows it).
-- `stalled`: a stall said while awaiting (once); `ended`: z.ai sent its answer to the end.
+- `stalled`: a stall said while awaiting (once); `ended`: z.ai sent its answer to the end. Stalled or
+  seated, it is `held`: its verdict is a regular request's from then on, however it was sent.
 - `lent`: taken above a limit while an overdue attempt rode there, at `level` (what z.ai served of its
   model, the attempts riding above it left out): what `routing.lending` checks. `held_when_off`: lent or
   overdue, awaiting, when lending turned off (the limits start over once none is left). `beside`: what
@@ -75,8 +76,10 @@ class SlotRecord:
         return self.awaiting and self.place in (Place.PROBE, Place.QUEUED)
 
     @property
-    def seated(self) -> bool:
-        return self.awaiting and self.place is Place.SEATED
+    def held(self) -> bool:
+        """z.ai held its request: its stall said so, or (a queued probe) it was seated in a slot that freed.
+        Its verdict from then on is a regular request's: no probe's, a clean answer at what z.ai serves."""
+        return self.awaiting and (self.stalled or self.place is Place.SEATED)
 
     @property
     def stall_counted(self) -> bool:
