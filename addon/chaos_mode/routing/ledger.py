@@ -178,7 +178,7 @@ class Ledger:
         # held (`SlotRecord.held`, not `at_once`): it was full then, and a probe there found no room above
         levels = None if held or not at_once else self._levels(record, clean=True)
         arrived, arrived_total = levels or (0, 0)
-        model, limits, here = slot.model, self._limits, self._serving()
+        model, limits, here = slot.model, self._limits, self.serving_here()
         serving = max(here[model] + self._elsewhere(model), arrived)
         total = max(here.total() + self._elsewhere(None), arrived_total)
         self._quota.answered(model, slot.slot_id)
@@ -281,13 +281,6 @@ class Ledger:
         if not heard:
             self.cooldowns.lending_off(why)
 
-    def _serving(self) -> Counter[str]:
-        """This proxy's slots z.ai serves, per model: answered cleanly, the answer not ended."""
-        serving: Counter[str] = Counter()
-        for r in self.records.values():
-            serving[r.model] += 1 - r.awaiting - r.ended
-        return serving
-
     @property
     def riding_on(self) -> Mapping[str, int]:
         """Slots riding above each limit (a model's name, or ACCOUNT): read for every request, so cheaply."""
@@ -304,9 +297,10 @@ class Ledger:
         """Slots (of `model`; all when None) whose request z.ai has not answered yet."""
         return sum(r.awaiting for r in self.records.values() if model in (None, r.model))
 
-    def serving_here(self) -> dict[str, int]:
-        """This proxy's slots z.ai serves, per model (none: left out): what it tells the fleet."""
-        return {model: count for model, count in self._serving().items() if count > 0}
+    def serving_here(self) -> Counter[str]:
+        """This proxy's slots z.ai serves, per model (answered cleanly, the answer not ended; none: left
+        out): what it tells the fleet."""
+        return Counter(r.model for r in self.records.values() if not r.awaiting and not r.ended)
 
     def overdue_here(self) -> dict[str, int]:
         """This proxy's attempts riding above the limits, per model: what it tells the fleet."""
