@@ -231,9 +231,7 @@ def test_a_refusal_gives_its_weight_back_and_a_request_with_no_verdict_keeps_it(
     assert refused is not None and unreached is not None and gone is not None
     busy = UpstreamError(429, "1302", Action.CONCURRENCY, "1302")
     pool.error(refused.model, busy, None, refused)  # z.ai refused it: not charged
-    pool.error(
-        unreached.model, UpstreamError(502, None, Action.UNREACHED, "no answer"), None, unreached
-    )
+    pool.error(unreached.model, UpstreamError(502, None, Action.UNREACHED, "no answer"), None, unreached)
     for slot in (refused, unreached, gone):
         pool.release(slot)  # the client of `gone` left before any answer: perhaps charged
     after = pool.pacer.budget()
