@@ -939,3 +939,18 @@ def test_a_notice_nested_too_deeply_is_ignored() -> None:
     assert fleet.cooldowns is not None
     fleet._heard_block('{"kind":' * 100_000 + "1" + "}" * 100_000)
     assert not fleet.cooldowns.blocked()
+
+
+async def test_a_tally_names_the_live_proxies_that_missed_a_renewal(
+    server: RedisProcess, client: aioredis.Redis
+) -> None:
+    """A proxy seen in the fleet less than a lease ago but more than one and a half renewals ago (a third
+    of a lease each) is likely dead: what it said stops counting (`SharedSlots.apply`)."""
+    fleet = make_fleet(server.url, "p", lease_seconds=3.0)
+    fleet._up = True
+    seconds, micros = await client.time()
+    now = seconds * 1000 + micros // 1000
+    await client.zadd("chaos:fleet", {"q": now - 500, "r": now - 1600})  # q renewed lately, r not
+    tally = await fleet.tick()
+    assert set(tally.proxies) == {"p", "q", "r"} and tally.silent == {"r"}
+    await fleet.close()

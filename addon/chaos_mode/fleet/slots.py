@@ -58,6 +58,7 @@ class Tally:
     total: int
     proxies: Mapping[str, int] = field(default_factory=dict)  # live proxy id -> leases it holds
     seq: int = 0  # the store's change number when it was read (see `Notice`)
+    silent: frozenset[str] = frozenset()  # live proxies that missed a renewal: likely dead
 
 
 @dataclass(frozen=True, slots=True)
@@ -494,7 +495,10 @@ class SharedSlots:
 
     def apply(self, tally: Tally) -> None:
         """The fleet's full counts (read on every renewal): rebuild the mirror, but for what notices
-        newer than the tally already counted; wake waiters if the others freed anything."""
+        newer than the tally already counted; wake waiters if the others freed anything. What a proxy said
+        is forgotten once it is gone or missed a renewal (`silent`): a proxy killed takes its requests with
+        it, and what it said z.ai serves would lift clean answers here for a lease's TTL (its leases still
+        count until they end; a proxy only late says it all again with its next notice)."""
         freed = False
         for model in set(self._others) | set(tally.models):
             if tally.seq >= self._seqs.get(model, 0):
@@ -506,7 +510,8 @@ class SharedSlots:
         self._total = sum(self._own.values()) + self._others_total
         self._proxies = dict(tally.proxies)
         for proxy in set(self._peers) | set(self._serving_there) | set(self._overdue_there):
-            if proxy not in tally.proxies and self._heard_seq.get(proxy, 0) <= tally.seq:
+            gone = proxy not in tally.proxies or proxy in tally.silent
+            if gone and self._heard_seq.get(proxy, 0) <= tally.seq:
                 self._forget(proxy)
         if freed:
             self.on_freed(0.0)
