@@ -65,7 +65,6 @@ def make_fleet(
             on_seen=pool.ledger.seen_elsewhere,
             waiting=pool.first_in_line,
             serving=pool.ledger.serving_here,
-            refusing=pool.ledger.refusing,
             overdue=pool.ledger.overdue_here,
         )
         pool.use(slots=slots)

@@ -159,7 +159,7 @@ class RedisFleet:
                 self._call_failed(TimeoutError(f"no connection within {self.timeout:g} s"))
         if not self._up and not self._rejoining:
             return None
-        tail = notice_tail(self.slots.notice("+", model, probe=probe is not None))
+        tail = notice_tail(self.slots.notice("+", model))
         keys: tuple[str, ...] = self._lease_keys(model)
         args: tuple[str | int, ...] = (
             lease,

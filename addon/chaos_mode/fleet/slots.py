@@ -145,7 +145,6 @@ class SharedSlots:
         on_seen: Callable[[str, Sequence[Seen]], None] = lambda model, seen: None,
         waiting: Callable[[], tuple[int, int, float]] = lambda: NOBODY,
         serving: Callable[[], Mapping[str, int]] = dict,
-        refusing: Callable[[str], bool] = lambda model: False,
         overdue: Callable[[], Mapping[str, int]] = dict,
         clock: Callable[[], float] = time.monotonic,
         forget_after: float = 10.0,
@@ -158,7 +157,6 @@ class SharedSlots:
         self.on_seen = on_seen  # z.ai's verdicts on a slot another proxy gave back
         self.waiting = waiting  # (requests waiting here, the first's level, its wait): the pool's queue
         self.serving = serving  # this proxy's slots z.ai answered and serves, per model: the pool's
-        self.refusing = refusing  # z.ai's latest verdict on a model was no clean answer: the pool's
         self.overdue = overdue  # this proxy's attempts riding above the limits, per model: the pool's
         self.clock = clock
         self.forget_after = forget_after  # seconds alone before the others' slots as last seen are forgotten
@@ -530,23 +528,24 @@ class SharedSlots:
         if self.fleet is not None and self._alone_share is None and not self.waiting()[0]:
             self.fleet.announce()
 
-    def notice(
-        self, op: str, model: str = "", to: str = "", *, probe: bool = False, seen: Sequence[Seen] = ()
-    ) -> Notice:
-        """This proxy's notice of `op` on `model` (`seq` is the store's to give). The slot a lease taken
-        (`+`) is for counts as served in it, unless it is a probe's or z.ai's latest verdict on its model
-        was a refusal or a stall (`refusing`): z.ai answers a request within ms or refuses it in seconds,
-        and this proxy's next notice says which. Counted as not served, each proxy's latest slot would be
-        missing from every clean answer elsewhere, and a limit would seldom look served at its value
-        (never probed back up); counted as served while z.ai refuses the model (a limit just fell), each
-        refusal elsewhere in the meantime would be counted a level above z.ai's, and the limit would fall
-        short of it."""
+    def notice(self, op: str, model: str = "", to: str = "", *, seen: Sequence[Seen] = ()) -> Notice:
+        """This proxy's notice of `op` on `model` (`seq` is the store's to give). `serving`: the slots z.ai
+        answered, not those it may yet refuse (a lease's slot counts from its clean answer, told at once,
+        `verdicts`): counted before, a slot z.ai refuses lifted the clean answers elsewhere a level above
+        z.ai's while a limit was too high, and kept it there."""
         waiting, level, waited = self.waiting()
-        serving = self.serving()
-        if op == "+" and model and not probe and not self.refusing(model):
-            serving = {**serving, model: serving.get(model, 0) + 1}
         return Notice(
-            0, op, self.proxy_id, model, waiting, level, waited, to, serving, tuple(seen), self.overdue()
+            0,
+            op,
+            self.proxy_id,
+            model,
+            waiting,
+            level,
+            waited,
+            to,
+            self.serving(),
+            tuple(seen),
+            self.overdue(),
         )
 
     def connected(self, fleet: Fleet) -> None:
