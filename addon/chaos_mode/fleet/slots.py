@@ -534,19 +534,8 @@ class SharedSlots:
         `verdicts`): counted before, a slot z.ai refuses lifted the clean answers elsewhere a level above
         z.ai's while a limit was too high, and kept it there."""
         waiting, level, waited = self.waiting()
-        return Notice(
-            0,
-            op,
-            self.proxy_id,
-            model,
-            waiting,
-            level,
-            waited,
-            to,
-            self.serving(),
-            tuple(seen),
-            self.overdue(),
-        )
+        serving, overdue = self.serving(), self.overdue()
+        return Notice(0, op, self.proxy_id, model, waiting, level, waited, to, serving, tuple(seen), overdue)
 
     def connected(self, fleet: Fleet) -> None:
         """The store answers (again): use it. The caller writes `leases()` and applies a tally."""
