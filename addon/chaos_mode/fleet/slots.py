@@ -531,8 +531,8 @@ class SharedSlots:
     def notice(self, op: str, model: str = "", to: str = "", *, seen: Sequence[Seen] = ()) -> Notice:
         """This proxy's notice of `op` on `model` (`seq` is the store's to give). `serving`: the slots z.ai
         answered, not those it may yet refuse (a lease's slot counts from its clean answer, told at once,
-        `verdicts`): counted before, a slot z.ai refuses lifted the clean answers elsewhere a level above
-        z.ai's while a limit was too high, and kept it there."""
+        `verdicts`): counted before, a slot z.ai refuses would lift clean answers elsewhere above z.ai's
+        while a limit is too high."""
         waiting, level, waited = self.waiting()
         serving, overdue = self.serving(), self.overdue()
         return Notice(0, op, self.proxy_id, model, waiting, level, waited, to, serving, tuple(seen), overdue)
