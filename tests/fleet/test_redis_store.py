@@ -65,7 +65,6 @@ def make_fleet(
             on_seen=pool.ledger.seen_elsewhere,
             waiting=pool.first_in_line,
             serving=pool.ledger.serving_here,
-            refusing=pool.ledger.refusing,
             overdue=pool.ledger.overdue_here,
         )
         pool.use(slots=slots)
@@ -163,7 +162,7 @@ async def test_release_removes_the_lease_and_tells_the_other_proxies(
     # the lease taken and given back, numbered, on the other proxy's own channel only: a proxy does not
     # read its own notices back, and what every proxy hears (the shared channel) is not for them
     assert messages == [
-        (b"chaos:freed:q", b"1 + p glm-4.5 0 0 0 - glm-4.5=1 - -"),  # the slot just taken: served, till said
+        (b"chaos:freed:q", b"1 + p glm-4.5 0 0 0 - - - -"),  # the slot just taken: not served till answered
         (b"chaos:freed:q", b"2 - p glm-4.5 0 0 0 - - - -"),
     ]
     await pubsub.aclose()
@@ -902,24 +901,20 @@ async def test_a_clean_answer_counts_the_other_proxies_slots_z_ai_serves_not_tho
     server: RedisProcess, client: aioredis.Redis
 ) -> None:
     """What z.ai serves at once, fleet-wide: a slot another proxy sent and z.ai has not answered (a 1302
-    takes seconds) is no sign that z.ai serves it. A slot just taken counts as served from its notice on,
-    until its proxy's next notice says otherwise (z.ai answers within ms, or refuses in seconds)."""
+    takes seconds) is no sign that z.ai serves it; its clean answer, told at once, is."""
     async with sharing(server) as ((a, b), fleets):
         unanswered = await a.admit(Ticket("heavy"), timeout=1)
         assert unanswered is not None
-        await until(lambda: fleets[1].slots.serving_elsewhere("h") == 1)  # just taken: served, as said
+        await until(lambda: fleets[1].slots.in_flight("h") == 1)  # b counts a's lease...
+        assert fleets[1].slots.serving_elsewhere("h") == 0  # ...not as served
         served = await b.admit(Ticket("heavy"), timeout=1)
-        light = await a.admit(Ticket("light"), timeout=1)  # a's next notice: its "h" has no answer yet
-        assert served is not None and light is not None
-        await until(lambda: fleets[1].slots.serving_elsewhere("h") == 0)
+        assert served is not None
         b.ledger.success(served)  # z.ai served one of "h" at once, not two
         assert not b.limits.view("h").evidence.answered_at(2, 1000.0)
-        more = await b.admit(Ticket("light"), timeout=1)  # b's next notice: its "h" is served
-        assert more is not None
-        await until(lambda: fleets[0].slots.serving_elsewhere("h") == 1)
+        await until(lambda: fleets[0].slots.serving_elsewhere("h") == 1)  # b's clean answer, told at once
         a.ledger.success(unanswered)  # now a's answer counts b's: two at once
         assert a.limits.view("h").evidence.answered_at(2, 1000.0)
-        for pool, slot in ((a, unanswered), (b, served), (a, light), (b, more)):
+        for pool, slot in ((a, unanswered), (b, served)):
             assert pool.release(slot)
         await until(lambda: fleets[0].slots.serving_elsewhere(None) == 0)  # given back: said at once
 
@@ -939,3 +934,18 @@ def test_a_notice_nested_too_deeply_is_ignored() -> None:
     assert fleet.cooldowns is not None
     fleet._heard_block('{"kind":' * 100_000 + "1" + "}" * 100_000)
     assert not fleet.cooldowns.blocked()
+
+
+async def test_a_tally_names_the_live_proxies_that_missed_a_renewal(
+    server: RedisProcess, client: aioredis.Redis
+) -> None:
+    """A proxy seen in the fleet less than a lease ago but more than one and a half renewals ago (a third
+    of a lease each) is likely dead: what it said stops counting (`SharedSlots.apply`)."""
+    fleet = make_fleet(server.url, "p", lease_seconds=3.0)
+    fleet._up = True
+    seconds, micros = await client.time()
+    now = seconds * 1000 + micros // 1000
+    await client.zadd("chaos:fleet", {"q": now - 500, "r": now - 1600})  # q renewed lately, r not
+    tally = await fleet.tick()
+    assert set(tally.proxies) == {"p", "q", "r"} and tally.silent == {"r"}
+    await fleet.close()

@@ -486,23 +486,30 @@ def test_a_tally_read_before_a_proxy_s_notice_does_not_forget_what_it_said() -> 
     assert slots.serving_elsewhere("m") == 0
 
 
-def test_the_slot_a_lease_is_taken_for_counts_as_served_in_its_notice_unless_it_is_a_probes() -> None:
-    slots = SharedSlots("a", serving=lambda: {"m": 2})
-    assert slots.notice("+", "m").serving == {"m": 3}  # z.ai answers it within ms, or its next notice says
-    assert slots.notice("+", "n").serving == {"m": 2, "n": 1}
-    assert slots.notice("+", "m", probe=True).serving == {"m": 2}  # a probe's answer is not guessed
-    assert slots.notice("-", "m").serving == {"m": 2}
+def test_what_a_proxy_said_is_forgotten_once_it_misses_a_renewal_and_heard_again_when_it_speaks() -> None:
+    """A proxy killed takes its requests with it: its leases count until they end, but what it said z.ai
+    serves and what rides above the limits no longer lifts a clean answer here once it missed a renewal."""
+    fleet = FakeFleet()
+    slots = connected(fleet)
+    slots.heard(Notice(5, "+", "b", "m", serving={"m": 2}, overdue={"m": 1}))
+    slots.apply(Tally({"m": 3}, 3, {"a": 0, "b": 3}, seq=5))  # b renews: it stands
+    assert (slots.serving_elsewhere("m"), slots.riding_elsewhere("m")) == (2, 1)
+    slots.apply(Tally({"m": 3}, 3, {"a": 0, "b": 3}, seq=5, silent=frozenset({"b"})))
+    assert (slots.serving_elsewhere("m"), slots.riding_elsewhere("m")) == (0, 0)
+    assert slots.in_flight("m") == 3  # its leases still hold their slots
+    slots.heard(Notice(6, "=", "b", serving={"m": 1}))  # only late: it says it all again
+    assert slots.serving_elsewhere("m") == 1
 
 
-def test_the_slot_a_lease_is_taken_for_is_not_counted_served_while_z_ai_refuses_its_model() -> None:
-    """After a limit fell, the requests sent there are refused; counted as served until their proxy's next
-    notice, they put a refusal elsewhere meanwhile a level above z.ai's (traced on the fleet's `halved`)."""
-    refusing = {"m"}
-    slots = SharedSlots("a", serving=lambda: {"m": 2}, refusing=lambda model: model in refusing)
+def test_the_slot_a_lease_is_taken_for_counts_as_served_only_from_its_clean_answer() -> None:
+    """A slot z.ai has not answered may be refused: counted as served elsewhere, it lifted clean answers
+    there a level above z.ai's while a limit was too high (the fleet's `halved`). Its clean answer is told
+    at once, with what this proxy serves then."""
+    serving = {"m": 2}
+    slots = SharedSlots("a", serving=lambda: serving)
     assert slots.notice("+", "m").serving == {"m": 2}
-    assert slots.notice("+", "n").serving == {"m": 2, "n": 1}
-    refusing.clear()
-    assert slots.notice("+", "m").serving == {"m": 3}
+    serving = {"m": 3}  # z.ai answered it
+    assert slots.notice("=", "m", seen=(Seen("clean", 3, 3),)).serving == {"m": 3}
 
 
 def test_the_verdicts_on_a_request_are_told_as_they_come_and_the_others_count_them() -> None:

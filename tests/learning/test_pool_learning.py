@@ -162,21 +162,6 @@ def test_a_stall_another_proxy_heard_counts_here_from_when_its_request_was_sent(
     assert learned(elsewhere_unaged) == 3
 
 
-def test_a_model_is_refusing_from_its_latest_verdict_not_a_probes_here_or_elsewhere() -> None:
-    rig = Rig()
-    first = rig.take()
-    assert not rig.pool.ledger.refusing("h")
-    assert rig.pool.ledger.stall(first)
-    assert rig.pool.ledger.refusing("h") and not rig.pool.ledger.refusing("l")
-    rig.pool.ledger.seen_elsewhere("h", [Seen("clean", 1, 1)])
-    assert not rig.pool.ledger.refusing("h")
-    rig.pool.ledger.seen_elsewhere("h", [Seen("refused", 2, 2, None, 3.0)])
-    assert rig.pool.ledger.refusing("h")
-    rig.pool.ledger.seen_elsewhere("h", [Seen("clean", 3, 3, "model")])  # a probe's verdict: not counted
-    assert rig.pool.ledger.refusing("h")
-    assert rig.pool.release(first)
-
-
 def test_an_account_limit_learned_from_1302s_is_probed_too() -> None:
     three = {name: {"tier": "LIGHT", "maxConcurrency": 3} for name in ("a", "b", "c")}
     rig = Rig(routing(three, chaosMode={"qualityFloor": {"heavy": "LIGHT", "medium": "LIGHT"}}))

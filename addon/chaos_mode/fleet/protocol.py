@@ -18,8 +18,8 @@ given up, `free_at` is the prober's wait and `refused` its count. The key outliv
 `PROBE_MEMORY_MS`, keeping the count.
 
 **A notice says what z.ai serves of its sender's slots** (`model=n,...`, the slots z.ai answered cleanly
-and still streams; the one a lease is taken for counts as served until the sender's next notice, but a
-probe's): a clean answer elsewhere counts them with its own, not the slots z.ai has not answered yet.
+and still streams; the one a lease is taken for only from its clean answer's notice): a clean answer
+elsewhere counts them with its own, not the slots z.ai has not answered yet.
 **z.ai's verdicts on a request are told as they come**, in a notice `=` on `freed` naming its model
 (`c7:20`, `r8:22m~3010`, `s9:26a~250`: clean, refused, stalled, at the levels its proxy counted on the
 model and the account, a model's or the account's probe, and for a refusal or a stall the ms since its

@@ -47,6 +47,7 @@ log = logging.getLogger("chaos_mode")
 CALL_TIMEOUT: Final = 0.5  # seconds: a Redis slower than this counts as gone (the proxy serves alone)
 BACKOFF: Final = (0.1, 5.0)  # seconds: first and longest wait between reconnection attempts
 REJOIN_POLL: Final = 0.1  # seconds between tallies while back from an outage, waiting for the others
+SILENT_TICKS: Final = 1.5  # renewals (a third of a lease each, ±10 %) a live proxy is never silent for
 
 
 def _text(value: object) -> str:
@@ -158,7 +159,7 @@ class RedisFleet:
                 self._call_failed(TimeoutError(f"no connection within {self.timeout:g} s"))
         if not self._up and not self._rejoining:
             return None
-        tail = notice_tail(self.slots.notice("+", model, probe=probe is not None))
+        tail = notice_tail(self.slots.notice("+", model))
         keys: tuple[str, ...] = self._lease_keys(model)
         args: tuple[str | int, ...] = (
             lease,
@@ -456,11 +457,13 @@ class RedisFleet:
         for member in members:
             owner = _text(member).rpartition("#")[0]
             held[owner] = held.get(owner, 0) + 1
+        late = self._redis_now - SILENT_TICKS * self.lease_ms / 3  # not seen since: missed a renewal
         return Tally(
             models={model: int(n) for model, n in zip(models, counts, strict=True)},
             total=len(members),
             proxies=held,
             seq=int(seq),
+            silent=frozenset(p for p, seen in self._seen.items() if seen < late),
         )
 
     def _lease_args(

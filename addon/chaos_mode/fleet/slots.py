@@ -58,6 +58,7 @@ class Tally:
     total: int
     proxies: Mapping[str, int] = field(default_factory=dict)  # live proxy id -> leases it holds
     seq: int = 0  # the store's change number when it was read (see `Notice`)
+    silent: frozenset[str] = frozenset()  # live proxies that missed a renewal: likely dead
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +145,6 @@ class SharedSlots:
         on_seen: Callable[[str, Sequence[Seen]], None] = lambda model, seen: None,
         waiting: Callable[[], tuple[int, int, float]] = lambda: NOBODY,
         serving: Callable[[], Mapping[str, int]] = dict,
-        refusing: Callable[[str], bool] = lambda model: False,
         overdue: Callable[[], Mapping[str, int]] = dict,
         clock: Callable[[], float] = time.monotonic,
         forget_after: float = 10.0,
@@ -157,7 +157,6 @@ class SharedSlots:
         self.on_seen = on_seen  # z.ai's verdicts on a slot another proxy gave back
         self.waiting = waiting  # (requests waiting here, the first's level, its wait): the pool's queue
         self.serving = serving  # this proxy's slots z.ai answered and serves, per model: the pool's
-        self.refusing = refusing  # z.ai's latest verdict on a model was no clean answer: the pool's
         self.overdue = overdue  # this proxy's attempts riding above the limits, per model: the pool's
         self.clock = clock
         self.forget_after = forget_after  # seconds alone before the others' slots as last seen are forgotten
@@ -494,7 +493,10 @@ class SharedSlots:
 
     def apply(self, tally: Tally) -> None:
         """The fleet's full counts (read on every renewal): rebuild the mirror, but for what notices
-        newer than the tally already counted; wake waiters if the others freed anything."""
+        newer than the tally already counted; wake waiters if the others freed anything. What a proxy said
+        is forgotten once it is gone or missed a renewal (`silent`): a proxy killed takes its requests with
+        it, and what it said z.ai serves would lift clean answers here for a lease's TTL (its leases still
+        count until they end; a proxy only late says it all again with its next notice)."""
         freed = False
         for model in set(self._others) | set(tally.models):
             if tally.seq >= self._seqs.get(model, 0):
@@ -506,7 +508,8 @@ class SharedSlots:
         self._total = sum(self._own.values()) + self._others_total
         self._proxies = dict(tally.proxies)
         for proxy in set(self._peers) | set(self._serving_there) | set(self._overdue_there):
-            if proxy not in tally.proxies and self._heard_seq.get(proxy, 0) <= tally.seq:
+            gone = proxy not in tally.proxies or proxy in tally.silent
+            if gone and self._heard_seq.get(proxy, 0) <= tally.seq:
                 self._forget(proxy)
         if freed:
             self.on_freed(0.0)
@@ -525,24 +528,14 @@ class SharedSlots:
         if self.fleet is not None and self._alone_share is None and not self.waiting()[0]:
             self.fleet.announce()
 
-    def notice(
-        self, op: str, model: str = "", to: str = "", *, probe: bool = False, seen: Sequence[Seen] = ()
-    ) -> Notice:
-        """This proxy's notice of `op` on `model` (`seq` is the store's to give). The slot a lease taken
-        (`+`) is for counts as served in it, unless it is a probe's or z.ai's latest verdict on its model
-        was a refusal or a stall (`refusing`): z.ai answers a request within ms or refuses it in seconds,
-        and this proxy's next notice says which. Counted as not served, each proxy's latest slot would be
-        missing from every clean answer elsewhere, and a limit would seldom look served at its value
-        (never probed back up); counted as served while z.ai refuses the model (a limit just fell), each
-        refusal elsewhere in the meantime would be counted a level above z.ai's, and the limit would fall
-        short of it."""
+    def notice(self, op: str, model: str = "", to: str = "", *, seen: Sequence[Seen] = ()) -> Notice:
+        """This proxy's notice of `op` on `model` (`seq` is the store's to give). `serving`: the slots z.ai
+        answered, not those it may yet refuse (a lease's slot counts from its clean answer, told at once,
+        `verdicts`): counted before, a slot z.ai refuses would lift clean answers elsewhere above z.ai's
+        while a limit is too high."""
         waiting, level, waited = self.waiting()
-        serving = self.serving()
-        if op == "+" and model and not probe and not self.refusing(model):
-            serving = {**serving, model: serving.get(model, 0) + 1}
-        return Notice(
-            0, op, self.proxy_id, model, waiting, level, waited, to, serving, tuple(seen), self.overdue()
-        )
+        serving, overdue = self.serving(), self.overdue()
+        return Notice(0, op, self.proxy_id, model, waiting, level, waited, to, serving, tuple(seen), overdue)
 
     def connected(self, fleet: Fleet) -> None:
         """The store answers (again): use it. The caller writes `leases()` and applies a tally."""

@@ -305,7 +305,6 @@ class ChaosMode:
             on_seen=self.pool.ledger.seen_elsewhere,
             waiting=self.pool.first_in_line,
             serving=self.pool.ledger.serving_here,
-            refusing=self.pool.ledger.refusing,
             overdue=self.pool.ledger.overdue_here,
         )
         self.pool.use(slots=slots)

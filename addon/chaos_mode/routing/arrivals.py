@@ -7,7 +7,7 @@ seconds, a head comes at once). So the level of a refusal or a stall is taken wh
 slots that were held beside its own when it was taken and not finished: those z.ai turned out to accept at
 once (a clean answer, not after a stall), itself on top, and what other proxies of a fleet said z.ai served of
 theirs then (for a clean answer, which comes within ms, only as far as they still say it now: a slot another
-proxy just took counts as served until its next notice says otherwise; for a refusal, which comes seconds
+proxy served then may have ended; for a refusal, which comes seconds
 later, as they said it then or as they say it now, whichever is more: by then their 1-s requests of then have
 ended and others run, so what they say now alone fell under z.ai's level, and in a fleet's first burst they
 had said nothing yet when the request came, their requests written with it answered only after it).

@@ -43,7 +43,6 @@ class Ledger:
         self.clock = clock
         self._limits, self._quota, self._queue, self._limits_changed = limits, quota, queue, limits_changed
         self._arrivals = Arrivals(self._elsewhere)  # what z.ai served as each slot's request came: its level
-        self._refusing: set[str] = set()  # models whose latest verdict (not a probe's) was no clean answer
 
     # -- a slot's life --------------------------------------------------------------------------------
 
@@ -326,27 +325,16 @@ class Ledger:
 
     def _note(self, slot: Slot, kind: Kind, level: int, total: int, probe: Probe | None) -> None:
         """A verdict on `slot`'s request as the limits took it (`probe`: its probe): told to the fleet."""
-        self._heard(slot.model, kind, probe)
         record = self.records.get(slot.slot_id)
         if self.store.confirms and self._limits.enabled and record is not None:
             age = None if kind == "clean" else self.clock() - record.taken_at
             self.store.verdicts(slot.model, (Seen(kind, level, total, probe, age),))
-
-    def _heard(self, model: str, kind: Kind, probe: Probe | None) -> None:
-        if probe is None:  # a probe's verdict says nothing of the levels within the limit
-            (self._refusing.discard if kind == "clean" else self._refusing.add)(model)
-
-    def refusing(self, model: str) -> bool:
-        """Whether z.ai's latest verdict on a request of `model` that was no probe (here, or told by another
-        proxy) was a refusal or a stall: one just sent there is likely refused too (`fleet.slots`)."""
-        return model in self._refusing
 
     def seen_elsewhere(self, model: str, seen: Sequence[Seen]) -> None:
         """z.ai's verdicts on requests of `model` another proxy of the fleet sent: each counts here as if
         this proxy had it, at the levels that proxy counted, a refusal or a stall as sent when it was sent."""
         limits, now = self._limits, self.clock()
         for verdict in seen:
-            self._heard(model, verdict.kind, verdict.probe)
             if verdict.kind == "clean":
                 # as evidence only: a probe's clean answer paces the probes here with the right freed
                 # (`probe_answered_elsewhere`); heard again as a verdict, it would undo a wait set since (a

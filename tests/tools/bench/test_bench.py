@@ -713,11 +713,12 @@ def test_the_fleet_summary_adds_up_races_lost_and_outages_over_the_rounds() -> N
 
     def fleet(ratio: float, lost: int, outages: int) -> dict[str, Any]:
         figures = {"vsLowerBound": 1.2, "vsOneProxy": ratio, "lostRaces": lost, "outages": outages}
-        return {**figures, "upstream429": 0, "overCaps": {}}
+        return {**figures, "upstream429": 0, "overCaps": {}, "lendingOff": outages}
 
     rounds = [[{"vsLowerBound": 1.1}, fleet(1.05, 10, 0)], [{"vsLowerBound": 1.2}, fleet(1.1, 5, 2)]]
     table = summary([2], rounds)["2"]
     assert (table["lostRaces"], table["outages"], table["vsOneProxyRounds"]) == (15, 2, [1.05, 1.1])
+    assert table["lendingOffRounds"] == [0, 2]
 
 
 def test_the_virtual_time_fleet_serves_every_request_within_the_caps_and_repeats_itself() -> None:

@@ -235,6 +235,8 @@ async def measure(
     # Redis calls slower than their timeout (a starved machine): the proxy served alone on its share for
     # a while, when the others' slots are counted as last seen and an upstream 429 can happen.
     figures["outages"] = sum(f["outages"] for f in fleets if f)
+    # proxies whose check of lending turned it off (or heard it): their learned limits started over then
+    figures["lendingOff"] = sum(not s.get("learning", {}).get("lendOverdue", True) for s in statuses)
     return figures
 
 
@@ -536,6 +538,7 @@ def summary(counts: Sequence[int], rounds: Sequence[Sequence[dict[str, Any]]]) -
             "vsLowerBound": round(statistics.median(alone), 3),
             "upstream429": sum(runs[0].get("upstream429", 0) for runs in rounds),
             "upstream429Rounds": [runs[0].get("upstream429", 0) for runs in rounds],
+            "lendingOffRounds": [runs[0].get("lendingOff", 0) for runs in rounds],
         }
     }
     for i, count in enumerate(counts, start=1):
@@ -547,6 +550,7 @@ def summary(counts: Sequence[int], rounds: Sequence[Sequence[dict[str, Any]]]) -
             "lostRaces": sum(runs[i]["lostRaces"] for runs in rounds),
             "probesElsewhere": sum(runs[i].get("probesElsewhere", 0) for runs in rounds),
             "outages": sum(runs[i].get("outages", 0) for runs in rounds),
+            "lendingOffRounds": [runs[i].get("lendingOff", 0) for runs in rounds],
             "upstream429": sum(runs[i]["upstream429"] for runs in rounds),
             "upstream429Rounds": [runs[i]["upstream429"] for runs in rounds],
             "overCaps": [runs[i]["overCaps"] for runs in rounds if runs[i]["overCaps"]],
