@@ -28,6 +28,19 @@ def test_a_slot_z_ai_served_before_counts_even_when_z_ai_held_it_first() -> None
     assert arrivals.levels(6, beside) == (2, 2)
 
 
+def test_a_slot_z_ai_served_after_holding_it_counts_beside_a_refusal_but_not_beside_a_clean_answer() -> None:
+    """A z.ai that queues and sends each head with its first token: the request it was serving when this one
+    came may have been one it held first, its head still to come. A stall or a refusal counts it (a level
+    z.ai may have reached: the side where the verdict says least); a clean answer does not (z.ai may have
+    served it only after this one)."""
+    arrivals = Arrivals()
+    beside = arrivals.beside("m", [1, 2])
+    arrivals.accepted(1, "m", held=True)
+    arrivals.accepted(2, "other")
+    assert arrivals.levels(5, beside) == (2, 3)
+    assert arrivals.levels(5, beside, clean=True) == (1, 2)
+
+
 def test_other_proxies_serving_counts_too_as_they_said_it_then() -> None:
     """A refusal (seconds after its request came) counts what the other proxies said z.ai served when it
     came, or what they say now if more; a clean answer (within ms) only as far as they still say it, since

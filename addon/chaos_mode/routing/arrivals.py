@@ -4,13 +4,14 @@ z.ai judges a request by what it serves when the request comes: the requests it 
 finished. The pool counts more than that in flight: requests whose verdict has not come yet, among them
 requests z.ai is refusing, which it does not count (`zai.assumptions.REFUSED_HOLDS_NO_SLOT`; a 1302 takes
 seconds, a head comes at once). So the level of a refusal or a stall is taken when its verdict comes, from the
-slots that were held beside its own when it was taken and not finished: those z.ai turned out to accept at
-once (a clean answer, not after a stall), itself on top, and what other proxies of a fleet said z.ai served of
-theirs then (for a clean answer, which comes within ms, only as far as they still say it now: a slot another
-proxy served then may have ended; for a refusal, which comes seconds
-later, as they said it then or as they say it now, whichever is more: by then their 1-s requests of then have
-ended and others run, so what they say now alone fell under z.ai's level, and in a fleet's first burst they
-had said nothing yet when the request came, their requests written with it answered only after it).
+slots that were held beside its own when it was taken and not finished: those z.ai turned out to accept (at
+once, or for a refusal or a stall also after holding them: it may have been serving them already when the
+request came), itself on top, and what other proxies of a fleet said z.ai served of theirs then (for a clean
+answer, which comes within ms, only as far as they still say it now: a slot another proxy served then may have
+ended; for a refusal, which comes seconds later, as they said it then or as they say it now, whichever is
+more: by then their 1-s requests of then have ended and others run, so what they say now alone fell under
+z.ai's level, and in a fleet's first burst they had said nothing yet when the request came, their requests
+written with it answered only after it).
 Counted at the taking instead (the pool's in flight), every refusal after a limit fell would be counted at
 the old limit: the requests being refused there hold the pool's slots for seconds, never z.ai's.
 
@@ -68,7 +69,8 @@ class Arrivals:
 
     def __init__(self, elsewhere: Callable[[str | None], int] = lambda _: 0) -> None:
         self._elsewhere = elsewhere
-        self._accepted: dict[int, str] = {}  # slot -> its model, oldest first (at most KEEP)
+        # slot -> (its model, whether z.ai held it first), oldest first (at most KEEP)
+        self._accepted: dict[int, tuple[str, bool]] = {}
         self._written: deque[tuple[float, int]] = deque(maxlen=KEEP)  # (when, slot), oldest first
 
     def beside(
@@ -86,11 +88,13 @@ class Arrivals:
         elsewhere, at = self._elsewhere, None if written is None else written[1]
         return Beside(model, frozenset(slots), serving or {}, elsewhere(model), elsewhere(None), at)
 
-    def accepted(self, slot_id: int, model: str) -> None:
-        """z.ai answered the request of the slot (of `model`) at once (not after holding it)."""
+    def accepted(self, slot_id: int, model: str, *, held: bool = False) -> None:
+        """z.ai answered the request of the slot (of `model`) cleanly: at once, or after holding it (`held`,
+        a stall counted), so it may have served it from any time after its arrival: that counts beside a
+        refusal or a stall (a level z.ai may have reached), not beside a clean answer."""
         accepted = self._accepted
         if slot_id not in accepted:
-            accepted[slot_id] = model
+            accepted[slot_id] = (model, held)
             if len(accepted) > KEEP:
                 del accepted[next(iter(accepted))]
 
@@ -101,7 +105,9 @@ class Arrivals:
         model_elsewhere, account_elsewhere = self._elsewhere(beside.model), self._elsewhere(None)
         model = account = 0
         for other in beside.slots if clean else beside.slots | self._written_just_after(slot_id, beside):
-            served = self._accepted.get(other) or beside.serving.get(other)
+            served = beside.serving.get(other)
+            if served is None and (accepted := self._accepted.get(other)) and not (clean and accepted[1]):
+                served = accepted[0]
             if served is not None:
                 account += 1
                 model += served == beside.model

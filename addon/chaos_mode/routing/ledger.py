@@ -166,10 +166,9 @@ class Ledger:
         (False: z.ai was seen to queue lately, and may have held it until a slot freed)."""
         record = self.records.get(slot.slot_id)
         held, probe = record is not None and record.held, self._judged(slot, record)
-        # z.ai counted it from its arrival on, unless its stall said otherwise (a seated probe too: left out,
-        # `queuing-late-heads` had 88.3 % of the bound over 24 seeds, 88.5 in)
-        if record is None or not record.stall_counted:
-            self._arrivals.accepted(slot.slot_id, slot.model)
+        # z.ai counted it from its arrival on, unless its stall said it held it first (a seated probe as
+        # accepted at once: held, `queuing-late-heads` had 88.3 % of the bound over 24 seeds, 88.5 at once)
+        self._arrivals.accepted(slot.slot_id, slot.model, held=record is not None and record.stall_counted)
         self._checked(record, refused=False)
         self._settle(record, Phase.SERVED)
         # z.ai served at least what it serves now, or what it served when the request came (heads sent with
