@@ -65,7 +65,7 @@ class SseEvents:
         changed = False
         at = 0  # where the next event starts; what is before it is dropped once, at the end
         cr = b"\r" in buffer  # else no CRLF separator to look for (most streams have none)
-        while True:
+        while at < len(buffer):  # a read that ends with an event (the usual one) has no search after it
             end = buffer.find(b"\n\n", at)
             sep = 2
             crlf = buffer.find(b"\r\n\r\n", at, len(buffer) if end == -1 else end + 3) if cr else -1
