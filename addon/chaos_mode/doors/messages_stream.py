@@ -65,7 +65,7 @@ class SseEvents:
         changed = False
         at = 0  # where the next event starts; what is before it is dropped once, at the end
         cr = b"\r" in buffer  # else no CRLF separator to look for (most streams have none)
-        while True:
+        while at < len(buffer):  # a read that ends with an event (the usual one) has no search after it
             end = buffer.find(b"\n\n", at)
             sep = 2
             crlf = buffer.find(b"\r\n\r\n", at, len(buffer) if end == -1 else end + 3) if cr else -1
@@ -92,7 +92,7 @@ class SseEvents:
         raise NotImplementedError
 
     def _event(self, raw: bytes) -> bool:
-        data = b"".join(line[5:].lstrip() for line in raw.splitlines() if line.startswith(b"data:"))
+        data = b"".join([line[5:].lstrip() for line in raw.splitlines() if line.startswith(b"data:")])
         return self._data(data)
 
     def _data(self, data: bytes) -> bool:
@@ -127,7 +127,10 @@ class SseObserver(SseEvents):
     __slots__ = ()
 
     def _interesting(self, buffer: bytearray, start: int, end: int) -> bool:
-        return _INTERESTING.search(buffer, start, min(start + 64, end)) is not None
+        stop = min(start + 64, end)
+        if buffer.find(b"message_", start, stop) == -1 and buffer.find(b"error", start, stop) == -1:
+            return False  # content deltas and pings: two finds, cheaper than the pattern's search
+        return _INTERESTING.search(buffer, start, stop) is not None
 
     def observe(self, payload: dict[str, Any]) -> bool:
         """Record one decoded event (also used for a non-streamed message body)."""

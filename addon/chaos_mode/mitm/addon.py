@@ -608,7 +608,8 @@ class ChaosMode:
                 routed.stopped = observer.stopped
                 if observer.model is not None:
                     self._served(routed, observer.model)
-                view.changed(routed)
+                if observer.stopped:  # mid-stream changes show at the end (`finish` shows a cut one's)
+                    view.changed(routed)
             return chunk
 
         response.stream = observe
