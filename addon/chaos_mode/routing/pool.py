@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -43,6 +42,7 @@ from chaos_mode.learning.limits import LearnedLimits, Probe
 from chaos_mode.quota.pacer import Pacer
 from chaos_mode.quota.tracker import QuotaTracker
 from chaos_mode.routing.aliases import Aliases
+from chaos_mode.routing.blocks import block
 from chaos_mode.routing.cache_rule import WAIT, CacheRule
 from chaos_mode.routing.cooldowns import Cooldowns, CooldownState
 from chaos_mode.routing.learned import Learned
@@ -61,8 +61,7 @@ from chaos_mode.routing.ticket import RequestInfo as RequestInfo
 from chaos_mode.routing.ticket import Ticket as Ticket
 from chaos_mode.routing.wait_queue import WaitQueue
 from chaos_mode.zai.catalog import ACCOUNT, REQUEST_TIERS, RequestTier
-from chaos_mode.zai.errors import FAIR_USE_CODE, FAIR_USE_SECONDS, Action, UpstreamError
-from chaos_mode.zai.quota import FIVE_HOURS, SPENT_CODE, WEEK, WEEK_SPENT_CODE
+from chaos_mode.zai.errors import UpstreamError
 
 # (model, reason, probe): what `_select` found, before a slot is taken
 Choice = tuple[str, str, Probe | None]
@@ -658,38 +657,13 @@ class ChaosPool:
         """A z.ai error on `model` to the request of `slot` (`Ledger.refused`): seconds the model or the
         account is out (0: nothing blocked)."""
         self.ledger.refused(model, error, slot)
-        cooldowns, settings, seconds = self.cooldowns, self.config.cooldown, 0.0
-        match error.action:
-            case Action.CONCURRENCY if self.limits.enabled:
-                pass  # a limit learned instead
-            case Action.CONCURRENCY | Action.COOLDOWN:
-                seconds = cooldowns.hit(model, error.reason, retry_after)
-            case Action.OUT_OF_ROTATION:
-                cooldowns.take_out(model, error.reason)
-                self._rotation.left(model, error.reason, None)
-                seconds = math.inf
-            case Action.MODEL_DAY:
-                seconds = self._until(error.reset_at, retry_after, settings.account_pause_seconds)
-                cooldowns.take_out(model, error.reason, seconds)
-                self._rotation.left(model, error.reason, seconds)
-            case Action.ACCOUNT_PAUSE:
-                if error.code in (SPENT_CODE, WEEK_SPENT_CODE):
-                    self.quota.spent(error.reset_at, FIVE_HOURS if error.code == SPENT_CODE else WEEK)
-                fallback = FAIR_USE_SECONDS if error.code == FAIR_USE_CODE else settings.account_pause_seconds
-                seconds = self._until(error.reset_at, retry_after, fallback)
-                cooldowns.pause_account(seconds, error.reason)
+        parts = (self.cooldowns, self._rotation, self.quota, self.config.cooldown)
+        now = self._wall_clock()
+        seconds = block(model, error, retry_after, parts, learning=self.limits.enabled, now=now)
         self._limits_changed()
         if len(self._queue):
             self._arm_timer()  # a slot freed while this block lasts must reach the waiters when it ends
         return seconds
-
-    def _until(self, reset_at: float | None, retry_after: float | None, fallback: float) -> float:
-        """Seconds until a reset z.ai named (capped: a message may name any date), else the fallback."""
-        if reset_at is not None:
-            seconds = max(reset_at - self._wall_clock(), 0.0)
-        else:
-            seconds = retry_after if retry_after is not None else fallback
-        return min(seconds, self.config.cooldown.max_pause_seconds)
 
     def restore(self, model: str) -> bool:
         """Put a model back into rotation (after a plan change, say)."""

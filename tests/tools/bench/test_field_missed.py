@@ -107,6 +107,7 @@ def test_in_virtual_time_z_ai_queues_whether_heads_come_at_once_or_with_the_firs
 def test_in_virtual_time_z_ai_queuing_with_late_heads_leaves_no_limit_under_the_truth() -> None:
     """Seed 8 of queuing-late-heads: each stall counted beside the requests z.ai held and then served (its
     own requests, served one after the other) is the model's; counted without them, stalls at a level the
-    model had just served were shared with the account, whose limit fell to 16 (true 20): 0.79 of the bound."""
+    model had just served were shared with the account, whose limit fell to 16 (true 20): 0.79 of the
+    bound."""
     outcome = virtual.run("queuing-late-heads", 8)
     assert outcome.bound / outcome.makespan >= 0.88
