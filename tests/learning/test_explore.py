@@ -7,7 +7,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chaos_mode.learning.explore import TRIAL, Detector, Exploration, Pace
+from chaos_mode.learning.explore import TRIAL, Detector, Exploration, Pace, rose_together
 from chaos_mode.zai.assumptions import NOISE
 
 HOUR_OF_VERDICTS = 7200  # a level answering two verdicts a second, as a full pool's top level does
@@ -147,3 +147,21 @@ def test_a_trial_never_closes_a_models_first_level(start: int, verdicts: list[bo
         explore.verdict(10.0 + i, pace, 1, 1, refused=refused)
     assert explore.closed is None and explore.held(1, 1) == 1
     assert explore.due(pace) <= 10.0 + len(verdicts) + pace.base
+
+
+@settings(max_examples=8, deadline=None)
+@given(rate=st.floats(0.02, 0.5), seed=st.integers(0, 2**16))
+def test_eight_stationary_bands_rise_together_about_as_seldom_as_one_alone(rate: float, seed: int) -> None:
+    """Eight models in stationary bands for two hours, each level answering two verdicts a second: two of
+    them rising together (`rose_together`) fire the plan's detection about as seldom as the eight detectors
+    do alone (a CUSUM passes x about e^-x of the time: 28 pairs x 12e^-12 against 8e^-8)."""
+    rng = random.Random(seed)
+    detectors = [Detector() for _ in range(8)]
+    alone = together = 0
+    for index in range(2 * HOUR_OF_VERDICTS * 8):
+        refused = rng.random() < rate
+        if detectors[index % 8].verdict(3, refused):
+            alone += 1
+        elif refused and rose_together(detectors):
+            together += 1
+    assert together <= alone + 2

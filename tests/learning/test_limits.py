@@ -267,6 +267,27 @@ def test_a_detected_restore_starts_every_limits_wait_over(rig: Rig) -> None:
     assert rig.limits.can_probe("b")  # its wait started over
 
 
+def test_two_models_rising_together_say_the_plan_moved() -> None:
+    """A halving: two models each refused twice at a level served all along, each detector short of firing
+    alone; together they say z.ai moved, and a third limit forgets its failed rounds."""
+    models = {**TWO, "c": {"tier": "LIGHT", "maxConcurrency": 4}}
+    rig = Rig(routing(models))
+    for model, level in (("a", 3), ("b", 6), ("c", 4)):
+        rig.serve(model, level, times=40)
+    for _ in range(2):
+        rig.limits.probe_sent("model", "c")
+        rig.limits.refused("c", 5, 5, "model")
+        rig.advance(rig.limits.probe_wait("model", "c")[0])
+    assert rig.limits.probe_wait("model", "c")[1] == 2
+    rig.advance(4.0)  # the levels were served before these requests were sent: the refusals are the models'
+    rig.limits.refused("a", 3, 3, None)
+    rig.limits.refused("b", 6, 6, None)
+    rig.limits.refused("a", 3, 3, None)
+    assert rig.limits.probe_wait("model", "c")[1] == 2  # one model rising: not yet
+    rig.limits.refused("b", 6, 6, None)
+    assert rig.limits.probe_wait("model", "c")[1] == 0
+
+
 def test_a_climb_starts_no_other_limits_wait_over(rig: Rig) -> None:
     rig.serve("a", 3, times=12)
     rig.serve("b", 10, times=12)

@@ -18,13 +18,14 @@ a rule of its own, separate from the estimator (`evidence`):
   answered above it, and the next probe waits `most`. The estimator would take tens of requests at a
   band's first level (refused one time in six to nine) to refuse it, and a cheap refusal makes it worth
   holding.
-- **A change detector per limit** (`Detector`): two CUSUMs of each verdict's log-likelihood ratio against
-  its level's recent rate (the detector's own, slower than the estimator's memory), one for a rise of the
-  refusals (a limit that fell) and one for a fall (a limit restored). A step fires one within a few
-  verdicts; a stationary rate (noise, a band) drifts it back to zero. Only a detected change says z.ai
-  moved: z.ai moves its limits plan-wide (zai.assumptions.LIMITS_MOVE_TOGETHER), so every limit forgets
-  its failures and starts its wait over (at once after a rise: the others may have risen too), and for
-  `most` seconds each explores at the base pace (a halving is often followed by its restore).
+- **A change detector per limit** (`Detector`): two CUSUMs of each verdict's log-likelihood ratio against its
+  level's recent rate (the detector's own, slower than the estimator's memory), one for a rise of the refusals
+  (a limit that fell) and one for a fall (a limit restored). A step fires one within a few verdicts; a
+  stationary rate (noise, a band) drifts it back to zero; two models rising at once, each short of firing,
+  fire too (`rose_together`). Only a detected change says z.ai moved: z.ai moves its limits plan-wide
+  (zai.assumptions.LIMITS_MOVE_TOGETHER), so every limit forgets its failures and starts its wait over (at
+  once after a rise: the others may have risen too), and for `most` seconds each explores at the base pace (a
+  halving is often followed by its restore).
 
 Pure state, times passed in (monotonic).
 """
@@ -32,6 +33,7 @@ Pure state, times passed in (monotonic).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -43,6 +45,12 @@ from chaos_mode.zai.assumptions import NOISE
 # fall: two clean answers where z.ai refused nearly every request.
 RISE_NATS: Final = 8.0
 FALL_NATS: Final = 3.0
+# z.ai moves its limits plan-wide (zai.assumptions.LIMITS_MOVE_TOGETHER): two models' rises, each short of
+# `RISE_NATS`, that sum to this say the plan moved. A CUSUM passes x about e^-x of the time, so over 8 models'
+# 28 pairs this is about as rare as one of 8 detectors alone (28 x 12e^-12 against 8e^-8; measured on
+# stationary bands of 2-50 %: half as many firings again). A halving on 2 cores had left five models at
+# 6-7 nats each and no detection: the restore went unprobed for 17 s.
+PAIR_RISE_NATS: Final = 1.5 * RISE_NATS
 # While z.ai lowered its limits lately, a move back is likelier (a halving, then its restore): a fall fires
 # at its first clean answer. Not after a rise: a band's lucky answers would fire one after another.
 FALL_AFTER_MOVE_NATS: Final = 1.0
@@ -89,9 +97,24 @@ class Detector:
         fall_at = FALL_AFTER_MOVE_NATS if moved else FALL_NATS
         fired = -1 if self.fall >= fall_at else int(self.rise >= RISE_NATS)
         if fired:
-            self.rise = self.fall = 0.0
-            self.levels.clear()
+            self.start_over()
         return fired
+
+    def start_over(self) -> None:
+        """A change detected: the CUSUMs and the levels' rates start over (they spoke of z.ai before it)."""
+        self.rise = self.fall = 0.0
+        self.levels.clear()
+
+
+def rose_together(detectors: Iterable[Detector]) -> bool:
+    """Whether two models' rises, each short of firing, sum to `PAIR_RISE_NATS`: the plan moved (both start
+    over)."""
+    top = sorted(detectors, key=lambda detector: detector.rise)[-2:]
+    if len(top) < 2 or top[0].rise + top[1].rise < PAIR_RISE_NATS:
+        return False
+    for detector in top:
+        detector.start_over()
+    return True
 
 
 @dataclass(slots=True)

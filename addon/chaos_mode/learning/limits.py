@@ -36,7 +36,7 @@ from typing import Any, Final, Literal
 
 from chaos_mode.config.schema import ModelRouting
 from chaos_mode.learning.evidence import LevelEvidence
-from chaos_mode.learning.explore import Detector, Exploration, Pace
+from chaos_mode.learning.explore import Detector, Exploration, Pace, rose_together
 from chaos_mode.zai.catalog import ACCOUNT
 from chaos_mode.zai.timing import EARLIEST_REFUSAL_SECONDS
 
@@ -272,6 +272,8 @@ class LearnedLimits:
             level, refused, weight, moved=self._pace.moved_lately(now) and not self._pace.rose
         )
         entry.evidence.observe(level, refused=refused, now=now, weight=weight)
+        if refused and not fired and entry is not self._account:
+            fired = int(rose_together(limit.detector for limit in self._models.values()))
         if fired:
             self._pace.changed_at, self._pace.rose = now, fired < 0
             for limit in self._all():
