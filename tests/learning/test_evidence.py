@@ -72,7 +72,7 @@ def test_one_refusal_alone_never_moves_a_limit(served: list[int], at: int, cost:
     before = evidence.limit(0.0, cost)
     evidence.observe(at, refused=True, now=0.0)
     assert evidence.limit(0.0, cost) == before
-    assert evidence.refused_level(later, cost) is None
+    assert evidence.refused_level(cost, evidence._weights(later)) is None
 
 
 def test_one_refusal_among_the_clean_answers_of_a_level_moves_nothing() -> None:

@@ -53,7 +53,8 @@ def test_the_catalog_is_where_limits_start(rig: Rig) -> None:
     assert (rig.limits.limit("a"), rig.limits.limit("b"), rig.limits.limit("unknown")) == (3, 10, 0)
     assert rig.limits.view().value is None  # no account cap configured: none known yet
     view = rig.limits.view("a")
-    assert (view.start, view.ceiling, view.value, view.reason, view.changed_at) == (3, 12, 3, "catalog", None)
+    assert (view.evidence.start, view.evidence.ceiling) == (3, 12)
+    assert (view.value, view.reason, view.changed_at) == (3, "catalog", None)
 
 
 def test_a_refusal_at_a_level_z_ai_never_served_is_the_models_and_lowers_it(rig: Rig) -> None:
@@ -94,13 +95,13 @@ def test_a_refusal_at_a_level_z_ai_served_only_before_its_request_was_sent_is_th
     rig.advance(1.0)
     sent = rig.clock()
     rig.advance(0.25)
-    rig.limits.stalled("a", 3, 13, None, sent)
+    rig.limits.refused("a", 3, 13, None, sent, "stall")
     rig.limits.refused("a", 3, 13, None, sent)
     assert account.refusal_estimate(13, rig.clock()) == pytest.approx(before, abs=1e-3)  # none on it
     assert rig.limits.view("a").evidence.refusal_estimate(3, rig.clock()) > 2 / 14  # both in full on "a"
     rig.serve("a", 3, 13)  # z.ai serves "a" at 3 again, while it decides the next request...
     rig.advance(0.25)
-    rig.limits.stalled("a", 3, 13, None, sent)  # ...sent before that: shared
+    rig.limits.refused("a", 3, 13, None, sent, "stall")  # ...sent before that: shared
     assert account.refusal_estimate(13, rig.clock()) > before
 
 
@@ -113,8 +114,8 @@ def test_an_isolated_refusal_at_a_level_served_cleanly_moves_nothing(rig: Rig) -
 def test_a_stall_says_what_a_1302_says(rig: Rig) -> None:
     rig.serve("a", 1)
     rig.serve("a", 2)
-    rig.limits.stalled("a", 3, 3, None)
-    rig.limits.stalled("a", 3, 3, None)
+    rig.limits.refused("a", 3, 3, None, None, "stall")
+    rig.limits.refused("a", 3, 3, None, None, "stall")
     assert rig.limits.limit("a") == 2
     assert rig.limits.view("a").reason == "stall at 3 in flight"
 

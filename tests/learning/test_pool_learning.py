@@ -150,7 +150,7 @@ def test_a_stall_another_proxy_heard_counts_here_from_when_its_request_was_sent(
         return rig.pool.limits.limit("l")
 
     def here(rig: Rig) -> None:
-        rig.pool.limits.stalled("l", 2, 2, None, rig.clock() - 0.25)
+        rig.pool.limits.refused("l", 2, 2, None, rig.clock() - 0.25, "stall")
 
     def elsewhere(rig: Rig) -> None:
         rig.pool.ledger.seen_elsewhere("l", [Seen("stall", 2, 2, None, 0.25)])
@@ -716,7 +716,7 @@ def test_a_seated_probe_given_up_or_refused_gives_its_slot_back_exactly_once() -
 def _probes_counted(limits: object) -> list[object]:
     """The probe each verdict the learned limits get is counted for, in order."""
     probes: list[object] = []
-    for name in ("succeeded", "refused", "stalled"):
+    for name in ("succeeded", "refused"):
         count = getattr(limits, name)
 
         def spy(*args: Any, count: Callable[..., None] = count, **kwargs: Any) -> None:

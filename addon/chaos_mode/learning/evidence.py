@@ -133,7 +133,11 @@ class LevelEvidence:
         level = min(max(level, 1), self.ceiling + 1)
         self._top = max(self._top, level)
         entry = self._levels[level]
-        self._age(entry, now)
+        if now > entry.at:  # faded with time, as `_weights` fades every level
+            if entry.clean or entry.refused:
+                factor = 0.5 ** ((now - entry.at) / self.fade_seconds)
+                entry.clean, entry.refused = entry.clean * factor, entry.refused * factor
+            entry.at = now
         keep = 1.0 - weight / MEMORY
         entry.clean, entry.refused = entry.clean * keep, entry.refused * keep
         if refused:
@@ -141,17 +145,10 @@ class LevelEvidence:
         else:
             entry.clean, entry.clean_at = entry.clean + weight, now
 
-    def _age(self, entry: Level, now: float) -> None:
-        if now > entry.at:
-            if entry.clean or entry.refused:
-                factor = 0.5 ** ((now - entry.at) / self.fade_seconds)
-                entry.clean, entry.refused = entry.clean * factor, entry.refused * factor
-            entry.at = now
-
     def _weights(self, now: float) -> Weights:
         """Each level's (clean, refused) weights as they count now (index = level, up to the highest one
-        observed): faded with time (`_age`, written out: it runs on every verdict), and discounted where a
-        newer word contradicts them (rule 1): half per `CONTRADICTED_HALF_LIFE` between the two."""
+        observed): faded with time (half-life `fade_seconds`), and discounted where a newer word contradicts
+        them (rule 1): half per `CONTRADICTED_HALF_LIFE` between the two."""
         levels, top, fade = self._levels, self._top, self.fade_seconds
         newest_refusal = [-math.inf] * (top + 1)  # the latest refusal at or under each level
         newest = -math.inf
@@ -189,9 +186,8 @@ class LevelEvidence:
         clean = sum(weight[0] for weight in weights[level:])
         return (refused + 1.0) / (refused + clean + PRIOR + 1.0)
 
-    def refused_level(self, now: float, cost: float, weights: Weights | None = None) -> int | None:
-        """The lowest level refused (rule 2), else None; `weights`: `_weights(now)`, when worked out."""
-        weights = self._weights(now) if weights is None else weights
+    def refused_level(self, cost: float, weights: Weights) -> int | None:
+        """The lowest level refused (rule 2) by `weights` (`_weights(now)`), else None."""
         top = len(weights) - 1  # the highest level observed: the windows above it read up to it
         refusals = [refused for _, refused in weights]
         if sum(refusals) < 1.0 - 1e-9:  # under one refusal in all (the sums' rounding aside): the common case
@@ -218,7 +214,7 @@ class LevelEvidence:
         """The highest served level under the lowest refused one (rule 3); None when nothing bounds it (an
         account with no configured limit, before any refusal)."""
         weights = self._weights(now)  # once for both rules
-        refused = self.refused_level(now, cost, weights)
+        refused = self.refused_level(cost, weights)
         start = self.start or 0
         served = next((n for n in range(self._top, start, -1) if weights[n][0] >= SERVED_WEIGHT), start)
         served = min(served, self.ceiling)

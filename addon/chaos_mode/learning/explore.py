@@ -19,13 +19,13 @@ a rule of its own, separate from the estimator (`evidence`):
   band's first level (refused one time in six to nine) to refuse it, and a cheap refusal makes it worth
   holding.
 - **A change detector per limit** (`Detector`): two CUSUMs of each verdict's log-likelihood ratio against its
-  level's recent rate (the detector's own, slower than the estimator's memory), one for a rise of the refusals
-  (a limit that fell) and one for a fall (a limit restored). A step fires one within a few verdicts; a
-  stationary rate (noise, a band) drifts it back to zero; two models rising at once, each short of firing,
-  fire too (`rose_together`). Only a detected change says z.ai moved: z.ai moves its limits plan-wide
-  (zai.assumptions.LIMITS_MOVE_TOGETHER), so every limit forgets its failures and starts its wait over (at
-  once after a rise: the others may have risen too), and for `most` seconds each explores at the base pace (a
-  halving is often followed by its restore).
+  level's recent rate (`BASELINE`), one for a rise of the refusals (a limit that fell) and one for a fall (a
+  limit restored). A step fires one within a few verdicts; a stationary rate (noise, a band) drifts it back
+  to zero; two models rising at once, each short of firing, fire too (`rose_together`). Only a detected
+  change says z.ai moved: z.ai moves its limits plan-wide (zai.assumptions.LIMITS_MOVE_TOGETHER), so every
+  limit forgets its failures (not what a trial closed) and starts its wait over (at once after a rise: the
+  others may have risen too, else after the base wait), and for `most` seconds each explores at the base
+  pace (a halving is often followed by its restore).
 
 Pure state, times passed in (monotonic).
 """
@@ -45,11 +45,9 @@ from chaos_mode.zai.assumptions import NOISE
 # fall: two clean answers where z.ai refused nearly every request.
 RISE_NATS: Final = 8.0
 FALL_NATS: Final = 3.0
-# z.ai moves its limits plan-wide (zai.assumptions.LIMITS_MOVE_TOGETHER): two models' rises, each short of
-# `RISE_NATS`, that sum to this say the plan moved. A CUSUM passes x about e^-x of the time, so over 8 models'
-# 28 pairs this is about as rare as one of 8 detectors alone (28 x 12e^-12 against 8e^-8; measured on
-# stationary bands of 2-50 %: half as many firings again). A halving on 2 cores had left five models at
-# 6-7 nats each and no detection: the restore went unprobed for 17 s.
+# Two models' rises, each short of `RISE_NATS`, that sum to this say the plan moved. A CUSUM passes x about
+# e^-x of the time, so over 8 models' 28 pairs this is about as rare as one of 8 detectors alone (28 x
+# 12e^-12 against 8e^-8; measured on stationary bands of 2-50 %: half as many firings again).
 PAIR_RISE_NATS: Final = 1.5 * RISE_NATS
 # While z.ai lowered its limits lately, a move back is likelier (a halving, then its restore): a fall fires
 # at its first clean answer. Not after a rise: a band's lucky answers would fire one after another.
@@ -65,8 +63,7 @@ REFUSING: Final = 0.75
 # the estimator's memory, so that a step shows against it), from half a refusal in one verdict.
 BASELINE: Final = 32.0
 PRIOR: Final = (0.5, 1.0)
-# A level on trial: this many clean answers, among which z.ai's noise explains two refusals (a third:
-# a band).
+# A level on trial: this many clean answers, among which z.ai's noise explains two refusals (a third: a band).
 TRIAL: Final = round(2.0 / NOISE)
 
 
@@ -79,9 +76,8 @@ class Detector:
     levels: dict[int, tuple[float, float]] = field(default_factory=dict)  # (refusals, verdicts) per level
 
     def verdict(self, level: int, refused: bool, weight: float = 1.0, *, moved: bool = False) -> int:
-        """One verdict (`weight` of it: a refusal shared with another limit) at `level`: +1 when a rise
-        fired, -1 when a fall did, else 0. `moved`: z.ai moved lately (a fall fires sooner). A firing CUSUM
-        starts over, and the levels' rates with it (they spoke of a z.ai that has moved)."""
+        """One verdict (`weight` of it: a shared refusal) at `level`: +1 when a rise fired, -1 when a fall
+        did (either then starts over), else 0. `moved`: z.ai moved lately (a fall fires sooner)."""
         refusals, verdicts = self.levels.get(level, PRIOR)
         rate = min(max(refusals / verdicts, 1e-3), 1.0 - 1e-3)
         risen = (1.0 + rate) / 2.0
@@ -180,13 +176,6 @@ class Exploration:
         """When a probe may go (monotonic): its wait over, none out (one out holds for the base wait)."""
         out = -math.inf if self.probe_since is None else self.probe_since + pace.base
         return max(self.ready_at, out)
-
-    def moved(self, now: float, pace: Pace, *, up: bool) -> None:
-        """z.ai moved (a detected change): the failures forgotten (not a trial: a probe answered reopens what
-        it closed) and the wait started over, from now when a limit was seen to rise (`up`), else from a
-        base wait."""
-        self.failures = 0.0
-        self.ready_at = min(self.ready_at, now if up else now + pace.base)
 
 
 @dataclass(slots=True)

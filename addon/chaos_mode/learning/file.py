@@ -9,13 +9,12 @@ from pathlib import Path
 from typing import Any, Final
 
 FILE_NAME: Final = "chaos-mode-limits.json"
-OFF: Final = "off"
 MAX_BYTES: Final = 1024 * 1024  # ours are a few KB: anything larger is not ours
 
 
 def state_path(option: str, confdir: str) -> Path | None:
     """Where learned limits are kept: the option's path, else `FILE_NAME` in confdir; None when `off`."""
-    return None if option.strip().lower() == OFF else Path(option or Path(confdir) / FILE_NAME).expanduser()
+    return None if option.strip().lower() == "off" else Path(option or Path(confdir) / FILE_NAME).expanduser()
 
 
 def read_state(path: Path) -> Any | None:

@@ -44,9 +44,8 @@ Clock = Callable[[], float]
 Probe = Literal["model", "account"]
 
 # A refusal's price, in slot-times (`evidence`, rule 2): the seconds it blocks its slot (z.ai's time to
-# refuse; the patience, when its place is lent) and `learning.refusalCostSeconds`, over a slot's time to
-# serve a clean request; each a moving average of what the pool sees (these before the first of each).
-REFUSAL_START_SECONDS: Final = EARLIEST_REFUSAL_SECONDS
+# refuse, from its quickest; the patience, when its place is lent) and `learning.refusalCostSeconds`, over a
+# slot's time to serve a clean request (from this); each a moving average of what the pool sees.
 SERVICE_START_SECONDS: Final = 3.0
 AVERAGE_WEIGHT: Final = 0.1  # of each new duration in the moving averages
 COST_RANGE: Final = (0.05, 20.0)
@@ -70,14 +69,6 @@ class Limit:
     detector: Detector = field(default_factory=Detector)
 
     @property
-    def start(self) -> int | None:
-        return self.evidence.start
-
-    @property
-    def ceiling(self) -> int:
-        return self.evidence.ceiling
-
-    @property
     def probing(self) -> bool:
         return self.explore.probe_since is not None
 
@@ -91,7 +82,7 @@ class LearnedLimits:
         self._models: dict[str, Limit] = {}
         self._account = self._limit(None, 1)
         self._next_tick = -math.inf
-        self._blocked_seconds, self._service_seconds = REFUSAL_START_SECONDS, SERVICE_START_SECONDS
+        self._blocked_seconds, self._service_seconds = EARLIEST_REFUSAL_SECONDS, SERVICE_START_SECONDS
         self._patience_seconds: float | None = None
         self.version = 0  # bumped on every change of a value: the pool rebuilds what it derives from them
         self.reconfigure(config)
@@ -109,13 +100,13 @@ class LearnedLimits:
             ceiling = math.ceil(start * settings.ceiling_factor) if spec.ceiling is None else spec.ceiling
             models[name] = self._limit(start, max(start, ceiling), self._models.get(name))
         self._models = models
-        ceiling = settings.account_ceiling or sum(limit.ceiling for limit in models.values())
+        ceiling = settings.account_ceiling or sum(limit.evidence.ceiling for limit in models.values())
         self._account = self._limit(config.account_concurrency, ceiling, self._account)
         self.version += 1
 
     def _limit(self, start: int | None, ceiling: int, old: Limit | None = None) -> Limit:
         """`old` while learning is on and its start and ceiling stand, else a limit with no evidence."""
-        if old is None or old.start != start or old.ceiling != ceiling or not self.enabled:
+        if old is None or (old.evidence.start, old.evidence.ceiling) != (start, ceiling) or not self.enabled:
             return Limit(LevelEvidence(start, ceiling, self._pace.fade), start)
         old.evidence.fade_seconds = self._pace.fade
         return old
@@ -129,7 +120,7 @@ class LearnedLimits:
 
     @property
     def cost(self) -> float:
-        """A refusal's price in slot-times (see `REFUSAL_START_SECONDS`)."""
+        """A refusal's price in slot-times (see `SERVICE_START_SECONDS`)."""
         low, high = COST_RANGE
         return min(max((self._blocked_seconds + self._refusal_cost) / self._service_seconds, low), high)
 
@@ -149,7 +140,7 @@ class LearnedLimits:
     def _probe_ready(self, entry: Limit | None, now: float) -> float | None:
         """When (monotonic) a probe above `entry` becomes allowed; None: not before new evidence (learning
         off, no value, at the ceiling, or z.ai never answered cleanly at its value)."""
-        if not self.enabled or entry is None or entry.value is None or entry.value >= entry.ceiling:
+        if not self.enabled or entry is None or entry.value is None or entry.value >= entry.evidence.ceiling:
             return None
         return entry.explore.due(self._pace) if entry.evidence.answered_at(entry.value, now) else None
 
@@ -200,9 +191,7 @@ class LearnedLimits:
         explore.faded(now, self._pace.fade)
         explore.failures = max(explore.failures, float(refused))
         if not sent:
-            explore.probe_since = None
-            if held_elsewhere > 0.0:
-                explore.ready_at = max(explore.ready_at, now + held_elsewhere)
+            explore.probe_since, explore.ready_at = None, max(explore.ready_at, now + held_elsewhere)
 
     def probe_answered_elsewhere(self, kind: Probe, model: str) -> None:
         """Another proxy's probe of the limit was answered cleanly: for pacing, as one answered here."""
@@ -230,23 +219,18 @@ class LearnedLimits:
         self._observe(self._account, total, False, 1.0, now, _served_why(total, probe == "account"))
 
     def refused(
-        self, model: str, in_flight: int, total: int, probe: Probe | None, sent: float | None = None
+        self,
+        model: str,
+        in_flight: int,
+        total: int,
+        probe: Probe | None,
+        sent: float | None = None,
+        what: str = "1302",
     ) -> None:
-        """A 1302 to a request sent at `sent` (monotonic; None for another proxy's verdict: as long ago as
-        z.ai's refusals take), when z.ai served `in_flight` on its model and `total` on the account."""
-        self._passed(model, in_flight, total, probe, sent, "1302")
-
-    def stalled(
-        self, model: str, in_flight: int, total: int, probe: Probe | None, sent: float | None = None
-    ) -> None:
-        """z.ai held a request's head far longer than its heads take (arguments as for `refused`): a limit
-        passed, as a 1302 says (z.ai queues it instead of refusing: zai.assumptions.MAY_QUEUE)."""
-        self._passed(model, in_flight, total, probe, sent, "stall")
-
-    def _passed(
-        self, model: str, in_flight: int, total: int, probe: Probe | None, sent: float | None, what: str
-    ) -> None:
-        """A limit passed: whose it is (see the module), then evidence against it."""
+        """A limit passed (`what`: a 1302, or a "stall": z.ai held the request's head far longer than its
+        heads take, queued instead of refused: zai.assumptions.MAY_QUEUE), z.ai serving `in_flight` on its
+        model and `total` on the account, for a request sent at `sent` (monotonic; None for another proxy's
+        verdict: as long ago as z.ai's refusals take): whose it is (see the module), evidence against it."""
         if not self.enabled:
             return
         now, entry, account = self._clock(), self._models.get(model), self._account
@@ -266,19 +250,18 @@ class LearnedLimits:
             self._observe(account, total, True, 1.0 - share, now, f"{what} at {total} in flight")
 
     def _observe(self, entry: Limit, level: int, refused: bool, weight: float, now: float, why: str) -> None:
-        """A verdict into `entry`'s change detector, evidence and value (`why` it changes). A detected change:
-        every limit's wait starts over (zai.assumptions.LIMITS_MOVE_TOGETHER)."""
-        fired = entry.detector.verdict(
-            level, refused, weight, moved=self._pace.moved_lately(now) and not self._pace.rose
-        )
+        """A verdict into `entry`'s change detector, evidence and value (`why` it changes)."""
+        pace = self._pace
+        fired = entry.detector.verdict(level, refused, weight, moved=pace.moved_lately(now) and not pace.rose)
         entry.evidence.observe(level, refused=refused, now=now, weight=weight)
         if refused and not fired and entry is not self._account:
             fired = int(rose_together(limit.detector for limit in self._models.values()))
-        if fired:
-            self._pace.changed_at, self._pace.rose = now, fired < 0
+        if fired:  # z.ai moved: every limit's wait starts over (`explore`)
+            pace.changed_at, pace.rose = now, fired < 0
+            again = now if fired < 0 else now + pace.base
             for limit in self._all():
-                limit.explore.moved(now, self._pace, up=fired < 0)
-        entry.explore.verdict(now, self._pace, level, entry.value, refused=refused)
+                limit.explore.failures, limit.explore.ready_at = 0.0, min(limit.explore.ready_at, again)
+        entry.explore.verdict(now, pace, level, entry.value, refused=refused)
         self._settle(entry, now, why)
 
     def _settle(self, entry: Limit, now: float, why: str) -> None:
@@ -295,13 +278,13 @@ class LearnedLimits:
             return
         self._next_tick = now + TICK_SECONDS
         for entry in self._all():
-            self._settle(entry, now, "faded toward the catalog" if entry.start else "faded")
+            self._settle(entry, now, "faded toward the catalog" if entry.evidence.start else "faded")
 
     def reset(self) -> None:
         """Forget everything learned: every limit back to its starting value."""
         for entry in self._all():
             entry.evidence.forget()
-            entry.value, entry.reason, entry.changed_at = entry.start, "reset", self._wall_clock()
+            entry.value, entry.reason, entry.changed_at = entry.evidence.start, "reset", self._wall_clock()
             entry.explore, entry.detector = Exploration(), Detector()
         self._pace.changed_at = -math.inf
         self.version += 1
@@ -323,8 +306,7 @@ class LearnedLimits:
             raise ValueError("not a chaos-mode learned-limits file")
         if data.get("version") != STATE_VERSION:
             raise ValueError(f"learned-limits file version {data.get('version')!r}, expected {STATE_VERSION}")
-        models = data.get("models")
-        if not isinstance(models, dict):
+        if not isinstance(models := data.get("models"), dict):
             raise ValueError("learned-limits file: models must be a mapping")
         return self.merge({**models, ACCOUNT: data.get("account")}, newer=False)
 
@@ -341,18 +323,19 @@ class LearnedLimits:
         taken = 0
         for name, row in rows.items():
             entry = self._account if name == ACCOUNT else self._models.get(name)
-            mine, theirs = entry.changed_at if entry is not None and newer else None, _time(row)
-            if entry is not None and (mine is None or (theirs is not None and theirs > mine)):
-                taken += self._adopt(entry, row)
+            at: Any = row.get("changedAt") if isinstance(row, Mapping) else None
+            if entry is None or type(at) not in (int, float) or not math.isfinite(at):  # JSON's numbers
+                continue
+            mine = entry.changed_at if newer else None
+            if row.get("start") == entry.evidence.start and (mine is None or at > mine):
+                taken += self._adopt(entry, row, float(at))
         if taken:
             self.version += 1
         return taken
 
-    def _adopt(self, entry: Limit, row: Any) -> bool:
-        """Take a limit learned elsewhere as the evidence for it: served up to it, refused just above, as of
-        when it was learned (so it has faded since)."""
-        if (changed_at := _time(row)) is None or row.get("start") != entry.start:
-            return False
+    def _adopt(self, entry: Limit, row: Mapping[str, Any], changed_at: float) -> bool:
+        """Take a limit learned elsewhere (at `changed_at`) as the evidence for it: served up to it, refused
+        just above, as of when it was learned (so it has faded since)."""
         value = row.get("limit")
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             return False
@@ -361,10 +344,10 @@ class LearnedLimits:
         evidence = entry.evidence
         evidence.forget()
         if value is not None:
-            value = min(max(value, 0), entry.ceiling)
+            value = min(max(value, 0), evidence.ceiling)
             if value:
                 evidence.observe(value, refused=False, now=learned, weight=ADOPTED_WEIGHT)
-            if value < entry.ceiling:
+            if value < evidence.ceiling:
                 evidence.observe(value + 1, refused=True, now=learned, weight=ADOPTED_WEIGHT)
         entry.value, entry.changed_at = evidence.limit(now, self.cost), changed_at
         text = row.get("reason") if entry.value == value else "restored, faded since"
@@ -372,16 +355,9 @@ class LearnedLimits:
         return True
 
 
-def _time(row: Any) -> float | None:
-    """A row's `changedAt`, None when it is no finite number (or the row no mapping)."""
-    at = row.get("changedAt") if isinstance(row, Mapping) else None
-    return (
-        float(at) if isinstance(at, int | float) and not isinstance(at, bool) and math.isfinite(at) else None
-    )
-
-
 def _row(entry: Limit) -> dict[str, Any]:
-    return {"start": entry.start, "limit": entry.value, "reason": entry.reason, "changedAt": entry.changed_at}
+    start, changed_at = entry.evidence.start, entry.changed_at
+    return {"start": start, "limit": entry.value, "reason": entry.reason, "changedAt": changed_at}
 
 
 def _served_why(count: int, probe: bool) -> str:

@@ -198,7 +198,7 @@ class Ledger:
             return False
         if self._limits.enabled and not self.lending.held(record.lent):
             level, account_level = self._levels(record) or (slot.in_flight, slot.total)
-            self._limits.stalled(slot.model, level, account_level, probe, record.taken_at)
+            self._limits.refused(slot.model, level, account_level, probe, record.taken_at, "stall")
             self._note(slot, "stall", level, account_level, probe)
             self._probe_judged(slot.model, probe)
             self._limits_changed()
@@ -341,8 +341,8 @@ class Ledger:
                 limits.succeeded(model, verdict.level, verdict.total, None)
             else:
                 sent = None if verdict.age is None else now - verdict.age
-                count = limits.refused if verdict.kind == "refused" else limits.stalled
-                count(model, verdict.level, verdict.total, verdict.probe, sent)
+                what = "1302" if verdict.kind == "refused" else "stall"
+                limits.refused(model, verdict.level, verdict.total, verdict.probe, sent, what)
         self._limits_changed()
 
     def probe_answered_elsewhere(self, limit: str) -> None:

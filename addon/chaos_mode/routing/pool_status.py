@@ -208,8 +208,8 @@ def status(pool: ChaosPool) -> PoolStatus:
         account_limit=None if pool._account_cap == NO_ACCOUNT_CAP else pool._account_cap,
         account=AccountStatus(
             account.value,
-            account.start,
-            account.ceiling,
+            account.evidence.start,
+            account.evidence.ceiling,
             account.reason,
             account.changed_at,
             account.probing,
@@ -275,7 +275,7 @@ def _unusable_reason(config: ModelRouting, name: str, out: str | None, serving: 
 
 
 def _model_limit(view: Limit) -> ModelLimit:
-    return ModelLimit(view.value, view.ceiling, view.reason, view.changed_at, view.probing)
+    return ModelLimit(view.value, view.evidence.ceiling, view.reason, view.changed_at, view.probing)
 
 
 def served(value: Any) -> Any:
