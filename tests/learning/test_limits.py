@@ -62,9 +62,9 @@ def test_a_refusal_at_a_level_z_ai_never_served_is_the_models_and_lowers_it(rig:
     costs little: here a slot's time is as long as z.ai's refusal)."""
     rig.serve("a", 1)
     rig.serve("a", 2)
-    rig.limits.refused("a", 3, 3, None)
+    rig.limits.refused("a", 3, 3, None, None)
     assert rig.limits.limit("a") == 3
-    rig.limits.refused("a", 3, 3, None)
+    rig.limits.refused("a", 3, 3, None, None)
     assert rig.limits.limit("a") == 2
     assert rig.limits.view().value is None  # the model's level was never served: nothing on the account
     assert rig.limits.view("a").reason == "1302 at 3 in flight"
@@ -76,9 +76,9 @@ def test_a_refusal_where_the_model_serves_all_the_time_is_the_accounts(rig: Rig)
     twice (once may be chance)."""
     rig.serve("b", 5, 12, times=12)
     rig.serve("a", 2, 12, times=12)
-    rig.limits.refused("b", 5, 14, None)
+    rig.limits.refused("b", 5, 14, None, None)
     assert (rig.limits.limit("b"), rig.limits.view().value) == (10, None)
-    rig.limits.refused("b", 5, 14, None)
+    rig.limits.refused("b", 5, 14, None, None)
     assert (rig.limits.limit("b"), rig.limits.view().value) == (10, 12)  # no more than z.ai served at once
     assert rig.limits.view().reason == "1302 at 14 in flight"
 
@@ -107,7 +107,7 @@ def test_a_refusal_at_a_level_z_ai_served_only_before_its_request_was_sent_is_th
 
 def test_an_isolated_refusal_at_a_level_served_cleanly_moves_nothing(rig: Rig) -> None:
     rig.serve("b", 10, times=12)
-    rig.limits.refused("b", 10, 10, None)
+    rig.limits.refused("b", 10, 10, None, None)
     assert (rig.limits.limit("b"), rig.limits.view().value) == (10, None)
 
 
@@ -152,12 +152,12 @@ def test_a_probe_counted_within_its_limit_found_no_room_above_it(rig: Rig) -> No
     once, took the place z.ai had left for the next request, and that request was refused 3 s later: one
     1302 every 1.5 s for 12 s."""
     rig.serve("a", 3)
-    rig.limits.refused("a", 4, 4, None)  # refused above the limit: no probe for the interval
+    rig.limits.refused("a", 4, 4, None, None)  # refused above the limit: no probe for the interval
     assert not rig.limits.can_probe("a")
     rig.advance(5.0)
     rig.limits.probe_sent("model", "a")
     rig.advance(0.5)
-    rig.limits.refused("a", 4, 4, None)  # a regular request refused while the probe is out...
+    rig.limits.refused("a", 4, 4, None, None)  # a regular request refused while the probe is out...
     rig.limits.succeeded("a", 3, 3, "model")  # ...and the probe answered at the limit, not above it
     assert rig.limits.limit("a") == 3
     assert not rig.limits.can_probe("a")
@@ -172,7 +172,7 @@ def test_a_probe_counted_within_its_limit_found_no_room_above_it(rig: Rig) -> No
 def test_after_a_refused_probe_the_next_waits_twice_the_base_wait(rig: Rig) -> None:
     rig.serve("a", 3)
     rig.limits.probe_sent("model", "a")
-    rig.limits.refused("a", 4, 4, "model")
+    rig.limits.refused("a", 4, 4, "model", None)
     assert rig.limits.limit("a") == 3
     assert not rig.limits.can_probe("a")
     assert rig.limits.next_probe() == pytest.approx(10.0, rel=0.01)
@@ -188,7 +188,7 @@ def test_each_failed_round_doubles_the_wait_up_to_the_maximum(rig: Rig) -> None:
     waits = []
     for _ in range(5):
         rig.limits.probe_sent("model", "a")
-        rig.limits.refused("a", 4, 4, "model")
+        rig.limits.refused("a", 4, 4, "model", None)
         wait = rig.limits.next_probe()
         assert wait is not None
         waits.append(wait)
@@ -216,13 +216,13 @@ def test_a_limit_fallen_to_zero_is_probed_as_any_limit(
         rig.serve("a", level)
     rig.advance(quiet)
     for _ in range(refusals):
-        rig.limits.refused("a", 1, 1, None)
+        rig.limits.refused("a", 1, 1, None, None)
         rig.advance(apart)
     assume(rig.limits.limit("a") == 0)
     rig.advance(5.0)  # the base wait after the latest refusal
     assert rig.limits.can_probe("a")
     rig.limits.probe_sent("model", "a")
-    rig.limits.refused("a", 1, 1, "model")
+    rig.limits.refused("a", 1, 1, "model", None)
     assert rig.limits.next_probe() == pytest.approx(10.0, rel=0.01)  # one failed round: twice the base
     rig.advance(10.0)
     assert rig.limits.can_probe("a")
@@ -239,10 +239,10 @@ def test_a_level_a_probe_opened_and_refused_on_trial_fails_its_round(rig: Rig) -
     rig.limits.succeeded("a", 4, 4, "model")
     assert rig.limits.limit("a") == 4 and rig.limits.can_probe("a")  # room found: the next goes at once
     for _ in range(round(NOISE * TRIAL)):  # noise explains these: the level stays
-        rig.limits.refused("a", 4, 4, None)
+        rig.limits.refused("a", 4, 4, None, None)
         rig.serve("a", 4, times=4)
     assert rig.limits.limit("a") == 4
-    rig.limits.refused("a", 4, 4, None)
+    rig.limits.refused("a", 4, 4, None, None)
     assert rig.limits.limit("a") == 3  # counted before the limit settled
     rig.advance(1.0)
     assert rig.limits.probe_wait("model", "a") == (pytest.approx(29.0, rel=0.01), 1)  # PACING.most
@@ -255,11 +255,11 @@ def test_a_detected_restore_starts_every_limits_wait_over(rig: Rig) -> None:
     rig.serve("a", 3, times=12)
     rig.serve("b", 10, times=12)
     for _ in range(16):  # "a" now refused at 3 (a fall, detected: z.ai moved)...
-        rig.limits.refused("a", 3, 3, None)
+        rig.limits.refused("a", 3, 3, None, None)
     assert rig.limits.limit("a") == 2
     rig.advance(31.0)  # ...long enough ago that the waits are their own again
     rig.limits.probe_sent("model", "b")
-    rig.limits.refused("b", 11, 11, "model")  # "b" probed above anything it served: refused, it waits
+    rig.limits.refused("b", 11, 11, "model", None)  # "b" probed above anything it served: refused, it waits
     assert not rig.limits.can_probe("b")
     for _ in range(2):  # "a" answered cleanly at 3, twice: restored
         rig.limits.probe_sent("model", "a")
@@ -277,15 +277,15 @@ def test_two_models_rising_together_say_the_plan_moved() -> None:
         rig.serve(model, level, times=40)
     for _ in range(2):
         rig.limits.probe_sent("model", "c")
-        rig.limits.refused("c", 5, 5, "model")
+        rig.limits.refused("c", 5, 5, "model", None)
         rig.advance(rig.limits.probe_wait("model", "c")[0])
     assert rig.limits.probe_wait("model", "c")[1] == 2
     rig.advance(4.0)  # the levels were served before these requests were sent: the refusals are the models'
-    rig.limits.refused("a", 3, 3, None)
-    rig.limits.refused("b", 6, 6, None)
-    rig.limits.refused("a", 3, 3, None)
+    rig.limits.refused("a", 3, 3, None, None)
+    rig.limits.refused("b", 6, 6, None, None)
+    rig.limits.refused("a", 3, 3, None, None)
     assert rig.limits.probe_wait("model", "c")[1] == 2  # one model rising: not yet
-    rig.limits.refused("b", 6, 6, None)
+    rig.limits.refused("b", 6, 6, None, None)
     assert rig.limits.probe_wait("model", "c")[1] == 0
 
 
@@ -293,7 +293,7 @@ def test_a_climb_starts_no_other_limits_wait_over(rig: Rig) -> None:
     rig.serve("a", 3, times=12)
     rig.serve("b", 10, times=12)
     rig.limits.probe_sent("model", "a")
-    rig.limits.refused("a", 4, 4, "model")
+    rig.limits.refused("a", 4, 4, "model", None)
     for level in (11, 12):  # "b" climbs cleanly, twice
         rig.limits.probe_sent("model", "b")
         rig.limits.succeeded("b", level, level, "model")
@@ -309,7 +309,7 @@ def test_a_refusal_at_any_level_holds_the_limits_probes_for_the_interval(rig: Ri
     the probe interval."""
     rig.serve("a", 3, times=12)
     assert rig.limits.can_probe("a")
-    rig.limits.refused("a", 3, 3, None)
+    rig.limits.refused("a", 3, 3, None, None)
     assert rig.limits.limit("a") == 3  # one refusal alone moves no limit
     assert not rig.limits.can_probe("a")
     assert rig.limits.next_probe() == pytest.approx(5.0)
@@ -341,11 +341,11 @@ def test_the_wait_a_fleet_is_told_is_the_probers_own(rig: Rig) -> None:
     assert rig.limits.probe_wait("model", "a") == (0.0, 0)
     rig.limits.probe_sent("model", "a")
     assert rig.limits.probe_wait("model", "a") == (5.0, 0)
-    rig.limits.refused("a", 4, 4, "model")
+    rig.limits.refused("a", 4, 4, "model", None)
     assert rig.limits.probe_wait("model", "a") == (pytest.approx(10.0, rel=0.01), 1)
     rig.advance(10.0)
     rig.limits.probe_sent("model", "a")
-    rig.limits.refused("a", 4, 4, "model")
+    rig.limits.refused("a", 4, 4, "model", None)
     assert rig.limits.probe_wait("model", "a") == (pytest.approx(20.0, rel=0.02), 2)
     rig.advance(20.0)
     rig.limits.probe_sent("model", "a")
@@ -365,7 +365,7 @@ def test_a_probe_whose_right_another_proxy_holds_is_no_probe_and_waits_for_the_r
     assert rig.limits.can_probe("a")
     # the fleet counted two failed rounds: a refusal here waits as the fleet's third would
     rig.limits.probe_sent("model", "a")
-    rig.limits.refused("a", 4, 4, "model")
+    rig.limits.refused("a", 4, 4, "model", None)
     assert rig.limits.probe_wait("model", "a") == (30.0, 3)
 
 
@@ -379,7 +379,7 @@ def test_a_probe_whose_slot_another_proxy_took_first_is_no_probe_and_may_go_agai
 def test_a_probe_answered_cleanly_on_another_proxy_frees_the_limits_next_probe_here(rig: Rig) -> None:
     rig.serve("a", 3)
     rig.limits.probe_sent("model", "a")
-    rig.limits.refused("a", 4, 4, "model")  # refused here: this proxy waits...
+    rig.limits.refused("a", 4, 4, "model", None)  # refused here: this proxy waits...
     rig.advance(10.0)
     rig.limits.probe_sent("model", "a")
     rig.limits.probe_claimed("model", "a", sent=False, held_elsewhere=4.0)  # ...then another proxy probes
@@ -390,8 +390,8 @@ def test_a_probe_answered_cleanly_on_another_proxy_frees_the_limits_next_probe_h
 
 def test_an_account_probe_raises_the_account_limit(rig: Rig) -> None:
     rig.serve("b", 5, 12, times=12)
-    rig.limits.refused("b", 5, 13, None)
-    rig.limits.refused("b", 5, 13, None)
+    rig.limits.refused("b", 5, 13, None, None)
+    rig.limits.refused("b", 5, 13, None, None)
     assert rig.limits.view().value == 12
     assert not rig.limits.can_probe(None)  # within the probe interval of a refusal above it
     rig.advance(5.0)
@@ -406,15 +406,15 @@ def test_limits_stay_within_zero_and_the_ceiling() -> None:
     rig.serve("a", 50)
     assert rig.limits.limit("a") == 3
     for _ in range(20):
-        rig.limits.refused("a", 1, 1, "model")
+        rig.limits.refused("a", 1, 1, "model", None)
     assert 0 <= rig.limits.limit("a") <= 3
 
 
 def test_what_was_learned_fades_back_to_the_catalog(rig: Rig) -> None:
     rig.serve("a", 1)
     rig.serve("a", 2)
-    rig.limits.refused("a", 3, 3, None)
-    rig.limits.refused("a", 3, 3, None)
+    rig.limits.refused("a", 3, 3, None, None)
+    rig.limits.refused("a", 3, 3, None, None)
     assert rig.limits.limit("a") == 2
     rig.advance(20 * 600.0)  # driftSeconds: the half-life of what was learned
     rig.limits.tick()
@@ -437,7 +437,7 @@ def test_a_refusals_price_is_the_time_it_blocks_its_slot_and_the_declared_cost(r
 
 def test_reset_forgets_everything(rig: Rig) -> None:
     rig.serve("a", 1)
-    rig.limits.refused("a", 2, 2, None)
+    rig.limits.refused("a", 2, 2, None, None)
     version = rig.limits.version
     rig.limits.reset()
     assert (rig.limits.limit("a"), rig.limits.limit("b"), rig.limits.view().value) == (3, 10, None)
@@ -448,7 +448,7 @@ def test_reset_forgets_everything(rig: Rig) -> None:
 
 def test_learning_off_learns_nothing() -> None:
     rig = Rig(routing(learning={"enabled": False}))
-    rig.limits.refused("a", 3, 3, None)
+    rig.limits.refused("a", 3, 3, None, None)
     rig.limits.succeeded("a", 4, 4, "model")
     assert rig.limits.limit("a") == 3 and not rig.limits.can_probe("a")
 
@@ -456,8 +456,8 @@ def test_learning_off_learns_nothing() -> None:
 def test_reconfigure_keeps_what_was_learned_unless_the_catalog_changed(rig: Rig) -> None:
     rig.serve("a", 1)
     rig.serve("a", 2)
-    rig.limits.refused("a", 3, 3, None)
-    rig.limits.refused("a", 3, 3, None)
+    rig.limits.refused("a", 3, 3, None, None)
+    rig.limits.refused("a", 3, 3, None, None)
     changed = {**TWO, "b": {"tier": "LIGHT", "maxConcurrency": 7}}
     rig.limits.reconfigure(routing(changed, queue={"timeoutSeconds": 5}))
     assert (rig.limits.limit("a"), rig.limits.limit("b")) == (2, 7)
@@ -470,11 +470,11 @@ def lowered(rig: Rig) -> None:
     """The model "a" learned at 2 (refused at its third, twice), the account at 8 (at its ninth, twice)."""
     rig.serve("a", 1)
     rig.serve("a", 2)
-    rig.limits.refused("a", 3, 3, None)
-    rig.limits.refused("a", 3, 3, None)
+    rig.limits.refused("a", 3, 3, None, None)
+    rig.limits.refused("a", 3, 3, None, None)
     rig.serve("b", 5, 8, times=12)
-    rig.limits.refused("b", 5, 9, None)
-    rig.limits.refused("b", 5, 9, None)
+    rig.limits.refused("b", 5, 9, None, None)
+    rig.limits.refused("b", 5, 9, None, None)
 
 
 def test_dump_and_restore_round_trip(rig: Rig) -> None:

@@ -1,8 +1,8 @@
 """Learned concurrency limits: each model's and the account's, estimated from z.ai's answers at run time.
 
 Each limit starts at the catalog's value (`maxConcurrency`; the account's `accountConcurrency`, or none)
-and follows its evidence (`evidence`); only probes go above it, paced by `explore`. Pure state, driven by
-injected clocks. What feeds it:
+and follows its evidence (`evidence`), back toward that value as it fades (`learning.driftSeconds`); only
+probes go above it, paced by `explore`. Pure state, driven by injected clocks. What feeds it:
 
 - **A verdict counts for its model and for the account.** A clean answer counts in full on both, at what
   z.ai served at once. A refusal (1302) or a stall (a head held far longer than z.ai's heads take) says a
@@ -23,8 +23,6 @@ injected clocks. What feeds it:
   is answered cleanly (`probe_answered_elsewhere`), held for the prober's wait when it is refused or given
   up. A proxy that finds it held sends no probe there (nothing learned) and counts the limit's failed
   rounds as the fleet does (`probe_claimed`). The store gone, each proxy learns and probes on its own.
-- **What was learned fades** (half-life `driftSeconds`): a limit nobody confirms goes back to the catalog's
-  value, and a level refused long ago may be tried again.
 """
 
 from __future__ import annotations
@@ -138,8 +136,7 @@ class LearnedLimits:
         return (ready := self._probe_ready(entry, now)) is not None and ready <= now
 
     def _probe_ready(self, entry: Limit | None, now: float) -> float | None:
-        """When (monotonic) a probe above `entry` becomes allowed; None: not before new evidence (learning
-        off, no value, at the ceiling, or z.ai never answered cleanly at its value)."""
+        """When (monotonic) a probe above `entry` becomes allowed; None: not before new evidence."""
         if not self.enabled or entry is None or entry.value is None or entry.value >= entry.evidence.ceiling:
             return None
         return entry.explore.due(self._pace) if entry.evidence.answered_at(entry.value, now) else None
@@ -182,9 +179,8 @@ class LearnedLimits:
     def probe_claimed(
         self, kind: Probe, model: str, *, sent: bool, held_elsewhere: float = 0.0, refused: int = 0
     ) -> None:
-        """The fleet's answer to the claim, made with the probe's slot, on the right to probe the limit;
-        `refused`, the failed rounds as the fleet counts them, counts here when more. Not `sent` (another
-        proxy took the slot first, or holds the right `held_elsewhere` seconds more): no probe at all."""
+        """The fleet's answer to the claim on the right to probe the limit (see the module): not `sent`,
+        another proxy took the slot first or holds the right `held_elsewhere` seconds more (no probe)."""
         if (entry := self._entry(kind, model)) is None or not self.enabled:
             return
         explore, now = entry.explore, self._clock()
@@ -219,16 +215,10 @@ class LearnedLimits:
         self._observe(self._account, total, False, 1.0, now, _served_why(total, probe == "account"))
 
     def refused(
-        self,
-        model: str,
-        in_flight: int,
-        total: int,
-        probe: Probe | None,
-        sent: float | None = None,
-        what: str = "1302",
+        self, model: str, level: int, total: int, probe: Probe | None, sent: float | None, what: str = "1302"
     ) -> None:
         """A limit passed (`what`: a 1302, or a "stall": z.ai held the request's head far longer than its
-        heads take, queued instead of refused: zai.assumptions.MAY_QUEUE), z.ai serving `in_flight` on its
+        heads take, queued instead of refused: zai.assumptions.MAY_QUEUE), z.ai serving `level` on its
         model and `total` on the account, for a request sent at `sent` (monotonic; None for another proxy's
         verdict: as long ago as z.ai's refusals take): whose it is (see the module), evidence against it."""
         if not self.enabled:
@@ -237,15 +227,15 @@ class LearnedLimits:
         since = now - EARLIEST_REFUSAL_SECONDS if sent is None else sent
         if probe == "account" or entry is None:
             share = 0.0
-        elif probe == "model" or not entry.evidence.answered_since(in_flight, since):
+        elif probe == "model" or not entry.evidence.answered_since(level, since):
             share = 1.0
         else:
-            here = entry.evidence.refusal_estimate(in_flight, now)
+            here = entry.evidence.refusal_estimate(level, now)
             share = here / (here + account.evidence.refusal_estimate(total, now))
         if probe is not None:
             (account if probe == "account" or entry is None else entry).explore.failed(now, self._pace)
         if entry is not None and share > 0.0:
-            self._observe(entry, in_flight, True, share, now, f"{what} at {in_flight} in flight")
+            self._observe(entry, level, True, share, now, f"{what} at {level} in flight")
         if share < 1.0:
             self._observe(account, total, True, 1.0 - share, now, f"{what} at {total} in flight")
 
@@ -334,8 +324,7 @@ class LearnedLimits:
         return taken
 
     def _adopt(self, entry: Limit, row: Mapping[str, Any], changed_at: float) -> bool:
-        """Take a limit learned elsewhere (at `changed_at`) as the evidence for it: served up to it, refused
-        just above, as of when it was learned (so it has faded since)."""
+        """A limit learned elsewhere (at `changed_at`) as its evidence (`ADOPTED_WEIGHT`), faded since."""
         value = row.get("limit")
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             return False
