@@ -23,8 +23,7 @@ a little at any level (noise). A head held instead of a refusal (a z.ai that que
    `WINDOW` levels ending at n (their rates are at most p(n)) holds more refusals than that explains: an
    exact binomial test, the prior included, at `SIGNIFICANCE`. Refusals above a level say nothing of it. As
    the thresholds ignore the evidence, a refusal never raises a limit and a clean answer never lowers one.
-   One refusal never passes; two at a level never served do (`UNSERVED`); noise under tau_n moves no limit,
-   a band over it does.
+   One refusal never passes, two at an unserved level do (`UNSERVED`); so does a band, not noise under tau_n.
 3. **A level is served** when its memory holds a clean answer at it or above, or it is within the catalog's
    value. **The limit is the highest served level under the lowest refused one.** Only probes go above it.
 """

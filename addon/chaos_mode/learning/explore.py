@@ -15,9 +15,8 @@ a rule of its own, separate from the estimator (`evidence`):
   one that closed), until `TRIAL` clean answers at them (never level 1: a band there still answers, 0
   nothing); more refusals there than z.ai's noise explains among as many say z.ai serves them only at
   times, a band: the round failed, the limit is held under the level refused (`closed`) until a probe is
-  answered above it, and the next probe waits `most`. The estimator would take tens of requests at a
-  band's first level (refused one time in six to nine) to refuse it, and a cheap refusal makes it worth
-  holding.
+  answered above it, and the next probe waits `most`. The estimator would take tens of requests to refuse
+  a band's first level (refused one time in six to nine), and a cheap refusal makes it worth holding.
 - **A change detector per limit** (`Detector`): two CUSUMs of each verdict's log-likelihood ratio against its
   level's recent rate (`BASELINE`), one for a rise of the refusals (a limit that fell) and one for a fall (a
   limit restored). A step fires one within a few verdicts; a stationary rate (noise, a band) drifts it back
