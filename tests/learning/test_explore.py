@@ -46,12 +46,13 @@ def test_a_restore_after_a_move_fires_at_the_first_clean_answer() -> None:
 @settings(max_examples=10, deadline=None)
 @given(rate=st.floats(0.1, 0.5), seed=st.integers(0, 2**16))
 def test_a_stationary_band_fires_the_detector_under_once_an_hour(rate: float, seed: int) -> None:
-    """Over four hours (a false rise is often followed by a false restore a few verdicts later: an hour
-    may hold two or three firings, the hours on average well under one)."""
+    """Over eight hours (a false rise is often followed by a false restore a few verdicts later: an hour
+    may hold two or three firings, the hours on average well under one; over four hours, 5 firings came
+    once in about 200 seeds, over eight at most 7 in 900)."""
     rng = random.Random(seed)
     detector = Detector()
-    fired = sum(detector.verdict(3, rng.random() < rate) != 0 for _ in range(4 * HOUR_OF_VERDICTS))
-    assert fired <= 4
+    fired = sum(detector.verdict(3, rng.random() < rate) != 0 for _ in range(8 * HOUR_OF_VERDICTS))
+    assert fired <= 8
 
 
 @settings(max_examples=30, deadline=None)
