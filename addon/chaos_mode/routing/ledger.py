@@ -49,10 +49,10 @@ class Ledger:
     def take(self, slot_id: int, model: str, probe: Probe | None, *, awaits: bool) -> SlotRecord:
         """A slot just taken (`awaits`: z.ai's verdict on its request is awaited)."""
         beside = self._beside(model, [r for r in self.records.values() if not r.ended])
-        in_flight, above = self.store.in_flight(model), self.riding_on
+        in_flight, above = self.store.in_flight(model), self.above()
         lent = awaits and probe is None and self._limits.enabled and self._lent(model, in_flight, above)
         phase, place = Phase.AWAITING if awaits else Phase.DONE, Place.PROBE if probe else Place.WITHIN
-        level = in_flight - above.get(model, 0)
+        level = in_flight - above(model, 0)
         record = SlotRecord(slot_id, model, self.clock(), probe, phase, place, lent, level, beside=beside)
         self.records[slot_id] = record
         self._quota.sent(slot_id, model)
@@ -60,10 +60,10 @@ class Ledger:
             self._limits.probe_sent(probe, model)
         return record
 
-    def _lent(self, model: str, in_flight: int, above: Mapping[str, int]) -> bool:
+    def _lent(self, model: str, in_flight: int, above: Callable[[str, int], int]) -> bool:
         """Whether a slot of `model` just taken (`in_flight` with it) is an overdue attempt's place: something
         rides `above` its model's or the account's limit, and it is over it with the probes left out."""
-        if model not in above and ACCOUNT not in above:
+        if not above(model, 0) and not above(ACCOUNT, 0):
             return False
         probes, account = self.riding()[0], self._limits.view().value
         if in_flight - probes[model] > self._limits.limit(model):
@@ -278,6 +278,21 @@ class Ledger:
         self._limits_changed()
         if not heard:
             self.cooldowns.lending_off(why)
+
+    def above(self) -> Callable[[str, int], int]:
+        """Slots riding above a limit, called as `above(limit, 0)` (a model's name, or ACCOUNT): probes and
+        overdue attempts here, and in a fleet the other proxies' overdue attempts (their places are the
+        fleet's to use, and z.ai serves none of them). Alone, the count's own `get`: this runs for every
+        request."""
+        riding = self.riding_on
+        if not self.store.confirms:
+            return riding.get
+        elsewhere = self.store.riding_elsewhere
+
+        def above(key: str, default: int) -> int:
+            return riding.get(key, default) + elsewhere(None if key == ACCOUNT else key)
+
+        return above
 
     @property
     def riding_on(self) -> Mapping[str, int]:
