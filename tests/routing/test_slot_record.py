@@ -12,6 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from chaos_mode.learning.limits import Probe
 from chaos_mode.routing.ledger import Ledger
 from chaos_mode.routing.slot_record import Phase, Place, Slot, SlotRecord
+from chaos_mode.routing.slots import MemorySlots
 from chaos_mode.zai.catalog import ACCOUNT
 from support.pool_rig import Rig, routing
 
@@ -144,3 +145,24 @@ def test_a_queued_probe_seats_on_its_own_model_first_then_the_accounts_oldest_fi
     serve_and_give_back(12, "c")
     assert account.held and not other.held
     assert ledger.riding_on == {"b": 1}
+
+
+class FleetSlots(MemorySlots):
+    """A fleet's store as the pool sees it: another proxy has one attempt of "a" riding above the limits."""
+
+    confirms = True
+
+    def riding_elsewhere(self, model: str | None) -> int:
+        return 1 if model in ("a", None) else 0
+
+
+def test_a_level_leaves_out_what_rides_above_the_limit_on_another_proxy() -> None:
+    """Another proxy's overdue attempt is in the fleet's count but z.ai serves none of it: a request taken
+    in its place is lent, and each request's level (what the check of lending compares them at) leaves it
+    out, as it leaves out this proxy's own."""
+    rig = Rig(routing({"a": {"tier": "HEAVY", "maxConcurrency": 2}}))
+    slots = FleetSlots()
+    rig.pool.use(slots=slots)
+    assert slots.try_acquire("a", 9, 9)  # the other proxy's overdue attempt
+    taken = [rig.pool.ledger.records[rig.take().slot_id] for _ in range(2)]
+    assert [(r.lent, r.level) for r in taken] == [(False, 1), (True, 2)]
