@@ -236,7 +236,9 @@ async def measure(
     # a while, when the others' slots are counted as last seen and an upstream 429 can happen.
     figures["outages"] = sum(f["outages"] for f in fleets if f)
     # proxies whose check of lending turned it off (or heard it): their learned limits started over then
-    figures["lendingOff"] = sum(not s.get("learning", {}).get("lendOverdue", True) for s in statuses)
+    off = [s["learning"] for s in statuses if not s.get("learning", {}).get("lendOverdue", True)]
+    figures["lendingOff"] = len(off)
+    figures["lendingWhy"] = [learning.get("lending") for learning in off]  # what each check saw
     return figures
 
 
