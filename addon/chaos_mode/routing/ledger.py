@@ -46,10 +46,13 @@ class Ledger:
 
     # -- a slot's life --------------------------------------------------------------------------------
 
-    def take(self, slot_id: int, model: str, probe: Probe | None, *, awaits: bool) -> SlotRecord:
-        """A slot just taken (`awaits`: z.ai's verdict on its request is awaited)."""
+    def take(
+        self, slot_id: int, model: str, probe: Probe | None, above: Callable[[str, int], int], *, awaits: bool
+    ) -> SlotRecord:
+        """A slot just taken (`awaits`: z.ai's verdict on its request is awaited), with `above` riding above
+        the limits (`ChaosPool._above`): its level leaves them out."""
         beside = self._beside(model, [r for r in self.records.values() if not r.ended])
-        in_flight, above = self.store.in_flight(model), self.above()
+        in_flight = self.store.in_flight(model)
         lent = awaits and probe is None and self._limits.enabled and self._lent(model, in_flight, above)
         phase, place = Phase.AWAITING if awaits else Phase.DONE, Place.PROBE if probe else Place.WITHIN
         level = in_flight - above(model, 0)
@@ -278,21 +281,6 @@ class Ledger:
         self._limits_changed()
         if not heard:
             self.cooldowns.lending_off(why)
-
-    def above(self) -> Callable[[str, int], int]:
-        """Slots riding above a limit, called as `above(limit, 0)` (a model's name, or ACCOUNT): probes and
-        overdue attempts here, and in a fleet the other proxies' overdue attempts (their places are the
-        fleet's to use, and z.ai serves none of them). Alone, the count's own `get`: this runs for every
-        request."""
-        riding = self.riding_on
-        if not self.store.confirms:
-            return riding.get
-        elsewhere = self.store.riding_elsewhere
-
-        def above(key: str, default: int) -> int:
-            return riding.get(key, default) + elsewhere(None if key == ACCOUNT else key)
-
-        return above
 
     @property
     def riding_on(self) -> Mapping[str, int]:

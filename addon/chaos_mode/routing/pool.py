@@ -244,7 +244,7 @@ class ChaosPool:
         eligible = (self._seeing if ticket.images else self._eligible)[ticket.tier]
         if attempted or blocked:
             eligible = [e for e in eligible if e.name not in attempted and e.name not in blocked]
-        above = self.ledger.above()
+        above = self._above()
         if slots.total() >= self._account_cap + above(ACCOUNT, 0):
             return self._beyond_limits(ticket, eligible, account_full=True), False
         candidates = [e for e in eligible if held(e.name, 0) < e.capacity + above(e.name, 0)]
@@ -319,6 +319,21 @@ class ChaosPool:
             merged[target] = merged.get(target, 0) + merged.pop(name)
         return merged
 
+    def _above(self) -> Callable[[str, int], int]:
+        """Slots riding above a limit, called as `above(limit, 0)` (a model's name, or ACCOUNT): probes and
+        overdue attempts here, and in a fleet the other proxies' overdue attempts (their places are the
+        fleet's to use, and z.ai serves none of them). Alone, the count's own `get`: this runs for every
+        request."""
+        riding = self.ledger.riding_on
+        if not self.slots.confirms:
+            return riding.get
+        elsewhere = self.slots.riding_elsewhere
+
+        def above(key: str, default: int) -> int:
+            return riding.get(key, default) + elsewhere(None if key == ACCOUNT else key)
+
+        return above
+
     def _lighter_left(self, tiers: Mapping[int, str]) -> bool:
         """Whether a request in flight is served by a model heavier than the lightest its floor admits
         (`tiers`: the request tier of each held slot)."""
@@ -340,7 +355,7 @@ class ChaosPool:
         if limits.enabled and ticket.may_probe:
             affordable = self._affordable(ticket, eligible)
             if account_full:
-                above = self.ledger.above()
+                above = self._above()
                 room = [e for e in affordable if held(e.name, 0) < e.capacity + above(e.name, 0)]
                 if room and limits.can_probe(None):
                     chosen = room[
@@ -390,7 +405,7 @@ class ChaosPool:
         entry = self._entries.get(model)
         if entry is None:
             return None
-        above = self.ledger.above()
+        above = self._above()
         cap, account_cap = entry.capacity + above(model, 0), self._account_cap + above(ACCOUNT, 0)
         if probe == "model":
             cap += 1
@@ -403,7 +418,7 @@ class ChaosPool:
             return None
         self.dispatched[model] = self.dispatched.get(model, 0) + 1
         slot_id, self._next_slot_id = self._next_slot_id, self._next_slot_id + 1
-        record = self.ledger.take(slot_id, model, probe, awaits=awaits_verdict)
+        record = self.ledger.take(slot_id, model, probe, above, awaits=awaits_verdict)
         return Slot(model, reason, slots.in_flight(model), slots.total(), probe, slot_id, record)
 
     def release(self, slot: Slot) -> bool:
