@@ -513,6 +513,21 @@ def test_a_refusal_counts_at_what_z_ai_served_when_it_came_not_at_what_the_pool_
         assert rig.pool.release(selection)
 
 
+def test_once_z_ai_is_seen_to_hold_refused_requests_a_refusal_counts_at_what_the_pool_held() -> None:
+    """Lending turned off: z.ai holds the slot of a request it refuses until its 1302. Six requests taken,
+    none answered yet: z.ai is refusing them all, holding their slots. Counted at what z.ai served (none of
+    them), each 1302 would say "refused at 1" and take the limit to 0; the pool's in flight says more."""
+    rig = Rig(routing({"m": {"tier": "HEAVY", "maxConcurrency": 6}}))
+    held = [rig.take() for _ in range(6)]
+    rig.pool.ledger.lending_off("off: lent places refused")
+    for selection in reversed(held[2:]):
+        rig.pool.error("m", error("1302"), None, selection)
+    limit = served(pool_status.status(rig.pool))["models"]["m"]["learnedLimit"]
+    assert 3 <= limit < 6
+    for selection in held:
+        assert rig.pool.release(selection)
+
+
 def test_a_refusal_is_judged_by_what_z_ai_served_while_it_decided_that_request() -> None:
     """The pool tells the limits when the refused request's slot was taken: z.ai served "h" at 2 just before
     (well within a refusal's time), not since, so the stall is "h"'s in full and nothing of it the

@@ -93,8 +93,12 @@ class Ledger:
         return self._arrivals.beside(model, [r.slot_id for r in beside], serving, written)
 
     def _levels(self, record: SlotRecord | None, *, clean: bool = False) -> tuple[int, int] | None:
-        """What z.ai served as `record`'s request came (`Arrivals.levels`); None: no record of it."""
-        if record is None or record.beside is None:
+        """What z.ai served as `record`'s request came (`Arrivals.levels`); None: no record of it, or a
+        refusal or a stall once lending is off for the check's word that z.ai holds the slot of a request it
+        refuses: the requests beside it that z.ai was refusing held its slots too, so it counts at the
+        pool's in flight when it was taken (counted at what z.ai served, a 1302 beside held ones said
+        "refused at 1": `noisy-held` learned 0 for most models after the turn-off)."""
+        if record is None or record.beside is None or (not clean and self.lending.off_why is not None):
             return None
         return self._arrivals.levels(record.slot_id, record.beside, clean=clean)
 
@@ -107,12 +111,6 @@ class Ledger:
             return
         if record.settle(phase):
             self.store.overdue_changed()
-        if record.held_when_off:
-            record.held_when_off = False
-            if not any(r.held_when_off for r in self.records.values()):
-                # z.ai holds none of the slots lending cost any more: what it refused since lies too
-                self._limits.reset()
-                self._limits_changed()
 
     def sent(self, slot: Slot) -> None:
         """`slot`'s request was written to z.ai now: it arrives beside the requests written before it, not
@@ -199,7 +197,7 @@ class Ledger:
         probe = self._judged(slot, record)  # before the stall makes it held
         if record is None or not record.stall():
             return False
-        if self._limits.enabled and not self.lending.held(record.lent):
+        if self._limits.enabled:
             level, account_level = self._levels(record) or (slot.in_flight, slot.total)
             self._limits.refused(slot.model, level, account_level, probe, record.taken_at, "stall")
             self._note(slot, "stall", level, account_level, probe)
@@ -243,7 +241,7 @@ class Ledger:
         taken_at = None if record is None else record.taken_at
         if taken_at is not None:
             limits.refusal_took(self.clock() - taken_at, lent=lent)
-        if counted or (record is not None and self.lending.held(record.lent)):
+        if counted:
             return
         if slot is None or not slot.in_flight:
             in_flight, total = self.store.in_flight(model), self.store.total()
@@ -269,13 +267,13 @@ class Ledger:
 
     def lending_off(self, why: str, *, heard: bool = False) -> None:
         """z.ai holds the slot of a request it refuses, as the check here (or another proxy's, `heard`) says:
-        nothing lends its place from now on, the places lent go back, and the learned limits start over now
-        and once the requests lent or overdue now have their verdicts (`_settle`). The fleet is told."""
+        nothing lends its place from now on, the places lent go back, the learned limits start over (what the
+        refusals of held requests said was counted at too low a level), and a refusal or a stall counts at
+        the pool's in flight from now on (`_levels`). The fleet is told."""
         if not self.lending.turn_off(why):
             return
         self._limits.reset()
         for record in self.records.values():
-            record.held_when_off = record.awaiting and (record.lent or record.rides)
             record.move(Place.OVERDUE, Place.WITHIN)
         self.store.overdue_changed()
         self._limits_changed()

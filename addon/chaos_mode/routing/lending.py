@@ -72,11 +72,6 @@ class Lending:
             "(a lent place refused as the regular ones at its level: zai.assumptions.REFUSED_HOLDS_NO_SLOT)"
         )
 
-    def held(self, lent: bool) -> bool:
-        """Whether a refusal of a request sent into a lent place says nothing of the limits: lending was
-        turned off, as z.ai holds the slot of a request it refuses (it was refused for the slot held)."""
-        return lent and self.off_why is not None
-
     def allow(self, allowed: bool) -> None:
         """The config allows lending (`learning.lendOverdue`), or not; allowed anew, it is checked anew."""
         if allowed and not self.allowed:

@@ -11,9 +11,8 @@ them: `routing.ledger`). Made when the slot is taken, dropped when it is given b
 - `stalled`: a stall said while awaiting (once); `ended`: z.ai sent its answer to the end. Stalled or
   seated, it is `held`: its verdict is a regular request's from then on, however it was sent.
 - `lent`: taken above a limit while an overdue attempt rode there, at `level` (what z.ai served of its
-  model, the attempts riding above it left out): what `routing.lending` checks. `held_when_off`: lent or
-  overdue, awaiting, when lending turned off (the limits start over once none is left). `beside`: what
-  was beside its request as it came (`routing.arrivals`).
+  model, the attempts riding above it left out): what `routing.lending` checks. `beside`: what was beside
+  its request as it came (`routing.arrivals`).
 """
 
 from __future__ import annotations
@@ -52,7 +51,6 @@ class SlotRecord:
     level: int = 0
     stalled: bool = False
     ended: bool = False
-    held_when_off: bool = False
     beside: Beside | None = None
 
     @property
