@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from chaos_mode.learning.limits import Probe
+from chaos_mode.routing.arrivals import Beside
 from chaos_mode.routing.ledger import Ledger
 from chaos_mode.routing.slot_record import Phase, Place, Slot, SlotRecord
 from chaos_mode.routing.slots import MemorySlots
@@ -24,7 +25,8 @@ PLACES = st.sampled_from(list(Place))
 def put(ledger: Ledger, slot_id: int, model: str, probe: Probe | None, *, awaits: bool = True) -> SlotRecord:
     """A record as `Ledger.take` makes it, without the pool around it."""
     place = Place.WITHIN if probe is None else Place.PROBE
-    record = SlotRecord(slot_id, model, 0.0, probe, Phase.AWAITING if awaits else Phase.DONE, place)
+    beside = Beside(model, frozenset(), {}, 0, 0, None)
+    record = SlotRecord(slot_id, model, 0.0, beside, probe, Phase.AWAITING if awaits else Phase.DONE, place)
     ledger.records[slot_id] = record
     return record
 
@@ -71,8 +73,9 @@ class RecordsMachine(RuleBasedStateMachine):
         record = self.pick(index)
         if record is not None:
             first = record.awaiting and not record.stalled
-            assert record.stall() is first
-            assert record.stall() is False  # once
+            slot = Slot(record.model, "stalled", slot_id=record.slot_id)
+            assert self.ledger.stall(slot) is first
+            assert self.ledger.stall(slot) is False  # once
 
     @rule(index=st.integers(0))
     def end(self, index: int) -> None:
@@ -104,7 +107,7 @@ class RecordsMachine(RuleBasedStateMachine):
                 assert record.riding() == (record.model, ACCOUNT)
             elif record.probing:
                 assert record.riding() == (ACCOUNT if record.probe == "account" else record.model,)
-        probes, overdue = self.ledger.riding()
+        probes, overdue = self.ledger.probes(), self.ledger.overdue_here()
         assert self.ledger.riding_on == probes + overdue + Counter({ACCOUNT: overdue.total()})
 
     @invariant()

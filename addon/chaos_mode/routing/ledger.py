@@ -1,9 +1,9 @@
 """The verdict ledger: the pool's held slots, one record each (`routing.slot_record`), and z.ai's verdicts.
 
-A request's owner says here what z.ai did with it: written (`sent`), answered cleanly (`success`), refused
-(`refused`), stalled (`stall`), overdue, queued, answered to its end (`ended`), or no verdict will come
-(`no_verdict`). Each verdict is counted at what z.ai served when its request came (`routing.arrivals`), fed
-to the learned limits (`learning.limits`), the cooldowns and the quota, and told to a fleet's other proxies.
+A request's owner says here what z.ai did with it, or that no verdict will come. Each verdict is counted at
+what z.ai served when its request came (`routing.arrivals`), fed to the learned limits (`learning.limits`),
+the cooldowns and the quota, and told to a fleet's other proxies. `limits_changed` (the pool's) follows the
+learned limits and says whether they changed; the pool (`routing.pool`) takes and gives back the slots.
 """
 
 from __future__ import annotations
@@ -25,9 +25,6 @@ from chaos_mode.zai.errors import Action, UpstreamError
 
 
 class Ledger:
-    """`limits_changed` (the pool's) follows the learned limits and says whether they changed. The pool
-    (`routing.pool`) takes and gives back the slots, and blocks what an error blocks (`ChaosPool.error`)."""
-
     def __init__(
         self,
         limits: LearnedLimits,
@@ -44,8 +41,6 @@ class Ledger:
         self._limits, self._quota, self._queue, self._limits_changed = limits, quota, queue, limits_changed
         self._arrivals = Arrivals(self._elsewhere)  # what z.ai served as each slot's request came: its level
 
-    # -- a slot's life --------------------------------------------------------------------------------
-
     def take(
         self, slot_id: int, model: str, probe: Probe | None, above: Callable[[str, int], int], *, awaits: bool
     ) -> SlotRecord:
@@ -56,7 +51,7 @@ class Ledger:
         lent = awaits and probe is None and self._limits.enabled and self._lent(model, in_flight, above)
         phase, place = Phase.AWAITING if awaits else Phase.DONE, Place.PROBE if probe else Place.WITHIN
         level = in_flight - above(model, 0)
-        record = SlotRecord(slot_id, model, self.clock(), probe, phase, place, lent, level, beside=beside)
+        record = SlotRecord(slot_id, model, self.clock(), beside, probe, phase, place, lent, level)
         self.records[slot_id] = record
         self._quota.sent(slot_id, model)
         if probe is not None:
@@ -68,29 +63,35 @@ class Ledger:
         rides `above` its model's or the account's limit, and it is over it with the probes left out."""
         if not above(model, 0) and not above(ACCOUNT, 0):
             return False
-        probes, account = self.riding()[0], self._limits.view().value
+        probes, account = self.probes(), self._limits.view().value
         if in_flight - probes[model] > self._limits.limit(model):
             return True
         return account is not None and self.store.total() - probes[ACCOUNT] > account
 
     def release(self, slot: Slot) -> SlotRecord | None:
-        """`slot` goes back (None: not held here). z.ai served it: the slot it frees is a queued probe's."""
+        """`slot` goes back (None: not held here). z.ai served it: the oldest probe z.ai queues on its model
+        (else on the account) takes the slot it frees, within its limit from then on (`SlotRecord.held`); z.ai
+        held it, so it found no room above: the next probe there waits as after a refusal."""
         if (record := self.records.get(slot.slot_id)) is None:
             return None
         self._settle(record)  # the fleet hears of an overdue one
         del self.records[slot.slot_id]
         self._quota.ended(slot.slot_id)
-        if record.phase is Phase.SERVED:
-            self._limits.served_for(self.clock() - record.taken_at)
-            self._seat_queued_probe(record.model)
+        if record.phase is not Phase.SERVED:
+            return record
+        self._limits.served_for(self.clock() - record.taken_at)
+        queued = [r for r in self.records.values() if r.place is Place.QUEUED and r.awaiting]
+        fits = [r for r in queued if r.limit in (record.model, ACCOUNT)]
+        if (first := min(fits, key=lambda r: (r.limit != record.model, r.slot_id), default=None)) is not None:
+            if first.probe is not None and not first.stalled:  # a stall judged it already
+                self._limits.probe_given_up(first.probe, first.model)
+                self._probe_judged(first.model, first.probe)
+            first.move(Place.QUEUED, Place.SEATED)
         return record
 
-    def _beside(
-        self, model: str, beside: list[SlotRecord], written: tuple[int, float] | None = None
-    ) -> Beside:
-        """A request of `model` comes to z.ai beside the slots `beside` (`routing.arrivals`)."""
-        serving = {r.slot_id: r.model for r in beside if r.phase is Phase.SERVED}
-        return self._arrivals.beside(model, [r.slot_id for r in beside], serving, written)
+    def _beside(self, model: str, near: list[SlotRecord], written: tuple[int, float] | None = None) -> Beside:
+        serving = {r.slot_id: r.model for r in near if r.phase is Phase.SERVED}
+        return self._arrivals.beside(model, [r.slot_id for r in near], serving, written)
 
     def _levels(self, record: SlotRecord | None, *, clean: bool = False) -> tuple[int, int] | None:
         """What z.ai served as `record`'s request came (`Arrivals.levels`); None: no record of it, or a
@@ -98,18 +99,15 @@ class Ledger:
         refuses: the requests beside it that z.ai was refusing held its slots too, so it counts at the
         pool's in flight when it was taken (counted at what z.ai served, a 1302 beside held ones said
         "refused at 1": `noisy-held` learned 0 for most models after the turn-off)."""
-        if record is None or record.beside is None or (not clean and self.lending.off_why is not None):
+        if record is None or (not clean and self.lending.off_why is not None):
             return None
         return self._arrivals.levels(record.slot_id, record.beside, clean=clean)
 
     def _elsewhere(self, model: str | None) -> int:
-        """What the other proxies of a fleet say z.ai serves (of `model`; the account's for None)."""
         return self.store.serving_elsewhere(model) if self.store.confirms else 0
 
     def _settle(self, record: SlotRecord | None, phase: Phase = Phase.DONE) -> None:
-        if record is None:
-            return
-        if record.settle(phase):
+        if record is not None and record.settle(phase):
             self.store.overdue_changed()
 
     def sent(self, slot: Slot) -> None:
@@ -117,7 +115,7 @@ class Ledger:
         those taken before it (`routing.arrivals`). A pool never told of one keeps the takings."""
         if (record := self.records.get(slot.slot_id)) is None:
             return
-        written = [r for r in self.records.values() if r.beside and r.beside.written_at is not None]
+        written = [r for r in self.records.values() if r.beside.written_at is not None]
         beside = [r for r in written if r is not record and not r.ended]
         record.beside = self._beside(slot.model, beside, (slot.slot_id, self.clock()))
 
@@ -145,45 +143,26 @@ class Ledger:
         if (record := self.records.get(slot.slot_id)) is not None:
             record.move(Place.PROBE, Place.QUEUED)
 
-    def _seat_queued_probe(self, model: str) -> None:
-        """A slot of `model` z.ai served went back: a probe z.ai queues on that model (else on the account),
-        the oldest, takes it, counting within the limit from now on. z.ai held it, so it found no room above
-        its limit: the next probe there waits as after a refusal, and its verdict is a regular request's
-        (`SlotRecord.held`)."""
-        queued = [r for r in self.records.values() if r.place is Place.QUEUED and r.awaiting]
-        fits = [r for r in queued if r.limit in (model, ACCOUNT)]
-        record = min(fits, key=lambda r: (r.limit != model, r.slot_id), default=None)
-        if record is None:
-            return
-        if record.probe is not None and not record.stalled:  # a stall judged it already
-            self._limits.probe_given_up(record.probe, record.model)
-            self._probe_judged(record.model, record.probe)
-        record.move(Place.QUEUED, Place.SEATED)
-
-    # -- verdicts -------------------------------------------------------------------------------------
-
     def success(self, slot: Slot, *, at_once: bool = True) -> None:
         """A clean answer from z.ai to the request `slot` sent. `at_once`: z.ai served it from its arrival
         (False: z.ai was seen to queue lately, and may have held it until a slot freed)."""
         record = self.records.get(slot.slot_id)
         held, probe = record is not None and record.held, self._judged(slot, record)
-        # z.ai counted it from its arrival on, unless its stall said it held it first (a seated probe as
-        # accepted at once: held, `queuing-late-heads` had 88.3 % of the bound over 24 seeds, 88.5 at once)
-        self._arrivals.accepted(slot.slot_id, slot.model, held=record is not None and record.stall_counted)
+        stalled = record is not None and record.awaiting and record.stalled
+        # z.ai counted it from its arrival, unless its stall said it held it first (a seated probe: at once)
+        self._arrivals.accepted(slot.slot_id, slot.model, held=stalled)
         self._checked(record, refused=False)
         self._settle(record, Phase.SERVED)
         # z.ai served at least what it serves now, or what it served when the request came (heads sent with
         # the first token: zai.assumptions.HEAD_MAY_WAIT_FOR_FIRST_TOKEN); not for a request z.ai may have
         # held (`SlotRecord.held`, not `at_once`): it was full then, and a probe there found no room above
-        levels = None if held or not at_once else self._levels(record, clean=True)
-        arrived, arrived_total = levels or (0, 0)
+        arrived = (None if held or not at_once else self._levels(record, clean=True)) or (0, 0)
         model, limits, here = slot.model, self._limits, self.serving_here()
-        serving = max(here[model] + self._elsewhere(model), arrived)
-        total = max(here.total() + self._elsewhere(None), arrived_total)
+        serving = max(here[model] + self._elsewhere(model), arrived[0])
+        total = max(here.total() + self._elsewhere(None), arrived[1])
         self._quota.answered(model, slot.slot_id)
         limits.succeeded(model, serving, total, probe)
         self._note(slot, "clean", serving, total, probe)
-        self._probe_judged(model, probe)
         self.cooldowns.succeeded(model)
         changed = self._limits_changed()
         if not changed and len(self._queue) and (limits.can_probe(model) or limits.can_probe(None)):
@@ -195,13 +174,13 @@ class Ledger:
         its verdict came first."""
         record = self.records.get(slot.slot_id)
         probe = self._judged(slot, record)  # before the stall makes it held
-        if record is None or not record.stall():
+        if record is None or not record.awaiting or record.stalled:
             return False
+        record.stalled = True
         if self._limits.enabled:
             level, account_level = self._levels(record) or (slot.in_flight, slot.total)
             self._limits.refused(slot.model, level, account_level, probe, record.taken_at, "stall")
             self._note(slot, "stall", level, account_level, probe)
-            self._probe_judged(slot.model, probe)
             self._limits_changed()
         return True
 
@@ -221,40 +200,32 @@ class Ledger:
         A 1302 counts at what z.ai served when the request came, else at what is held now. What it blocks,
         and the limits followed, are the pool's (`ChaosPool.error`)."""
         record = None if slot is None else self.records.get(slot.slot_id)
-        counted = record is not None and record.stall_counted  # its stall said so already
-        lent, probe = (
-            record is not None and record.overdue,
-            None if slot is None else self._judged(slot, record),
-        )
+        counted = record is not None and record.awaiting and record.stalled  # its stall said so already
+        lent, probe = record is not None and record.overdue, self._judged(slot, record)
         if error.action is Action.CONCURRENCY:
             self._checked(record, refused=True)
         self._settle(record)
         if slot is not None and error.action is not Action.UNREACHED:
             self._quota.refused(slot.slot_id)  # z.ai's error answer: not charged
-        limits = self._limits
-        if error.action is not Action.CONCURRENCY:
+        if error.action is not Action.CONCURRENCY or not self._limits.enabled:
             if probe is not None and error.action in (Action.UNREACHED, Action.FATAL, Action.NONE):
-                limits.probe_sent(probe, model)  # it tested nothing: the next one waits its turn
+                self._limits.probe_sent(probe, model)  # it tested nothing: the next one waits its turn
             return
-        if not limits.enabled:
-            return
-        taken_at = None if record is None else record.taken_at
-        if taken_at is not None:
-            limits.refusal_took(self.clock() - taken_at, lent=lent)
+        if record is not None:
+            self._limits.refusal_took(self.clock() - record.taken_at, lent=lent)
         if counted:
             return
         if slot is None or not slot.in_flight:
             in_flight, total = self.store.in_flight(model), self.store.total()
         else:
             in_flight, total = self._levels(record) or (slot.in_flight, slot.total)
-        limits.refused(model, in_flight, total, probe, taken_at)
+        self._limits.refused(model, in_flight, total, probe, None if record is None else record.taken_at)
         if slot is not None:
             self._note(slot, "refused", in_flight, total, probe)
-            self._probe_judged(slot.model, probe)
 
-    def _judged(self, slot: Slot, record: SlotRecord | None) -> Probe | None:
+    def _judged(self, slot: Slot | None, record: SlotRecord | None) -> Probe | None:
         """What `slot`'s verdict is a probe of: its probe, none once z.ai held it (`SlotRecord.held`)."""
-        return None if record is not None and record.held else slot.probe
+        return None if slot is None or (record is not None and record.held) else slot.probe
 
     def _checked(self, r: SlotRecord | None, *, refused: bool) -> None:
         """A final verdict on `r`'s request, for the check of lending: only one awaited, of no probe."""
@@ -286,10 +257,7 @@ class Ledger:
         riding = [k for r in self.records.values() if r.place is not Place.WITHIN for k in r.riding()]
         return Counter(riding) if riding else {}
 
-    # -- what the pool, the fleet and the status read, and what the fleet says -------------------------
-
     def in_flight(self, model: str) -> int:
-        """Slots of `model` held now (a shared store counts the fleet's)."""
         return self.store.in_flight(model)
 
     def unanswered(self, model: str | None = None) -> int:
@@ -301,21 +269,18 @@ class Ledger:
         out): what it tells the fleet."""
         return Counter(r.model for r in self.records.values() if not r.awaiting and not r.ended)
 
-    def overdue_here(self) -> dict[str, int]:
+    def overdue_here(self) -> Counter[str]:
         """This proxy's attempts riding above the limits, per model: what it tells the fleet."""
-        return dict(self.riding()[1])
+        return Counter(r.model for r in self.records.values() if r.rides)
 
-    def riding(self) -> tuple[Counter[str], Counter[str]]:
-        """Probes out and unanswered per limit (a model's name, or ACCOUNT); overdue attempts per model."""
-        records = self.records.values()
-        return Counter(r.limit for r in records if r.probing), Counter(r.model for r in records if r.rides)
+    def probes(self) -> Counter[str]:
+        """Probes out and unanswered per limit (a model's name, or ACCOUNT)."""
+        return Counter(r.limit for r in self.records.values() if r.probing)
 
     def claim(self, probe: Probe | None, model: str) -> ProbeClaim | None:
         """A probe's claim on the right to probe its limit, as the fleet holds it now (None: no probe)."""
-        if probe is None:
-            return None
-        seconds, refused = self._limits.probe_wait(probe, model)
-        return ProbeClaim(ACCOUNT if probe == "account" else model, seconds, refused)
+        limit = ACCOUNT if probe == "account" else model
+        return None if probe is None else ProbeClaim(limit, *self._limits.probe_wait(probe, model))
 
     def _probe_judged(self, model: str, probe: Probe | None) -> None:
         """A probe of `model` has its verdict (or was given up): a fleet holds the right to probe its limit
@@ -329,6 +294,7 @@ class Ledger:
         if self.store.confirms and self._limits.enabled and record is not None:
             age = None if kind == "clean" else self.clock() - record.taken_at
             self.store.verdicts(slot.model, (Seen(kind, level, total, probe, age),))
+        self._probe_judged(slot.model, probe)
 
     def seen_elsewhere(self, model: str, seen: Sequence[Seen]) -> None:
         """z.ai's verdicts on requests of `model` another proxy of the fleet sent: each counts here as if
@@ -336,9 +302,8 @@ class Ledger:
         limits, now = self._limits, self.clock()
         for verdict in seen:
             if verdict.kind == "clean":
-                # as evidence only: a probe's clean answer paces the probes here with the right freed
-                # (`probe_answered_elsewhere`); heard again as a verdict, it would undo a wait set since (a
-                # refused probe, a refusal) and end a probe of this proxy's own
+                # as evidence only: a probe's clean answer paces the probes here (`probe_answered_elsewhere`);
+                # as a verdict, it would undo a wait set since (a refused probe, a refusal), end a probe here
                 limits.succeeded(model, verdict.level, verdict.total, None)
             else:
                 sent = None if verdict.age is None else now - verdict.age

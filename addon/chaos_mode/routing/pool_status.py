@@ -156,7 +156,7 @@ def status(pool: ChaosPool) -> PoolStatus:
     serving = {entry.name for entries in pool._eligible.values() for entry in entries}
     out_slots = out_in_flight = in_limits = 0
     out_models: dict[str, str] = {}
-    probes, overdue = pool.ledger.riding()  # probes per limit (a model's name, or ACCOUNT)
+    probes, overdue = pool.ledger.probes(), pool.ledger.overdue_here()
     served_as = pool.aliases.all()
     for name in names:
         spec = pool.config.models.get(name)

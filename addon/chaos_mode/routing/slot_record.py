@@ -8,11 +8,11 @@ them: `routing.ledger`). Made when the slot is taken, dropped when it is given b
   account's limits. The steps, while AWAITING: WITHIN -> OVERDUE (and back, once lending is off), PROBE ->
   QUEUED -> SEATED. A place rides above a limit only while AWAITING, and stays as the attempt's history
   once its verdict came (its flow shows it).
-- `stalled`: a stall said while awaiting (once); `ended`: z.ai sent its answer to the end. Stalled or
-  seated, it is `held`: its verdict is a regular request's from then on, however it was sent.
-- `lent`: taken above a limit while an overdue attempt rode there, at `level` (what z.ai served of its
-  model, the attempts riding above it left out): what `routing.lending` checks. `beside`: what was beside
-  its request as it came (`routing.arrivals`).
+- `stalled`: a stall said while awaiting (once); `ended`: z.ai sent its answer to the end. Stalled or seated,
+  z.ai held it (`held`): its verdict is a regular request's from then on (no probe's, a clean answer at what
+  z.ai serves), however it was sent. `beside`: what was beside its request as it came (`routing.arrivals`).
+- `lent`: taken above a limit while an overdue attempt rode there, at `level` (what z.ai served of its model,
+  the attempts riding above it left out): what `routing.lending` checks.
 """
 
 from __future__ import annotations
@@ -24,19 +24,8 @@ from chaos_mode.learning.limits import Probe
 from chaos_mode.routing.arrivals import Beside
 from chaos_mode.zai.catalog import ACCOUNT
 
-
-class Phase(Enum):
-    AWAITING = "awaiting"
-    SERVED = "served"
-    DONE = "done"
-
-
-class Place(Enum):
-    WITHIN = "within"
-    PROBE = "probe"
-    QUEUED = "queued"
-    SEATED = "seated"
-    OVERDUE = "overdue"
+Phase = Enum("Phase", "AWAITING SERVED DONE")
+Place = Enum("Place", "WITHIN PROBE QUEUED SEATED OVERDUE")
 
 
 @dataclass(slots=True, eq=False)
@@ -44,6 +33,7 @@ class SlotRecord:
     slot_id: int
     model: str
     taken_at: float  # the pool's clock: what refusals and answers took
+    beside: Beside
     probe: Probe | None = None  # the limit it probes, from PROBE on
     phase: Phase = Phase.AWAITING
     place: Place = Place.WITHIN
@@ -51,7 +41,6 @@ class SlotRecord:
     level: int = 0
     stalled: bool = False
     ended: bool = False
-    beside: Beside | None = None
 
     @property
     def limit(self) -> str:
@@ -67,7 +56,7 @@ class SlotRecord:
 
     @property
     def rides(self) -> bool:
-        return self.awaiting and self.place is Place.OVERDUE
+        return self.awaiting and self.overdue
 
     @property
     def probing(self) -> bool:
@@ -75,30 +64,14 @@ class SlotRecord:
 
     @property
     def held(self) -> bool:
-        """z.ai held its request: its stall said so, or (a queued probe) it was seated in a slot that freed.
-        Its verdict from then on is a regular request's: no probe's, a clean answer at what z.ai serves."""
         return self.awaiting and (self.stalled or self.place is Place.SEATED)
-
-    @property
-    def stall_counted(self) -> bool:
-        return self.awaiting and self.stalled
 
     def riding(self) -> tuple[str, ...]:
         """The limits it rides above now (a model's name, or ACCOUNT)."""
-        if self.rides:
-            return (self.model, ACCOUNT)
-        return (self.limit,) if self.probing else ()
-
-    def stall(self) -> bool:
-        """Its stall, once while awaiting; False: its verdict came first, or the stall was said."""
-        if not self.awaiting or self.stalled:
-            return False
-        self.stalled = True
-        return True
+        return (self.model, ACCOUNT) if self.rides else (self.limit,) if self.probing else ()
 
     def settle(self, phase: Phase = Phase.DONE) -> bool:
-        """Its verdict came (`phase` SERVED: a clean answer, however late), or none will: it awaits nothing
-        any more. True when it rode overdue until now (the fleet is told)."""
+        """Its verdict came (SERVED, however late), or none will: True when it rode overdue until now."""
         rode = self.rides
         if phase is Phase.SERVED or self.awaiting:
             self.phase = phase
@@ -106,10 +79,9 @@ class SlotRecord:
 
     def move(self, start: Place, place: Place) -> bool:
         """A step from `start` to `place` while awaiting; False (nothing changes) from any other place."""
-        if not self.awaiting or self.place is not start:
-            return False
-        self.place = place
-        return True
+        moved = self.awaiting and self.place is start
+        self.place = place if moved else self.place
+        return moved
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,5 +99,4 @@ class Slot:
 
     @property
     def rides(self) -> bool:
-        """Its attempt is overdue, riding above the limits until its verdict (`Ledger.overdue`)."""
         return self.record is not None and self.record.rides
