@@ -27,9 +27,9 @@ class ChatStreamObserver(SseEvents):
         super().__init__()
         self.finish_reason: str | None = None
 
-    def _interesting(self, buffer: bytearray, start: int, end: int) -> bool:
+    def _interesting(self, data: bytes | bytearray, start: int, end: int) -> bool:
         # The first event names the model; the usage chunk is the last one, so its key is near its end.
-        return self.events == 1 or _INTERESTING.search(buffer, start, end) is not None
+        return self.events == 1 or _INTERESTING.search(data, start, end) is not None
 
     def _data(self, data: bytes) -> bool:
         if data.strip() == _DONE:

@@ -61,14 +61,21 @@ class SseEvents:
         if not chunk:
             return False
         buffer = self._buffer
-        buffer += chunk
+        if buffer:  # the rest of an event read before
+            buffer += chunk
+            data: bytes | bytearray = buffer
+        else:  # the usual read: whole events, read where they are (never copied)
+            data = chunk
         changed = False
         at = 0  # where the next event starts; what is before it is dropped once, at the end
-        cr = b"\r" in buffer  # else no CRLF separator to look for (most streams have none)
-        while at < len(buffer):  # a read that ends with an event (the usual one) has no search after it
-            end = buffer.find(b"\n\n", at)
+        size = len(data)
+        # else no CRLF separator to look for (most streams have none); `find`: `in` tries the bytes as a
+        # number first, and pays for the exception
+        cr = data.find(b"\r") != -1
+        while at < size:  # a read that ends with an event (the usual one) has no search after it
+            end = data.find(b"\n\n", at)
             sep = 2
-            crlf = buffer.find(b"\r\n\r\n", at, len(buffer) if end == -1 else end + 3) if cr else -1
+            crlf = data.find(b"\r\n\r\n", at, size if end == -1 else end + 3) if cr else -1
             if crlf != -1:  # it starts before `end`
                 end, sep = crlf, 4
             if end == -1:
@@ -78,20 +85,23 @@ class SseEvents:
             else:
                 self.events += 1
                 # Content deltas and pings, the bulk, are told by their bytes and never copied.
-                if self._interesting(buffer, at, end):
-                    changed |= self._event(bytes(buffer[at:end]))
+                if self._interesting(data, at, end):
+                    changed |= self._event(data[at:end])
             at = end + sep
-        if at:
+        if data is chunk:
+            if at < size:
+                buffer += chunk[at:] if at else chunk
+        elif at:
             del buffer[:at]
-        if len(buffer) > _MAX_EVENT:
+        if buffer and len(buffer) > _MAX_EVENT:
             del buffer[:-3]  # the tail may be the first half of the separator
             self._skipping = True
         return changed
 
-    def _interesting(self, buffer: bytearray, start: int, end: int) -> bool:
+    def _interesting(self, data: bytes | bytearray, start: int, end: int) -> bool:
         raise NotImplementedError
 
-    def _event(self, raw: bytes) -> bool:
+    def _event(self, raw: bytes | bytearray) -> bool:
         data = b"".join([line[5:].lstrip() for line in raw.splitlines() if line.startswith(b"data:")])
         return self._data(data)
 
@@ -126,11 +136,11 @@ class SseObserver(SseEvents):
 
     __slots__ = ()
 
-    def _interesting(self, buffer: bytearray, start: int, end: int) -> bool:
-        stop = min(start + 64, end)
-        if buffer.find(b"message_", start, stop) == -1 and buffer.find(b"error", start, stop) == -1:
+    def _interesting(self, data: bytes | bytearray, start: int, end: int) -> bool:
+        stop = start + 64 if start + 64 < end else end
+        if data.find(b"message_", start, stop) == -1 and data.find(b"error", start, stop) == -1:
             return False  # content deltas and pings: two finds, cheaper than the pattern's search
-        return _INTERESTING.search(buffer, start, stop) is not None
+        return _INTERESTING.search(data, start, stop) is not None
 
     def observe(self, payload: dict[str, Any]) -> bool:
         """Record one decoded event (also used for a non-streamed message body)."""
