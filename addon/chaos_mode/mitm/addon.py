@@ -600,14 +600,17 @@ class ChaosMode:
             return
         observer = FORMATS[routed.message.door].observer()
         view = self._views[flow]
+        named: str | None = None  # the served model the answer named, told once
 
         def observe(chunk: bytes) -> bytes:
+            nonlocal named
             if observer.feed(chunk):  # a few events per answer: its start, usage, end
                 routed.usage = (observer.input_tokens, observer.output_tokens)
                 view.cached = observer.cached_tokens
                 routed.stopped = observer.stopped
-                if observer.model is not None:
-                    self._served(routed, observer.model)
+                if observer.model is not None and observer.model != named:
+                    named = observer.model
+                    self._served(routed, named)
                 if observer.stopped:  # mid-stream changes show at the end (`finish` shows a cut one's)
                     view.changed(routed)
             return chunk
