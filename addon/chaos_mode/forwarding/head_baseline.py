@@ -45,6 +45,8 @@ class HeadBaseline:
         self._clock = clock
         self._levels: dict[Hashable, dict[int, deque[Head]]] = {}
         self._newest: dict[Hashable, float] = {}
+        self._seen = 0  # heads seen: what `stall_after` reads changes only with it
+        self._last: tuple[tuple[int, Hashable, int | None, float], float | None] | None = None  # its last
 
     def seen(self, model: Hashable, seconds: float, level: int = 1, size: int | None = None) -> None:
         """A clean head of `model` came `seconds` after its request (of `size` bytes, if known) was sent
@@ -55,6 +57,7 @@ class HeadBaseline:
         for key in (model, _EVERY):
             self._levels.setdefault(key, {}).setdefault(level, deque(maxlen=PER_LEVEL)).append(head)
             self._newest[key] = now
+        self._seen += 1
 
     def quickest(self, model: Hashable, size: int | None = None, per_byte: float = 0.0) -> float | None:
         """The `RANK`-th quickest (from 0; the slowest when fewer) of `model`'s recent heads at its lowest
@@ -90,6 +93,12 @@ class HeadBaseline:
         return read[min(RANK, len(read) - 1)], enough
 
     def stall_after(self, model: Hashable, size: int | None = None, per_byte: float = 0.0) -> float | None:
-        """How long a head of `model` may be held before it is a stall; None before any head of it."""
+        """How long a head of `model` may be held before it is a stall; None before any head of it. Asked
+        when an attempt is sent and when its head comes: the last answer is kept until the next head."""
+        key = (self._seen, model, size, per_byte)
+        if self._last is not None and self._last[0] == key:
+            return self._last[1]
         quickest = self.quickest(model, size, per_byte)
-        return None if quickest is None else max(STALL_FACTOR * quickest, STALL_FLOOR_SECONDS)
+        after = None if quickest is None else max(STALL_FACTOR * quickest, STALL_FLOOR_SECONDS)
+        self._last = key, after
+        return after
