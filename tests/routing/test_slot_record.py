@@ -15,7 +15,7 @@ from chaos_mode.routing.ledger import Ledger
 from chaos_mode.routing.slot_record import Phase, Place, Slot, SlotRecord
 from chaos_mode.routing.slots import MemorySlots
 from chaos_mode.zai.catalog import ACCOUNT
-from support.pool_rig import Rig, routing
+from support.pool_rig import Rig, error, routing
 
 MODELS = ["a", "b", "c"]
 PROBES: list[Probe | None] = [None, "model", "account"]
@@ -160,12 +160,24 @@ class FleetSlots(MemorySlots):
 
 
 def test_a_level_leaves_out_what_rides_above_the_limit_on_another_proxy() -> None:
-    """Another proxy's overdue attempt is in the fleet's count but z.ai serves none of it: a request taken
-    in its place is lent, and each request's level (what the check of lending compares them at) leaves it
-    out, as it leaves out this proxy's own."""
+    """Another proxy's overdue attempt is in the fleet's count but z.ai serves none of it: each request's
+    level (what the check of lending compares them at) leaves it out, as it leaves out this proxy's own. A
+    request taken in its place is left out of the check (`lent` None): whether that attempt was refused or
+    served late reaches this proxy a notice later, and its verdict would count against lending meanwhile;
+    in one taken in this proxy's own lent place, it counts."""
     rig = Rig(routing({"a": {"tier": "HEAVY", "maxConcurrency": 2}}))
-    slots = FleetSlots()
+    slots, ledger = FleetSlots(), rig.pool.ledger
     rig.pool.use(slots=slots)
     assert slots.try_acquire("a", 9, 9)  # the other proxy's overdue attempt
-    taken = [rig.pool.ledger.records[rig.take().slot_id] for _ in range(2)]
-    assert [(r.lent, r.level) for r in taken] == [(False, 1), (True, 2)]
+    taken = [rig.take() for _ in range(2)]
+    assert [(ledger.records[t.slot_id].lent, ledger.records[t.slot_id].level) for t in taken] == [
+        (False, 1),
+        (None, 2),
+    ]
+    ledger.refused("a", error("1302"), taken[1])
+    assert ledger.lending.why.startswith("on: 0 of 0 lent places refused, 0 of 0 regular")
+    rig.pool.release(taken[1])
+    ledger.overdue(taken[0])  # this proxy's own attempt lends its place too: the first one above the
+    # limit may be in either place, the second is in this proxy's
+    placed = [ledger.records[rig.take().slot_id] for _ in range(2)]
+    assert [(r.lent, r.level) for r in placed] == [(None, 1), (True, 2)]

@@ -58,15 +58,22 @@ class Ledger:
             self._limits.probe_sent(probe, model)
         return record
 
-    def _lent(self, model: str, in_flight: int, above: Callable[[str, int], int]) -> bool:
+    def _lent(self, model: str, in_flight: int, above: Callable[[str, int], int]) -> bool | None:
         """Whether a slot of `model` just taken (`in_flight` with it) is an overdue attempt's place: something
-        rides `above` its model's or the account's limit, and it is over it with the probes left out."""
+        rides `above` its model's or the account's limit, and it is over it with the probes left out. None:
+        over it only by another proxy's overdue attempts (whether those were refused or served late reaches
+        here a notice later: the check leaves it out)."""
         if not above(model, 0) and not above(ACCOUNT, 0):
             return False
-        probes, account = self.probes(), self._limits.view().value
-        if in_flight - probes[model] > self._limits.limit(model):
-            return True
-        return account is not None and self.store.total() - probes[ACCOUNT] > account
+        probes, account, elsewhere = self.probes(), self._limits.view().value, self._riding_elsewhere
+        over = in_flight - probes[model] - self._limits.limit(model)
+        over_account = -1 if account is None else self.store.total() - probes[ACCOUNT] - account
+        if over <= 0 and over_account <= 0:
+            return False
+        return over > elsewhere(model) or over_account > elsewhere(None) or None
+
+    def _riding_elsewhere(self, model: str | None) -> int:
+        return self.store.riding_elsewhere(model) if self.store.confirms else 0
 
     def release(self, slot: Slot) -> SlotRecord | None:
         """`slot` goes back (None: not held here). z.ai served it: the oldest probe z.ai queues on its model
@@ -229,7 +236,7 @@ class Ledger:
 
     def _checked(self, r: SlotRecord | None, *, refused: bool) -> None:
         """A final verdict on `r`'s request, for the check of lending: only one awaited, of no probe."""
-        if r is None or not r.awaiting or r.probe is not None:
+        if r is None or not r.awaiting or r.probe is not None or r.lent is None:
             return
         cost = self._limits.cost
         why = self.lending.verdict(r.model, r.level, r.taken_at, lent=r.lent, refused=refused, cost=cost)

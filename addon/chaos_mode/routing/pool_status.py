@@ -80,6 +80,7 @@ class LearningStatus:
     drift_seconds: float
     lend_overdue: bool  # whether an overdue attempt lends its place now (`routing.lending`)
     lending: str  # why, or why not
+    lending_nats: float  # the check's highest CUSUM so far (`routing.lending`: off at ALARM_NATS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +221,7 @@ def status(pool: ChaosPool) -> PoolStatus:
             learning.drift_seconds,
             pool.ledger.lending.on,
             pool.ledger.lending.why,
+            round(pool.ledger.lending.nats, 2),
         ),
         used_capacity=used,
         in_limits=min(in_limits, capacity),

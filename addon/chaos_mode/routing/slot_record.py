@@ -12,7 +12,8 @@ them: `routing.ledger`). Made when the slot is taken, dropped when it is given b
   z.ai held it (`held`): its verdict is a regular request's from then on (no probe's, a clean answer at what
   z.ai serves), however it was sent. `beside`: what was beside its request as it came (`routing.arrivals`).
 - `lent`: taken above a limit while an overdue attempt rode there, at `level` (what z.ai served of its model,
-  the attempts riding above it left out): what `routing.lending` checks.
+  the attempts riding above it left out): what `routing.lending` checks. None: above it only by another
+  proxy's overdue attempts, left out of the check (`Ledger._lent`).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class SlotRecord:
     probe: Probe | None = None  # the limit it probes, from PROBE on
     phase: Phase = Phase.AWAITING
     place: Place = Place.WITHIN
-    lent: bool = False
+    lent: bool | None = False  # None: in another proxy's lent place
     level: int = 0
     stalled: bool = False
     ended: bool = False

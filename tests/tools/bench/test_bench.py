@@ -690,7 +690,7 @@ def test_a_field_preset_runs_on_the_learning_settings_given(tmp_path: Path) -> N
     _consistent(run, 8)
     # as the proxy's status page said it (the defaults: 5 s, 600 s and lending on)
     given = {"probeIntervalSeconds": 2.5, "driftSeconds": 90.0, "lendOverdue": False}
-    lending = {"lending": "off: learning.lendOverdue is false"}
+    lending = {"lending": "off: learning.lendOverdue is false", "lendingNats": 0.0}
     assert run["proxy"]["learning"] == {"enabled": True, **given, **lending}
 
 

@@ -239,6 +239,8 @@ async def measure(
     off = [s["learning"] for s in statuses if not s.get("learning", {}).get("lendOverdue", True)]
     figures["lendingOff"] = len(off)
     figures["lendingWhy"] = [learning.get("lending") for learning in off]  # what each check saw
+    # how near each proxy's check came to turning lending off (its CUSUM's highest value, in nats)
+    figures["lendingNats"] = [s.get("learning", {}).get("lendingNats") for s in statuses]
     return figures
 
 
