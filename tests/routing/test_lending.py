@@ -96,7 +96,9 @@ def test_the_pool_turns_lending_off_where_z_ai_holds_a_refused_requests_slot(pre
 
 @pytest.mark.parametrize("preset", ["soft", "noisy", "halved", "fallen", "queuing-late-heads"])
 def test_the_pool_keeps_lending_where_z_ai_holds_no_slot_for_a_refused_request(preset: str) -> None:
-    assert not any(virtual.run(preset, seed).lending_off for seed in (1, 2))
+    """With room to spare: real runs add their machine's timing (a check reached 6.5 nats through real
+    mitmdumps on `halved`, at most 3.1 in these)."""
+    assert max(virtual.run(preset, seed).lending_nats for seed in (1, 2)) < ALARM_NATS / 2
 
 
 def test_a_halving_with_quick_refusals_keeps_lending() -> None:

@@ -98,6 +98,7 @@ class Outcome:
     # (None: not before the next change or the end), as the field benchmark reports it
     converged: list[float | None] = dataclasses.field(default_factory=list)
     lending_off: bool = False  # the pool's check turned lending off (`routing.lending`)
+    lending_nats: float = 0.0  # how near it came: its CUSUM's highest value
 
 
 class FixedHeads:
@@ -347,6 +348,7 @@ async def swarm(
     assert zai.in_flight == 0 and not zai.stalls.waiting, "a slot of z.ai's left taken"
     outcome.makespan = max(ends)
     outcome.lending_off = pool.ledger.lending.off_why is not None
+    outcome.lending_nats = pool.ledger.lending.nats
     slots = [{"at": c.start, "models": dict(c.models)} for c in timeline]
     outcome.converged = [change["seconds"] for change in convergence(samples, slots)]
     return outcome
@@ -431,7 +433,7 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as exc:
         parser.error(str(exc))
     spans, ratios, per_50, steady = [], [], [], []
-    lending_off = 0
+    lending_off, nats = 0, []
     within: list[float | None] = []
     for seed in range(1, args.seeds + 1):
         timings = {"head": args.head, "reject": args.reject, "transit": args.transit}
@@ -455,9 +457,12 @@ def main(argv: list[str] | None = None) -> None:
         if outcome.converged:
             within.extend(outcome.converged)
             refusals += ", within a step after " + ", ".join(_seconds(s) for s in outcome.converged)
+        nats.append(outcome.lending_nats)
         if outcome.lending_off:
             lending_off += 1
             refusals += ", lending turned off"
+        elif nats[-1]:
+            refusals += f", the check of lending at {nats[-1]:.1f} nats"
         print(f"seed {seed}: makespan {outcome.makespan:.2f} s, {ratios[-1]:.0%} of the bound, {refusals}")
     mean = (
         f"mean makespan {statistics.fmean(spans):.2f} s, {statistics.fmean(ratios):.1%} of the bound, "
@@ -470,6 +475,8 @@ def main(argv: list[str] | None = None) -> None:
         mean += f", {late} of {len(within)} changes not followed within {CONVERGED_SECONDS:g} s"
     if lending_off:
         mean += f", lending turned off on {lending_off}"
+    elif max(nats, default=0.0):
+        mean += f", the check of lending at most {max(nats):.1f} nats"
     print(f"{args.preset}: {mean} over {len(spans)} seeds")
 
 
