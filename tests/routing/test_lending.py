@@ -70,6 +70,8 @@ def test_a_clean_answer_never_turns_lending_off_and_the_config_allows_it_anew() 
     lending.allow(False)
     assert lending.why == "off: learning.lendOverdue is false"
     lending.allow(True)
+    assert lending.on and lending.nats == 0.0  # checked anew
+    assert lending.verdict("m", 1, 1000.0, lent=True, refused=True, cost=COST) is None
     assert lending.on
 
 

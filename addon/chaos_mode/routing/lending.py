@@ -80,7 +80,7 @@ class Lending:
     def allow(self, allowed: bool) -> None:
         """The config allows lending (`learning.lendOverdue`), or not; allowed anew, it is checked anew."""
         if allowed and not self.allowed:
-            self.off_why = None
+            self.off_why, self.nats = None, 0.0
             self._lent.clear()
         self.allowed = allowed
 
