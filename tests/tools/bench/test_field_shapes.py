@@ -380,6 +380,10 @@ def test_the_fleet_runs_a_field_preset_on_proxies_that_learn() -> None:
     rounds = [[{"vsLowerBound": 1.1, "upstream429": 8}, {**runs, "upstream429": 25}]]
     table = summary([2], rounds)
     assert table["1 alone"]["upstream429"] == 8 and table["2"]["upstream429Rounds"] == [25]
+    # each round's fleet against the same round's proxy alone, and the median of those
+    rounds += [[{"vsLowerBound": 1.1, "upstream429": 70}, {**runs, "upstream429": 66}]] * 2
+    two = summary([2], rounds)["2"]
+    assert two["upstream429OverAloneRounds"] == [17, -4, -4] and two["upstream429OverAlone"] == -4
 
 
 def test_the_plot_draws_the_top_of_a_soft_band() -> None:

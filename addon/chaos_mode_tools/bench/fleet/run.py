@@ -535,7 +535,9 @@ async def run(counts: Sequence[int], spec: FleetSpec, plan: Plan = Plan()) -> di
 
 def summary(counts: Sequence[int], rounds: Sequence[Sequence[dict[str, Any]]]) -> dict[str, Any]:
     """Per fleet size, over the rounds: the median of makespan / lower bound and of the ratio to one proxy
-    alone in the same round, and every round's ratio."""
+    alone in the same round, and every round's ratio; its upstream 429s, and how many more than one proxy
+    alone's in the same round (`upstream429OverAlone`: a round's load moves both, and the rounds' own spread
+    is wider than a fleet's excess)."""
     alone = [runs[0]["vsLowerBound"] for runs in rounds]
     table: dict[str, Any] = {
         "1 alone": {
@@ -547,6 +549,7 @@ def summary(counts: Sequence[int], rounds: Sequence[Sequence[dict[str, Any]]]) -
     }
     for i, count in enumerate(counts, start=1):
         ratios = [runs[i]["vsOneProxy"] for runs in rounds]
+        over = [runs[i]["upstream429"] - runs[0].get("upstream429", 0) for runs in rounds]
         table[str(count)] = {
             "vsLowerBound": round(statistics.median(runs[i]["vsLowerBound"] for runs in rounds), 3),
             "vsOneProxy": round(statistics.median(ratios), 3),
@@ -557,6 +560,8 @@ def summary(counts: Sequence[int], rounds: Sequence[Sequence[dict[str, Any]]]) -
             "lendingOffRounds": [runs[i].get("lendingOff", 0) for runs in rounds],
             "upstream429": sum(runs[i]["upstream429"] for runs in rounds),
             "upstream429Rounds": [runs[i]["upstream429"] for runs in rounds],
+            "upstream429OverAlone": statistics.median(over) if over else 0,
+            "upstream429OverAloneRounds": over,
             "overCaps": [runs[i]["overCaps"] for runs in rounds if runs[i]["overCaps"]],
         }
     return table
