@@ -43,6 +43,39 @@ def test_a_restore_after_a_move_fires_at_the_first_clean_answer() -> None:
         assert fired[-1] == -1 and fired[:-1] == [0] * (answers - 1)
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    verdicts=st.lists(st.tuples(st.integers(1, 3), st.booleans()), max_size=80),
+    last=st.tuples(st.integers(1, 3), st.booleans()),
+)
+def test_a_refusal_never_says_a_limit_was_restored_nor_a_clean_answer_that_it_fell(
+    verdicts: list[tuple[int, bool]], last: tuple[int, bool]
+) -> None:
+    """Whatever came before (levels served, refused, a fall under test elsewhere), a refusal never adds to
+    the evidence of a restore, and a clean answer never to that of a fall."""
+    detector = Detector()
+    for level, refused in verdicts:
+        detector.verdict(level, refused)
+    level, refused = last
+    before = detector.rise, detector.fall
+    detector.verdict(level, refused)
+    assert (detector.fall if refused else detector.rise) <= before[refused]
+
+
+def test_a_refusal_at_a_level_served_cleanly_does_not_feed_a_restore_under_test() -> None:
+    """Level 1 served cleanly (its rate under z.ai's noise), level 3 refused and then answered once (a
+    restore under test): a refusal at level 1 leaves that test where it was."""
+    detector = Detector()
+    for _ in range(30):
+        detector.verdict(1, False)
+    for _ in range(8):
+        detector.verdict(3, True)
+    detector.verdict(3, False)
+    under_test = detector.fall
+    assert 0.0 < under_test < 3.0
+    assert detector.verdict(1, True) == 0 and detector.fall <= under_test
+
+
 @settings(max_examples=10, deadline=None)
 @given(rate=st.floats(0.1, 0.5), seed=st.integers(0, 2**16))
 def test_a_stationary_band_fires_the_detector_under_once_an_hour(rate: float, seed: int) -> None:

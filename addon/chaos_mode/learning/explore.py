@@ -55,7 +55,8 @@ FALL_AFTER_MOVE_NATS: Final = 1.0
 # request, (1 + r) / 2; a fall, at a level refused three times in four or more (r over `REFUSING`), to the
 # noise z.ai sends anywhere (a limit back above the level), and on while that test's sum is above zero (the
 # clean answers of a restore bring the rate under `REFUSING`: a level refused by two probes, then answered,
-# fires the fall that tells the other limits). A band, or a level barely seen, says nothing of a restore.
+# fires the fall that tells the other limits). A band, or a level barely seen, says nothing of a restore,
+# and a refusal never does (at a level refused under the noise rate, it would have added to that test).
 FALL_TO: Final = NOISE
 REFUSING: Final = 0.75
 # A level's recent rate: its last verdicts, each older one faded by 1 - 1/BASELINE per new one (slower than
@@ -82,7 +83,7 @@ class Detector:
         risen = (1.0 + rate) / 2.0
         fallen = FALL_TO if rate > REFUSING or self.fall > 0.0 else rate
         if refused:
-            up, down = math.log(risen / rate), math.log(fallen / rate)
+            up, down = math.log(risen / rate), min(math.log(fallen / rate), 0.0)
         else:
             up, down = math.log((1.0 - risen) / (1.0 - rate)), math.log((1.0 - fallen) / (1.0 - rate))
         keep = 1.0 - weight / BASELINE
