@@ -256,7 +256,7 @@ def test_a_detected_restore_starts_every_limits_wait_over(rig: Rig) -> None:
     rig.serve("b", 10, times=12)
     for _ in range(16):  # "a" now refused at 3 (a fall, detected: z.ai moved)...
         rig.limits.refused("a", 3, 3, None, None)
-    assert rig.limits.limit("a") == 2
+    assert rig.limits.limit("a") == 2 and rig.limits.moves == (1, 0)
     rig.advance(31.0)  # ...long enough ago that the waits are their own again
     rig.limits.probe_sent("model", "b")
     rig.limits.refused("b", 11, 11, "model", None)  # "b" probed above anything it served: refused, it waits
@@ -264,7 +264,7 @@ def test_a_detected_restore_starts_every_limits_wait_over(rig: Rig) -> None:
     for _ in range(2):  # "a" answered cleanly at 3, twice: restored
         rig.limits.probe_sent("model", "a")
         rig.limits.succeeded("a", 3, 3, "model")
-    assert rig.limits.limit("a") == 3
+    assert rig.limits.limit("a") == 3 and rig.limits.moves == (1, 1)
     assert rig.limits.can_probe("b")  # its wait started over
 
 
@@ -286,7 +286,7 @@ def test_two_models_rising_together_say_the_plan_moved() -> None:
     rig.limits.refused("a", 3, 3, None, None)
     assert rig.limits.probe_wait("model", "c")[1] == 2  # one model rising: not yet
     rig.limits.refused("b", 6, 6, None, None)
-    assert rig.limits.probe_wait("model", "c")[1] == 0
+    assert rig.limits.probe_wait("model", "c")[1] == 0 and rig.limits.moves == (1, 0)
 
 
 def test_a_climb_starts_no_other_limits_wait_over(rig: Rig) -> None:
@@ -297,7 +297,7 @@ def test_a_climb_starts_no_other_limits_wait_over(rig: Rig) -> None:
     for level in (11, 12):  # "b" climbs cleanly, twice
         rig.limits.probe_sent("model", "b")
         rig.limits.succeeded("b", level, level, "model")
-    assert rig.limits.limit("b") == 12
+    assert rig.limits.limit("b") == 12 and rig.limits.moves == (0, 0)
     assert not rig.limits.can_probe("a")  # its wait stands
     rig.advance(10.0)
     assert rig.limits.can_probe("a")

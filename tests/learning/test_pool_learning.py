@@ -885,7 +885,7 @@ def test_with_lending_off_an_overdue_attempt_keeps_its_place() -> None:
     assert not late.rides
     learning = served(pool_status.status(rig.pool))["learning"]
     assert learning["lendOverdue"] is False and learning["lending"] == "off: learning.lendOverdue is false"
-    assert learning["lendingNats"] == 0.0
+    assert learning["lendingNats"] == 0.0 and learning["limitsMoved"] == {"down": 0, "up": 0}
     assert served(pool_status.status(rig.pool))["models"]["h"]["overdue"] == 0
     assert rig.pool.try_acquire(Ticket("heavy", may_probe=False)) is None  # its place is its own
     rig.pool.reconfigure(routing(accountConcurrency=2))

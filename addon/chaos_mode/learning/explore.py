@@ -188,6 +188,7 @@ class Pace:
     fade: float
     changed_at: float = -math.inf
     rose: bool = False
+    seen: tuple[int, int] = (0, 0)  # changes detected so far: the limits fell, the limits rose
 
     def moved_lately(self, now: float) -> bool:
         """Whether z.ai was seen to move within `most` seconds."""

@@ -122,6 +122,11 @@ class LearnedLimits:
         low, high = COST_RANGE
         return min(max((self._blocked_seconds + self._refusal_cost) / self._service_seconds, low), high)
 
+    @property
+    def moves(self) -> tuple[int, int]:
+        """How often a change detector fired (`explore.Detector`) for limits that fell, and that rose."""
+        return self._pace.seen
+
     def limit(self, model: str) -> int:
         """The limit the pool holds `model` to now (0 for a model it does not know)."""
         return (self._models[model].value or 0) if model in self._models else 0
@@ -248,6 +253,7 @@ class LearnedLimits:
             fired = int(rose_together(limit.detector for limit in self._models.values()))
         if fired:  # z.ai moved: every limit's wait starts over (`explore`)
             pace.changed_at, pace.rose = now, fired < 0
+            pace.seen = (pace.seen[0] + (fired > 0), pace.seen[1] + (fired < 0))
             again = now if fired < 0 else now + pace.base
             for limit in self._all():
                 limit.explore.failures, limit.explore.ready_at = 0.0, min(limit.explore.ready_at, again)

@@ -81,6 +81,7 @@ class LearningStatus:
     lend_overdue: bool  # whether an overdue attempt lends its place now (`routing.lending`)
     lending: str  # why, or why not
     lending_nats: float  # the check's highest CUSUM so far (`routing.lending`: off at ALARM_NATS)
+    limits_moved: dict[str, int]  # how often a change was detected: limits that fell ("down"), rose ("up")
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +223,7 @@ def status(pool: ChaosPool) -> PoolStatus:
             pool.ledger.lending.on,
             pool.ledger.lending.why,
             round(pool.ledger.lending.nats, 2),
+            dict(zip(("down", "up"), pool.limits.moves, strict=True)),
         ),
         used_capacity=used,
         in_limits=min(in_limits, capacity),

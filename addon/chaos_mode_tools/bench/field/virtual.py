@@ -99,6 +99,7 @@ class Outcome:
     converged: list[float | None] = dataclasses.field(default_factory=list)
     lending_off: bool = False  # the pool's check turned lending off (`routing.lending`)
     lending_nats: float = 0.0  # how near it came: its CUSUM's highest value
+    moves: tuple[int, int] = (0, 0)  # z.ai seen to lower its limits, to raise them (`explore.Detector`)
 
 
 class FixedHeads:
@@ -349,6 +350,7 @@ async def swarm(
     outcome.makespan = max(ends)
     outcome.lending_off = pool.ledger.lending.off_why is not None
     outcome.lending_nats = pool.ledger.lending.nats
+    outcome.moves = pool.limits.moves
     slots = [{"at": c.start, "models": dict(c.models)} for c in timeline]
     outcome.converged = [change["seconds"] for change in convergence(samples, slots)]
     return outcome
@@ -433,7 +435,7 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as exc:
         parser.error(str(exc))
     spans, ratios, per_50, steady = [], [], [], []
-    lending_off, nats = 0, []
+    lending_off, nats, moves = 0, [], [0, 0]
     within: list[float | None] = []
     for seed in range(1, args.seeds + 1):
         timings = {"head": args.head, "reject": args.reject, "transit": args.transit}
@@ -458,6 +460,8 @@ def main(argv: list[str] | None = None) -> None:
             within.extend(outcome.converged)
             refusals += ", within a step after " + ", ".join(_seconds(s) for s in outcome.converged)
         nats.append(outcome.lending_nats)
+        moves = [moves[0] + outcome.moves[0], moves[1] + outcome.moves[1]]
+        refusals += ", changes detected: {} down, {} up".format(*outcome.moves)
         if outcome.lending_off:
             lending_off += 1
             refusals += ", lending turned off"
@@ -473,6 +477,7 @@ def main(argv: list[str] | None = None) -> None:
     if within:
         late = sum(s is None or s > CONVERGED_SECONDS for s in within)
         mean += f", {late} of {len(within)} changes not followed within {CONVERGED_SECONDS:g} s"
+    mean += f", changes detected: {moves[0]} down, {moves[1]} up"
     if lending_off:
         mean += f", lending turned off on {lending_off}"
     elif max(nats, default=0.0):

@@ -241,6 +241,8 @@ async def measure(
     figures["lendingWhy"] = [learning.get("lending") for learning in off]  # what each check saw
     # how near each proxy's check came to turning lending off (its CUSUM's highest value, in nats)
     figures["lendingNats"] = [s.get("learning", {}).get("lendingNats") for s in statuses]
+    # how often each proxy detected a change of z.ai's limits (down, up)
+    figures["limitsMoved"] = [s.get("learning", {}).get("limitsMoved") for s in statuses]
     return figures
 
 
