@@ -99,7 +99,7 @@ class Outcome:
     converged: list[float | None] = dataclasses.field(default_factory=list)
     lending_off: bool = False  # the pool's check turned lending off (`routing.lending`)
     lending_nats: float = 0.0  # how near it came: its CUSUM's highest value
-    moves: tuple[int, int] = (0, 0)  # z.ai seen to lower its limits, to raise them (`explore.Detector`)
+    moves: tuple[int, int] = (0, 0)  # changes detected: limits that fell, that rose (`explore.Detector`)
 
 
 class FixedHeads:
