@@ -688,13 +688,15 @@ async def test_a_left_attempt_served_after_its_stall_says_z_ai_queues(
     assert rig.pool.in_flight() == 0
 
 
-async def test_an_attempt_left_before_z_ai_was_seen_to_queue_is_closed_once_it_is_not_served_twice(
-    make_rig: Callable[..., Awaitable[Rig]],
+@pytest.mark.parametrize("holds", ["queues", "refusals hold"])
+async def test_an_attempt_left_before_z_ai_was_seen_to_hold_it_is_closed_then(
+    make_rig: Callable[..., Awaitable[Rig]], holds: str
 ) -> None:
-    """A regular attempt left while z.ai's queuing was not known (a swarm's first burst) is one z.ai holds
-    and would serve once a slot frees: its request, gone on elsewhere, would be served twice. Once z.ai is
-    seen to queue, it is closed: its stall counts, and its slot goes back long before its verdict would
-    have come."""
+    """A regular attempt left while nobody knew z.ai holds what it has not answered (a swarm's first burst)
+    is one z.ai holds: a z.ai that queues would serve it once a slot frees (its request, gone on elsewhere,
+    served twice); one that holds the slot of a request it refuses (as the check of lending finds) keeps
+    that slot until its 1302, and refuses the requests sent meanwhile. Once z.ai is seen to do either, it is
+    closed: its stall counts, and its slot goes back long before its verdict would have come."""
     held_closed = asyncio.Event()
 
     async def hold_first(
@@ -712,7 +714,10 @@ async def test_an_attempt_left_before_z_ai_was_seen_to_queue_is_closed_once_it_i
         request = await left_on_h1(rig)
         await asyncio.sleep(0.3)
         assert not held_closed.is_set() and rig.pool.in_flight("h1") == 1  # a 1302 may still come: waited
-        patience.head(5.0)  # another request z.ai held was served after all: it queues
+        if holds == "queues":
+            patience.head(5.0)  # another request z.ai held was served after all: it queues
+        else:
+            rig.pool.ledger.lending_off("off: lent places refused")
         await held_closed.wait()
         while rig.pool.in_flight("h1"):
             await asyncio.sleep(0.01)

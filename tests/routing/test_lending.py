@@ -96,6 +96,47 @@ def test_the_pool_turns_lending_off_where_z_ai_holds_a_refused_requests_slot(pre
     assert all(virtual.run(preset, seed).lending_off for seed in (1, 2))
 
 
+@pytest.mark.parametrize(("lent_rate", "kept"), [(0.95, True), (0.1, False)])
+def test_once_off_the_check_reads_the_places_of_requests_let_go_and_may_end_letting_go(
+    lent_rate: float, kept: bool
+) -> None:
+    """With lending off for the check's word, z.ai holds what it refuses: a left attempt held past its stall
+    is let go (closed), and the places freed are lent. Refused far more than the regular requests at their
+    level, they say z.ai keeps even a closed request's slot: nothing is let go from then on. Refused as the
+    regular ones are, letting go goes on. Never on the config's word alone."""
+    lending = Lending()
+    assert not lending.refusals_hold
+    assert lending.turn_off("off: lent places refused") and lending.refusals_hold
+    traffic(lending, random.Random(1), lent_rate=lent_rate, regular_rate=0.1, n=300)
+    assert not lending.on and lending.refusals_hold is not kept
+    assert lending.why.endswith("zai.assumptions.DROPS_ON_CLOSE)") is kept
+    lending.allow(False)
+    lending.allow(True)  # allowed anew: checked anew
+    assert lending.on and not lending.refusals_hold and lending.kept_why is None
+    never = Lending()
+    never.allow(False)
+    assert not never.on and not never.refusals_hold
+
+
+@pytest.mark.parametrize("preset", ["noisy-held", "soft-held"])
+def test_where_z_ai_keeps_a_closed_refusals_slot_nothing_is_let_go_for_long(preset: str) -> None:
+    """`refused_holds_closed`: a held refusal keeps its slot until its 1302 even once closed, so a place
+    freed by letting it go is refused. The check ends letting go; where z.ai drops it, it does not."""
+    assert virtual.run(preset, 1, shapes={"refused_holds_closed": True}).kept
+    assert not virtual.run(preset, 1).kept
+
+
+@pytest.mark.parametrize("preset", ["noisy-held", "soft-held"])
+def test_where_z_ai_holds_a_refused_requests_slot_the_check_serves_more_than_no_lending(preset: str) -> None:
+    """30 requests an agent. Once the check turned lending off, an attempt left behind and held past its
+    stall is let go (`Forwarder._unless_held`): z.ai drops it then, and its slot with it. Awaited to its
+    1302 instead (3 s, z.ai holding its slot), soft-held served 0.72 of the bound, under lending off's 0.77
+    (with it: 0.89)."""
+    checked = virtual.run(preset, 1, requests=30)
+    never = virtual.run(preset, 1, requests=30, learning={"lendOverdue": False})
+    assert checked.lending_off and checked.bound / checked.makespan > never.bound / never.makespan + 0.05
+
+
 @pytest.mark.parametrize("preset", ["soft", "noisy", "halved", "fallen", "queuing-late-heads"])
 def test_the_pool_keeps_lending_where_z_ai_holds_no_slot_for_a_refused_request(preset: str) -> None:
     """With room to spare: real runs add their machine's timing (a check reached 6.5 nats through real

@@ -34,6 +34,7 @@ from chaos_mode.request.failover import Answer, judge, reject, settle, unreached
 from chaos_mode.request.hedging import Patience, Written, fixed_patience, hedge, stop
 from chaos_mode.request.rate_limited import Reply
 from chaos_mode.request.routed import RoutedRequest
+from chaos_mode.routing.lending import Lending
 from chaos_mode.routing.pool import Slot
 from chaos_mode.zai.errors import classify_error, cut_error_body
 from chaos_mode.zai.timing import LEFT_VERDICT_SECONDS
@@ -278,19 +279,26 @@ class Forwarder:
         request.stalled(slot)
 
     async def _unless_held(
-        self, sending: asyncio.Future[UpstreamResponse], wire: Written, size: int, model: str
+        self,
+        sending: asyncio.Future[UpstreamResponse],
+        wire: Written,
+        size: int,
+        model: str,
+        lending: Lending,
     ) -> UpstreamResponse | None:
-        """A left attempt's answer; None once z.ai is seen to queue and the attempt is held past its stall.
-        Left before z.ai was seen to queue (a swarm's first burst), such an attempt is one z.ai holds and
-        serves once a slot frees: its request, gone on elsewhere, would be served twice (the prompt paid
-        twice, a slot of z.ai's taken for an answer nobody reads). zai.assumptions.MAY_QUEUE,
-        zai.assumptions.DROPS_ON_CLOSE."""
+        """A left attempt's answer; None once z.ai holds what it has not answered and the attempt is held
+        past its stall: z.ai is seen to queue (zai.assumptions.MAY_QUEUE), or the check of lending found it
+        holding the slot of a request it refuses until its 1302 (`routing.lending`). Either way z.ai drops
+        the request once it is closed (zai.assumptions.DROPS_ON_CLOSE). Left before z.ai was seen to queue
+        (a swarm's first burst), a queued attempt would be served once a slot frees: its request, gone on
+        elsewhere, served twice (the prompt paid twice, a slot of z.ai's taken for an answer nobody reads).
+        A refusal held would keep a slot of z.ai's for seconds, and the requests sent meanwhile refused."""
         loop = asyncio.get_running_loop()
         while not sending.done():
             written_at = wire.at
             if (
                 written_at is not None
-                and self.patience.leaves_none()
+                and (self.patience.leaves_none() or lending.refusals_hold)
                 and loop.time() - written_at >= self.patience.stall_after(size, model)
             ):
                 return None
@@ -331,12 +339,13 @@ class Forwarder:
         """z.ai's verdict on an attempt its request left, awaited at most `LEFT_VERDICT_SECONDS`: a refusal
         is judged as if the request had waited, an answer accepted after all is closed unread (it confirms
         what it was sent with, and its head, held past its stall, says z.ai queues); then the slot goes
-        back. Not once z.ai is seen to queue and the attempt is held past its stall: its stall counts, and
-        it is closed (its answer would only serve the request a second time)."""
+        back. Not once z.ai holds what it has not answered and the attempt is held past its stall
+        (`_unless_held`): its stall counts, and it is closed."""
+        lending = request.pool.ledger.lending
         try:
             try:
                 async with asyncio.timeout(LEFT_VERDICT_SECONDS):
-                    response = await self._unless_held(sending, wire, size, slot.model)
+                    response = await self._unless_held(sending, wire, size, slot.model, lending)
             except BaseException as exc:
                 sending.cancel()
                 if isinstance(exc, UpstreamFailed | UpstreamRefused | TimeoutError):

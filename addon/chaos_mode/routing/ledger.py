@@ -8,7 +8,7 @@ learned limits and says whether they changed; the pool (`routing.pool`) takes an
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -22,6 +22,7 @@ from chaos_mode.routing.slots import Kind, ProbeClaim, Seen, SlotStore
 from chaos_mode.routing.wait_queue import WaitQueue
 from chaos_mode.zai.catalog import ACCOUNT
 from chaos_mode.zai.errors import Action, UpstreamError
+from chaos_mode.zai.timing import EARLIEST_REFUSAL_SECONDS
 
 
 class Ledger:
@@ -37,6 +38,7 @@ class Ledger:
         self.store: SlotStore  # the pool's, as `ChaosPool.use` sets it, and its cooldowns
         self.cooldowns: CooldownState
         self.lending = Lending()  # whether an overdue attempt lends its place (`routing.lending`)
+        self._let_go: dict[str, deque[float]] = {}  # when requests closed before their verdict freed a place
         self.clock = clock
         self._limits, self._quota, self._queue, self._limits_changed = limits, quota, queue, limits_changed
         self._arrivals = Arrivals(self._elsewhere)  # what z.ai served as each slot's request came: its level
@@ -49,6 +51,8 @@ class Ledger:
         beside = self._beside(model, [r for r in self.records.values() if not r.ended])
         in_flight = self.store.in_flight(model)
         lent = awaits and probe is None and self._limits.enabled and self._lent(model, in_flight, above)
+        if lent is False and awaits and probe is None and self.lending.refusals_hold:
+            lent = self._let_go_place(model)
         phase, place = Phase.AWAITING if awaits else Phase.DONE, Place.PROBE if probe else Place.WITHIN
         level = in_flight - above(model, 0)
         record = SlotRecord(slot_id, model, self.clock(), beside, probe, phase, place, lent, level)
@@ -72,6 +76,17 @@ class Ledger:
             return False
         return over > elsewhere(model) or over_account > elsewhere(None) or None
 
+    def _let_go_place(self, model: str) -> bool:
+        """Whether a slot of `model` just taken is the place of a request closed before z.ai's verdict, within
+        the `EARLIEST_REFUSAL_SECONDS` its refusal would have held it (`Lending.refusals_hold`)."""
+        freed, now = self._let_go.get(model), self.clock()
+        while freed and freed[0] < now - EARLIEST_REFUSAL_SECONDS:
+            freed.popleft()
+        if not freed:
+            return False
+        freed.popleft()
+        return True
+
     def _riding_elsewhere(self, model: str | None) -> int:
         return self.store.riding_elsewhere(model) if self.store.confirms else 0
 
@@ -81,6 +96,8 @@ class Ledger:
         held it, so it found no room above: the next probe there waits as after a refusal."""
         if (record := self.records.get(slot.slot_id)) is None:
             return None
+        if record.awaiting and self.lending.refusals_hold:  # closed before its verdict: its place is checked
+            self._let_go.setdefault(record.model, deque()).append(self.clock())
         self._settle(record)  # the fleet hears of an overdue one
         del self.records[slot.slot_id]
         self._quota.ended(slot.slot_id)

@@ -15,6 +15,12 @@ their model, the attempts riding above it left out):
    came, the 1302s of a burst would line up as a run) of each lent request's verdict, the log-likelihood
    ratio of a rate halfway to refusing it always against the rate expected, over the last `LENT_MEMORY`.
    Reaching `ALARM_NATS`, lending turns off for the proxy's life (or until the config allows it again).
+3. **Then the places of requests let go.** With lending off, z.ai holds what it refuses: an attempt left
+   behind (its request gone on elsewhere) and held past its stall is closed, and z.ai drops it, its slot with
+   it (`Forwarder._unless_held`, zai.assumptions.DROPS_ON_CLOSE). The place it frees is lent to the next
+   request of its model taken within `EARLIEST_REFUSAL_SECONDS` (`Ledger._let_go_place`), and the CUSUM,
+   started over, reads those: at its alarm z.ai keeps even a closed request's slot, and nothing is let go
+   from then on (`kept_why`; this proxy's own).
 
 Only final verdicts count: a 1302, or a clean answer (also one after a stall: a z.ai that queues held it, it
 did not refuse it). Measured with `bench.field.virtual --seeds 8`, the CUSUM reached 25-33 nats on
@@ -56,6 +62,7 @@ class Lending:
     def __init__(self) -> None:
         self.allowed = True  # `learning.lendOverdue`
         self.off_why: str | None = None  # the check turned it off: what it saw
+        self.kept_why: str | None = None  # then found z.ai keeping a closed request's slot too: what it saw
         self._lent: list[tuple[float, bool, float]] = []  # (sent, refused, rate expected), by sending
         self._regular: dict[tuple[str, int], deque[tuple[float, bool]]] = {}  # (sent, refused) by level
         self._counts = [0, 0, 0, 0]  # lent refused, lent, regular refused, regular: what `why` says
@@ -66,11 +73,17 @@ class Lending:
         return self.allowed and self.off_why is None
 
     @property
+    def refusals_hold(self) -> bool:
+        """The check found z.ai holding the slot of a request it refuses (not the config's word: unknown),
+        and not keeping it once the request is closed: a left attempt held past its stall is let go."""
+        return self.off_why is not None and self.kept_why is None
+
+    @property
     def why(self) -> str:
         if not self.allowed:
             return "off: learning.lendOverdue is false"
         if self.off_why is not None:
-            return self.off_why
+            return self.off_why if self.kept_why is None else f"{self.off_why}; {self.kept_why}"
         lent_refused, lent, refused, regular = self._counts
         return (
             f"on: {lent_refused} of {lent} lent places refused, {refused} of {regular} regular ones "
@@ -80,29 +93,31 @@ class Lending:
     def allow(self, allowed: bool) -> None:
         """The config allows lending (`learning.lendOverdue`), or not; allowed anew, it is checked anew."""
         if allowed and not self.allowed:
-            self.off_why, self.nats = None, 0.0
+            self.off_why, self.kept_why, self.nats = None, None, 0.0
             self._lent.clear()
         self.allowed = allowed
 
     def turn_off(self, why: str) -> bool:
-        """Lending off for good (the config may allow it anew), `why`; False: it was off already."""
+        """Lending off for good (the config may allow it anew), `why`; False: it was off already. From then on
+        the check reads the places of requests let go (`refusals_hold`): its next alarm ends that."""
         if not self.on:
             return False
         self.off_why = why
+        self._lent.clear()
         return True
 
     def verdict(
         self, model: str, level: int, sent: float, *, lent: bool, refused: bool, cost: float
     ) -> str | None:
         """z.ai's final verdict on a request sent at `sent` at `level` of `model` (`lent`: into a lent place);
-        why lending should be off now, else None."""
+        why lending should be off now, else None (the alarm on the places let go sets `kept_why`)."""
         counts = self._counts
         if not lent:
             counts[2:] = [counts[2] + refused, counts[3] + 1]
             self._regular.setdefault((model, level), deque(maxlen=LEVEL_MEMORY)).append((sent, refused))
             return None
         counts[:2] = [counts[0] + refused, counts[1] + 1]
-        if not self.on:
+        if not self.on and not self.refusals_hold:
             return None
         near = [
             r
@@ -112,8 +127,16 @@ class Lending:
         expected = max(pays_under(cost), sum(near) / (len(near) + LEVEL_PRIOR))
         bisect.insort(self._lent, (sent, refused, expected))
         del self._lent[:-LENT_MEMORY]
-        self.nats = max(self.nats, _cusum(self._lent))
-        if self.nats < ALARM_NATS:
+        high = _cusum(self._lent)
+        self.nats = max(self.nats, high)
+        if high < ALARM_NATS:
+            return None
+        if not self.on:  # this proxy's own: nothing to tell the fleet, nothing learned to forget
+            self.kept_why = (
+                f"no request let go: the places freed refused far more than they pay ({counts[0]} of "
+                f"{counts[1]} lent in all): z.ai seems to keep the slot of a request it refuses even once "
+                "it is closed (zai.assumptions.DROPS_ON_CLOSE)"
+            )
             return None
         return (
             f"off: lent places refused far more than they pay ({counts[0]} of {counts[1]}; regular ones "

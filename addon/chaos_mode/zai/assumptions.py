@@ -41,11 +41,15 @@ lending off, fleet-wide); `learning.lendOverdue: false` never lends. The simulat
 other reading."""
 
 DROPS_ON_CLOSE: Final = True
-"""z.ai drops a request it holds (queued) when the request's connection closes, and serves nothing for it.
-Rests on it: a left attempt held past its stall, once z.ai is seen to queue, is closed so that its request,
-gone on elsewhere, is not served twice; a probe held past its stall is closed and its slot given back.
-Check: with a model held full and z.ai queuing, close one more held request, free a slot: the next request
-is served at once, and the quota counts no answer for the closed one."""
+"""z.ai drops a request it holds (queued, or refusing while it holds its slot) when the request's connection
+closes, and serves nothing for it. Rests on it: a left attempt held past its stall, once z.ai is seen to
+queue, is closed so that its request, gone on elsewhere, is not served twice, and once the check of lending
+found z.ai holding refused requests, so that its slot frees before its 1302; a probe held past its stall is
+closed and its slot given back. Check: with a model held full and z.ai queuing, close one more held request,
+free a slot: the next request is served at once, and the quota counts no answer for the closed one; for a
+refused one, the three-request check of docs/learning.md with B closed early. The pool checks the second on
+its own traffic (`routing.lending`: the places freed refused far more than the others end letting go). The
+simulator's `refusedHoldsClosed` plays the other reading."""
 
 ALIAS_SHARES_COUNTER: Final = True
 """A name z.ai serves as another model (an alias) counts on its target's concurrency counter (the safe

@@ -138,6 +138,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="a request refused 1302 holds a slot of its model and the account until its refusal is sent",
     )
     parser.add_argument(
+        "--refused-holds-closed",
+        action="store_true",
+        default=None,
+        help="with --refused-holds: the slot is kept until the refusal is due even once the client closes",
+    )
+    parser.add_argument(
         "--output-lengths",
         metavar="SHAPE[:PARAM[:CAP]]",
         help="output tokens per answer around --output-tokens: fixed (default), lognormal[:SIGMA[:CAP]] or "
@@ -185,7 +191,7 @@ def settings_from_args(argv: Sequence[str] | None = None) -> SimSettings:
         overrides: dict[str, Any] = {}
         for name in (
             "host", "port", "latency_ms", "token_interval_ms", "output_tokens", "reject_delay_ms",
-            "refused_holds",
+            "refused_holds", "refused_holds_closed",
             "abort_detect_ms", "retry_after", "account_limit", "fault_seed", "tls_cert", "tls_key",
             "error_encoding", "verbose", "account_band", "band_shape", "over_limit", "queue_timeout_ms",
             "filter_scope", "head_with_first_token", "output_lengths", "quota", "quota_window_seconds",

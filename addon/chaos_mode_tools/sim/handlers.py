@@ -10,6 +10,7 @@ import datetime as dt
 import functools
 import gzip
 import json
+import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -420,6 +421,7 @@ class MessagesHandler(SimHandler):
             # (`refused_holds`) until it is sent (a request that waited inside z.ai for its maximum is
             # refused at once).
             delay = 0.0 if admission.reason == "timeout" else settings.reject_delay_ms / 1000.0
+            due = time.monotonic() + delay
             try:
                 if await self._wait(delay):
                     self.send_error_body(
@@ -429,6 +431,8 @@ class MessagesHandler(SimHandler):
                         retry_after=settings.retry_after,
                         request_id=request_id,
                     )
+                elif admission.holds and settings.refused_holds_closed:
+                    await asyncio.sleep(max(due - time.monotonic(), 0.0))  # closed: kept until due
             finally:
                 if admission.holds:
                     state.release(counter)

@@ -85,6 +85,9 @@ class SimSettings:
     # A request refused 1302 holds a slot of its model and of the account until its refusal is sent
     # (reject_delay_ms), as a queue with a timeout would; default: it holds none.
     refused_holds: bool = False
+    # With `refused_holds`: the slot is kept until the 1302 is due even once the client closes the request
+    # (z.ai dropping it then or not: zai.assumptions.DROPS_ON_CLOSE); default: closing gives it back.
+    refused_holds_closed: bool = False
     # How many output tokens an answer has around `output_tokens` when the request does not say
     # (x-sim-output-tokens): fixed, or lognormal / pareto, capped (sim.lengths).
     output_lengths: Lengths = field(default_factory=Lengths)
@@ -205,7 +208,7 @@ class SimSettings:
             raise ValueError(f"filter_phrases: expected non-empty strings, got {self.filter_phrases!r}")
         if self.filter_scope not in FILTER_SCOPES:
             raise ValueError(f"filter_scope: one of {', '.join(FILTER_SCOPES)}, got {self.filter_scope!r}")
-        for name in ("head_with_first_token", "refused_holds"):
+        for name in ("head_with_first_token", "refused_holds", "refused_holds_closed"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}: expected a boolean, got {getattr(self, name)!r}")
         self.output_lengths.validate()

@@ -81,19 +81,37 @@ async def test_a_refused_request_holds_its_slot_for_the_reject_delay_only_when_t
     assert after["account"]["inFlight"] == 0 and after["models"]["glm-4.7-flash"]["served"] == 0
 
 
-async def test_a_held_refusal_gives_its_slot_back_when_its_client_leaves(make_sim: MakeSim) -> None:
-    server = await make_sim(reject_delay_ms=5000, refused_holds=True, hold={"glm-4.7-flash": 1})
+@pytest.mark.parametrize("kept", [False, True])
+async def test_a_held_refusal_gives_its_slot_back_when_its_client_leaves_unless_kept(
+    make_sim: MakeSim, kept: bool
+) -> None:
+    """Closed, a held refusal's slot goes back at once; with `refused_holds_closed`, once its 1302 was due
+    (2 s after it came) all the same."""
+    delay = 2000 if kept else 5000
+    server = await make_sim(
+        reject_delay_ms=delay, refused_holds=True, refused_holds_closed=kept, hold={"glm-4.7-flash": 1}
+    )
     body = {"model": "glm-4.7-flash", "max_tokens": 5, "messages": MSGS}
+    sent = time.monotonic()
     async with httpx.AsyncClient() as client:
         with pytest.raises(httpx.ReadTimeout):
             await client.post(
                 server.anthropic_base_url + "/v1/messages", json=body, timeout=httpx.Timeout(5.0, read=0.2)
             )
+    assert server.state.in_flight == 1 or not kept  # closed, long before its 1302 was due
 
     async def given_back() -> bool:
         return server.state.in_flight == 0
 
     await wait_for(given_back)
+    assert time.monotonic() - sent >= (delay / 1000 if kept else 0.0) - 0.05
+
+
+def test_refused_holds_closed_is_a_setting_and_an_option() -> None:
+    assert not SimSettings().refused_holds_closed  # z.ai drops a request closed (DROPS_ON_CLOSE)
+    settings = SimSettings.from_mapping({"refusedHolds": True, "refusedHoldsClosed": True})
+    assert SimSettings.from_mapping(settings.to_mapping()) == settings
+    assert settings_from_args(["--refused-holds", "--refused-holds-closed"]).refused_holds_closed
 
 
 async def _head_and_events(server: SimServer, started: float) -> tuple[float, float, list[str]]:

@@ -16,9 +16,11 @@ z.ai that queues (the attempt waits among the simulator's waiters until a slot f
 first token (the head comes the request's latency after z.ai served it), or both, is read through the
 forwarder's own `HeadPatience`, fed every clean head: its patience and stalls, no regular attempt left while
 z.ai queues (a probe given up at its stall), an attempt left before that let go once held past its stall or
-answered unread; a refusal that holds its slot (`refused_holds`) gives it back at its 1302, or when its probe
-is given up. The other presets keep a fixed patience (`FixedHeads`). Presets with refused models, the content
-filter, other random faults than 1302, a queue's time-out or prompts of their own sizes are not modelled.
+answered unread; a refusal that holds its slot (`refused_holds`) gives it back at its 1302, when its probe is
+given up, or when its attempt, left, is let go past its stall once the check of lending found z.ai holding
+refused requests (`Forwarder._unless_held`). The other presets keep a fixed patience (`FixedHeads`). Presets
+with refused models, the content filter, other random faults than 1302, a queue's time-out or prompts of their
+own sizes are not modelled.
 Against the benchmark (the same presets through mitmdump, 16 seeds here, 2-4 runs there, 2026-12-03): soft
 0.98 of the bound here against 0.86-0.96 there, with 8.3 refusals per 50 against 8.1-11.7; noisy 0.89 against
 0.86-0.87; halved 0.91 against 0.85-0.90; higher 0.90 against 0.88. Its figures rank changes to the pool; the
@@ -78,6 +80,7 @@ MODELLED_SHAPES = frozenset(
         "queue_models",
         "head_with_first_token",
         "refused_holds",
+        "refused_holds_closed",
     }
 )
 STUCK_FACTOR = 50.0  # a run not ended by this many times its bound is a model stuck (an error, not a figure)
@@ -99,6 +102,7 @@ class Outcome:
     converged: list[float | None] = dataclasses.field(default_factory=list)
     lending_off: bool = False  # the pool's check turned lending off (`routing.lending`)
     lending_nats: float = 0.0  # how near it came: its CUSUM's highest value
+    kept: bool = False  # then found z.ai keeping a closed request's slot: none let go (`Lending.kept_why`)
     moves: tuple[int, int] = (0, 0)  # changes detected: limits that fell, that rose (`explore.Detector`)
 
 
@@ -189,14 +193,23 @@ async def swarm(
         spare = dataclasses.replace(ticket, attempted=ticket.attempted | riding, may_probe=False)
         return await pool.admit(spare, since=since, timeout=FOREVER)
 
-    def give_up(selection: Slot) -> None:
-        """A probe left (closed: it tested nothing): out of z.ai's queue, or its refusal's slot back."""
+    def dropped(selection: Slot) -> None:
+        """Its attempt closed, z.ai drops it (zai.assumptions.DROPS_ON_CLOSE): out of its queue, or its
+        refusal's slot back (kept until its 1302 all the same with `refused_holds_closed`)."""
         if (waiter := waiters.pop(selection.slot_id, None)) is not None:
             zai.leave(waiter)
             del served_unread[selection.slot_id]
-        if (slot_back := held_refusals.pop(selection.slot_id, None)) is not None:
+        if (slot_back := held_refusals.pop(selection.slot_id, None)) is None:
+            return
+        if settings.refused_holds_closed:
+            detached.append(asyncio.ensure_future(asyncio.sleep(max(slot_back.when() - loop.time(), 0.0))))
+        else:
             slot_back.cancel()
             zai.release(selection.model)
+
+    def give_up(selection: Slot) -> None:
+        """A probe left (closed: it tested nothing)."""
+        dropped(selection)
         pool.ledger.no_verdict(selection, probe_given_up=True)
         pool.release(selection)
 
@@ -243,21 +256,21 @@ async def swarm(
         return None
 
     async def left(selection: Slot, written: float, answer: asyncio.Future[None]) -> None:
-        """A regular attempt left for another slot: its 1302 comes when it would have, then its slot goes;
-        one z.ai holds is let go once z.ai is seen to queue and it is held past its stall, or served unread
-        (`Forwarder._unless_held`)."""
+        """A regular attempt left for another slot: its 1302 comes when it would have, then its slot goes,
+        or it is served unread. Once z.ai holds what it has not answered (it is seen to queue, or the check
+        of lending found it holding refused requests) and the attempt is held past its stall, it is let go
+        (`Forwarder._unless_held`): out of z.ai's queue, or its refusal's slot back."""
         waiter = waiters.get(selection.slot_id)
         while not answer.done():
-            if (
-                waiter is not None
-                and heads.leaves_none()
-                and loop.time() - written >= heads.stall_after(None, selection.model)
+            if (heads.leaves_none() or pool.ledger.lending.refusals_hold) and loop.time() - written >= (
+                heads.stall_after(None, selection.model)
             ):
-                zai.leave(waiters.pop(selection.slot_id))
-                pool.ledger.no_verdict(selection)
-                pool.release(selection)
+                dropped(selection)
+                answer.cancel()
+                pool.release(selection)  # its stall counted (`one`); its place checked if refusals hold
                 return
             await asyncio.wait({answer}, timeout=HELD_RECHECK_SECONDS)
+        held_refusals.pop(selection.slot_id, None)  # its slot went back with its 1302
         if waiter is None:
             pool.error(selection.model, busy, None, selection)
             pool.release(selection)
@@ -295,7 +308,8 @@ async def swarm(
                 if admission.holds:
                     held_refusals[slot_id] = loop.call_later(reject, zai.release, selection.model)
                 instead = await hedged(selection, retry, since, written, _after(reject))
-                held_refusals.pop(slot_id, None)
+                if instead is None:  # a left attempt's slot goes at its 1302, or when it is let go (`left`)
+                    held_refusals.pop(slot_id, None)
                 if instead is None:
                     pool.error(selection.model, busy, None, selection)
                     pool.release(selection)
@@ -350,6 +364,7 @@ async def swarm(
     outcome.makespan = max(ends)
     outcome.lending_off = pool.ledger.lending.off_why is not None
     outcome.lending_nats = pool.ledger.lending.nats
+    outcome.kept = pool.ledger.lending.kept_why is not None
     outcome.moves = pool.limits.moves
     slots = [{"at": c.start, "models": dict(c.models)} for c in timeline]
     outcome.converged = [change["seconds"] for change in convergence(samples, slots)]
@@ -390,13 +405,17 @@ def run(
     learning: Mapping[str, Any] | None = None,
     watch: float = 0.0,
     requests: int | None = None,
+    shapes: Mapping[str, Any] | None = None,
 ) -> Outcome:
     """One run; `learning`: keys of the config's learning block over the benchmark's (ConfigError if bad);
-    `requests`: each agent's requests instead of the preset's (a long run shows the steady state)."""
+    `requests`: each agent's requests instead of the preset's (a long run shows the steady state); `shapes`:
+    simulator settings over the preset's."""
     loop = VirtualLoop()
     chosen = PRESETS[preset]
     if requests is not None:
         chosen = dataclasses.replace(chosen, requests=requests)
+    if shapes:
+        chosen = dataclasses.replace(chosen, shapes={**chosen.shapes, **shapes})
     try:
         timings = {"head": head, "reject": reject, "transit": transit}
         return loop.run_until_complete(
@@ -423,6 +442,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reject", type=float, default=3.0, help="seconds from an attempt to its 1302")
     parser.add_argument("--learning", action="append", default=[], metavar="KEY=VALUE", help=HELP)
     parser.add_argument(
+        "--refused-holds-closed",
+        action="store_true",
+        help="a refused request z.ai holds keeps its slot until its 1302 even once closed (-held presets)",
+    )
+    parser.add_argument(
         "--watch",
         type=float,
         default=0.0,
@@ -435,7 +459,7 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as exc:
         parser.error(str(exc))
     spans, ratios, per_50, steady = [], [], [], []
-    lending_off, nats, moves = 0, [], [0, 0]
+    lending_off, kept, nats, moves = 0, 0, [], [0, 0]
     within: list[float | None] = []
     for seed in range(1, args.seeds + 1):
         timings = {"head": args.head, "reject": args.reject, "transit": args.transit}
@@ -446,6 +470,7 @@ def main(argv: list[str] | None = None) -> None:
             learning=learning,
             watch=args.watch,
             requests=args.requests,
+            shapes={"refused_holds_closed": True} if args.refused_holds_closed else None,
             **timings,
         )
         spans.append(outcome.makespan)
@@ -463,8 +488,8 @@ def main(argv: list[str] | None = None) -> None:
         moves = [moves[0] + outcome.moves[0], moves[1] + outcome.moves[1]]
         refusals += ", changes detected: {} down, {} up".format(*outcome.moves)
         if outcome.lending_off:
-            lending_off += 1
-            refusals += ", lending turned off"
+            lending_off, kept = lending_off + 1, kept + outcome.kept
+            refusals += ", lending turned off" + (", then letting go" if outcome.kept else "")
         elif nats[-1]:
             refusals += f", the check of lending at {nats[-1]:.1f} nats"
         print(f"seed {seed}: makespan {outcome.makespan:.2f} s, {ratios[-1]:.0%} of the bound, {refusals}")
@@ -479,7 +504,7 @@ def main(argv: list[str] | None = None) -> None:
         mean += f", {late} of {len(within)} changes not followed within {CONVERGED_SECONDS:g} s"
     mean += f", changes detected: {moves[0]} down, {moves[1]} up"
     if lending_off:
-        mean += f", lending turned off on {lending_off}"
+        mean += f", lending turned off on {lending_off}" + (f", letting go on {kept}" if kept else "")
     elif max(nats, default=0.0):
         mean += f", the check of lending at most {max(nats):.1f} nats"
     print(f"{args.preset}: {mean} over {len(spans)} seeds")
