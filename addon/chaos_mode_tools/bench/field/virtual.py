@@ -308,9 +308,8 @@ async def swarm(
                 if admission.holds:
                     held_refusals[slot_id] = loop.call_later(reject, zai.release, selection.model)
                 instead = await hedged(selection, retry, since, written, _after(reject))
-                if instead is None:  # a left attempt's slot goes at its 1302, or when it is let go (`left`)
+                if instead is None:  # else left: its slot goes at its 1302, or when it is let go (`left`)
                     held_refusals.pop(slot_id, None)
-                if instead is None:
                     pool.error(selection.model, busy, None, selection)
                     pool.release(selection)
                     instead = await pool.admit(retry, since=since, timeout=FOREVER)
