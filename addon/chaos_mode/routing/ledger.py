@@ -8,7 +8,7 @@ learned limits and says whether they changed; the pool (`routing.pool`) takes an
 
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -38,10 +38,11 @@ class Ledger:
         self.store: SlotStore  # the pool's, as `ChaosPool.use` sets it, and its cooldowns
         self.cooldowns: CooldownState
         self.lending = Lending()  # whether an overdue attempt lends its place (`routing.lending`)
-        self._let_go: dict[str, deque[float]] = {}  # when requests closed before their verdict freed a place
+        self._let_go: dict[str, list[float]] = {}  # when requests closed before their verdict freed a place
         self.clock = clock
         self._limits, self._quota, self._queue, self._limits_changed = limits, quota, queue, limits_changed
-        self._arrivals = Arrivals(self._elsewhere)  # what z.ai served as each slot's request came: its level
+        # what z.ai served as each slot's request came: its level
+        self._arrivals = Arrivals(lambda model: self.store.serving_elsewhere(model))
 
     def take(
         self, slot_id: int, model: str, probe: Probe | None, above: Callable[[str, int], int], *, awaits: bool
@@ -69,7 +70,7 @@ class Ledger:
         here a notice later: the check leaves it out)."""
         if not above(model, 0) and not above(ACCOUNT, 0):
             return False
-        probes, account, elsewhere = self.probes(), self._limits.view().value, self._riding_elsewhere
+        probes, account, elsewhere = self.probes(), self._limits.view().value, self.store.riding_elsewhere
         over = in_flight - probes[model] - self._limits.limit(model)
         over_account = -1 if account is None else self.store.total() - probes[ACCOUNT] - account
         if over <= 0 and over_account <= 0:
@@ -79,16 +80,10 @@ class Ledger:
     def _let_go_place(self, model: str) -> bool:
         """Whether a slot of `model` just taken is the place of a request closed before z.ai's verdict, within
         the `EARLIEST_REFUSAL_SECONDS` its refusal would have held it (`Lending.refusals_hold`)."""
-        freed, now = self._let_go.get(model), self.clock()
-        while freed and freed[0] < now - EARLIEST_REFUSAL_SECONDS:
-            freed.popleft()
-        if not freed:
-            return False
-        freed.popleft()
-        return True
-
-    def _riding_elsewhere(self, model: str | None) -> int:
-        return self.store.riding_elsewhere(model) if self.store.confirms else 0
+        since = self.clock() - EARLIEST_REFUSAL_SECONDS
+        freed = [at for at in self._let_go.get(model, ()) if at >= since]
+        self._let_go[model] = freed[1:]
+        return bool(freed)
 
     def release(self, slot: Slot) -> SlotRecord | None:
         """`slot` goes back (None: not held here). z.ai served it: the oldest probe z.ai queues on its model
@@ -97,7 +92,7 @@ class Ledger:
         if (record := self.records.get(slot.slot_id)) is None:
             return None
         if record.awaiting and self.lending.refusals_hold:  # closed before its verdict: its place is checked
-            self._let_go.setdefault(record.model, deque()).append(self.clock())
+            self._let_go.setdefault(record.model, []).append(self.clock())
         self._settle(record)  # the fleet hears of an overdue one
         del self.records[slot.slot_id]
         self._quota.ended(slot.slot_id)
@@ -126,9 +121,6 @@ class Ledger:
         if record is None or (not clean and self.lending.off_why is not None):
             return None
         return self._arrivals.levels(record.slot_id, record.beside, clean=clean)
-
-    def _elsewhere(self, model: str | None) -> int:
-        return self.store.serving_elsewhere(model) if self.store.confirms else 0
 
     def _settle(self, record: SlotRecord | None, phase: Phase = Phase.DONE) -> None:
         if record is not None and record.settle(phase):
@@ -182,8 +174,8 @@ class Ledger:
         # held (`SlotRecord.held`, not `at_once`): it was full then, and a probe there found no room above
         arrived = (None if held or not at_once else self._levels(record, clean=True)) or (0, 0)
         model, limits, here = slot.model, self._limits, self.serving_here()
-        serving = max(here[model] + self._elsewhere(model), arrived[0])
-        total = max(here.total() + self._elsewhere(None), arrived[1])
+        serving = max(here[model] + self.store.serving_elsewhere(model), arrived[0])
+        total = max(here.total() + self.store.serving_elsewhere(None), arrived[1])
         self._quota.answered(model, slot.slot_id)
         limits.succeeded(model, serving, total, probe)
         self._note(slot, "clean", serving, total, probe)

@@ -103,12 +103,12 @@ class SlotStore(Protocol):
 
     def serving_elsewhere(self, model: str | None) -> int:
         """Slots of `model` (all when None) that the other proxies of a fleet said z.ai answered cleanly and
-        still serves, as they last said; asked only when `confirms`."""
+        still serves, as they last said (none in one process)."""
         ...
 
     def riding_elsewhere(self, model: str | None) -> int:
         """The other proxies' attempts riding above the limits (of `model`; all when None), as they last
-        said; asked only when `confirms`."""
+        said (none in one process)."""
         ...
 
     def overdue_changed(self) -> None:
