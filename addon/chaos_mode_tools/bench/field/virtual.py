@@ -49,7 +49,9 @@ from chaos_mode.forwarding.head_baseline import STALL_FACTOR, STALL_FLOOR_SECOND
 from chaos_mode.forwarding.head_patience import FLOOR_SECONDS, HeadPatience
 from chaos_mode.request.hedging import UNKNOWN_PATIENCE_RECHECK_SECONDS
 from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
+from chaos_mode.zai.catalog import ACCOUNT
 from chaos_mode.zai.errors import classify_error
+from chaos_mode_tools.bench.field.budget import PER_STEP, RefusalBudget
 from chaos_mode_tools.bench.field.figures import convergence
 from chaos_mode_tools.bench.field.learning_args import HELP, parse_learning
 from chaos_mode_tools.bench.field.presets import (
@@ -104,6 +106,7 @@ class Outcome:
     lending_nats: float = 0.0  # how near it came: its CUSUM's highest value
     kept: bool = False  # then found z.ai keeping a closed request's slot: none let go (`Lending.kept_why`)
     moves: tuple[int, int] = (0, 0)  # changes detected: limits that fell, that rose (`explore.Detector`)
+    budget: RefusalBudget = dataclasses.field(default_factory=RefusalBudget)  # refusals per step of learning
 
 
 class FixedHeads:
@@ -302,7 +305,13 @@ async def swarm(
             written, slot_id = loop.time(), selection.slot_id
             admitted = loop.create_future()
             admission = zai.admit(selection.model, wake=functools.partial(_resolve, admitted))
+            learned = {m: pool.limits.limit(m) for m in zai.models}
+            # no account limit learned: the models' together are the account's
+            outcome.budget.sample({**learned, ACCOUNT: pool.limits.view().value or sum(learned.values())})
+            if selection.probe is not None:
+                outcome.budget.probe(selection.model, account=selection.probe == "account")
             if admission.outcome == "refused":
+                outcome.budget.refusal(selection.model, admission.reason)
                 outcome.refused += 1
                 refusals += 1
                 if admission.holds:
@@ -458,7 +467,7 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as exc:
         parser.error(str(exc))
     spans, ratios, per_50, steady = [], [], [], []
-    lending_off, kept, nats, moves = 0, 0, [], [0, 0]
+    lending_off, kept, nats, moves, over, charged = 0, 0, [], [0, 0], 0, 0
     within: list[float | None] = []
     for seed in range(1, args.seeds + 1):
         timings = {"head": args.head, "reject": args.reject, "transit": args.transit}
@@ -486,6 +495,9 @@ def main(argv: list[str] | None = None) -> None:
         nats.append(outcome.lending_nats)
         moves = [moves[0] + outcome.moves[0], moves[1] + outcome.moves[1]]
         refusals += ", changes detected: {} down, {} up".format(*outcome.moves)
+        if spent := outcome.budget.over():
+            refusals += ", over the refusal budget: " + ", ".join(spent)
+        over, charged = over + len(spent), charged + outcome.budget.charged()
         if outcome.lending_off:
             lending_off, kept = lending_off + 1, kept + outcome.kept
             refusals += ", lending turned off" + (", then letting go" if outcome.kept else "")
@@ -502,6 +514,7 @@ def main(argv: list[str] | None = None) -> None:
         late = sum(s is None or s > CONVERGED_SECONDS for s in within)
         mean += f", {late} of {len(within)} changes not followed within {CONVERGED_SECONDS:g} s"
     mean += f", changes detected: {moves[0]} down, {moves[1]} up"
+    mean += f", {over} of {charged} limits refused over {PER_STEP} per step of learning"
     if lending_off:
         mean += f", lending turned off on {lending_off}" + (f", letting go on {kept}" if kept else "")
     elif max(nats, default=0.0):
