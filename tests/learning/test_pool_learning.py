@@ -899,6 +899,42 @@ def test_with_lending_off_an_overdue_attempt_keeps_its_place() -> None:
         assert rig.pool.release(selection)
 
 
+def test_the_check_of_lending_reads_each_request_once_at_its_first_word() -> None:
+    """No head within its patience is read as a refusal at once (a 1302 would come seconds later, after the
+    cascade of lent places it started), and its verdict is not read again; a head is read as clean."""
+    rig = Rig(routing(accountConcurrency=2))
+    first, late = rig.take(), rig.take()
+    rig.pool.ledger.overdue(late)  # read: a regular request refused
+    lent = rig.pool.try_acquire(Ticket("heavy", may_probe=False))
+    assert lent is not None
+    rig.pool.ledger.overdue(lent)  # read: a lent one refused
+    lending = rig.pool.ledger.lending
+    assert lending.why.startswith("on: 1 of 1 lent places refused, 1 of 1 regular ones")
+    for selection in (late, lent):
+        rig.pool.error("h", error("1302"), None, selection)
+    assert lending.why.startswith("on: 1 of 1 lent places refused, 1 of 1 regular ones")
+    rig.pool.ledger.success(first)
+    assert lending.why.startswith("on: 1 of 1 lent places refused, 1 of 2 regular ones")
+    for selection in (first, late, lent):
+        assert rig.pool.release(selection)
+
+
+def test_a_place_lent_before_lending_turned_off_says_nothing_of_the_places_let_go() -> None:
+    """Once the check turned lending off, it reads the places of requests let go (`Lending.refusals_hold`):
+    a request sent into a lent place before then, refused after, is not one of them."""
+    rig = Rig(routing(accountConcurrency=2))
+    first, late = rig.take(), rig.take()
+    rig.pool.ledger.overdue(late)
+    lent = rig.pool.try_acquire(Ticket("heavy", may_probe=False))
+    assert lent is not None and lent.record is not None and lent.record.lent
+    rig.pool.ledger.lending_off("off: lent places refused")
+    assert lent.record.lent is None and rig.pool.ledger.lending.refusals_hold
+    rig.pool.error("h", error("1302"), None, lent)
+    assert rig.pool.ledger.lending.nats == 0.0  # read, it would have started the check over the let go
+    for selection in (first, late, lent):
+        assert rig.pool.release(selection)
+
+
 def test_an_overdue_attempt_hands_its_place_to_a_waiter_at_once() -> None:
     async def scenario() -> None:
         pool = ChaosPool(routing(), clock=time.monotonic)

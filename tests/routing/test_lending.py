@@ -58,6 +58,32 @@ def test_lending_stays_on_while_lent_places_are_refused_as_the_regular_ones_are(
     assert lending.on and lending.why.startswith("on:")
 
 
+@given(st.integers(0, 2**32), st.floats(0.0, 0.6), st.integers(0, 3))
+def test_regular_requests_refused_at_a_level_above_explain_a_lent_one_refused_under_it(
+    seed: int, rate: float, above: int
+) -> None:
+    """z.ai refuses a level no more often than any above it (zai.assumptions.REFUSALS_RISE_WITH_LOAD): a
+    lent request at level 3 refused as often as the regular ones at level 3 + `above` keeps lending on."""
+    lending, rng = Lending(), random.Random(seed)
+    refused = False
+    for i in range(600):
+        lent = i % 2 == 1
+        if not lent:
+            refused = rng.random() < rate
+        level = 3 if lent else 3 + above
+        assert lending.verdict("m", level, i * 0.1, lent=lent, refused=refused, cost=COST) is None
+    assert lending.on
+
+
+def test_regular_requests_refused_under_a_lent_ones_level_do_not_explain_it() -> None:
+    lending = Lending()
+    for i in range(60):
+        lent = i % 2 == 1
+        if lending.verdict("m", 3 if lent else 2, i * 0.1, lent=lent, refused=True, cost=COST) is not None:
+            break
+    assert lending.nats >= ALARM_NATS
+
+
 def test_a_clean_answer_never_turns_lending_off_and_the_config_allows_it_anew() -> None:
     lending = Lending()
     for i in range(20):
@@ -127,13 +153,17 @@ def test_where_z_ai_keeps_a_closed_refusals_slot_nothing_is_let_go_for_long(pres
 
 
 @pytest.mark.parametrize("preset", ["noisy-held", "soft-held"])
-def test_where_z_ai_holds_a_refused_requests_slot_the_check_serves_more_than_no_lending(preset: str) -> None:
-    """30 requests an agent. Once the check turned lending off, an attempt left behind and held past its
-    stall is let go (`Forwarder._unless_held`): z.ai drops it then, and its slot with it. Awaited to its
-    1302 instead (3 s, z.ai holding its slot), soft-held served 0.72 of the bound, under lending off's 0.77
-    (with it: 0.89)."""
-    checked = virtual.run(preset, 1, requests=30)
-    never = virtual.run(preset, 1, requests=30, learning={"lendOverdue": False})
+@pytest.mark.parametrize("requests", [None, 30])
+def test_where_z_ai_holds_a_refused_requests_slot_the_check_serves_more_than_no_lending(
+    preset: str, requests: int | None
+) -> None:
+    """The preset's 6 requests an agent, and 30. Once the check turned lending off, an attempt left behind
+    and held past its stall is let go (`Forwarder._unless_held`): z.ai drops it then, and its slot with it.
+    Awaited to its 1302 instead (3 s, z.ai holding its slot), soft-held served 0.72 of the bound at 30,
+    under lending off's 0.77. With lent places read at their 1302 rather than their patience, the check
+    turned lending off 2 s later: 0.63 and 0.69 at 6 (now 0.71 and 0.76; lending off 0.56 and 0.65)."""
+    checked = virtual.run(preset, 1, requests=requests)
+    never = virtual.run(preset, 1, requests=requests, learning={"lendOverdue": False})
     assert checked.lending_off and checked.bound / checked.makespan > never.bound / never.makespan + 0.05
 
 

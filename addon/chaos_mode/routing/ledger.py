@@ -145,8 +145,10 @@ class Ledger:
         """`slot`'s request has had no head within its patience (`request.hedging`): z.ai is most likely
         refusing it, holding no slot for it (zai.assumptions.REFUSED_HOLDS_NO_SLOT), so it rides above the
         limits until its verdict, its place lent to the next request. Only with learning and lending on, for
-        a request within the limits still awaiting its verdict."""
-        record, on = self.records.get(slot.slot_id), self._limits.enabled and self.lending.on
+        a request within the limits still awaiting its verdict. The check of lending reads it as refused."""
+        record = self.records.get(slot.slot_id)
+        self._checked(record, refused=True)  # its first word: no head (it may turn lending off)
+        on = self._limits.enabled and self.lending.on
         if not on or record is None or not record.move(Place.WITHIN, Place.OVERDUE):
             return
         self._limits.lent_after(self.clock() - record.taken_at)
@@ -244,11 +246,13 @@ class Ledger:
         return None if slot is None or (record is not None and record.held) else slot.probe
 
     def _checked(self, r: SlotRecord | None, *, refused: bool) -> None:
-        """A final verdict on `r`'s request, for the check of lending: only one awaited, of no probe."""
+        """z.ai's first word on `r`'s request, for the check of lending (`routing.lending`): its patience
+        passed with no head (`overdue`: as a refusal), its head, or its 1302. Read once, only one awaited, of
+        no probe."""
         if r is None or not r.awaiting or r.probe is not None or r.lent is None:
             return
-        cost = self._limits.cost
-        why = self.lending.verdict(r.model, r.level, r.taken_at, lent=r.lent, refused=refused, cost=cost)
+        lent, r.lent, cost = r.lent, None, self._limits.cost
+        why = self.lending.verdict(r.model, r.level, r.taken_at, lent=lent, refused=refused, cost=cost)
         if why is not None:
             self.lending_off(why)
 
@@ -262,6 +266,8 @@ class Ledger:
         self._limits.reset()
         for record in self.records.values():
             record.move(Place.OVERDUE, Place.WITHIN)
+            if record.lent:  # lent before: it says nothing of the places let go from now on
+                record.lent = None
         self.store.overdue_changed()
         self._limits_changed()
         if not heard:

@@ -10,7 +10,9 @@ their model, the attempts riding above it left out):
    answer (a slot-time) is worth its refusals' price (`cost` slot-times each: `LearnedLimits.cost`). A limit
    that fell or a band refuses lent and regular requests alike: a lent request is expected to be refused at
    the higher of that rate and the rate of the last `LEVEL_MEMORY` regular requests of its model at its level
-   sent in the `EARLIEST_REFUSAL_SECONDS` before it (with half a clean answer of prior).
+   and at each above it (z.ai refuses a level no more often than any above it:
+   zai.assumptions.REFUSALS_RISE_WITH_LOAD), sent in the `EARLIEST_REFUSAL_SECONDS` before it (with half a
+   clean answer of prior).
 2. **A CUSUM in the order they were sent** (a 1302 comes seconds after a clean answer: in the order they
    came, the 1302s of a burst would line up as a run) of each lent request's verdict, the log-likelihood
    ratio of a rate halfway to refusing it always against the rate expected, over the last `LENT_MEMORY`.
@@ -22,14 +24,16 @@ their model, the attempts riding above it left out):
    started over, reads those: at its alarm z.ai keeps even a closed request's slot, and nothing is let go
    from then on (`kept_why`; this proxy's own).
 
-Only final verdicts count: a 1302, or a clean answer (also one after a stall: a z.ai that queues held it, it
-did not refuse it). Measured with `bench.field.virtual --seeds 8`, the CUSUM reached 25-33 nats on
-`noisy-held` and `soft-held` (z.ai holds the slot) and at most 3.1 on soft, noisy, halved, changing, higher,
-today, queuing-late-heads, fallen and other-client (a halving refuses a burst of lent requests too).
-Through real mitmdumps on `halved` (`bench.fleet.run --field halved --proxies 1,2,3`, lending kept on to
-read `nats`), a check reached 0.8-6.5 nats, the machine's timing added to the model's: hence the alarm at
-9, which the held presets cross in the same burst of 1302s as at 6 (`bench.field.virtual --seeds 16`:
-noisy-held and soft-held 53.4 % of the bound, against 53.7 % and 53.5 % at 6).
+**Each request is read once, at z.ai's first word on it** (`Ledger._checked`): its head (clean), its patience
+passed with no head (as a refusal: what makes an attempt lend its place, `Ledger.overdue`), else its verdict.
+Read at its 1302, 3 s on, a lent place refused told of the cascade only once it had run for 3 s: with
+`bench.field.virtual --seeds 16`, noisy-held and soft-held served 64.3 % and 68.6 % of the bound, lending
+off 3.8-4.8 s in; read at its patience, 75.4 % and 79.6 %, off 1.1-2.2 s in (lending off by the config:
+66.2 % and 69.9 %). Over 8 seeds the CUSUM reached at most 6.3 nats on soft, noisy, halved, changing,
+higher, today, queuing-late-heads, fallen, other-client and mixed (a halving refuses a burst of lent
+requests too; read at its level alone, 8.6). Through real mitmdumps, where the machine's timing adds to the
+model's, a check reached 0.8-6.5 nats on `halved` (`bench.fleet.run --field halved --proxies 1,2,3`): hence
+the alarm at 9.
 """
 
 from __future__ import annotations
@@ -64,7 +68,7 @@ class Lending:
         self.off_why: str | None = None  # the check turned it off: what it saw
         self.kept_why: str | None = None  # then found z.ai keeping a closed request's slot too: what it saw
         self._lent: list[tuple[float, bool, float]] = []  # (sent, refused, rate expected), by sending
-        self._regular: dict[tuple[str, int], deque[tuple[float, bool]]] = {}  # (sent, refused) by level
+        self._regular: dict[str, dict[int, deque[tuple[float, bool]]]] = {}  # (sent, refused) by model, level
         self._counts = [0, 0, 0, 0]  # lent refused, lent, regular refused, regular: what `why` says
         self.nats = 0.0  # the CUSUM's highest value so far: how near the check came to turning lending off
 
@@ -109,19 +113,22 @@ class Lending:
     def verdict(
         self, model: str, level: int, sent: float, *, lent: bool, refused: bool, cost: float
     ) -> str | None:
-        """z.ai's final verdict on a request sent at `sent` at `level` of `model` (`lent`: into a lent place);
+        """z.ai's first word on a request sent at `sent` at `level` of `model` (`lent`: into a lent place);
         why lending should be off now, else None (the alarm on the places let go sets `kept_why`)."""
         counts = self._counts
         if not lent:
             counts[2:] = [counts[2] + refused, counts[3] + 1]
-            self._regular.setdefault((model, level), deque(maxlen=LEVEL_MEMORY)).append((sent, refused))
+            levels = self._regular.setdefault(model, {})
+            levels.setdefault(level, deque(maxlen=LEVEL_MEMORY)).append((sent, refused))
             return None
         counts[:2] = [counts[0] + refused, counts[1] + 1]
         if not self.on and not self.refusals_hold:
             return None
         near = [
             r
-            for s, r in self._regular.get((model, level), ())
+            for n, seen in self._regular.get(model, {}).items()
+            if n >= level
+            for s, r in seen
             if sent - EARLIEST_REFUSAL_SECONDS <= s <= sent
         ]
         expected = max(pays_under(cost), sum(near) / (len(near) + LEVEL_PRIOR))

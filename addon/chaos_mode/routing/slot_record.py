@@ -12,8 +12,9 @@ them: `routing.ledger`). Made when the slot is taken, dropped when it is given b
   z.ai held it (`held`): its verdict is a regular request's from then on (no probe's, a clean answer at what
   z.ai serves), however it was sent. `beside`: what was beside its request as it came (`routing.arrivals`).
 - `lent`: taken above a limit while an overdue attempt rode there, at `level` (what z.ai served of its model,
-  the attempts riding above it left out): what `routing.lending` checks. None: above it only by another
-  proxy's overdue attempts, left out of the check (`Ledger._lent`).
+  the attempts riding above it left out): what `routing.lending` checks, once (`Ledger._checked`). None: the
+  check reads it no more (read already, lent before lending turned off) or never (above a limit only by
+  another proxy's overdue attempts: `Ledger._lent`).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class SlotRecord:
     probe: Probe | None = None  # the limit it probes, from PROBE on
     phase: Phase = Phase.AWAITING
     place: Place = Place.WITHIN
-    lent: bool | None = False  # None: in another proxy's lent place
+    lent: bool | None = False  # None: not for the check of lending (any more)
     level: int = 0
     stalled: bool = False
     ended: bool = False
