@@ -25,7 +25,8 @@ their model, the attempts riding above it left out):
    from then on (`kept_why`; this proxy's own).
 
 **Each request is read once, at z.ai's first word on it** (`Ledger._checked`): its head (clean), its patience
-passed with no head (as a refusal: what makes an attempt lend its place, `Ledger.overdue`), else its verdict.
+passed with no head (as a refusal: what makes an attempt lend its place, `Ledger.overdue`; not told of an
+attempt whose request has another riding, which lends none), else its verdict.
 Read at its 1302, 3 s on, a lent place refused told of the cascade only once it had run for 3 s: with
 `bench.field.virtual --seeds 16`, noisy-held and soft-held served 64.3 % and 68.6 % of the bound, lending
 off 3.8-4.8 s in; read at its patience, 75.4 % and 79.6 %, off 1.1-2.2 s in (lending off by the config:
