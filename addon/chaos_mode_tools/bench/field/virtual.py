@@ -25,7 +25,9 @@ Against the benchmark (the same presets through mitmdump, 16 seeds here, 2-4 run
 0.98 of the bound here against 0.86-0.96 there, with 8.3 refusals per 50 against 8.1-11.7; noisy 0.89 against
 0.86-0.87; halved 0.91 against 0.85-0.90; higher 0.90 against 0.88. Its figures rank changes to the pool; the
 benchmark measures them. Each run also says how soon the learned limits followed each change of the true ones
-(within a step, sampled every 0.1 s, as the benchmark reports it); `--watch` prints them as they go.
+(within a step, sampled every 0.1 s, as the benchmark reports it), and which limits z.ai refused more than
+their budget (`bench.field.budget`: 2 per level moved down and per probe); `--watch` prints the learned
+limits as they go.
 
     python -m chaos_mode_tools.bench.field.virtual [--preset soft] [--seeds 12]
         [--learning probeIntervalSeconds=3] [--watch 1] [--requests 30]
