@@ -919,6 +919,22 @@ def test_the_check_of_lending_reads_each_request_once_at_its_first_word() -> Non
         assert rig.pool.release(selection)
 
 
+def test_an_attempt_beside_its_requests_riding_one_is_read_at_its_patience_and_lends_nothing() -> None:
+    """One attempt of a request rides at a time (`RoutedRequest.overdue`): another of the same request, with
+    no head within its patience, is read by the check there all the same (each request at its first word),
+    and keeps its place."""
+    rig = Rig(routing(accountConcurrency=3))
+    first, late = rig.take(), rig.take()
+    rig.pool.ledger.overdue(late)
+    lent = rig.pool.try_acquire(Ticket("heavy", may_probe=False))  # the same request's second attempt
+    assert lent is not None and lent.record is not None and lent.record.lent
+    rig.pool.ledger.overdue(lent, lends=False)
+    assert not lent.rides and rig.pool.try_acquire(Ticket("heavy", may_probe=False)) is None
+    assert rig.pool.ledger.lending.why.startswith("on: 1 of 1 lent places refused")
+    for selection in (first, late, lent):
+        assert rig.pool.release(selection)
+
+
 def test_a_place_lent_before_lending_turned_off_says_nothing_of_the_places_let_go() -> None:
     """Once the check turned lending off, it reads the places of requests let go (`Lending.refusals_hold`):
     a request sent into a lent place before then, refused after, is not one of them."""

@@ -272,13 +272,11 @@ class RoutedRequest:
     def overdue(self) -> None:
         """The current attempt has had no head within its patience (see `hedging`): z.ai is most likely
         refusing it and holds no slot for it (`zai.assumptions.REFUSED_HOLDS_NO_SLOT`), so it rides above
-        the limits until its verdict (`Ledger.overdue`), its place
-        going to the next request. One attempt of a request rides at a time: z.ai refuses a second of the
-        same request for the same reason."""
-        slot = self.slot
-        if slot is None or any(attempt.slot.rides for attempt in self.attempts):
+        the limits until its verdict (`Ledger.overdue`), its place going to the next request. One attempt of
+        a request rides at a time: z.ai refuses a second of the same request for the same reason."""
+        if (slot := self.slot) is None:
             return
-        self.pool.ledger.overdue(slot)
+        self.pool.ledger.overdue(slot, lends=not any(attempt.slot.rides for attempt in self.attempts))
         if slot.rides:
             self.view.changed(self)
 

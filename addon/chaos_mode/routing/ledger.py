@@ -141,14 +141,15 @@ class Ledger:
         if (record := self.records.get(slot.slot_id)) is not None:
             record.ended = True
 
-    def overdue(self, slot: Slot) -> None:
-        """`slot`'s request has had no head within its patience (`request.hedging`): z.ai is most likely
-        refusing it, holding no slot for it (zai.assumptions.REFUSED_HOLDS_NO_SLOT), so it rides above the
-        limits until its verdict, its place lent to the next request. Only with learning and lending on, for
-        a request within the limits still awaiting its verdict. The check of lending reads it as refused."""
+    def overdue(self, slot: Slot, *, lends: bool = True) -> None:
+        """`slot`'s request has had no head within its patience (`request.hedging`): the check of lending
+        reads it as refused. z.ai is most likely refusing it, holding no slot for it (zai.assumptions.
+        REFUSED_HOLDS_NO_SLOT), so it rides above the limits until its verdict, its place lent to the next
+        request, when it `lends` (another attempt of its request rides: not), learning and lending are on, and
+        it is within the limits still awaiting its verdict."""
         record = self.records.get(slot.slot_id)
         self._checked(record, refused=True)  # its first word: no head (it may turn lending off)
-        on = self._limits.enabled and self.lending.on
+        on = lends and self._limits.enabled and self.lending.on
         if not on or record is None or not record.move(Place.WITHIN, Place.OVERDUE):
             return
         self._limits.lent_after(self.clock() - record.taken_at)

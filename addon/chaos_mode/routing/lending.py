@@ -25,16 +25,14 @@ their model, the attempts riding above it left out):
    from then on (`kept_why`; this proxy's own).
 
 **Each request is read once, at z.ai's first word on it** (`Ledger._checked`): its head (clean), its patience
-passed with no head (as a refusal: what makes an attempt lend its place, `Ledger.overdue`; not told of an
-attempt whose request has another riding, which lends none), else its verdict.
-Read at its 1302, 3 s on, a lent place refused told of the cascade only once it had run for 3 s: with
-`bench.field.virtual --seeds 16`, noisy-held and soft-held served 64.3 % and 68.6 % of the bound, lending
-off 3.8-4.8 s in; read at its patience, 75.4 % and 79.6 %, off 1.1-2.2 s in (lending off by the config:
-66.2 % and 69.9 %). Over 8 seeds the CUSUM reached at most 6.3 nats on soft, noisy, halved, changing,
-higher, today, queuing-late-heads, fallen, other-client and mixed (a halving refuses a burst of lent
-requests too; read at its level alone, 8.6). Through real mitmdumps, where the machine's timing adds to the
-model's, a check reached 0.8-6.5 nats on `halved` (`bench.fleet.run --field halved --proxies 1,2,3`): hence
-the alarm at 9.
+passed with no head (as a refusal: what makes an attempt lend its place, `Ledger.overdue`, unless another
+attempt of its request rides), else its verdict. Read at its 1302, 3 s on, a lent place refused told of the
+cascade only once it had run for 3 s. With `bench.field.virtual --seeds 16`, read at its patience, noisy-held
+and soft-held serve 67.8 % and 81.4 % of the bound (lending off by the config: 66.2 % and 69.9 %). Over 8
+seeds the CUSUM reached at most 6.3 nats on soft, noisy, halved, changing, higher, today, queuing-late-heads,
+fallen, other-client and mixed (a halving refuses a burst of lent requests too; read at its level alone, 8.6).
+Through real mitmdumps, where the machine's timing adds to the model's, a check reached 0.8-6.5 nats on
+`halved` (`bench.fleet.run --field halved --proxies 1,2,3`): hence the alarm at 9.
 """
 
 from __future__ import annotations

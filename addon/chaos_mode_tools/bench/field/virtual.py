@@ -8,19 +8,18 @@ a busy proxy), and is reported written then (`Ledger.sent`), as the forwarder re
 sends its head `head` seconds later (the clean answer the pool hears), a refused one its 1302 `reject` seconds
 after it arrived, and an attempt with no head at its stall (`head_baseline`: several times its model's
 quickest heads, at least 0.25 s) is reported as one, as the forwarder does. Hedging (`request.hedging`) is
-modelled, not run: after `patience` seconds the request waits for a slot within the limits too, and the
-first of the two wins (a probe left is given up; a regular attempt left keeps its slot until its 1302, which
-the pool still hears); from then on a regular attempt is overdue and lends its place (not modelled: one such
-attempt per request at a time). A
-z.ai that queues (the attempt waits among the simulator's waiters until a slot frees), sends heads with the
-first token (the head comes the request's latency after z.ai served it), or both, is read through the
-forwarder's own `HeadPatience`, fed every clean head: its patience and stalls, no regular attempt left while
-z.ai queues (a probe given up at its stall), an attempt left before that let go once held past its stall or
-answered unread; a refusal that holds its slot (`refused_holds`) gives it back at its 1302, when its probe is
-given up, or when its attempt, left, is let go past its stall once the check of lending found z.ai holding
-refused requests (`Forwarder._unless_held`). The other presets keep a fixed patience (`FixedHeads`). Presets
-with refused models, the content filter, other random faults than 1302, a queue's time-out or prompts of their
-own sizes are not modelled.
+modelled, not run: after `patience` seconds the request waits for a slot within the limits too, and the first
+of the two wins (a probe left is given up; a regular attempt left keeps its slot until its 1302, which the
+pool still hears); from then on a regular attempt is overdue and lends its place, unless another attempt of
+its request rides (`RoutedRequest.overdue`). A z.ai that queues (the attempt waits among the simulator's
+waiters until a slot frees), sends heads with the first token (the head comes the request's latency after z.ai
+served it), or both, is read through the forwarder's own `HeadPatience`, fed every clean head: its patience
+and stalls, no regular attempt left while z.ai queues (a probe given up at its stall), an attempt left before
+that let go once held past its stall or answered unread; a refusal that holds its slot (`refused_holds`) gives
+it back at its 1302, when its probe is given up, or when its attempt, left, is let go past its stall once the
+check of lending found z.ai holding refused requests (`Forwarder._unless_held`). The other presets keep a
+fixed patience (`FixedHeads`). Presets with refused models, the content filter, other random faults than 1302,
+a queue's time-out or prompts of their own sizes are not modelled.
 Against the benchmark (the same presets through mitmdump, 16 seeds here, 2-4 runs there, 2026-12-03): soft
 0.98 of the bound here against 0.86-0.96 there, with 8.3 refusals per 50 against 8.1-11.7; noisy 0.89 against
 0.86-0.87; halved 0.91 against 0.85-0.90; higher 0.90 against 0.88. Its figures rank changes to the pool; the
@@ -190,11 +189,12 @@ async def swarm(
             await asyncio.sleep(UNKNOWN_PATIENCE_RECHECK_SECONDS if seconds is None else seconds - waited)
 
     async def slot_within_limits(
-        selection: Slot, ticket: Ticket, since: float, written: float
+        selection: Slot, ticket: Ticket, since: float, written: float, attempts: list[Slot]
     ) -> Slot | None:
         await outwaited(written, selection.model, False)
-        pool.ledger.overdue(selection)  # it lends its place until its verdict (`RoutedRequest.overdue`)
-        riding = {selection.model} if selection.rides else set()
+        # it lends its place until its verdict, unless another attempt of its request rides
+        pool.ledger.overdue(selection, lends=not any(attempt.rides for attempt in attempts))
+        riding = {attempt.model for attempt in (*attempts, selection) if attempt.rides}
         spare = dataclasses.replace(ticket, attempted=ticket.attempted | riding, may_probe=False)
         return await pool.admit(spare, since=since, timeout=FOREVER)
 
@@ -222,7 +222,12 @@ async def swarm(
         return await pool.admit(dataclasses.replace(ticket, may_probe=False), since=since, timeout=FOREVER)
 
     async def hedged(
-        selection: Slot, ticket: Ticket, since: float, written: float, answer: asyncio.Future[None]
+        selection: Slot,
+        ticket: Ticket,
+        since: float,
+        written: float,
+        answer: asyncio.Future[None],
+        attempts: list[Slot],
     ) -> Slot | None:
         """`request.hedging` on an attempt whose `answer` (a 1302, or z.ai serving it) comes when it does:
         None once it came, else the slot that replaced the attempt. A probe left is given up; a regular
@@ -242,11 +247,12 @@ async def swarm(
             answer.cancel()
             give_up(selection)
             return await spare_slot(ticket, since)
-        waiting = asyncio.ensure_future(slot_within_limits(selection, ticket, since, written))
+        waiting = asyncio.ensure_future(slot_within_limits(selection, ticket, since, written, attempts))
         either: set[asyncio.Future[Any]] = {answer, waiting}
         await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         if waiting.done() and not answer.done():
             if selection.probe is None:
+                attempts.append(selection)
                 detached.append(asyncio.ensure_future(left(selection, written, answer)))
             else:
                 answer.cancel()
@@ -298,6 +304,7 @@ async def swarm(
         retry = dataclasses.replace(ticket, counts=False)
         first = held_at = loop.time()  # when its first attempt's slot, and the current one's, were held
         refusals = 0  # this request's attempts refused
+        attempts: list[Slot] = []  # its attempts left, awaiting their verdicts (riding, while overdue)
         while selection is not None:
             # the forwarder's stall: no head this long after sending is evidence at once (a no-op once
             # the verdict came)
@@ -318,7 +325,7 @@ async def swarm(
                 refusals += 1
                 if admission.holds:
                     held_refusals[slot_id] = loop.call_later(reject, zai.release, selection.model)
-                instead = await hedged(selection, retry, since, written, _after(reject))
+                instead = await hedged(selection, retry, since, written, _after(reject), attempts)
                 if instead is None:  # else left: its slot goes at its 1302, or when it is let go (`left`)
                     held_refusals.pop(slot_id, None)
                     pool.error(selection.model, busy, None, selection)
@@ -330,7 +337,7 @@ async def swarm(
                 continue
             if admission.waiter is not None:
                 waiters[slot_id], served_unread[slot_id] = admission.waiter, request
-                instead = await hedged(selection, retry, since, written, admitted)
+                instead = await hedged(selection, retry, since, written, admitted, attempts)
                 if instead is not None:
                     outcome.given_up += 1
                     selection, held_at = instead, loop.time()
@@ -502,7 +509,7 @@ def main(argv: list[str] | None = None) -> None:
         over, charged = over + len(spent), charged + outcome.budget.charged()
         if outcome.lending_off:
             lending_off, kept = lending_off + 1, kept + outcome.kept
-            refusals += ", lending turned off" + (", then letting go" if outcome.kept else "")
+            refusals += ", lending turned off" + (", then letting go too" if outcome.kept else "")
         elif nats[-1]:
             refusals += f", the check of lending at {nats[-1]:.1f} nats"
         print(f"seed {seed}: makespan {outcome.makespan:.2f} s, {ratios[-1]:.0%} of the bound, {refusals}")
@@ -518,7 +525,7 @@ def main(argv: list[str] | None = None) -> None:
     mean += f", changes detected: {moves[0]} down, {moves[1]} up"
     mean += f", {over} of {charged} limits refused over {PER_STEP} per step of learning"
     if lending_off:
-        mean += f", lending turned off on {lending_off}" + (f", letting go on {kept}" if kept else "")
+        mean += f", lending turned off on {lending_off}" + (f", letting go too on {kept}" if kept else "")
     elif max(nats, default=0.0):
         mean += f", the check of lending at most {max(nats):.1f} nats"
     print(f"{args.preset}: {mean} over {len(spans)} seeds")
