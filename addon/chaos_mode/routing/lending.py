@@ -31,7 +31,7 @@ cascade only once it had run for 3 s. With `bench.field.virtual --seeds 16`, rea
 and soft-held serve 67.8 % and 81.4 % of the bound (lending off by the config: 66.2 % and 69.9 %). Over 8
 seeds the CUSUM reached at most 6.3 nats on soft, noisy, halved, changing, higher, today, queuing-late-heads,
 fallen, other-client and mixed (a halving refuses a burst of lent requests too; read at its level alone, 8.6).
-Through real mitmdumps, where the machine's timing adds to the model's, a check reached 0.8-6.5 nats on
+Through real mitmdumps, where the machine's timing adds to the model's, a check reached 0.8-7.3 nats on
 `halved` (`bench.fleet.run --field halved --proxies 1,2,3`): hence the alarm at 9.
 """
 
