@@ -509,7 +509,7 @@ def main(argv: list[str] | None = None) -> None:
         over, charged = over + len(spent), charged + outcome.budget.charged()
         if outcome.lending_off:
             lending_off, kept = lending_off + 1, kept + outcome.kept
-            refusals += ", lending turned off" + (", then letting go too" if outcome.kept else "")
+            refusals += ", lending turned off" + (", then letting go ended" if outcome.kept else "")
         elif nats[-1]:
             refusals += f", the check of lending at {nats[-1]:.1f} nats"
         print(f"seed {seed}: makespan {outcome.makespan:.2f} s, {ratios[-1]:.0%} of the bound, {refusals}")
@@ -525,7 +525,7 @@ def main(argv: list[str] | None = None) -> None:
     mean += f", changes detected: {moves[0]} down, {moves[1]} up"
     mean += f", {over} of {charged} limits refused over {PER_STEP} per step of learning"
     if lending_off:
-        mean += f", lending turned off on {lending_off}" + (f", letting go too on {kept}" if kept else "")
+        mean += f", lending turned off on {lending_off}" + (f", letting go ended on {kept}" if kept else "")
     elif max(nats, default=0.0):
         mean += f", the check of lending at most {max(nats):.1f} nats"
     print(f"{args.preset}: {mean} over {len(spans)} seeds")
