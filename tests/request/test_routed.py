@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -233,6 +234,22 @@ def test_a_probe_given_up_for_a_slot_within_the_limits_is_no_failover() -> None:
     other = grant(request)
     assert other is not None and request.switch_to(other)  # the regular attempt left: a failover
     assert stats.failovers == 1 and stats.recent_failovers[-1]["reason"] == "no answer yet"
+    request.finish("aborted")
+
+
+def test_one_attempt_of_a_request_rides_at_a_time_and_each_is_read_at_its_patience() -> None:
+    """An attempt with no head within its patience lends its place unless another attempt of its request
+    rides already; the check of lending reads both at their patience (`Ledger.overdue`)."""
+    request, pool, _, _ = make()
+    first = grant(request)
+    assert first is not None and request.hold(first)
+    request.overdue()
+    spare = grant(request)
+    assert spare is not None and request.switch_to(spare)
+    request.overdue()
+    assert first.rides and not spare.rides
+    read = re.match(r"on: \d+ of (\d+) lent places refused, \d+ of (\d+) regular", pool.ledger.lending.why)
+    assert read is not None and sum(int(n) for n in read.groups()) == 2  # lent or regular, each read once
     request.finish("aborted")
 
 

@@ -143,10 +143,10 @@ class Ledger:
 
     def overdue(self, slot: Slot, *, lends: bool = True) -> None:
         """`slot`'s request has had no head within its patience (`request.hedging`): the check of lending
-        reads it as refused. z.ai is most likely refusing it, holding no slot for it (zai.assumptions.
-        REFUSED_HOLDS_NO_SLOT), so it rides above the limits until its verdict, its place lent to the next
-        request, when it `lends` (another attempt of its request rides: not), learning and lending are on, and
-        it is within the limits still awaiting its verdict."""
+        reads it as refused. z.ai is most likely refusing it, holding no slot for it
+        (zai.assumptions.REFUSED_HOLDS_NO_SLOT), so it rides above the limits until its verdict, its place
+        lent to the next request: when it `lends` (not while another attempt of its request rides), with
+        learning and lending on, within the limits and still awaiting its verdict."""
         record = self.records.get(slot.slot_id)
         self._checked(record, refused=True)  # its first word: no head (it may turn lending off)
         on = lends and self._limits.enabled and self.lending.on
