@@ -528,6 +528,22 @@ def test_once_z_ai_is_seen_to_hold_refused_requests_a_refusal_counts_at_what_the
         assert rig.pool.release(selection)
 
 
+def test_at_lending_turned_off_the_verdicts_heard_with_it_on_count_anew_at_what_the_pool_held() -> None:
+    """The same refusals heard while lending was on, counted at what z.ai served (none of them): the limit
+    falls to the bottom. The check then finds z.ai holding refused requests: they count anew at the pool's in
+    flight as each was taken, as if heard with lending off; neither the catalog's 6 nor what they said."""
+    rig = Rig(routing({"m": {"tier": "HEAVY", "maxConcurrency": 6}}))
+    held = [rig.take() for _ in range(6)]
+    for selection in reversed(held[2:]):
+        rig.pool.error("m", error("1302"), None, selection)
+    assert served(pool_status.status(rig.pool))["models"]["m"]["learnedLimit"] < 3
+    rig.pool.ledger.lending_off("off: lent places refused")
+    limit = served(pool_status.status(rig.pool))["models"]["m"]["learnedLimit"]
+    assert 3 <= limit < 6
+    for selection in held:
+        assert rig.pool.release(selection)
+
+
 def test_a_refusal_is_judged_by_what_z_ai_served_while_it_decided_that_request() -> None:
     """The pool tells the limits when the refused request's slot was taken: z.ai served "h" at 2 just before
     (well within a refusal's time), not since, so the stall is "h"'s in full and nothing of it the

@@ -8,9 +8,9 @@ learned limits and says whether they changed; the pool (`routing.pool`) takes an
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from chaos_mode.learning.limits import LearnedLimits, Probe
 from chaos_mode.quota.tracker import QuotaTracker
@@ -23,6 +23,9 @@ from chaos_mode.routing.wait_queue import WaitQueue
 from chaos_mode.zai.catalog import ACCOUNT
 from chaos_mode.zai.errors import Action, UpstreamError
 from chaos_mode.zai.timing import EARLIEST_REFUSAL_SECONDS
+
+RECOUNTED: Final = 256  # the latest verdicts counted while lending is on, to count anew at its turn-off
+Verdict = tuple[str, int, int, float | None, str]  # model, level, account level, sent (a refusal), what
 
 
 class Ledger:
@@ -38,6 +41,7 @@ class Ledger:
         self.store: SlotStore  # the pool's, as `ChaosPool.use` sets it, and its cooldowns
         self.cooldowns: CooldownState
         self.lending = Lending()  # whether an overdue attempt lends its place (`routing.lending`)
+        self._recount: deque[Verdict] = deque(maxlen=RECOUNTED)  # at the pool's in flight (`lending_off`)
         self._let_go: dict[str, list[float]] = {}  # when requests closed before their verdict freed a place
         self.clock = clock
         self._limits, self._quota, self._queue, self._limits_changed = limits, quota, queue, limits_changed
@@ -181,6 +185,7 @@ class Ledger:
         total = max(here.total() + self.store.serving_elsewhere(None), arrived[1])
         self._quota.answered(model, slot.slot_id)
         limits.succeeded(model, serving, total, probe)
+        self._counted((model, serving, total, None, "clean"))
         self._note(slot, "clean", serving, total, probe)
         self.cooldowns.succeeded(model)
         changed = self._limits_changed()
@@ -199,6 +204,7 @@ class Ledger:
         if self._limits.enabled:
             level, account_level = self._levels(record) or (slot.in_flight, slot.total)
             self._limits.refused(slot.model, level, account_level, probe, record.taken_at, "stall")
+            self._counted((slot.model, slot.in_flight, slot.total, record.taken_at, "stall"))
             self._note(slot, "stall", level, account_level, probe)
             self._limits_changed()
         return True
@@ -235,12 +241,21 @@ class Ledger:
         if counted:
             return
         if slot is None or not slot.in_flight:
-            in_flight, total = self.store.in_flight(model), self.store.total()
+            taken = in_flight, total = self.store.in_flight(model), self.store.total()
         else:
-            in_flight, total = self._levels(record) or (slot.in_flight, slot.total)
-        self._limits.refused(model, in_flight, total, probe, None if record is None else record.taken_at)
+            taken = slot.in_flight, slot.total
+            in_flight, total = self._levels(record) or taken
+        sent = None if record is None else record.taken_at
+        self._limits.refused(model, in_flight, total, probe, sent)
+        self._counted((model, *taken, sent, "1302"))
         if slot is not None:
             self._note(slot, "refused", in_flight, total, probe)
+
+    def _counted(self, verdict: Verdict) -> None:
+        """A verdict the limits took while lending is on, kept at the pool's in flight as its request was
+        taken (a clean answer at what z.ai served): what `lending_off` counts anew."""
+        if self.lending.on:
+            self._recount.append(verdict)
 
     def _judged(self, slot: Slot | None, record: SlotRecord | None) -> Probe | None:
         """What `slot`'s verdict is a probe of: its probe, none once z.ai held it (`SlotRecord.held`)."""
@@ -259,12 +274,19 @@ class Ledger:
 
     def lending_off(self, why: str, *, heard: bool = False) -> None:
         """z.ai holds the slot of a request it refuses, as the check here (or another proxy's, `heard`) says:
-        nothing lends its place from now on, the places lent go back, the learned limits start over (what the
-        refusals of held requests said was counted at too low a level), and a refusal or a stall counts at
-        the pool's in flight from now on (`_levels`). The fleet is told."""
+        nothing lends its place from now on, the places lent go back, and a refusal or a stall counts at the
+        pool's in flight (`_levels`). The learned limits start over, and the latest verdicts count anew at
+        what the pool held (`_counted`): a refusal beside held requests was counted at too low a level, and
+        only forgotten, it costs a second round of learning (docs/learning.md). The fleet is told."""
         if not self.lending.turn_off(why):
             return
         self._limits.reset()
+        for model, level, total, sent, what in self._recount:
+            if what == "clean":
+                self._limits.succeeded(model, level, total, None)
+            else:
+                self._limits.refused(model, level, total, None, sent, what)
+        self._recount.clear()
         for record in self.records.values():
             record.move(Place.OVERDUE, Place.WITHIN)
             if record.lent:  # lent before: it says nothing of the places let go from now on

@@ -28,7 +28,7 @@ their model, the attempts riding above it left out):
 passed with no head (as a refusal: what makes an attempt lend its place, `Ledger.overdue`, unless another
 attempt of its request rides), else its verdict. Read at its 1302, 3 s on, a lent place refused told of the
 cascade only once it had run for 3 s. With `bench.field.virtual --seeds 16`, read at its patience, noisy-held
-and soft-held serve 67.8 % and 81.4 % of the bound (lending off by the config: 66.2 % and 69.9 %). Over 8
+and soft-held serve 71.5 % and 86.0 % of the bound (lending off by the config: 66.2 % and 69.9 %). Over 8
 seeds the CUSUM reached at most 6.3 nats on soft, noisy, halved, changing, higher, today, queuing-late-heads,
 fallen, other-client and mixed (a halving refuses a burst of lent requests too; read at its level alone, 8.6).
 Through real mitmdumps, where the machine's timing adds to the model's, a check reached 0.8-7.3 nats on
