@@ -544,6 +544,19 @@ def test_at_lending_turned_off_the_verdicts_heard_with_it_on_count_anew_at_what_
         assert rig.pool.release(selection)
 
 
+def test_what_a_reset_of_the_limits_forgot_is_not_counted_anew_when_lending_turns_off() -> None:
+    """`chaos.limits.reset` between the refusals and the turn-off: they stay forgotten, the catalog's 6."""
+    rig = Rig(routing({"m": {"tier": "HEAVY", "maxConcurrency": 6}}))
+    held = [rig.take() for _ in range(6)]
+    for selection in reversed(held[2:]):
+        rig.pool.error("m", error("1302"), None, selection)
+    rig.pool.learned.reset()
+    rig.pool.ledger.lending_off("off: lent places refused")
+    assert served(pool_status.status(rig.pool))["models"]["m"]["learnedLimit"] == 6
+    for selection in held:
+        assert rig.pool.release(selection)
+
+
 def test_a_refusal_is_judged_by_what_z_ai_served_while_it_decided_that_request() -> None:
     """The pool tells the limits when the refused request's slot was taken: z.ai served "h" at 2 just before
     (well within a refusal's time), not since, so the stall is "h"'s in full and nothing of it the

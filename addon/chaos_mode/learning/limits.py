@@ -83,6 +83,7 @@ class LearnedLimits:
         self._blocked_seconds, self._service_seconds = EARLIEST_REFUSAL_SECONDS, SERVICE_START_SECONDS
         self._patience_seconds: float | None = None
         self.version = 0  # bumped on every change of a value: the pool rebuilds what it derives from them
+        self.resets = 0  # how many times `reset` forgot everything
         self.reconfigure(config)
 
     def reconfigure(self, config: ModelRouting) -> None:
@@ -283,7 +284,7 @@ class LearnedLimits:
             entry.value, entry.reason, entry.changed_at = entry.evidence.start, "reset", self._wall_clock()
             entry.explore, entry.detector = Exploration(), Detector()
         self._pace.changed_at = -math.inf
-        self.version += 1
+        self.version, self.resets = self.version + 1, self.resets + 1
 
     def dump(self) -> dict[str, Any]:
         """What was learned, for the state file (with starting values: a changed catalog makes it stale)."""

@@ -41,7 +41,7 @@ class Ledger:
         self.store: SlotStore  # the pool's, as `ChaosPool.use` sets it, and its cooldowns
         self.cooldowns: CooldownState
         self.lending = Lending()  # whether an overdue attempt lends its place (`routing.lending`)
-        self._recount: deque[Verdict] = deque(maxlen=RECOUNTED)  # at the pool's in flight (`lending_off`)
+        self._recount: deque[tuple[int, Verdict]] = deque(maxlen=RECOUNTED)  # after how many resets, each
         self._let_go: dict[str, list[float]] = {}  # when requests closed before their verdict freed a place
         self.clock = clock
         self._limits, self._quota, self._queue, self._limits_changed = limits, quota, queue, limits_changed
@@ -255,7 +255,7 @@ class Ledger:
         """A verdict the limits took while lending is on, kept at the pool's in flight as its request was
         taken (a clean answer at what z.ai served): what `lending_off` counts anew."""
         if self.lending.on:
-            self._recount.append(verdict)
+            self._recount.append((self._limits.resets, verdict))
 
     def _judged(self, slot: Slot | None, record: SlotRecord | None) -> Probe | None:
         """What `slot`'s verdict is a probe of: its probe, none once z.ai held it (`SlotRecord.held`)."""
@@ -280,8 +280,9 @@ class Ledger:
         only forgotten, it costs a second round of learning (docs/learning.md). The fleet is told."""
         if not self.lending.turn_off(why):
             return
+        resets = self._limits.resets  # what a reset forgot since (`chaos.limits.reset`) stays forgotten
         self._limits.reset()
-        for model, level, total, sent, what in self._recount:
+        for model, level, total, sent, what in (verdict for n, verdict in self._recount if n == resets):
             if what == "clean":
                 self._limits.succeeded(model, level, total, None)
             else:
