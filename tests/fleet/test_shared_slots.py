@@ -139,6 +139,39 @@ async def test_a_tally_read_before_a_release_arrived_is_older_than_the_releases_
     assert a.try_acquire("m", 2, 2) and a.try_acquire("m", 2, 2)
 
 
+class LateFleet(FakeFleet):
+    """The store takes each lease as its call arrives; the answer comes back when the test says."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answers_out: list[asyncio.Future[None]] = []
+
+    async def confirm(
+        self, model: str, lease: str, cap: int, account_cap: int, probe: ProbeClaim | None = None
+    ) -> Verdict | None:
+        verdict = await super().confirm(model, lease, cap, account_cap, probe)
+        self.answers_out.append(asyncio.get_running_loop().create_future())
+        await self.answers_out[-1]
+        return verdict
+
+
+async def test_a_lease_confirmed_late_is_not_left_counted_as_another_proxys() -> None:
+    fleet = LateFleet()
+    a = connected(fleet, "a")
+    assert a.try_acquire("m", 3, 3) and a.try_acquire("m", 3, 3)
+    first = asyncio.ensure_future(a.confirm("m"))
+    second = asyncio.ensure_future(a.confirm("m"))
+    await asyncio.sleep(0)  # both taken in the store, neither answered
+    fleet.answers_out[1].set_result(None)  # the second's answer comes back first
+    assert (await second).taken
+    a.apply(fleet.tally())  # and a renewal's tally is read meanwhile
+    assert (a.in_flight("m"), a.total()) == (3, 3)  # the first's lease read as another proxy's, for now
+    fleet.answers_out[0].set_result(None)
+    assert (await first).taken
+    assert (a.in_flight("m"), a.total()) == (2, 2)  # none other holds one
+    assert a.try_acquire("m", 3, 3)
+
+
 def test_a_freed_slot_goes_first_to_another_proxy_whose_first_waiter_was_served_less() -> None:
     line = (3, 2, 1.0)  # three wait here, the first of them admitted twice lately, waiting for 1 s
     slots = SharedSlots("a", waiting=lambda: line)

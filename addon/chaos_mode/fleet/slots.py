@@ -176,6 +176,8 @@ class SharedSlots:
         self._proxies: dict[str, int] = {}
         self._seqs: dict[str, int] = {}  # per model, the last change of the store the mirror counts
         self._total_seq = 0
+        # per model (None: all), the last change of a count read from the store, less `_mine`
+        self._read: dict[str | None, int] = {}
         # other proxy -> (waiting, level, since: when its first began to wait, on this clock), last heard
         self._peers: dict[str, tuple[int, int, float]] = {}
         # other proxy -> the store's change number of its last lease notice: a tally read before it, which
@@ -332,6 +334,15 @@ class SharedSlots:
         if counts is not None:
             self._seen(model, counts.in_flight, counts.total, counts.seq)
 
+    def _confirmed_late(self, model: str, seq: int) -> None:
+        """The store took a lease of `model` here at its change `seq`, answered only now: a count read from
+        it since (a tally, the answer to another call: replies come back in any order, a call each on a pool
+        of connections) counted the lease as another proxy's, `_mine` knowing nothing of it yet."""
+        if seq <= self._read.get(model, -1):
+            self._set_others(model, max(self._others.get(model, 0) - 1, 0))
+        if seq <= self._read.get(None, -1):
+            self._set_others_total(max(self._others_total - 1, 0))
+
     def _mine(self, model: str) -> int:
         """This proxy's leases of `model` the store may still count: held, or given back unanswered."""
         return len(self._leases.get(model, ())) + self._releasing.get(model, 0)
@@ -356,6 +367,7 @@ class SharedSlots:
             return Confirmation(self._hold_alone(model, lease))
         if verdict.taken:
             self._hold(model, lease)
+            self._confirmed_late(model, verdict.seq)
             if probe is not None:
                 self._probe_rights[probe.limit] = lease
         else:
@@ -401,10 +413,10 @@ class SharedSlots:
         """One model's and the account's counts, just read from the store (unless a notice of a later
         change was already counted: then the mirror is newer than this answer)."""
         if seq >= self._seqs.get(model, 0):
-            self._seqs[model] = seq
+            self._seqs[model] = self._read[model] = seq
             self._set_others(model, max(fleet_in_flight - self._mine(model), 0))
         if seq >= self._total_seq:
-            self._total_seq = seq
+            self._total_seq = self._read[None] = seq
             self._set_others_total(max(fleet_total - self._all_mine(), 0))
 
     def _set_others_total(self, others_total: int) -> bool:
@@ -500,10 +512,10 @@ class SharedSlots:
         freed = False
         for model in set(self._others) | set(tally.models):
             if tally.seq >= self._seqs.get(model, 0):
-                self._seqs[model] = tally.seq
+                self._seqs[model] = self._read[model] = tally.seq
                 freed |= self._set_others(model, max(tally.models.get(model, 0) - self._mine(model), 0))
         if tally.seq >= self._total_seq:
-            self._total_seq = tally.seq
+            self._total_seq = self._read[None] = tally.seq
             freed |= self._set_others_total(max(tally.total - self._all_mine(), 0))
         self._total = sum(self._own.values()) + self._others_total
         self._proxies = dict(tally.proxies)
@@ -545,6 +557,7 @@ class SharedSlots:
         self._forget_at = None
         self._seqs.clear()
         self._total_seq = 0
+        self._read.clear()
         self._heard_seq.clear()
 
     def rejoining(self, on: bool = True) -> None:
@@ -571,6 +584,7 @@ class SharedSlots:
         self._releasing.clear()  # the releases under way fail: their leases end with their TTL
         self._seqs.clear()  # Redis may come back empty: its change numbers start again
         self._total_seq = 0
+        self._read.clear()
         self._heard_seq.clear()
         self.on_freed(0.0)
         return share
