@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from chaos_mode.config.schema import parse_config
 from chaos_mode.fleet.protocol import PROBE_MEMORY_MS, notice_tail, parse_notice
 from chaos_mode.fleet.redis_store import RedisFleet, fleet_status
-from chaos_mode.fleet.slots import Notice, SharedSlots, Tally
+from chaos_mode.fleet.slots import Notice, SharedSlots, Tally, pool_slots
 from chaos_mode.fleet.state_url import parse_state_url
 from chaos_mode.routing.pool import ChaosPool, Slot, Ticket
 from chaos_mode.routing.slots import ProbeClaim, Seen
@@ -56,18 +56,7 @@ def make_fleet(
     url: str, name: str, *, lease_seconds: float = 5.0, pool: ChaosPool | None = None
 ) -> RedisFleet:
     """A proxy's fleet as the addon makes it (with `pool`, that pool's store)."""
-    slots = SharedSlots(name)
-    if pool is not None:
-        slots = SharedSlots(
-            name,
-            on_freed=pool.wake,
-            on_probe_answered=pool.ledger.probe_answered_elsewhere,
-            on_seen=pool.ledger.seen_elsewhere,
-            waiting=pool.first_in_line,
-            serving=pool.ledger.serving_here,
-            overdue=pool.ledger.overdue_here,
-        )
-        pool.use(slots=slots)
+    slots = SharedSlots(name) if pool is None else pool_slots(name, pool)
     parsed = parse_state_url(url, {})
     assert parsed is not None
     models = list(pool.config.models) if pool is not None else MODELS

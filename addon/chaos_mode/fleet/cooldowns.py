@@ -7,10 +7,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from chaos_mode.config.schema import CooldownSettings
 from chaos_mode.routing.cooldowns import Block, Cooldowns
+
+if TYPE_CHECKING:
+    from chaos_mode.routing.pool import ChaosPool
 
 BlockKind = Literal["cooldown", "out", "restore", "pause", "lending"]
 
@@ -96,3 +99,13 @@ class SharedCooldowns:
 
     def next_expiry(self) -> float | None:
         return self.inner.next_expiry()
+
+
+def heard_block(pool: ChaosPool, cooldowns: SharedCooldowns, notice: BlockNotice) -> None:
+    """Another proxy's block applied here: lending turned off (for the fleet's life), or a cooldown and the
+    like; the pool's waiters look again."""
+    if notice.kind == "lending":
+        pool.ledger.lending_off(f"{notice.reason} (another proxy of the fleet)", heard=True)
+    else:
+        cooldowns.heard(notice)
+    pool.wake()

@@ -22,7 +22,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from chaos_mode.fleet.cooldowns import BlockNotice, SharedCooldowns
+from chaos_mode.fleet.cooldowns import BlockNotice, SharedCooldowns, heard_block
 from chaos_mode.fleet.figures import FleetFigures
 from chaos_mode.fleet.protocol import (
     CONFIRM,
@@ -412,11 +412,7 @@ class RedisFleet:
             )
         except (ValueError, KeyError, TypeError):
             return
-        if notice.kind == "lending":
-            self.pool.ledger.lending_off(f"{notice.reason} (another proxy of the fleet)", heard=True)
-        else:
-            self.cooldowns.heard(notice)
-        self.pool.wake()
+        heard_block(self.pool, self.cooldowns, notice)
 
     async def share_limits(self) -> None:
         """Write the learned limits that changed here since the last time, read everyone's, and, once

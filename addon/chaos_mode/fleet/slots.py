@@ -41,9 +41,12 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from chaos_mode.routing.slots import CONFIRMED, Confirmation, ProbeClaim, Seen
+
+if TYPE_CHECKING:
+    from chaos_mode.routing.pool import ChaosPool
 
 FALLBACK_SHARE = 0.5  # of each limit, when Redis went away before any other proxy was seen
 HOLD_BACK = 0.02  # seconds a freed slot is left to the proxy it is owed to before the others try
@@ -600,6 +603,26 @@ class SharedSlots:
         self._counts = dict(self._own)
         self._total = sum(self._own.values())
         self.on_freed(0.0)
+
+
+def pool_slots(
+    proxy_id: str, pool: ChaosPool, *, share: float | None = None, clock: Callable[[], float] = time.monotonic
+) -> SharedSlots:
+    """`pool` on a fleet's slots, wired to it as the addon wires it: its waiters woken by slots freed
+    elsewhere, its learning told the fleet's verdicts and probes, the fleet told its queue and its slots."""
+    slots = SharedSlots(
+        proxy_id,
+        share=share,
+        on_freed=pool.wake,
+        on_probe_answered=pool.ledger.probe_answered_elsewhere,
+        on_seen=pool.ledger.seen_elsewhere,
+        waiting=pool.first_in_line,
+        serving=pool.ledger.serving_here,
+        overdue=pool.ledger.overdue_here,
+        clock=clock,
+    )
+    pool.use(slots=slots)
+    return slots
 
 
 def _part(limit: int, share: float) -> int:

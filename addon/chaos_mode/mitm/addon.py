@@ -37,7 +37,7 @@ from chaos_mode.doors.error_bodies import TRIED_HEADER
 from chaos_mode.doors.formats import FORMATS, DoorFormat
 from chaos_mode.doors.messages import BadRequest
 from chaos_mode.fleet.figures import FleetFigures
-from chaos_mode.fleet.slots import SharedSlots
+from chaos_mode.fleet.slots import pool_slots
 from chaos_mode.fleet.state_url import StateUrl, parse_share, parse_state_url
 from chaos_mode.forwarding.decoding import OverCap
 from chaos_mode.forwarding.forwarder import Forwarder, refusal_body
@@ -297,17 +297,7 @@ class ChaosMode:
                 f"chaos_state: needs the Python package redis ({exc.name} is missing): "
                 "pip install 'chaos-mode[redis]' where mitmproxy runs"
             ) from None
-        slots = SharedSlots(
-            _proxy_id(),
-            share=share,
-            on_freed=self.pool.wake,
-            on_probe_answered=self.pool.ledger.probe_answered_elsewhere,
-            on_seen=self.pool.ledger.seen_elsewhere,
-            waiting=self.pool.first_in_line,
-            serving=self.pool.ledger.serving_here,
-            overdue=self.pool.ledger.overdue_here,
-        )
-        self.pool.use(slots=slots)
+        slots = pool_slots(_proxy_id(), self.pool, share=share)
         return RedisFleet(
             url, slots, models=lambda: list(self.config.models), lease_seconds=lease_seconds, pool=self.pool
         )

@@ -4,12 +4,16 @@
                                                    [--rtt-ms 1] [--notice-ms 1]
 
 The pools and mirrors (`ChaosPool`, `SharedSlots`) run as the addon runs them, on an event loop whose clock
-jumps to the next timer, so nothing costs CPU time. The Redis scripts are a dict (`Store`): a call reaches
-it after half a round trip, in the order this proxy sent it, and a notice reaches each other proxy
-`notice` seconds after its change, in the order published (as Redis's pub/sub); every delay is drawn
-from [1, 2) × its mean. Each agent's request holds its slot for its service time plus 2 ms each way.
-`fleet.run` measures the real thing on a machine whose other jobs move its figures by tens of percent;
-this one compares policies: one proxy alone (no store) against 1, 2, 3 sharing one, same workloads.
+jumps to the next timer, so nothing costs CPU time. The Redis scripts are a dict (`Store`: leases within
+the caps a proxy asks with, the right to probe a limit and its answer, `+ - = !` notices with z.ai's
+verdicts, tallies at renewal, and with a pool the cooldowns' blocks; not the leases' TTLs, outages or the
+learned limits' hash): a call reaches it after half a round trip, in the order this proxy sent it, and a
+notice reaches each other proxy `notice` seconds after its change, in the order published (as Redis's
+pub/sub); every delay is drawn from [1, 2) × its mean. Here the limits are fixed (no probe, no z.ai);
+`field.virtual --proxies` runs the store with learning against a simulated z.ai. Each agent's request
+holds its slot for its service time plus 2 ms each way. `fleet.run` measures the real thing on a machine
+whose other jobs move its figures by tens of percent; this one compares policies: one proxy alone (no
+store) against 1, 2, 3 sharing one, same workloads.
 """
 
 from __future__ import annotations
@@ -17,15 +21,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import random
 import statistics
 import sys
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from chaos_mode.config.schema import ModelRouting
-from chaos_mode.fleet.slots import Notice, SharedSlots, Tally, Verdict
+from chaos_mode.fleet.cooldowns import BlockNotice, SharedCooldowns, heard_block
+from chaos_mode.fleet.slots import Notice, SharedSlots, Tally, Verdict, pool_slots
+from chaos_mode.routing.cooldowns import Cooldowns
 from chaos_mode.routing.pool import ChaosPool, Ticket
 from chaos_mode.routing.slots import ProbeClaim, Seen
 from chaos_mode.zai.catalog import EARLY_2026_CATALOG, models_block
@@ -37,6 +45,11 @@ HOP = 0.002  # seconds from the proxy to the upstream, and from the answer's end
 RENEW = 1.0  # seconds between tallies (a third of fleet.run's 3 s leases)
 
 
+def _held(seconds: float) -> float:
+    """A right held `seconds`, as the scripts keep it: whole ms, at least 1 (0 stays 0: freed)."""
+    return max(math.ceil(seconds * 1000), 1) / 1000 if seconds > 0 else 0.0
+
+
 @dataclass(frozen=True)
 class Delays:
     rtt: float = 0.001  # seconds, proxy -> store -> proxy
@@ -44,17 +57,19 @@ class Delays:
 
 
 class Store:
-    """What the Lua scripts keep (leases per model, a change number) and Redis's channel, with delays."""
+    """What the Lua scripts keep (leases per model, a change number, the right to probe each limit) and
+    Redis's channels, with delays. `over` counts leases admitted above the configured caps: must stay 0."""
 
     def __init__(
         self, loop: asyncio.AbstractEventLoop, delays: Delays, config: ModelRouting, rng: random.Random
     ):
         self.loop, self.delays, self.config, self.rng = loop, delays, config, rng
-        self.leases: dict[str, set[str]] = {}
+        self.leases: dict[str, dict[str, str]] = {}  # model -> lease -> the proxy holding it
+        self.rights: dict[str, tuple[str, float, int]] = {}  # limit -> its prober's lease, free at, refused
         self.seq = 0
-        self.subscribers: list[SharedSlots] = []
+        self.subscribers: list[StoreFleet] = []
         self._last: dict[int, float] = {}  # per link, when its last message arrives (links keep order)
-        self.over = 0  # leases admitted above a model's or the account's cap: must stay 0
+        self.over = 0
 
     def later(self, link: int, mean: float, callback: Callable[..., None], *args: Any) -> None:
         """`callback(*args)` after about `mean` seconds, after everything sent before on `link`."""
@@ -62,34 +77,76 @@ class Store:
         self._last[link] = at
         self.loop.call_at(at, callback, *args)
 
-    def publish(self, sender: SharedSlots, notice: Notice) -> None:
-        for slots in self.subscribers:
-            if slots is not sender:
-                self.later(id(slots), self.delays.notice, slots.heard, notice)
+    def total(self) -> int:
+        return sum(map(len, self.leases.values()))
 
-    def take(self, model: str, lease: str, cap: int, account_cap: int) -> Verdict:
-        held = self.leases.setdefault(model, set())
-        total = sum(map(len, self.leases.values()))
+    def publish(self, sender: SharedSlots, notice: Notice) -> None:
+        for member in self.subscribers:
+            if member.slots is not sender:
+                self.later(id(member.slots), self.delays.notice, member.slots.heard, notice)
+
+    def take(
+        self,
+        sender: SharedSlots,
+        model: str,
+        lease: str,
+        cap: int,
+        account_cap: int,
+        probe: ProbeClaim | None,
+    ) -> Verdict:
+        """CONFIRM: the lease within the caps; for a probe's slot, only with the right to probe its limit."""
+        now, held, total = self.loop.time(), self.leases.setdefault(model, {}), self.total()
+        refused = 0
+        if probe is not None:
+            holder, free_at, before = self.rights.get(probe.limit, ("", 0.0, 0))
+            refused = max(before, probe.refused)
+            if free_at > now and not holder.startswith(sender.proxy_id + "#"):
+                return Verdict(
+                    False, len(held), total, self.seq, math.ceil((free_at - now) * 1000) / 1000, refused
+                )
         if len(held) >= cap or total >= account_cap:
-            return Verdict(False, len(held), total, self.seq)
-        held.add(lease)
+            return Verdict(False, len(held), total, self.seq, 0.0, refused)
+        if probe is not None:
+            self.rights[probe.limit] = (lease, now + _held(probe.seconds), refused)
+        held[lease] = sender.proxy_id
         self.seq += 1
         caps = self.config.models
         if len(held) > caps[model].max_concurrency or total + 1 > self.config.total_capacity:
             self.over += 1
-        return Verdict(True, len(held), total + 1, self.seq)
+        self.publish(sender, replace(sender.notice("+", model), seq=self.seq))
+        return Verdict(True, len(held), total + 1, self.seq, 0.0, refused)
+
+    def probe_answered(self, sender: SharedSlots, claim: ProbeClaim, lease: str) -> None:
+        """PROBE_ANSWERED: the right freed and told (`!`), or held for the prober's wait."""
+        holder, _, _ = self.rights.get(claim.limit, ("", 0.0, 0))
+        if holder != lease:
+            return
+        if _held(claim.seconds) <= 0:
+            del self.rights[claim.limit]
+            self.publish(sender, sender.notice("!", claim.limit))
+        else:
+            self.rights[claim.limit] = (lease, self.loop.time() + _held(claim.seconds), claim.refused)
 
     def tally(self) -> Tally:
         counts = {model: len(leases) for model, leases in self.leases.items()}
-        return Tally(counts, sum(counts.values()), {s.proxy_id: 0 for s in self.subscribers}, self.seq)
+        held = Counter(proxy for leases in self.leases.values() for proxy in leases.values())
+        proxies = {member.slots.proxy_id: held[member.slots.proxy_id] for member in self.subscribers}
+        return Tally(counts, self.total(), proxies, self.seq)
 
 
 class StoreFleet:
-    """`Fleet` of one proxy's `SharedSlots` over the `Store`, as `RedisFleet` is over Redis."""
+    """`Fleet` of one proxy's `SharedSlots` over the `Store`, as `RedisFleet` is over Redis (and its
+    cooldowns' notices, with `pool`)."""
 
-    def __init__(self, store: Store, slots: SharedSlots) -> None:
-        self.store, self.slots = store, slots
+    def __init__(self, store: Store, slots: SharedSlots, pool: ChaosPool | None = None) -> None:
+        self.store, self.slots, self.pool = store, slots, pool
         self.link = id(self)
+        self.cooldowns: SharedCooldowns | None = None
+        if pool is not None and isinstance(pool.cooldowns, Cooldowns):
+            self.cooldowns = SharedCooldowns(pool.cooldowns, self._tell_block)
+            pool.use(cooldowns=self.cooldowns)
+        slots.connected(self)
+        store.subscribers.append(self)
 
     async def _reach(self) -> None:
         arrived = self.store.loop.create_future()
@@ -102,27 +159,25 @@ class StoreFleet:
     async def confirm(
         self, model: str, lease: str, cap: int, account_cap: int, probe: ProbeClaim | None = None
     ) -> Verdict | None:
-        assert probe is None, "limits are fixed here: no probe"
         await self._reach()
-        verdict = self.store.take(model, lease, cap, account_cap)
-        if verdict.taken:
-            self.store.publish(self.slots, replace(self.slots.notice("+", model), seq=verdict.seq))
+        verdict = self.store.take(self.slots, model, lease, cap, account_cap, probe)
         await self._back()
         return verdict
 
     def probe_answered(self, claim: ProbeClaim, lease: str) -> None:
-        raise AssertionError("limits are fixed here: no probe")
+        self.store.later(
+            self.link, self.store.delays.rtt / 2, self.store.probe_answered, self.slots, claim, lease
+        )
 
     def release(self, model: str, lease: str, to: str = "") -> None:
         store = self.store
 
         def arrive() -> None:
-            held = store.leases.get(model, set())
-            if lease in held:
-                held.discard(lease)
+            held = store.leases.get(model, {})
+            if held.pop(lease, None) is not None:
                 store.seq += 1
                 store.publish(self.slots, replace(self.slots.notice("-", model, to), seq=store.seq))
-            counts = Verdict(True, len(held), sum(map(len, store.leases.values())), store.seq)
+            counts = Verdict(True, len(held), store.total(), store.seq)
             store.loop.call_later(store.delays.rtt / 2, self.slots.given_back, model, counts)
 
         store.later(self.link, store.delays.rtt / 2, arrive)
@@ -135,8 +190,22 @@ class StoreFleet:
         )
 
     def tell_verdicts(self, model: str, seen: Sequence[Seen]) -> None:
-        notice = self.slots.notice("=", model, seen=seen)
-        self.store.later(self.link, self.store.delays.rtt / 2, lambda: self.store.publish(self.slots, notice))
+        self.store.later(
+            self.link,
+            self.store.delays.rtt / 2,
+            self.store.publish,
+            self.slots,
+            self.slots.notice("=", model, seen=seen),
+        )
+
+    def _tell_block(self, notice: BlockNotice) -> None:
+        for member in self.store.subscribers:
+            if member is not self:
+                self.store.later(id(member.slots), self.store.delays.notice, member.heard_block, notice)
+
+    def heard_block(self, notice: BlockNotice) -> None:
+        if self.pool is not None and self.cooldowns is not None:
+            heard_block(self.pool, self.cooldowns, notice)
 
     async def renew(self) -> None:
         while True:
@@ -145,6 +214,12 @@ class StoreFleet:
             tally = self.store.tally()
             await self._back()
             self.slots.apply(tally)
+
+
+def join(store: Store, pool: ChaosPool, proxy_id: str, *, cooldowns: bool = False) -> StoreFleet:
+    """`pool` on the fleet's slots over `store`, wired as the addon wires it (`cooldowns`: shared too)."""
+    slots = pool_slots(proxy_id, pool, clock=store.loop.time)
+    return StoreFleet(store, slots, pool if cooldowns else None)
 
 
 @dataclass(frozen=True)
@@ -169,22 +244,10 @@ async def run_fleet(count: int, shared: bool, workload: Workload, seed: int, del
     for i in range(count):
         pool = ChaosPool(config, clock=loop.time, rng=random.Random(f"{seed}/{i}"))
         if shared:
-            slots = SharedSlots(
-                f"p{i}",
-                on_freed=pool.wake,
-                waiting=pool.first_in_line,
-                serving=pool.ledger.serving_here,
-                overdue=pool.ledger.overdue_here,
-                clock=loop.time,
-            )
-            pool.use(slots=slots)
-            fleet = StoreFleet(store, slots)
-            slots.connected(fleet)
-            store.subscribers.append(slots)
-            fleets.append(fleet)
+            fleets.append(join(store, pool, f"p{i}"))
         pools.append(pool)
-    for slots in store.subscribers:
-        slots.apply(store.tally())
+    for fleet in fleets:
+        fleet.slots.apply(store.tally())
     ends: dict[int, float] = {}
 
     async def agent(index: int) -> None:
