@@ -149,8 +149,8 @@ class StoreFleet:
         store.subscribers.append(self)
 
     async def _reach(self) -> None:
-        arrived = self.store.loop.create_future()
-        self.store.later(self.link, self.store.delays.rtt / 2, arrived.set_result, None)
+        arrived = self.store.loop.create_future()  # cancelled with its caller (a renewal, at the end)
+        self.store.later(self.link, self.store.delays.rtt / 2, _resolve, arrived)
         await arrived
 
     async def _back(self) -> None:
@@ -214,6 +214,11 @@ class StoreFleet:
             tally = self.store.tally()
             await self._back()
             self.slots.apply(tally)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def join(store: Store, pool: ChaosPool, proxy_id: str, *, cooldowns: bool = False) -> StoreFleet:
