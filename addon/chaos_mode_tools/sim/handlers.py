@@ -28,7 +28,7 @@ from chaos_mode_tools.sim.errors import (
 from chaos_mode_tools.sim.limits import LimitChange
 from chaos_mode_tools.sim.prompt_cache import SESSION_HEADER, PromptCache, conversation
 from chaos_mode_tools.sim.quota import ECHO_SAYS, NESTED_DEPTH, QUOTA_ANSWERS, UNAUTHORIZED
-from chaos_mode_tools.sim.stalls import Waiter
+from chaos_mode_tools.sim.stalls import Waiter, resolve
 from chaos_mode_tools.sim.state import BROKEN_ANSWERS, CUT, HANG, Admission, Fault, SimState
 
 if TYPE_CHECKING:
@@ -405,7 +405,7 @@ class MessagesHandler(SimHandler):
         admitted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         counter = state.counter(model)  # the served model's slots, or an alias's own
         admission: Admission | None = state.admit(
-            counter, broken=broken, wake=functools.partial(_resolve, admitted)
+            counter, broken=broken, wake=functools.partial(resolve, admitted)
         )
         if admission is not None and admission.waiter is not None:
             admission = await self._wait_inside_zai(admission.waiter, admitted)
@@ -651,11 +651,6 @@ class MessagesHandler(SimHandler):
         return _message(
             model, input_tokens, cached, output_tokens=tokens, content=content, stop_reason="end_turn"
         )
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 def _message(

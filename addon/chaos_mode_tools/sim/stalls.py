@@ -9,12 +9,19 @@ not hold back a later one that fits. Pure bookkeeping: the state takes the slots
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 LONG_WAIT_SECONDS = 1.0  # a wait counted in `over1s`
+
+
+def resolve(future: asyncio.Future[None]) -> None:
+    """A `Waiter`'s `wake` for a future its request awaits: set, unless it was cancelled meanwhile."""
+    if not future.done():
+        future.set_result(None)
 
 
 @dataclass(eq=False, slots=True)

@@ -71,7 +71,7 @@ from chaos_mode_tools.bench.fleet.virtual import Delays, Store, StoreFleet, join
 from chaos_mode_tools.bench.swarm.scenarios import SCENARIOS
 from chaos_mode_tools.bench.swarm.workload import Request, make_workload
 from chaos_mode_tools.bench.virtual_loop import VirtualLoop
-from chaos_mode_tools.sim.stalls import Waiter
+from chaos_mode_tools.sim.stalls import Waiter, resolve
 from chaos_mode_tools.sim.state import SimState
 
 REFUSAL = json.dumps(
@@ -353,7 +353,7 @@ async def swarm(
                 pool.ledger.sent(selection)  # written as it reaches z.ai: the network adds no more
                 written, slot_id = loop.time(), selection.slot_id
                 admitted = loop.create_future()
-                admission = zai.admit(selection.model, wake=functools.partial(_resolve, admitted))
+                admission = zai.admit(selection.model, wake=functools.partial(resolve, admitted))
                 learned = {m: pool.limits.limit(m) for m in zai.models}
                 # no account limit learned: the models' together are the account's
                 budget.sample({**learned, ACCOUNT: pool.limits.view().value or sum(learned.values())})
@@ -452,11 +452,6 @@ async def swarm(
 
 def _after(seconds: float) -> asyncio.Future[None]:
     return asyncio.ensure_future(asyncio.sleep(seconds))
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 def watched(pool: ChaosPool, zai: SimState, now: float) -> str:

@@ -40,6 +40,7 @@ from chaos_mode.zai.catalog import EARLY_2026_CATALOG, models_block
 from chaos_mode_tools.bench.swarm.run import ideal_for
 from chaos_mode_tools.bench.swarm.workload import Workload, WorkloadSpec, make_workload
 from chaos_mode_tools.bench.virtual_loop import VirtualLoop
+from chaos_mode_tools.sim.stalls import resolve
 
 HOP = 0.002  # seconds from the proxy to the upstream, and from the answer's end to the agent's next request
 RENEW = 1.0  # seconds between tallies (a third of fleet.run's 3 s leases)
@@ -150,7 +151,7 @@ class StoreFleet:
 
     async def _reach(self) -> None:
         arrived = self.store.loop.create_future()  # cancelled with its caller (a renewal, at the end)
-        self.store.later(self.link, self.store.delays.rtt / 2, _resolve, arrived)
+        self.store.later(self.link, self.store.delays.rtt / 2, resolve, arrived)
         await arrived
 
     async def _back(self) -> None:
@@ -214,11 +215,6 @@ class StoreFleet:
             tally = self.store.tally()
             await self._back()
             self.slots.apply(tally)
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 def join(store: Store, pool: ChaosPool, proxy_id: str, *, cooldowns: bool = False) -> StoreFleet:
