@@ -10,6 +10,7 @@ from chaos_mode.config.schema import parse_config
 from chaos_mode.fleet.slots import FALLBACK_SHARE, HOLD_BACK, Notice, SharedSlots, Tally, Verdict
 from chaos_mode.routing.pool import ChaosPool, Ticket
 from chaos_mode.routing.slots import ProbeClaim, Seen
+from chaos_mode.zai.catalog import ACCOUNT
 from support.design_catalog import DESIGN_MODELS
 
 
@@ -467,14 +468,16 @@ def test_the_others_overdue_attempts_count_within_their_slots_and_never_while_al
     slots.heard(Notice(1, "+", "b", "m", overdue={}))
     slots.heard(Notice(2, "+", "b", "m", overdue={"m": 1}))
     slots.heard(Notice(3, "+", "c", "n", overdue={"m": 4}))  # says more than the others hold of "m"
-    assert slots.riding_elsewhere("m") == 2 and slots.riding_elsewhere("n") == 0
-    assert slots.riding_elsewhere(None) == 3
+    assert slots.riding_elsewhere() == {"m": 2, ACCOUNT: 3}
     slots.heard(Notice(4, "+", "d", "n"))  # a proxy of the previous version says nothing of it
-    assert slots.riding_elsewhere(None) == 4  # within the others' 4 slots
+    assert slots.riding_elsewhere() == {"m": 2, ACCOUNT: 4}  # within the others' 4 slots
     slots.heard(Notice(0, "*", "c"))  # c left
-    assert slots.riding_elsewhere("m") == 1
+    assert slots.riding_elsewhere() == {"m": 1, ACCOUNT: 1}
+    slots.heard(Notice(5, "+", "b", "m", overdue={}))  # b's rides no more: nothing to add up
+    assert slots.riding_elsewhere() == {}
+    slots.heard(Notice(6, "+", "b", "m", overdue={"m": 1}))
     slots.disconnected()  # alone: each proxy on its share, nobody's place lent
-    assert slots.riding_elsewhere("m") == 0 and slots.riding_elsewhere(None) == 0
+    assert slots.riding_elsewhere() == {}
 
 
 def test_this_proxys_overdue_attempts_are_said_in_its_notices_and_at_once_when_they_change() -> None:
@@ -526,9 +529,9 @@ def test_what_a_proxy_said_is_forgotten_once_it_misses_a_renewal_and_heard_again
     slots = connected(fleet)
     slots.heard(Notice(5, "+", "b", "m", serving={"m": 2}, overdue={"m": 1}))
     slots.apply(Tally({"m": 3}, 3, {"a": 0, "b": 3}, seq=5))  # b renews: it stands
-    assert (slots.serving_elsewhere("m"), slots.riding_elsewhere("m")) == (2, 1)
+    assert (slots.serving_elsewhere("m"), slots.riding_elsewhere()) == (2, {"m": 1, ACCOUNT: 1})
     slots.apply(Tally({"m": 3}, 3, {"a": 0, "b": 3}, seq=5, silent=frozenset({"b"})))
-    assert (slots.serving_elsewhere("m"), slots.riding_elsewhere("m")) == (0, 0)
+    assert (slots.serving_elsewhere("m"), slots.riding_elsewhere()) == (0, {})
     assert slots.in_flight("m") == 3  # its leases still hold their slots
     slots.heard(Notice(6, "=", "b", serving={"m": 1}))  # only late: it says it all again
     assert slots.serving_elsewhere("m") == 1

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from chaos_mode.routing.slots import CONFIRMED, Confirmation, ProbeClaim, Seen
+from chaos_mode.zai.catalog import ACCOUNT
 
 if TYPE_CHECKING:
     from chaos_mode.routing.pool import ChaosPool
@@ -235,11 +236,17 @@ class SharedSlots:
         the next notice of its proxy on (never before), a slot given back at once."""
         return self._said(self._serving_there, model)
 
-    def riding_elsewhere(self, model: str | None) -> int:
-        """The other proxies' attempts riding above the limits (of `model`; all when None), as they last
+    def riding_elsewhere(self) -> Mapping[str, int]:
+        """The other proxies' attempts riding above each limit (a model's name, or ACCOUNT), as they last
         said: their places are the fleet's to use, as this proxy uses its own. At most their slots as the
-        mirror counts them; none while this proxy serves alone."""
-        return 0 if self._alone_share is not None else self._said(self._overdue_there, model)
+        mirror counts them; none while this proxy serves alone. Read for every request: added up only
+        while another proxy says some ride."""
+        there = self._overdue_there
+        if self._alone_share is not None or not any(there.values()):
+            return {}
+        said = {model: self._said(there, model) for models in there.values() for model in models}
+        said[ACCOUNT] = self._said(there, None)
+        return said
 
     def _said(self, there: Mapping[str, Mapping[str, int]], model: str | None) -> int:
         """What the other proxies last said (`there`: per proxy, counts per model) of `model` (all when

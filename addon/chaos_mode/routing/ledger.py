@@ -74,12 +74,12 @@ class Ledger:
         here a notice later: the check leaves it out)."""
         if not above(model, 0) and not above(ACCOUNT, 0):
             return False
-        probes, account, elsewhere = self.probes(), self._limits.view().value, self.store.riding_elsewhere
+        probes, account, elsewhere = self.probes(), self._limits.view().value, self.store.riding_elsewhere()
         over = in_flight - probes[model] - self._limits.limit(model)
         over_account = -1 if account is None else self.store.total() - probes[ACCOUNT] - account
         if over <= 0 and over_account <= 0:
             return False
-        return over > elsewhere(model) or over_account > elsewhere(None) or None
+        return over > elsewhere.get(model, 0) or over_account > elsewhere.get(ACCOUNT, 0) or None
 
     def _let_go_place(self, model: str) -> bool:
         """Whether a slot of `model` just taken is the place of a request closed before z.ai's verdict, within

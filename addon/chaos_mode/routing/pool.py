@@ -34,6 +34,7 @@ import asyncio
 import contextlib
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
@@ -322,17 +323,13 @@ class ChaosPool:
     def _above(self) -> Callable[[str, int], int]:
         """Slots riding above a limit, called as `above(limit, 0)` (a model's name, or ACCOUNT): probes and
         overdue attempts here, and in a fleet the other proxies' overdue attempts (their places are the
-        fleet's to use, and z.ai serves none of them). Alone, the count's own `get`: this runs for every
-        request."""
-        riding = self.ledger.riding_on
-        if not self.slots.confirms:
+        fleet's to use, and z.ai serves none of them). A count's own `get`: this runs for every request."""
+        riding, elsewhere = self.ledger.riding_on, self.slots.riding_elsewhere()
+        if not elsewhere:
             return riding.get
-        elsewhere = self.slots.riding_elsewhere
-
-        def above(key: str, default: int) -> int:
-            return riding.get(key, default) + elsewhere(None if key == ACCOUNT else key)
-
-        return above
+        both = Counter(riding)
+        both.update(elsewhere)
+        return both.get
 
     def _lighter_left(self, tiers: Mapping[int, str]) -> bool:
         """Whether a request in flight is served by a model heavier than the lightest its floor admits

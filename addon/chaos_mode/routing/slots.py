@@ -106,8 +106,8 @@ class SlotStore(Protocol):
         still serves, as they last said (none in one process)."""
         ...
 
-    def riding_elsewhere(self, model: str | None) -> int:
-        """The other proxies' attempts riding above the limits (of `model`; all when None), as they last
+    def riding_elsewhere(self) -> Mapping[str, int]:
+        """The other proxies' attempts riding above each limit (a model's name, or ACCOUNT), as they last
         said (none in one process)."""
         ...
 
@@ -178,8 +178,8 @@ class MemorySlots:
     def serving_elsewhere(self, model: str | None) -> int:
         return 0
 
-    def riding_elsewhere(self, model: str | None) -> int:
-        return 0
+    def riding_elsewhere(self) -> Mapping[str, int]:
+        return {}
 
     def overdue_changed(self) -> None:
         pass
