@@ -60,3 +60,12 @@ def test_two_proxies_serve_a_field_preset_through_one_store() -> None:
     assert fleet == virtual.run("halved", 1, requests=2, proxies=2)
     alone = virtual.run("halved", 1, requests=2)
     assert alone.lost_races == 0 and alone.leases_left == 0 and alone != fleet
+
+
+def test_a_store_further_away_serves_the_same_requests_later_told() -> None:
+    """`--store-ms`: a store 20 ms away (each round trip, each notice) still serves every request and gets
+    every lease back; what the proxies hear comes later, so the run is another one."""
+    near = virtual.run("halved", 1, requests=2, proxies=2)
+    far = virtual.run("halved", 1, requests=2, proxies=2, store_delay=0.02)
+    assert len(far.per_request) == far.requests == 80 and far.leases_left == 0
+    assert far != near

@@ -31,10 +31,11 @@ limits as they go.
 patience, sharing the account through the virtual store of `bench.fleet.virtual` (leases within each
 proxy's caps, the right to probe a limit, notices with z.ai's verdicts, renewals) in front of the one z.ai;
 the store's outages and leases' TTLs are not modelled. Run it with `--proxies 1` for one proxy alone. Each
-proxy's refusal budget counts its own attempts' refusals against its own limits' steps.
+proxy's refusal budget counts its own attempts' refusals against its own limits' steps. `--store-ms`: each
+round trip to the store and each notice from it takes that long (1 ms; a busy proxy reads its notices later).
 
     python -m chaos_mode_tools.bench.field.virtual [--preset soft] [--seeds 12]
-        [--learning probeIntervalSeconds=3] [--watch 1] [--requests 30] [--proxies 2]
+        [--learning probeIntervalSeconds=3] [--watch 1] [--requests 30] [--proxies 2] [--store-ms 20]
 """
 
 from __future__ import annotations
@@ -163,6 +164,7 @@ async def swarm(
     learning: Mapping[str, Any] | None = None,
     watch: float = 0.0,
     proxies: int = 1,
+    store_delay: float = Delays.rtt,
 ) -> Outcome:
     loop = asyncio.get_running_loop()
     unmodelled = set(preset.shapes) - MODELLED_SHAPES
@@ -186,7 +188,8 @@ async def swarm(
     outcome = Outcome(0.0, field_bound(workload, timeline, preset.catalog).seconds)
     outcome.budgets = [RefusalBudget() for _ in range(proxies)]
     # several proxies share the account through the fleet's store (none: one proxy alone)
-    store = Store(loop, Delays(), config, random.Random(f"store/{seed}")) if proxies > 1 else None
+    delays = Delays(store_delay, store_delay)
+    store = Store(loop, delays, config, random.Random(f"store/{seed}")) if proxies > 1 else None
     outcome.requests = sum(len(requests) for requests in workload.agents)
     # A z.ai that queues or sends heads with the first token is read as the forwarder reads it (its
     # `HeadPatience`, fed each clean head); else as before, a fixed patience.
@@ -481,10 +484,12 @@ def run(
     requests: int | None = None,
     shapes: Mapping[str, Any] | None = None,
     proxies: int = 1,
+    store_delay: float = Delays.rtt,
 ) -> Outcome:
     """One run; `learning`: keys of the config's learning block over the benchmark's (ConfigError if bad);
     `requests`: each agent's requests instead of the preset's (a long run shows the steady state); `shapes`:
-    simulator settings over the preset's; `proxies`: a fleet of that many sharing the account."""
+    simulator settings over the preset's; `proxies`: a fleet of that many sharing the account, through a
+    store `store_delay` seconds away (each round trip, each notice)."""
     loop = VirtualLoop()
     chosen = PRESETS[preset]
     if requests is not None:
@@ -492,7 +497,7 @@ def run(
     if shapes:
         chosen = dataclasses.replace(chosen, shapes={**chosen.shapes, **shapes})
     try:
-        timings = {"head": head, "reject": reject, "transit": transit}
+        timings = {"head": head, "reject": reject, "transit": transit, "store_delay": store_delay}
         return loop.run_until_complete(
             swarm(chosen, seed, hedge=hedge, learning=learning, watch=watch, proxies=proxies, **timings)
         )
@@ -523,6 +528,12 @@ def main(argv: list[str] | None = None) -> None:
         help="a fleet of N proxies sharing the account (agent i on proxy i mod N)",
     )
     parser.add_argument(
+        "--store-ms",
+        type=float,
+        default=Delays.rtt * 1000,
+        help="a fleet's store this many ms away: each round trip to it, each notice from it",
+    )
+    parser.add_argument(
         "--refused-holds-closed",
         action="store_true",
         help="a refused request z.ai holds keeps its slot until its 1302 even once closed (-held presets)",
@@ -537,6 +548,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.proxies < 1:
         parser.error("--proxies: at least 1")
+    if args.store_ms < 0:
+        parser.error("--store-ms: not negative")
     try:
         learning = parse_learning(args.learning)
     except ValueError as exc:
@@ -555,6 +568,7 @@ def main(argv: list[str] | None = None) -> None:
             requests=args.requests,
             shapes={"refused_holds_closed": True} if args.refused_holds_closed else None,
             proxies=args.proxies,
+            store_delay=args.store_ms / 1000,
             **timings,
         )
         spans.append(outcome.makespan)
