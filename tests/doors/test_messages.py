@@ -225,3 +225,71 @@ def test_any_body_is_either_rewritten_exactly_or_refused(
     rewritten = message.with_model("glm-4.6")
     rewritten.decode("utf-8")  # still UTF-8, and still parses without Python's extensions
     json.loads(rewritten, parse_constant=lambda name: pytest.fail(f"{name} in a rewritten body"))
+
+
+def _image_blocks(body: dict[str, Any]) -> bool:
+    """The reference: a block of type image or image_url in a message's content, or in a block's own content
+    one level down (a tool's result); deeper ones are not looked for."""
+    found = False
+    for message in body.get("messages") or []:
+        if not isinstance(message, dict):
+            continue
+        for block in message.get("content") if isinstance(message.get("content"), list) else []:
+            if not isinstance(block, dict):
+                continue
+            inner = block.get("content") if isinstance(block.get("content"), list) else []
+            kinds = [block.get("type"), *(b.get("type") for b in inner if isinstance(b, dict))]
+            found |= any(kind in ("image", "image_url") for kind in kinds)
+    return found
+
+
+_SOURCE = {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}
+_IMAGE = {"type": "image", "source": _SOURCE}
+_RESULT = {"type": "tool_result", "tool_use_id": "t"}
+
+
+@pytest.mark.parametrize(
+    ("content", "images"),
+    [
+        ("a picture of an image", False),
+        ([{"type": "text", "text": "image"}], False),
+        ([_IMAGE], True),
+        ([{**_RESULT, "content": [_IMAGE]}], True),
+        ([{"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}], True),  # OpenAI's
+        ([{**_RESULT, "content": [{"type": "x", "content": [_IMAGE]}]}], False),  # deeper: not looked for
+        ([{"type": "imagery"}], False),
+    ],
+)
+def test_an_image_is_found_in_a_message_or_a_tool_result(content: object, images: bool) -> None:
+    body = {"model": "claude-opus-4-5", "messages": [{"role": "user", "content": content}]}
+    assert parse(body).images is images
+    assert _image_blocks(body) is images
+
+
+def test_an_image_type_spelled_with_an_escape_is_still_an_image() -> None:
+    raw = b'{"model": "m", "messages": [{"role": "user", "content": [{"type": "\\u0069mage"}]}]}'
+    assert b"image" not in raw
+    assert parse_message(raw, limit=1 << 20).images
+
+
+_KINDS = st.sampled_from(["text", "image", "image_url", "tool_result", "imag", "tool_use"])
+_BLOCKS = st.recursive(
+    st.fixed_dictionaries({"type": _KINDS}),
+    lambda inner: st.fixed_dictionaries({"type": _KINDS, "content": st.lists(inner, max_size=3)}),
+    max_leaves=8,
+)
+_CONTENT = st.one_of(st.text(max_size=10), st.lists(st.one_of(_BLOCKS, st.integers()), max_size=4))
+
+
+_MESSAGES = st.lists(st.fixed_dictionaries({"role": st.just("user"), "content": _CONTENT}), max_size=4)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_MESSAGES, st.booleans())
+def test_images_are_found_however_the_body_spells_them(messages: list[dict[str, Any]], escaped: bool) -> None:
+    """Whatever the body's spelling (the type's letters escaped or not), the answer is the reference's."""
+    body = {"model": "claude-opus-4-5", "messages": messages}
+    raw = json.dumps(body).encode()
+    if escaped:
+        raw = raw.replace(b'"image', b'"\\u0069mage')
+    assert parse_message(raw, limit=1 << 20).images is _image_blocks(body)
