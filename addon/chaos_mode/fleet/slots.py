@@ -244,7 +244,7 @@ class SharedSlots:
         there = self._overdue_there
         if self._alone_share is not None or not any(there.values()):
             return {}
-        said = {model: self._said(there, model) for models in there.values() for model in models}
+        said = {model: self._said(there, model) for model in set().union(*there.values())}
         said[ACCOUNT] = self._said(there, None)
         return said
 
