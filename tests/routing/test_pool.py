@@ -16,6 +16,7 @@ from chaos_mode.quota.reading import QuotaReading, WindowReading
 from chaos_mode.routing import pool_status
 from chaos_mode.routing.pool import ChaosPool, RequestInfo, Slot, Ticket
 from chaos_mode.routing.pool_status import served
+from chaos_mode.routing.ticket import MAX_OUTPUT_TOKENS
 from chaos_mode.zai.catalog import REQUEST_TIERS, TIER_RANK, RequestTier
 from chaos_mode.zai.errors import FAIR_USE_SECONDS, Action, UpstreamError, classify_error
 from support.design_catalog import ALL, CAPS, DESIGN_MODELS, FIXED_LIMITS, FREE, HEAVY, MEDIUM
@@ -312,6 +313,18 @@ def test_request_cost_estimate() -> None:
     assert REQUEST.cost(entries["glm-4.5-air"]) == pytest.approx(0.0064)
     assert RequestInfo.estimate(4000, 1000) == RequestInfo(1000, 1000)
     assert RequestInfo.estimate(-1, None) == RequestInfo(0, 4096)
+    assert RequestInfo.estimate(0, True) == RequestInfo(0, 4096)  # a boolean is no budget
+
+
+def test_an_output_budget_too_large_for_a_float_is_priced_at_the_largest_counted() -> None:
+    """A bare JSON integer may have 4,300 digits: priced as it is, the cost guard's float arithmetic would
+    overflow, in the request's own admission or in the release that dispatches it from the queue."""
+    huge = RequestInfo.estimate(4000, 10**400)
+    assert huge == RequestInfo(1000, MAX_OUTPUT_TOKENS)
+    h = Harness(chaos(maxCostPerRequest=0.02))
+    slot = h.pool.try_acquire(Ticket("heavy", request=huge))
+    assert slot is not None and slot.reason.startswith("cost guard: none under $0.02")
+    h.pool.release(slot)
 
 
 def test_cost_guard_skips_expensive_models() -> None:

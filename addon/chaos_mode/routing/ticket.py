@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from chaos_mode.routing.strategies import ModelEntry
 from chaos_mode.zai.catalog import RequestTier
 
 NO_ATTEMPTS: frozenset[str] = frozenset()
+# An output budget over any model's (GLM-5.3 writes 128K at most) counts as this: a JSON integer may have
+# 4,300 digits, and the cost guard's float arithmetic overflows on it.
+MAX_OUTPUT_TOKENS: Final = 10**7
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,7 +24,7 @@ class RequestInfo:
     @classmethod
     def estimate(cls, body_size: int, max_tokens: object) -> RequestInfo:
         """About four bytes of JSON per input token; `max_tokens` bounds the output."""
-        budget = max_tokens if isinstance(max_tokens, int) and max_tokens > 0 else 4096
+        budget = min(max_tokens, MAX_OUTPUT_TOKENS) if type(max_tokens) is int and max_tokens > 0 else 4096
         return cls(input_tokens=max(body_size, 0) // 4, max_output_tokens=budget)
 
     def cost(self, entry: ModelEntry) -> float:
