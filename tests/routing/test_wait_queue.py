@@ -379,6 +379,36 @@ async def test_a_group_that_found_nothing_is_not_tried_again_in_the_same_pass() 
     assert queue.oldest_wait() == 0.0
 
 
+async def test_a_waiter_whose_attempt_raises_gets_the_error_and_the_others_are_served() -> None:
+    """The queue is dispatched from another request's release: a waiter whose own attempt raises once
+    something is free (a request whose cost could not be computed) is answered with the error, and it
+    stops neither that release nor the waiters behind it."""
+    free = 0
+
+    def attempt(ticket: str) -> str | None:
+        nonlocal free
+        if not free:
+            return None
+        if ticket == "bad":
+            raise OverflowError("int too large to convert to float")
+        free -= 1
+        return f"slot-{ticket}"
+
+    queue: WaitQueue[str, str] = WaitQueue(
+        attempt=attempt, release=lambda slot: None, group=lambda ticket: ticket, clock=FakeClock()
+    )
+    tasks = {t: asyncio.create_task(queue.wait(t, timeout=10)) for t in ("bad", "a", "b")}
+    await settle()
+    assert len(queue) == 3
+    free = 2
+    assert queue.dispatch() == 2  # as a release does: it goes on past the waiter that raised
+    await settle()
+    with pytest.raises(OverflowError):
+        tasks["bad"].result()
+    assert (tasks["a"].result(), tasks["b"].result()) == ("slot-a", "slot-b")
+    assert len(queue) == 0
+
+
 async def serve_all(pool: ChaosPool, tasks: list[asyncio.Task[Slot | None]], holder: Slot) -> list[int]:
     """Release the slot held (`holder`, then each waiter's in turn) once per waiter and return the order
     (indices of `tasks`) they were served in."""

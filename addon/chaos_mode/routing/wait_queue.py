@@ -27,7 +27,8 @@ class WaitQueue[K, T]:
     waiter that cannot use what is free is passed over, so a heavy request waiting for a heavy model
     never blocks a light one that has room. `group(ticket)` names waiters that want the same thing:
     once one of a group found nothing, the rest of that group are not tried again in that pass.
-    A waiter that times out or is cancelled never keeps a slot.
+    A waiter that times out or is cancelled never keeps a slot; one whose attempt raises gets the exception,
+    and the others are still served.
     """
 
     def __init__(
@@ -87,8 +88,9 @@ class WaitQueue[K, T]:
             self._waiters.pop(key, None)
             if not delivered:
                 # Timed out or cancelled: if a slot was handed over in the meantime, give it back.
-                if waiter.future.done() and not waiter.future.cancelled():
-                    self._release(waiter.future.result())
+                future = waiter.future
+                if future.done() and not future.cancelled() and future.exception() is None:
+                    self._release(future.result())
                     self.dispatch()
                 else:
                     waiter.future.cancel()
@@ -110,7 +112,12 @@ class WaitQueue[K, T]:
             group = self._group(waiter.ticket)
             if group in failed:
                 continue
-            result = self._attempt(waiter.ticket)
+            try:
+                result = self._attempt(waiter.ticket)
+            except Exception as exc:  # its own request's to answer: not the flow whose release dispatched
+                del self._waiters[key]
+                waiter.future.set_exception(exc)
+                continue
             if result is None:
                 failed.add(group)
                 continue
