@@ -258,6 +258,8 @@ _RESULT = {"type": "tool_result", "tool_use_id": "t"}
         ([{"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}], True),  # OpenAI's
         ([{**_RESULT, "content": [{"type": "x", "content": [_IMAGE]}]}], False),  # deeper: not looked for
         ([{"type": "imagery"}], False),
+        ([{"type": ["image"]}, {"type": {"image": 1}}], False),  # a list or an object is no type
+        ([{**_RESULT, "content": [{"type": []}]}], False),
     ],
 )
 def test_an_image_is_found_in_a_message_or_a_tool_result(content: object, images: bool) -> None:
@@ -272,7 +274,11 @@ def test_an_image_type_spelled_with_an_escape_is_still_an_image() -> None:
     assert parse_message(raw, limit=1 << 20).images
 
 
-_KINDS = st.sampled_from(["text", "image", "image_url", "tool_result", "imag", "tool_use"])
+_KINDS = st.one_of(
+    st.sampled_from(["text", "image", "image_url", "tool_result", "imag", "tool_use"]),
+    st.lists(st.just("image"), max_size=1),  # a type that is no string (unhashable)
+    st.fixed_dictionaries({"type": st.just("image")}),
+)
 _BLOCKS = st.recursive(
     st.fixed_dictionaries({"type": _KINDS}),
     lambda inner: st.fixed_dictionaries({"type": _KINDS, "content": st.lists(inner, max_size=3)}),

@@ -111,7 +111,8 @@ def _has_image(content: object, depth: int = 0) -> bool:
         return False
     for block in content:
         if isinstance(block, dict):
-            if block.get("type") in _IMAGE_TYPES:
+            kind = block.get("type")
+            if isinstance(kind, str) and kind in _IMAGE_TYPES:  # a list or an object is no type: unhashable
                 return True
             if _has_image(block.get("content"), depth + 1):
                 return True
