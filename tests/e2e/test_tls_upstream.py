@@ -7,6 +7,8 @@ request's first attempt is refused (1302), so the answer that streams comes afte
 from __future__ import annotations
 
 import asyncio
+import json
+import socket
 import ssl
 import tempfile
 from collections.abc import Iterable
@@ -15,6 +17,10 @@ from typing import Any
 
 import httpx
 import pytest
+from h2.config import H2Configuration
+from h2.connection import H2Connection
+from h2.errors import ErrorCodes
+from h2.events import DataReceived
 
 from chaos_mode.forwarding.forwarder import TOKEN_HEADER
 from chaos_mode_tools.devtools.certs import TestCerts
@@ -34,7 +40,9 @@ from .support import (
     expected_text,
     fault,
     httpx_stream,
+    idle,
     outcome_delta,
+    poll,
     read_flows,
     routing,
     sdk_client,
@@ -206,6 +214,66 @@ async def test_regular_mode_connect_to_https_streams_a_failover(
     assert_streamed(result)
     assert result.http_version == ("HTTP/2" if http2 else "HTTP/1.1"), result.http_version
     await assert_one_failover(http, proxy, tls_sim)
+
+
+def h2_cancel_midstream(proxy: ProxyProcess, authority: str, headers: dict[str, str]) -> socket.socket:
+    """Through `proxy` (CONNECT, then TLS with h2 trusting its CA), one streamed POST /v1/messages to
+    `authority`, reset (CANCEL) once three pieces of its answer came; the connection, kept open, returned."""
+    tunnel = socket.create_connection(("127.0.0.1", proxy.port), timeout=TEST_TIMEOUT)
+    tunnel.sendall(f"CONNECT {authority} HTTP/1.1\r\nhost: {authority}\r\n\r\n".encode())
+    assert tunnel.recv(4096).startswith(b"HTTP/1.1 200")
+    context = trust_h2(proxy)
+    context.set_alpn_protocols(["h2"])
+    tls = context.wrap_socket(tunnel, server_hostname=authority.partition(":")[0])
+    assert tls.selected_alpn_protocol() == "h2"
+    h2 = H2Connection(H2Configuration(client_side=True))
+    h2.initiate_connection()
+    stream = h2.get_next_available_stream_id()
+    head = [(":method", "POST"), (":path", "/api/anthropic/v1/messages"), (":authority", authority)]
+    h2.send_headers(
+        stream, [*head, (":scheme", "https"), ("content-type", "application/json"), *headers.items()]
+    )
+    body = {"model": OPUS, "max_tokens": 64, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    h2.send_data(stream, json.dumps(body).encode(), end_stream=True)
+    tls.sendall(h2.data_to_send())
+    pieces = 0
+    while pieces < 3:
+        for event in h2.receive_data(tls.recv(65536)):
+            if isinstance(event, DataReceived):
+                pieces += 1
+                h2.acknowledge_received_data(event.flow_controlled_length, stream)
+        tls.sendall(h2.data_to_send())
+    h2.reset_stream(stream, ErrorCodes.CANCEL)
+    tls.sendall(h2.data_to_send())
+    return tls
+
+
+async def test_an_http2_client_cancelling_its_stream_has_left_the_connection_kept(
+    make_proxy: MakeProxy, tls_sim: Sim, test_certs: TestCerts, http: httpx.AsyncClient
+) -> None:
+    """An HTTP/2 client (an SDK) that stops reading one answer resets its stream and keeps the connection:
+    mitmproxy says "stream reset by client (CANCEL)". That request left, as an HTTP/1.1 client closing its
+    connection does: `aborted`, its slot back after `streams.abortGraceSeconds`, not a broken upstream."""
+    config = routing(upstreamHosts=["localhost"], streams={"abortGraceSeconds": 0.3})
+    lazy = ["--set", "connection_strategy=lazy"]
+    proxy = await make_proxy(config=config, own_ca=True, extra_args=[*trusting(test_certs), *lazy])
+    before = await status(http, proxy)
+    headers = {**sim_headers(latency_ms=20, tokens=200, interval_ms=50), "x-api-key": API_KEY}
+    authority = f"localhost:{tls_sim.process.port}"
+    async with asyncio.timeout(TEST_TIMEOUT):
+        kept = await asyncio.to_thread(h2_cancel_midstream, proxy, authority, headers)
+        try:
+            document = await poll(lambda: status(http, proxy), lambda d: idle(d) and d != before, 5.0)
+        finally:
+            kept.close()
+    assert outcome_delta(before, document) == {
+        "ok": 0,
+        "error": 0,
+        "rejected": 0,
+        "aborted": 1,
+        "passthrough": 0,
+    }
+    assert "Traceback" not in proxy.output()
 
 
 async def test_upstream_mode_tunnels_every_attempt_through_the_upstream_proxy(

@@ -559,13 +559,24 @@ async def test_error_before_the_response_releases_at_once(env: Env) -> None:
     assert env.stats()["requests"]["aborted"] == 1
 
 
-async def test_error_mid_stream_releases_after_the_grace(env: Env) -> None:
+@pytest.mark.parametrize(
+    "left",
+    [
+        "Client disconnected.",
+        "stream reset by client (CANCEL)",
+        "stream closed by client (H3_REQUEST_CANCELLED)",
+    ],
+    ids=["http1", "http2-reset", "http3-closed"],
+)
+async def test_error_mid_stream_releases_after_the_grace(env: Env, left: str) -> None:
+    """The client left: its connection closed, or (HTTP/2 and 3) its request's stream reset, the connection
+    kept (an SDK cancelling one request)."""
     env.configure({**ON, "streams": {"abortGraceSeconds": 0.05}})
     f = messages_flow()
     await env.request(f)
     f.response = http.Response.make(200, b"", {"content-type": "text/event-stream"})
     env.addon.responseheaders(f)
-    f.error = mflow.Error("Client disconnected.")
+    f.error = mflow.Error(left)
     env.addon.error(f)
     assert env.in_flight() == 1  # z.ai may still count the stream for a moment
     assert meta_of(f)["held"] is None  # but the flow no longer holds it: no second release
@@ -751,9 +762,10 @@ async def test_responseheaders_leaves_flows_it_did_not_route_alone(env: Env) -> 
     assert f.response.stream is False
 
 
-def sse_headers_arrive(env: Env, f: http.HTTPFlow) -> Callable[[bytes], bytes]:
+def sse_headers_arrive(env: Env, f: http.HTTPFlow, coding: str | None = None) -> Callable[[bytes], bytes]:
     """Play mitmproxy's part when a 200 SSE answer's headers arrive: the stream callable the addon set."""
-    f.response = http.Response.make(200, b"", {"content-type": "text/event-stream"})
+    headers = {"content-type": "text/event-stream", **({"content-encoding": coding} if coding else {})}
+    f.response = http.Response.make(200, b"", headers)
     env.addon.responseheaders(f)
     stream = f.response.stream
     assert callable(stream)

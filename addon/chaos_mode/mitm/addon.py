@@ -26,7 +26,6 @@ from random import Random
 from typing import TYPE_CHECKING, Any, Final
 
 from mitmproxy import command, ctx, exceptions, http
-from mitmproxy.connection import ConnectionState
 from mitmproxy.proxy.mode_specs import ProxyMode
 
 from chaos_mode.config.file import load_config
@@ -44,7 +43,7 @@ from chaos_mode.forwarding.forwarder import Forwarder, refusal_body
 from chaos_mode.forwarding.quota_poll import PollPlan, QuotaPoller
 from chaos_mode.forwarding.upstream import UpstreamClients, UpstreamSettings
 from chaos_mode.learning.file import read_state, state_path, write_state
-from chaos_mode.mitm.client_watch import client_alive
+from chaos_mode.mitm.client_watch import client_alive, client_left
 from chaos_mode.mitm.flow_bodies import (
     MAX_USAGE_BODY,
     SESSION,
@@ -96,7 +95,6 @@ UPSTREAM_OPTIONS: Final = frozenset(
         "ciphers_server",
     }
 )
-CLIENT_DISCONNECTED: Final = "Client disconnected."  # mitmproxy's flow.error.msg when the client left
 ENABLED_CHOICES: Final = ("auto", "true", "false")
 SAVE_DELAY: Final = 1.0  # seconds: learned limits that change in a burst are written once
 WATCH_SECONDS: Final = 1.0  # how often the chaos_config file's stat is looked at
@@ -703,12 +701,10 @@ class ChaosMode:
         view.restore()
         self._forget(view)
         # The client went away (aborted), or the upstream broke the flow under a waiting client (error).
-        client_left = flow.client_conn.state is ConnectionState.CLOSED or (
-            flow.error is not None and flow.error.msg in (CLIENT_DISCONNECTED, flow.error.KILLED_MESSAGE)
-        )
+        left = client_left(flow)
         # A stream the client left may still be counted upstream for a moment: release after a grace.
-        grace = self.config.streams.abort_grace_seconds if client_left else 0.0
-        routed.finish("aborted" if client_left else "error", grace=grace)
+        grace = self.config.streams.abort_grace_seconds if left else 0.0
+        routed.finish("aborted" if left else "error", grace=grace)
         self._limits_touched()
 
     def _forget(self, view: FlowView) -> None:

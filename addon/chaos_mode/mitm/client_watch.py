@@ -6,9 +6,23 @@ client is there (`RoutedRequest.admit`), so a client that gives up keeps no plac
 
 from __future__ import annotations
 
+from typing import Final
+
 from mitmproxy import http
 from mitmproxy.connection import ConnectionState
+
+# mitmproxy's flow.error.msg when the client left: HTTP/1 closed its connection; HTTP/2 and HTTP/3 reset
+# or closed the request's stream, keeping the connection (an SDK cancelling one request); a kill
+LEFT: Final = ("Client disconnected.", "stream reset by client (", "stream closed by client (")
 
 
 def client_alive(flow: http.HTTPFlow) -> bool:
     return flow.live and flow.client_conn.state is not ConnectionState.CLOSED and flow.error is None
+
+
+def client_left(flow: http.HTTPFlow) -> bool:
+    """The flow ended because its client went away, not because the upstream broke it."""
+    if flow.client_conn.state is ConnectionState.CLOSED:
+        return True
+    error = flow.error
+    return error is not None and (error.msg == error.KILLED_MESSAGE or error.msg.startswith(LEFT))
