@@ -226,8 +226,10 @@ async def test_1302_fails_over_to_another_eligible_model(rig: Rig) -> None:
 
 
 async def test_refused_for_capacity_after_max_failovers_it_waits_and_is_served(rig: Rig) -> None:
-    rig.configure(streams={"maxFailovers": 1})
-    rig.sim.add_fault(Fault(model="*", code="1302", count=5, retry_after=7))
+    """With nothing else in flight, nothing frees a slot: it waits for a cooldown to end (z.ai's
+    Retry-After, else `cooldown.defaultSeconds`), never our 429 within the queue's timeout."""
+    rig.configure(streams={"maxFailovers": 1}, cooldown={"defaultSeconds": 0.05, "maxSeconds": 0.1})
+    rig.sim.add_fault(Fault(model="*", code="1302", count=5))
     f = await rig.run()
     meta = meta_of(f)
     assert f.response is not None and f.response.status_code == 200

@@ -58,10 +58,13 @@ class CountingPool(ChaosPool):
 class Rig:
     """Heavy models `a`, `b`, `c` of `limit` slots each, learned limits on, the fair queue on."""
 
-    def __init__(self, *, max_failovers: int = 3, limit: int = 2, models: str = "abc") -> None:
+    def __init__(
+        self, *, max_failovers: int = 3, limit: int = 2, models: str = "abc", learning: bool = True
+    ) -> None:
         routing = {
             "models": {name: {"tier": "HEAVY", "maxConcurrency": limit} for name in models},
             "chaosMode": {"enabled": True},
+            "learning": {"enabled": learning},
             "queue": {"timeoutSeconds": TIMEOUT},
             "streams": {"maxFailovers": max_failovers},
         }
@@ -192,6 +195,34 @@ async def test_the_queue_timeout_counts_from_the_first_arrival() -> None:
     holder.finish("ok")
     request.finish("rejected")
     assert rig.pool.in_flight() == 0
+
+
+async def test_refused_by_every_model_with_nothing_in_flight_it_waits_for_a_cooldown_not_a_trial() -> None:
+    """Learning off, each 1302 cools its model down; nothing in flight, nothing will free. Tried at once, a
+    cooling model (the trial of an idle pool) is refused as fast as z.ai answers: it waits for the first
+    cooldown's end instead, and once its time from its first arrival is up it gets our 429 at once."""
+    rig = Rig(learning=False)
+    request = rig.request()
+    while len(request.tried) < 20:
+        task = asyncio.ensure_future(settle(request, BUSY, now=rig.clock()))
+        await ticks()
+        if not task.done() or not isinstance(task.result(), Slot):
+            break
+    assert sorted(request.tried) == ["a", "b", "c"]  # each model once, then it waits
+    assert not task.done() and rig.pool.in_flight() == 0
+    request.finish("aborted")  # its client left: it waits no more
+    task.cancel()
+    rig.clock.advance(10.0)  # the cooldowns are over
+    late = rig.request()
+    rig.clock.advance(TIMEOUT)  # its queue's timeout has passed when its last model refuses it
+    verdict = None
+    for _ in range(3):
+        verdict = await asyncio.wait_for(settle(late, BUSY, now=rig.clock()), 1)
+        if not isinstance(verdict, Slot):
+            break
+    assert isinstance(verdict, Reply) and verdict.status == 429
+    late.finish("rejected")
+    assert rig.pool.in_flight() == 0 and rig.pool.granted == rig.pool.returned
 
 
 async def test_a_refusal_of_its_own_still_ends_it_after_a_storm() -> None:
