@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -752,6 +753,47 @@ async def test_an_attempt_left_without_a_verdict_gives_its_slot_back_in_bounded_
         await hung_closed.wait()
         while rig.pool.in_flight():
             await asyncio.sleep(0.01)
+    assert rig.pool.limits.view("h1").reason == "catalog" and dict(rig.stats.upstream_errors) == {}
+
+
+async def test_a_left_attempt_whose_refusal_drips_in_gives_its_slot_back_in_bounded_time(
+    make_rig: Callable[..., Awaitable[Rig]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bound holds for the refusal's body too: a head that comes, then a body a byte at a time (each
+    read within the idle timeout), is cut at `LEFT_VERDICT_SECONDS` from the attempt's leaving."""
+    monkeypatch.setattr(forwarder_module, "LEFT_VERDICT_SECONDS", 0.4)
+    dripping = asyncio.Event()
+
+    async def drip_first(
+        n: int, raw: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        if n == 1:
+            await asyncio.sleep(0.1)  # past its patience: its request went on elsewhere
+            writer.write(b"HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\n")
+            writer.write(b"content-length: 1000\r\n\r\n{")
+            dripping.set()
+            with contextlib.suppress(ConnectionError):
+                for _ in range(999):
+                    await asyncio.sleep(0.05)
+                    writer.write(b" ")
+                    await writer.drain()
+            return
+        await sse_answer(2, raw, reader, writer)
+
+    rig = await make_rig(drip_first, routing=TWO_HEAVY, patience=0.0)
+    occupant = rig.pool.try_acquire(Ticket("heavy"))
+    assert occupant is not None
+    request = rig.routed()
+    async with asyncio.timeout(WAIT):
+        sending = await rig.sent(request)
+        rig.pool.release(occupant)
+        assert (await sending).status_code == 200
+        request.finish("ok")
+        await dripping.wait()
+        left_at = asyncio.get_running_loop().time()
+        while rig.pool.in_flight():
+            await asyncio.sleep(0.01)
+    assert asyncio.get_running_loop().time() - left_at < 1.0  # 50 s of drip, cut within its bound
     assert rig.pool.limits.view("h1").reason == "catalog" and dict(rig.stats.upstream_errors) == {}
 
 

@@ -342,9 +342,10 @@ class Forwarder:
         back. Not once z.ai holds what it has not answered and the attempt is held past its stall
         (`_unless_held`): its stall counts, and it is closed."""
         lending = request.pool.ledger.lending
+        deadline = asyncio.get_running_loop().time() + LEFT_VERDICT_SECONDS  # a refusal's body included
         try:
             try:
-                async with asyncio.timeout(LEFT_VERDICT_SECONDS):
+                async with asyncio.timeout_at(deadline):
                     response = await self._unless_held(sending, wire, size, slot.model, lending)
             except BaseException as exc:
                 sending.cancel()
@@ -365,7 +366,11 @@ class Forwarder:
                         seconds = asyncio.get_running_loop().time() - wire.at
                         self.patience.head(seconds, size, model=slot.model, level=slot.in_flight)
                     return
-                _, decoded, complete = await response.read_body(MAX_ERROR_BODY)
+                try:
+                    async with asyncio.timeout_at(deadline):  # z.ai dripping its refusal keeps no slot
+                        _, decoded, complete = await response.read_body(MAX_ERROR_BODY)
+                except TimeoutError:
+                    return
                 body = refusal_body(decoded, response.header(b"content-encoding")) if complete else b""
                 error = classify_error(response.status, body, now=self._now())
                 if error is not None:
