@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chaos_mode.forwarding.decoding import PIECE, Outcome, decode, pieces
+from chaos_mode.forwarding.decoding import PIECE, Outcome, Unpacking, decode, pieces
 from chaos_mode.forwarding.forwarder import MAX_ERROR_BODY, refusal_body
 from chaos_mode.zai.errors import Action, classify_error
 from chaos_mode.zai.zstd import zstd
@@ -89,6 +89,65 @@ def test_members_or_frames_one_after_another_are_one_body(coding: str) -> None:
 def test_damaged_input_is_broken_never_an_exception(coding: str, damage: Callable[[bytes], bytes]) -> None:
     decoded = decode(damage(ENCODERS[coding](BODY)), coding, cap=1 << 30)
     assert decoded.outcome is Outcome.BROKEN and BODY.startswith(decoded.body)
+
+
+def unpacked(encoded: bytes, coding: str, cuts: list[int], cap: int = 1 << 30) -> tuple[bytes, bool]:
+    """`encoded` fed to an `Unpacking` in chunks cut at `cuts`: what came out, and whether it stopped."""
+    unpacking, out, at = Unpacking(coding, cap=cap), bytearray(), 0
+    for cut in [*sorted(cuts), len(encoded)]:
+        for piece in unpacking.pieces(encoded[at:cut]):
+            assert len(piece) <= 2 * PIECE  # brotli may give a little over what it is asked
+            out += piece
+        at = max(at, cut)
+    return bytes(out), unpacking.stopped
+
+
+@given(
+    body=st.binary(max_size=4096)
+    | st.builds(lambda b, n: b * n, st.binary(min_size=1, max_size=8), st.integers(0, 30_000)),
+    coding=st.sampled_from([*sorted(ENCODERS), "raw-deflate", "gzip-members", "zstd-frames"]),
+    cuts=st.lists(st.integers(0, 70_000), max_size=12),
+    cap=st.integers(0, 300_000),
+)
+def test_a_body_streamed_in_any_chunks_decodes_as_the_whole_does(
+    body: bytes, coding: str, cuts: list[int], cap: int
+) -> None:
+    """Streamed (an answer's compressed events as they come), a body decodes to its first `cap` bytes
+    however it is cut, and stops there."""
+    half = len(body) // 2
+    encoded, coding = {
+        "raw-deflate": (raw_deflate(body), "deflate"),
+        "gzip-members": (gzip.compress(body[:half]) + gzip.compress(body[half:]), "gzip"),
+        "zstd-frames": (ENCODERS["zstd"](body[:half]) + ENCODERS["zstd"](body[half:]), "zstd"),
+    }.get(coding) or (ENCODERS[coding](body), coding)
+    out, stopped = unpacked(encoded, coding, cuts, cap)
+    assert out == body[:cap]
+    assert stopped is (len(body) > cap)
+
+
+@pytest.mark.parametrize("coding", sorted(ENCODERS))
+def test_a_damaged_stream_stops_decoding_never_an_exception(coding: str) -> None:
+    encoded = ENCODERS[coding](BODY)
+    malformed = encoded[:10] + bytes(b ^ 0x5A for b in encoded[10:40]) + encoded[40:]
+    out, stopped = unpacked(malformed, coding, [15, 100])
+    assert stopped and BODY.startswith(out)
+    out, stopped = unpacked(encoded + b"junk", coding, [len(encoded)])
+    assert (out, stopped) == (BODY, True)  # all of it, then bytes that are no member nor frame
+    out, stopped = unpacked(b"event: ping\n\n", coding, [])  # plain, labelled as compressed
+    assert stopped and out == b""
+
+
+@pytest.mark.parametrize("coding", ["br", "gzip", "zstd"])
+def test_a_streamed_bomb_stops_at_the_cap_in_memory_to_match(coding: str) -> None:
+    encoded = bomb(coding, b"{}", size=SMALL_BOMB)
+    tracemalloc.start()
+    try:
+        out, stopped = unpacked(encoded, coding, [len(encoded) // 3], cap=1 << 20)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert stopped and len(out) == 1 << 20
+    assert peak < 4 << 20, peak
 
 
 def test_an_empty_body_is_empty_and_an_unknown_coding_is_broken() -> None:

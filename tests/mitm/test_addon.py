@@ -791,6 +791,26 @@ async def test_the_stream_callable_passes_every_chunk_unchanged_and_records_usag
     assert row["estimatedSpend"] == pytest.approx(spec.input_price + spec.output_price / 2)
 
 
+@pytest.mark.parametrize("coding", ["gzip", "br", "zstd"])
+async def test_a_compressed_stream_passes_unchanged_and_its_usage_is_read_decoded(
+    env: Env, coding: str
+) -> None:
+    """z.ai (or what fronts it) may compress an event stream for a client that accepts it: the client gets
+    the bytes as they came, the observer reads them decoded (usage, the model that served, the end)."""
+    env.configure(enabled="true")
+    f = messages_flow()
+    await env.request(f)
+    model = meta_of(f)["model"]
+    stream = sse_headers_arrive(env, f, coding)
+    data = encoding.encode(sse_stream(model, input_tokens=300, output_tokens=20), coding)
+    chunks = [data[i : i + 5] for i in range(0, len(data), 5)] + [b""]
+    assert [stream(chunk) for chunk in chunks] == chunks
+    assert meta_of(f)["usage"] == [300, 20] and meta_of(f)["stopped"] is True
+    await env.response(f)
+    row = env.stats()["modelDistribution"][model]
+    assert (row["tokensIn"], row["tokensOut"]) == (300, 20)
+
+
 async def test_usage_of_a_whole_json_answer_is_recorded(env: Env) -> None:
     env.configure(enabled="true")
     f = messages_flow("claude-haiku-4-5")

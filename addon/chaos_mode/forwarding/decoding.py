@@ -94,6 +94,59 @@ def pieces(body: bytes, coding: str, *, cap: int) -> Iterator[bytes]:
             raise Broken("bytes after the end of the body")
 
 
+class Unpacking:
+    """A body in `coding` (one of `CODINGS`) undone as it streams in, chunk by chunk, `cap` bytes out in
+    all: past the cap, or where the body stops decoding, nothing more comes out (`stopped`)."""
+
+    def __init__(self, coding: str, *, cap: int) -> None:
+        self._coding, self._left = coding, cap
+        self._decoder = _Zlib(zlib.MAX_WBITS) if coding == "deflate" else _decoder(coding)
+        self._replay: bytearray | None = bytearray() if coding == "deflate" else None  # raw, if not zlib's
+        self.stopped = False
+
+    def pieces(self, chunk: bytes) -> Iterator[bytes]:
+        """What `chunk` decodes to, at most `PIECE` bytes at a time."""
+        try:
+            for piece in self._run(chunk):
+                if len(piece) > self._left:
+                    self.stopped = True
+                    piece = piece[: self._left]
+                self._left -= len(piece)
+                yield piece
+                if self.stopped:
+                    return
+        except Broken:
+            self.stopped = True
+
+    def _run(self, data: bytes) -> Iterator[bytes]:
+        if self.stopped:
+            return
+        if self._replay is not None:
+            self._replay += data
+        while True:
+            decoder = self._decoder
+            if decoder.finished:
+                if not (data := decoder.leftover + data):
+                    return
+                if self._coding not in _CONCATENATED:
+                    raise Broken("bytes after the end of the body")
+                self._decoder = _decoder(self._coding)
+                continue
+            fed, data = (data, b"") if decoder.takes_input else (b"", data)
+            try:
+                piece = decoder.feed(fed, PIECE)
+            except _ERRORS as exc:
+                if self._replay is None:
+                    raise Broken(f"does not decode: {exc}") from None
+                data, self._replay, self._decoder = bytes(self._replay), None, _Zlib(-zlib.MAX_WBITS)
+                continue  # deflate with no zlib wrapping: read raw from its start, as mitmproxy reads it
+            if piece:
+                self._replay = None
+                yield piece
+            elif not data and not fed:
+                return
+
+
 class _Decoder(Protocol):
     @property
     def takes_input(self) -> bool: ...

@@ -48,10 +48,11 @@ from chaos_mode.mitm.flow_bodies import (
     MAX_USAGE_BODY,
     SESSION,
     body_encoder,
-    is_event_stream,
+    event_stream_coding,
     read_message,
     request_headers,
     set_body,
+    stream_feed,
     usage_of,
 )
 from chaos_mode.mitm.flow_view import META, FlowView
@@ -584,15 +585,16 @@ class ChaosMode:
         if response.status_code != 200:
             return
         routed.answered()  # the forwarder has done it already; on the direct path, here
-        if not is_event_stream(response):
+        if (coding := event_stream_coding(response)) is None:
             return
         observer = FORMATS[routed.message.door].observer()
         view = self._views[flow]
         named: str | None = None  # the served model the answer named, told once
+        feed = stream_feed(coding, observer.feed)
 
         def observe(chunk: bytes) -> bytes:
             nonlocal named
-            if observer.feed(chunk):  # a few events per answer: its start, usage, end
+            if feed(chunk):  # a few events per answer: its start, usage, end
                 routed.usage = (observer.input_tokens, observer.output_tokens)
                 view.cached = observer.cached_tokens
                 routed.stopped = observer.stopped

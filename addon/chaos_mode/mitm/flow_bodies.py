@@ -17,7 +17,7 @@ from mitmproxy.net import encoding
 from chaos_mode.doors.formats import Parse
 from chaos_mode.doors.messages import STICKY_HEADER, BadRequest, MessageRequest, parse_message
 from chaos_mode.doors.messages_stream import SseObserver, StreamObserver, answer_model, message_usage
-from chaos_mode.forwarding.decoding import CODINGS, Broken, Outcome, coding_of, decode, pieces
+from chaos_mode.forwarding.decoding import CODINGS, Broken, Outcome, Unpacking, coding_of, decode, pieces
 
 CONTENT_ENCODING: Final = b"content-encoding"
 TRANSFER_ENCODING: Final = b"transfer-encoding"
@@ -67,6 +67,8 @@ def drop_header(message: http.Message, name: bytes) -> None:
 _REQUEST_CODINGS: Final = frozenset({"gzip", "deflate", "br", "zstd"})
 # Decoded bytes of a whole compressed answer read for its usage: past them, no usage is counted for it.
 MAX_USAGE_BODY: Final = 8 << 20
+# Decoded bytes of a compressed streamed answer read as it streams (its events of 128K tokens: about 20 MB)
+MAX_STREAM_DECODED: Final = 64 << 20
 _TOKEN: Final = re.compile(r"[a-z0-9._+-]{1,24}")
 
 
@@ -132,9 +134,26 @@ def request_headers(request: http.Request) -> dict[bytes, bytes]:
     return find_headers(request, _REQUEST_HEADERS)
 
 
-def is_event_stream(response: http.Response) -> bool:
+def event_stream_coding(response: http.Response) -> str | None:
+    """A streamed answer's content-coding ("" for none); None when it is no event stream."""
+    headers = find_headers(response, _RESPONSE_HEADERS)
     # `find`: bytes `in` bytes tries the bytes as a number first, and pays for the exception
-    return find_headers(response, _RESPONSE_HEADERS).get(CONTENT_TYPE, b"").find(EVENT_STREAM) != -1
+    if headers.get(CONTENT_TYPE, b"").find(EVENT_STREAM) == -1:
+        return None
+    return coding_of(headers.get(CONTENT_ENCODING))
+
+
+def stream_feed(coding: str, feed: Callable[[bytes], bool]) -> Callable[[bytes], bool]:
+    """`feed` (a stream observer's) given a streamed answer's chunks as its content-`coding` decodes them,
+    as they came when it has none (or one not decoded here); the client gets the bytes as they came."""
+    if coding not in CODINGS:
+        return feed
+    unpacking = Unpacking(coding, cap=MAX_STREAM_DECODED)
+
+    def decoded(chunk: bytes) -> bool:
+        return any([feed(piece) for piece in unpacking.pieces(chunk)])
+
+    return decoded
 
 
 def usage_of(
