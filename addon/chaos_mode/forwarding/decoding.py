@@ -1,16 +1,17 @@
 """Content-codings undone with a cap on the decoded size: gzip (x-gzip), deflate (zlib or raw), br and zstd.
 
 A body of a few kilobytes can decode to gigabytes. Every body the proxy decodes (z.ai's refusals, its quota
-answers and its whole answers read for their usage, a client's request) is decoded here, by streaming
-decoders fed at most `PIECE` bytes of input and asked for at most `PIECE` bytes of output at a time, and
-stopped at the cap: the memory and the time spent are bounded by the cap, never by what the body would
-decode to. Several gzip members or zstd frames one after another decode as one body, as mitmproxy reads them.
+answers and its answers read for their usage, whole or as they stream, a client's request) is decoded here,
+by streaming decoders fed at most `PIECE` bytes of input and asked for at most `PIECE` bytes of output at a
+time, and stopped at the cap: the memory and the time spent are bounded by the cap, never by what the body
+would decode to. Several gzip members or zstd frames one after another decode as one body, as mitmproxy
+reads them.
 """
 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final, Protocol
@@ -75,76 +76,77 @@ def pieces(body: bytes, coding: str, *, cap: int) -> Iterator[bytes]:
     the first `cap` bytes when it decodes to more, Broken where it stops decoding."""
     if coding not in CODINGS:
         raise Broken(f"not a coding decoded here: {coding!r}")
-    left, rest = cap, body
-    while rest:  # an empty body is empty whatever its coding (as mitmproxy reads it)
-        run = _deflate(rest) if coding == "deflate" else _run(_decoder(coding), rest)
-        while True:
-            try:
-                piece = next(run)
-            except StopIteration as end:
-                rest = end.value
-                break
-            if len(piece) > left:
-                if left:
-                    yield piece[:left]
-                raise OverCap(f"decodes to more than {cap} bytes")
-            left -= len(piece)
-            yield piece
-        if rest and coding not in _CONCATENATED:
-            raise Broken("bytes after the end of the body")
+    unpacking = Unpacking(coding, cap=cap)
+    yield from unpacking.pieces(body)
+    if unpacking.outcome is Outcome.OVER_CAP:
+        raise OverCap(f"decodes to more than {cap} bytes")
+    if unpacking.outcome is Outcome.BROKEN or (body and not unpacking.ended):
+        raise Broken("cut short" if unpacking.outcome is None else unpacking.why)
 
 
 class Unpacking:
-    """A body in `coding` (one of `CODINGS`) undone as it streams in, chunk by chunk, `cap` bytes out in
-    all: past the cap, or where the body stops decoding, nothing more comes out (`stopped`)."""
+    """A body in `coding` (one of `CODINGS`) undone as it comes, chunk by chunk, `cap` bytes out in all:
+    past the cap, or where the body stops decoding, nothing more comes out (`outcome`)."""
 
     def __init__(self, coding: str, *, cap: int) -> None:
         self._coding, self._left = coding, cap
         self._decoder = _Zlib(zlib.MAX_WBITS) if coding == "deflate" else _decoder(coding)
         self._replay: bytearray | None = bytearray() if coding == "deflate" else None  # raw, if not zlib's
-        self.stopped = False
+        self.outcome: Outcome | None = None  # OVER_CAP or BROKEN once it stopped
+        self.why = ""
+
+    @property
+    def ended(self) -> bool:
+        """The body came to its end (a member or frame's, for codings that may have more)."""
+        return self.outcome is None and self._decoder.finished
 
     def pieces(self, chunk: bytes) -> Iterator[bytes]:
-        """What `chunk` decodes to, at most `PIECE` bytes at a time."""
+        """What `chunk` decodes to, at most `PIECE` bytes at a time (brotli's a little more)."""
         try:
             for piece in self._run(chunk):
                 if len(piece) > self._left:
-                    self.stopped = True
-                    piece = piece[: self._left]
+                    self.outcome = Outcome.OVER_CAP
+                    if self._left:
+                        yield piece[: self._left]
+                    return
                 self._left -= len(piece)
                 yield piece
-                if self.stopped:
-                    return
-        except Broken:
-            self.stopped = True
+        except Broken as exc:
+            self.outcome, self.why = Outcome.BROKEN, str(exc)
 
     def _run(self, data: bytes) -> Iterator[bytes]:
-        if self.stopped:
+        if self.outcome is not None:
             return
         if self._replay is not None:
             self._replay += data
+        at = 0  # fed `PIECE` bytes at a time: a decoder keeps (and copies) what it has not read yet
         while True:
             decoder = self._decoder
             if decoder.finished:
-                if not (data := decoder.leftover + data):
+                if not (data := decoder.leftover + data[at:]):
                     return
                 if self._coding not in _CONCATENATED:
                     raise Broken("bytes after the end of the body")
-                self._decoder = _decoder(self._coding)
+                self._decoder, at = _decoder(self._coding), 0
                 continue
-            fed, data = (data, b"") if decoder.takes_input else (b"", data)
+            fed = data[at : at + PIECE] if decoder.takes_input else b""
+            at += len(fed)
             try:
                 piece = decoder.feed(fed, PIECE)
             except _ERRORS as exc:
                 if self._replay is None:
                     raise Broken(f"does not decode: {exc}") from None
-                data, self._replay, self._decoder = bytes(self._replay), None, _Zlib(-zlib.MAX_WBITS)
+                data, at, self._replay = bytes(self._replay), 0, None
+                self._decoder = _Zlib(-zlib.MAX_WBITS)
                 continue  # deflate with no zlib wrapping: read raw from its start, as mitmproxy reads it
             if piece:
                 self._replay = None
                 yield piece
-            elif not data and not fed:
-                return
+            elif not fed:
+                if at >= len(data):
+                    return  # all of it read: the rest of the body is still to come
+                if not decoder.takes_input:
+                    raise Broken("the decoder gives nothing and takes nothing")
 
 
 class _Decoder(Protocol):
@@ -155,38 +157,6 @@ class _Decoder(Protocol):
     @property
     def leftover(self) -> bytes: ...
     def feed(self, data: bytes, limit: int) -> bytes: ...
-
-
-def _run(decoder: _Decoder, body: bytes) -> Generator[bytes, None, bytes]:
-    """The decoder's output for one stream (member, frame) of `body`; returns the bytes after its end."""
-    at = 0
-    while not decoder.finished:
-        data = b""
-        if decoder.takes_input and at < len(body):
-            data = body[at : at + PIECE]
-            at += len(data)
-        try:
-            piece = decoder.feed(data, PIECE)
-        except _ERRORS as exc:
-            raise Broken(f"does not decode: {exc}") from None
-        if piece:
-            yield piece
-        elif not data and not decoder.finished:  # all its input fed, nothing more comes out
-            raise Broken("cut short")
-    return decoder.leftover + body[at:]
-
-
-def _deflate(body: bytes) -> Generator[bytes, None, bytes]:
-    """deflate in its zlib wrapping, or raw when that fails before any output (as mitmproxy reads it)."""
-    run = _run(_Zlib(zlib.MAX_WBITS), body)
-    try:
-        first = next(run)
-    except StopIteration as end:
-        return end.value  # type: ignore[no-any-return]  # StopIteration's value is untyped
-    except Broken:
-        return (yield from _run(_Zlib(-zlib.MAX_WBITS), body))
-    yield first
-    return (yield from run)
 
 
 def _decoder(coding: str) -> _Decoder:
