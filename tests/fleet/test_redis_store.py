@@ -430,6 +430,55 @@ async def test_a_1113_on_one_proxy_takes_the_model_out_on_the_other_and_a_restor
             await fleet.close()
 
 
+async def test_a_message_not_of_this_fleet_on_its_channels_is_ignored_without_an_outage(
+    server: RedisProcess, client: aioredis.Redis
+) -> None:
+    """A byte that is not UTF-8, or a block whose seconds overflow a float, ended the listener: every
+    proxy served alone, reconnecting, for as long as such messages came."""
+    pools, fleets = await two_pools(server)
+    try:
+        held = await pools[0].admit(Ticket("heavy"), timeout=1)
+        assert held is not None
+        block = {"proxy": "rogue", "kind": "cooldown", "model": "glm-4.7", "seconds": 10**400, "reason": "x"}
+        for channel in ("chaos:freed", "chaos:blocks", "chaos:freed:p1"):
+            await client.publish(channel, b"\xff\xfe 1 + p9 glm-4.7")
+        await client.publish("chaos:blocks", json.dumps(block))
+        await client.publish("chaos:freed", notice_tail(fleets[0].slots.notice("=")))  # after them all
+        await asyncio.sleep(0.3)
+        assert all(f.up and f.slots.lost == 0 for f in fleets), [f.last_error for f in fleets]
+        assert "glm-4.7" not in pools[1].cooldowns.blocked()
+        assert fleets[1].slots.total() == 1  # the mirror still counts the other's slot
+        pools[0].release(held)
+    finally:
+        for fleet in fleets:
+            await fleet.close()
+
+
+async def test_a_redis_emptied_under_the_fleet_gets_its_leases_back_and_the_mirrors_start_over(
+    server: RedisProcess, client: aioredis.Redis
+) -> None:
+    """FLUSHDB (or keys evicted) with the connections kept: renewals touch only the leases still there,
+    and change numbers start again under what the mirrors counted, so leases were lost for good and the
+    mirrors froze. A change number gone back is taken as a restart: each proxy writes its leases again."""
+    pools, fleets = await two_pools(server)
+    try:
+        held = [await pools[i % 2].admit(Ticket("heavy"), timeout=1) for i in range(4)]
+        assert all(held)
+        await until(lambda: all(f.slots.total() == 4 for f in fleets))
+        await client.flushdb()
+        await until(lambda: all(f.slots.lost == 1 and f.up for f in fleets), 5)
+        await until(lambda: all(f.slots.total() == 4 for f in fleets), 3)
+        assert await client.zcard("chaos:account") == 4  # written again
+        for i, each in enumerate(held):
+            assert each is not None
+            pools[i % 2].release(each)
+        await until(lambda: all(f.slots.total() == 0 for f in fleets), 3)
+        assert await client.zcard("chaos:account") == 0
+    finally:
+        for fleet in fleets:
+            await fleet.close()
+
+
 async def test_the_verdicts_on_a_slot_one_proxy_gives_back_count_on_the_other_as_its_own(
     server: RedisProcess, client: aioredis.Redis
 ) -> None:

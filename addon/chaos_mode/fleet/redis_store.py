@@ -51,7 +51,8 @@ SILENT_TICKS: Final = 1.5  # renewals (a third of a lease each, ±10 %) a live p
 
 
 def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+    """A reply or a message as text: a byte that is not UTF-8 (a message not of this fleet's) is replaced."""
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 class RedisFleet:
@@ -114,6 +115,7 @@ class RedisFleet:
         self._probe_answered = self._client.register_script(PROBE_ANSWERED)
         self._announcing = False
         self._connection = 0  # bumped on every (re)connection
+        self._top_seq = 0  # the highest change number Redis answered on this connection
         self._runner: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._up = False
@@ -181,6 +183,7 @@ class RedisFleet:
             self._call_failed(exc, connection)
             return None
         self.confirms += 1
+        self._top_seq = max(self._top_seq, int(seq))
         held = int(held_ms) / 1000
         return Verdict(bool(taken), int(in_flight), int(total), int(seq), held, int(refused))
 
@@ -220,6 +223,7 @@ class RedisFleet:
                     keys=self._lease_keys(model), args=(lease, self._inboxes, self.slots.proxy_id, tail)
                 )
             counts = Verdict(bool(gone), int(in_flight), int(total), int(seq))
+            self._top_seq = max(self._top_seq, int(seq))
         except (RedisError, OSError, TimeoutError) as exc:
             self._call_failed(exc, connection)  # the lease ends with its TTL
         finally:
@@ -290,6 +294,7 @@ class RedisFleet:
                     async with asyncio.timeout(self.timeout):
                         await pubsub.subscribe(self._channel, self._inbox, self._blocks)
                     self._connection += 1  # the calls made from here on are this connection's
+                    self._top_seq = 0  # Redis may be another one, or come back empty
                     if self.slots.lost:
                         # Back after an outage: Redis may have come back empty. From the first write of
                         # this proxy's leases on (a slot taken while it is on its way included), its
@@ -410,7 +415,7 @@ class RedisFleet:
                 None if seconds is None else float(seconds),
                 str(data["reason"])[:200],
             )
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, OverflowError):  # OverflowError: 400 digits of seconds
             return
         heard_block(self.pool, self.cooldowns, notice)
 
@@ -443,10 +448,16 @@ class RedisFleet:
         models = list(self.models())
         keys, args = self._lease_args(self.slots.leases(), models)
         mode = "XX" if renew_only else "ALL"
+        floor = self._top_seq  # changes answered before the tick was sent: Redis made them before it reads
         async with asyncio.timeout(self.timeout):
             counts, members, proxies, seq, now = await self._tick(
                 keys=keys, args=(self.lease_ms, self.slots.proxy_id, self.lease_ms, mode, *args)
             )
+        if int(seq) < floor:  # as after a restart: its leases written again, once every proxy is back
+            raise ConnectionError(
+                f"Redis lost the fleet's keys (emptied, or evicted): change {seq} < {floor}"
+            )
+        self._top_seq = max(self._top_seq, int(seq))
         self._redis_now = int(now)
         self._seen = {_text(p): int(float(seen)) for p, seen in zip(proxies[::2], proxies[1::2], strict=True)}
         held: dict[str, int] = dict.fromkeys(self._seen, 0)
