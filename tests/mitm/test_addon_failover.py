@@ -53,6 +53,7 @@ class Rig:
     sim: SimServer
     client: httpx.AsyncClient
     tmp: Path
+    clock: Clock
 
     def configure(self, **routing: Any) -> None:
         # The simulator serves the design's (early-2026) catalog: so does the proxy.
@@ -161,7 +162,7 @@ async def rig(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> AsyncIterator
         async with httpx.AsyncClient(timeout=5.0) as client:
             with taddons.context(addon) as tctx:
                 tctx.configure(addon, chaos_web="", chaos_limits_file=str(tmp_path / "limits.json"))
-                rig = Rig(addon, tctx, sim, client, tmp_path)
+                rig = Rig(addon, tctx, sim, client, tmp_path, clock)
                 rig.configure()
                 addon.running()  # the forwarder listens
                 yield rig
@@ -226,11 +227,23 @@ async def test_1302_fails_over_to_another_eligible_model(rig: Rig) -> None:
 
 
 async def test_refused_for_capacity_after_max_failovers_it_waits_and_is_served(rig: Rig) -> None:
-    """With nothing else in flight, nothing frees a slot: it waits for a cooldown to end (z.ai's
-    Retry-After, else `cooldown.defaultSeconds`), never our 429 within the queue's timeout."""
-    rig.configure(streams={"maxFailovers": 1}, cooldown={"defaultSeconds": 0.05, "maxSeconds": 0.1})
+    """With nothing else in flight, nothing frees a slot: it waits in line for a cooldown to end (z.ai's
+    Retry-After, else `cooldown.defaultSeconds`), never our 429 within the queue's timeout, and never a
+    trial of a model cooling down (it refused this request a moment ago: it would again)."""
+    cooldown = {"defaultSeconds": 0.05, "maxSeconds": 0.2}
+    rig.configure(streams={"maxFailovers": 1}, queue={"timeoutSeconds": 3600}, cooldown=cooldown)
     rig.sim.add_fault(Fault(model="*", code="1302", count=5))
-    f = await rig.run()
+
+    async def time_passes() -> None:  # the rig's clock stands still but for this
+        while True:
+            await asyncio.sleep(0.01)
+            rig.clock.mono += 0.01
+
+    passing = asyncio.ensure_future(time_passes())
+    try:
+        f = await rig.run()
+    finally:
+        passing.cancel()
     meta = meta_of(f)
     assert f.response is not None and f.response.status_code == 200
     assert meta["refusals"] == ["1302"] * 5 + [None] and meta["failovers"] == 5 > 1

@@ -212,6 +212,7 @@ async def test_refused_by_every_model_with_nothing_in_flight_it_waits_for_a_cool
     assert not task.done() and rig.pool.in_flight() == 0
     request.finish("aborted")  # its client left: it waits no more
     task.cancel()
+    await ticks()
     rig.clock.advance(10.0)  # the cooldowns are over
     late = rig.request()
     rig.clock.advance(TIMEOUT)  # its queue's timeout has passed when its last model refuses it

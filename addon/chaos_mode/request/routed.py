@@ -245,19 +245,14 @@ class RoutedRequest:
         within the queue's timeout from then (or the request ended meanwhile: then `finished`). Its latest
         attempt refused for capacity, with no other model left to try or as many attempts in a row as
         `streams.maxFailovers` allows (the queue on), it first waits for a slot held here to be given
-        back (none held: for a cooldown to end); then the models that refused it for capacity are eligible
-        again, and a new burst begins."""
+        back; then the models that refused it for capacity are eligible again, and a new burst begins."""
         failed = self.model or ""
         ticket = self.ticket()
         if self._storm and (self._burst_spent or self.pool.unavailable(ticket) is not None):
             self.busy, self._burst = frozenset(), len(self.attempts)
             ticket = replace(self.ticket(), may_probe=False)  # a slot within the learned limits
-            if not (left := self._time_left()):  # it waited the queue's timeout from its arrival
-                self.stats.failover(failed, None, why)
-                return None
-            if self.pool.unavailable(ticket) is None:  # a cooling model tried at once: refused again at once
-                idle = not self.pool.in_flight()
-                await self.pool.freed(min(self.pool.cooldowns.next_expiry() or 0.0, left) if idle else left)
+            if self.pool.in_flight() and self.pool.unavailable(ticket) is None:  # else none would free
+                await self.pool.freed(self._time_left())
                 if self.finished:
                     return None
         slot = await self.pool.admit(ticket, since=self.arrived, timeout=self._time_left())

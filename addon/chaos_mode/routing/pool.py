@@ -365,7 +365,8 @@ class ChaosPool:
                     costs = self._costs(ticket, due)
                     chosen = min(zip(costs, (e.index for e in due), due, strict=True))[2]
                     return chosen.name, f"probing {chosen.name}'s limit ({chosen.capacity}+1)", "model"
-        if not self.config.cooldown.trial_when_idle or self.slots.total():
+        # a cooling model tried once more for a request it just refused would be refused again at once
+        if not self.config.cooldown.trial_when_idle or self.slots.total() or not ticket.may_probe:
             return None
         cooling = []
         for entry in (self._seeing if ticket.images else self._eligible)[ticket.tier]:

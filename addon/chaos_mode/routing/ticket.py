@@ -42,5 +42,5 @@ class Ticket:
     sticky_key: str | None = None
     session: str | None = None  # the conversation: its place in the queue (`shares`), never the model
     counts: bool = True  # admitting it counts toward its conversation's share (a failover's does not)
-    may_probe: bool = True  # False: only a slot within the limits (one to replace an unanswered probe)
+    may_probe: bool = True  # False: only a slot within the limits, and no trial of a model cooling down
     images: bool = False  # it carries an image: only models that read them, where the catalog has any
