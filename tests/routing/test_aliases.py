@@ -91,6 +91,19 @@ def test_rows_round_trip_and_the_newest_wins() -> None:
 # -- the folded catalog -------------------------------------------------------------------------------
 
 
+def test_rows_are_taken_in_the_order_they_were_learned_not_the_order_of_their_names() -> None:
+    """A restart (the file written with sorted keys) or a fleet's merge replayed the rows by name: alpha's
+    row, read before omega's, was dropped by it ("the served model answers as itself") though learned after
+    it, and the catalog gained a model that is not served."""
+    learned = Aliases(FakeClock(1.0))
+    learned.learn("omega", "alpha", 1.0)
+    learned.learn("alpha", "beta", 2.0)
+    learned.learn("zeta", "beta", 3.0)
+    again = Aliases(FakeClock(9.0))
+    assert again.merge(dict(sorted(learned.rows().items()))) == 3
+    assert again.all() == learned.all() == {"omega": "beta", "alpha": "beta", "zeta": "beta"}
+
+
 def test_fold_drops_a_model_served_as_another_and_judges_the_floor_by_what_serves() -> None:
     aliases = Aliases(FakeClock(1.0))
     aliases.learn("glm-4.7", "glm-5.3-flash")

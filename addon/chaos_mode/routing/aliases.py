@@ -91,7 +91,7 @@ class Aliases:
     def merge(self, rows: Mapping[str, Any]) -> int:
         """Take the aliases learned elsewhere (`rows` as `rows` writes them; others are skipped), each only
         when newer than ours; returns how many were taken."""
-        taken = 0
+        found = []
         for key, row in rows.items():
             if not key.startswith(ROW_PREFIX) or not isinstance(row, Mapping):
                 continue
@@ -100,10 +100,12 @@ class Aliases:
                 continue
             if isinstance(at, bool) or not isinstance(at, int | float) or not math.isfinite(at):
                 continue
+            found.append((float(at), asked, served))
+        taken = 0
+        for at, asked, served in sorted(found):  # as they were learned: a later one may drop an earlier
             known = self._learned.get(asked)
-            if known is not None and known[1] >= at:
-                continue
-            taken += self.learn(asked, served, float(at))
+            if known is None or known[1] < at:
+                taken += self.learn(asked, served, at)
         return taken
 
 
