@@ -1325,6 +1325,47 @@ async def test_the_status_command_shows_every_model(env: Env) -> None:
 # -- secrets ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("header", ["x-api-key", "authorization"])
+async def test_an_answer_naming_the_requests_key_as_its_model_is_not_learned(
+    env: Env, header: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An upstream that echoes the client's key as the model that served: learned, it would be a catalog
+    model, in the status, the metrics, the log, the state file and every flow's comment."""
+    env.configure(ON)
+    value = API_KEY if header == "x-api-key" else BEARER
+    key = value.rpartition(" ")[2]
+    f = messages_flow(headers=[(header.encode(), value.encode())])
+    await env.request(f)
+    await serve(env, f, message_response(f"glm-{key}"))
+    assert key not in f.comment and key not in json.dumps(env.stats())
+    assert key not in json.dumps(env.addon.pool.learned.dump())
+    assert "names the request's key as its model: not learned" in caplog.text and key not in caplog.text
+
+
+async def test_usage_is_counted_by_a_served_name_only_while_the_catalog_holds_it(env: Env) -> None:
+    """A name z.ai gives that is not learned (here one no alias may take, "*"; past the 256 names learned,
+    any) counts by the name asked: one entry per name would grow the quota's estimate without end."""
+    env.configure({**ON, "quota": {"unit": "credits"}})
+    f = messages_flow("claude-haiku-4-5")
+    await env.request(f)
+    model = meta_of(f)["model"]
+    await serve(env, f, message_response("*never-a-catalog-model", input_tokens=10, output_tokens=5))
+    estimate = env.addon.pool.quota.status()["estimate"]
+    assert list(estimate["byModel"]) == [model] and estimate["assumedWeights"] in ([], [model])
+    assert "*never-a-catalog-model" not in env.stats()["modelDistribution"]
+
+
+async def test_a_long_session_header_is_kept_as_its_digest(env: Env) -> None:
+    """Claude Code's session id is a UUID; a header of a megabyte was kept whole, up to 10,000 of them."""
+    env.configure(ON)
+    for session in (b"s" * (1 << 20), b"0b8c7d1e-uuid"):
+        f = messages_flow(headers=[(b"x-claude-code-session-id", session)])
+        await env.request(f)
+        await serve(env, f)
+    kept = list(env.addon.pool.shares._served)
+    assert len(kept) == 2 and kept[1] == "0b8c7d1e-uuid" and len(kept[0]) == len("sha256:") + 32
+
+
 async def test_credentials_never_leak_into_logs_comments_stats_metrics_or_the_panel(env: Env) -> None:
     env.configure({**ON, "streams": {"maxFailovers": 0}, "queue": {"timeoutSeconds": 0.01}})
     secret_headers = [(b"x-api-key", API_KEY.encode()), (b"authorization", BEARER.encode())]

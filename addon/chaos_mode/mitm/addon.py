@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import hashlib
 import logging
 import os
 import secrets
@@ -49,6 +50,7 @@ from chaos_mode.mitm.flow_bodies import (
     SESSION,
     body_encoder,
     event_stream_coding,
+    names_a_credential,
     read_message,
     request_headers,
     set_body,
@@ -97,6 +99,7 @@ UPSTREAM_OPTIONS: Final = frozenset(
     }
 )
 ENABLED_CHOICES: Final = ("auto", "true", "false")
+SESSION_CHARS: Final = 128  # a session header past this (Claude Code's is a UUID) is kept as its digest
 SAVE_DELAY: Final = 1.0  # seconds: learned limits that change in a burst are written once
 WATCH_SECONDS: Final = 1.0  # how often the chaos_config file's stat is looked at
 STATE_OPTIONS: Final = frozenset({"chaos_state", "chaos_state_share", "chaos_state_lease_ms"})
@@ -540,6 +543,8 @@ class ChaosMode:
         chaos = self.config.chaos_mode
         header = headers.get(SESSION)
         session = (header.decode("utf-8", "replace").strip() if header else "") or None
+        if session is not None and len(session) > SESSION_CHARS:  # kept for its conversation's place in line
+            session = "sha256:" + hashlib.sha256(session.encode(errors="replace")).hexdigest()[:32]
         view = FlowView(flow)
         routed = RoutedRequest(
             message,
@@ -590,7 +595,7 @@ class ChaosMode:
         observer = FORMATS[routed.message.door].observer()
         view = self._views[flow]
         named: str | None = None  # the served model the answer named, told once
-        feed = stream_feed(coding, observer.feed)
+        feed, request = stream_feed(coding, observer.feed), flow.request  # the flow itself: kept alive
 
         def observe(chunk: bytes) -> bytes:
             nonlocal named
@@ -600,7 +605,7 @@ class ChaosMode:
                 routed.stopped = observer.stopped
                 if observer.model is not None and observer.model != named:
                     named = observer.model
-                    self._served(routed, named)
+                    self._served(request, routed, named)
                 if observer.stopped:  # mid-stream changes show at the end (`finish` shows a cut one's)
                     view.changed(routed)
             return chunk
@@ -653,10 +658,11 @@ class ChaosMode:
         if model and response.status_code == 200:
             usage = routed.usage
             if usage is None and not response.stream:
-                usage = self._whole_usage(response, routed, view)
+                usage = self._whole_usage(flow, routed, view)
             if usage:
                 routed.usage = usage
-                served = routed.served or model
+                # by the name z.ai gave while the catalog holds it (past the aliases it learns: the asked)
+                served = routed.served if routed.served in self.pool.config.models else model
                 self.stats.usage(served, usage[0], usage[1], view.cached)
                 weights, assumed = self.config.credit_weights(served)
                 credits = weights.cost(usage[0], view.cached, usage[1])
@@ -670,10 +676,12 @@ class ChaosMode:
         routed.finish(outcome)
 
     def _whole_usage(
-        self, response: http.Response, routed: RoutedRequest, view: FlowView
+        self, flow: http.HTTPFlow, routed: RoutedRequest, view: FlowView
     ) -> tuple[int, int] | None:
         """The usage of an answer that arrived whole; none for one that decodes to more than the proxy
         reads for it."""
+        response = flow.response
+        assert response is not None
         try:
             whole, served = usage_of(response, FORMATS[routed.message.door].observer)
         except OverCap:
@@ -683,15 +691,19 @@ class ChaosMode:
                 MAX_USAGE_BODY,
             )
             return None
-        self._served(routed, served)
+        self._served(flow.request, routed, served)
         if not whole:
             return None
         view.cached = whole[1]
         return whole[0], whole[2]
 
-    def _served(self, routed: RoutedRequest, model: str | None) -> None:
+    def _served(self, request: http.Request, routed: RoutedRequest, model: str | None) -> None:
         """The model z.ai's answer names as the one that served (`routing.aliases`); one warning when an
-        answer names none that can be read."""
+        answer names none that can be read, or the request's own key (an upstream that echoes it: a name
+        learned is shown, logged and saved)."""
+        if model is not None and model != routed.model and names_a_credential(request, model):
+            self._warn_once("served-key", "an answer names the request's key as its model: not learned")
+            return
         if not routed.served_by(model):
             self._warn_once("served-model", "an answer names no readable model: counted by the name asked")
 

@@ -18,6 +18,7 @@ from chaos_mode.doors.formats import Parse
 from chaos_mode.doors.messages import STICKY_HEADER, BadRequest, MessageRequest, parse_message
 from chaos_mode.doors.messages_stream import SseObserver, StreamObserver, answer_model, message_usage
 from chaos_mode.forwarding.decoding import CODINGS, Broken, Outcome, Unpacking, coding_of, decode, pieces
+from chaos_mode.forwarding.upstream import CREDENTIAL_HEADERS
 
 CONTENT_ENCODING: Final = b"content-encoding"
 TRANSFER_ENCODING: Final = b"transfer-encoding"
@@ -69,6 +70,7 @@ _REQUEST_CODINGS: Final = frozenset({"gzip", "deflate", "br", "zstd"})
 MAX_USAGE_BODY: Final = 8 << 20
 # Decoded bytes of a compressed streamed answer read as it streams (its events of 128K tokens: about 20 MB)
 MAX_STREAM_DECODED: Final = 64 << 20
+MIN_CREDENTIAL: Final = 8  # a key shorter than this ("test") is no secret to look for in a name
 _TOKEN: Final = re.compile(r"[a-z0-9._+-]{1,24}")
 
 
@@ -141,6 +143,16 @@ def event_stream_coding(response: http.Response) -> str | None:
     if headers.get(CONTENT_TYPE, b"").find(EVENT_STREAM) == -1:
         return None
     return coding_of(headers.get(CONTENT_ENCODING))
+
+
+def names_a_credential(request: http.Request, name: str) -> bool:
+    """Whether `name` holds a key the request carries (x-api-key, a bearer token...): an upstream that echoes
+    it as the model that served would have it learned, shown, logged and saved."""
+    for header in CREDENTIAL_HEADERS:
+        value = request.headers.get(header.decode(), "").rpartition(" ")[2]  # "Bearer <key>": the key
+        if len(value) >= MIN_CREDENTIAL and value in name:
+            return True
+    return False
 
 
 def stream_feed(coding: str, feed: Callable[[bytes], bool]) -> Callable[[bytes], bool]:
