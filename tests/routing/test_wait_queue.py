@@ -269,6 +269,24 @@ async def test_nothing_waits_for_what_cannot_come(make_pool: MakePool) -> None:
     assert pool.release(heavy)
 
 
+async def test_a_waiter_that_can_no_longer_be_served_is_told_so_at_the_next_dispatch(
+    make_pool: MakePool,
+) -> None:
+    """Every model its tier may use went out for good while it waited (a 1113 storm): it waited out its
+    whole timeout, then got what it could have had at once (the caller's 403)."""
+    pool = make_pool(routing({"h": {"tier": "HEAVY", "maxConcurrency": 1}}))
+    holder = await pool.admit(Ticket("heavy"))
+    assert holder is not None
+    waiting = asyncio.create_task(pool.admit(Ticket("heavy"), timeout=30))
+    await settle()
+    assert not waiting.done()
+    pool.error("h", busy("1113"))  # out of rotation for good
+    assert pool.release(holder)  # a dispatch: the waiter tries, and is told
+    await settle()
+    assert waiting.done() and waiting.result() is None
+    assert served(pool_status.status(pool))["queue"]["rejected"] == 1
+
+
 async def test_restore_wakes_a_waiter(make_pool: MakePool) -> None:
     pool = make_pool(routing(HEAVY_AND_LIGHT))
     heavy = await pool.admit(Ticket("heavy"))

@@ -60,7 +60,7 @@ from chaos_mode.routing.sticky import StickyMap
 from chaos_mode.routing.strategies import ModelEntry, Strategy, make_strategy
 from chaos_mode.routing.ticket import RequestInfo as RequestInfo
 from chaos_mode.routing.ticket import Ticket as Ticket
-from chaos_mode.routing.wait_queue import WaitQueue
+from chaos_mode.routing.wait_queue import InVain, WaitQueue
 from chaos_mode.zai.catalog import ACCOUNT, REQUEST_TIERS, RequestTier
 from chaos_mode.zai.errors import UpstreamError
 
@@ -118,7 +118,7 @@ class ChaosPool:
         self._cache_rule = CacheRule()
         self.shares = ServedLately(clock)  # each conversation's place in the fair queue
         self._queue: WaitQueue[Ticket, Slot] = WaitQueue(
-            attempt=self.try_acquire,
+            attempt=self._waiter_tries,
             release=self.release,
             group=lambda t: (t.tier, t.attempted, t.may_probe, t.images, t.sticky_key),  # each its warm
             clock=clock,
@@ -555,6 +555,13 @@ class ChaosPool:
             return None
         self.admitted += 1
         self.total_wait += max(self._clock() - started, 0.0)
+        return selection
+
+    def _waiter_tries(self, ticket: Ticket) -> Slot | None:
+        """A waiter's try: a slot, None to wait on; `InVain` once its tier is a `dead_end` (a pause it
+        waits through: it may end within its time)."""
+        if (selection := self.try_acquire(ticket)) is None and self.dead_end(ticket.tier) is not None:
+            raise InVain
         return selection
 
     def admit_now(self, ticket: Ticket, *, unconfirmed: bool = False) -> Slot | None:

@@ -8,6 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
+class InVain(Exception):
+    """A waiter's attempt: it cannot be served however long it waits (its wait ends, with None)."""
+
+
 @dataclass(eq=False, slots=True)
 class Waiter[K, T]:
     ticket: K
@@ -81,6 +85,8 @@ class WaitQueue[K, T]:
                     result = await asyncio.shield(waiter.future)
             except TimeoutError:
                 self.timeouts += 1
+                return None
+            except InVain:
                 return None
             delivered = True
             return result
