@@ -726,61 +726,36 @@ async def test_an_attempt_left_before_z_ai_was_seen_to_hold_it_is_closed_then(
     assert rig.pool.in_flight() == 0 and dict(rig.stats.upstream_errors) == {}
 
 
+@pytest.mark.parametrize("first", ["hangs", "drips its refusal"])
 async def test_an_attempt_left_without_a_verdict_gives_its_slot_back_in_bounded_time(
-    make_rig: Callable[..., Awaitable[Rig]], monkeypatch: pytest.MonkeyPatch
+    make_rig: Callable[..., Awaitable[Rig]], monkeypatch: pytest.MonkeyPatch, first: str
 ) -> None:
-    monkeypatch.setattr(forwarder_module, "LEFT_VERDICT_SECONDS", 0.2)
-    hung_closed = asyncio.Event()
-
-    async def hang_first(
-        n: int, raw: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        if n == 1:
-            await reader.read()  # never answers; returns once the forwarder closes the connection
-            hung_closed.set()
-            return
-        await sse_answer(2, raw, reader, writer)
-
-    rig = await make_rig(hang_first, routing=TWO_HEAVY, patience=0.0)
-    occupant = rig.pool.try_acquire(Ticket("heavy"))
-    assert occupant is not None
-    request = rig.routed()
-    async with asyncio.timeout(WAIT):
-        sending = await rig.sent(request)
-        rig.pool.release(occupant)
-        assert (await sending).status_code == 200
-        request.finish("ok")
-        await hung_closed.wait()
-        while rig.pool.in_flight():
-            await asyncio.sleep(0.01)
-    assert rig.pool.limits.view("h1").reason == "catalog" and dict(rig.stats.upstream_errors) == {}
-
-
-async def test_a_left_attempt_whose_refusal_drips_in_gives_its_slot_back_in_bounded_time(
-    make_rig: Callable[..., Awaitable[Rig]], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The bound holds for the refusal's body too: a head that comes, then a body a byte at a time (each
-    read within the idle timeout), is cut at `LEFT_VERDICT_SECONDS` from the attempt's leaving."""
+    """An attempt its request left is awaited `LEFT_VERDICT_SECONDS` at most: with no head ever, or a
+    refusal's head and then its body a byte at a time (each read within the idle timeout)."""
     monkeypatch.setattr(forwarder_module, "LEFT_VERDICT_SECONDS", 0.4)
-    dripping = asyncio.Event()
+    left = asyncio.Event()
 
-    async def drip_first(
+    async def misbehave_first(
         n: int, raw: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        if n == 1:
-            await asyncio.sleep(0.1)  # past its patience: its request went on elsewhere
-            writer.write(b"HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\n")
-            writer.write(b"content-length: 1000\r\n\r\n{")
-            dripping.set()
-            with contextlib.suppress(ConnectionError):
-                for _ in range(999):
-                    await asyncio.sleep(0.05)
-                    writer.write(b" ")
-                    await writer.drain()
+        if n != 1:
+            await sse_answer(2, raw, reader, writer)
             return
-        await sse_answer(2, raw, reader, writer)
+        if first == "hangs":
+            left.set()
+            await reader.read()  # never answers; returns once the forwarder closes the connection
+            return
+        await asyncio.sleep(0.1)  # past its patience: its request went on elsewhere
+        writer.write(b"HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\n")
+        writer.write(b"content-length: 1000\r\n\r\n{")
+        left.set()
+        with contextlib.suppress(ConnectionError):
+            for _ in range(999):  # 50 s of it
+                await asyncio.sleep(0.05)
+                writer.write(b" ")
+                await writer.drain()
 
-    rig = await make_rig(drip_first, routing=TWO_HEAVY, patience=0.0)
+    rig = await make_rig(misbehave_first, routing=TWO_HEAVY, patience=0.0)
     occupant = rig.pool.try_acquire(Ticket("heavy"))
     assert occupant is not None
     request = rig.routed()
@@ -789,11 +764,11 @@ async def test_a_left_attempt_whose_refusal_drips_in_gives_its_slot_back_in_boun
         rig.pool.release(occupant)
         assert (await sending).status_code == 200
         request.finish("ok")
-        await dripping.wait()
-        left_at = asyncio.get_running_loop().time()
+        await left.wait()
+        since = asyncio.get_running_loop().time()
         while rig.pool.in_flight():
             await asyncio.sleep(0.01)
-    assert asyncio.get_running_loop().time() - left_at < 1.0  # 50 s of drip, cut within its bound
+    assert asyncio.get_running_loop().time() - since < 1.0
     assert rig.pool.limits.view("h1").reason == "catalog" and dict(rig.stats.upstream_errors) == {}
 
 
