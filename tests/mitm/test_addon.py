@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from mitmproxy import exceptions, http
@@ -27,6 +27,7 @@ from mitmproxy.test import taddons, tflow, tutils
 from chaos_mode.config.schema import default_config
 from chaos_mode.doors.error_bodies import TRIED_HEADER
 from chaos_mode.mitm.addon import META, ChaosMode
+from chaos_mode.mitm.flow_view import FlowView
 from chaos_mode.request import routed as routed_module
 from chaos_mode.routing import pool_status
 from chaos_mode.routing.pool_status import served
@@ -547,6 +548,16 @@ async def test_a_finished_flow_is_not_kept_alive_by_the_addon(env: Env) -> None:
     del f
     gc.collect()
     assert gone() is None
+
+
+def test_a_change_heard_once_the_flow_is_gone_shows_nowhere() -> None:
+    """A left attempt's stall timer may fire after its request was answered elsewhere and its flow freed:
+    that raised ReferenceError in a task, a traceback in the log."""
+    f = messages_flow()
+    view = FlowView(f)
+    del f
+    gc.collect()
+    view.changed(cast(Any, None))  # nothing to show it on, nothing read of it
 
 
 async def test_error_before_the_response_releases_at_once(env: Env) -> None:

@@ -82,7 +82,10 @@ class FlowView:
             request.headers["content-length"] = str(len(body))
 
     def changed(self, request: RoutedRequest) -> None:
-        flow = self.flow
+        """The flow shows `request` as it stands; once the flow is gone, nothing (a left attempt's stall,
+        heard after its request was answered elsewhere and its flow freed)."""
+        if (flow := self._flow()) is None:
+            return
         flow.metadata[META] = request.mirror()
         comment, mark = describe(request)
         if comment:
