@@ -63,11 +63,22 @@ def test_lending_stays_on_while_lent_places_are_refused_as_the_regular_ones_are(
 
 def test_regular_requests_refused_under_a_lent_ones_level_do_not_explain_it() -> None:
     lending = Lending()
-    for i in range(60):
-        lent = i % 2 == 1
-        if lending.verdict("m", 3 if lent else 2, i * 0.1, lent=lent, refused=True, cost=COST) is not None:
+    for i in range(90):
+        lent, level = i % 3 == 2, 3 if i % 3 else 2  # regular ones at 2 (refused) and at 3 (served)
+        if lending.verdict("m", level, i * 0.1, lent=lent, refused=level == 2 or lent, cost=COST) is not None:
             break
     assert lending.nats >= ALARM_NATS
+
+
+def test_with_no_regular_request_at_its_level_a_lent_one_says_nothing() -> None:
+    """Every limit at 0 (a z.ai that refused everything for a while): no regular request is sent, lent
+    places are refused as everything is, and read against the price alone they turned lending off for the
+    proxy's life, the limits reset, where z.ai holds no slot at all."""
+    lending = Lending()
+    for i in range(90):
+        lent = i % 2 == 1
+        assert lending.verdict("m", 3 if lent else 2, i * 0.1, lent=lent, refused=True, cost=COST) is None
+    assert lending.on and lending.nats == 0.0
 
 
 def test_a_clean_answer_never_turns_lending_off_and_the_config_allows_it_anew() -> None:
@@ -91,14 +102,20 @@ def test_the_check_says_how_near_it_came_to_turning_lending_off() -> None:
     """`nats` (`learning.lendingNats` in the status): the CUSUM's highest value so far, kept when clean
     answers bring the CUSUM down; lending turns off as it reaches `ALARM_NATS`."""
     lending, sent = Lending(), iter(range(1000))
+
+    def lent(refused: bool) -> str | None:  # beside a regular request served at its level
+        at = next(sent)
+        lending.verdict("m", 3, at, lent=False, refused=False, cost=COST)
+        return lending.verdict("m", 3, at, lent=True, refused=refused, cost=COST)
+
     for _ in range(3):
-        assert lending.verdict("m", 3, next(sent), lent=True, refused=True, cost=COST) is None
+        assert lent(True) is None
     high = lending.nats
     assert 3 * 0.69 < high < ALARM_NATS and lending.on  # ln 2 each at this price
     for _ in range(5):
-        lending.verdict("m", 3, next(sent), lent=True, refused=False, cost=COST)
+        lent(False)
     assert lending.nats == high
-    while (why := lending.verdict("m", 3, next(sent), lent=True, refused=True, cost=COST)) is None:
+    while (why := lent(True)) is None:
         assert lending.nats < ALARM_NATS
     assert lending.nats >= ALARM_NATS and why.startswith("off: lent places refused")
 

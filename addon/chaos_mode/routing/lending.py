@@ -12,7 +12,8 @@ their model, the attempts riding above it left out):
    the higher of that rate and the rate of the last `LEVEL_MEMORY` regular requests of its model at its level
    and at each above it (z.ai refuses a level no more often than any above it:
    zai.assumptions.REFUSALS_RISE_WITH_LOAD), sent in the `EARLIEST_REFUSAL_SECONDS` before it (with half a
-   clean answer of prior).
+   clean answer of prior). With none, it says nothing while lending is on: every limit at 0 sends nothing
+   regular, and read against the price alone, a z.ai refusing everything for a while turned lending off.
 2. **A CUSUM in the order they were sent** (a 1302 comes seconds after a clean answer: in the order they
    came, the 1302s of a burst would line up as a run) of each lent request's verdict, the log-likelihood
    ratio of a rate halfway to refusing it always against the rate expected, over the last `LENT_MEMORY`.
@@ -130,6 +131,8 @@ class Lending:
             for s, r in seen
             if sent - EARLIEST_REFUSAL_SECONDS <= s <= sent
         ]
+        if not near and self.on:  # nothing regular to read it against (see the module)
+            return None
         expected = max(pays_under(cost), sum(near) / (len(near) + LEVEL_PRIOR))
         bisect.insort(self._lent, (sent, refused, expected))
         del self._lent[:-LENT_MEMORY]
