@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import anthropic
 import httpx
 import pytest
 
@@ -170,6 +171,14 @@ async def test_1308_pauses_the_account(make_proxy: MakeProxy, sim: Sim, http: ht
         assert int(r.headers["retry-after"]) > 3600, r.headers
         assert r.headers["anthropic-ratelimit-unified-status"] == "rejected", r.headers
         assert int(r.headers["anthropic-ratelimit-unified-reset"]) > time.time() + 3600, r.headers
+        # the anthropic SDK (max_retries 2) would sleep out a Retry-After of hours; told not to retry, it
+        # raises at once
+        sdk = anthropic.AsyncAnthropic(base_url=proxy.url + "/api/anthropic", api_key="sk-test-errors")
+        async with sdk, asyncio.timeout(10):  # its default retries
+            with pytest.raises(anthropic.RateLimitError, match="account paused"):
+                await sdk.messages.create(
+                    model=OPUS, max_tokens=8, messages=[{"role": "user", "content": "hi"}]
+                )
     assert (await sim.stats())["requests"] == 1  # nothing else was sent to z.ai
     document = await status(http, proxy)
     assert document["accountPause"]["remaining"] > 3600 and "1308" in document["accountPause"]["reason"]

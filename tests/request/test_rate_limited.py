@@ -39,6 +39,7 @@ def test_a_quota_window_tells_claude_code_to_stop_until_the_reset(
     rig.pool.error("h", error(code, message))
     headers = reply(rig, "anthropic")
     assert headers["retry-after"] == str(seconds)  # the real wait, not capped at 60 s
+    assert headers["x-should-retry"] == "false"  # the SDKs would sleep it out
     assert headers["anthropic-ratelimit-unified-status"] == "rejected"
     assert headers["anthropic-ratelimit-unified-reset"] == str(int(WALL) + seconds)
 
@@ -47,7 +48,7 @@ def test_at_the_openai_door_a_quota_window_says_only_retry_after() -> None:
     rig = Rig()
     rig.pool.error("h", error("1310", WEEKLY))
     headers = reply(rig, "openai", upstream=[("anthropic-ratelimit-unified-status", "rejected")])
-    assert headers["retry-after"] == str(WEEK_SECONDS)
+    assert headers["retry-after"] == str(WEEK_SECONDS) and headers["x-should-retry"] == "false"
     assert not [name for name in headers if name.startswith("anthropic-")], headers
 
 
@@ -67,7 +68,7 @@ def test_a_transient_429_says_retry_after_within_a_minute_only(door: Door, cause
             rig.pool.error("h", error("1314", "[1314][enterprise limit]"))  # accountPauseSeconds
     headers = reply(rig, door)
     assert 1 <= int(headers["retry-after"]) <= 60, headers
-    assert not set(UNIFIED) & set(headers), headers
+    assert not set(UNIFIED) & set(headers) and "x-should-retry" not in headers, headers
 
 
 def test_z_ai_rate_limit_headers_are_kept_beside_ours_at_the_anthropic_door_not_doubled() -> None:

@@ -4,7 +4,8 @@ cannot be reached for a reason no other model changes (a setting to fix, as mitm
 
 A 429 while the account is paused for a quota window (`resets_at` given) says so the way Claude Code reads
 it, so that the agent stops instead of retrying for hours: `retry-after` the real seconds to the reset
-(Claude Code gives up at once on one over 60 s), and at the Anthropic door
+(Claude Code gives up at once on one over 60 s), `x-should-retry: false` (the Python anthropic SDK would
+sleep hours on such a Retry-After), and at the Anthropic door
 `anthropic-ratelimit-unified-status: rejected` with `anthropic-ratelimit-unified-reset` (unix seconds).
 Any other 429 is transient: `retry-after` of 1-60 s, and the client retries.
 
@@ -98,6 +99,8 @@ def _headers(retry_after: float | None, tried: list[str], *, window: bool) -> di
         "content-type": "application/json",
         "retry-after": str(retry_after_seconds(retry_after, None if window else MAX_RETRY_AFTER)),
     }
+    if window:  # the SDKs (anthropic, openai) wait out any Retry-After unless told not to retry
+        headers["x-should-retry"] = "false"
     return _tried(headers, tried)
 
 
