@@ -8,7 +8,7 @@ import pytest
 
 from chaos_mode.doors.door import Door
 from chaos_mode.request.rate_limited import rate_limited
-from support.pool_rig import WALL, Rig, error
+from support.pool_rig import WALL, Rig, error, routing
 
 UNIFIED = ("anthropic-ratelimit-unified-status", "anthropic-ratelimit-unified-reset")
 # 2026-03-01 23:00 Beijing; the week resets 4 days and 2 hours later.
@@ -79,3 +79,10 @@ def test_z_ai_rate_limit_headers_are_kept_beside_ours_at_the_anthropic_door_not_
     names = [k.lower() for k, _ in answer.headers]
     assert names.count("anthropic-ratelimit-unified-status") == 1
     assert "anthropic-ratelimit-tokens-limit" in names
+
+
+@pytest.mark.parametrize("queue", [True, False])
+def test_a_429_with_no_model_free_says_whether_it_waited(queue: bool) -> None:
+    rig = Rig(routing(queue={"enabled": queue}))
+    _, why = rate_limited(rig.pool, "heavy", [], None, WALL)
+    assert why.endswith("within the queue timeout" if queue else "(the queue is off)")

@@ -48,7 +48,8 @@ def rate_limited(
     if last_error is not None:
         why = f"{len(tried)} model(s) tried, the last: {last_error}" + (f"; {why}" if why else "")
     elif why is None:
-        why = f"no {tier}-tier model had a free slot within the queue timeout"
+        within = "within the queue timeout" if pool.config.queue.enabled else "(the queue is off)"
+        why = f"no {tier}-tier model had a free slot {within}"
     pause = pool.cooldowns.account_pause()
     spent = pool.quota_spent_for()  # pacing's hard stop holds until the reset
     retry = pause[0] if pause else (spent or pool.cooldowns.next_expiry() or DEFAULT_RETRY_SECONDS)
