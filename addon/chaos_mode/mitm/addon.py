@@ -595,7 +595,7 @@ class ChaosMode:
         observer = FORMATS[routed.message.door].observer()
         view = self._views[flow]
         named: str | None = None  # the served model the answer named, told once
-        feed, request = stream_feed(coding, observer.feed), flow.request  # the flow itself: kept alive
+        feed, request = stream_feed(coding, observer.feed), flow.request  # not `flow`: held, it lived on
 
         def observe(chunk: bytes) -> bytes:
             nonlocal named
