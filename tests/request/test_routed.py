@@ -258,7 +258,7 @@ def test_the_served_model_is_told_to_the_pool_once_and_odd_names_are_not() -> No
     assert request.served_by("glm-5.3-flash")  # no slot yet: nothing to say
     slot = grant(request)
     assert slot is not None and request.hold(slot)
-    for odd in (None, 7, "", "two words", "x" * 200):
+    for odd in (None, 7, "", "two words", "x" * 200, "glm-5\x9b31m", "glm-\u202e3.5"):  # C1, bidi
         assert not request.served_by(odd)
     assert request.served is None
     assert request.served_by(slot.model.upper())  # the same model: no alias

@@ -333,8 +333,8 @@ class RoutedRequest:
         attempt = self.attempts[-1] if self.attempts and self.slot is not None else None
         if attempt is None or attempt.served is not None:
             return True
-        if not isinstance(model, str) or not MODEL_NAME.fullmatch(model):
-            return False
+        if not isinstance(model, str) or not MODEL_NAME.fullmatch(model) or not model.isprintable():
+            return False  # isprintable: no C1 control, no bidi override (it is logged, shown, saved)
         if model.lower() != attempt.model.lower():
             attempt.served = model
             self.view.changed(self)
