@@ -986,3 +986,21 @@ async def test_a_tally_names_the_live_proxies_that_missed_a_renewal(
     tally = await fleet.tick()
     assert set(tally.proxies) == {"p", "q", "r"} and tally.silent == {"r"}
     await fleet.close()
+
+
+async def test_each_proxy_counts_as_alive_for_its_own_lease_not_for_the_tallying_ones(
+    server: RedisProcess, client: aioredis.Redis
+) -> None:
+    """Proxies may run with different `chaos_state_lease_ms`: one renewing every second (a lease of 3 s) is
+    neither dropped nor silent for one whose lease is 0.3 s, and one gone longer than its own lease is."""
+    fleet = make_fleet(server.url, "p", lease_seconds=0.3)
+    fleet._up = True
+    seconds, micros = await client.time()
+    now = seconds * 1000 + micros // 1000
+    await client.zadd("chaos:fleet", {"slow": now - 1000, "gone": now - 1000, "dead": now - 1800})
+    await client.hset("chaos:fleet:alive", mapping={"slow": 3000, "gone": 900, "dead": 3000})
+    tally = await fleet.tick()
+    assert set(tally.proxies) == {"p", "slow", "dead"} and tally.silent == {"dead"}
+    assert set(await client.hkeys("chaos:fleet:alive")) == {b"p", b"slow", b"dead"}
+    assert fleet.slots.forget_after == 3.0  # alone, the others' slots count for the longest lease
+    await fleet.close()

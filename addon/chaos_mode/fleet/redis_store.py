@@ -81,7 +81,8 @@ class RedisFleet:
         self._inboxes = f"{prefix}freed:"  # + a proxy id: the leases the others take and give back
         self._inbox = self._inboxes + slots.proxy_id
         self._account = f"{prefix}account"
-        self._fleet = f"{prefix}fleet"
+        self._fleet = f"{prefix}fleet"  # sorted set: live proxy -> when last seen (ms, Redis's clock)
+        self._alive = f"{prefix}fleet:alive"  # hash: live proxy -> how long it counts as alive unseen (ms)
         self._seq = f"{prefix}seq"
         self._blocks = f"{prefix}blocks"  # channel: cooldowns, models out of rotation, pauses (JSON)
         self._limits = f"{prefix}limits"  # hash: model (or *account) -> its learned limit (JSON row)
@@ -121,6 +122,7 @@ class RedisFleet:
         self._up = False
         self._rejoining = False  # back after an outage, written again, waiting for the others to be back
         self._seen: dict[str, int] = {}  # live proxy -> when it was last seen (ms, Redis's clock), last tally
+        self._leases: dict[str, int] = {}  # live proxy -> its lease (ms), last tally
         self._redis_now = 0  # Redis's clock at the last tally (ms)
         self._told = False  # the outage going on was logged
         self._wake = asyncio.Event()
@@ -347,7 +349,7 @@ class RedisFleet:
         its leases have ended). Returns the last tally."""
         since = self._redis_now
         others = (set(self.slots.proxies) | set(self._seen)) - {self.slots.proxy_id}
-        deadline = time.monotonic() + self.lease_ms / 1000
+        deadline = time.monotonic() + max(self._leases.values(), default=self.lease_ms) / 1000
         while time.monotonic() < deadline and any(self._seen.get(p, -1) < since for p in others):
             await asyncio.sleep(min(REJOIN_POLL, self.tick_seconds))
             tally = await self.tick(renew_only=False)
@@ -459,28 +461,37 @@ class RedisFleet:
             )
         self._top_seq = max(self._top_seq, int(seq))
         self._redis_now = int(now)
-        self._seen = {_text(p): int(float(seen)) for p, seen in zip(proxies[::2], proxies[1::2], strict=True)}
+        rows = [
+            (_text(p), int(float(seen)), int(lease))
+            for p, seen, lease in zip(*[iter(proxies)] * 3, strict=True)
+        ]
+        self._seen = {p: seen for p, seen, _ in rows}
+        self._leases = {p: lease for p, _, lease in rows}
+        self.slots.forget_after = max(self._leases.values(), default=self.lease_ms) / 1000  # the longest
         held: dict[str, int] = dict.fromkeys(self._seen, 0)
         for member in members:
             owner = _text(member).rpartition("#")[0]
             held[owner] = held.get(owner, 0) + 1
-        late = self._redis_now - SILENT_TICKS * self.lease_ms / 3  # not seen since: missed a renewal
         return Tally(
             models={model: int(n) for model, n in zip(models, counts, strict=True)},
             total=len(members),
             proxies=held,
             seq=int(seq),
-            silent=frozenset(p for p, seen in self._seen.items() if seen < late),
+            # not seen for one and a half of its renewals (a third of its lease each): it missed one
+            silent=frozenset(
+                p for p, seen, lease in rows if seen < self._redis_now - SILENT_TICKS * lease / 3
+            ),
         )
 
     def _lease_args(
         self, leases: list[tuple[str, str]], models: list[str] | None = None
     ) -> tuple[list[str], list[str | int]]:
-        """Keys (account, fleet, change number, each model's) and the (key index, lease) pairs of `leases`."""
+        """Keys (account, fleet, change number, the proxies' times, each model's) and the (key index, lease)
+        pairs of `leases`."""
         names = list(models if models is not None else self.models())
         names += sorted({model for model, _ in leases} - set(names))
-        index = {model: i + 4 for i, model in enumerate(names)}  # Lua counts from 1; three keys first
-        keys = [self._account, self._fleet, self._seq, *(self.key(model) for model in names)]
+        index = {model: i + 5 for i, model in enumerate(names)}  # Lua counts from 1; four keys first
+        keys = [self._account, self._fleet, self._seq, self._alive, *(self.key(model) for model in names)]
         args: list[str | int] = []
         for model, lease in leases:
             args += [index[model], lease]
