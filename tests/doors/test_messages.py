@@ -228,7 +228,7 @@ def test_any_body_is_either_rewritten_exactly_or_refused(
 
 
 def _image_blocks(body: dict[str, Any]) -> bool:
-    """The reference: a block of type image or image_url in a message's content, or in a block's own content
+    """The reference: a block of a vision type in a message's content, or in a block's own content
     one level down (a tool's result); deeper ones are not looked for."""
     found = False
     for message in body.get("messages") or []:
@@ -239,7 +239,7 @@ def _image_blocks(body: dict[str, Any]) -> bool:
                 continue
             inner = block.get("content") if isinstance(block.get("content"), list) else []
             kinds = [block.get("type"), *(b.get("type") for b in inner if isinstance(b, dict))]
-            found |= any(kind in ("image", "image_url") for kind in kinds)
+            found |= any(kind in ("image", "image_url", "video_url", "file_url") for kind in kinds)
     return found
 
 
@@ -256,6 +256,8 @@ _RESULT = {"type": "tool_result", "tool_use_id": "t"}
         ([_IMAGE], True),
         ([{**_RESULT, "content": [_IMAGE]}], True),
         ([{"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}], True),  # OpenAI's
+        ([{"type": "video_url", "video_url": {"url": "https://example.com/a.mp4"}}], True),  # z.ai's GLM-V
+        ([{"type": "file_url", "file_url": {"url": "https://example.com/a.pdf"}}], True),
         ([{**_RESULT, "content": [{"type": "x", "content": [_IMAGE]}]}], False),  # deeper: not looked for
         ([{"type": "imagery"}], False),
         ([{"type": ["image"]}, {"type": {"image": 1}}], False),  # a list or an object is no type
@@ -275,7 +277,7 @@ def test_an_image_type_spelled_with_an_escape_is_still_an_image() -> None:
 
 
 _KINDS = st.one_of(
-    st.sampled_from(["text", "image", "image_url", "tool_result", "imag", "tool_use"]),
+    st.sampled_from(["text", "image", "image_url", "video_url", "file_url", "tool_result", "imag"]),
     st.lists(st.just("image"), max_size=1),  # a type that is no string (unhashable)
     st.fixed_dictionaries({"type": st.just("image")}),
 )

@@ -102,7 +102,8 @@ class MessageRequest:
         return self.raw[:start] + _json_string(model) + self.raw[end:]
 
 
-_IMAGE_TYPES: Final = frozenset({"image", "image_url"})
+# Blocks only a vision model reads: Anthropic's image; z.ai's GLM-V parts at the OpenAI door.
+_IMAGE_TYPES: Final = frozenset({"image", "image_url", "video_url", "file_url"})
 
 
 def _has_image(content: object, depth: int = 0) -> bool:
