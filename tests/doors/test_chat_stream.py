@@ -83,6 +83,19 @@ def test_feed_says_when_something_worth_recording_changed() -> None:
     assert observer.feed(data("[DONE]"))
 
 
+def test_a_chunk_whose_error_is_null_is_read_as_any_other() -> None:
+    """Some OpenAI-compatible relays add `"error": null` to every chunk: its usage and model still count."""
+    last = {
+        **choice({}, finish="stop"),
+        "usage": {"prompt_tokens": 100, "completion_tokens": 22},
+        "error": None,
+    }
+    observer = observe(
+        [data({**choice({"role": "assistant"}), "error": None}), data(last), b"data: [DONE]\n\n"]
+    )
+    assert summary(observer) == (100, 22, "glm-4.6", "stop", True, None)
+
+
 def test_an_error_chunk_is_recorded() -> None:
     error = {"code": "1305", "message": "The service may be temporarily overloaded"}
     observer = observe([data(choice({"role": "assistant"})), data({"error": error})])

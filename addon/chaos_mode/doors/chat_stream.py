@@ -39,8 +39,9 @@ class ChatStreamObserver(SseEvents):
 
     def observe(self, payload: dict[str, Any]) -> bool:
         """Record one decoded chunk (also used for a whole, non-streamed answer)."""
-        if "error" in payload:
-            return self._error(payload["error"])
+        error = payload.get("error")
+        if error:  # some relays add `"error": null` to every chunk
+            return self._error(error)
         model = payload.get("model")
         if isinstance(model, str):
             self.model = model
