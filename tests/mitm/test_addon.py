@@ -1353,6 +1353,24 @@ async def test_an_answer_naming_the_requests_key_as_its_model_is_not_learned(
     assert "names the request's key as its model: not learned" in caplog.text and key not in caplog.text
 
 
+@pytest.mark.parametrize("header", ["x-api-key", "authorization"])
+async def test_a_request_naming_its_own_key_as_the_model_passes_untouched_and_the_key_is_shown_nowhere(
+    env: Env, header: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A key pasted into the model field: as an unknown name it reached the log, the comment and the flow's
+    metadata; it passes through as bad input instead, z.ai's answer its own."""
+    env.configure(ON)
+    value = API_KEY if header == "x-api-key" else BEARER
+    key = value.rpartition(" ")[2]
+    f = messages_flow(key, headers=[(header.encode(), value.encode())])
+    content = f.request.raw_content
+    await env.request(f)
+    assert f.request.raw_content == content and META not in f.metadata and env.in_flight() == 0
+    assert env.stats()["badRequests"] == {"key-as-model": 1}
+    assert "key-as-model" in f.comment and key not in f.comment and key not in json.dumps(env.stats())
+    assert "key-as-model" in caplog.text and key not in caplog.text
+
+
 async def test_usage_is_counted_by_a_served_name_only_while_the_catalog_holds_it(env: Env) -> None:
     """A name z.ai gives that is not learned (here one no alias may take, "*"; past the 256 names learned,
     any) counts by the name asked: one entry per name would grow the quota's estimate without end."""

@@ -35,6 +35,7 @@ BadKind = Literal[
     "duplicate-model",
     "escaped-model-key",
     "lone-surrogate",
+    "key-as-model",
 ]
 BAD_KINDS: Final[tuple[BadKind, ...]] = get_args(BadKind)  # a bounded metric label, every one listed
 

@@ -91,20 +91,24 @@ def read_message(
 ) -> MessageRequest:
     """The request's body parsed for routing (by its door's `parse`), decoded as its content-encoding says;
     `BadRequest` when it must pass untouched (too large, an encoding that is unknown or does not decode,
-    not routable)."""
+    not routable, the model named by the request's own key)."""
     raw = request.raw_content
     if raw is None or len(raw) > limit:
         size = "a streamed" if raw is None else f"{len(raw)} bytes"
         raise BadRequest("too-large", f"body of {size} is over the {limit}-byte limit")
     coding = _coding(headers)
     if coding is None:
-        return parse(raw, limit=limit)
-    decoded = decode(raw, coding, cap=limit)
-    if decoded.outcome is Outcome.OVER_CAP:
-        raise BadRequest("too-large", f"body decodes to more than the {limit}-byte limit")
-    if decoded.outcome is Outcome.BROKEN:
-        raise BadRequest("bad-encoding", f"body does not decode as its content-encoding {coding}")
-    return parse(decoded.body, limit=limit)
+        message = parse(raw, limit=limit)
+    else:
+        decoded = decode(raw, coding, cap=limit)
+        if decoded.outcome is Outcome.OVER_CAP:
+            raise BadRequest("too-large", f"body decodes to more than the {limit}-byte limit")
+        if decoded.outcome is Outcome.BROKEN:
+            raise BadRequest("bad-encoding", f"body does not decode as its content-encoding {coding}")
+        message = parse(decoded.body, limit=limit)
+    if names_a_credential(request, message.model):  # a key pasted as the model: never logged nor shown
+        raise BadRequest("key-as-model", "the model name holds the request's key")
+    return message
 
 
 def body_encoder(headers: dict[bytes, bytes]) -> Callable[[bytes], bytes]:
