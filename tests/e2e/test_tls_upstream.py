@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import socket
 import ssl
 import tempfile
@@ -214,6 +215,65 @@ async def test_regular_mode_connect_to_https_streams_a_failover(
     assert_streamed(result)
     assert result.http_version == ("HTTP/2" if http2 else "HTTP/1.1"), result.http_version
     await assert_one_failover(http, proxy, tls_sim)
+
+
+def post_through_connect_by_address(proxy: ProxyProcess, port: int, body: bytes) -> bytes:
+    """CONNECT 127.0.0.1:`port` (a client that resolved z.ai itself, as with SOCKS or a transparent proxy),
+    then TLS naming z.ai ("localhost") in SNI and Host; one whole POST. Returns the answer's bytes."""
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=TEST_TIMEOUT) as raw:
+        raw.sendall(b"CONNECT 127.0.0.1:%d HTTP/1.1\r\nhost: 127.0.0.1:%d\r\n\r\n" % (port, port))
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += raw.recv(1)
+        assert head.startswith(b"HTTP/1.1 200"), head
+        with trust(proxy).wrap_socket(raw, server_hostname="localhost") as tls:
+            tls.sendall(
+                b"POST /api/anthropic/v1/messages HTTP/1.1\r\nhost: localhost:%d\r\nx-api-key: %s\r\n"
+                b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s"
+                % (port, API_KEY.encode(), len(body), body)
+            )
+            answer = b""
+            while chunk := tls.recv(65536):
+                answer += chunk
+    return answer
+
+
+async def test_a_client_that_connects_by_address_has_z_ai_named_by_its_sni(
+    make_proxy: MakeProxy, test_certs: TestCerts
+) -> None:
+    """The client tunnels to z.ai's address and names z.ai only in its SNI and Host (SOCKS, a transparent
+    proxy): mitmproxy sends z.ai that SNI and checks the certificate against it, and so does the forwarder
+    (it sent none, and checked the address: a certificate naming no address failed every attempt)."""
+    names: list[str | None] = []
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(test_certs.cert, test_certs.key)
+
+    def heard(_socket: ssl.SSLObject, name: str | None, _context: ssl.SSLContext) -> None:
+        names.append(name)
+
+    context.sni_callback = heard
+
+    async def zai(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = re.search(rb"content-length: *(\d+)", head, re.IGNORECASE)
+        asked = json.loads(await reader.readexactly(int(length.group(1)) if length else 0))
+        answer = json.dumps({"type": "message", "model": asked["model"], "content": [], "usage": {}}).encode()
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(answer)
+        )
+        writer.write(answer)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(zai, "127.0.0.1", 0, ssl=context)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        proxy = await make_proxy(config=ROUTING, own_ca=True, extra_args=trusting(test_certs))
+        body = json.dumps({"model": SONNET, "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]})
+        answer = await asyncio.to_thread(post_through_connect_by_address, proxy, port, body.encode())
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
+    assert b'"model": "glm-' in answer  # routed
+    assert names == ["localhost"], names
 
 
 def h2_cancel_midstream(proxy: ProxyProcess, authority: str, headers: dict[str, str]) -> socket.socket:

@@ -92,6 +92,11 @@ class Destination:
     host: str
     port: int
     proxy: str | None = None  # the upstream proxy's URL (`--mode upstream:`), else direct
+    sni: str | None = None  # the TLS server name, where it is not `host` (a client that came by IP address)
+
+    @property
+    def server_name(self) -> str:
+        return self.sni or self.host
 
     @property
     def authority(self) -> str:
@@ -402,7 +407,7 @@ class UpstreamClients:
     async def _connect(self, to: Destination) -> Connection:
         loop_host, loop_port = to.host, to.port
         proxy = _proxy_address(to.proxy) if to.proxy is not None else None
-        tls_name: str | None = to.host if to.scheme == "https" else None
+        tls_name: str | None = to.server_name if to.scheme == "https" else None
         if proxy is not None:
             loop_host, loop_port = proxy
             tls_name = proxy[0] if to.proxy and to.proxy.startswith("https:") else None
@@ -439,7 +444,7 @@ class UpstreamClients:
             writer.transport.abort()
             failed = UpstreamRefused if head.status == 407 else UpstreamFailed  # 407: upstream_auth is wrong
             raise failed(f"the upstream proxy refused the tunnel: HTTP {head.status}")
-        await writer.start_tls(self._tls(to, to.host), server_hostname=to.host)
+        await writer.start_tls(self._tls(to, to.server_name), server_hostname=to.server_name)
 
     def _tls(self, to: Destination, server_name: str) -> ssl.SSLContext:
         """The TLS context for a server name (its client certificate may be its own), made once."""

@@ -49,7 +49,13 @@ class FlowView:
         flow, data = self.flow, self.flow.request.data
         via = flow.server_conn.via
         proxy = f"{via[0]}://{_authority(*via[1])}" if via is not None else None
-        destination = Destination(data.scheme.decode(), data.host, data.port, proxy)
+        # mitmproxy's TLS name for a destination the client named by its address (SOCKS, transparent, a
+        # CONNECT to an IP address): the server's set name (reverse mode's), else the client's own SNI
+        server = flow.server_conn
+        same = server.address is not None and tuple(server.address[:2]) == (data.host, data.port)
+        sni = (server.sni or flow.client_conn.sni) if same else None
+        sni = sni if sni != data.host else None
+        destination = Destination(data.scheme.decode(), data.host, data.port, proxy, sni)
         self.token = forwarder.expect(request, destination)
         put_header(flow.request, _TOKEN, self.token.encode())
         self._original = (data.scheme, data.host, data.port)
