@@ -157,27 +157,34 @@ async def test_reverse_mode_without_the_ca_refuses_the_certificate_with_a_clear_
 
 
 @pytest.mark.parametrize(
-    ("option", "value", "answer", "named"),
+    ("options", "answer", "named"),
     [
         # Options it cannot use: a setting to fix, our 502 naming it (mitmproxy alone fails the same way).
-        ("ciphers_server", "NO-SUCH-CIPHER", 502, "TLS options cannot be used: ('No cipher can be selected"),
+        (["ciphers_server=NO-SUCH-CIPHER"], 502, "TLS options cannot be used: ('No cipher can be selected"),
+        # A range of no version (the minimum is TLS1_2 by default): once our 429, retried for ever.
+        (
+            ["tls_version_server_max=TLS1_1"],
+            502,
+            "tls_version_server_min TLS1_2 is above tls_version_server_max",
+        ),
         # No version both sides speak: no attempt is answered, our 429 says z.ai was not reached.
-        ("tls_version_server_max", "TLS1_1", 429, "TLS handshake failed"),
+        (["tls_version_server_min=TLS1", "tls_version_server_max=TLS1_1"], 429, "TLS handshake failed"),
     ],
+    ids=["cipher", "no-range", "no-common-version"],
 )
 async def test_mitmproxys_tls_options_make_the_forwarders_tls(
     make_proxy: MakeProxy,
     tls_sim: Sim,
     test_certs: TestCerts,
     http: httpx.AsyncClient,
-    option: str,
-    value: str,
+    options: list[str],
     answer: int,
     named: str,
 ) -> None:
     """The forwarder speaks the TLS mitmproxy's options ask for (once they were ignored, and these requests
     were served). Lazy: mitmproxy's own connection to z.ai, made at once by default, would fail first."""
-    extra = [*trusting(test_certs), "--set", f"{option}={value}", "--set", "connection_strategy=lazy"]
+    sets = [arg for option in options for arg in ("--set", option)]
+    extra = [*trusting(test_certs), *sets, "--set", "connection_strategy=lazy"]
     proxy = await make_proxy(upstream=zai(tls_sim), config=ROUTING, extra_args=extra)
     result = await raw_stream(proxy.url + "/api/anthropic/v1/messages")
     assert result.status == answer, result

@@ -306,7 +306,12 @@ async def test_ciphers_server_names_the_ciphers(certs: TestCerts, cipher: str) -
 
 @pytest.mark.parametrize(
     "settings",
-    [{"tls_min": "TLS9"}, {"ciphers": "NO-SUCH-CIPHER"}, {"client_certs": "CA"}],
+    [
+        {"tls_min": "TLS9"},
+        {"tls_min": "TLS1_3", "tls_max": "TLS1_2"},
+        {"ciphers": "NO-SUCH-CIPHER"},
+        {"client_certs": "CA"},
+    ],
 )
 async def test_tls_options_that_cannot_be_used_are_a_setting_to_fix(
     certs: TestCerts, tls_server: TlsServer, settings: dict[str, str]

@@ -133,6 +133,10 @@ def tls_context(settings: UpstreamSettings, client_cert: str | None = None) -> s
         raise ValueError(f"not a TLS version: {exc.args[0]!r} (one of {', '.join(TLS_VERSIONS)})") from None
     context.minimum_version = lowest or ssl.TLSVersion.MINIMUM_SUPPORTED
     context.maximum_version = highest or ssl.TLSVersion.MAXIMUM_SUPPORTED
+    if lowest is not None and highest is not None and lowest > highest:  # OpenSSL would offer no version
+        raise ValueError(
+            f"tls_version_server_min {settings.tls_min} is above tls_version_server_max {settings.tls_max}"
+        )
     if settings.ciphers:
         context.set_ciphers(settings.ciphers)
     elif settings.tls_min in _INSECURE_MINIMUMS:
