@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -203,6 +204,17 @@ def test_learned_aliases_are_kept_with_the_learned_limits() -> None:
     assert again.learned.restore(data) >= 1
     assert "glm-5.1" not in again.config.models
     assert again.learned.version[1] >= 1
+
+
+@pytest.mark.parametrize("change", [{"format": "another tool's"}, {"version": 0}], ids=["foreign", "old"])
+def test_aliases_of_a_file_that_is_not_restored_are_not_taken_either(change: dict[str, object]) -> None:
+    p = pool()
+    slot = p.acquire("glm-5.1")
+    assert slot is not None and p.learned.served(slot, "glm-5.3")
+    again = pool()
+    with pytest.raises(ValueError):
+        again.learned.restore({**p.learned.dump(), **change})
+    assert "glm-5.1" in again.config.models and again.learned.version == pool().learned.version
 
 
 def test_an_image_goes_to_a_model_that_reads_it_where_its_floor_has_one() -> None:

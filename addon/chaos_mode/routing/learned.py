@@ -76,9 +76,9 @@ class Learned:
     def restore(self, data: Any) -> int:
         """Take back what `dump` wrote; how many limits and aliases were restored. `ValueError` for data
         that is not ours (see `LearnedLimits.restore`)."""
-        rows = data.get("aliases") if isinstance(data, dict) else None
+        restored = self.limits.restore(data)  # first: data not ours is refused before anything is taken
+        rows = data.get("aliases")
         taken = self.adopt_aliases(rows) if isinstance(rows, Mapping) else 0
-        restored = self.limits.restore(data)
         if restored:
             self._refold()  # re-derive what selection reads from the restored limits
         return taken + restored
