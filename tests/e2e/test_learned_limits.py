@@ -143,7 +143,7 @@ async def test_what_was_learned_survives_a_restart(
     assert solo["limitReason"].startswith("1302 at ")
 
 
-async def test_a_corrupt_state_file_is_ignored_with_one_warning(
+async def test_a_corrupt_state_file_is_ignored_with_one_warning_and_never_written_over(
     make_sim: MakeSim, make_proxy: MakeProxy, http: httpx.AsyncClient, tmp_path: Path
 ) -> None:
     sim = await make_sim(limits={"solo": 3})
@@ -160,3 +160,4 @@ async def test_a_corrupt_state_file_is_ignored_with_one_warning(
     log = proxy.output()
     assert log.count("learned limits not restored") == 1 and "not valid JSON" in log
     assert "Traceback" not in log
+    assert state.read_text(encoding="utf-8") == "{not json"  # maybe another file of the user's: kept

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from chaos_mode.learning.file import FILE_NAME, MAX_BYTES, read_state, state_path, write_state
+from chaos_mode.learning.limits import STATE_FORMAT
 
 
 def test_the_file_lives_in_the_confdir_unless_named_or_turned_off(tmp_path: Path) -> None:
@@ -41,8 +42,10 @@ def _directory(path: Path) -> None:
         (lambda p: p.write_bytes(b'{"models": "\xff"}'), "not valid JSON"),
         (lambda p: p.write_text('{"models": ', encoding="utf-8"), "not valid JSON"),
         (lambda p: p.write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8"), "not valid JSON"),
+        (lambda p: p.write_text('{"models": {}}', encoding="utf-8"), "not a chaos-mode learned-limits file"),
+        (lambda p: p.write_text("[]", encoding="utf-8"), "not a chaos-mode learned-limits file"),
     ],
-    ids=["directory", "fifo", "too-large", "not-utf8", "cut-short", "too-deep"],
+    ids=["directory", "fifo", "too-large", "not-utf8", "cut-short", "too-deep", "no-format", "not-object"],
 )
 def test_a_file_that_cannot_be_used_is_one_line_naming_it(
     tmp_path: Path, make: Callable[[Path], object], message: str
@@ -56,7 +59,7 @@ def test_a_file_that_cannot_be_used_is_one_line_naming_it(
 
 def test_what_is_written_is_read_back_and_its_folders_made(tmp_path: Path) -> None:
     path = tmp_path / "a" / "b" / FILE_NAME
-    state = {"version": 2, "models": {"glm-5.3": {"value": 3, "reason": "1302 at 4 in flight"}}}
+    state = {"format": STATE_FORMAT, "version": 2, "models": {"glm-5.3": {"value": 3, "reason": "1302 at 4"}}}
     write_state(path, state)
     assert read_state(path) == state
     write_state(path, {**state, "version": 3})

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from chaos_mode.learning.file import read_state, write_state
 from chaos_mode.learning.limits import STATE_FORMAT, STATE_VERSION
@@ -15,7 +14,7 @@ from chaos_mode.routing.aliases import ROW_PREFIX
 def save_aliases(path: Path, aliases: Mapping[str, str], now: float) -> None:
     """Add `aliases` (asked -> served) to the learned-limits file at `path` as learned at `now` (wall
     clock); `ValueError` (one line) when the file is not the proxy's or cannot be written."""
-    data: Any = read_state(path)
+    data = read_state(path)
     if data is None:
         data = {
             "format": STATE_FORMAT,
@@ -24,8 +23,6 @@ def save_aliases(path: Path, aliases: Mapping[str, str], now: float) -> None:
             "models": {},
             "account": None,
         }
-    if not isinstance(data, dict) or data.get("format") != STATE_FORMAT:
-        raise ValueError(f"{path}: not a chaos-mode learned-limits file")
     rows = data.get("aliases")
     rows = dict(rows) if isinstance(rows, dict) else {}
     rows.update(

@@ -8,6 +8,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Final
 
+from chaos_mode.learning.limits import STATE_FORMAT
+
 FILE_NAME: Final = "chaos-mode-limits.json"
 MAX_BYTES: Final = 1024 * 1024  # ours are a few KB: anything larger is not ours
 
@@ -17,8 +19,9 @@ def state_path(option: str, confdir: str) -> Path | None:
     return None if option.strip().lower() == "off" else Path(option or Path(confdir) / FILE_NAME).expanduser()
 
 
-def read_state(path: Path) -> Any | None:
-    """The file's JSON, or None when there is no file; `ValueError` (one line) when it cannot be used."""
+def read_state(path: Path) -> dict[str, Any] | None:
+    """The file's JSON, or None when there is no file; `ValueError` (one line) when it is not a learned-limits
+    file, or cannot be read (then it must not be written over: it may be another file of the user's)."""
     try:
         if not path.is_file():
             if path.exists():
@@ -26,11 +29,14 @@ def read_state(path: Path) -> Any | None:
             return None
         if path.stat().st_size > MAX_BYTES:
             raise ValueError(f"{path}: larger than {MAX_BYTES} bytes, not a learned-limits file")
-        return json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ValueError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise ValueError(f"{path}: not valid JSON") from None
+    if not isinstance(data, dict) or data.get("format") != STATE_FORMAT:
+        raise ValueError(f"{path}: not a chaos-mode learned-limits file")
+    return data
 
 
 def write_state(path: Path, data: Any) -> None:

@@ -342,6 +342,13 @@ class ChaosMode:
             return
         try:
             data = read_state(path)
+        except ValueError as exc:  # another file of the user's, maybe: never written over
+            self._limits_path = None
+            log.warning(
+                "chaos-mode: learned limits not restored, nor saved over it (chaos_limits_file): %s", exc
+            )
+            return
+        try:
             restored = 0 if data is None else self.pool.learned.restore(data)
         except ValueError as exc:
             log.warning("chaos-mode: learned limits not restored, starting from the catalog: %s", exc)
