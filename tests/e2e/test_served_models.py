@@ -5,6 +5,8 @@ from its answers and folded into the models that serve them, then counted, sent 
 from __future__ import annotations
 
 import asyncio
+import json
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -94,6 +96,26 @@ async def test_names_served_as_other_models_are_folded_and_never_serve_below_the
     assert stats["models"]["glm-5.3"]["peakInFlight"] <= 3
     assert await sim.rejections() == {}
     assert stats["aliasedRequests"] == {}  # every request went out under the served model's own name
+
+
+async def test_an_answer_another_addon_makes_teaches_no_alias(
+    make_sim: MakeSim, make_proxy: MakeProxy, http: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    """mitmproxy's `map_local` answers routed requests with a file naming "mock-model": not z.ai's word on
+    what served (learned, it folded every model into the mock's name, 403 for everything after, and the
+    learned-limits file kept that across restarts)."""
+    mock = tmp_path / "mock.json"
+    mock.write_text(json.dumps({"type": "message", "model": "mock-model", "content": [], "usage": {}}))
+    sim = await make_sim(**DEC)
+    extra = ["--set", f"map_local=|/v1/messages|{mock}"]
+    proxy = await make_proxy(upstream=sim.base_url, config=old_catalog(), extra_args=extra)
+    body = {"model": SONNET, "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+    url = proxy.url + "/api/anthropic/v1/messages"
+    answers = [await http.post(url, json=body, headers=HEADERS) for _ in range(4)]
+    assert [a.json()["model"] for a in answers] == ["mock-model"] * 4, [a.text for a in answers]
+    models = (await status(http, proxy))["modelDistribution"]
+    assert set(models) == set(OLD_MODELS) and all(m["aliases"] == [] for m in models.values()), models
+    assert (await sim.stats())["requests"] == 0
 
 
 async def test_a_request_sent_under_an_alias_says_so_in_its_comment_and_counts_once(

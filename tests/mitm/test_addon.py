@@ -1514,6 +1514,21 @@ async def test_an_answer_naming_another_model_folds_the_name_and_counts_on_the_s
     assert f.comment.startswith(f"claude-haiku-4-5 → glm-9-served (asked as {asked}) · ")
 
 
+async def test_an_answer_to_a_body_changed_after_routing_teaches_no_alias(env: Env) -> None:
+    """The user edited the intercepted request's model in mitmweb (or `modify_body` did): z.ai's answer
+    names the model the edit asked for, not one serving under the name routed, which stays in rotation."""
+    env.configure(enabled="true")
+    f = messages_flow("claude-haiku-4-5")
+    await env.request(f)
+    asked = meta_of(f)["model"]
+    edited = body_of(f) | {"model": "glm-4.6v-edited"}
+    f.request.content = json.dumps(edited).encode()
+    await serve(env, f, message_response("glm-4.6v-edited"))
+    status = env.stats()["modelDistribution"]
+    assert asked in status and "glm-4.6v-edited" not in status
+    assert env.addon.pool.learned.version[1] == 0  # no alias learned
+
+
 @pytest.mark.parametrize("named", [None, 7, "", "two words"])
 async def test_an_answer_naming_no_readable_model_counts_by_the_name_asked_with_one_warning(
     env: Env, named: object

@@ -583,6 +583,7 @@ class ChaosMode:
             view.changed(routed)
             return
         set_body(request, message.with_model(routed.slot.model), headers)
+        view.sent = request.raw_content
         if (address := self.forwarder.address) is not None:
             view.point_at(self.forwarder, routed, address)
         view.changed(routed)
@@ -592,15 +593,16 @@ class ChaosMode:
         response = flow.response
         if routed is None or response is None:
             return
-        self._views[flow].restore()
+        view = self._views[flow]
+        view.restore()
         routed.sent = True
         if response.status_code != 200:
             return
-        routed.answered()  # the forwarder has done it already; on the direct path, here
+        if view.from_zai(flow.request):  # not an answer another addon made
+            routed.answered()  # the forwarder has done it already; on the direct path, here
         if (coding := event_stream_coding(response)) is None:
             return
         observer = FORMATS[routed.message.door].observer()
-        view = self._views[flow]
         named: str | None = None  # the served model the answer named, told once
         feed, request = stream_feed(coding, observer.feed), flow.request  # not `flow`: held, it lived on
 
@@ -612,7 +614,7 @@ class ChaosMode:
                 routed.stopped = observer.stopped
                 if observer.model is not None and observer.model != named:
                     named = observer.model
-                    self._served(request, routed, named)
+                    self._served(request, routed, named, view)
                 if observer.stopped:  # mid-stream changes show at the end (`finish` shows a cut one's)
                     view.changed(routed)
             return chunk
@@ -698,16 +700,20 @@ class ChaosMode:
                 MAX_USAGE_BODY,
             )
             return None
-        self._served(flow.request, routed, served)
+        self._served(flow.request, routed, served, view)
         if not whole:
             return None
         view.cached = whole[1]
         return whole[0], whole[2]
 
-    def _served(self, request: http.Request, routed: RoutedRequest, model: str | None) -> None:
+    def _served(
+        self, request: http.Request, routed: RoutedRequest, model: str | None, view: FlowView
+    ) -> None:
         """The model z.ai's answer names as the one that served (`routing.aliases`); one warning when an
         answer names none that can be read, or the request's own key (an upstream that echoes it: a name
-        learned is shown, logged and saved)."""
+        learned is shown, logged and saved). An answer not z.ai's to the attempt as routed names nothing."""
+        if not view.from_zai(request):
+            return
         if model is not None and model != routed.model and names_a_credential(request, model):
             self._warn_once("served-key", "an answer names the request's key as its model: not learned")
             return

@@ -28,13 +28,14 @@ class FlowView:
     It holds its flow weakly: the addon keeps views (and routed requests, which hold their view) in weak maps
     keyed by the flow, and a value that held its key would keep every flow alive forever."""
 
-    __slots__ = ("_flow", "_original", "cached", "forwarded", "token")
+    __slots__ = ("_flow", "_original", "cached", "forwarded", "sent", "token")
 
     def __init__(self, flow: http.HTTPFlow) -> None:
         self._flow = weakref.ref(flow)
         self.token: str | None = None  # while the flow is pointed at the forwarder
         self.forwarded = False  # the forwarder took the request (it, not mitmproxy, talks to z.ai)
         self.cached = 0  # the answer's cached input tokens (the routed request's usage: the rest)
+        self.sent: bytes | None = None  # the body the addon set for the attempt going on
         self._original: tuple[bytes, str, int] | None = None
 
     @property
@@ -83,9 +84,15 @@ class FlowView:
 
     def attempt(self, body: bytes) -> None:
         request = self.flow.request
-        request.raw_content = body
+        request.raw_content = self.sent = body
         if "content-length" in request.headers:
             request.headers["content-length"] = str(len(body))
+
+    def from_zai(self, request: http.Request) -> bool:
+        """Whether the answer to `request` (the flow's) is z.ai's to the attempt as routed: not set by another
+        addon (`map_local`...) in place of the forwarder's, nor to a body changed after routing (edited
+        in mitmweb, `modify_body`): only such an answer says which model served."""
+        return (self.forwarded or self.token is None) and request.raw_content == self.sent  # `is` mostly
 
     def changed(self, request: RoutedRequest) -> None:
         """The flow shows `request` as it stands; once the flow is gone, nothing (a left attempt's stall,
