@@ -802,11 +802,18 @@ class ChaosMode:
         self._apply(config)
 
     def _watch_config(self) -> None:
-        """About once a second: an edited chaos_config file is read again, as `chaos.reload` does."""
+        """About once a second: an edited chaos_config file is read again, as `chaos.reload` does. And a flow
+        killed before it reached the forwarder gives its slot back: killed while intercepted (in mitmweb),
+        it never ends, and no hook says so."""
         self._watch_timer = asyncio.get_running_loop().call_later(WATCH_SECONDS, self._watch_config)
         watch = self._config_watch
         if watch is not None and watch.changed():
             self._reload(f"{watch.path} changed: config reloaded")
+        for flow, routed in list(self._requests.items()):
+            view = self._views.get(flow)
+            killed = flow.error is not None and flow.error.msg == flow.error.KILLED_MESSAGE
+            if killed and not routed.finished and view is not None and view.token and not view.forwarded:
+                self.error(flow)
 
 
 def _proxy_id() -> str:
