@@ -26,7 +26,9 @@ from mitmproxy.test import taddons, tflow, tutils
 
 from chaos_mode.config.schema import default_config
 from chaos_mode.doors.error_bodies import TRIED_HEADER
+from chaos_mode.mitm import addon as addon_module
 from chaos_mode.mitm.addon import META, ChaosMode
+from chaos_mode.mitm.client_watch import client_alive
 from chaos_mode.mitm.flow_view import FlowView
 from chaos_mode.request import routed as routed_module
 from chaos_mode.routing import pool_status
@@ -723,6 +725,30 @@ async def test_a_waiting_request_whose_client_left_is_killed_and_holds_nothing(
     await serve(env, first)
     assert served(pool_status.status(env.addon.pool))["models"]["tiny"]["dispatched"] == 1
     assert env.stats()["requests"]["aborted"] == 1
+
+
+async def test_a_replay_waits_for_its_slot_though_its_recorded_client_is_gone(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """mitmweb's replay (`replay.client`) runs a copy of a recorded flow, whose client connection closed long
+    ago: it is not a client that left, and waits in line like any other."""
+    monkeypatch.setattr(routed_module, "CLIENT_POLL_SECONDS", 0.01)
+    looks: list[bool] = []
+    monkeypatch.setattr(addon_module, "client_alive", lambda f: looks.append(client_alive(f)) or looks[-1])
+    env.configure({**TINY, "queue": {"timeoutSeconds": 30}})
+    first, replay = messages_flow(), messages_flow()
+    replay.is_replay = "request"
+    replay.client_conn.state = ConnectionState.CLOSED
+    await env.request(first)
+    waiting = asyncio.create_task(env.request(replay))
+    await until(lambda: len(looks) >= 3)  # the queue looked at the client a few times
+    assert looks == [True] * len(looks) and not waiting.done() and replay.error is None
+    await serve(env, first)
+    async with asyncio.timeout(WAIT):
+        await waiting
+    assert meta_of(replay)["held"] == "tiny"
+    await serve(env, replay)
+    assert env.stats()["requests"]["ok"] == 2
 
 
 async def test_a_waiting_flow_killed_by_the_user_leaves_quietly(

@@ -17,12 +17,18 @@ LEFT: Final = ("Client disconnected.", "stream reset by client (", "stream close
 
 
 def client_alive(flow: http.HTTPFlow) -> bool:
-    return flow.live and flow.client_conn.state is not ConnectionState.CLOSED and flow.error is None
+    return flow.live and not _closed(flow) and flow.error is None
 
 
 def client_left(flow: http.HTTPFlow) -> bool:
     """The flow ended because its client went away, not because the upstream broke it."""
-    if flow.client_conn.state is ConnectionState.CLOSED:
+    if _closed(flow):
         return True
     error = flow.error
     return error is not None and (error.msg == error.KILLED_MESSAGE or error.msg.startswith(LEFT))
+
+
+def _closed(flow: http.HTTPFlow) -> bool:
+    """The client's connection is closed; a replay (mitmweb's, `replay.client`) has none of its own: it
+    carries the recorded flow's, closed since."""
+    return flow.is_replay != "request" and flow.client_conn.state is ConnectionState.CLOSED
