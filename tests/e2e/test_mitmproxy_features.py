@@ -44,3 +44,23 @@ async def test_a_flow_killed_while_intercepted_gives_its_slot_back(
     with contextlib.suppress(asyncio.CancelledError, httpx.HTTPError):
         await asking
     assert "Traceback" not in proxy.output()
+
+
+async def test_stream_large_bodies_is_said_at_start_and_a_streamed_body_passes_said_so(
+    make_proxy: MakeProxy, sim: Sim, http: httpx.AsyncClient
+) -> None:
+    """mitmproxy sends a body over `stream_large_bodies` on as it comes, before any addon reads it: such a
+    request cannot be routed. Once it passed silently, its one line saying it was over the 32-MiB cap."""
+    proxy = await make_proxy(
+        upstream=sim.base_url, config=routing(), extra_args=["--set", "stream_large_bodies=1k"]
+    )
+    padding = "x" * 2000
+    body = {"model": OPUS, "max_tokens": 8, "messages": [{"role": "user", "content": padding}]}
+    url = proxy.url + "/api/anthropic/v1/messages"
+    answer = await http.post(url, json=body, headers={"x-api-key": "sk-k"})
+    assert answer.status_code == 400, answer.text  # the simulator knows no Claude name: not routed
+    document = await status(http, proxy)
+    assert document["badRequests"] == {"too-large": 1}, document["badRequests"]
+    output = proxy.output()
+    assert "stream_large_bodies=1k: mitmproxy sends a larger request on unread" in output, output
+    assert "body over mitmproxy's stream_large_bodies, streamed unread" in output, output

@@ -93,9 +93,10 @@ def read_message(
     `BadRequest` when it must pass untouched (too large, an encoding that is unknown or does not decode,
     not routable, the model named by the request's own key)."""
     raw = request.raw_content
-    if raw is None or len(raw) > limit:
-        size = "a streamed" if raw is None else f"{len(raw)} bytes"
-        raise BadRequest("too-large", f"body of {size} is over the {limit}-byte limit")
+    if raw is None:
+        raise BadRequest("too-large", "body over mitmproxy's stream_large_bodies, streamed unread")
+    if len(raw) > limit:
+        raise BadRequest("too-large", f"body of {len(raw)} bytes is over the {limit}-byte limit")
     coding = _coding(headers)
     if coding is None:
         message = parse(raw, limit=limit)
