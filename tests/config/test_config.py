@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from chaos_mode.config.schema import ConfigError, ModelRouting, default_config, parse_config
@@ -328,6 +330,11 @@ def test_a_lowered_floor_admits_lower_tiers() -> None:
             r"modelRouting\.models: model name ' a'",
         ),
         (
+            {"models": {"glm-5.3\ud800": {"tier": "HEAVY", "maxConcurrency": 1}}},
+            r"modelRouting\.models: model name 'glm-5\.3\\ud800': must .*lone surrogates",
+        ),
+        ({"aliases": {"glm-4.7": "glm-5.3\udfff"}}, r"modelRouting\.aliases: 'glm-5\.3\\udfff' is not"),
+        (
             {"models": {"*account": {"tier": "HEAVY", "maxConcurrency": 1}}},
             r"modelRouting\.models: model name '\*account': .*not starting with '\*'",
         ),
@@ -425,6 +432,18 @@ def test_openai_paths_default_to_both_z_ai_doors_and_are_normalised() -> None:
 def test_whole_numbers_may_be_written_for_seconds_and_prices() -> None:
     spec = routing(models={"a": {"tier": "HEAVY", "maxConcurrency": 2, "inputPrice": 1}}).models["a"]
     assert spec.input_price == 1.0 and isinstance(spec.input_price, float)
+
+
+@given(name=st.text(st.characters(categories=["L", "N", "P", "Zs", "Cc", "Cs"]), min_size=1, max_size=6))
+def test_a_model_name_taken_is_utf_8_text(name: str) -> None:
+    """A name is logged, saved and scraped as UTF-8: a lone surrogate (JSON's "\\ud800") is refused."""
+    try:
+        config = routing(models={name: {"tier": "HEAVY", "maxConcurrency": 1}}, aliases={"x": name})
+    except ConfigError as exc:
+        str(exc).encode("utf-8")  # the refusal is printed too
+        return
+    for taken in (*config.models, *config.aliases.values()):
+        taken.encode("utf-8")
 
 
 def test_a_config_error_is_one_line() -> None:

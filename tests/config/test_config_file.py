@@ -65,6 +65,16 @@ def test_an_empty_yaml_file_gives_the_defaults(tmp_path: Path) -> None:
         ("list.yaml", "- 1\n- 2\n", r"list\.yaml: the top level must be a mapping"),
         ("scalar.json", "42", r"scalar\.json: the top level must be a mapping"),
         ("typo.yaml", "modelRouting:\n  chaosMode:\n    strategie: x\n", r"typo\.yaml: .*strategie: Extra"),
+        (  # a lone surrogate, written as an escape: not UTF-8, so no model name
+            "surro.json",
+            '{"modelRouting": {"models": {"glm-5.3\\ud800": {"tier": "HEAVY", "maxConcurrency": 3}}}}',
+            r"surro\.json: modelRouting\.models: model name 'glm-5\.3\\ud800': must",
+        ),
+        (
+            "surro.yaml",
+            'modelRouting: {models: {"glm-5.3\\ud800": {tier: HEAVY, maxConcurrency: 3}}}',
+            r"surro\.yaml: modelRouting\.models: model name 'glm-5\.3\\ud800': must",
+        ),
     ],
 )
 def test_file_errors(tmp_path: Path, name: str, text: str, match: str) -> None:

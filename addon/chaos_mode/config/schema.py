@@ -42,7 +42,8 @@ StrategyName = Literal["least-loaded", "round-robin", "weighted-random"]
 # Strict numbers: a boolean, a string or a float with no fraction is not an int, a boolean not a float.
 Int = Annotated[int, Strict()]
 Float = Annotated[float, Strict()]
-MODEL_NAME = re.compile(r"[^\s\x00-\x1f\x7f]{1,128}")  # no spaces or control characters, 1-128 long
+# No spaces, control characters or lone surrogates (not UTF-8: a name is logged, saved, scraped), 1-128 long.
+MODEL_NAME = re.compile(r"[^\s\x00-\x1f\x7f\ud800-\udfff]{1,128}")
 URL_PATH = re.compile(r"/[!-~]{0,255}")  # printable ASCII, no spaces, 1-256 long
 
 
@@ -372,7 +373,8 @@ class ModelRouting(_Base):
         bad = [name for name in value if not MODEL_NAME.fullmatch(name) or name.startswith("*")]
         if bad:
             raise ValueError(
-                f"model name {bad[0]!r}: must be 1-128 characters with no spaces, not starting with '*'"
+                f"model name {bad[0]!r}: must be 1-128 characters with no spaces, control characters or lone "
+                "surrogates, not starting with '*'"
             )
         return value
 
