@@ -95,7 +95,7 @@ def test_the_design_catalog_as_a_config_equals_the_seed() -> None:
     assert config.total_capacity == 28
 
 
-@pytest.mark.parametrize("data", [None, {}, {"modelRouting": {}}])
+@pytest.mark.parametrize("data", [{}, {"modelRouting": {}}, {"modelRouting": None}])
 def test_empty_input_gives_the_defaults(data: Any) -> None:
     assert parse_config(data) == default_config()
 
@@ -104,6 +104,7 @@ def test_empty_input_gives_the_defaults(data: Any) -> None:
     ("data", "match"),
     [
         ([1, 2], r"^config: the top level must be a mapping with a modelRouting key$"),
+        (None, r"^config: empty, no modelRouting key \(`modelRouting:` alone: the built-in defaults\)$"),
         ("text", r"the top level must be a mapping"),
         ({"modelRouting": 3}, r"^config: modelRouting: Input should be a valid dictionary"),
         ({"chaosMode": {}}, r"^config: chaosMode: Extra inputs"),  # forgot the modelRouting level

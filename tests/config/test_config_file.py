@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 from pathlib import Path
 
@@ -51,10 +52,17 @@ def test_load_config_reads_yaml_and_json(tmp_path: Path, suffix: str) -> None:
     assert config.eligible_models("heavy") == ["glm-5.3"]
 
 
-def test_an_empty_yaml_file_gives_the_defaults(tmp_path: Path) -> None:
-    path = tmp_path / "empty.yaml"
-    path.write_text("# nothing here\n", encoding="utf-8")
-    assert load_config(path) == default_config()
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [("empty.yaml", ""), ("empty.yml", "  \n\n"), ("empty.yaml", "# nothing here\n"), ("empty.json", "")],
+)
+def test_an_empty_file_is_refused(tmp_path: Path, name: str, text: str) -> None:
+    """Caught while its writer truncated it (`gen > chaos.yaml`): no config, so a reload keeps the old."""
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    said = "empty, no modelRouting key" if name.endswith("l") else "not valid JSON"
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: {said}"):
+        load_config(path)
 
 
 @pytest.mark.parametrize(

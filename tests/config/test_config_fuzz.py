@@ -36,6 +36,7 @@ FILE_LEVEL = (
     "over ",
     "more than ",
     "the top level must be",
+    "empty, ",
 )
 FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

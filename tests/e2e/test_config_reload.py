@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -60,3 +61,29 @@ async def test_an_edited_config_file_takes_effect_and_a_broken_edit_keeps_the_ol
         json={"model": "claude-opus-4-5", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]},
     )
     assert response.status_code == 200 and response.json()["model"].startswith("glm-")
+
+
+async def test_a_config_file_caught_empty_keeps_the_config_in_force(
+    make_proxy: MakeProxy, sim: Sim, http: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    path = tmp_path / "chaos.yaml"
+
+    def write(block: dict[str, Any]) -> None:
+        path.write_text(json.dumps({"modelRouting": block}), encoding="utf-8")  # JSON is YAML too
+
+    write(routing(chaosMode={"strategy": "round-robin"}))
+    proxy = await make_proxy(upstream=sim.base_url, extra_args=["--set", f"chaos_config={path}"])
+    path.write_text("", encoding="utf-8")  # `gen > chaos.yaml`: truncated, gen has not written yet
+    said = "config not reloaded, the old one stays in force"
+    output = await poll(lambda: asyncio.to_thread(proxy.output), lambda text: said in text, WITHIN)
+    assert lines_with(said, output) == [
+        f"chaos-mode: {said}: {path}: empty, no modelRouting key "
+        "(`modelRouting:` alone: the built-in defaults)"
+    ]
+    document = await status(http, proxy)
+    assert document["enabled"] is True and document["strategy"] == "round-robin"
+
+    write(routing(chaosMode={"strategy": "weighted-random"}))  # the writer is done: its config is read
+    document = await poll(lambda: status(http, proxy), lambda d: d["strategy"] == "weighted-random", WITHIN)
+    assert document["enabled"] is True and document["strategy"] == "weighted-random"
+    assert "Traceback" not in proxy.output()

@@ -523,8 +523,10 @@ def _format_errors(error: ValidationError) -> str:
 
 def parse_config(data: Any, *, source: str = "config") -> ModelRouting:
     """Validate already-decoded config data (a mapping with a `modelRouting` key)."""
-    if data is None:
-        data = {}
+    if data is None:  # a file caught empty (truncated by its writer) is no config: the one in force stays
+        raise ConfigError(
+            f"{source}: empty, no modelRouting key (`modelRouting:` alone: the built-in defaults)"
+        )
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: the top level must be a mapping with a modelRouting key")
     try:
