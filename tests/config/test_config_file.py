@@ -73,6 +73,16 @@ def test_an_empty_file_is_refused(tmp_path: Path, name: str, text: str) -> None:
         ("list.yaml", "- 1\n- 2\n", r"list\.yaml: the top level must be a mapping"),
         ("scalar.json", "42", r"scalar\.json: the top level must be a mapping"),
         ("typo.yaml", "modelRouting:\n  chaosMode:\n    strategie: x\n", r"typo\.yaml: .*strategie: Extra"),
+        (  # as YAML refuses it: JSON would keep the last one silently
+            "dup.json",
+            '{"modelRouting": {"chaosMode": {"enabled": true}, "chaosMode": {"enabled": false}}}',
+            r'dup\.json: not valid JSON: duplicate key "chaosMode"$',
+        ),
+        (
+            "dup2.json",
+            '{"modelRouting": {"models": {"a": {"tier": "HEAVY", "maxConcurrency": 1, "tier": "LIGHT"}}}}',
+            r'dup2\.json: not valid JSON: duplicate key "tier"$',
+        ),
         (  # a lone surrogate, written as an escape: not UTF-8, so no model name
             "surro.json",
             '{"modelRouting": {"models": {"glm-5.3\\ud800": {"tier": "HEAVY", "maxConcurrency": 3}}}}',
@@ -90,6 +100,15 @@ def test_file_errors(tmp_path: Path, name: str, text: str, match: str) -> None:
     path.write_text(text, encoding="utf-8")
     with pytest.raises(ConfigError, match=match):
         load_config(path)
+
+
+def test_a_long_duplicate_key_is_cut_short(tmp_path: Path) -> None:
+    path = tmp_path / "dup.json"
+    key = "k" * 50
+    path.write_text(f'{{"{key}": 1, "{key}": 2}}', encoding="utf-8")
+    with pytest.raises(ConfigError) as raised:
+        load_config(path)
+    assert str(raised.value) == f'{path}: not valid JSON: duplicate key "{key[:40]}"...'
 
 
 def test_missing_file(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import os
 import re
 import stat
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any, Final
 
@@ -68,8 +69,17 @@ def _decode(text: str, path: Path) -> Any:
 
 
 def _decode_json(text: str, path: Path) -> Any:
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        """A key given twice is refused, as YAML refuses it (json would keep the last one silently)."""
+        data = dict(pairs)
+        if len(data) < len(pairs):
+            twice = next(key for key, count in Counter(key for key, _ in pairs).items() if count > 1)
+            shown = json.dumps(twice[:40]) + ("..." if len(twice) > 40 else "")
+            raise ConfigError(f"{path}: not valid JSON: duplicate key {shown}")
+        return data
+
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=unique)
     except json.JSONDecodeError as exc:
         raise ConfigError(
             f"{path}: not valid JSON: line {exc.lineno}, column {exc.colno}: {exc.msg}"
