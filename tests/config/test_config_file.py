@@ -111,6 +111,13 @@ def test_a_long_duplicate_key_is_cut_short(tmp_path: Path) -> None:
     assert str(raised.value) == f'{path}: not valid JSON: duplicate key "{key[:40]}"...'
 
 
+def test_a_path_from_the_home_folder_is_read_there(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`chaos_config: ~/chaos.yaml` in mitmproxy's config.yaml, where no shell expands it."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "chaos.yaml").write_text(YAML_TEXT, encoding="utf-8")
+    assert load_config("~/chaos.yaml").chaos_mode.strategy == "round-robin"
+
+
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"nope\.yaml: cannot read"):
         load_config(tmp_path / "nope.yaml")

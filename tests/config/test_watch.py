@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -72,3 +73,16 @@ def test_each_steady_state_that_differs_from_the_last_read_is_reported_once(
         expected += [False, report, *[False] * (n - 2)][:n]
         read = look if report else read
     assert watch_of(looks)[1] == expected
+
+
+def test_a_path_from_the_home_folder_is_watched_there(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", "/home/someone")
+    looked: list[str] = []
+
+    def stat(path: str) -> os.stat_result:
+        looked.append(path)
+        raise FileNotFoundError(path)
+
+    watch = FileWatch("~/chaos.yaml", stat)
+    watch.changed()
+    assert watch.path == "/home/someone/chaos.yaml" and looked == ["/home/someone/chaos.yaml"] * 2

@@ -24,8 +24,8 @@ _LONG_NUMBER: Final = re.compile(rf"[0-9a-fA-F_]{{{sys.get_int_max_str_digits() 
 
 
 def load_config(path: str | Path) -> ModelRouting:
-    """Read a YAML or JSON config file; raise `ConfigError` with a one-line message."""
-    path = Path(path)
+    """Read a YAML or JSON config file (`~`: the home folder); raise `ConfigError` in one line."""
+    path = Path(path).expanduser()
     text = _read_text(path)
     data = _decode(text, path)
     _check_shape(data, str(path))

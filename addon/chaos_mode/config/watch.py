@@ -13,10 +13,11 @@ type Stamp = tuple[int, int, int] | None  # (mtime in ns, size, inode); None: th
 
 
 class FileWatch:
-    """The file at `path`, stamped when it was (about to be) read."""
+    """The file at `path` (`~` is the home folder, as `config.file` reads it), stamped when it was (about
+    to be) read."""
 
     def __init__(self, path: str, stat: Callable[[str], os.stat_result] = os.stat) -> None:
-        self.path = path
+        self.path = os.path.expanduser(path)
         self._stat = stat
         self._read = self._stamp()  # taken before the read: a write during it is seen next time
         self._moving: Stamp = self._read
