@@ -104,6 +104,32 @@ def test_main_runs_mitmproxys_own_entry_point(monkeypatch: pytest.MonkeyPatch, t
     assert called == [(tool, [*OURS, "--listen-host", LOOPBACK, "-p", "8080"])]
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--set", "chaos_web=", "--set", "chaos_web=127.0.0.1:9"],
+        ["--set=chaos_key=A", "-p", "1", "--set", "chaos_key=B"],
+    ],
+)
+def test_an_addon_option_given_twice_is_one_line_not_a_proxy_without_the_addon(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """mitmproxy fails to load a script whose option is set twice, and says nothing: the proxy would run
+    with every request unrouted."""
+    monkeypatch.setattr(mitmproxy_main, "mitmdump", lambda args: pytest.fail("mitmdump started"))
+    assert main(argv) == 2
+    assert "is given twice: give it once" in capsys.readouterr().err
+
+
+def test_options_given_once_or_mitmproxys_own_twice_start_the_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    called: list[list[str]] = []
+    monkeypatch.setattr(mitmproxy_main, "mitmdump", called.append)
+    assert (
+        main(["--set", "chaos_web=", "--set", "flow_detail=1", "--set", "flow_detail=2", "chaos_web=x"]) == 0
+    )
+    assert len(called) == 1
+
+
 def test_help_names_our_words_before_mitmproxys(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -50,6 +50,22 @@ def names_listen_host(args: Sequence[str]) -> bool:
     return False
 
 
+def set_twice(args: Sequence[str]) -> str | None:
+    """An addon option (`chaos_*`) given twice with `--set`: mitmproxy then fails to load the script, and
+    says nothing (the proxy runs without the addon)."""
+    seen: set[str] = set()
+    for previous, arg in zip(["", *args], args, strict=False):
+        setting = (
+            arg.removeprefix("--set=") if arg.startswith("--set=") else arg if previous == "--set" else ""
+        )
+        name = setting.split("=", 1)[0]
+        if name.startswith("chaos_"):
+            if name in seen:
+                return name
+            seen.add(name)
+    return None
+
+
 def launch(argv: Sequence[str]) -> Launch:
     """What `chaos-mode argv` runs: the addon's script first (mitmdump's filter expression, a positional
     argument, takes every argument after it), the loopback unless the listen host is given."""
@@ -78,6 +94,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.execv(sys.executable, [sys.executable, "-m", "chaos_mode_tools.sim", *plan.args])
     if {"-h", "--help"} & set(plan.args):
         print(USAGE)
+    elif (twice := set_twice(plan.args)) is not None:
+        print(f"chaos-mode: --set {twice} is given twice: give it once", file=sys.stderr)
+        return 2
     from mitmproxy.tools import main as mitmproxy
 
     (mitmproxy.mitmweb if plan.tool == "mitmweb" else mitmproxy.mitmdump)(list(plan.args))
