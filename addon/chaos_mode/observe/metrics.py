@@ -85,7 +85,7 @@ METRICS: Final[tuple[MetricSpec, ...]] = (
         "account_pause_seconds",
         "gauge",
         (),
-        "Seconds left of an account-wide pause (z.ai 1308/1310/1313); 0 when none.",
+        "Seconds left of an account-wide pause (z.ai 1308, 1310, 1313-1321); 0 when none.",
     ),
     _spec(
         "quota_used_ratio",
@@ -280,7 +280,7 @@ METRICS: Final[tuple[MetricSpec, ...]] = (
         "bad_requests_total",
         "counter",
         ("kind",),
-        "Requests (either door) passed through unrouted, by kind: too-large, not-json, not-object, no-model.",
+        "Requests (either door) passed through unrouted, by kind (docs/METRICS.md lists them).",
     ),
     _spec(
         "spurious_releases_total",
