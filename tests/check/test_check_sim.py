@@ -1,6 +1,6 @@
 """`chaos-mode check` against the simulator's 2026-12 catalog over loopback: the alias map it finds is the
 simulator's, each fact is found in both of its settings, the budget holds, the key is never shown, and a
-key refused or a host not reached ends in one line."""
+key refused, a key no header can hold or a host not reached ends in one line."""
 
 from __future__ import annotations
 
@@ -209,6 +209,22 @@ def test_no_key_is_one_line() -> None:
     assert result.stdout.splitlines() == [
         "chaos-mode check: set ZAI_UNSET_FOR_TEST to your z.ai key (or name another with --key-env)"
     ]
+
+
+@pytest.mark.parametrize("tail", ["\n" + KEY, " " + KEY, "\x1b[2J", "\x7f", "\u00e9"])
+def test_a_key_no_header_can_hold_is_one_line_never_shown(
+    tail: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("ZAI_KEY_FOR_TEST", KEY + tail)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # nothing listens there: a request sent would not be reached
+    assert main(["--key-env", "ZAI_KEY_FOR_TEST", "--base-url", f"http://127.0.0.1:{port}"]) == 2
+    out, err = capsys.readouterr()
+    assert out.splitlines() == [
+        "chaos-mode check: ZAI_KEY_FOR_TEST holds a character no key has (a newline, a space, non-ASCII)"
+    ]
+    assert err == ""
 
 
 def test_a_certificate_not_trusted_is_one_line(tmp_path: Path) -> None:

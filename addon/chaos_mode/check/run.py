@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -30,6 +31,7 @@ from chaos_mode.zai.catalog import DEFAULT_ALIASES, DEFAULT_CATALOG, EARLY_2026_
 DEFAULT_BUDGET = 40
 DEFAULT_KEY_ENV = "ZAI_API_KEY"
 MIN_KEY_LENGTH = 8
+_KEY = re.compile(r"[\x21-\x7e]+")  # what a key sent in a header can hold: visible ASCII
 BUSY_CODES = frozenset({"1302", "1303", "1305", "1312"})  # refused for load, not for the name
 
 
@@ -218,6 +220,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     key = os.environ.get(args.key_env, "").strip()
     if not key:
         print(f"chaos-mode check: set {args.key_env} to your z.ai key (or name another with --key-env)")
+        return 2
+    if not _KEY.fullmatch(key):
+        print(
+            f"chaos-mode check: {args.key_env} holds a character no key has (a newline, a space, non-ASCII)"
+        )
         return 2
     if args.budget < 1 or args.timeout <= 0 or args.settle < 0:
         print("chaos-mode check: --budget must be >= 1, --timeout > 0, --settle >= 0")
