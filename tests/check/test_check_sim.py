@@ -150,6 +150,32 @@ def test_each_fact_is_found_in_each_setting(
     assert ("stream heads: only with the first token" in out) is heads_late
 
 
+@pytest.mark.parametrize("counters", ["shared", "own"])
+def test_the_alias_counters_are_found_on_the_simulators_defaults(
+    counters: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Its 30-token answers end in 0.9 s, before its 1302 (after 1 s) says the target is full: the held
+    # streams must be held again for the alias, and an alias answered only while they are open.
+    written = tmp_path / "zai-check.json"
+    settings = {"catalog": "2026-12", "quota_key": KEY, "alias_counters": counters}
+    with SimProcess(SimSettings.from_mapping(settings)) as process:
+        code, out = check(process, monkeypatch, capsys, "--write", str(written))
+    assert code == 0, out
+    facts = json.loads(written.read_text(encoding="utf-8"))["facts"]
+    assert (facts["aliasCounters"], facts["limits"]) == (counters, {"glm-5.3-flash": 5}), out
+
+
+def test_an_alias_answered_as_the_held_streams_end_is_not_its_own(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Answers that end 0.1 s after their head: no held stream is open 0.2 s after the alias's answer.
+    settings = {"catalog": "2026-12", "quota_key": KEY, "alias_counters": "own", "output_tokens": 0}
+    with SimProcess(SimSettings.from_mapping({**settings, "latency_ms": 100})) as process:
+        code, out = check(process, monkeypatch, capsys)
+    assert code == 0, out
+    assert "alias concurrency counter: not found (glm-4.5-flash answered only after a held stream" in out
+
+
 @pytest.mark.parametrize(
     ("budget", "said"),
     [(9, "no verdict (budget spent)"), (19, "alias concurrency counter: not found (budget spent with")],

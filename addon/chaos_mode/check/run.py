@@ -3,8 +3,9 @@
 1. Which names z.ai routes to which model: one tiny streamed request per name (its models list and the
    built-in catalog), read until the answer names the model that serves it; 1311/1211/1113 = not served.
 2. Whether an alias shares its target's concurrency counter: the target held full (long streams added until
-   a 1302), then the alias sent: refused 1302 = shared (unless another model is refused too: the account is
-   full), answered = a counter of its own.
+   a 1302, those ended since replaced), then the alias sent: refused 1302 = shared (unless another model is
+   refused too: the account is full), answered with every held stream still open after = a counter of its
+   own.
 3. Whether a stream's head comes before its first token or only with it: timed on the held streams.
 """
 
@@ -32,6 +33,9 @@ DEFAULT_BUDGET = 40
 DEFAULT_KEY_ENV = "ZAI_API_KEY"
 MIN_KEY_LENGTH = 8
 _KEY = re.compile(r"[\x21-\x7e]+")  # what a key sent in a header can hold: visible ASCII
+# An alias answered counts apart only if every held stream is still open this long after its answer came:
+# longer than an answer's end takes to reach the check, so each held its slot when the alias was let in.
+HELD_MARGIN = 0.2
 BUSY_CODES = frozenset({"1302", "1303", "1305", "1312"})  # refused for load, not for the name
 
 
@@ -83,39 +87,66 @@ class Check:
 
     def alias_counters(self, names: dict[str, NameResult]) -> tuple[Verdict[Counters], dict[str, int]]:
         """Hold the target of an alias full, then send the alias (see the module's docstring): measures
-        `zai.assumptions.ALIAS_SHARES_COUNTER`."""
+        `zai.assumptions.ALIAS_SHARES_COUNTER`. Held streams that ended (short answers) are replaced
+        before the alias is sent, and again when one ends as it is answered."""
         pair = alias_to_test(names)
         if pair is None:
             return Verdict(None, "no name was answered as another model"), {}
         alias, target = pair
         self.sleep(self.settle)  # the probes' requests, closed early, leave z.ai's counters
+        limit: int | None = None  # streams answered before the target refused one 1302
+        spent = "budget spent"
         while True:
-            if self.up.left < 2:
-                return Verdict(None, f"budget spent with {len(self.held)} {target} streams held"), {}
+            held = [h for h in self.held if h.reader.is_alive()]
+            full = limit is not None and len(held) >= limit
+            if self.up.left < (1 if full else 2):
+                verdict: Verdict[Counters] = Verdict(None, f"{spent} with {len(held)} {target} streams held")
+                break
+            if full:
+                found = self.probe(alias, target, held, names)
+                if found is None:  # a held stream ended: replaced, the alias sent again
+                    spent = f"{alias} answered only after a held stream had ended, then the budget spent"
+                    continue
+                verdict = found
+                break
             stream = self.hold(target)
             if stream.answered:
                 continue
             if stream.code != "1302":
-                return Verdict(None, f"{target} answered {_refusal(stream)} with {len(self.held)} held"), {}
-            break
-        limits = {target: len(self.held)}
-        if not self.held:
-            return Verdict(None, f"{target} refused 1302 with none held: the account is busy"), limits
-        full = f"{target} full at {len(self.held)} streams"
+                verdict = Verdict(None, f"{target} answered {_refusal(stream)} with {len(held)} held")
+                break
+            if limit is not None:
+                verdict = Verdict(None, f"{target} refused 1302 again with {len(held)} of {limit} held")
+                break
+            limit = len(self.held)
+            if not limit:
+                verdict = Verdict(None, f"{target} refused 1302 with none held: the account is busy")
+                break
+        return verdict, {} if limit is None else {target: limit}
+
+    def probe(
+        self, alias: str, target: str, held: Sequence[Held], names: dict[str, NameResult]
+    ) -> Verdict[Counters] | None:
+        """Send `alias` while `held` fill `target`; None when it was answered but a held stream ended before
+        it could be shown to have held its slot until then."""
+        full = f"{target} full at {len(held)} streams"
         probe = self.up.open(alias, long=False)
         probe.close()
         if probe.answered:
-            return Verdict("own", f"{alias} answered with {full}"), limits
+            self.sleep(HELD_MARGIN)
+            if not all(h.reader.is_alive() for h in held):
+                return None
+            return Verdict("own", f"{alias} answered with {full}")
         if probe.code != "1302":
-            return Verdict(None, f"{alias} answered {_refusal(probe)} with {full}"), limits
+            return Verdict(None, f"{alias} answered {_refusal(probe)} with {full}")
         other = next((n for n, r in names.items() if r.served == n and n != target), None)
         if other is None or self.up.left < 1:
-            return Verdict("shared", f"{alias} refused 1302 with {full}; the account not tested"), limits
+            return Verdict("shared", f"{alias} refused 1302 with {full}; the account not tested")
         control = self.up.open(other, long=False)
         control.close()
         if control.answered:
-            return Verdict("shared", f"{alias} refused 1302 with {full}, {other} answered"), limits
-        return Verdict(None, f"{alias} and {other} both refused with {full}: the account is full"), limits
+            return Verdict("shared", f"{alias} refused 1302 with {full}, {other} answered")
+        return Verdict(None, f"{alias} and {other} both refused with {full}: the account is full")
 
     def heads(self, names: dict[str, NameResult]) -> Verdict[bool]:
         """When the held streams' heads and first tokens came (one stream sent for it when none is held)."""
