@@ -253,6 +253,38 @@ def test_a_key_no_header_can_hold_is_one_line_never_shown(
     assert err == ""
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--timeout", "nan"],
+        ["--timeout", "inf"],
+        ["--timeout", "1e10"],  # finite, yet more than a socket's timeout can be
+        ["--settle", "inf"],
+        ["--settle", "nan"],
+        ["--base-url", "http://127.0.0.1:99999"],
+        ["--base-url", "http://127.0.0.1:abc"],
+        ["--base-url", "http://[::1"],
+        ["--base-url", "http://a b"],
+        ["--base-url", "ftp://127.0.0.1"],
+    ],
+    ids=" ".join,
+)
+def test_a_bad_argument_is_one_line_before_any_request(
+    args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("ZAI_KEY_FOR_TEST", KEY)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        assert main(["--key-env", "ZAI_KEY_FOR_TEST", "--base-url", url, "--budget", "3", *args]) == 2
+        sock.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            sock.accept()  # no request came
+    out, err = capsys.readouterr()
+    assert len(out.splitlines()) == 1 and out.startswith("chaos-mode check: ") and err == ""
+
+
 def test_a_certificate_not_trusted_is_one_line(tmp_path: Path) -> None:
     certs = make_certs(tmp_path)
     with sim(tls_cert=str(certs.cert), tls_key=str(certs.key)) as process:

@@ -32,6 +32,7 @@ from chaos_mode.zai.catalog import DEFAULT_ALIASES, DEFAULT_CATALOG, EARLY_2026_
 DEFAULT_BUDGET = 40
 DEFAULT_KEY_ENV = "ZAI_API_KEY"
 MIN_KEY_LENGTH = 8
+MAX_SECONDS = 3600  # --timeout and --settle at most: more is a mistake (NaN, inf) or overflows a socket
 _KEY = re.compile(r"[\x21-\x7e]+")  # what a key sent in a header can hold: visible ASCII
 # An alias answered counts apart only if every held stream is still open this long after its answer came:
 # longer than an answer's end takes to reach the check, so each held its slot when the alias was let in.
@@ -257,12 +258,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"chaos-mode check: {args.key_env} holds a character no key has (a newline, a space, non-ASCII)"
         )
         return 2
-    if args.budget < 1 or args.timeout <= 0 or args.settle < 0:
-        print("chaos-mode check: --budget must be >= 1, --timeout > 0, --settle >= 0")
+    if args.budget < 1 or not 0 < args.timeout <= MAX_SECONDS or not 0 <= args.settle <= MAX_SECONDS:
+        print(
+            f"chaos-mode check: --budget must be >= 1, --timeout > 0, --settle >= 0 (at most {MAX_SECONDS})"
+        )
         return 2
     hide = _hider(key)
     try:
         upstream = Upstream(args.base_url, key, budget=args.budget, timeout=args.timeout, door=args.door)
+    except CheckError as exc:  # the base URL
+        print(f"chaos-mode check: {hide(str(exc))}")
+        return 2
+    try:
         findings = run(upstream, args.base_url, settle=args.settle, now=datetime.now(UTC))
     except CheckError as exc:
         print(f"chaos-mode check: {hide(str(exc))}")

@@ -32,6 +32,7 @@ DOOR_PATHS: Final[dict[Door, str]] = {
 }
 BODY_LIMIT: Final = 256 * 1024  # an error body or the models list read no further
 LINE_LIMIT: Final = 64 * 1024  # an SSE line read no further
+_HOST: Final = re.compile(r"[\w.:%-]+")  # a name, an IPv4 or an IPv6 address (with its zone)
 _MODEL_NAME: Final = re.compile(r"[\w.:/+-]{1,128}", re.ASCII)
 # A held request asks for a long answer, so that it holds its slot for as long as the check needs it.
 LONG_PROMPT: Final = "Count from 1 to 5000, one number per line, nothing else."
@@ -83,10 +84,15 @@ class Upstream:
     time."""
 
     def __init__(self, base_url: str, key: str, *, budget: int, timeout: float, door: Door) -> None:
-        url = urllib.parse.urlsplit(base_url)
-        if url.scheme not in ("http", "https") or not url.hostname:
-            raise CheckError(f"base URL: expected http(s)://host[:port], got {base_url!r}")
-        self.scheme, self.host, self.port = url.scheme, url.hostname, url.port
+        expected = CheckError(f"base URL: expected http(s)://host[:port], got {base_url!r}")
+        try:
+            url = urllib.parse.urlsplit(base_url)
+            host, port = url.hostname or "", url.port  # ValueError: a port out of range, or not a number
+        except ValueError:
+            raise expected from None
+        if url.scheme not in ("http", "https") or not _HOST.fullmatch(host):
+            raise expected
+        self.scheme, self.host, self.port = url.scheme, host, port
         self.prefix = url.path.rstrip("/")
         self.origin = f"{url.scheme}://{url.netloc.rpartition('@')[2]}"  # what messages name
         self.key = key
