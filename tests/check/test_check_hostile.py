@@ -1,6 +1,6 @@
 """`chaos-mode check` against a z.ai that echoes the key in every answer, lists names that are no names and
 leaves one unanswered: the key never shows, the odd names are not asked for, and a request that gets no head
-is given up after `--timeout`."""
+is given up after `--timeout`; against one whose answers are pings without end: each is given up too."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from chaos_mode.check.run import main
+from support.run import run_module
 
 pytestmark = pytest.mark.e2e
 
@@ -53,9 +54,36 @@ class Echoing(BaseHTTPRequestHandler):
         )
 
 
-@pytest.fixture
-def echoing() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Echoing)
+class Pinging(BaseHTTPRequestHandler):
+    """Lists one name, and answers it with a stream of pings that names no model (for 30 s at most)."""
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        body = json.dumps({"object": "list", "data": [{"id": "glm-pings"}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for _ in range(300):
+            try:
+                self.wfile.write(b'event: ping\ndata: {"type": "ping"}\n\n')
+                self.wfile.flush()
+            except OSError:
+                return
+            time.sleep(0.1)
+
+
+def serve(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -64,6 +92,16 @@ def echoing() -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture
+def echoing() -> Iterator[str]:
+    yield from serve(Echoing)
+
+
+@pytest.fixture
+def pinging() -> Iterator[str]:
+    yield from serve(Pinging)
 
 
 def test_the_key_never_shows_and_a_silent_name_times_out(
@@ -94,3 +132,18 @@ def test_the_key_never_shows_and_a_silent_name_times_out(
     assert document["unchecked"][SILENT] == "no head in 0.5 s"
     assert document["notServed"] == {"glm-refused": "1311"}
     assert "\x1b" not in out and "glm-\ud800" not in out
+
+
+def test_an_answer_of_pings_is_given_up_after_the_timeout(pinging: str) -> None:
+    started = time.monotonic()
+    result = run_module(
+        "chaos_mode",
+        "check",
+        *("--base-url", pinging, "--budget", "2", "--timeout", "1", "--settle", "0"),
+        timeout=20,
+        env={"ZAI_API_KEY": KEY},
+    )
+    assert time.monotonic() - started < 10  # the name given up 1 s after it was sent, not after 30 s of pings
+    assert result.returncode == 0, result.stdout + result.stderr
+    said = [line.split(None, 1) for line in result.stdout.splitlines() if line.startswith("  glm-pings ")]
+    assert said == [["glm-pings", "no verdict (no model named)"]]

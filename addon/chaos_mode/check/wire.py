@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import math
 import re
 import socket
 import ssl
@@ -183,9 +184,10 @@ class Upstream:
         }
 
     def read_model(self, stream: Stream) -> None:
-        """Read the answer until it names the model that serves it, then close it."""
+        """Read the answer until it names the model that serves it (given up `timeout` after the request was
+        sent), then close it."""
         try:
-            for event in self._events(stream):
+            for event in self._events(stream, until=stream._started + self.timeout):
                 served = _served_model(event, self.door)
                 if served is not None:
                     stream.served = served
@@ -207,13 +209,14 @@ class Upstream:
         finally:
             stream.close()
 
-    def _events(self, stream: Stream) -> Iterator[dict[str, Any]]:
-        """The JSON of each SSE `data:` line, until the answer ends, breaks or stalls past the timeout."""
+    def _events(self, stream: Stream, until: float = math.inf) -> Iterator[dict[str, Any]]:
+        """The JSON of each SSE `data:` line, until the answer ends, breaks, stalls past the timeout or
+        (pings, say) goes on past `until` (monotonic)."""
         response = stream._response
         if response is None:
             return
         try:
-            while True:
+            while time.monotonic() < until:
                 line = response.readline(LINE_LIMIT)
                 if not line:
                     return
