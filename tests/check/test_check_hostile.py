@@ -1,10 +1,12 @@
 """`chaos-mode check` against a z.ai that echoes the key in every answer, lists names that are no names and
 leaves one unanswered: the key never shows, the odd names are not asked for, and a request that gets no head
-is given up after `--timeout`; against one whose answers are pings without end: each is given up too."""
+is given up after `--timeout`; against one whose answers are pings without end: each is given up too;
+against one that answers escapes, a status line or an error's message: they are printed escaped and cut."""
 
 from __future__ import annotations
 
 import json
+import socketserver
 import threading
 import time
 from collections.abc import Iterator
@@ -82,7 +84,44 @@ class Pinging(BaseHTTPRequestHandler):
             time.sleep(0.1)
 
 
-def serve(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+# Retitles the terminal, turns it red; the key straddles where a message is cut.
+ESCAPES = "\x1b]0;pwned\x07\x1b[31m" + "x" * 110 + KEY
+
+
+class Escaping(BaseHTTPRequestHandler):
+    """Lists one name, and refuses it with a message of escapes (and no code)."""
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        body = json.dumps({"object": "list", "data": [{"id": "glm-escaped"}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        body = json.dumps({"error": {"message": ESCAPES}}).encode()
+        self.send_response(503)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class NotHttp(socketserver.StreamRequestHandler):
+    """Answers anything with a status line of escapes, far too long."""
+
+    def handle(self) -> None:
+        while self.rfile.readline() not in (b"\r\n", b""):
+            pass
+        self.wfile.write(ESCAPES.encode() + b"y" * 5000 + b"\r\n\r\n")
+
+
+def serve(handler: type[socketserver.BaseRequestHandler]) -> Iterator[str]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -102,6 +141,16 @@ def echoing() -> Iterator[str]:
 @pytest.fixture
 def pinging() -> Iterator[str]:
     yield from serve(Pinging)
+
+
+@pytest.fixture
+def escaping() -> Iterator[str]:
+    yield from serve(Escaping)
+
+
+@pytest.fixture
+def not_http() -> Iterator[str]:
+    yield from serve(NotHttp)
 
 
 def test_the_key_never_shows_and_a_silent_name_times_out(
@@ -147,3 +196,26 @@ def test_an_answer_of_pings_is_given_up_after_the_timeout(pinging: str) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     said = [line.split(None, 1) for line in result.stdout.splitlines() if line.startswith("  glm-pings ")]
     assert said == [["glm-pings", "no verdict (no model named)"]]
+
+
+def test_a_status_line_of_escapes_is_printed_escaped_and_cut(
+    not_http: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("ZAI_API_KEY", KEY)
+    assert main(["--base-url", not_http, "--budget", "2", "--timeout", "2"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith(f"chaos-mode check: cannot reach {not_http}: '\\x1b]0;pwned\\x07")
+    assert len(out.splitlines()) == 1 and out.rstrip("\n").isprintable() and len(out) < 250
+    assert KEY[:5] not in out
+
+
+def test_a_message_of_escapes_is_printed_escaped_and_cut(
+    escaping: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("ZAI_API_KEY", KEY)
+    assert main(["--base-url", escaping, "--budget", "2", "--timeout", "2", "--settle", "0"]) == 0
+    out = capsys.readouterr().out
+    said = [line for line in out.splitlines() if line.startswith("  glm-escaped ")]
+    assert len(said) == 1 and "no verdict ('\\x1b]0;pwned\\x07" in said[0] and len(said[0]) < 200
+    assert all(line.isprintable() for line in out.splitlines())
+    assert KEY[:5] not in out

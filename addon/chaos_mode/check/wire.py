@@ -33,6 +33,7 @@ DOOR_PATHS: Final[dict[Door, str]] = {
 }
 BODY_LIMIT: Final = 256 * 1024  # an error body or the models list read no further
 LINE_LIMIT: Final = 64 * 1024  # an SSE line read no further
+SHOWN_LIMIT: Final = 120  # characters of a server's text printed (a status line, an error's message)
 _HOST: Final = re.compile(r"[\w.:%-]+")  # a name, an IPv4 or an IPv6 address (with its zone)
 _MODEL_NAME: Final = re.compile(r"[\w.:/+-]{1,128}", re.ASCII)
 # A held request asks for a long answer, so that it holds its slot for as long as the check needs it.
@@ -128,6 +129,13 @@ class Upstream:
             headers["anthropic-version"] = "2023-06-01"
         return headers
 
+    def _shown(self, text: str) -> str:
+        """A server's `text` as the check prints it: the key hidden, then cut short, and escaped when it holds
+        a control character (a terminal's escapes, as a status line's bytes may)."""
+        text = text.replace(self.key, "***")
+        cut = text[:SHOWN_LIMIT]
+        return (cut if cut.isprintable() else repr(cut)) + ("..." if len(text) > SHOWN_LIMIT else "")
+
     def list_models(self) -> list[str]:
         """The names z.ai's models endpoint lists."""
         conn = self._connect()
@@ -136,7 +144,7 @@ class Upstream:
             response = conn.getresponse()
             body = response.read(BODY_LIMIT)
         except (OSError, http.client.HTTPException) as exc:
-            raise CheckError(f"cannot reach {self.origin}: {_reason(exc)}") from None
+            raise CheckError(f"cannot reach {self.origin}: {self._shown(_reason(exc))}") from None
         finally:
             conn.close()
         document = _json(body)
@@ -163,14 +171,15 @@ class Upstream:
                 document = _json(response.read(BODY_LIMIT))
                 stream.close()
                 refused(response.status, document)
-                stream.code, stream.message = extract_code(document)
+                stream.code, message = extract_code(document)
+                stream.message = self._shown(message)
                 return stream
         except (OSError, http.client.HTTPException) as exc:
             stream.close()
             if isinstance(exc, TimeoutError):
                 stream.message = f"no head in {self.timeout:g} s"
                 return stream
-            raise CheckError(f"cannot reach {self.origin}: {_reason(exc)}") from None
+            raise CheckError(f"cannot reach {self.origin}: {self._shown(_reason(exc))}") from None
         stream._response = response
         return stream
 
