@@ -9,7 +9,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chaos_mode.quota.reading import KEY_RUN, MASK, QuotaReading, WindowReading, masked, read_quota
+from chaos_mode.quota.reading import (
+    KEY_RUN,
+    LEVEL_CHARS,
+    MASK,
+    QuotaReading,
+    WindowReading,
+    masked,
+    read_quota,
+)
 
 
 def body(*limits: dict[str, Any], **top: Any) -> bytes:
@@ -177,6 +185,16 @@ def test_an_echoed_key_is_masked_before_the_quote_is_cut(key: str, before: str, 
         warnings = read_quota(json.dumps(document), key).warnings
         assert len(warnings) == 1
         assert not [run for run in key_runs(key) if run in warnings[0]], warnings
+
+
+@given(KEYS, OTHER, st.integers(0, 200_000))
+def test_the_plan_named_is_masked_and_cut(key: str, before: str, length: int) -> None:
+    """The plan's name reaches `/api/status` as read: an echoed key masked, a long name cut."""
+    level = (before + key + "x" * length)[: len(before) + len(key) + length]
+    reading = read_quota(json.dumps({"code": 200, "data": {"level": level, "limits": [WINDOW]}}), key).reading
+    assert reading is not None and reading.level is not None
+    assert not [run for run in key_runs(key) if run in reading.level], reading.level
+    assert len(reading.level) <= LEVEL_CHARS
 
 
 def test_masked_hides_the_key_and_any_cut_copy_of_it() -> None:

@@ -16,6 +16,7 @@ from chaos_mode.zai.quota import FIVE_HOURS, WINDOW_TYPES, window_of
 
 MASK: Final = "<key>"
 KEY_RUN: Final = 8  # a run of the key's first characters this long or longer is masked too (a cut copy)
+LEVEL_CHARS: Final = 40  # the plan's name is cut to this
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +43,7 @@ class QuotaReading:
     """The windows z.ai counts the account against (each once, by name) and the plan, if said."""
 
     windows: tuple[WindowReading, ...]
-    level: str | None = None  # the plan ("lite", "pro", "max"), if said
+    level: str | None = None  # the plan ("lite", "pro", "max"), if said (masked, cut)
 
     def window(self, name: str = FIVE_HOURS) -> WindowReading | None:
         return next((w for w in self.windows if w.name == name), None)
@@ -87,7 +88,8 @@ def read_quota(body: bytes | str, key: str = "") -> ReadResult:
     if not windows:
         return ReadResult(None, (warnings[0],))
     level = data.get("level") if isinstance(data, dict) else None
-    reading = QuotaReading(tuple(windows.values()), level if isinstance(level, str) else None)
+    plan = masked(level, key)[:LEVEL_CHARS] if isinstance(level, str) else None
+    reading = QuotaReading(tuple(windows.values()), plan)
     return ReadResult(reading, tuple(warnings))
 
 
