@@ -176,11 +176,13 @@ OTHER = st.text(alphabet="xyz -:[]", max_size=120)  # no character of a key
 
 @given(KEYS, OTHER, OTHER)
 def test_an_echoed_key_is_masked_before_the_quote_is_cut(key: str, before: str, after: str) -> None:
-    """However long the text before it (the quote is cut at 80 characters, the code at 12), no run of the
-    key's first characters long enough to matter survives in the warning."""
+    """However long the text before it (the quote is cut at 80 characters, the code, unit and number at
+    12), no run of the key's first characters long enough to matter survives in the warning."""
     for document in (
         {"code": 1001, "msg": before + key + after, "success": False},
         {"code": key + after, "msg": before, "success": False},
+        {"code": 200, "data": {"limits": [{**WINDOW, "unit": before[:6] + key + after}]}},
+        {"code": 200, "data": {"limits": [{**WINDOW, "number": before[:6] + key + after}]}},
     ):
         warnings = read_quota(json.dumps(document), key).warnings
         assert len(warnings) == 1

@@ -80,7 +80,7 @@ def read_quota(body: bytes | str, key: str = "") -> ReadResult:
     windows: dict[str, WindowReading] = {}
     warnings: list[str] = []
     for row in rows:
-        window = _window(row, warnings)
+        window = _window(row, key, warnings)
         if window is not None and window.name in windows:
             warnings.append(f"{row['type']} {window.name} comes twice: the first is read")
         elif window is not None:
@@ -93,12 +93,13 @@ def read_quota(body: bytes | str, key: str = "") -> ReadResult:
     return ReadResult(reading, tuple(warnings))
 
 
-def _window(row: dict[str, Any], warnings: list[str]) -> WindowReading | None:
-    """One row's window, its oddities added to `warnings`; None: no window to read."""
+def _window(row: dict[str, Any], key: str, warnings: list[str]) -> WindowReading | None:
+    """One row's window, its oddities added to `warnings` (`key` masked); None: no window to read."""
     kind, unit, number = row["type"], row.get("unit"), row.get("number")
     known = window_of(unit, number) if type(unit) is int and type(number) is int else None
     if known is None:
-        warnings.append(f"{kind} of unit {str(unit)[:12]} number {str(number)[:12]} is no window known")
+        unit_said, number_said = (masked(str(value), key)[:12] for value in (unit, number))
+        warnings.append(f"{kind} of unit {unit_said} number {number_said} is no window known")
         return None
     name, seconds = known
     cap, used, left = (_number(row.get(field)) for field in ("usage", "currentValue", "remaining"))
