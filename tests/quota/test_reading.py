@@ -100,6 +100,9 @@ def test_the_percent_serves_where_credits_are_not_given() -> None:
         ((CREDITS_5H, {**CREDITS_WEEK, "percentage": "x", "usage": None}), "1w.percentage is missing"),
         ((CREDITS_5H, {**CREDITS_WEEK, "nextResetTime": None}), "1w.nextResetTime is missing"),
         ((CREDITS_5H, CREDITS_5H), "5h comes twice"),
+        ((CREDITS_5H, {**CREDITS_WEEK, "nextResetTime": 10**400}), "1w.nextResetTime is missing"),
+        ((CREDITS_5H, {**CREDITS_WEEK, "number": 10**400}), "number 100000000000 is no window known"),
+        ((CREDITS_5H, {**CREDITS_WEEK, "usage": None, "percentage": -(10**400)}), "1w.percentage is missing"),
     ],
 )
 def test_an_odd_row_is_one_warning_and_the_rest_is_read(

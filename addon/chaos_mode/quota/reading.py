@@ -139,6 +139,11 @@ def masked(text: str, key: str) -> str:
 
 
 def _number(value: Any) -> float | None:
+    """A JSON number as a float; None: not a number, or not a finite float (an integer too large)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value) if math.isfinite(value) else None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None

@@ -32,6 +32,7 @@ QUOTA_PATH: Final = "/api/monitor/usage/quota/limit"
 WINDOW_SECONDS: Final = 5 * 3600.0
 WINDOW_TYPES: Final = ("TOKENS_LIMIT", "CREDIT_LIMIT")  # the rows of a window: prompt plans, credit plans
 UNITS: Final = {3: (3600.0, "h"), 6: (7 * 86400.0, "w")}  # a row's `unit`: seconds of one, name's letter
+MAX_NUMBER: Final = 10_000  # a row's `number` beyond this is no window known (nor a float's seconds)
 FIVE_HOURS: Final = "5h"  # the name of the 5-hour window (unit 3, number 5)
 WEEK: Final = "1w"  # the name of the weekly window (unit 6, number 1)
 WEEK_SECONDS: Final = 7 * 86400.0
@@ -45,7 +46,7 @@ WEEK_SPENT_CODE: Final = "1310"  # "...您的限额将在 2026-08-05 15:16:26 �
 def window_of(unit: int, number: int) -> tuple[str, float] | None:
     """(name, seconds) of the window a row's `unit` and `number` say ("5h", "1w"); None: not known."""
     known = UNITS.get(unit)
-    if known is None or number <= 0:
+    if known is None or not 0 < number <= MAX_NUMBER:
         return None
     seconds, letter = known
     return f"{number}{letter}", seconds * number
