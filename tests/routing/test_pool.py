@@ -533,10 +533,17 @@ def test_account_pause_fallbacks(code: str, retry_after: float | None, seconds: 
     assert h.pool.try_acquire(Ticket("light")) is not None
 
 
-def test_a_reset_time_in_the_past_pauses_nothing() -> None:
+@pytest.mark.parametrize(("retry_after", "seconds"), [(None, 5.0), (42.0, 42.0)])
+def test_a_reset_time_in_the_past_pauses_until_it_comes(retry_after: float | None, seconds: float) -> None:
+    """z.ai's clock behind ours (or the whole second it names just gone): the reset is imminent, so the
+    pause is short, z.ai's Retry-After, else a cooldown's (`cooldown.defaultSeconds`), and the next 1308
+    pauses again; not nothing (every request would go on to z.ai), not accountPauseSeconds (300 s lost of
+    the window that has just begun)."""
     h = Harness(routing())
     error = h.error("1308", "reset at 2026-03-01 00:00:00")
-    assert h.pool.error("glm-4.5", error) == 0.0
+    assert h.pool.error("glm-4.5", error, retry_after=retry_after) == seconds
+    assert h.pool.try_acquire(Ticket("light")) is None
+    h.advance(seconds)
     assert h.pool.try_acquire(Ticket("light")) is not None
 
 

@@ -28,8 +28,10 @@ def block(
 
     def until(fallback: float) -> float:  # a reset z.ai named (capped: a message may name any date)
         seconds = retry_after if retry_after is not None else fallback
-        if error.reset_at is not None:
-            seconds = max(error.reset_at - now, 0.0)
+        if error.reset_at is not None and error.reset_at > now:
+            seconds = error.reset_at - now
+        elif error.reset_at is not None:  # past on our clock (z.ai's behind, or its whole second): imminent
+            seconds = retry_after if retry_after is not None else settings.default_seconds
         return min(seconds, settings.max_pause_seconds)
 
     match error.action:
