@@ -185,10 +185,11 @@ def known(
     *,
     queue_timeout: float = 60,
     models: dict[str, dict[str, object]] = ONE_MODEL,
+    window: float = 30.0,
 ) -> Swarm:
     """A pool whose readings know the total: `used` of `total` spent through it, one request at a time, a
-    reading at each tenth and whenever the hard stop held, the window's reset 20 s away."""
-    swarm = swarm_of(total, 30.0, agents=1, latency=0.0, queue_timeout=queue_timeout, models=models)
+    reading at each tenth and whenever the hard stop held, the window's reset `window` - 10 s away."""
+    swarm = swarm_of(total, window, agents=1, latency=0.0, queue_timeout=queue_timeout, models=models)
     pool, zai = swarm.pool, swarm.zai
     zai.start, tenth = swarm.wall() - 10, 0
     pool.quota.read(zai.reading(swarm.wall()), pool.quota.asked())
@@ -270,6 +271,20 @@ def test_spent_for_good_a_request_waits_for_a_reset_within_its_timeout_else_is_t
     assert why is not None and "quota is spent" in why and "resets in 20 s" in why
     reply, _ = rate_limited(pool, "heavy", [], None, WALL)
     assert reply.status == 429 and ("retry-after", "20") in reply.headers
+    assert "x-should-retry" not in dict(reply.headers)  # within a minute: the client retries then
+
+
+def test_spent_for_good_until_a_reset_past_a_minute_the_client_is_told_to_stop_until_it() -> None:
+    """As for a 1308's pause: the real seconds to the reset, and the headers that stop Claude Code and the
+    SDKs from retrying (they would sleep it out, or retry at once)."""
+    pool = known(used=200, queue_timeout=10, window=130.0).pool
+    assert pool.quota_spent_for() == 120.0
+    reply, _ = rate_limited(pool, "heavy", [], None, WALL)
+    assert reply.status == 429 and b"spent as pacing counts it" in reply.body
+    headers = dict(reply.headers)
+    assert headers["retry-after"] == "120" and headers["x-should-retry"] == "false"
+    assert headers["anthropic-ratelimit-unified-status"] == "rejected"
+    assert headers["anthropic-ratelimit-unified-reset"] == str(int(WALL) + 120)
 
 
 async def test_at_the_reset_the_hard_stop_lifts_and_the_waiters_go() -> None:

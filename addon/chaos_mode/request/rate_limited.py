@@ -5,7 +5,8 @@ It says why (from the pool), when to retry (the account pause, else the quota's 
 everything until it, else the next cooldown to end, lengthened
 by z.ai's own Retry-After when z.ai answered first), and keeps z.ai's rate-limit headers beside ours at the
 Anthropic door. While the account is paused for a quota window (1308, 1310, 1316-1321) it tells the client
-to stop until the reset rather than retry (`doors.error_bodies`).
+to stop until the reset rather than retry (`doors.error_bodies`), and so it does while pacing's hard stop
+holds everything until a reset more than a minute away.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from chaos_mode.doors.door import Door
+from chaos_mode.doors.error_bodies import MAX_RETRY_AFTER
 from chaos_mode.doors.formats import FORMATS
 from chaos_mode.routing.pool import ChaosPool, Ticket
 from chaos_mode.zai.catalog import RequestTier
@@ -60,6 +62,8 @@ def rate_limited(
         # quota window's pause).
         retry = max(retry, parse_retry_after(upstream_retry, now=now) or 0.0)
     resets_at = now + pause[0] if pause and pause[1] in QUOTA_WINDOW_REASONS else None
+    if not pause and spent is not None and spent > MAX_RETRY_AFTER:  # pacing's stop: a quota window's
+        resets_at = now + spent
     body, ours = FORMATS[door].rate_limit_error(why, retry_after=retry, tried=tried, resets_at=resets_at)
     headers = list(ours.items())
     if door == "anthropic":
