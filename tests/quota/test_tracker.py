@@ -145,16 +145,39 @@ def test_the_budget_counts_what_is_in_flight_and_is_not_settled_meanwhile() -> N
     assert flying is not None and flying.left == budget.left - 1 and not flying.settled
 
 
-def test_the_budget_ends_with_its_window_and_a_new_window_starts_again() -> None:
+def test_at_the_reset_the_next_window_holds_the_last_ones_total_until_a_reading_says_otherwise() -> None:
     clock = FakeClock(T0)
     tracker = QuotaTracker(lambda _: 1.0, clock)
     last = spend_and_read(tracker, clock, T0 + 60, [0, 60, 120, 180], total=200)
-    assert tracker.budget() is not None
-    clock.now = T0 + 60  # reset
+    total = tracker.total()
+    assert tracker.budget() is not None and total is not None
+    clock.now = T0 + 60  # reset: none of the next window used, its total the last one's
+    fresh = tracker.budget()
+    assert fresh is not None and tracker.total() == total
+    assert 190 <= fresh.left <= 200 and fresh.resets_at == T0 + 60 + WINDOW_SECONDS
+    tracker.spent(T0 + 59)  # a 1308 of the last window (its whole second), come after its reset
+    assert tracker.budget() == fresh
+    tracker.sent(last + 1, "glm-4.7")
+    sent = tracker.budget()
+    assert sent is not None and sent.left == fresh.left - 1
+    opened = T0 + 90 + WINDOW_SECONDS  # the window opened at its first request, later than the reset
+    tracker.read(five_hours(0.0, opened), tracker.asked())
+    read = tracker.budget()
+    assert read is not None and read.resets_at == opened and read.left <= 200 - 1
+    tracker.read(five_hours(50.0, opened), tracker.asked())  # one request is not half: another plan
+    assert tracker.budget() is None  # the latest word alone: the total not known
+
+
+def test_a_window_carried_to_and_never_read_is_carried_no_further() -> None:
+    """Its reset was a guess (a window may open later than the last one's reset): past it, nothing."""
+    clock = FakeClock(T0)
+    tracker = QuotaTracker(lambda _: 1.0, clock)
+    spend_and_read(tracker, clock, T0 + 60, [0, 60, 120, 180], total=200)
+    clock.now = T0 + 60
+    carried = tracker.budget()
+    assert carried is not None
+    clock.now = carried.resets_at
     assert tracker.budget() is None
-    tracker.read(five_hours(0.0, T0 + 60 + WINDOW_SECONDS), tracker.asked())
-    assert tracker.budget() is None  # nothing known of the new window's total yet
-    assert last == 180
 
 
 def test_without_a_key_a_1308_teaches_the_total_for_the_next_window() -> None:

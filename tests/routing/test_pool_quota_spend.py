@@ -37,10 +37,14 @@ class Zai:
     used: int = 0
     refused: int = 0  # 1308s
 
-    def arrive(self, now: float, weight: int = 1) -> bool:
-        """A request arrives: served (charged its weight) unless the quota is used."""
+    def roll(self, now: float) -> None:
+        """The window ended: the next opens with the next request."""
         if self.start is not None and now >= self.start + self.window:
             self.start, self.used = None, 0
+
+    def arrive(self, now: float, weight: int = 1) -> bool:
+        """A request arrives: served (charged its weight) unless the quota is used."""
+        self.roll(now)
         if self.used >= self.total:
             self.refused += 1
             return False
@@ -53,6 +57,7 @@ class Zai:
         return (self.start if self.start is not None else now) + self.window
 
     def reading(self, now: float, rounding: str = "down") -> QuotaReading:
+        self.roll(now)
         share = self.used / self.total * 100
         whole = {"down": math.floor(share), "nearest": math.floor(share + 0.5), "up": math.ceil(share)}
         return five_hours(float(min(whole[rounding], 100)), self.resets_at(now))
@@ -86,6 +91,7 @@ class Swarm:
             slot = self.pool.try_acquire(Ticket("heavy"))
             if slot is None:
                 return
+            self.zai.roll(now)
             if known and self.zai.used + 1 > self.zai.total:
                 self.unsafe.append(f"at {now - WALL:.2f} s, {self.zai.used} used")
             if self.zai.arrive(now, int(self.pool.pacer.weight(slot.model))):
@@ -173,7 +179,20 @@ def test_once_the_total_is_known_no_request_is_let_go_past_it(
 ) -> None:
     swarm = swarm_of(total, 20.0, agents, latency)
     run(swarm, rounding=rounding, ask_lag=ask_lag)
+    run(swarm, rounding=rounding, ask_lag=ask_lag)  # the next window, held to the total from its start
     assert swarm.unsafe == []  # (a 1308 before the readings knew the total is pacing's old risk)
+
+
+def test_the_next_window_is_held_to_the_total_the_last_one_taught_from_its_start() -> None:
+    """A window 12 agents could spend in a third of a second, before a reading bounds its total: held
+    from its first request to the total the last window taught, no 1308 (before, one, then a pause)."""
+    swarm = swarm_of(40, 20.0, agents=2, latency=0.3)
+    run(swarm)  # the first window, spent slowly enough for the readings to learn its total
+    assert swarm.answers == 40 and swarm.zai.refused == 0
+    swarm.agents, swarm.latency = 12, 0.1
+    run(swarm)
+    assert swarm.zai.refused == 0 and swarm.unsafe == []
+    assert swarm.answers == 80
 
 
 # -- the hard stop, one step at a time ----------------------------------------------------------------
@@ -294,9 +313,11 @@ async def test_at_the_reset_the_hard_stop_lifts_and_the_waiters_go() -> None:
     waiter = asyncio.ensure_future(pool.admit(Ticket("heavy"), timeout=5.0))
     await asyncio.sleep(0)
     assert not waiter.done() and pool.pacer.lifts_in() == pytest.approx(0.05)
-    swarm.wall.advance(0.05)  # the window resets: nothing known of the next one, nothing held
+    swarm.wall.advance(0.05)  # the window resets: the next one holds the same total, none of it used
     slot = await asyncio.wait_for(waiter, 1.0)  # woken by the timer set for the reset
-    assert slot is not None and pool.pacer.budget() is None
+    budget = pool.pacer.budget()
+    assert slot is not None and budget is not None and 190 < budget.left <= 200 - 1  # the waiter's sent
+    assert budget.resets_at == WALL + 20.0 + 30.0  # a window after the last one's, until a reading says
     pool.release(slot)
 
 

@@ -75,6 +75,14 @@ class Bounds:
         self._add(halves)
         self.readings += 1
 
+    def carried(self) -> Bounds:
+        """The next window's bounds: its total is this one's (a plan's cap does not change at a reset;
+        a reading that says otherwise contradicts it, and the latest word alone stands)."""
+        totals = [t for t, _ in self._polygon]
+        bounds = Bounds(whole=self.whole)
+        bounds._add([(Fraction(-1), Fraction(0), -min(totals)), (Fraction(1), Fraction(0), max(totals))])
+        return bounds
+
     def spent(self, hi: float) -> None:
         """z.ai answered 1308 to a request sent while the proxy's count was at most `hi`: u reached T."""
         self._add([(Fraction(0), Fraction(1), Fraction(hi))])

@@ -6,6 +6,7 @@ included."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -88,8 +89,10 @@ class QuotaTracker:
         self.read_soon: Callable[[], None] | None = None  # the poller's: read before the next poll
         self._bounds: Bounds | None = None  # of the window z.ai's readings are of
         self._bounds_reset: float | None = None  # that window's reset
+        self._rolled = False  # the bounds are the next window's, carried at the reset: no reading of it yet
         self._headroom = (0.0, 0.0)  # the bounds' least and greatest headroom, worked out at each reading
         self._asked_changes: int | None = None  # the ledger's changes when the latest reading was asked for
+        self._asked_lo = 0.0  # the ledger's lo then
         self._taught: float | None = None  # the total the last 1308 taught (units counted then)
         self._window_lo = 0.0  # the ledger's lo when the estimate's window opened
         self.error: str | None = None  # the last failure of the reading, until a reading succeeds
@@ -185,9 +188,9 @@ class QuotaTracker:
         estimate.spent(now, reset_at)
         if estimate.units > 0:
             self._taught = estimate.units  # z.ai's whole window, as counted (the estimate's scale)
-        bounds = self._current_bounds(now)
-        if bounds is not None:
-            bounds.spent(self.ledger.hi)
+        bounds, reset = self._current_bounds(now), self._bounds_reset
+        if bounds is not None and (reset_at is None or reset is None or reset_at > reset - SAME_WINDOW):
+            bounds.spent(self.ledger.hi)  # (one naming an earlier reset is of the last window)
             self._headroom = bounds.headroom()
         self._tell()
 
@@ -241,16 +244,29 @@ class QuotaTracker:
             or self._bounds_reset is None
             or abs(resets_at - self._bounds_reset) >= SAME_WINDOW
         ):
-            self._bounds = Bounds(whole=self.whole)  # a new window
-        self._bounds_reset = resets_at
-        self._bounds.read(reading.used_percent, asked.lo if asked is not None else 0.0, self.ledger.hi)
+            # a new window, of the last one's total
+            self._bounds = Bounds(whole=self.whole) if self._bounds is None else self._bounds.carried()
+        self._bounds_reset, self._rolled = resets_at, False
+        self._asked_lo = asked.lo if asked is not None else 0.0
+        self._bounds.read(reading.used_percent, self._asked_lo, self.ledger.hi)
         self._headroom = self._bounds.headroom()
         self._asked_changes = asked.changes if asked is not None else None
 
     def _current_bounds(self, now: float) -> Bounds | None:
-        """The bounds of the window still running, if any."""
-        reset = self._bounds_reset
-        return self._bounds if reset is not None and now < reset else None
+        """The bounds of the window running now, if any: past the reset of one read whose total was
+        known, the next one's, of that total and nothing of it used at the reset (what was answered when
+        the latest reading was asked for was charged before it; what was sent by now may have been),
+        ending a window later (a window opens at the last one's reset or later) until a reading says."""
+        bounds, reset = self._bounds, self._bounds_reset
+        if bounds is None or reset is None or (now >= reset and (self._rolled or not bounds.known)):
+            return None
+        if now >= reset:
+            bounds = self._bounds = bounds.carried()
+            bounds.read(0.0, self._asked_lo, self.ledger.hi)
+            self._headroom, self._rolled = bounds.headroom(), True
+            windows = math.floor((now - reset) / self.window_seconds) + 1
+            self._bounds_reset = reset + windows * self.window_seconds
+        return bounds
 
     def _window_open(self, now: float) -> bool:
         estimate = self.estimate
