@@ -5,15 +5,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
 
+from chaos_mode.mitm.command import SCRIPT
+from chaos_mode_tools.devtools.processes import free_port, port_open
+
 from .conftest import MakeProxy
 from .support import OPUS, Sim, idle, poll, routing, status
 
 pytestmark = pytest.mark.e2e
+
+
+async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.05)
+
 
 # mitmweb's "kill" on an intercepted flow: `Flow.kill()` marks it killed and never resumes it, so the flow
 # never ends and no hook tells the addons.
@@ -64,3 +75,21 @@ async def test_stream_large_bodies_is_said_at_start_and_a_streamed_body_passes_s
     output = proxy.output()
     assert "stream_large_bodies=1k: mitmproxy sends a larger request on unread" in output, output
     assert "body over mitmproxy's stream_large_bodies, streamed unread" in output, output
+
+
+async def test_the_addon_unloaded_for_good_while_the_proxy_runs_is_an_error_line(
+    make_proxy: MakeProxy, tmp_path: Path
+) -> None:
+    """A reinstall or an upgrade while the proxy runs removes the script's file for a moment: mitmproxy
+    drops the script for good and says so at info level, and the proxy ran on with every request unrouted."""
+    script = tmp_path / "chaos_script.py"
+    script.write_bytes(SCRIPT.read_bytes())
+    port = free_port()
+    proxy = await make_proxy(
+        addon=False, extra_args=["-s", str(script), "--set", f"chaos_web=127.0.0.1:{port}"]
+    )
+    await until(lambda: port_open("127.0.0.1", port))  # the addon runs: its dashboard is up
+    script.unlink()
+    said = "the addon was unloaded and not loaded again"
+    await until(lambda: said in proxy.output())
+    assert "Traceback" not in proxy.output()

@@ -297,7 +297,8 @@ class ChaosMode:
         except ModuleNotFoundError as exc:
             raise exceptions.OptionsError(
                 f"chaos_state: needs the Python package redis ({exc.name} is missing): "
-                "pip install 'chaos-mode[redis]' where mitmproxy runs"
+                "pip install 'chaos-mode[redis]' where mitmproxy runs "
+                "(pipx: pipx inject chaos-mode 'redis[hiredis]')"
             ) from None
         slots = pool_slots(_proxy_id(), self.pool, share=share)
         return RedisFleet(
@@ -382,6 +383,7 @@ class ChaosMode:
 
     def running(self) -> None:
         self._running = True
+        _RUNNING.add(self)
         self._connect_lazily()
         self._check_startup()
         self._start_web()
@@ -409,6 +411,9 @@ class ChaosMode:
     def done(self) -> Awaitable[None] | None:
         """Stop; with shared slots, the awaitable (mitmproxy awaits it) gives this proxy's leases back."""
         self._running = False
+        _RUNNING.discard(self)
+        if not ctx.master.should_exit.is_set():  # unloaded while the proxy runs: reloaded, or its file gone
+            asyncio.get_running_loop().call_later(UNLOADED_SECONDS, _said_if_unloaded)
         if self._save_timer is not None:
             self._save_timer.cancel()
         if self._watch_timer is not None:
@@ -820,6 +825,20 @@ class ChaosMode:
             killed = flow.error is not None and flow.error.msg == flow.error.KILLED_MESSAGE
             if killed and not routed.finished and view is not None and view.token and not view.forwarded:
                 self.error(flow)
+
+
+_RUNNING: Final[weakref.WeakSet[ChaosMode]] = weakref.WeakSet()  # the instances running (one, but reloads)
+UNLOADED_SECONDS: Final = 3.0  # after an instance's unload, what a reload takes to run the next one
+
+
+def _said_if_unloaded() -> None:
+    """mitmproxy drops a script whose file went missing (a reinstall or an upgrade while it ran) and says
+    so only at info level: the proxy runs on, every request unrouted."""
+    if not _RUNNING:
+        log.error(
+            "chaos-mode: the addon was unloaded and not loaded again (its script file went missing: an "
+            "upgrade or a reinstall while it ran?); requests now pass unrouted: restart chaos-mode"
+        )
 
 
 def _proxy_id() -> str:
