@@ -14,6 +14,7 @@ from mitmproxy.addons.script import load_script
 from mitmproxy.tools import main as mitmproxy_main
 
 import chaos_mode
+from chaos_mode.mitm import command as command_module
 from chaos_mode.mitm.addon import ChaosMode
 from chaos_mode.mitm.command import LOOPBACK, SCRIPT, Launch, launch, main, names_listen_host
 from chaos_mode_tools.devtools.processes import ADDON_DIR
@@ -61,6 +62,8 @@ def test_every_argument_reaches_mitmproxy_in_order_after_ours(argv: list[str]) -
         assert plan == Launch(argv[0], tuple(argv[1:]))  # type: ignore[arg-type]
     elif argv in (["path"], ["--version"]):
         assert plan.args == ()
+    elif argv and not argv[0].startswith("-"):  # mitmdump's filter would take it and every word after
+        assert plan == Launch("unknown", (argv[0],))
     else:
         rest = [arg for arg in argv if arg != "--web"]
         assert plan.tool == ("mitmweb" if "--web" in argv else "mitmdump")
@@ -128,6 +131,25 @@ def test_options_given_once_or_mitmproxys_own_twice_start_the_proxy(monkeypatch:
         main(["--set", "chaos_web=", "--set", "flow_detail=1", "--set", "flow_detail=2", "chaos_web=x"]) == 0
     )
     assert len(called) == 1
+
+
+@pytest.mark.parametrize("argv", [["version"], ["chek", "-p", "1"], ["path", "x"]])
+def test_a_word_that_is_no_command_is_one_line_not_a_proxy_filtering_by_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """mitmdump would take the word for a filter expression, and every argument after it (`-p` too)."""
+    monkeypatch.setattr(mitmproxy_main, "mitmdump", lambda args: pytest.fail("mitmdump started"))
+    assert main(argv) == 2
+    assert f"no command {argv[0]!r}" in capsys.readouterr().out
+
+
+def test_sim_without_the_tools_says_where_it_runs(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(command_module, "find_spec", lambda name: None)  # installed from the wheel
+    monkeypatch.setattr(command_module.os, "execv", lambda *args: pytest.fail("exec'd"))
+    assert main(["sim", "--help"]) == 1
+    assert "no simulator here: it runs in a checkout's venv" in capsys.readouterr().err
 
 
 def test_help_names_our_words_before_mitmproxys(

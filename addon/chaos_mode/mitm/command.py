@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib.metadata import version
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Literal
 
@@ -27,7 +28,7 @@ chaos-mode path: the script mitmproxy loads; chaos-mode --version: the versions
 mitmproxy's options:
 """
 
-Tool = Literal["mitmdump", "mitmweb", "sim", "check", "path", "version"]
+Tool = Literal["mitmdump", "mitmweb", "sim", "check", "path", "version", "unknown"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,8 @@ def launch(argv: Sequence[str]) -> Launch:
         return Launch("sim" if argv[0] == "sim" else "check", tuple(argv[1:]))
     if list(argv) in (["path"], ["--version"]):
         return Launch("path" if argv[0] == "path" else "version")
+    if argv and not argv[0].startswith("-"):  # mitmdump would take it for a filter, and every word after it
+        return Launch("unknown", (argv[0],))
     rest = [arg for arg in argv if arg != "--web"]
     ours = ["-s", str(SCRIPT)] + ([] if names_listen_host(rest) else ["--listen-host", LOOPBACK])
     return Launch("mitmweb" if len(rest) < len(argv) else "mitmdump", (*ours, *rest))
@@ -86,11 +89,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if plan.tool == "path":
         print(SCRIPT)
         return 0
+    if plan.tool == "unknown":
+        print(f"chaos-mode: no command {plan.args[0]!r}: sim, check, path, --version, or mitmproxy's options")
+        return 2
     if plan.tool == "check":
         from chaos_mode.check.run import main as check
 
         return check(plan.args)
     if plan.tool == "sim":  # a development tool, never imported here: not in the wheel, in a checkout's venv
+        if find_spec("chaos_mode_tools") is None:
+            print("chaos-mode sim: no simulator here: it runs in a checkout's venv", file=sys.stderr)
+            return 1
         os.execv(sys.executable, [sys.executable, "-m", "chaos_mode_tools.sim", *plan.args])
     if {"-h", "--help"} & set(plan.args):
         print(USAGE)
