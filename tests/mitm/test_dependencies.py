@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from importlib.metadata import requires
 
-from chaos_mode.mitm.dependencies import EXTRA_PACKAGES, install_hint, missing_package
+from chaos_mode.mitm.dependencies import EXTRA_PACKAGES, install_hint, missing_package, versions_hint
 
 
 def _names(distribution: str) -> set[str]:
@@ -38,3 +38,12 @@ def test_a_missing_dependency_is_named_with_what_to_install() -> None:
 def test_another_missing_module_is_not_ours_to_explain() -> None:
     assert missing_package(ModuleNotFoundError("No module named 'foo'", name="foo")) is None
     assert missing_package(ModuleNotFoundError("no name")) is None
+
+
+def test_a_python_or_a_mitmproxy_too_old_is_one_line_naming_both() -> None:
+    """mitmdump on Python 3.11 met a syntax error in the addon's modules; mitmproxy 11 a missing package."""
+    assert versions_hint((3, 12, 1), "12.2.1") is None and versions_hint((3, 13, 0), "13.0") is None
+    for python, mitmproxy in [((3, 11, 7), "12.2.1"), ((3, 12, 1), "11.1.3"), ((3, 12, 1), "dev")]:
+        hint = versions_hint(python, mitmproxy)
+        assert hint is not None and "\n" not in hint
+        assert "needs Python 3.12 or later and mitmproxy 12 or later" in hint and mitmproxy in hint

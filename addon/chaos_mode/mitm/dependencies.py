@@ -28,3 +28,16 @@ def install_hint(package: str) -> str:
         "cannot take packages: install mitmproxy with pipx or pip instead (README: mitmproxy installed on "
         "its own)"
     )
+
+
+def versions_hint(python: tuple[int, ...], mitmproxy: str) -> str | None:
+    """One line when this Python or this mitmproxy is older than the addon needs (3.12, 12): the addon's
+    modules would fail to import with a traceback (a syntax error, a package mitmproxy 11 lacks)."""
+    major = mitmproxy.split(".", 1)[0]
+    if python[:2] >= (3, 12) and major.isdigit() and int(major) >= 12:
+        return None
+    return (
+        f"chaos-mode cannot load: it needs Python 3.12 or later and mitmproxy 12 or later; mitmdump runs on "
+        f"Python {'.'.join(map(str, python[:3]))} with mitmproxy {mitmproxy}: install chaos-mode with pipx "
+        "(pipx install --python python3.12 .), which brings its own mitmproxy"
+    )
