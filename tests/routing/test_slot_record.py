@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from chaos_mode.learning.limits import Probe
+from chaos_mode.routing import pool_status
 from chaos_mode.routing.arrivals import Beside
 from chaos_mode.routing.ledger import Ledger
 from chaos_mode.routing.slot_record import Phase, Place, Slot, SlotRecord
@@ -182,3 +183,25 @@ def test_a_level_leaves_out_what_rides_above_the_limit_on_another_proxy() -> Non
     # limit may be in either place, the second is in this proxy's
     placed = [ledger.records[rig.take().slot_id] for _ in range(2)]
     assert [(r.lent, r.level) for r in placed] == [(None, 1), (True, 2)]
+
+
+def test_a_refusal_beside_a_whole_answer_still_to_come_counts_it_as_served() -> None:
+    """Requests not streamed have no head before their end: z.ai's 1302 to the second of two, in a second or
+    so, comes before the first's answer says z.ai serves it. Left out, the refusal was "at 1 in flight", a
+    clean answer at 1 contradicted it, and a hard limit under the catalog's was never learned."""
+    # Streamed, the first one's head would have come in ms: awaited after a second, it is no served one.
+    for whole, learned in [(True, (1, "1302 at 2 in flight")), (False, (3, "catalog"))]:
+        rig = Rig(routing({"a": {"tier": "HEAVY", "maxConcurrency": 3}}))
+        ledger = rig.pool.ledger
+        for _ in range(2):  # two rounds: one refusal alone moves nothing
+            first, second = rig.take(), rig.take()
+            for taken in (first, second):
+                ledger.sent(taken, whole=whole)
+            rig.clock.advance(1.0)
+            ledger.refused("a", error("1302"), second)
+            rig.pool.release(second)
+            rig.clock.advance(0.5)
+            ledger.success(first)
+            rig.pool.release(first)
+        row = pool_status.served(pool_status.status(rig.pool))["models"]["a"]
+        assert (row["learnedLimit"], row["limitReason"]) == learned

@@ -364,7 +364,7 @@ class RoutedRequest:
     def written(self, slot: Slot) -> None:
         """The attempt sent with `slot` was written to z.ai now: what z.ai judges it beside (see
         `Ledger.sent`)."""
-        self.pool.ledger.sent(slot)
+        self.pool.ledger.sent(slot, whole=not self.message.stream)
 
     def queued(self, slot: Slot) -> None:
         """z.ai queues (`zai.assumptions.MAY_QUEUE`), and may hold the probe sent with `slot`: the first slot

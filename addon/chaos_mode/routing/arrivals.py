@@ -26,6 +26,12 @@ Counted with the burst, each refused request is at the level z.ai had filled. As
 that it judges a request as it reads it, and that the network reorders requests by no more than that
 (`zai.assumptions.ARRIVAL_ORDER_SECONDS`).
 
+A request whose answer comes whole (not streamed) has no head before its end: z.ai's 1302 to another, in
+seconds, comes before that answer tells whether z.ai was serving it. So a whole request still awaited counts
+beside a refusal or a stall as one z.ai may be serving (the side where it says least, below). Left out, a
+1302 beside a whole answer to come was counted "at 1 in flight", and a clean answer at 1 then contradicted
+it: with whole requests only, a hard limit under the catalog's was never learned.
+
 A clean answer's level leaves those written just after it out. Each verdict is taken on the side where it
 says least: a refusal counted with the requests that may have come first says z.ai refused at a level
 it may have reached, and lowers a limit no further than that; a clean answer counted with them says z.ai
@@ -98,16 +104,21 @@ class Arrivals:
             if len(accepted) > KEEP:
                 del accepted[next(iter(accepted))]
 
-    def levels(self, slot_id: int, beside: Beside, *, clean: bool = False) -> tuple[int, int]:
+    def levels(
+        self, slot_id: int, beside: Beside, *, clean: bool = False, awaited: Mapping[int, str] | None = None
+    ) -> tuple[int, int]:
         """(on its model, on the account) what z.ai served when the slot's request came, itself included.
         `clean`: for a clean answer, the slots written just after it do not count, and what the others said
-        then only as far as they still say it (see the module)."""
+        then only as far as they still say it (see the module). `awaited`: slots whose answer comes whole,
+        its verdict not come yet (their models), counted beside a refusal or a stall (see the module)."""
         model_elsewhere, account_elsewhere = self._elsewhere(beside.model), self._elsewhere(None)
         model = account = 0
         for other in beside.slots if clean else beside.slots | self._written_just_after(slot_id, beside):
             served = beside.serving.get(other)
             if served is None and (accepted := self._accepted.get(other)) and not (clean and accepted[1]):
                 served = accepted[0]
+            if served is None and awaited:
+                served = awaited.get(other)
             if served is not None:
                 account += 1
                 model += served == beside.model

@@ -124,17 +124,22 @@ class Ledger:
         "refused at 1": `noisy-held` learned 0 for most models after the turn-off)."""
         if record is None or (not clean and self.lending.off_why is not None):
             return None
-        return self._arrivals.levels(record.slot_id, record.beside, clean=clean)
+        awaited = (
+            {} if clean else {r.slot_id: r.model for r in self.records.values() if r.whole and r.awaiting}
+        )
+        return self._arrivals.levels(record.slot_id, record.beside, clean=clean, awaited=awaited)
 
     def _settle(self, record: SlotRecord | None, phase: Phase = Phase.DONE) -> None:
         if record is not None and record.settle(phase):
             self.store.overdue_changed()
 
-    def sent(self, slot: Slot) -> None:
+    def sent(self, slot: Slot, *, whole: bool = False) -> None:
         """`slot`'s request was written to z.ai now: it arrives beside the requests written before it, not
-        those taken before it (`routing.arrivals`). A pool never told of one keeps the takings."""
+        those taken before it (`routing.arrivals`). A pool never told of one keeps the takings. `whole`:
+        its answer comes in one piece, its head with its end."""
         if (record := self.records.get(slot.slot_id)) is None:
             return
+        record.whole = whole
         written = [r for r in self.records.values() if r.beside.written_at is not None]
         beside = [r for r in written if r is not record and not r.ended]
         record.beside = self._beside(slot.model, beside, (slot.slot_id, self.clock()))

@@ -43,6 +43,7 @@ class SlotRecord:
     level: int = 0
     stalled: bool = False
     ended: bool = False
+    whole: bool = False  # its answer comes in one piece: no head before its end
 
     @property
     def limit(self) -> str:
