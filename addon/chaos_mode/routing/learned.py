@@ -32,6 +32,7 @@ class Learned:
         self.limits, self.aliases = limits, aliases
         self._refold, self._limits_changed, self._cooldowns = refold, limits_changed, cooldowns
         self._listed: list[str] | None = None  # what z.ai's models endpoint listed last (None: not read)
+        self._dropped: set[str] = set()  # catalog models a listing dropped: out until listed again
         self._offered: dict[str, ModelSpec] = {}  # models it lists that the catalog lacks, offered
         self.folded: dict[str, str] = {}  # catalog names z.ai serves as another: asked -> served
         self._models: Mapping[str, ModelSpec] = {}  # the catalog served now
@@ -92,13 +93,15 @@ class Learned:
 
     def listed(self, names: list[str]) -> list[str]:
         """z.ai's models endpoint listed `names`: a model it lists that the catalog lacks is offered where
-        its naming gives it a tier (`routing.aliases.offered`); a catalog model it no longer lists leaves
-        rotation, and comes back once listed again. A list naming no model the pool serves is not taken
-        (another host's, or a broken one). Returns what changed, a line each."""
+        its naming gives it a tier (`routing.aliases.offered`); a catalog model it no longer lists (listed
+        by an earlier reading) leaves rotation, and comes back once listed again. One never listed stays:
+        z.ai serves models it does not list (glm-4.6v, zai.assumptions.LISTING_IS_PARTIAL). A list naming
+        no model the pool serves is not taken (another host's, or a broken one). Returns what changed, a
+        line each."""
         serving = [name for name in self._models if name not in self.folded]
         if not names or not any(self.aliases.served(n) in serving or n in serving for n in names):
             return []
-        before = list(self._models)
+        before, ever = list(self._models), set(self._listed or ()) | self._dropped
         self._listed = names
         self._refold()
         models = self._models
@@ -109,7 +112,8 @@ class Learned:
         listed, cooldowns = set(names), self._cooldowns()
         for name in self._models:
             block = cooldowns.block(name)
-            if name not in listed and block is None:
+            if name not in listed and name in ever and block is None:
+                self._dropped.add(name)
                 cooldowns.take_out(name, NOT_LISTED)
                 lines.append(f"{name}: {NOT_LISTED}, out of rotation")
             elif name in listed and block is not None and block.reason == NOT_LISTED:

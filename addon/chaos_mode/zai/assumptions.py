@@ -67,6 +67,12 @@ FAMILY_TIERS: Final = True
 rest of `glm-5*` heavy (`zai.catalog.family_tier`). Rests on it: the tier of a served or listed model the
 catalog lacks, so which floors it serves. Check: z.ai's models list and pricing pages for each new name."""
 
+LISTING_IS_PARTIAL: Final = True
+"""z.ai's models endpoint lists some of the models it serves, not all: the one listing seen (2026-09-16, on
+both hosts) left out glm-4.6v, served then. Rests on it: a listed model the catalog lacks is offered, a
+catalog model drops out of rotation only once a listing that held it no longer does, never for being left
+out from the first. Check: z.ai's models list against `chaos-mode check`'s per-name requests."""
+
 NOISE: Final = 0.05
 """z.ai's random 1302s (a refusal that works again a few seconds later) stay under this share of requests,
 at any level. Rests on it: when a level's refusals are a limit rather than noise (`learning.evidence`).
