@@ -201,10 +201,10 @@ class ChaosMode:
             "chaos_key",
             str,
             "",
-            "The NAME of an environment variable holding a z.ai key used only to read the account's 5-hour "
-            "quota (GET /api/monitor/usage/quota/limit on the host the proxy forwards to), every "
-            "quota.pollSeconds. Empty: off; the quota is then estimated from the proxy's own traffic. The "
-            "key is never logged or shown.",
+            "The NAME of an environment variable holding a z.ai key used only to read the account: its quota "
+            "(GET /api/monitor/usage/quota/limit on the host the proxy forwards to, every quota.pollSeconds) "
+            "and its models list (every 5 minutes). Empty: off; the quota is then estimated from the proxy's "
+            "own traffic. The key is never logged or shown.",
         )
         loader.add_option(
             "chaos_web",

@@ -44,7 +44,7 @@ def synthetic_catalog(size: int = 64, seed: int = 64) -> dict[str, dict[str, Any
 
 
 CATALOGS: dict[str, dict[str, dict[str, Any]] | None] = {
-    "seed-8": None,  # the built-in catalog
+    "seed-8": None,  # the early-2026 catalog (the design's 8 models)
     "synthetic-64": synthetic_catalog(),
 }
 
