@@ -41,10 +41,19 @@ def _clean_env() -> dict[str, str]:
     return {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
 
 
+# What a build leaves in the checkout, or the tools' caches: not copied to the tree the wheel is built from.
+NOT_SOURCE = shutil.ignore_patterns(
+    ".git", ".venv", "build", "dist", "artifacts", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis"
+)
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    _run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", out, ROOT)
+    """The wheel built from a copy of the checkout: setuptools builds in the tree and keeps `build/`, so a
+    module deleted since an earlier build would still ship, and this test would pass on it."""
+    source, out = tmp_path_factory.mktemp("source") / "chaos-mode", tmp_path_factory.mktemp("wheel")
+    shutil.copytree(ROOT, source, ignore=NOT_SOURCE)
+    _run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", out, source)
     (built,) = out.glob("chaos_mode-*.whl")
     return built
 
@@ -52,8 +61,13 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_wheel_holds_the_runtime_only(wheel: Path) -> None:
     """The development tools (`chaos_mode_tools`: the simulator, the benchmarks) stay in the checkout."""
     with zipfile.ZipFile(wheel) as archive:
-        packages = {name.split("/")[0] for name in archive.namelist() if not name.endswith("-info/RECORD")}
+        names = archive.namelist()
+    packages = {name.split("/")[0] for name in names if not name.endswith("-info/RECORD")}
     assert {name for name in packages if not name.endswith(".dist-info")} == {"chaos_mode"}
+    modules = {name for name in names if name.endswith(".py")}
+    assert modules == {
+        str(p.relative_to(ROOT / "addon")) for p in (ROOT / "addon" / "chaos_mode").rglob("*.py")
+    }
 
 
 class Installed(ChildProcess):
