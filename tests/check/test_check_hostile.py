@@ -24,7 +24,7 @@ KEY = "sk-echoed-0123456789abcdef"
 SILENT = "glm-silent"  # never answered
 
 
-class Echoing(BaseHTTPRequestHandler):
+class Quiet(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:
         pass
 
@@ -35,6 +35,17 @@ class Echoing(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+
+class ListsOne(Quiet):
+    """Lists one name, `NAME`."""
+
+    NAME = ""
+
+    def do_GET(self) -> None:
+        self._send(200, json.dumps({"object": "list", "data": [{"id": self.NAME}]}).encode())
+
+
+class Echoing(Quiet):
     def do_GET(self) -> None:
         key = self.headers.get("Authorization", "").removeprefix("Bearer ")
         names = [f"glm-{key}", "glm-\x1b[31m", "glm-\ud800", "", 7, SILENT, "glm-refused"]
@@ -56,19 +67,10 @@ class Echoing(BaseHTTPRequestHandler):
         )
 
 
-class Pinging(BaseHTTPRequestHandler):
+class Pinging(ListsOne):
     """Lists one name, and answers it with a stream of pings that names no model (for 30 s at most)."""
 
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-    def do_GET(self) -> None:
-        body = json.dumps({"object": "list", "data": [{"id": "glm-pings"}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+    NAME = "glm-pings"
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers["Content-Length"]))
@@ -88,28 +90,14 @@ class Pinging(BaseHTTPRequestHandler):
 ESCAPES = "\x1b]0;pwned\x07\x1b[31m" + "x" * 110 + KEY
 
 
-class Escaping(BaseHTTPRequestHandler):
+class Escaping(ListsOne):
     """Lists one name, and refuses it with a message of escapes (and no code)."""
 
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-    def do_GET(self) -> None:
-        body = json.dumps({"object": "list", "data": [{"id": "glm-escaped"}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+    NAME = "glm-escaped"
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers["Content-Length"]))
-        body = json.dumps({"error": {"message": ESCAPES}}).encode()
-        self.send_response(503)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        self._send(503, json.dumps({"error": {"message": ESCAPES}}).encode())
 
 
 class NotHttp(socketserver.StreamRequestHandler):
